@@ -1,0 +1,280 @@
+"""The domain model: frozen values shared by every part of MiniDock.
+
+Desired state (Inventory, Cluster, Service) comes from the TOML files; observed state
+(HostObservation, Container) comes from `docker inspect` over SSH; controller state
+(ControllerState) is what the controller decided and keeps in its store. Nothing here
+does I/O. Durations are float seconds, sizes are int bytes, times are float epoch seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+# -- labels every MiniDock container carries -------------------------------------------------
+LABEL_CLUSTER = "minidock.cluster"
+LABEL_SERVICE = "minidock.service"
+LABEL_SLOT = "minidock.slot"
+LABEL_TASK = "minidock.task"
+LABEL_SPEC = "minidock.spec"
+
+Order = Literal["stop-first", "start-first"]
+FailureAction = Literal["pause", "rollback", "continue"]
+RestartCondition = Literal["any", "on-failure", "none"]
+DesiredState = Literal["running", "stopped"]
+HostKeyPolicy = Literal["strict", "accept-new"]
+
+
+# -- inventory --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Host:
+    """One machine the controller reaches over SSH. cpus/memory None means unlimited."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    host_key_policy: HostKeyPolicy = "strict"
+    connect_timeout: float = 5.0
+    command_timeout: float = 60.0
+    down_after: int = 2
+    labels: tuple[tuple[str, str], ...] = ()
+    cpus: float | None = None
+    memory: int | None = None
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: str
+    hosts: tuple[Host, ...]
+
+    def host(self, name: str) -> Host | None:
+        return next((h for h in self.hosts if h.name == name), None)
+
+
+# -- cluster spec -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HealthCheck:
+    cmd: tuple[str, ...]
+    interval: float = 2.0
+    timeout: float = 1.0
+    retries: int = 3
+    start_period: float = 0.0
+
+    def deadline(self) -> float:
+        """Longest a new task may take to turn healthy before it counts as failed."""
+        return self.start_period + self.retries * self.interval + self.timeout
+
+
+@dataclass(frozen=True)
+class UpdatePolicy:
+    """SwarmKit's update defaults, with rollback-friendly naming."""
+
+    parallelism: int = 1
+    delay: float = 0.0
+    order: Order = "stop-first"
+    monitor: float = 5.0
+    failure_action: FailureAction = "pause"
+    max_failure_ratio: float = 0.0
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """max_attempts 0 means unlimited; window 0 means attempts never expire."""
+
+    condition: RestartCondition = "any"
+    delay: float = 1.0
+    max_delay: float = 60.0
+    max_attempts: int = 5
+    window: float = 300.0
+
+
+@dataclass(frozen=True)
+class PortMapping:
+    host_port: int
+    container_port: int
+    protocol: Literal["tcp", "udp"] = "tcp"
+
+    def __str__(self) -> str:
+        return f"{self.host_port}:{self.container_port}/{self.protocol}"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    key: str
+    op: Literal["==", "!="]
+    value: str
+
+    def allows(self, host: Host) -> bool:
+        actual = host.label(self.key)
+        if self.key == "node.hostname" or self.key == "host":
+            actual = host.name
+        return (actual == self.value) if self.op == "==" else (actual != self.value)
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.op} {self.value}"
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    image: str
+    replicas: int = 1
+    command: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    ports: tuple[PortMapping, ...] = ()
+    cpus: float = 0.0
+    memory: int = 0
+    constraints: tuple[Constraint, ...] = ()
+    spread: str | None = None
+    depends_on: tuple[str, ...] = ()
+    desired: DesiredState = "running"
+    health: HealthCheck | None = None
+    update: UpdatePolicy = field(default_factory=UpdatePolicy)
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+
+    def spec_hash(self) -> str:
+        """Hash of everything that changes what a task runs: a new value means outdated."""
+        run = {
+            "image": self.image,
+            "command": self.command,
+            "env": sorted(self.env),
+            "ports": sorted(str(p) for p in self.ports),
+            "cpus": self.cpus,
+            "memory": self.memory,
+            "health": asdict(self.health) if self.health else None,
+        }
+        blob = json.dumps(run, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    path: str
+    inventory_path: str
+    services: tuple[Service, ...]
+
+    def service(self, name: str) -> Service | None:
+        return next((s for s in self.services if s.name == name), None)
+
+
+# -- observed ---------------------------------------------------------------------------------
+ContainerState = Literal["created", "running", "paused", "restarting", "removing", "exited", "dead"]
+Health = Literal["none", "starting", "healthy", "unhealthy"]
+
+
+@dataclass(frozen=True)
+class Container:
+    """One MiniDock container as `docker inspect` reports it."""
+
+    id: str
+    name: str
+    host: str
+    cluster: str
+    service: str
+    slot: int
+    task: str
+    spec: str
+    image: str
+    state: ContainerState
+    health: Health = "none"
+    exit_code: int | None = None
+    created_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    health_log: str = ""
+    cpus: float = 0.0
+    memory: int = 0
+    host_ports: tuple[str, ...] = ()  # "8080/tcp"
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("created", "running", "paused", "restarting")
+
+
+@dataclass(frozen=True)
+class HostObservation:
+    """One probe of a host: either its containers or why it could not be seen."""
+
+    host: str
+    ok: bool
+    containers: tuple[Container, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    hosts: dict[str, HostObservation]
+
+    def containers(self) -> list[Container]:
+        return [c for o in self.hosts.values() if o.ok for c in o.containers]
+
+
+# -- controller state: what the controller decided, kept in the store -------------------------
+RolloutStatus = Literal["none", "updating", "paused", "rolling_back", "rolled_back", "completed"]
+
+
+@dataclass(frozen=True)
+class HostState:
+    failures: int = 0  # consecutive failed probes
+    down: bool = False
+    drained: bool = False
+    last_seen: float | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """Restart bookkeeping for one slot: survives controller restarts."""
+
+    attempts: tuple[float, ...] = ()  # times of counted failures, within the window
+    counted: tuple[str, ...] = ()  # task ids whose failure is already counted
+    next_start: float = 0.0  # backoff: no new task before this time
+    failed: bool = False  # crash-loop limit reached: only reset or apply revives it
+    complete: bool = False  # exited and, by restart.condition, not to be restarted
+    last_exit: str = ""  # one line: exit code and log tail, or the health failure
+
+
+@dataclass(frozen=True)
+class Rollout:
+    status: RolloutStatus = "none"
+    reason: str = ""
+    failures: int = 0
+    total: int = 0
+    done: tuple[int, ...] = ()  # slots that reached the target spec in this rollout
+    last_batch_at: float = 0.0  # when the latest batch became ready (for update.delay)
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """The effective spec of a service (after any rollback) and its bookkeeping."""
+
+    spec: Service
+    generation: int
+    previous: Service | None = None
+    previous_generation: int | None = None
+    rollout: Rollout = field(default_factory=Rollout)
+    slots: dict[int, SlotState] = field(default_factory=dict)
+
+    def slot(self, n: int) -> SlotState:
+        return self.slots.get(n, SlotState())
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    cluster: str = ""
+    generation: int = 0
+    order: tuple[str, ...] = ()  # service names in the order of the applied file
+    services: dict[str, ServiceState] = field(default_factory=dict)
+    hosts: dict[str, HostState] = field(default_factory=dict)
+
+    def host(self, name: str) -> HostState:
+        return self.hosts.get(name, HostState())

@@ -223,12 +223,23 @@ RolloutStatus = Literal["none", "updating", "paused", "rolling_back", "rolled_ba
 
 
 @dataclass(frozen=True)
+class SeenTask:
+    """A live task as last observed on a host: holds its slot while the host is unreachable."""
+
+    service: str
+    slot: int
+    task: str
+    spec: str
+
+
+@dataclass(frozen=True)
 class HostState:
-    failures: int = 0  # consecutive failed probes
+    failures: int = 0  # consecutive failed probes, counted across runs
     down: bool = False
     drained: bool = False
     last_seen: float | None = None
     last_error: str | None = None
+    tasks: tuple[SeenTask, ...] = ()  # live tasks at the last successful probe
 
 
 @dataclass(frozen=True)
@@ -250,7 +261,10 @@ class Rollout:
     failures: int = 0
     total: int = 0
     done: tuple[int, ...] = ()  # slots that reached the target spec in this rollout
-    last_batch_at: float = 0.0  # when the latest batch became ready (for update.delay)
+    inflight: tuple[int, ...] = ()  # slots whose new task is started but not yet through the gate
+    healthy_since: tuple[tuple[int, float], ...] = ()  # gate clock per in-flight slot
+    last_batch_at: float = 0.0  # when the latest task passed its gate (for update.delay)
+    rollback: bool = False  # this rollout returns to the previous spec
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,97 @@
+"""Restart policy and health gates: when a task has failed, and when to try again. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Literal
+
+from minidock.model import Container, RestartPolicy, Service, SlotState
+
+KEEP_COUNTED = 20  # how many counted task ids a slot remembers (enough to never count twice)
+
+
+def should_restart(policy: RestartPolicy, exit_code: int | None) -> bool:
+    """Judge an exited task by its exit code; None (never started) counts as a failure."""
+    if policy.condition == "none":
+        return False
+    if policy.condition == "on-failure":
+        return exit_code != 0
+    return True
+
+
+def backoff(policy: RestartPolicy, attempts: int) -> float:
+    """Delay before the next try after `attempts` failures: doubles from delay to max_delay."""
+    if attempts <= 0:
+        return 0.0
+    return float(min(policy.delay * 2 ** (attempts - 1), policy.max_delay))
+
+
+def count_failure(
+    slot: SlotState, task: str, at: float, line: str, policy: RestartPolicy
+) -> SlotState:
+    """Record one failed attempt of a slot: prune the window, set backoff, maybe mark Failed."""
+    if task in slot.counted:
+        return slot
+    recent = tuple(a for a in slot.attempts if policy.window <= 0 or at - a < policy.window)
+    attempts = (*recent, at)
+    failed = policy.max_attempts > 0 and len(attempts) >= policy.max_attempts
+    return replace(
+        slot,
+        attempts=attempts,
+        counted=(*slot.counted, task)[-KEEP_COUNTED:],
+        next_start=at + backoff(policy, len(attempts)),
+        failed=failed,
+        complete=False,
+        last_exit=line,
+    )
+
+
+def account_exit(slot: SlotState, c: Container, policy: RestartPolicy, now: float) -> SlotState:
+    """Fold one exited (or never started) container into the slot's restart bookkeeping."""
+    if c.task in slot.counted:
+        return slot
+    line = exit_line(c)
+    if not should_restart(policy, c.exit_code):
+        counted = (*slot.counted, c.task)[-KEEP_COUNTED:]
+        return replace(slot, complete=True, counted=counted, last_exit=line)
+    return count_failure(slot, c.task, c.finished_at or now, line, policy)
+
+
+def exit_line(c: Container) -> str:
+    if c.state == "created":
+        return f"task {c.task} never started"
+    return f"task {c.task} exited with code {c.exit_code}"
+
+
+def ready(c: Container) -> bool:
+    """Running and, where the task has a health check, healthy."""
+    return c.state == "running" and c.health in ("none", "healthy")
+
+
+Gate = Literal["ready", "wait", "fail"]
+
+
+def health_gate(
+    c: Container | None, service: Service, healthy_since: float | None, now: float
+) -> tuple[Gate, str]:
+    """Has a new task proved itself: healthy (or running, without a check) for `monitor`?
+
+    Fails when the task exits, turns unhealthy, or is not healthy within
+    start_period + retries x interval + timeout + monitor of its start."""
+    monitor = service.update.monitor
+    if c is None:
+        return "wait", "not started yet"
+    if c.state in ("exited", "dead"):
+        return "fail", exit_line(c)
+    if c.health == "unhealthy":
+        return "fail", f"task {c.task} unhealthy: {c.health_log or 'health check failed'}"
+    started = c.started_at or c.created_at
+    if c.state == "running" and c.health in ("healthy", "none"):
+        since = started if c.health == "none" else (healthy_since or now)
+        if now - since >= monitor:
+            return "ready", ""
+        return "wait", f"task {c.task} in monitor for {monitor - (now - since):.0f}s more"
+    limit = (service.health.deadline() if service.health else 0.0) + monitor
+    if now - started > limit:
+        return "fail", f"task {c.task} not healthy after {limit:.0f}s ({c.state}, {c.health})"
+    return "wait", f"task {c.task} starting ({c.health})"

@@ -1,0 +1,427 @@
+"""The reconcile pass, scenario by scenario, on the in-memory World (tests/sim.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from minidock.model import Constraint, Container, HealthCheck, PortMapping, UpdatePolicy
+from minidock.reconcile import admit, reconcile, set_drained
+from tests.sim import World, host, svc
+
+
+def fleet(n: int = 3) -> World:
+    return World([host(f"host{i}") for i in range(1, n + 1)])
+
+
+def assert_results(plan: object, *, run: int = 0, stop: int = 0, pending: int = 0) -> None:
+    got = (len(plan.run), len(plan.stop), len(plan.pending))  # type: ignore[attr-defined]
+    assert got == (run, stop, pending), f"(run, stop, pending) = {got}: {plan}"
+
+
+def test_place_no_existing_spreads_over_hosts() -> None:
+    w = fleet(3)
+    w.apply(svc(replicas=4))
+    plan = w.step()
+    assert_results(plan, run=4)
+    assert [r.slot for r in plan.run] == [1, 2, 3, 4]
+    assert [r.host for r in plan.run] == ["host1", "host2", "host3", "host1"]
+    assert {r.name.split(".")[0] for r in plan.run} == {"web"}
+
+
+def test_converged_gives_empty_plan() -> None:
+    w = fleet(3)
+    w.apply(svc(replicas=4))
+    w.converge()
+    again = w.plan()
+    assert again.converged
+    assert_results(again)
+
+
+def test_host_loss_replaces_exactly_the_lost_slots() -> None:
+    w = fleet(3)
+    w.apply(svc(replicas=4))
+    w.converge()
+    assert w.slots("web") == {1: ["host1"], 2: ["host2"], 3: ["host3"], 4: ["host1"]}
+    w.kill_host("host1")
+    first = w.step()  # one failed probe: not down yet (down_after = 2)
+    assert_results(first)
+    assert not first.converged
+    second = w.step()
+    assert_results(second, run=2)
+    assert sorted(r.slot for r in second.run) == [1, 4]
+    assert {r.host for r in second.run} <= {"host2", "host3"}
+    assert any(e.kind == "host-down" for e in second.events)
+    w.converge()
+    assert len(w.live("web")) == 4
+
+
+def test_returning_host_has_its_stale_tasks_removed() -> None:
+    w = fleet(3)
+    w.apply(svc(replicas=4))
+    w.converge()
+    w.kill_host("host1")
+    w.converge()
+    w.revive_host("host1")
+    plan = w.step()
+    assert_results(plan, stop=2)
+    assert {s.container.host for s in plan.stop} == {"host1"}
+    w.converge()
+    slots = w.slots("web")
+    assert sorted(slots) == [1, 2, 3, 4]
+    assert all(len(hosts) == 1 for hosts in slots.values())
+
+
+def test_unreachable_host_holds_its_slots_until_down() -> None:
+    w = fleet(2)
+    w.apply(svc(replicas=2))
+    w.converge()
+    w.kill_host("host2")
+    plan = w.step()
+    assert_results(plan)
+    assert plan.state.hosts["host2"].failures == 1
+    assert not plan.state.hosts["host2"].down
+
+
+def test_scale_up_fills_lowest_free_slots_and_down_removes_highest() -> None:
+    w = fleet(3)
+    w.apply(svc(replicas=2))
+    w.converge()
+    w.apply(svc(replicas=5))
+    up = w.step()
+    assert sorted(r.slot for r in up.run) == [3, 4, 5]
+    w.converge()
+    w.apply(svc(replicas=1))
+    down = w.step()
+    assert sorted(s.container.slot for s in down.stop) == [2, 3, 4, 5]
+    w.converge()
+    assert w.slots("web") == {1: ["host1"]}
+
+
+def test_scale_down_stops_non_running_first() -> None:
+    w = fleet(1)
+    w.apply(svc(replicas=3))
+    w.converge()
+    c3 = next(c for c in w.live() if c.slot == 3)
+    w.containers["host1"] = [replace(c, state="paused") if c is c3 else c for c in w.live()]
+    w.apply(svc(replicas=1))
+    plan = w.plan()
+    assert [s.container.slot for s in plan.stop] == [3, 2]
+
+
+def test_removed_service_is_removed() -> None:
+    w = fleet(2)
+    w.apply(svc("web", replicas=2), svc("api", replicas=1))
+    w.converge()
+    w.apply(svc("web", replicas=2))
+    plan = w.step()
+    assert [s.container.service for s in plan.stop] == ["api"]
+    w.converge()
+    assert w.live("api") == []
+
+
+def test_other_clusters_containers_are_never_counted() -> None:
+    w = fleet(1)
+    w.apply(svc(replicas=1))
+    w.converge()
+    mine = w.live()[0]
+    w.containers["host1"].append(replace(mine, id="x1", cluster="other", slot=1))
+    assert w.plan().converged
+
+
+def test_two_live_tasks_in_a_slot_keep_one() -> None:
+    w = fleet(2)
+    w.apply(svc(replicas=1))
+    w.converge()
+    first = w.live()[0]
+    twin = replace(first, id="twin", host="host2", task="t2", created_at=first.created_at + 1)
+    w.containers["host2"].append(twin)
+    plan = w.step()
+    assert_results(plan, stop=1)
+    assert plan.stop[0].container.id == first.id  # the newer task stays
+    assert len(w.live()) == 1
+
+
+def test_same_decision_replayed_names_the_same_task() -> None:
+    w = fleet(2)
+    w.apply(svc(replicas=2))
+    a, b = w.plan(), w.plan()
+    assert [r.name for r in a.run] == [r.name for r in b.run]
+
+
+def test_drain_starts_replacement_before_stopping() -> None:
+    w = fleet(3)
+    w.apply(svc(replicas=3, health=HealthCheck(("true",))))
+    w.converge()
+    w.state = set_drained(w.state, "host1", True)
+    plan = w.step()
+    assert_results(plan, run=1)
+    assert plan.run[0].host != "host1"
+    assert len(w.live()) == 4  # nothing stopped yet: the replacement was still starting
+    plan = w.step()
+    assert_results(plan, stop=1)
+    assert plan.stop[0].container.host == "host1"
+    w.converge()
+    assert "host1" not in {c.host for c in w.live()}
+    assert len(w.live()) == 3
+
+
+def test_drain_with_nowhere_to_go_keeps_the_task_and_says_why() -> None:
+    w = fleet(1)
+    w.apply(svc(replicas=1))
+    w.converge()
+    w.state = set_drained(w.state, "host1", True)
+    plan = w.step()
+    assert_results(plan, pending=1)
+    assert "host1: drained" in plan.pending[0].reason
+    assert len(w.live()) == 1
+
+
+def test_activate_lets_a_host_take_tasks_again() -> None:
+    w = fleet(2)
+    w.state = set_drained(w.state, "host2", True)
+    w.apply(svc(replicas=2))
+    w.converge()
+    assert {c.host for c in w.live()} == {"host1"}
+    w.state = set_drained(w.state, "host2", False)
+    w.apply(svc(replicas=3))
+    w.converge()
+    assert "host2" in {c.host for c in w.live()}
+
+
+def test_pending_says_why_for_every_host() -> None:
+    w = World([host("h1", cpus=1, zone="a"), host("h2", cpus=4, zone="c")])
+    w.apply(svc(replicas=1, cpus=2.0, constraints=()))
+    w.apply(
+        svc(
+            replicas=1,
+            cpus=2.0,
+            constraints=(__import__("minidock.model").model.Constraint("zone", "!=", "c"),),
+        )
+    )
+    plan = w.step()
+    assert_results(plan, pending=1)
+    reason = plan.pending[0].reason
+    assert "h1: needs 2 cpus, 1 free" in reason
+    assert "h2: constraint zone != c not met" in reason
+
+
+def test_host_port_serves_one_task_per_host() -> None:
+    w = fleet(2)
+    w.apply(svc(replicas=3, ports=(PortMapping(8080, 8080),)))
+    plan = w.step()
+    assert_results(plan, run=2, pending=1)
+    assert {r.host for r in plan.run} == {"host1", "host2"}
+    assert "port 8080/tcp in use" in plan.pending[0].reason
+
+
+def test_spread_label_first() -> None:
+    w = World([host("a1", zone="a"), host("a2", zone="a"), host("b1", zone="b")])
+    w.apply(svc(replicas=2, spread="zone"))
+    plan = w.step()
+    assert {r.host for r in plan.run} == {"a1", "b1"}
+
+
+def test_binpack_prefers_the_fullest_host_that_fits() -> None:
+    w = World([host("big", cpus=8), host("small", cpus=2)])
+    w.apply(svc("a", replicas=1, cpus=1.0), svc("b", replicas=1, cpus=1.0))
+    plan = w.step()
+    # both services' first task: no spread conflict, so the fuller-after-placement host wins
+    assert [r.host for r in plan.run] == ["small", "small"]
+
+
+def test_down_host_tasks_do_not_count_against_capacity() -> None:
+    w = World([host("h1", cpus=1), host("h2", cpus=1)])
+    w.apply(svc(replicas=1, cpus=1.0))
+    w.converge()
+    lost = w.live()[0].host
+    w.kill_host(lost)
+    w.converge()
+    assert {c.host for c in w.live()} == {"h1", "h2"} - {lost}
+
+
+def test_rolling_update_stop_first_one_at_a_time() -> None:
+    w = fleet(3)
+    hc = HealthCheck(("true",))
+    w.apply(svc(replicas=3, health=hc, update=UpdatePolicy(monitor=0)))
+    w.converge()
+    w.apply(svc(image="web:6", replicas=3, health=hc, update=UpdatePolicy(monitor=0)))
+    first = w.step()
+    assert len(first.run) == 1
+    assert first.run[0].replaces is not None
+    assert first.state.services["web"].rollout.status == "updating"
+    images = []
+    for _ in range(20):
+        plan = w.step()
+        images.append(sorted(c.image for c in w.live()))
+        assert len(plan.run) <= 1
+        if plan.converged:
+            break
+    assert sorted(c.image for c in w.live()) == ["web:6"] * 3
+    assert w.state.services["web"].rollout.status == "completed"
+
+
+def test_rolling_update_start_first_never_dips() -> None:
+    w = fleet(3)
+    hc = HealthCheck(("true",))
+    pol = UpdatePolicy(monitor=0, order="start-first", parallelism=2)
+    w.apply(svc(replicas=3, health=hc, update=pol))
+    w.converge()
+    w.apply(svc(image="web:6", replicas=3, health=hc, update=pol))
+    for _ in range(20):
+        plan = w.step()
+        healthy = [c for c in w.live() if c.health == "healthy"]
+        assert len(healthy) >= 3
+        if plan.converged:
+            break
+    assert sorted(c.image for c in w.live()) == ["web:6"] * 3
+
+
+def test_start_first_with_a_held_host_port_falls_back_to_stop_first() -> None:
+    w = fleet(1)
+    pol = UpdatePolicy(monitor=0, order="start-first")
+    port = (PortMapping(8080, 8080),)
+    w.apply(svc(replicas=1, ports=port, update=pol))
+    w.converge()
+    w.apply(svc(image="web:6", replicas=1, ports=port, update=pol))
+    plan = w.step()
+    assert plan.run[0].replaces is not None
+    assert any(e.kind == "rollout-stop-first" for e in plan.events)
+
+
+def test_failed_update_rolls_back() -> None:
+    w = fleet(3)
+    hc = HealthCheck(("true",))
+    pol = UpdatePolicy(monitor=0, failure_action="rollback")
+    w.apply(svc(image="web:6", replicas=3, health=hc, update=pol))
+    w.converge()
+    w.apply(svc(image="web:broken", replicas=3, health=hc, update=pol))
+    w.converge()
+    assert sorted(c.image for c in w.live()) == ["web:6"] * 3
+    r = w.state.services["web"].rollout
+    assert r.status == "rolled_back"
+    assert "unhealthy" in r.reason
+    assert w.state.services["web"].spec.image == "web:6"
+
+
+def test_failed_update_pauses_after_first_batch() -> None:
+    w = fleet(3)
+    hc = HealthCheck(("true",))
+    pol = UpdatePolicy(monitor=0, failure_action="pause")
+    w.apply(svc(image="web:6", replicas=3, health=hc, update=pol))
+    w.converge()
+    w.apply(svc(image="web:broken", replicas=3, health=hc, update=pol))
+    for _ in range(10):
+        w.step()
+    r = w.state.services["web"].rollout
+    assert r.status == "paused"
+    assert r.failures == 1
+    assert sorted(c.image for c in w.live()) == ["web:6"] * 3  # the failed slot went back
+
+
+def test_rollback_that_fails_pauses_and_never_loops() -> None:
+    w = fleet(2)
+    hc = HealthCheck(("true",))
+    pol = UpdatePolicy(monitor=0, failure_action="rollback")
+    w.apply(svc(image="web:broken", replicas=1, health=hc, update=pol))
+    w.step()
+    w.apply(svc(image="other:broken", replicas=1, health=hc, update=pol))
+    for _ in range(30):
+        w.step()
+    r = w.state.services["web"].rollout
+    assert r.status == "paused"
+    kinds = [e.kind for p in w.log for e in p.events]
+    assert kinds.count("rollout-rollback") == 1
+    assert kinds.count("rollout-paused") == 1
+
+
+def test_new_apply_supersedes_a_rollout() -> None:
+    w = fleet(2)
+    hc = HealthCheck(("true",))
+    pol = UpdatePolicy(monitor=5)
+    w.apply(svc(image="web:5", replicas=2, health=hc, update=pol))
+    w.converge()
+    w.apply(svc(image="web:6", replicas=2, health=hc, update=pol))
+    w.step()
+    w.apply(svc(image="web:7", replicas=2, health=hc, update=pol))
+    w.converge()
+    assert sorted(c.image for c in w.live()) == ["web:7"] * 2
+
+
+def test_continue_goes_on_despite_failures() -> None:
+    w = fleet(2)
+    hc = HealthCheck(("true",))
+    pol = UpdatePolicy(monitor=0, failure_action="continue")
+    w.apply(svc(image="web:6", replicas=2, health=hc, update=pol))
+    w.converge()
+    w.apply(svc(image="web:broken", replicas=2, health=hc, update=pol))
+    for _ in range(12):
+        w.step()
+    assert w.state.services["web"].rollout.failures >= 2
+    assert {c.image for c in w.live()} == {"web:broken"}
+
+
+def test_update_delay_spaces_batches() -> None:
+    w = fleet(2)
+    pol = UpdatePolicy(monitor=0, delay=10)
+    w.apply(svc(replicas=2, update=pol))
+    w.converge()
+    w.apply(svc(image="web:6", replicas=2, update=pol))
+    starts = []
+    for _ in range(30):
+        plan = w.step(dt=1)
+        starts += [w.now for r in plan.run]
+        if plan.converged:
+            break
+    assert len(starts) == 2
+    assert starts[1] - starts[0] >= 10
+
+
+def test_admit_keeps_previous_spec_and_clears_failures() -> None:
+    w = fleet(1)
+    w.apply(svc(image="crash:1", replicas=1))
+    for _ in range(60):
+        w.step()
+    assert w.state.services["web"].slot(1).failed
+    w.apply(svc(image="web:6", replicas=1))
+    ss = w.state.services["web"]
+    assert not ss.slot(1).failed
+    assert ss.previous is not None
+    assert ss.previous.image == "crash:1"
+
+
+def test_a_converged_plan_is_idempotent_twice() -> None:
+    w = fleet(2)
+    w.apply(svc(replicas=3))
+    w.converge()
+    p1 = w.plan()
+    state = p1.state
+    p2 = reconcile(w.cluster, w.inventory, w.observe(), state, w.now)  # type: ignore[arg-type]
+    assert p1.converged
+    assert p2.converged
+
+
+def test_admit_first_apply_sets_order_and_generation() -> None:
+    w = fleet(1)
+    w.apply(svc("db"), svc("web"))
+    assert w.state.order == ("db", "web")
+    assert w.state.generation == 1
+    state = admit(w.state, w.cluster, 2)  # type: ignore[arg-type]
+    assert state.services["web"] is w.state.services["web"]
+
+
+def test_created_container_never_started_is_removed_and_replaced() -> None:
+    w = fleet(1)
+    w.apply(svc(replicas=1))
+    w.converge()
+    c = w.live()[0]
+    w.containers["host1"] = [replace(c, state="created")]
+    plan = w.step()
+    assert_results(plan, stop=1)
+    assert plan.state.services["web"].slot(1).last_exit.endswith("never started")
+    w.converge()
+    assert [c.state for c in w.live()] == ["running"]
+
+
+def test_foreign_container_fields() -> None:
+    c = Container("id", "n", "h", "other", "web", 1, "t", "s", "img", "running")
+    assert c.live

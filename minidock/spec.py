@@ -19,7 +19,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from graphlib import CycleError, TopologicalSorter
 from importlib import resources
@@ -204,8 +204,8 @@ class _Issue:
     """One schema problem; issues sort into the order they are reported in."""
 
     position: tuple[int, ...]
-    path: tuple[Part, ...]
-    message: str
+    path: tuple[Part, ...] = field(compare=False)
+    message: str = field(compare=False)
 
 
 # Where object-level problems sort among an object's children: unknown and badly named
@@ -216,9 +216,28 @@ _KEY_ISSUE, _MISSING_ISSUE = -2, -1
 def _check_schema(kind: str, doc: dict[str, Any], display: str) -> None:
     """Raise the first JSON Schema problem in `doc`, in document order."""
     issues = [i for e in _validator(kind).iter_errors(doc) for i in _issues(e, doc)]
+    issues += [
+        _Issue(_position(doc, parts), parts, f"must be a finite number, got {_show(value)}")
+        for parts, value in _walk(doc, ())
+        if isinstance(value, float) and not math.isfinite(value)
+    ]
     if issues:
         first = min(issues)
         raise SpecError(display, _render(first.path), first.message)
+
+
+def _walk(node: Any, parts: tuple[Part, ...]) -> Iterator[tuple[tuple[Part, ...], Any]]:
+    """Every value in a parsed document with its key path."""
+    yield parts, node
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, child in items:
+        yield from _walk(child, (*parts, key))
 
 
 def _position(doc: Any, parts: Iterable[Part]) -> tuple[int, ...]:
@@ -335,7 +354,10 @@ def _value_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
     value: Any = error.instance
     kind = error.schema.get("title") if isinstance(error.schema, Mapping) else None
     if keyword == "type":
-        return _type_message(kind, limit, value)
+        message = _type_message(kind, limit, value)
+        if parts == ("hosts",) and isinstance(value, dict):
+            message += " (write one [[hosts]] table per host)"
+        return message
     if kind in ("duration", "size") and keyword in ("pattern", "minimum"):
         try:
             (units.parse_duration if kind == "duration" else units.parse_size)(value)
@@ -411,10 +433,8 @@ def _show(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return repr(value if len(value) <= 60 else value[:57] + "...")
-    if isinstance(value, float) and value.is_integer() and math.isfinite(value):
-        return repr(value)
     if isinstance(value, int | float):
-        return str(value)
+        return repr(value)
     if isinstance(value, list):
         return "an array"
     if isinstance(value, dict):

@@ -133,6 +133,16 @@ BAD = [
         'hosts[0].labels.zone: expected a string, got integer 1 (write it in quotes: "1")',
         "label-value-type",
     ),
+    c(
+        WEB + "restart = { window = inf }\n",
+        "services.web.restart.window: must be a finite number, got inf",
+        "infinite-number",
+    ),
+    i(
+        '[hosts]\nname = "host1"\n',
+        "hosts: expected an array, got a table (write one [[hosts]] table per host)",
+        "hosts-as-table",
+    ),
     # -- names
     c(
         CLUSTER + '[services.Web]\nimage = "web:5"\n',

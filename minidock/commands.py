@@ -1,0 +1,358 @@
+"""Docker commands as pure argv lists, and parsers for what those commands print.
+
+Nothing here runs a command. Each builder returns a true argv (one list element per
+argument, never pre-quoted); the executor in `minidock.ssh` quotes it once for the remote
+shell. Each parser turns a recorded output into model values; the tests feed it real
+`docker inspect` captures (tests/data/docker/). Secrets never enter an argv: `run_argv`
+returns the service env separately, as env-file text for the command's stdin.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, cast, get_args
+
+from minidock.model import (
+    LABEL_CLUSTER,
+    LABEL_SERVICE,
+    LABEL_SLOT,
+    LABEL_SPEC,
+    LABEL_TASK,
+    Container,
+    ContainerState,
+    Health,
+    HealthCheck,
+    Service,
+)
+
+__all__ = [
+    "ENV_FILE_STDIN",
+    "HEALTH_LOG_MAX",
+    "REDACTED",
+    "ParseError",
+    "container_name",
+    "docker_duration",
+    "env_file_text",
+    "health_shell_command",
+    "image_present_argv",
+    "inspect_argv",
+    "logs_argv",
+    "parse_ids",
+    "parse_inspect",
+    "parse_time",
+    "ps_argv",
+    "pull_argv",
+    "redact",
+    "rm_argv",
+    "run_argv",
+    "secrets_of",
+    "start_argv",
+    "stop_argv",
+]
+
+ENV_FILE_STDIN = "/dev/stdin"
+HEALTH_LOG_MAX = 200
+REDACTED = "***"
+
+_CONTAINER_STATES: frozenset[str] = frozenset(get_args(ContainerState))
+_HEALTH_STATES: frozenset[str] = frozenset(get_args(Health))
+_ID_RE = re.compile(r"[0-9a-f]{12,64}")
+_SLOT_RE = re.compile(r"[1-9][0-9]*")
+_TIME_RE = re.compile(
+    r"(?P<base>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?(?P<tz>Z|[+-]\d\d:\d\d)"
+)
+
+
+class ParseError(ValueError):
+    """Docker printed something that is not what the command promises.
+
+    Callers treat it as a failed probe: unparseable output is never "no containers".
+    """
+
+
+# -- names ------------------------------------------------------------------------------------
+def container_name(service: str, slot: int, task: str) -> str:
+    """The container name of one task: SERVICE.SLOT.TASK (SwarmKit's naming)."""
+    return f"{service}.{slot}.{task}"
+
+
+def _operand(value: str, what: str) -> str:
+    """A positional operand for docker: refuse what docker would read as an option."""
+    if not value or value.startswith("-"):
+        raise ValueError(f"invalid {what}: {value!r}")
+    return value
+
+
+# -- observe: ps + inspect --------------------------------------------------------------------
+def ps_argv(cluster: str) -> list[str]:
+    """List every container (any state) labelled with this cluster, one full id a line."""
+    return [
+        "docker",
+        "ps",
+        "-a",
+        "--no-trunc",
+        "--filter",
+        f"label={LABEL_CLUSTER}={cluster}",
+        "--format",
+        "{{.ID}}",
+    ]
+
+
+def parse_ids(stdout: str) -> list[str]:
+    """The container ids printed by `ps_argv`; anything that is not an id is an error."""
+    ids: list[str] = []
+    for line in stdout.splitlines():
+        token = line.strip()
+        if not token:
+            continue
+        if not _ID_RE.fullmatch(token):
+            raise ParseError(f"docker ps printed a line that is not a container id: {token!r}")
+        ids.append(token)
+    return ids
+
+
+def inspect_argv(ids: Sequence[str]) -> list[str]:
+    """Inspect the given containers (never images of the same name)."""
+    return ["docker", "inspect", "--type", "container", *(_operand(i, "id") for i in ids)]
+
+
+def parse_time(value: object) -> float | None:
+    """Docker's RFC 3339 time (nanoseconds allowed) as epoch seconds; zero time is None."""
+    if not isinstance(value, str) or not value:
+        return None
+    m = _TIME_RE.fullmatch(value)
+    if m is None:
+        raise ParseError(f"not an RFC 3339 time: {value!r}")
+    if m["base"].startswith("0001-01-01"):
+        return None  # Go's zero time.Time: "never"
+    base = datetime.fromisoformat(m["base"] + m["tz"])  # 3.11 reads "Z" and "+02:00"
+    frac = float("0." + m["frac"]) if m["frac"] else 0.0
+    return base.timestamp() + frac
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return cast(Mapping[str, Any], value) if isinstance(value, dict) else {}
+
+
+def _labels_ok(labels: Mapping[str, Any], cluster: str) -> bool:
+    if labels.get(LABEL_CLUSTER) != cluster:
+        return False
+    fields = (labels.get(k) for k in (LABEL_SERVICE, LABEL_TASK, LABEL_SPEC, LABEL_SLOT))
+    if not all(isinstance(v, str) and v for v in fields):
+        return False
+    return bool(_SLOT_RE.fullmatch(str(labels[LABEL_SLOT])))
+
+
+def _host_ports(bindings: Mapping[str, Any]) -> tuple[str, ...]:
+    """Each published HOST port as "8080/tcp" (PortBindings keys are container ports)."""
+    ports: set[tuple[int, str]] = set()
+    for key, binds in bindings.items():
+        proto = key.partition("/")[2] or "tcp"
+        for bind in binds if isinstance(binds, list) else []:
+            host_port = str(_mapping(bind).get("HostPort") or "")
+            if host_port.isdigit():
+                ports.add((int(host_port), proto))
+    return tuple(f"{port}/{proto}" for port, proto in sorted(ports))
+
+
+def _health_log(health: Mapping[str, Any]) -> str:
+    log = health.get("Log")
+    if not isinstance(log, list) or not log:
+        return ""
+    output = _mapping(log[-1]).get("Output")
+    return output.strip()[:HEALTH_LOG_MAX] if isinstance(output, str) else ""
+
+
+def _container(host_name: str, cluster: str, raw: Mapping[str, Any]) -> Container | None:
+    config = _mapping(raw.get("Config"))
+    labels = _mapping(config.get("Labels"))
+    if not _labels_ok(labels, cluster):
+        return None  # not ours: never counted, never touched
+    state = _mapping(raw.get("State"))
+    status = state.get("Status")
+    cid = raw.get("Id")
+    if status not in _CONTAINER_STATES or not isinstance(cid, str) or not cid:
+        raise ParseError(f"container without a usable Id/State.Status: {cid!r} {status!r}")
+    health = _mapping(state.get("Health"))
+    health_status = health.get("Status")
+    host_config = _mapping(raw.get("HostConfig"))
+    exit_code = state.get("ExitCode")
+    return Container(
+        id=cid,
+        name=str(raw.get("Name") or "").lstrip("/"),
+        host=host_name,
+        cluster=cluster,
+        service=labels[LABEL_SERVICE],
+        slot=int(labels[LABEL_SLOT]),
+        task=labels[LABEL_TASK],
+        spec=labels[LABEL_SPEC],
+        image=str(config.get("Image") or ""),
+        state=cast(ContainerState, status),
+        health=cast(Health, health_status if health_status in _HEALTH_STATES else "none"),
+        exit_code=(
+            int(exit_code) if status in ("exited", "dead") and isinstance(exit_code, int) else None
+        ),
+        created_at=parse_time(raw.get("Created")) or 0.0,
+        started_at=parse_time(state.get("StartedAt")),
+        finished_at=parse_time(state.get("FinishedAt")),
+        health_log=_health_log(health),
+        cpus=int(host_config.get("NanoCpus") or 0) / 1e9,
+        memory=int(host_config.get("Memory") or 0),
+        host_ports=_host_ports(_mapping(host_config.get("PortBindings"))),
+    )
+
+
+def parse_inspect(host_name: str, cluster: str, stdout: str) -> tuple[Container, ...]:
+    """This cluster's containers in `docker inspect` output; foreign ones are skipped.
+
+    Raises ParseError when the output is not a JSON array of objects, or when one of
+    this cluster's containers lacks an id or a known state.
+    """
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"docker inspect printed invalid JSON: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise ParseError("docker inspect did not print a JSON array of objects")
+    found = (_container(host_name, cluster, d) for d in data)
+    return tuple(c for c in found if c is not None)
+
+
+# -- act --------------------------------------------------------------------------------------
+def docker_duration(seconds: float) -> str:
+    """A duration for docker flags: whole seconds as "2s", anything finer as "500ms"."""
+    ms = round(seconds * 1000)
+    if ms < 0:
+        raise ValueError(f"negative duration: {seconds}")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def health_shell_command(cmd: Sequence[str]) -> str:
+    """The health command as one string for the *container's* /bin/sh (CMD-SHELL).
+
+    The docker CLI can only express CMD-SHELL, so each word is quoted for the container's
+    shell. This is a value handed to docker, not the remote command line: that one is
+    quoted, once, by the SSH executor.
+    """
+    return " ".join(shlex.quote(word) for word in cmd)
+
+
+def env_file_text(env: Iterable[tuple[str, str]]) -> str:
+    """KEY=VALUE lines in docker's --env-file format (values are taken verbatim).
+
+    Docker reads env files line by line and keeps the value after the first "=" as is,
+    so a value must not hold a line break or NUL; a key must be a plain word.
+    """
+    lines: list[str] = []
+    for key, value in env:
+        if not key or key[0] == "#" or any(c.isspace() or c in "=\0" for c in key):
+            raise ValueError(f"invalid env name: {key!r}")
+        if any(c in value for c in "\n\r\0"):
+            raise ValueError(f"env {key}: value must not contain a line break or NUL")
+        lines.append(f"{key}={value}\n")
+    return "".join(lines)
+
+
+def _health_args(health: HealthCheck) -> list[str]:
+    return [
+        "--health-cmd",
+        health_shell_command(health.cmd),
+        "--health-interval",
+        docker_duration(health.interval),
+        "--health-timeout",
+        docker_duration(health.timeout),
+        "--health-retries",
+        str(health.retries),
+        "--health-start-period",
+        docker_duration(health.start_period),
+    ]
+
+
+def run_argv(
+    service: Service, cluster: str, slot: int, task: str, spec_hash: str
+) -> tuple[list[str], str]:
+    """`docker run -d` for one task, and the env-file text to send on its stdin.
+
+    The env values travel only in the returned text (read by docker from /dev/stdin),
+    never in the argv, so they cannot show in `ps` on the host or in any logged command.
+    Docker's own restart policy is off: restarts are the controller's decision.
+    """
+    argv = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        container_name(service.name, slot, task),
+        "--label",
+        f"{LABEL_CLUSTER}={cluster}",
+        "--label",
+        f"{LABEL_SERVICE}={service.name}",
+        "--label",
+        f"{LABEL_SLOT}={slot}",
+        "--label",
+        f"{LABEL_TASK}={task}",
+        "--label",
+        f"{LABEL_SPEC}={spec_hash}",
+    ]
+    env_text = env_file_text(service.env)
+    if env_text:
+        argv += ["--env-file", ENV_FILE_STDIN]
+    for port in service.ports:
+        argv += ["-p", str(port)]
+    if service.cpus > 0:
+        argv += ["--cpus", f"{service.cpus:g}"]
+    if service.memory > 0:
+        argv += ["--memory", str(service.memory)]
+    if service.health is not None:
+        argv += _health_args(service.health)
+    argv += ["--restart", "no", _operand(service.image, "image")]
+    argv += list(service.command or ())
+    return argv, env_text
+
+
+def start_argv(id: str) -> list[str]:
+    """Start a created or stopped container (by id or name)."""
+    return ["docker", "start", _operand(id, "container")]
+
+
+def stop_argv(name_or_id: str, timeout_s: int = 10) -> list[str]:
+    """Stop gracefully: SIGTERM, then SIGKILL after timeout_s seconds."""
+    return ["docker", "stop", "-t", str(int(timeout_s)), _operand(name_or_id, "container")]
+
+
+def rm_argv(ids: Sequence[str], force: bool = False) -> list[str]:
+    """Remove containers (by id or name); force also kills a running one."""
+    flags = ["-f"] if force else []
+    return ["docker", "rm", *flags, *(_operand(c, "container") for c in ids)]
+
+
+def logs_argv(id: str, tail: int = 20) -> list[str]:
+    """The last `tail` lines of a container's output (stdout and stderr); redact them."""
+    return ["docker", "logs", "--tail", str(int(tail)), _operand(id, "container")]
+
+
+def image_present_argv(image: str) -> list[str]:
+    """Exit 0 (printing the image id) when the image is on the host, non-zero when not."""
+    return ["docker", "image", "inspect", "--format", "{{.Id}}", _operand(image, "image")]
+
+
+def pull_argv(image: str) -> list[str]:
+    """Pull an image from its registry onto the host."""
+    return ["docker", "pull", _operand(image, "image")]
+
+
+# -- secrets ----------------------------------------------------------------------------------
+def secrets_of(service: Service) -> tuple[str, ...]:
+    """Every env value of a service: all of them are treated as secrets."""
+    return tuple(value for _, value in service.env if value)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every occurrence of each secret with "***" (longest secrets first)."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text

@@ -1,0 +1,320 @@
+"""The executor: runs a docker argv on a host over SSH. The only I/O adapter for hosts.
+
+`Executor` is the seam: the runner and `observe` see only `run(host, argv)`. `SSHExecutor`
+is the asyncssh implementation: one pooled connection per host, reused across calls and
+passes; connect and command timeouts; a global concurrency bound; host keys verified
+against known_hosts (with an opt-in accept-new for first contact). This module is the one
+place where an argv becomes a command string (`shlex.join` in `SSHExecutor.run`), and
+stdin (where env secrets travel) is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shlex
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import asyncssh
+
+from minidock.model import Host
+
+__all__ = [
+    "DEFAULT_KNOWN_HOSTS",
+    "CommandTimeout",
+    "Executor",
+    "Result",
+    "SSHExecutor",
+    "Unreachable",
+    "known_hosts_line",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+_MAX_REASON = 300
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a remote command did. A non-zero exit status is a result, not an exception."""
+
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:_MAX_REASON]
+
+
+class Unreachable(Exception):
+    """The host could not be reached or logged into: refused, timed out, reset, auth
+    failed, host key unknown or changed. Counts as a failed probe of the host."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        self.host = host
+        self.reason = _one_line(reason)
+        super().__init__(f"{host}: {self.reason}")
+
+
+class CommandTimeout(Exception):
+    """The host was reached but the command did not finish in time (its session is closed).
+
+    `argv0` names the command ("docker ps"), never its arguments.
+    """
+
+    def __init__(self, host: str, argv0: str, timeout: float | None = None) -> None:
+        self.host = host
+        self.argv0 = argv0
+        self.timeout = timeout
+        after = f" after {timeout:g}s" if timeout is not None else ""
+        self.reason = f"{argv0} timed out{after}"
+        super().__init__(f"{host}: {self.reason}")
+
+
+class Executor(Protocol):
+    """Runs an argv on a host. Raises Unreachable or CommandTimeout; otherwise a Result."""
+
+    async def run(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> Result: ...
+
+    async def close(self) -> None: ...
+
+
+def known_hosts_line(address: str, port: int, key: asyncssh.SSHKey) -> str:
+    """The known_hosts line for a host key, in OpenSSH's form ("[addr]:port" off port 22)."""
+    pattern = address if port == 22 else f"[{address}]:{port}"
+    algorithm, blob = key.export_public_key("openssh").decode("ascii").split()[:2]
+    return f"{pattern} {algorithm} {blob}\n"
+
+
+class _AcceptNewClient(asyncssh.SSHClient):
+    """Accepts the presented key only when known_hosts has no entry at all for the host.
+
+    asyncssh calls `validate_host_public_key` only for a key that is not trusted already;
+    a host with any entry (key, CA, certificate) and a different key is a changed key and
+    is refused.
+    """
+
+    def __init__(self, known_hosts: Path) -> None:
+        super().__init__()
+        self._known_hosts = known_hosts
+        self.accepted: asyncssh.SSHKey | None = None
+
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
+        known = asyncssh.read_known_hosts(str(self._known_hosts))
+        keys, cas, _, certs, _, subjects, _ = known.match(host, addr, port if port != 22 else None)
+        if keys or cas or certs or subjects:
+            return False
+        self.accepted = key
+        return True
+
+
+def _reason(exc: BaseException, host: Host, known_hosts: Path) -> str:
+    """One line saying why the host could not be reached."""
+    where = f"{host.address}:{host.port}"
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        return f"host key of {where} not verifiable (unknown or changed) in {known_hosts}"
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return f"authentication failed for user {host.user} at {where}"
+    if isinstance(exc, asyncssh.ConnectionLost):
+        return f"connection to {where} lost"
+    if isinstance(exc, asyncssh.DisconnectError | asyncssh.ChannelOpenError):
+        return f"{where}: {exc.reason}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused by {where}"
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return f"connection to {where} reset"
+    if isinstance(exc, TimeoutError):
+        return f"connecting to {where} timed out after {host.connect_timeout:g}s"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve {host.address}: {exc.strerror}"
+    if isinstance(exc, OSError):
+        return f"{where}: {exc.strerror or exc}"
+    return f"{where}: {type(exc).__name__}: {exc}"
+
+
+class SSHExecutor:
+    """Runs commands over pooled asyncssh connections (one per host).
+
+    A connection is opened on first use and kept for later calls and passes; a connection
+    found closed is dropped and reopened on the next call (and a session that cannot open
+    on a reused connection is retried once on a fresh one). At most `max_concurrency`
+    commands run at once overall and `max_sessions_per_host` per host (sshd's MaxSessions
+    defaults to 10). Use one executor per event loop and `close()` it at the end.
+    """
+
+    def __init__(
+        self,
+        max_concurrency: int = 16,
+        max_sessions_per_host: int = 8,
+        keepalive_interval: float = 15.0,
+    ) -> None:
+        self._limit = asyncio.Semaphore(max_concurrency)
+        self._max_sessions_per_host = max_sessions_per_host
+        self._keepalive_interval = keepalive_interval
+        self._pool: dict[str, tuple[Host, asyncssh.SSHClientConnection]] = {}
+        self._connect_locks: dict[str, asyncio.Lock] = {}
+        self._host_limits: dict[str, asyncio.Semaphore] = {}
+        self._known_hosts_lock = asyncio.Lock()
+        self.connections_opened = 0  # how many SSH connections were made: pooling shows here
+
+    async def run(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> Result:
+        """Run argv on the host; input (never logged) goes to the command's stdin."""
+        if not argv:
+            raise ValueError("empty argv")
+        command = shlex.join(argv)  # the one place an argv becomes a remote command line
+        limit = host.command_timeout if timeout is None else timeout
+        host_limit = self._host_limits.setdefault(
+            host.name, asyncio.Semaphore(self._max_sessions_per_host)
+        )
+        log.debug("%s: %s", host.name, command)
+        async with host_limit, self._limit:
+            conn, reused = await self._connection(host)
+            try:
+                process = await conn.create_process(command, encoding="utf-8", errors="replace")
+            except (asyncssh.Error, OSError) as exc:
+                if not (reused and conn.is_closed()):
+                    raise self._unreachable(host, exc) from None
+                self._drop(host.name, conn)  # stale pooled connection: one fresh try
+                conn, _ = await self._connection(host)
+                try:
+                    process = await conn.create_process(command, encoding="utf-8", errors="replace")
+                except (asyncssh.Error, OSError) as exc2:
+                    raise self._unreachable(host, exc2) from None
+            return await self._finish(host, conn, process, " ".join(argv[:2]), input, limit)
+
+    async def _finish(
+        self,
+        host: Host,
+        conn: asyncssh.SSHClientConnection,
+        process: asyncssh.SSHClientProcess[str],
+        argv0: str,
+        input: str | None,
+        limit: float | None,
+    ) -> Result:
+        try:
+            if input:
+                process.stdin.write(input)
+            process.stdin.write_eof()
+            stdout, stderr = await asyncio.wait_for(process.communicate(), limit)
+        except TimeoutError:
+            process.close()
+            raise CommandTimeout(host.name, argv0, limit) from None
+        except (asyncssh.Error, OSError) as exc:
+            process.close()
+            raise self._unreachable(host, exc) from None
+        status = process.returncode
+        if status is None:  # the channel closed without an exit status: connection lost
+            self._drop(host.name, conn)
+            raise Unreachable(host.name, f"connection to {host.address}:{host.port} lost")
+        if status < 0:  # killed by a signal, as a shell reports it
+            status = 128 - status
+        return Result(status, str(stdout or ""), str(stderr or ""))
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        pool, self._pool = self._pool, {}
+        for _, conn in pool.values():
+            conn.close()
+        for _, conn in pool.values():
+            with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
+                await asyncio.wait_for(conn.wait_closed(), 5.0)
+
+    # -- connections --------------------------------------------------------------------------
+    def _unreachable(self, host: Host, exc: BaseException) -> Unreachable:
+        pooled = self._pool.get(host.name)
+        if pooled is not None and pooled[1].is_closed():
+            self._drop(host.name, pooled[1])
+        return Unreachable(host.name, _reason(exc, host, _known_hosts_path(host)))
+
+    def _drop(self, name: str, conn: asyncssh.SSHClientConnection) -> None:
+        pooled = self._pool.get(name)
+        if pooled is not None and pooled[1] is conn:
+            del self._pool[name]
+        conn.close()
+
+    async def _connection(self, host: Host) -> tuple[asyncssh.SSHClientConnection, bool]:
+        """The pooled connection to host (reused: True), or a new one (False)."""
+        lock = self._connect_locks.setdefault(host.name, asyncio.Lock())
+        async with lock:
+            pooled = self._pool.get(host.name)
+            if pooled is not None:
+                known, conn = pooled
+                if known == host and not conn.is_closed():
+                    return conn, True
+                self._drop(host.name, conn)  # closed, or the inventory changed the host
+            conn = await self._connect(host)
+            self._pool[host.name] = (host, conn)
+            return conn, False
+
+    async def _connect(self, host: Host) -> asyncssh.SSHClientConnection:
+        known_hosts = _known_hosts_path(host)
+        accept_new = host.host_key_policy == "accept-new"
+        if not known_hosts.is_file():
+            if not accept_new:
+                raise Unreachable(
+                    host.name, f"known_hosts file {known_hosts} not found: host key unverifiable"
+                )
+            known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            known_hosts.touch(mode=0o600)
+        client = _AcceptNewClient(known_hosts) if accept_new else None
+        identity = os.path.expanduser(host.identity_file) if host.identity_file else None
+        if identity and not os.path.isfile(identity):
+            raise Unreachable(host.name, f"identity file {identity} not found")
+        try:
+            conn = await asyncssh.connect(
+                host.address,
+                port=host.port,
+                username=host.user,
+                known_hosts=str(known_hosts),
+                client_factory=(lambda: client) if client is not None else None,
+                client_keys=[identity] if identity else (),
+                agent_path=None if identity else (),
+                config=[],  # the inventory is the whole truth: no ~/.ssh/config
+                connect_timeout=host.connect_timeout,
+                login_timeout=host.connect_timeout,
+                keepalive_interval=self._keepalive_interval,
+                keepalive_count_max=3,
+            )
+        except (asyncssh.Error, OSError, ValueError) as exc:
+            raise Unreachable(host.name, _reason(exc, host, known_hosts)) from None
+        self.connections_opened += 1
+        if client is not None and client.accepted is not None:
+            await self._remember(known_hosts, host, client.accepted)
+        return conn
+
+    async def _remember(self, known_hosts: Path, host: Host, key: asyncssh.SSHKey) -> None:
+        """accept-new: append the first-contact key to known_hosts."""
+        line = known_hosts_line(host.address, host.port, key)
+        async with self._known_hosts_lock:
+            text = known_hosts.read_text() if known_hosts.exists() else ""
+            with known_hosts.open("a") as f:
+                f.write(("\n" if text and not text.endswith("\n") else "") + line)
+        log.warning("%s: accepted new host key %s", host.name, line.strip())
+
+
+def _known_hosts_path(host: Host) -> Path:
+    return Path(os.path.expanduser(host.known_hosts or DEFAULT_KNOWN_HOSTS))

@@ -1,0 +1,330 @@
+"""SSHExecutor over real SSH: against the lab fleet, and against a throwaway asyncssh server.
+
+The lab tests use the `lab_inventory` fixture (the lab's loaded Inventory). The local
+tests start an in-process asyncssh server on a loopback port that runs each command with
+/bin/sh, so the client side (pooling, timeouts, host keys, quoting, stdin) is exercised
+over a real SSH connection without sshd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from minidock.model import Host, Inventory
+from minidock.ssh import CommandTimeout, SSHExecutor, Unreachable, known_hosts_line
+
+pytestmark = pytest.mark.integration
+
+
+def go(coro: Awaitable[None]) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def wrong_key_file(path: Path, host: Host) -> str:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    path.write_text(known_hosts_line(host.address, host.port, key))
+    return str(path)
+
+
+# -- the lab fleet ------------------------------------------------------------------------------
+def test_lab_docker_ps_on_every_host(lab_inventory: Inventory) -> None:
+    async def main() -> None:
+        executor = SSHExecutor()
+        try:
+            results = await asyncio.gather(
+                *(executor.run(h, ["docker", "ps", "-q"]) for h in lab_inventory.hosts)
+            )
+        finally:
+            await executor.close()
+        assert [r.exit_status for r in results] == [0] * len(lab_inventory.hosts)
+
+    go(main())
+
+
+def test_lab_connection_is_pooled(lab_inventory: Inventory) -> None:
+    host = lab_inventory.hosts[0]
+
+    async def main() -> None:
+        executor = SSHExecutor()
+        try:
+            await executor.run(host, ["docker", "ps", "-q"])
+            await executor.run(host, ["docker", "ps", "-q"])
+            assert executor.connections_opened == 1
+        finally:
+            await executor.close()
+
+    go(main())
+
+
+def test_lab_unknown_host_key_names_the_host(lab_inventory: Inventory, tmp_path: Path) -> None:
+    host = lab_inventory.hosts[0]
+    host = replace(host, known_hosts=wrong_key_file(tmp_path / "kh", host))
+
+    async def main() -> None:
+        executor = SSHExecutor()
+        try:
+            with pytest.raises(Unreachable, match=host.name) as info:
+                await executor.run(host, ["true"])
+            assert "host key" in info.value.reason
+        finally:
+            await executor.close()
+
+    go(main())
+
+
+def test_lab_accept_new_writes_the_key(lab_inventory: Inventory, tmp_path: Path) -> None:
+    kh = tmp_path / "ssh" / "known_hosts"
+    first = replace(lab_inventory.hosts[0], known_hosts=str(kh), host_key_policy="accept-new")
+
+    async def main() -> None:
+        executor = SSHExecutor()
+        try:
+            assert (await executor.run(first, ["true"])).exit_status == 0
+        finally:
+            await executor.close()
+        strict = replace(first, host_key_policy="strict")
+        executor = SSHExecutor()
+        try:
+            assert (await executor.run(strict, ["true"])).exit_status == 0
+        finally:
+            await executor.close()
+
+    go(main())
+    pattern = first.address if first.port == 22 else f"[{first.address}]:{first.port}"
+    assert kh.read_text().startswith(pattern + " ")
+
+
+def test_lab_command_timeout(lab_inventory: Inventory) -> None:
+    host = lab_inventory.hosts[0]
+
+    async def main() -> None:
+        executor = SSHExecutor()
+        try:
+            with pytest.raises(CommandTimeout, match=host.name):
+                await executor.run(host, ["sleep", "5"], timeout=0.5)
+            assert (await executor.run(host, ["true"])).exit_status == 0  # still usable
+        finally:
+            await executor.close()
+
+    go(main())
+
+
+# -- a throwaway local SSH server ---------------------------------------------------------------
+@dataclass
+class LocalServer:
+    """An asyncssh server on 127.0.0.1 that runs each command with /bin/sh -c."""
+
+    tmp: Path
+    host_key: asyncssh.SSHKey = field(default_factory=lambda: _key())
+    client_key: asyncssh.SSHKey = field(default_factory=lambda: _key())
+    port: int = 0
+    connections: list[asyncssh.SSHServerConnection] = field(default_factory=list)
+    children: set[asyncio.subprocess.Process] = field(default_factory=set)
+
+    def host(self, **changes: object) -> Host:
+        identity = self.tmp / "id_ed25519"
+        if not identity.exists():
+            self.client_key.write_private_key(str(identity))
+        known = self.tmp / "known_hosts"
+        if not known.exists():
+            known.write_text(known_hosts_line("127.0.0.1", self.port, self.host_key))
+        base = Host(
+            name="local1",
+            address="127.0.0.1",
+            port=self.port,
+            user="deploy",
+            identity_file=str(identity),
+            known_hosts=str(known),
+            connect_timeout=2.0,
+            command_timeout=5.0,
+        )
+        return replace(base, **changes)  # type: ignore[arg-type]
+
+    async def handle(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
+        data = await process.stdin.read()
+        child = await asyncio.create_subprocess_shell(
+            str(process.command),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # so teardown can kill the whole command
+        )
+        self.children.add(child)
+        try:
+            out, err = await child.communicate(data)
+            process.stdout.write(out)
+            process.stderr.write(err)
+            process.exit(child.returncode or 0)
+        except (asyncssh.Error, OSError):  # the client went away
+            process.close()
+        finally:
+            self.children.discard(child)
+
+
+def _key() -> asyncssh.SSHKey:
+    return asyncssh.generate_private_key("ssh-ed25519")
+
+
+@contextlib.asynccontextmanager
+async def local_server(tmp: Path) -> AsyncIterator[LocalServer]:
+    box = LocalServer(tmp)
+    allowed = asyncssh.import_authorized_keys(box.client_key.export_public_key().decode())
+
+    class Server(asyncssh.SSHServer):
+        def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+            box.connections.append(conn)
+
+    server = await asyncssh.create_server(
+        Server,
+        "127.0.0.1",
+        0,
+        server_host_keys=[box.host_key],
+        authorized_client_keys=allowed,
+        process_factory=box.handle,
+        encoding=None,
+    )
+    box.port = server.sockets[0].getsockname()[1]
+    try:
+        yield box
+    finally:
+        for child in list(box.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            await child.wait()
+        server.close()
+        for conn in box.connections:
+            conn.close()
+        await server.wait_closed()
+
+
+def with_server(tmp: Path, body: Callable[[LocalServer, SSHExecutor], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with local_server(tmp) as box:
+            executor = SSHExecutor()
+            try:
+                await body(box, executor)
+            finally:
+                await executor.close()
+
+    go(main())
+
+
+def test_local_argv_is_quoted_once_and_stdin_carries_the_input(tmp_path: Path) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        tricky = ["it's", "$(id)", "a b", '"q"', "`x`", "; rm -rf /", "*", ""]
+        result = await ex.run(box.host(), ["printf", r"[%s]\n", *tricky])
+        assert result.exit_status == 0
+        assert result.stdout.splitlines() == [f"[{t}]" for t in tricky]
+        echoed = await ex.run(box.host(), ["cat"], input="TOKEN=s3cr3t $(id)\n")
+        assert echoed.stdout == "TOKEN=s3cr3t $(id)\n"
+        failed = await ex.run(box.host(), ["sh", "-c", "echo oops >&2; exit 3"])
+        assert (failed.exit_status, failed.stderr) == (3, "oops\n")
+
+    with_server(tmp_path, body)
+
+
+def test_local_connection_is_pooled_and_reopened_after_a_break(tmp_path: Path) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        host = box.host()
+        await asyncio.gather(*(ex.run(host, ["true"]) for _ in range(5)))
+        await ex.run(host, ["true"])
+        assert ex.connections_opened == 1
+        for conn in box.connections:  # the server drops the connection
+            conn.close()
+        await asyncio.sleep(0.2)
+        assert (await ex.run(host, ["echo", "back"])).stdout == "back\n"
+        assert ex.connections_opened == 2
+
+    with_server(tmp_path, body)
+
+
+def test_local_command_timeout(tmp_path: Path) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        with pytest.raises(CommandTimeout, match=r"local1: sleep 3 timed out after 0.3s"):
+            await ex.run(box.host(), ["sleep", "3"], timeout=0.3)
+        assert (await ex.run(box.host(), ["true"])).exit_status == 0
+        assert ex.connections_opened == 1  # a timeout does not cost the connection
+
+    with_server(tmp_path, body)
+
+
+def test_local_unknown_host_key_is_an_error_naming_the_host(tmp_path: Path) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        host = box.host()
+        host = replace(host, known_hosts=wrong_key_file(tmp_path / "wrong", host))
+        with pytest.raises(Unreachable, match=r"^local1: host key of 127\.0\.0\.1:\d+ not ver"):
+            await ex.run(host, ["true"])
+        # accept-new never accepts a changed key either
+        with pytest.raises(Unreachable, match="host key"):
+            await ex.run(replace(host, host_key_policy="accept-new"), ["true"])
+        # and a host missing from known_hosts is refused in strict mode
+        empty = tmp_path / "empty"
+        empty.write_text("")
+        with pytest.raises(Unreachable, match="host key"):
+            await ex.run(replace(host, known_hosts=str(empty)), ["true"])
+        missing = replace(host, known_hosts=str(tmp_path / "nope"))
+        with pytest.raises(Unreachable, match="not found"):
+            await ex.run(missing, ["true"])
+
+    with_server(tmp_path, body)
+
+
+def test_local_accept_new_writes_the_key_once(tmp_path: Path) -> None:
+    kh = tmp_path / "new" / "known_hosts"
+
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        host = box.host(known_hosts=str(kh), host_key_policy="accept-new")
+        assert (await ex.run(host, ["true"])).exit_status == 0
+        assert kh.read_text() == known_hosts_line("127.0.0.1", box.port, box.host_key)
+        strict = replace(host, host_key_policy="strict")
+        fresh = SSHExecutor()
+        try:
+            assert (await fresh.run(strict, ["true"])).exit_status == 0
+        finally:
+            await fresh.close()
+        assert kh.read_text().count("\n") == 1
+
+    with_server(tmp_path, body)
+
+
+def test_local_auth_failure(tmp_path: Path) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        other = tmp_path / "other_key"
+        _key().write_private_key(str(other))
+        with pytest.raises(Unreachable, match="local1: authentication failed for user deploy"):
+            await ex.run(box.host(identity_file=str(other)), ["true"])
+
+    with_server(tmp_path, body)
+
+
+def test_local_refused_and_connect_timeout(tmp_path: Path) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            free_port = closed.getsockname()[1]
+        with pytest.raises(Unreachable, match=r"local1: connection refused by 127\.0\.0\.1:"):
+            await ex.run(box.host(port=free_port), ["true"])
+        # A listener that never speaks SSH: the connect timeout applies.
+        writers: list[asyncio.StreamWriter] = []
+        silent = await asyncio.start_server(lambda r, w: writers.append(w), "127.0.0.1", 0)
+        port = silent.sockets[0].getsockname()[1]
+        try:
+            with pytest.raises(Unreachable, match=r"timed out after 0\.3s"):
+                await ex.run(box.host(port=port, connect_timeout=0.3), ["true"])
+        finally:
+            for w in writers:
+                w.close()
+            silent.close()
+            await silent.wait_closed()
+
+    with_server(tmp_path, body)

@@ -1,0 +1,403 @@
+"""Docker argv builders (exact argvs, Kamal-style) and parsers (real recorded outputs)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minidock.commands import (
+    ParseError,
+    container_name,
+    docker_duration,
+    env_file_text,
+    image_present_argv,
+    inspect_argv,
+    logs_argv,
+    parse_ids,
+    parse_inspect,
+    parse_time,
+    ps_argv,
+    pull_argv,
+    redact,
+    rm_argv,
+    run_argv,
+    secrets_of,
+    start_argv,
+    stop_argv,
+)
+from minidock.model import Container, HealthCheck, PortMapping, Service
+
+DATA = Path(__file__).parent.parent / "data" / "docker"
+
+
+def recorded(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def t(stamp: str) -> float:
+    """Epoch seconds of "YYYY-MM-DDTHH:MM:SS.fffffffffZ", computed without the parser."""
+    whole, _, frac = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp() + float("0." + frac)
+
+
+# -- builders -----------------------------------------------------------------------------------
+def test_container_name() -> None:
+    assert container_name("web", 3, "k2x9") == "web.3.k2x9"
+
+
+def test_ps_argv() -> None:
+    assert ps_argv("prod") == [
+        "docker",
+        "ps",
+        "-a",
+        "--no-trunc",
+        "--filter",
+        "label=minidock.cluster=prod",
+        "--format",
+        "{{.ID}}",
+    ]
+
+
+def test_inspect_argv() -> None:
+    assert inspect_argv(["aa11bb22cc33", "dd44"]) == [
+        "docker",
+        "inspect",
+        "--type",
+        "container",
+        "aa11bb22cc33",
+        "dd44",
+    ]
+
+
+def test_run_argv_minimal() -> None:
+    argv, env = run_argv(Service(name="web", image="web:5"), "prod", 2, "t9", "abc123")
+    assert argv == [
+        "docker", "run", "-d", "--name", "web.2.t9",
+        "--label", "minidock.cluster=prod",
+        "--label", "minidock.service=web",
+        "--label", "minidock.slot=2",
+        "--label", "minidock.task=t9",
+        "--label", "minidock.spec=abc123",
+        "--restart", "no", "web:5",
+    ]  # fmt: skip
+    assert env == ""
+
+
+def test_run_argv_full() -> None:
+    svc = Service(
+        name="web",
+        image="registry.example:5000/web:5",
+        command=("httpd", "-f", "-p", "8080"),
+        env=(("MODE", "prod"), ("TOKEN", "s3cr3t $(id) 'x'")),
+        ports=(PortMapping(8080, 8080), PortMapping(5353, 53, "udp")),
+        cpus=0.5,
+        memory=256 * 1024 * 1024,
+        health=HealthCheck(
+            cmd=("wget", "-qO-", "http://127.0.0.1:8080/"),
+            interval=2.0,
+            timeout=0.5,
+            retries=3,
+            start_period=2.0,
+        ),
+    )
+    argv, env = run_argv(svc, "prod", 1, "t1", "f00d")
+    assert argv == [
+        "docker", "run", "-d", "--name", "web.1.t1",
+        "--label", "minidock.cluster=prod",
+        "--label", "minidock.service=web",
+        "--label", "minidock.slot=1",
+        "--label", "minidock.task=t1",
+        "--label", "minidock.spec=f00d",
+        "--env-file", "/dev/stdin",
+        "-p", "8080:8080/tcp",
+        "-p", "5353:53/udp",
+        "--cpus", "0.5",
+        "--memory", "268435456",
+        "--health-cmd", "wget -qO- http://127.0.0.1:8080/",
+        "--health-interval", "2s",
+        "--health-timeout", "500ms",
+        "--health-retries", "3",
+        "--health-start-period", "2s",
+        "--restart", "no",
+        "registry.example:5000/web:5",
+        "httpd", "-f", "-p", "8080",
+    ]  # fmt: skip
+    assert env == "MODE=prod\nTOKEN=s3cr3t $(id) 'x'\n"
+
+
+def test_health_cmd_is_quoted_for_the_container_shell() -> None:
+    health = HealthCheck(cmd=("sh", "-c", "echo ok from $HOSTNAME"))
+    argv, _ = run_argv(Service(name="a", image="i", health=health), "c", 1, "t", "s")
+    assert argv[argv.index("--health-cmd") + 1] == "sh -c 'echo ok from $HOSTNAME'"
+
+
+def test_run_argv_refuses_an_image_that_docker_would_read_as_a_flag() -> None:
+    with pytest.raises(ValueError, match="image"):
+        run_argv(Service(name="a", image="--privileged"), "c", 1, "t", "s")
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ((("A", "x\ny"),), "line break"),
+        ((("A", "x\r"),), "line break"),
+        ((("A B", "x"),), "env name"),
+        ((("A=B", "x"),), "env name"),
+        ((("", "x"),), "env name"),
+        ((("#A", "x"),), "env name"),
+    ],
+)
+def test_env_file_rejects_what_docker_would_misread(
+    env: tuple[tuple[str, str], ...], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        env_file_text(env)
+
+
+def test_env_file_keeps_values_verbatim() -> None:
+    assert env_file_text([("A", ""), ("B", " x=y # z "), ("C", '"q"')]) == (
+        'A=\nB= x=y # z \nC="q"\n'
+    )
+
+
+env_values = st.text(st.characters(codec="utf-8", exclude_characters="\n\r\0"), min_size=1)
+
+
+def docker_reads_env_file(text: str) -> list[tuple[str, str]]:
+    """What docker's --env-file parser (opts/envfile.go) makes of the text."""
+    pairs = []
+    for line in text.split("\n"):
+        line = line.lstrip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            pairs.append((key, value))
+    return pairs
+
+
+@given(values=st.lists(env_values, min_size=1, max_size=4))
+def test_no_env_value_ever_reaches_the_argv(values: list[str]) -> None:
+    """The argv does not depend on env values at all; they travel only on stdin."""
+    env = tuple((f"K{i}", v) for i, v in enumerate(values))
+    bare = Service(name="web", image="web:5", command=("run",))
+    svc = Service(name="web", image="web:5", command=("run",), env=env)
+    argv, text = run_argv(svc, "prod", 1, "t1", "spec")
+    bare_argv, bare_text = run_argv(bare, "prod", 1, "t1", "spec")
+    assert bare_text == ""
+    at = bare_argv.index("--restart")
+    assert argv == [*bare_argv[:at], "--env-file", "/dev/stdin", *bare_argv[at:]]
+    assert docker_reads_env_file(text) == list(env)
+
+
+def test_docker_duration() -> None:
+    assert [docker_duration(s) for s in (2.0, 0.5, 0.0, 60.0, 1.25)] == [
+        "2s",
+        "500ms",
+        "0s",
+        "60s",
+        "1250ms",
+    ]
+    with pytest.raises(ValueError, match="negative"):
+        docker_duration(-1.0)
+
+
+def test_small_builders() -> None:
+    assert stop_argv("web.1.t1") == ["docker", "stop", "-t", "10", "web.1.t1"]
+    assert stop_argv("abc", timeout_s=3) == ["docker", "stop", "-t", "3", "abc"]
+    assert rm_argv(["a1", "b2"]) == ["docker", "rm", "a1", "b2"]
+    assert rm_argv(["a1"], force=True) == ["docker", "rm", "-f", "a1"]
+    assert logs_argv("a1") == ["docker", "logs", "--tail", "20", "a1"]
+    assert logs_argv("a1", tail=5) == ["docker", "logs", "--tail", "5", "a1"]
+    assert start_argv("a1") == ["docker", "start", "a1"]
+    assert image_present_argv("web:5") == [
+        "docker",
+        "image",
+        "inspect",
+        "--format",
+        "{{.Id}}",
+        "web:5",
+    ]
+    assert pull_argv("web:5") == ["docker", "pull", "web:5"]
+
+
+@pytest.mark.parametrize("bad", ["", "-f", "--all"])
+def test_operands_that_look_like_flags_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid"):
+        rm_argv([bad])
+    with pytest.raises(ValueError, match="invalid"):
+        stop_argv(bad)
+
+
+# -- secrets ------------------------------------------------------------------------------------
+def test_secrets_and_redact() -> None:
+    svc = Service(
+        name="a", image="i", env=(("TOKEN", "s3cr3t"), ("LONG", "s3cr3t-more"), ("E", ""))
+    )
+    assert secrets_of(svc) == ("s3cr3t", "s3cr3t-more")
+    assert redact("got s3cr3t-more and s3cr3t", secrets_of(svc)) == "got *** and ***"
+    assert redact("nothing here", ()) == "nothing here"
+
+
+# -- parsers ------------------------------------------------------------------------------------
+def test_parse_ids_recorded() -> None:
+    ids = parse_ids(recorded("ps.txt"))
+    assert len(ids) == 8
+    assert ids[0] == "bf3a572c6d017ad0076a330a3e410585ad7711b833e16506ff0d95b89bff180e"
+    assert parse_ids("") == []
+    assert parse_ids("\n") == []
+
+
+def test_parse_ids_rejects_anything_but_ids() -> None:
+    with pytest.raises(ParseError):
+        parse_ids("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.\n")
+
+
+def test_parse_time() -> None:
+    assert parse_time("2026-11-29T11:42:05.051811292Z") == t("2026-11-29T11:42:05.051811292Z")
+    assert parse_time("2026-11-29T13:42:05.5+02:00") == t("2026-11-29T11:42:05.5Z")
+    assert parse_time("2026-11-29T11:42:05Z") == t("2026-11-29T11:42:05Z")
+    assert parse_time("0001-01-01T00:00:00Z") is None
+    assert parse_time(None) is None
+    with pytest.raises(ParseError):
+        parse_time("yesterday")
+
+
+def one(name: str) -> Container:
+    (container,) = parse_inspect("h1", "rec", recorded(name))
+    return container
+
+
+def test_parse_running_with_ports_cpus_memory() -> None:
+    assert one("running.json") == Container(
+        id="56b2269cb439aa309c57fd6947d3de64994634ca6f273ce6689973882001bb8a",
+        name="web.1.t1run",
+        host="h1",
+        cluster="rec",
+        service="web",
+        slot=1,
+        task="t1run",
+        spec="76f246a9dd21",
+        image="rec/busybox:1",
+        state="running",
+        health="none",
+        exit_code=None,
+        created_at=t("2026-11-29T11:42:05.051811292Z"),
+        started_at=t("2026-11-29T11:42:05.325336108Z"),
+        finished_at=None,
+        health_log="",
+        cpus=0.5,
+        memory=64 * 1024 * 1024,
+        host_ports=("18080/tcp", "18081/udp"),
+    )
+
+
+def test_parse_running_healthy() -> None:
+    c = one("healthy.json")
+    assert (c.name, c.service, c.slot, c.task, c.spec) == (
+        "api.1.t2hok",
+        "api",
+        1,
+        "t2hok",
+        "070c7e7bcd0e",
+    )
+    assert (c.state, c.health, c.exit_code) == ("running", "healthy", None)
+    assert c.health_log == "ok from 81f060b29b8f"
+    assert (c.cpus, c.memory, c.host_ports) == (1.5, 128 * 1024 * 1024, ("18090/tcp",))
+    assert c.started_at == t("2026-11-29T11:42:05.637303758Z")
+
+
+def test_parse_running_unhealthy() -> None:
+    c = one("unhealthy.json")
+    assert (c.state, c.health, c.slot) == ("running", "unhealthy", 2)
+    assert c.health_log == "wget: can't connect to remote host (127.0.0.1): Connection refused"
+    assert (c.cpus, c.memory, c.host_ports) == (0.0, 0, ())
+
+
+def test_parse_health_starting() -> None:
+    c = one("starting.json")
+    assert (c.state, c.health, c.health_log) == ("running", "starting", "")
+
+
+def test_parse_exited_0() -> None:
+    c = one("exited-0.json")
+    assert (c.state, c.exit_code, c.health) == ("exited", 0, "none")
+    assert c.started_at == t("2026-11-29T11:42:07.641963615Z")
+    assert c.finished_at == t("2026-11-29T11:42:07.643143333Z")
+
+
+def test_parse_exited_1() -> None:
+    c = one("exited-1.json")
+    assert (c.name, c.state, c.exit_code) == ("crash.1.t6crash", "exited", 1)
+    assert c.finished_at == t("2026-11-29T11:42:07.971459294Z")
+
+
+def test_parse_created_never_started() -> None:
+    c = one("created.json")
+    assert (c.name, c.state, c.exit_code) == ("web.2.t7new", "created", None)
+    assert c.created_at == t("2026-11-29T11:42:08.091934024Z")
+    assert (c.started_at, c.finished_at) == (None, None)
+    assert c.host_ports == ("18082/tcp",)
+    assert c.live
+
+
+def test_foreign_containers_are_ignored() -> None:
+    # mixed.json: ours (running, exited 1), no labels, cluster "other", no slot/task/spec.
+    found = parse_inspect("h1", "rec", recorded("mixed.json"))
+    assert [c.name for c in found] == ["web.1.t1run", "crash.1.t6crash"]
+    (other,) = parse_inspect("h1", "other", recorded("mixed.json"))
+    assert other.name == "web.1.t8other"
+    assert parse_inspect("h1", "nobody", recorded("mixed.json")) == ()
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        None,
+        {"minidock.cluster": "rec"},
+        {"minidock.service": "web", "minidock.slot": "1", "minidock.task": "t",
+         "minidock.spec": "s"},
+        {"minidock.cluster": "rec", "minidock.service": "web", "minidock.slot": "0",
+         "minidock.task": "t", "minidock.spec": "s"},
+        {"minidock.cluster": "rec", "minidock.service": "web", "minidock.slot": "x",
+         "minidock.task": "t", "minidock.spec": "s"},
+        {"minidock.cluster": "rec", "minidock.service": "", "minidock.slot": "1",
+         "minidock.task": "t", "minidock.spec": "s"},
+    ],
+)  # fmt: skip
+def test_containers_without_valid_labels_are_ignored(labels: object) -> None:
+    data = json.loads(recorded("running.json"))
+    data[0]["Config"]["Labels"] = labels
+    assert parse_inspect("h1", "rec", json.dumps(data)) == ()
+
+
+def test_health_log_is_the_last_entry_stripped_and_truncated() -> None:
+    data = json.loads(recorded("unhealthy.json"))
+    data[0]["State"]["Health"]["Log"].append({"ExitCode": 1, "Output": "  " + "x" * 300 + "\n"})
+    (c,) = parse_inspect("h1", "rec", json.dumps(data))
+    assert c.health_log == "x" * 200
+
+
+def test_vanished_container_output_still_parses() -> None:
+    (c,) = parse_inspect("h1", "rec", recorded("vanished.json"))
+    assert c.name == "job.1.t5ok"
+    assert parse_inspect("h1", "rec", recorded("all-vanished.json")) == ()
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    ["", "not json", '{"Id": "x"}', "[1, 2]", recorded("running.json")[:100]],
+)
+def test_malformed_output_raises(stdout: str) -> None:
+    with pytest.raises(ParseError):
+        parse_inspect("h1", "rec", stdout)
+
+
+def test_our_container_without_a_known_state_raises() -> None:
+    data = json.loads(recorded("running.json"))
+    data[0]["State"]["Status"] = "sleepy"
+    with pytest.raises(ParseError):
+        parse_inspect("h1", "rec", json.dumps(data))

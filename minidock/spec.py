@@ -229,15 +229,12 @@ def _check_schema(kind: str, doc: dict[str, Any], display: str) -> None:
 def _walk(node: Any, parts: tuple[Part, ...]) -> Iterator[tuple[tuple[Part, ...], Any]]:
     """Every value in a parsed document with its key path."""
     yield parts, node
-    items = (
-        node.items()
-        if isinstance(node, dict)
-        else enumerate(node)
-        if isinstance(node, list)
-        else ()
-    )
-    for key, child in items:
-        yield from _walk(child, (*parts, key))
+    if isinstance(node, dict):
+        for key, child in node.items():
+            yield from _walk(child, (*parts, key))
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            yield from _walk(child, (*parts, index))
 
 
 def _position(doc: Any, parts: Iterable[Part]) -> tuple[int, ...]:

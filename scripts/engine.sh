@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Make sure a Docker engine answers `docker info`, plus the tools the lab builds with.
+#
+# Idempotent: packages are installed only when missing, and dockerd is started only when
+# no engine answers (and none is already starting). Safe to run on every CI step.
+#   - docker.io iptables: the engine (Debian's; FLEET-NOTES "Docker engine")
+#   - docker-compose:     Compose v1 (1.29), which pytest-docker and `minidock lab` drive
+#   - mmdebstrap:         builds the lab host image (sshd + dockerd) without a registry
+#   - busybox-static:     the one binary inside every lab workload image
+set -euo pipefail
+
+LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
+TIMEOUT=${MINIDOCK_ENGINE_TIMEOUT:-60}
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        echo "engine.sh: not root and no sudo: cannot install or start the engine" >&2
+    fi
+fi
+
+log() { echo "engine.sh: $*" >&2; }
+
+engine_answers() { docker info >/dev/null 2>&1; }
+
+# -- packages: install whatever is missing ------------------------------------------------
+need=()
+engine_pkgs=(docker.io iptables)
+tool_pkgs=(docker-compose mmdebstrap busybox-static)
+pkgs=("${tool_pkgs[@]}")
+if ! engine_answers; then
+    pkgs+=("${engine_pkgs[@]}")
+fi
+for pkg in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+        need+=("$pkg")
+    fi
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    log "installing: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${SUDO[@]}" apt-get update -qq
+    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# -- engine: start dockerd only when nothing answers -----------------------------------------
+if engine_answers; then
+    exit 0
+fi
+if pgrep -x dockerd >/dev/null 2>&1; then
+    log "dockerd is running but not answering yet; waiting"
+else
+    log "starting dockerd (log: $LOG)"
+    "${SUDO[@]}" mkdir -p "$(dirname "$LOG")"
+    # setsid + nohup: the daemon outlives this script and the CI step's process group.
+    "${SUDO[@]}" sh -c "setsid nohup dockerd >>'$LOG' 2>&1 </dev/null &"
+fi
+start=$SECONDS
+until engine_answers; do
+    if [ $((SECONDS - start)) -ge "$TIMEOUT" ]; then
+        log "no engine answered within ${TIMEOUT}s; last lines of $LOG:"
+        tail -n 30 "$LOG" >&2 || true
+        exit 1
+    fi
+    sleep 0.5
+done
+log "engine up after $((SECONDS - start))s"

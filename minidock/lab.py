@@ -55,6 +55,7 @@ __all__ = [
     "Lab",
     "LabError",
     "LabHost",
+    "UnknownHostError",
     "lab_app",
     "zone_for",
 ]
@@ -100,10 +101,21 @@ while iptables -C $rule 2>/dev/null; do iptables -D $rule; done
 if ! ss -Hltn 'sport = :22' | grep -q .; then pkill -KILL -x sshd; {START_SSHD}; fi
 if ! pgrep -x dockerd >/dev/null; then {START_DOCKERD} fi
 """
+# After HEAL_SCRIPT, for `reset`: wait for dockerd, remove every MiniDock-labelled container.
+CLEAN_SCRIPT = """
+i=0
+until docker info >/dev/null 2>&1 || [ $i -ge 300 ]; do sleep 0.1; i=$((i + 1)); done
+ids=$(docker ps -aq --filter label=minidock.cluster)
+[ -z "$ids" ] || docker rm -f -v $ids >/dev/null
+"""
 
 
 class LabError(Exception):
     """A lab operation failed; the message says what and where."""
+
+
+class UnknownHostError(LabError):
+    """The named host is not part of the lab (bad input: the CLI exits 2)."""
 
 
 @dataclass(frozen=True)
@@ -558,7 +570,7 @@ class Lab:
             if host.name == name:
                 return host
         known = ", ".join(h.name for h in self.hosts()) or "none: run `minidock lab up`"
-        raise LabError(f"no lab host {name!r} (hosts: {known})")
+        raise UnknownHostError(f"no lab host {name!r} (hosts: {known})")
 
     def _dind_mode(self) -> str:
         try:
@@ -601,6 +613,15 @@ class Lab:
 
     def container_state(self, host: str) -> str:
         return self.container_states().get(host, "missing")
+
+    def container_port(self, host: str) -> int | None:
+        """The loopback port docker publishes the host's sshd on (None when not running)."""
+        proc = _run(["docker", "port", self.host(host).container, "22/tcp"], check=False)
+        for line in proc.stdout.splitlines():
+            address, _, port = line.strip().rpartition(":")
+            if address == "127.0.0.1" and port.isdigit():
+                return int(port)
+        return None
 
     def exec(
         self,
@@ -756,30 +777,24 @@ class Lab:
     def revive(self, host: str, timeout: float = 60.0) -> None:
         """End whatever fault `host` has (any mix of them), then wait until it answers SSH
         and docker again."""
-        lab_host = self.host(host)
-        state = self.container_state(host)
-        if state == "missing":
-            raise LabError(f"{host} has no container: run `minidock lab up`")
-        if state == "paused":
-            _run(["docker", "unpause", lab_host.container])
-        elif state != "running":
-            _run(["docker", "start", lab_host.container])
-        self.sh(host, HEAL_SCRIPT)
+        self._heal(self.host(host), self.container_state(host), "")
         self.wait_ready([host], timeout=timeout)
 
     def reset(self, timeout: float = 60.0) -> None:
         """Revive every host and remove every container labelled minidock.cluster on it:
         the state between two tests."""
-        clean = (
-            "ids=$(docker ps -aq --filter label=minidock.cluster);"
-            ' [ -z "$ids" ] || docker rm -f -v $ids >/dev/null'
-        )
+        states = self.container_states()
+        _parallel(lambda h: self._heal(h, states[h.name], CLEAN_SCRIPT), self.hosts())
+        self.wait_ready(timeout=timeout)
 
-        def one(host: LabHost) -> None:
-            self.revive(host.name, timeout=timeout)
-            self.sh(host.name, clean)
-
-        _parallel(one, self.hosts())
+    def _heal(self, host: LabHost, state: str, then: str) -> None:
+        if state == "missing":
+            raise LabError(f"{host.name} has no container: run `minidock lab up`")
+        if state == "paused":
+            _run(["docker", "unpause", host.container])
+        elif state != "running":
+            _run(["docker", "start", host.container])
+        self.sh(host.name, HEAL_SCRIPT + then)
 
     # -- readiness and status
     def wait_docker(self, hosts: Sequence[str], timeout: float = 60.0) -> None:
@@ -1006,7 +1021,7 @@ def _lab(ctx: typer.Context) -> Lab:
 
 def _fail(exc: LabError) -> typer.Exit:
     _errors.print(f"[red]lab: {exc}[/red]", highlight=False)
-    return typer.Exit(1)
+    return typer.Exit(2 if isinstance(exc, UnknownHostError) else 1)
 
 
 RootOption = Annotated[

@@ -1,0 +1,176 @@
+"""The lab fleet for integration tests: one per session, clean between tests.
+
+pytest-docker brings the host containers up and down (`docker_services`, on the compose
+file the lab generates); minidock.lab does the rest (images, key, known_hosts, inventory,
+images inside the hosts, faults). Fixtures:
+
+- `lab`: the session's `Lab` (images built, compose file written; containers not yet up).
+- `lab_fleet`: session scope, a `Fleet` whose hosts answer SSH and docker.
+- `fleet`: function scope, the same `Fleet` after a reset: every host revived and every
+  container labelled `minidock.cluster` removed from every host.
+- `inventory`: the path of the session's generated inventory (`<root>/inventory/lab.toml`).
+
+Without a Docker engine these fixtures fail (never skip): run scripts/engine.sh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import pytest
+from pytest_docker.plugin import Services
+
+from minidock.lab import KillMode, Lab, engine_available, remove_project
+
+PROJECT_PREFIX = "minidock-labtest-"
+PID_LABEL = "minidock.lab.test-pid"
+HOSTNAME_LABEL = "minidock.lab.test-hostname"
+
+
+@dataclass
+class Fleet:
+    """The running lab, as tests see it."""
+
+    lab: Lab
+    services: Services
+
+    @property
+    def inventory(self) -> Path:
+        return self.lab.inventory_path
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h.name for h in self.lab.hosts()]
+
+    def port(self, host: str) -> int:
+        return self.lab.host(host).port
+
+    def connect(
+        self, host: str, **overrides: Any
+    ) -> contextlib.AbstractAsyncContextManager[asyncssh.SSHClientConnection]:
+        """`async with fleet.connect("host1") as conn:` (key and pinned known_hosts from the
+        lab; keyword arguments override asyncssh.connect options)."""
+        return self.lab.connect(host, **overrides)
+
+    def ssh(self, host: str, command: str, **overrides: Any) -> asyncssh.SSHCompletedProcess:
+        """Run a shell command on a host over SSH, from sync test code."""
+        return self.lab.run_ssh(host, command, **overrides)
+
+    def exec(self, host: str, *argv: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run argv inside the host container with docker exec (for assertions: works
+        whatever fault SSH has, except stop and pause)."""
+        return self.lab.exec(host, *argv, check=check)
+
+    def docker(
+        self, host: str, *argv: str, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """`docker ARGV` inside the host (docker exec), e.g. fleet.docker("host1", "ps")."""
+        return self.lab.exec(host, "docker", *argv, check=check)
+
+    def kill(self, host: str, mode: KillMode) -> None:
+        self.lab.kill(host, mode)
+
+    def revive(self, host: str) -> None:
+        self.lab.revive(host)
+
+    def reset(self) -> None:
+        self.lab.reset()
+
+
+def _reap_stale_test_labs() -> None:
+    """Remove test fleets left by sessions on this machine that no longer run (a crash, or
+    --keep-lab): they hold memory and docker networks."""
+    fmt = (
+        '{{.Label "com.docker.compose.project"}} '
+        f'{{{{.Label "{PID_LABEL}"}}}} {{{{.Label "{HOSTNAME_LABEL}"}}}}'
+    )
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={PID_LABEL}", "--format", fmt],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    stale: set[str] = set()
+    for line in out.splitlines():
+        project, pid, hostname = [*line.split(), "", "", ""][:3]
+        if not project.startswith(PROJECT_PREFIX) or hostname != socket.gethostname():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            stale.add(project)
+        except (ValueError, PermissionError):
+            continue
+    for project in stale:
+        remove_project(project)
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Lab:
+    if not engine_available():
+        pytest.fail(
+            "no Docker engine answers `docker info`: run scripts/engine.sh "
+            "(integration tests need the lab fleet and do not skip)",
+            pytrace=False,
+        )
+    _reap_stale_test_labs()
+    the_lab = Lab(
+        tmp_path_factory.mktemp("lab"),
+        project=f"{PROJECT_PREFIX}{os.getpid()}",
+        labels={PID_LABEL: str(os.getpid()), HOSTNAME_LABEL: socket.gethostname()},
+    )
+    the_lab.prepare(int(pytestconfig.getoption("--lab-hosts")))
+    return the_lab
+
+
+# -- pytest-docker: it runs `docker-compose up` / `down` on the lab's generated file ----------
+@pytest.fixture(scope="session")
+def docker_compose_command() -> str:
+    return "docker-compose"  # Debian's Compose v1 (FLEET-NOTES); no `docker compose` here
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file(lab: Lab) -> str:
+    return str(lab.compose_path)
+
+
+@pytest.fixture(scope="session")
+def docker_compose_project_name(lab: Lab) -> str:
+    return lab.project
+
+
+@pytest.fixture(scope="session")
+def docker_setup() -> list[str]:
+    return ["down -v --remove-orphans -t 1", "up -d"]
+
+
+@pytest.fixture(scope="session")
+def docker_cleanup(pytestconfig: pytest.Config) -> list[str]:
+    if pytestconfig.getoption("--keep-lab"):
+        return []
+    return ["down -v --remove-orphans -t 1"]
+
+
+# -- the fleet --------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def lab_fleet(lab: Lab, docker_services: Services) -> Fleet:
+    lab.provision()
+    return Fleet(lab, docker_services)
+
+
+@pytest.fixture
+def fleet(lab_fleet: Fleet) -> Fleet:
+    lab_fleet.reset()
+    return lab_fleet
+
+
+@pytest.fixture(scope="session")
+def inventory(lab_fleet: Fleet) -> Path:
+    return lab_fleet.inventory

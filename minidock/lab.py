@@ -104,8 +104,10 @@ if ! pgrep -x dockerd >/dev/null; then {START_DOCKERD} fi
 # After HEAL_SCRIPT, for `reset`: wait for dockerd, remove every MiniDock-labelled container.
 CLEAN_SCRIPT = """
 i=0
-until docker info >/dev/null 2>&1 || [ $i -ge 300 ]; do sleep 0.1; i=$((i + 1)); done
-ids=$(docker ps -aq --filter label=minidock.cluster)
+until ids=$(docker ps -aq --filter label=minidock.cluster 2>&1); do
+    [ $i -lt 300 ] || { echo "$ids" >&2; exit 1; }
+    sleep 0.1; i=$((i + 1))
+done
 [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
 """
 

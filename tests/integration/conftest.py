@@ -9,6 +9,8 @@ images inside the hosts, faults). Fixtures:
 - `fleet`: function scope, the same `Fleet` after a reset: every host revived and every
   container labelled `minidock.cluster` removed from every host.
 - `inventory`: the path of the session's generated inventory (`<root>/inventory/lab.toml`).
+- `lab_inventory`: function scope, that inventory loaded by minidock.spec (after the reset
+  `fleet` does).
 
 Without a Docker engine these fixtures fail (never skip): run scripts/engine.sh.
 """
@@ -28,6 +30,8 @@ import pytest
 from pytest_docker.plugin import Services
 
 from minidock.lab import KillMode, Lab, engine_available, remove_project
+from minidock.model import Inventory
+from minidock.spec import load_inventory
 
 PROJECT_PREFIX = "minidock-labtest-"
 PID_LABEL = "minidock.lab.test-pid"
@@ -174,3 +178,8 @@ def fleet(lab_fleet: Fleet) -> Fleet:
 @pytest.fixture(scope="session")
 def inventory(lab_fleet: Fleet) -> Path:
     return lab_fleet.inventory
+
+
+@pytest.fixture
+def lab_inventory(fleet: Fleet) -> Inventory:
+    return load_inventory(fleet.inventory)

@@ -659,6 +659,7 @@ class Lab:
             raise LabError("a lab needs at least one host")
         if not engine_available():
             raise LabError("no Docker engine answers `docker info` (run scripts/engine.sh)")
+        self._check_project_owner()
         started = time.monotonic()
         self.timings.update({f"build {tag}": s for tag, s in build_images().items()})
         self.timings["images"] = time.monotonic() - started
@@ -684,6 +685,19 @@ class Lab:
         _write_atomic(self.compose_path, document.encode())
         self._write_state(hosts, dind, image)
         return self.compose_path
+
+    def _check_project_owner(self) -> None:
+        """Refuse to take over a compose project that another lab directory runs."""
+        label = f"label=com.docker.compose.project={self.project}"
+        fmt = '{{.Label "com.docker.compose.project.working_dir"}}'
+        dirs = set(_run(["docker", "ps", "-a", "--filter", label, "--format", fmt]).stdout.split())
+        others = dirs - {str(self.lab_dir)}
+        if others:
+            where = ", ".join(sorted(others))
+            raise LabError(
+                f"compose project {self.project!r} belongs to the lab in {where}:"
+                " run `minidock lab down` there, or pick another --project"
+            )
 
     def provision(self, timeout: float = 90.0) -> None:
         """Everything after the containers start: authorized key, pinned known_hosts, the
@@ -864,8 +878,12 @@ class Lab:
                 result = await asyncio.wait_for(
                     conn.run("docker ps -q", check=False), timeout=CONNECT_TIMEOUT * 5
                 )
-        except (OSError, asyncssh.Error, TimeoutError) as exc:
-            return False, False, None, f"ssh: {type(exc).__name__}: {exc}".strip()
+        except TimeoutError:
+            return False, False, None, f"ssh: timed out after {CONNECT_TIMEOUT:g}s"
+        except ConnectionRefusedError:
+            return False, False, None, "ssh: connection refused"
+        except (OSError, asyncssh.Error) as exc:
+            return False, False, None, f"ssh: {type(exc).__name__}: {exc}".strip(" :")
         if result.exit_status != 0:
             return True, False, None, f"docker: {str(result.stderr).strip()}"
         return True, True, len(str(result.stdout).split()), ""

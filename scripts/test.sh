@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The project's test command (README "Testing"): set up, then check, then run every test,
+# unit and integration (the integration tests start and remove their own lab fleet).
+# Extra arguments go to pytest, e.g. `scripts/test.sh -m "not integration"`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+
+# -- checks: the one place for lint and type checks (e.g. `.venv/bin/nox -s lint typecheck`) --
+
+# -- tests: any non-zero pytest exit fails this script, 5 ("no tests collected") included ----
+.venv/bin/python -m pytest "$@"

@@ -748,8 +748,9 @@ class Lab:
         """Remove the host containers and their volumes, the inventory and known_hosts."""
         if self.compose_path.exists():
             self.compose("down", "-v", "--remove-orphans", "-t", "2")
-        else:  # the lab dir is gone: find the project's containers by compose's label
-            remove_project(self.project)
+        # and whatever the file no longer names (a smaller re-`up`, or the lab dir is gone),
+        # found by compose's project label
+        remove_project(self.project)
         for path in (self.inventory_path, self.known_hosts_path, self.state_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

@@ -129,7 +129,9 @@ class _Pass:
     hosts: dict[str, HostState] = field(default_factory=dict)
     services: dict[str, ServiceState] = field(default_factory=dict)
     handled: set[str] = field(default_factory=set)  # container ids already given an action
+    held: dict[tuple[str, int], list[str]] = field(default_factory=dict)  # slot -> hosts
     fleet: Fleet = field(init=False)
+    _mine: list[Container] | None = None
 
     def event(
         self, kind: str, message: str, *, service: str = "", slot: int = 0, host: str = ""
@@ -165,6 +167,10 @@ class _Pass:
                         host=host.name,
                     )
             self.hosts[host.name] = new
+        for name, hs in self.hosts.items():
+            if hs.failures and not hs.down:
+                for t in hs.tasks:
+                    self.held.setdefault((t.service, t.slot), []).append(name)
         eligible = {h: self.why_not_eligible(h) for h in self.hosts}
         live = [c for c in self.observed.containers() if c.host in self.hosts and c.live]
         self.fleet = Fleet.build(self.inventory.hosts, eligible, live)
@@ -181,11 +187,13 @@ class _Pass:
 
     def mine(self) -> list[Container]:
         """Live and exited containers of this cluster on hosts that answered this pass."""
-        return [
-            c
-            for c in self.observed.containers()
-            if c.cluster == self.cluster.name and self.is_up(c.host)
-        ]
+        if self._mine is None:
+            self._mine = [
+                c
+                for c in self.observed.containers()
+                if c.cluster == self.cluster.name and self.is_up(c.host)
+            ]
+        return self._mine
 
     def is_up(self, host: str) -> bool:
         hs = self.hosts.get(host)
@@ -266,13 +274,7 @@ class _Pass:
 
     def ghosts(self, service: str, slot: int) -> list[str]:
         """Hosts that are unreachable but not yet down and last held this slot."""
-        return [
-            h
-            for h, hs in self.hosts.items()
-            if hs.failures and not hs.down
-            for t in hs.tasks
-            if t.service == service and t.slot == slot
-        ]
+        return self.held.get((service, slot), [])
 
     def run_slot(self, name: str, slot: int, here: list[Container]) -> Container | None:
         """Decide one slot; returns its task when that task is outdated (for the rollout)."""

@@ -153,19 +153,24 @@ def fullness(host: Host, load: HostLoad) -> float:
     return sum(parts) / len(parts) if parts else 0.0
 
 
-def score(host: Host, service: Service, fleet: Fleet) -> tuple[int, int, float, str]:
+def spread_counts(service: Service, fleet: Fleet) -> dict[str | None, int]:
+    """Tasks of the service per value of its `spread` label (hosts without it share None)."""
+    counts: dict[str | None, int] = {}
+    if service.spread is not None:
+        for h in fleet.hosts:
+            value = h.label(service.spread)
+            counts[value] = counts.get(value, 0) + fleet.load[h.name].tasks.count(service.name)
+    return counts
+
+
+def score(
+    host: Host, service: Service, fleet: Fleet, spread: dict[str | None, int]
+) -> tuple[int, int, float, str]:
     """Lower is better: fewest of this service on the host, then in its spread value,
     then the fullest host after placement (bin-packing), then the name."""
     load = fleet.load[host.name]
     on_host = load.tasks.count(service.name)
-    in_spread = 0
-    if service.spread is not None:
-        value = host.label(service.spread)
-        in_spread = sum(
-            fleet.load[h.name].tasks.count(service.name)
-            for h in fleet.hosts
-            if h.label(service.spread) == value
-        )
+    in_spread = spread.get(host.label(service.spread), 0) if service.spread else 0
     after = load.add(service.name, service.cpus, service.memory, ())
     return (on_host, in_spread, -fullness(host, after), host.name)
 
@@ -198,6 +203,7 @@ def place(service: Service, fleet: Fleet, *, avoid: Iterable[str] = ()) -> Place
     if not fitting:
         return Placement(None, tuple(reasons))
     preferred = [h for h in fitting if h.name not in avoided] or fitting
-    best = min(preferred, key=lambda h: score(h, service, fleet))
+    spread = spread_counts(service, fleet)
+    best = min(preferred, key=lambda h: score(h, service, fleet, spread))
     fleet.reserve(best.name, service)
     return Placement(best.name)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import json
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,3 +185,80 @@ def inventory(lab_fleet: Fleet) -> Path:
 @pytest.fixture
 def lab_inventory(fleet: Fleet) -> Inventory:
     return load_inventory(fleet.inventory)
+
+
+# -- driving the real command line ------------------------------------------------------------
+@dataclass
+class Minidock:
+    """Runs the real `minidock` command (a subprocess) against the lab fleet, with its own
+    state directory, and writes cluster specs that point at the lab inventory."""
+
+    fleet: Fleet
+    workdir: Path
+    cluster: str = "itest"
+
+    @property
+    def state(self) -> Path:
+        return self.workdir / "state"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "MINIDOCK_STATE": str(self.state), "COLUMNS": "200"}
+
+    def spec(self, body: str, name: str = "cluster.toml") -> Path:
+        """A cluster file: `cluster` and `inventory` lines, then `body` (services TOML)."""
+        path = self.workdir / name
+        head = f'cluster = "{self.cluster}"\ninventory = "{self.fleet.inventory}"\n\n'
+        path.write_text(head + body)
+        return path
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "minidock", *args],
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def __call__(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "minidock", *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def status(self) -> dict[str, Any]:
+        res = self("status", "--json")
+        assert res.returncode == 0, res.stderr
+        doc: dict[str, Any] = json.loads(res.stdout)
+        return doc
+
+    def tasks(self, service: str | None = None) -> list[dict[str, Any]]:
+        """Live tasks of this cluster as status reports them."""
+        return [
+            t
+            for t in self.status()["tasks"]
+            if (service is None or t["service"] == service)
+            and t["state"] in ("running", "created", "restarting", "paused")
+        ]
+
+    def containers(self, host: str) -> list[str]:
+        """Names of every container of this cluster on a host, read with docker exec."""
+        res = self.fleet.docker(
+            host,
+            "ps",
+            "-a",
+            "--filter",
+            f"label=minidock.cluster={self.cluster}",
+            "--format",
+            "{{.Names}} {{.State}}",
+        )
+        return [line for line in res.stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def md(fleet: Fleet, tmp_path: Path) -> Minidock:
+    return Minidock(fleet, tmp_path)

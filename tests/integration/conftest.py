@@ -18,8 +18,8 @@ Without a Docker engine these fixtures fail (never skip): run scripts/engine.sh.
 from __future__ import annotations
 
 import contextlib
-import os
 import json
+import os
 import socket
 import subprocess
 import sys

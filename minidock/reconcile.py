@@ -302,7 +302,8 @@ class _Pass:
                         slot=slot,
                     )
             self.set_slot(name, slot, state)
-            self.fill(name, slot, target, restart=bool(dead))
+            # a restart is due also when the exited task was removed in an earlier pass
+            self.fill(name, slot, target, restart=bool(dead or state.attempts))
             return None
 
         for c in [c for c in live if c.health == "unhealthy" and slot not in ss.rollout.inflight]:

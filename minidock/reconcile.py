@@ -242,11 +242,14 @@ class _Pass:
             self.stop(c, f"service {name} is desired stopped")
 
     def deps_ready(self, ss: ServiceState) -> str | None:
-        """None when every dependency has all replicas running and healthy; else why not."""
+        """None when every dependency has all replicas running and healthy and is not rolling
+        (updating or rolling back); else why not."""
         for dep in ss.spec.depends_on:
             dss = self.services.get(dep)
             if dss is None or dss.spec.desired != "running":
                 return f"waiting for dependency {dep} (not running)"
+            if rollout_active(dss.rollout):
+                return f"waiting for dependency {dep} to finish its rollout"
             healthy = {c.slot for c in self.mine() if c.service == dep and ready(c)}
             if len(healthy & set(range(1, dss.spec.replicas + 1))) < dss.spec.replicas:
                 return f"waiting for dependency {dep} to be healthy"

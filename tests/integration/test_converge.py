@@ -16,7 +16,12 @@ WORKERS = """
 image = "minidock-lab/web:5"
 replicas = 4
 constraints = ["zone != c"]
-health = { cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"], interval = "1s", timeout = "1s", retries = 2 }
+
+[services.route.health]
+cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
+interval = "1s"
+timeout = "1s"
+retries = 2
 """
 
 

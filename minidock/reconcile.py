@@ -325,6 +325,8 @@ class _Pass:
         good = [c for c in live if c.spec == spec and not self.hosts[c.host].drained]
         settled = [c for c in good if ready(c)]
         if len(live) > 1:
+            if good and slot in ss.rollout.inflight:
+                return None  # start-first: the old task stays until the new one passes its gate
             if settled:
                 keep = max(settled, key=lambda c: (c.created_at, c.id))
             elif good:

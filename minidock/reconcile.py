@@ -480,13 +480,21 @@ class _Pass:
             room = 0
         started = []
         blocked = self.deps_ready(ss)
-        for slot, old in outdated[: max(0, room)]:
+        # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
+        # after slots not tried yet: the rollout moves on rather than retry one every pass
+        due = [
+            (n, c)
+            for n, c in outdated
+            if self.now >= ss.slot(n).next_start and not ss.slot(n).failed
+        ]
+        due.sort(key=lambda d: len(ss.slot(d[0]).attempts))
+        for slot, old in due[: max(0, room)]:
             if blocked:
                 self.pending.append(Pending(name, slot, blocked))
                 break
             if self.start_replacement(ss.spec, slot, old):
                 started.append(slot)
-        if outdated[max(0, room) :] or started or r.inflight:
+        if len(outdated) > len(started) or started or r.inflight:
             verb = "rolling back" if r.rollback else "updating"
             total = r.total or ss.spec.replicas
             self.waiting.append(f"{name}: {verb} {len(r.done) + len(started)}/{total}")

@@ -293,10 +293,13 @@ class _Pass:
                 self.stop(c, f"{c.name} superseded")
         else:
             state = ss.slot(slot)
+            lapsed: list[Container] = []
             for c in sorted(dead, key=lambda c: c.finished_at or 0.0):
                 before = state
                 state = account_exit(state, c, target.restart, self.now)
                 self.stop(c, state.last_exit, failure=state is not before)
+                if state is not before and not state.complete:
+                    lapsed.append(c)
                 if state.failed and not before.failed:
                     self.event(
                         "failed",
@@ -305,6 +308,8 @@ class _Pass:
                         slot=slot,
                     )
             self.set_slot(name, slot, state)
+            if lapsed:
+                target = self.failed_after_gate(name, slot, lapsed[-1], state.last_exit)
             # a restart is due also when the exited task was removed in an earlier pass
             self.fill(name, slot, target, restart=bool(dead or state.attempts))
             return None
@@ -315,6 +320,8 @@ class _Pass:
             self.set_slot(name, slot, state)
             self.stop(c, line, failure=True)
             live.remove(c)
+            target = self.failed_after_gate(name, slot, c, line)
+            spec = target.spec_hash()
         if not live:
             if not held:
                 self.fill(name, slot, target, restart=True)
@@ -347,6 +354,18 @@ class _Pass:
         if not ready(task):
             self.waiting.append(f"{name}.{slot}: task {task.task} {task.state} ({task.health})")
         return None
+
+    def failed_after_gate(self, name: str, slot: int, c: Container, why: str) -> Service:
+        """A task that passed its health gate fails later in the same rollout: count it
+        against the rollout (SwarmKit stops watching after `monitor`). Returns the slot's
+        target spec afterwards (the failure action may pause or roll back)."""
+        ss = self.services[name]
+        r = ss.rollout
+        if rollout_active(r) and slot in r.done and c.spec == ss.spec.spec_hash():
+            r = replace(r, done=tuple(n for n in r.done if n != slot), failures=r.failures + 1)
+            ss = self.on_failure(replace(ss, rollout=r), f"{why} (after its monitor)")
+            self.services[name] = ss
+        return slot_target(self.services[name], slot)
 
     def set_slot(self, name: str, slot: int, state: SlotState) -> None:
         ss = self.services[name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minidock.commands import (
     image_present_argv,
@@ -57,8 +57,16 @@ _Where = tuple[str, int, str, str]  # service, slot, host, task of an event
 class _Acts:
     """Carries out a plan's verbs and folds their outcomes back into the state."""
 
-    def __init__(self, executor: Executor, inventory: Inventory, cluster: str, now: float):
+    def __init__(
+        self,
+        executor: Executor,
+        inventory: Inventory,
+        cluster: str,
+        now: float,
+        secrets: Sequence[str],
+    ):
         self.executor = executor
+        self.secrets = secrets
         self.hosts = {h.name: h for h in inventory.hosts}
         self.cluster = cluster
         self.now = now
@@ -70,8 +78,8 @@ class _Acts:
     async def sh(self, host: str, argv: Sequence[str], stdin: str | None = None) -> Result:
         return await self.executor.run(self.hosts[host], argv, input=stdin)
 
-    def record(self, kind: str, line: str, secrets: Sequence[str], where: _Where) -> None:
-        line = redact(line, secrets)
+    def record(self, kind: str, line: str, where: _Where) -> None:
+        line = redact(line, self.secrets)
         service, slot, host, task = where
         self.events.append(Event(self.now, kind, line, service, slot, host, task))
         (self.failures if kind == "act-failed" else self.done).append(line)
@@ -84,19 +92,19 @@ class _Acts:
                 logs = await self.sh(c.host, logs_argv(c.id))
                 tail = " | ".join((logs.stdout + logs.stderr).strip().splitlines()[-3:])
                 line = f"{s.reason}; log: {tail}" if tail else s.reason
-                self.notes.append(lambda st: note_exit(st, c.service, c.slot, line[:300]))
+                line = redact(line, self.secrets)[:300]
+                self.notes.append(lambda st: note_exit(st, c.service, c.slot, line))
             if c.live:
                 await self._check(c.host, stop_argv(c.id, STOP_TIMEOUT), "docker stop")
             await self._check(c.host, rm_argv([c.id], force=True), "docker rm")
-            self.record("stop", f"stopped {c.name} on {c.host}: {s.reason}", (), where)
+            self.record("stop", f"stopped {c.name} on {c.host}: {s.reason}", where)
         except _ActFailed as exc:
-            self.record("act-failed", f"stop {c.name} on {c.host}: {exc}", (), where)
+            self.record("act-failed", f"stop {c.name} on {c.host}: {exc}", where)
         except (Unreachable, CommandTimeout) as exc:
-            self.record("act-failed", f"stop {c.name}: {exc}", (), where)
+            self.record("act-failed", f"stop {c.name}: {exc}", where)
 
     async def run(self, r: Run) -> None:
         svc = r.service
-        secrets = secrets_of(svc)
         where = (svc.name, r.slot, r.host, r.task)
         try:
             await self._ensure_image(r.host, svc.image)
@@ -104,23 +112,19 @@ class _Acts:
                 old = r.replaces
                 await self._check(old.host, stop_argv(old.id, STOP_TIMEOUT), "docker stop")
                 await self._check(old.host, rm_argv([old.id], force=True), "docker rm")
-                self.record("stop", f"stopped {old.name} on {old.host}: {r.reason}", (), where)
+                self.record("stop", f"stopped {old.name} on {old.host}: {r.reason}", where)
             argv, env = run_argv(svc, self.cluster, r.slot, r.task, svc.spec_hash())
             res = await self.sh(r.host, argv, env or None)
             if res.exit_status != 0 and "already in use" in res.stderr:
-                self.record(
-                    "adopt", f"{r.name} already exists on {r.host}: adopted", secrets, where
-                )
+                self.record("adopt", f"{r.name} already exists on {r.host}: adopted", where)
                 return
             if res.exit_status != 0:
                 raise _ActFailed(f"docker run failed: {_first_line(res)}")
-            self.record(
-                "run", f"started {r.name} on {r.host} ({r.reason}, {svc.image})", secrets, where
-            )
+            self.record("run", f"started {r.name} on {r.host} ({r.reason}, {svc.image})", where)
         except (_ActFailed, Unreachable, CommandTimeout) as exc:
-            line = redact(f"{r.name} on {r.host}: {exc}", secrets)
+            line = redact(f"{r.name} on {r.host}: {exc}", self.secrets)
             self.notes.append(lambda st: note_failure(st, svc.name, r.slot, r.task, line, self.now))
-            self.record("act-failed", f"run {line}", secrets, where)
+            self.record("act-failed", f"run {line}", where)
 
     async def _ensure_image(self, host: str, image: str) -> None:
         """Confirm the image on the host, or pull it, before anything is stopped for it."""
@@ -171,9 +175,11 @@ async def run_pass(
     """Observe every host, decide, record the decision, act, record the outcome."""
     now = clock()
     result = await decide(cluster, inventory, store.load(), executor, clock=lambda: now)
-    plan = result.plan
+    secrets = all_secrets(result.plan.state)
+    plan = redacted(result.plan, secrets)
+    result.plan = plan
     store.commit(plan.state, plan.events)
-    acts = _Acts(executor, inventory, cluster.name, now)
+    acts = _Acts(executor, inventory, cluster.name, now, secrets)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     if acts.events or acts.notes:
@@ -184,6 +190,36 @@ async def run_pass(
         result.plan = Plan(final, plan.run, plan.stop, plan.pending, plan.waiting, plan.events)
     result.done, result.failures = acts.done, acts.failures
     return result
+
+
+def all_secrets(state: ControllerState) -> tuple[str, ...]:
+    """Every env value of every service spec the controller keeps (current and previous)."""
+    found: set[str] = set()
+    for ss in state.services.values():
+        for spec in (ss.spec, ss.previous):
+            if spec is not None:
+                found.update(secrets_of(spec))
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def redacted(plan: Plan, secrets: Sequence[str]) -> Plan:
+    """The plan with secrets masked in its events and in every slot's failure line (log
+    tails and health output can echo the environment)."""
+    if not secrets:
+        return plan
+    services = {
+        name: replace(
+            ss,
+            slots={
+                n: replace(slot, last_exit=redact(slot.last_exit, secrets))
+                for n, slot in ss.slots.items()
+            },
+            rollout=replace(ss.rollout, reason=redact(ss.rollout.reason, secrets)),
+        )
+        for name, ss in plan.state.services.items()
+    }
+    events = tuple(replace(e, message=redact(e.message, secrets)) for e in plan.events)
+    return replace(plan, state=replace(plan.state, services=services), events=events)
 
 
 async def _by_host(runs: Sequence[Run], act: Callable[[Run], Awaitable[None]]) -> None:

@@ -679,14 +679,19 @@ def note_failure(
     return _with_service(state, ss)
 
 
-def note_exit(state: ControllerState, service: str, slot: int, line: str) -> ControllerState:
-    """Keep the diagnosis (exit code and log tail) of a slot's last failure."""
+def note_exit(
+    state: ControllerState, service: str, slot: int, line: str, reason: str = ""
+) -> ControllerState:
+    """Keep the diagnosis (exit code and log tail) of a slot's last failure; where that
+    failure (`reason`, without the log) is the rollout's reason, the rollout's too."""
     ss = state.services.get(service)
     if ss is None:
         return state
-    return _with_service(
-        state, replace(ss, slots={**ss.slots, slot: replace(ss.slot(slot), last_exit=line)})
-    )
+    ss = replace(ss, slots={**ss.slots, slot: replace(ss.slot(slot), last_exit=line)})
+    r = ss.rollout
+    if reason and reason != line and reason in r.reason:
+        ss = replace(ss, rollout=replace(r, reason=r.reason.replace(reason, line, 1)))
+    return _with_service(state, ss)
 
 
 def _with_service(state: ControllerState, ss: ServiceState) -> ControllerState:

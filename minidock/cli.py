@@ -26,7 +26,15 @@ from minidock.events import Event
 from minidock.lab import lab_app
 from minidock.model import Cluster, ControllerState, Inventory
 from minidock.reconcile import Plan
-from minidock.runner import EXIT_NOT_CONVERGED, EXIT_OK, PassResult, decide, run_pass
+from minidock.runner import (
+    EXIT_NOT_CONVERGED,
+    EXIT_OK,
+    PassResult,
+    all_secrets,
+    decide,
+    redacted,
+    run_pass,
+)
 from minidock.spec import SpecError, load, load_inventory
 from minidock.ssh import SSHExecutor
 from minidock.state import Locked, StateLock, Store, ensure_state_dir, state_dir
@@ -180,7 +188,7 @@ def validate(file: Annotated[Path, typer.Argument(help="A cluster spec or an inv
     try:
         with file.open("rb") as fh:
             is_inventory = "hosts" in tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, ValueError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
         is_inventory = False  # let the loader say what is wrong, in its own words
     try:
         if is_inventory:
@@ -289,7 +297,8 @@ def status(
         cluster, inventory = desired(store, directory)
 
     result = run_async(lambda ex: decide(cluster, inventory, current, ex))
-    doc = summarize(current, inventory, result.observed, result.plan)
+    plan = redacted(result.plan, all_secrets(result.plan.state))
+    doc = summarize(current, inventory, result.observed, plan)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return

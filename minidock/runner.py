@@ -93,7 +93,7 @@ class _Acts:
                 tail = " | ".join((logs.stdout + logs.stderr).strip().splitlines()[-3:])
                 line = f"{s.reason}; log: {tail}" if tail else s.reason
                 line = redact(line, self.secrets)[:300]
-                self.notes.append(lambda st: note_exit(st, c.service, c.slot, line))
+                self.notes.append(lambda st: note_exit(st, c.service, c.slot, line, s.reason))
             if c.live:
                 await self._check(c.host, stop_argv(c.id, STOP_TIMEOUT), "docker stop")
             await self._check(c.host, rm_argv([c.id], force=True), "docker rm")

@@ -8,6 +8,22 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 md() { .venv/bin/minidock "$@"; }
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+started=0
+reconcile_until_converged() {  # like cron: one pass at a time; counts the tasks it starts
+  started=0
+  for pass in $(seq 1 20); do
+    set +e
+    output=$(md reconcile 2>&1)
+    code=$?
+    set -e
+    echo "-- pass $pass: exit $code"
+    [ -n "$output" ] && echo "$output"
+    started=$((started + $(grep -c '^started ' <<<"$output" || true)))
+    [ "$code" = 0 ] && return 0
+    sleep 1
+  done
+  return 1
+}
 export MINIDOCK_STATE="$PWD/.minidock-demo"
 rm -rf "$MINIDOCK_STATE"
 
@@ -33,18 +49,7 @@ say "Lose $lost, which carries $carried workers: its container is stopped (the h
 md lab kill "$lost" --mode stop
 
 say "Reconcile as cron would, once per pass, until converged (exit 0; 3 means work remains)"
-started=0
-for pass in $(seq 1 20); do
-  set +e
-  output=$(md reconcile 2>&1)
-  code=$?
-  set -e
-  echo "-- pass $pass: exit $code"
-  [ -n "$output" ] && echo "$output"
-  started=$((started + $(grep -c '^started ' <<<"$output" || true)))
-  [ "$code" = 0 ] && break
-  sleep 1
-done
+reconcile_until_converged
 echo
 echo "The first pass saw one failed probe (down_after = 2), so it replaced nothing yet."
 echo "Then $lost was down: replacements started: $started (it carried $carried; never 4)."
@@ -52,16 +57,7 @@ md status
 
 say "Bring $lost back: its old workers are stale, since their slots were refilled elsewhere"
 md lab revive "$lost"
-for pass in $(seq 1 20); do
-  set +e
-  output=$(md reconcile 2>&1)
-  code=$?
-  set -e
-  echo "-- pass $pass: exit $code"
-  [ -n "$output" ] && echo "$output"
-  [ "$code" = 0 ] && break
-  sleep 1
-done
+reconcile_until_converged
 md status
 
 say "Every change is in the event log"

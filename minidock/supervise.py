@@ -93,5 +93,6 @@ def health_gate(
         return "wait", f"task {c.task} in monitor for {monitor - (now - since):.0f}s more"
     limit = (service.health.deadline() if service.health else 0.0) + monitor
     if now - started > limit:
-        return "fail", f"task {c.task} not healthy after {limit:.0f}s ({c.state}, {c.health})"
+        last = f"; last check: {c.health_log}" if c.health_log else ""
+        return "fail", f"task {c.task} not healthy after {limit:.0f}s ({c.state}, {c.health}){last}"
     return "wait", f"task {c.task} starting ({c.health})"

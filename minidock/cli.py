@@ -42,6 +42,7 @@ from minidock.status import summarize
 from minidock.units import format_duration, format_size, parse_duration
 
 EXIT_USAGE, EXIT_LOCKED = 2, 75
+OPERATOR_PATIENCE = 30.0  # seconds apply/drain/... wait for another writer's pass
 T = TypeVar("T")
 
 app = typer.Typer(
@@ -77,14 +78,26 @@ def seconds(value: str, option: str) -> float:
 
 
 @contextmanager
-def writer(directory: Path) -> Iterator[Store]:
-    """The one-writer section: lock (or exit 75 at once), then the store."""
+def writer(directory: Path, *, patience: float = 0.0) -> Iterator[Store]:
+    """The one-writer section: the lock, then the store. Without patience (cron's
+    `reconcile`) a taken lock is exit 75 at once; an operator's command waits up to
+    `patience` seconds for a running pass (e.g. of `watch`) to finish."""
     ensure_state_dir(directory)
+    lock = StateLock(directory)
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            lock.acquire()
+            break
+        except Locked as exc:
+            if time.monotonic() >= deadline:
+                fail(str(exc), EXIT_LOCKED)
+            time.sleep(0.2)
     try:
-        with StateLock(directory), Store.open(directory) as store:
+        with Store.open(directory) as store:
             yield store
-    except Locked as exc:
-        fail(str(exc), EXIT_LOCKED)
+    finally:
+        lock.release()
 
 
 def desired(store: Store, directory: Path) -> tuple[Cluster, Inventory]:
@@ -220,7 +233,7 @@ def apply(
     if dry_run:
         show_plan(directory, cluster, inventory)
         return
-    with writer(directory) as store:
+    with writer(directory, patience=OPERATOR_PATIENCE) as store:
         gen = store.next_generation_id()
         admitted = core.admit(store.load(), cluster, gen)
         event = Event(time.time(), "apply", f"applied {file} as generation {gen}")
@@ -266,21 +279,28 @@ def watch(
     interval: Annotated[str, typer.Option("--interval", help="Time between passes.")] = "2s",
     state: StateOption = None,
 ) -> None:
-    """Passes in a loop until interrupted, reusing SSH connections."""
+    """Passes in a loop until interrupted, reusing SSH connections.
+
+    The lock is held for each pass, not between passes, so `apply`, `drain` and the other
+    writers get their turn; a pass that finds the lock taken is skipped."""
     pause = seconds(interval, "--interval")
-    directory = state_dir(state, None)
-    with writer(directory) as store:
+    directory = ensure_state_dir(state_dir(state, None))
 
-        async def loop(executor: SSHExecutor) -> None:
-            while True:
-                cluster, inventory = desired(store, directory)
-                print_pass(await run_pass(cluster, inventory, store, executor), quiet=True)
-                await asyncio.sleep(pause)
+    async def loop(executor: SSHExecutor) -> None:
+        while True:
+            try:
+                with StateLock(directory), Store.open(directory) as store:
+                    cluster, inventory = desired(store, directory)
+                    result = await run_pass(cluster, inventory, store, executor)
+                print_pass(result, quiet=True)
+            except Locked:
+                pass  # another writer is at work: the next pass will see its result
+            await asyncio.sleep(pause)
 
-        try:
-            run_async(loop)
-        except KeyboardInterrupt:
-            out.print("stopped", markup=False)
+    try:
+        run_async(loop)
+    except KeyboardInterrupt:
+        out.print("stopped", markup=False)
 
 
 @app.command()
@@ -385,7 +405,7 @@ def intent(
 ) -> NoReturn:
     """An operator's word (drain, activate, rollback, reset): record it, then reconcile."""
     directory = state_dir(state, None)
-    with writer(directory) as store:
+    with writer(directory, patience=OPERATOR_PATIENCE) as store:
         cluster, inventory = desired(store, directory)
         changed = change(store.load(), cluster, inventory)
         store.commit(changed, [Event(time.time(), "intent", message)])

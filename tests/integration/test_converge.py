@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from minidock.state import StateLock
 from tests.integration.conftest import Fleet, Minidock
 
 WORKERS = """
@@ -175,22 +176,38 @@ def test_kill_9_during_apply_then_reconcile_loses_nothing_and_duplicates_nothing
 
 def test_a_second_reconcile_exits_75_at_once(md: Minidock) -> None:
     up(md)
+    with StateLock(md.state):  # a writer in the middle of its pass
+        res = md("reconcile")
+    assert res.returncode == 75, res.stdout + res.stderr
+    assert "locked" in res.stderr
+    assert res.stdout == ""
+    assert md("reconcile").returncode == 0
+
+
+def test_two_concurrent_reconciles_one_works_one_exits_75(md: Minidock) -> None:
+    up(md)
+    md.fleet.kill("host2", "pause")  # a pass now lasts at least the 2 s connect timeout
+    try:
+        both = [md.popen("reconcile"), md.popen("reconcile")]
+        codes = sorted(p.wait(timeout=60) for p in both)
+        for p in both:
+            p.communicate()
+    finally:
+        md.fleet.revive("host2")
+    assert codes == [3, 75]
+
+
+def test_watch_takes_the_lock_per_pass_so_apply_gets_its_turn(md: Minidock) -> None:
+    up(md)
     watcher = md.popen("watch", "--interval", "1s")
     try:
-        lock = md.state / "lock"
-        deadline = time.monotonic() + 30
-        while lock.read_text().strip() != str(watcher.pid):  # the lock names its holder
-            assert watcher.poll() is None, "watch exited"
-            assert time.monotonic() < deadline, "watch never took the lock"
-            time.sleep(0.1)
-        res = md("reconcile")
-        assert res.returncode == 75, res.stdout + res.stderr
-        assert "locked" in res.stderr
-        assert str(watcher.pid) in res.stderr
+        more = WORKERS.replace("replicas = 4", "replicas = 5")
+        res = md("apply", str(md.spec(more)), "--wait", "--timeout", "60s")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert len(md.tasks("route")) == 5
     finally:
         watcher.send_signal(signal.SIGINT)
         watcher.communicate(timeout=30)
-    assert md("reconcile").returncode == 0
 
 
 def test_plan_changes_nothing(md: Minidock, fleet: Fleet) -> None:

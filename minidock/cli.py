@@ -37,7 +37,7 @@ from minidock.runner import (
 )
 from minidock.spec import SpecError, load, load_inventory
 from minidock.ssh import SSHExecutor
-from minidock.state import Locked, StateLock, Store, ensure_state_dir, state_dir
+from minidock.state import DB_NAME, Locked, StateLock, Store, ensure_state_dir, state_dir
 from minidock.status import summarize
 from minidock.units import format_duration, format_size, parse_duration
 
@@ -98,6 +98,15 @@ def writer(directory: Path, *, patience: float = 0.0) -> Iterator[Store]:
             yield store
     finally:
         lock.release()
+
+
+def applied_state_dir(state: str | None) -> Path:
+    """The state directory of commands that need an earlier apply; exit 2 (creating
+    nothing) when there is none."""
+    directory = state_dir(state, None)
+    if not (directory / DB_NAME).exists():
+        fail(f"nothing applied yet in {directory}: run `minidock apply FILE` first")
+    return directory
 
 
 def desired(store: Store, directory: Path) -> tuple[Cluster, Inventory]:
@@ -246,7 +255,7 @@ def apply(
 def show_plan(directory: Path, cluster: Cluster, inventory: Inventory) -> None:
     """What apply would do now: observe, admit in memory, decide; nothing is written."""
     current = ControllerState()
-    if (directory / "state.db").exists():
+    if (directory / DB_NAME).exists():
         with Store.open(directory) as store:
             current = store.load()
             gen = store.next_generation_id()
@@ -267,7 +276,7 @@ def plan(file: FileArg, state: StateOption = None) -> None:
 @app.command("reconcile")
 def reconcile_command(state: StateOption = None) -> None:
     """One pass over the stored desired state: the cron entry point, quiet when idle."""
-    directory = state_dir(state, None)
+    directory = applied_state_dir(state)
     with writer(directory) as store:
         cluster, inventory = desired(store, directory)
         code = converge(store, cluster, inventory, wait=False, timeout=0, quiet=True)
@@ -284,7 +293,7 @@ def watch(
     The lock is held for each pass, not between passes, so `apply`, `drain` and the other
     writers get their turn; a pass that finds the lock taken is skipped."""
     pause = seconds(interval, "--interval")
-    directory = ensure_state_dir(state_dir(state, None))
+    directory = applied_state_dir(state)
 
     async def loop(executor: SSHExecutor) -> None:
         while True:
@@ -309,9 +318,7 @@ def status(
     state: StateOption = None,
 ) -> None:
     """Services, tasks and hosts, observed now."""
-    directory = state_dir(state, None)
-    if not (directory / "state.db").exists():
-        fail(f"nothing applied yet in {directory}: run `minidock apply FILE` first")
+    directory = applied_state_dir(state)
     with Store.open(directory) as store:
         current = store.load()
         cluster, inventory = desired(store, directory)
@@ -404,7 +411,7 @@ def intent(
     timeout: float,
 ) -> NoReturn:
     """An operator's word (drain, activate, rollback, reset): record it, then reconcile."""
-    directory = state_dir(state, None)
+    directory = applied_state_dir(state)
     with writer(directory, patience=OPERATOR_PATIENCE) as store:
         cluster, inventory = desired(store, directory)
         changed = change(store.load(), cluster, inventory)
@@ -490,9 +497,7 @@ def events(
     state: StateOption = None,
 ) -> None:
     """The event log: every change the controller made."""
-    directory = state_dir(state, None)
-    if not (directory / "state.db").exists():
-        fail(f"no state in {directory}")
+    directory = applied_state_dir(state)
     with Store.open(directory) as store:
         for _, e in store.events(limit=limit):
             at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))

@@ -8,6 +8,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 
 # -- checks: the one place for lint and type checks (e.g. `.venv/bin/nox -s lint typecheck`) --
+# The commands are CHECKS in noxfile.py (the nox lint/typecheck sessions run the same ones);
+# here they run with .venv's ruff and mypy, so CI builds no extra virtualenvs.
+.venv/bin/python noxfile.py lint typecheck
 
 # -- tests: any non-zero pytest exit fails this script, 5 ("no tests collected") included ----
 .venv/bin/python -m pytest "$@"

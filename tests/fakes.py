@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import hashlib
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from minidock.model import Host
-from minidock.ssh import Result
+from minidock.ssh import Result, Unreachable
 
 Handler = Callable[[Host, list[str], str | None], Result]
 
@@ -66,3 +71,259 @@ def ok(stdout: str = "") -> Result:
 
 def fail(stderr: str, exit_status: int = 1) -> Result:
     return Result(exit_status, "", stderr)
+
+
+# -- a docker engine per host, for end-to-end tests of the CLI without SSH or Docker ----------
+_RUN_OPTIONS = frozenset(
+    {
+        "--name",
+        "--label",
+        "--env-file",
+        "-p",
+        "--cpus",
+        "--memory",
+        "--health-cmd",
+        "--health-interval",
+        "--health-timeout",
+        "--health-retries",
+        "--health-start-period",
+        "--restart",
+    }
+)
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def _docker_time(at: float) -> str:
+    """Epoch seconds in Docker's RFC 3339 form with nanoseconds ("...T11:42:05.325336108Z")."""
+    whole = int(at)
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{int((at - whole) * 1e9):09d}Z"
+    )
+
+
+class FakeDocker:
+    """In-memory Docker engines, one per host, answering through a FakeExecutor.
+
+    It understands the commands `minidock.commands` builds: `ps`, `inspect`, `run`, `stop`,
+    `rm`, `logs`, `image inspect` and `pull`, and keeps each container as a `docker inspect`
+    document (the shape of tests/data/docker/*.json, trimmed to the fields the parser reads).
+    A new container runs at once; with a health check its health is `health` ("healthy" by
+    default). Hosts in `down` raise Unreachable. `images` (None: every image) is what
+    `image inspect` finds; anything else fails to pull.
+    """
+
+    def __init__(self, *, health: str = "healthy", images: Iterable[str] | None = None) -> None:
+        self.engines: dict[str, dict[str, dict[str, Any]]] = {}
+        self.down: set[str] = set()
+        self.health = health
+        self.images = None if images is None else set(images)
+        self._ids = itertools.count(1)
+
+    def executor(self) -> FakeExecutor:
+        return FakeExecutor(self.handler)
+
+    # -- looking at the engines -----------------------------------------------------------
+    def containers(self, host: str | None = None) -> list[dict[str, Any]]:
+        """Inspect documents, on one host or all (in creation order per host)."""
+        return [
+            doc
+            for name, engine in sorted(self.engines.items())
+            if host is None or name == host
+            for doc in engine.values()
+        ]
+
+    def names(self, host: str | None = None, status: str | None = None) -> list[str]:
+        """Container names, on one host or all, optionally only those in one State.Status."""
+        return sorted(
+            doc["Name"].lstrip("/")
+            for doc in self.containers(host)
+            if status is None or doc["State"]["Status"] == status
+        )
+
+    def add(
+        self,
+        host: str,
+        name: str,
+        labels: dict[str, str] | None = None,
+        image: str = "busybox:1",
+        status: str = "running",
+    ) -> str:
+        """Put a container on a host directly (e.g. a foreign one MiniDock must not touch)."""
+        return str(self._create(host, name, dict(labels or {}), image, {}, None, status)["Id"])
+
+    # -- the handler ----------------------------------------------------------------------
+    def handler(self, host: Host, argv: list[str], input: str | None) -> Result:
+        if host.name in self.down:
+            raise Unreachable(host.name, f"connection refused by {host.address}:{host.port}")
+        engine = self.engines.setdefault(host.name, {})
+        if argv[:1] != ["docker"] or len(argv) < 2:
+            return fail(f"fake docker: not a docker command: {argv}", 127)
+        verb, args = argv[1], argv[2:]
+        if verb == "ps":
+            return self._ps(engine, args)
+        if verb == "inspect":
+            return self._inspect(engine, args)
+        if verb == "run":
+            return self._run(host.name, args)
+        if verb == "stop":
+            return self._stop(engine, args[-1])
+        if verb == "rm":
+            return self._rm(engine, args)
+        if verb == "logs":
+            return ok("") if self._find(engine, args[-1]) else self._missing(args[-1])
+        if verb == "image" and args[:1] == ["inspect"]:
+            image = args[-1]
+            if self.images is None or image in self.images:
+                return ok(f"sha256:{hashlib.sha256(image.encode()).hexdigest()}\n")
+            return fail(f"Error: No such image: {image}")
+        if verb == "pull":
+            if self.images is None or args[-1] in self.images:
+                return ok(f"pulled {args[-1]}\n")
+            return fail(f"Error response from daemon: pull access denied for {args[-1]}")
+        return fail(f"fake docker: unknown command: {argv}", 125)
+
+    def _ps(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
+        wanted: dict[str, str] = {}
+        for flag, value in itertools.pairwise(args):
+            if flag == "--filter" and value.startswith("label="):
+                key, _, val = value.removeprefix("label=").partition("=")
+                wanted[key] = val
+        ids = [
+            cid
+            for cid, doc in engine.items()
+            if all(doc["Config"]["Labels"].get(k) == v for k, v in wanted.items())
+        ]
+        return ok("".join(f"{cid}\n" for cid in ids))
+
+    def _inspect(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
+        refs = args[2:] if args[:2] == ["--type", "container"] else args
+        found = [doc for ref in refs if (doc := self._find(engine, ref)) is not None]
+        errors = [
+            f"Error: No such container: {ref}\n" for ref in refs if not self._find(engine, ref)
+        ]
+        return Result(1 if errors else 0, json.dumps(found, indent=4), "".join(errors))
+
+    def _run(self, host: str, args: list[str]) -> Result:
+        options: list[tuple[str, str]] = []
+        rest = list(args)
+        while rest and rest[0].startswith("-"):
+            flag = rest.pop(0)
+            if flag in _RUN_OPTIONS:
+                options.append((flag, rest.pop(0)))
+            elif flag != "-d":
+                return fail(f"fake docker: unknown run flag {flag}", 125)
+        if not rest:
+            return fail('"docker run" requires at least 1 argument.', 125)
+        image, command = rest[0], rest[1:]
+        name = next((v for f, v in options if f == "--name"), "")
+        engine = self.engines.setdefault(host, {})
+        if name and (other := self._find(engine, name)) is not None:
+            return fail(
+                f'docker: Error response from daemon: Conflict. The container name "/{name}" '
+                f'is already in use by container "{other["Id"]}".',
+                125,
+            )
+        if self.images is not None and image not in self.images:
+            return fail(f"Unable to find image '{image}' locally", 125)
+        labels = dict(v.partition("=")[::2] for f, v in options if f == "--label")
+        bindings: dict[str, list[dict[str, str]]] = {}
+        for f, v in options:
+            if f == "-p":
+                host_port, _, container = v.partition(":")
+                port, _, proto = container.partition("/")
+                key = f"{port}/{proto or 'tcp'}"
+                if any(
+                    b["HostPort"] == host_port and k.endswith("/" + (proto or "tcp"))
+                    for doc in engine.values()
+                    if doc["State"]["Status"] == "running"
+                    for k, binds in doc["HostConfig"]["PortBindings"].items()
+                    for b in binds
+                ):
+                    return fail(
+                        "docker: Error response from daemon: driver failed programming external "
+                        f"connectivity: Bind for 0.0.0.0:{host_port} failed: port is already "
+                        "allocated.",
+                        125,
+                    )
+                bindings.setdefault(key, []).append({"HostIp": "", "HostPort": host_port})
+        health = self.health if any(f == "--health-cmd" for f, _ in options) else None
+        doc = self._create(host, name, labels, image, bindings, health, "running")
+        doc["Config"]["Cmd"] = command or None
+        cpus = next((v for f, v in options if f == "--cpus"), "0")
+        doc["HostConfig"]["NanoCpus"] = int(float(cpus) * 1e9)
+        doc["HostConfig"]["Memory"] = int(next((v for f, v in options if f == "--memory"), "0"))
+        return ok(doc["Id"] + "\n")
+
+    def _create(
+        self,
+        host: str,
+        name: str,
+        labels: dict[str, str],
+        image: str,
+        bindings: dict[str, list[dict[str, str]]],
+        health: str | None,
+        status: str,
+    ) -> dict[str, Any]:
+        cid = hashlib.sha256(f"fake-container-{next(self._ids)}".encode()).hexdigest()
+        now = _docker_time(time.time())
+        state: dict[str, Any] = {
+            "Status": status,
+            "Running": status == "running",
+            "ExitCode": 0,
+            "StartedAt": now if status != "created" else _ZERO_TIME,
+            "FinishedAt": _ZERO_TIME,
+        }
+        if health is not None:
+            state["Health"] = {"Status": health, "FailingStreak": 0, "Log": []}
+        doc: dict[str, Any] = {
+            "Id": cid,
+            "Created": now,
+            "Name": f"/{name or cid[:12]}",
+            "State": state,
+            "Config": {"Image": image, "Labels": labels, "Cmd": None},
+            "HostConfig": {"NanoCpus": 0, "Memory": 0, "PortBindings": bindings},
+        }
+        self.engines.setdefault(host, {})[cid] = doc
+        return doc
+
+    def _stop(self, engine: dict[str, dict[str, Any]], ref: str) -> Result:
+        doc = self._find(engine, ref)
+        if doc is None:
+            return self._missing(ref)
+        state = doc["State"]
+        if state["Status"] == "running":
+            state.update(
+                Status="exited", Running=False, ExitCode=143, FinishedAt=_docker_time(time.time())
+            )
+        return ok(f"{ref}\n")
+
+    def _rm(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
+        force = "-f" in args
+        errors: list[str] = []
+        out: list[str] = []
+        for ref in (a for a in args if not a.startswith("-")):
+            doc = self._find(engine, ref)
+            if doc is None:
+                errors.append(f"Error: No such container: {ref}\n")
+            elif doc["State"]["Status"] == "running" and not force:
+                errors.append(
+                    f"Error response from daemon: cannot remove running container {ref}\n"
+                )
+            else:
+                del engine[doc["Id"]]
+                out.append(f"{ref}\n")
+        return Result(1 if errors else 0, "".join(out), "".join(errors))
+
+    @staticmethod
+    def _find(engine: dict[str, dict[str, Any]], ref: str) -> dict[str, Any] | None:
+        """A container by full id, id prefix (12+ characters) or name, like docker."""
+        if ref in engine:
+            return engine[ref]
+        for cid, doc in engine.items():
+            if doc["Name"] == f"/{ref}" or (len(ref) >= 12 and cid.startswith(ref)):
+                return doc
+        return None
+
+    @staticmethod
+    def _missing(ref: str) -> Result:
+        return fail(f"Error response from daemon: No such container: {ref}")

@@ -1,0 +1,901 @@
+"""The command line, in process, with no Docker engine and no SSH.
+
+Bad input: exit 2, one line on stderr naming the file and the key path, no traceback, no
+SSH connection, no state created or changed. Operator words on unknown hosts and services,
+commands before any apply, a second writer (75), bad durations, every --help. Then one
+end-to-end run against `tests.fakes.FakeDocker` (in-memory engines behind the executor
+seam): apply, status --json, a quiet reconcile, drain, activate, update, rollback, events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import pytest
+import typer
+from typer.testing import CliRunner, Result
+
+import minidock.cli
+from minidock.cli import app
+from minidock.events import Event
+from minidock.model import Host
+from minidock.reconcile import admit
+from minidock.spec import load
+from minidock.ssh import Result as SSHResult
+from minidock.ssh import SSHExecutor
+from minidock.state import ENV_STATE, StateLock, Store
+from tests.fakes import FakeDocker, FakeExecutor
+
+CLUSTER = 'cluster = "prod"\ninventory = "inventory.toml"\n'
+WEB = CLUSTER + '[services.web]\nimage = "web:5"\n'
+HOST = '[[hosts]]\nname = "host1"\naddress = "127.0.0.1"\nport = 1\n'
+HOSTS = HOST + '[[hosts]]\nname = "host2"\naddress = "127.0.0.1"\nport = 1\n'
+NAME_HINT = "use lowercase letters, digits, '_', '.' and '-', starting with a letter or digit"
+DURATION_HINT = "use a number of seconds or a string like '500ms', '2s', '1m30s', '1h'"
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def invoke(*args: str) -> Result:
+    """Run `minidock ARGS` in process; never a traceback, whatever the exit code."""
+    result = CliRunner().invoke(app, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"minidock {' '.join(args)} raised {result.exception!r}\n{result.output}"
+    )
+    assert "Traceback" not in result.output
+    return result
+
+
+def one_line_error(result: Result, code: int = 2) -> str:
+    """The single `minidock: ...` line on stderr of a command that exited `code`, no stdout."""
+    assert result.exit_code == code, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert result.stderr.endswith("\n")
+    assert lines[0].startswith("minidock: ")
+    return lines[0].removeprefix("minidock: ")
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file in a directory with its mode and bytes; {} when it does not exist."""
+    if not directory.exists():
+        return {}
+    return {p.name: (p.stat().st_mode, p.read_bytes()) for p in sorted(directory.iterdir())}
+
+
+def applied(directory: Path, cluster_file: Path) -> None:
+    """Store `cluster_file` as the first generation in `directory`, as `apply` would."""
+    cluster, _ = load(cluster_file)
+    with Store.open(directory) as store:
+        gen = store.next_generation_id()
+        event = Event(time.time(), "apply", f"applied {cluster_file} as generation {gen}")
+        store.commit(
+            admit(store.load(), cluster, gen),
+            [event],
+            generation=cluster,
+            source_path=str(cluster_file),
+        )
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Work in tmp_path with no $MINIDOCK_STATE, so default state dirs land in tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(ENV_STATE, raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def ssh_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Record (and refuse) any SSH attempt: the executor's run and asyncssh.connect."""
+    calls: list[str] = []
+
+    async def run(
+        self: SSHExecutor,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> SSHResult:
+        calls.append(f"SSHExecutor.run {host.name}: {list(argv)}")
+        raise AssertionError("no SSH expected")
+
+    async def connect(*args: object, **kwargs: object) -> None:
+        calls.append(f"asyncssh.connect {args} {kwargs}")
+        raise AssertionError("no SSH expected")
+
+    monkeypatch.setattr(SSHExecutor, "run", run)
+    monkeypatch.setattr(asyncssh, "connect", connect)
+    yield calls
+    assert calls == [], "SSH was attempted"
+
+
+@pytest.fixture
+def state(in_tmp: Path) -> Path:
+    """A state directory holding generation 1 of WEB on host1, host2 (files in in_tmp)."""
+    (in_tmp / "inventory.toml").write_text(HOSTS)
+    (in_tmp / "cluster.toml").write_text(WEB)
+    directory = in_tmp / "state"
+    applied(directory, in_tmp / "cluster.toml")
+    return directory
+
+
+# -- bad input --------------------------------------------------------------------------------
+def c(text: str, expected: str, id: str) -> Any:
+    """A bad cluster file beside a good inventory."""
+    return pytest.param({"cluster.toml": text, "inventory.toml": HOST}, expected, id=id)
+
+
+def i(text: str, expected: str, id: str) -> Any:
+    """A good cluster file naming a bad inventory."""
+    return pytest.param({"cluster.toml": WEB, "inventory.toml": text}, expected, id=id)
+
+
+BAD = [
+    c(
+        'cluster = "prod"\ninventory = \n',
+        "cluster.toml: invalid TOML at line 2, column 13: invalid value",
+        "toml-missing-value",
+    ),
+    c(
+        WEB + "replicaz = 3\n",
+        "cluster.toml: services.web: unknown key 'replicaz' (did you mean 'replicas'?)",
+        "unknown-key",
+    ),
+    c(
+        CLUSTER + "[services.web]\nreplicas = 2\n",
+        "cluster.toml: services.web: missing required key 'image'",
+        "missing-image",
+    ),
+    c(
+        WEB + 'replicas = "3"\n',
+        "cluster.toml: services.web.replicas: expected an integer, got string '3'",
+        "wrong-type",
+    ),
+    c(
+        WEB + "replicas = -1\n",
+        "cluster.toml: services.web.replicas: must be at least 0, got -1",
+        "negative-replicas",
+    ),
+    c(
+        CLUSTER + '[services.Web]\nimage = "web:5"\n',
+        f"cluster.toml: services: invalid service name 'Web': {NAME_HINT}",
+        "service-name",
+    ),
+    c(
+        CLUSTER + '[services.web]\nimage = "Web:5"\n',
+        "cluster.toml: services.web.image: invalid image reference 'Web:5': "
+        "use [registry[:port]/]name[:tag][@digest] with a lowercase name",
+        "image-uppercase",
+    ),
+    c(
+        WEB + 'depends_on = ["dbb"]\n[services.db]\nimage = "db:1"\n',
+        "cluster.toml: services.web.depends_on[0]: unknown service 'dbb' (did you mean 'db'?)",
+        "unknown-dependency",
+    ),
+    c(
+        CLUSTER + '[services.a]\nimage = "a"\ndepends_on = ["b"]\n'
+        '[services.b]\nimage = "b"\ndepends_on = ["a"]\n',
+        "cluster.toml: services.a.depends_on: dependency cycle: a -> b -> a",
+        "cycle",
+    ),
+    c(
+        WEB + 'update = { delay = "5x" }\n',
+        f"cluster.toml: services.web.update.delay: invalid duration '5x': {DURATION_HINT}",
+        "bad-duration",
+    ),
+    c(
+        WEB + 'memory = "256MB"\n',
+        "cluster.toml: services.web.memory: invalid size '256MB': "
+        "use a number of bytes or a string like '512KiB', '256MiB', '8GiB', '100M'",
+        "bad-size",
+    ),
+    c(
+        WEB + 'ports = ["8080:80", "9090:90", "8080:81"]\n',
+        "cluster.toml: services.web.ports[2]: host port 8080/tcp is already published by ports[0]",
+        "duplicate-host-port",
+    ),
+    c(
+        WEB + 'constraints = ["zone = a"]\n',
+        "cluster.toml: services.web.constraints[0]: invalid constraint 'zone = a': "
+        "use 'key == value' or 'key != value'",
+        "constraint",
+    ),
+    c(
+        WEB + 'env = { A = "x\\ny" }\n',
+        "cluster.toml: services.web.env.A: must not contain a newline, carriage return or NUL "
+        "(environment values are passed in an env-file)",
+        "env-newline",
+    ),
+    c(
+        WEB + 'desired = "paused"\n',
+        "cluster.toml: services.web.desired: expected one of 'running', 'stopped', got 'paused'",
+        "desired",
+    ),
+    c(
+        'cluster = "prod"\ninventory = "missing.toml"\n',
+        "cluster.toml: inventory: inventory file not found: missing.toml",
+        "inventory-not-found",
+    ),
+    c("", "cluster.toml: missing required key 'cluster'", "empty-file"),
+    c(
+        CLUSTER + '[services.a]\nimage = "a"\nreplicas = -1\n[services.b]\nimagee = "b"\n',
+        "cluster.toml: services.a.replicas: must be at least 0, got -1",
+        "first-error-wins",
+    ),
+    i(
+        "[[hosts]\n",
+        "inventory.toml: invalid TOML at line 1, column 8: "
+        "expected ']]' at the end of an array declaration",
+        "inventory-toml",
+    ),
+    i(
+        '[[hosts]]\nname = "host1"\nadress = "10.0.0.11"\n',
+        "inventory.toml: hosts[0]: unknown key 'adress' (did you mean 'address'?)",
+        "host-unknown-key",
+    ),
+    i(
+        '[defaults]\nuser = "deploy"\n',
+        "inventory.toml: missing required key 'hosts'",
+        "missing-hosts",
+    ),
+    i(
+        HOST + HOST,
+        "inventory.toml: hosts[1].name: duplicate host name 'host1' (also hosts[0])",
+        "duplicate-host",
+    ),
+    i(
+        '[[hosts]]\nname = "host1"\naddress = "-oProxyCommand=touch /tmp/x"\n',
+        "inventory.toml: hosts[0].address: invalid address '-oProxyCommand=touch /tmp/x': "
+        "must not start with '-'",
+        "address-dash",
+    ),
+    i(
+        '[defaults]\nconnect_timeout = "0ms"\n' + HOST,
+        "inventory.toml: defaults.connect_timeout: must be greater than 0, got '0ms'",
+        "zero-connect-timeout",
+    ),
+    i(
+        HOST + 'host_key_policy = "yes"\n',
+        "inventory.toml: hosts[0].host_key_policy: expected one of 'strict', 'accept-new', "
+        "got 'yes'",
+        "host-key-policy",
+    ),
+]
+
+# (argv before FILE, argv after FILE, how the state directory is chosen)
+COMMANDS = [
+    pytest.param(["validate"], [], None, id="validate"),
+    pytest.param(["plan"], ["--state", "state"], "state", id="plan"),
+    pytest.param(["plan"], [], ".minidock", id="plan-default-state"),
+    pytest.param(["apply"], ["--state", "state"], "state", id="apply"),
+    pytest.param(["apply", "--wait", "--timeout", "1s"], [], ".minidock", id="apply-default"),
+    pytest.param(["apply", "--dry-run"], ["--state", "state"], "state", id="apply-dry-run"),
+]
+
+
+def test_the_bad_input_table_is_big_enough() -> None:
+    assert len(BAD) >= 15
+
+
+@pytest.mark.parametrize(("before", "after", "state_name"), COMMANDS)
+@pytest.mark.parametrize(("files", "expected"), BAD)
+def test_bad_input_is_one_line_exit_2_no_ssh_no_state(
+    in_tmp: Path,
+    ssh_calls: list[str],
+    files: dict[str, str],
+    expected: str,
+    before: list[str],
+    after: list[str],
+    state_name: str | None,
+) -> None:
+    for name, text in files.items():
+        (in_tmp / name).write_text(text)
+    result = invoke(*before, "cluster.toml", *after)
+    assert one_line_error(result) == expected
+    if state_name is not None:
+        assert not (in_tmp / state_name).exists()
+    assert ssh_calls == []
+
+
+@pytest.mark.parametrize(("files", "expected"), BAD)
+def test_bad_apply_leaves_existing_state_as_it_was(
+    in_tmp: Path, ssh_calls: list[str], files: dict[str, str], expected: str
+) -> None:
+    (in_tmp / "good.toml").write_text(WEB)
+    (in_tmp / "inventory.toml").write_text(HOST)
+    applied(in_tmp / "state", in_tmp / "good.toml")
+    before = snapshot(in_tmp / "state")
+    for name, text in files.items():
+        (in_tmp / name).write_text(text)
+    assert one_line_error(invoke("apply", "cluster.toml", "--state", "state")) == expected
+    assert snapshot(in_tmp / "state") == before
+    assert ssh_calls == []
+
+
+@pytest.mark.parametrize("command", ["validate", "apply", "plan"])
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        pytest.param(None, "nope.toml: file not found", id="missing"),
+        pytest.param("dir", "nope.toml: cannot read file: Is a directory", id="directory"),
+        pytest.param(b"\xff\xfe\x00", "nope.toml: not UTF-8 text (bad byte at offset 0)", id="bin"),
+    ],
+)
+def test_unreadable_file_is_one_line(
+    in_tmp: Path, ssh_calls: list[str], command: str, setup: str | bytes | None, expected: str
+) -> None:
+    if setup == "dir":
+        (in_tmp / "nope.toml").mkdir()
+    elif isinstance(setup, bytes):
+        (in_tmp / "nope.toml").write_bytes(setup)
+    assert one_line_error(invoke(command, "nope.toml")) == expected
+    assert not (in_tmp / ".minidock").exists()
+
+
+def test_validate_says_ok(in_tmp: Path, ssh_calls: list[str]) -> None:
+    (in_tmp / "cluster.toml").write_text(WEB)
+    (in_tmp / "inventory.toml").write_text(HOSTS)
+    result = invoke("validate", "cluster.toml")
+    assert result.exit_code == 0
+    assert result.stdout == "OK: cluster.toml: cluster prod, 1 services, 2 hosts\n"
+    result = invoke("validate", "inventory.toml")
+    assert result.exit_code == 0
+    assert result.stdout == "OK: inventory.toml: inventory with 2 hosts\n"
+    assert not (in_tmp / ".minidock").exists()
+
+
+def test_validate_an_inventory_names_the_inventory_key(in_tmp: Path, ssh_calls: list[str]) -> None:
+    (in_tmp / "inventory.toml").write_text(HOST + "cpus = 0\n")
+    assert one_line_error(invoke("validate", "inventory.toml")) == (
+        "inventory.toml: hosts[0].cpus: must be greater than 0, got 0"
+    )
+
+
+def test_a_cluster_in_a_subdirectory_names_both_files_by_their_path(
+    in_tmp: Path, ssh_calls: list[str]
+) -> None:
+    (in_tmp / "playbooks").mkdir()
+    (in_tmp / "inventory").mkdir()
+    (in_tmp / "playbooks" / "prod.toml").write_text(
+        'cluster = "prod"\ninventory = "../inventory/prod.toml"\n[services.web]\nimage = "web:5"\n'
+    )
+    (in_tmp / "inventory" / "prod.toml").write_text(HOST.replace("port = 1", "port = 70000"))
+    error = one_line_error(invoke("apply", "playbooks/prod.toml"))
+    assert error == "inventory/prod.toml: hosts[0].port: must be at most 65535, got 70000"
+    assert not (in_tmp / "playbooks" / ".minidock").exists()
+
+
+# -- operator words on things that do not exist -----------------------------------------------
+@pytest.mark.parametrize("command", ["drain", "activate"])
+def test_unknown_host_lists_the_known_ones(state: Path, ssh_calls: list[str], command: str) -> None:
+    db = (state / "state.db").read_bytes()
+    error = one_line_error(invoke(command, "host9", "--state", str(state)))
+    assert (
+        error
+        == f"{state.parent / 'inventory.toml'}: unknown host 'host9'; known hosts: host1, host2"
+    )
+    assert (state / "state.db").read_bytes() == db
+
+
+@pytest.mark.parametrize("command", ["rollback", "reset"])
+def test_unknown_service_lists_the_known_ones(
+    state: Path, ssh_calls: list[str], command: str
+) -> None:
+    db = (state / "state.db").read_bytes()
+    error = one_line_error(invoke(command, "wbe", "--state", str(state)))
+    assert error == "unknown service 'wbe'; known services: web"
+    assert (state / "state.db").read_bytes() == db
+
+
+def test_rollback_without_a_previous_spec_is_exit_2(state: Path, ssh_calls: list[str]) -> None:
+    error = one_line_error(invoke("rollback", "web", "--state", str(state)))
+    assert error == "service web has no previous spec to roll back to"
+
+
+# -- nothing applied yet ----------------------------------------------------------------------
+NOTHING_APPLIED = [
+    ["status"],
+    ["status", "--json"],
+    ["events"],
+    ["reconcile"],
+    ["watch", "--interval", "1s"],
+    ["drain", "host1"],
+    ["activate", "host1"],
+    ["rollback", "web"],
+    ["reset", "web"],
+]
+
+
+@pytest.mark.parametrize("args", NOTHING_APPLIED, ids=" ".join)
+@pytest.mark.parametrize("how", ["--state", "env", "cwd"])
+def test_nothing_applied_is_exit_2_with_a_clear_message(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch, ssh_calls: list[str], args: list[str], how: str
+) -> None:
+    directory = in_tmp / "st" if how != "cwd" else in_tmp / ".minidock"
+    if how == "--state":
+        args = [*args, "--state", "st"]
+    elif how == "env":
+        monkeypatch.setenv(ENV_STATE, "st")
+    error = one_line_error(invoke(*args))
+    if args[0] == "events":
+        assert error == f"no state in {directory}"
+    else:
+        assert error == f"nothing applied yet in {directory}: run `minidock apply FILE` first"
+
+
+WRITER_CREATES_STATE = pytest.mark.xfail(
+    strict=True,
+    reason="writers create the state directory (cli.writer: and state.db; watch: "
+    "ensure_state_dir) before they find nothing applied (reported to the lead)",
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(
+            args,
+            id=" ".join(args),
+            marks=() if args[0] in ("status", "events") else WRITER_CREATES_STATE,
+        )
+        for args in NOTHING_APPLIED
+    ],
+)
+def test_nothing_applied_creates_no_state_directory(
+    in_tmp: Path, ssh_calls: list[str], args: list[str]
+) -> None:
+    one_line_error(invoke(*args, "--state", "st"))
+    assert not (in_tmp / "st").exists()
+
+
+# -- one writer -------------------------------------------------------------------------------
+LOCKED = "state directory {} is locked by another minidock process (pid {})"
+
+
+def test_reconcile_exits_75_at_once_when_another_writer_holds_the_lock(
+    state: Path, ssh_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(minidock.cli, "OPERATOR_PATIENCE", 3600.0)  # reconcile never waits
+    db = (state / "state.db").read_bytes()
+    with StateLock(state):
+        error = one_line_error(invoke("reconcile", "--state", str(state)), 75)
+    assert error == LOCKED.format(state, os.getpid())
+    assert (state / "state.db").read_bytes() == db
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["apply", "cluster.toml"], id="apply"),
+        pytest.param(["drain", "host1"], id="drain"),
+        pytest.param(["activate", "host1"], id="activate"),
+        pytest.param(["rollback", "web"], id="rollback"),
+        pytest.param(["reset", "web"], id="reset"),
+    ],
+)
+def test_operator_commands_exit_75_when_the_lock_stays_taken(
+    state: Path, ssh_calls: list[str], monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    monkeypatch.setattr(minidock.cli, "OPERATOR_PATIENCE", 0.2)
+    db = (state / "state.db").read_bytes()
+    with StateLock(state):
+        error = one_line_error(invoke(*args, "--state", str(state)), 75)
+    assert error == LOCKED.format(state, os.getpid())
+    assert (state / "state.db").read_bytes() == db
+
+
+def test_readers_do_not_wait_for_the_lock(state: Path, ssh_calls: list[str]) -> None:
+    with StateLock(state):
+        result = invoke("events", "--state", str(state))
+    assert result.exit_code == 0
+    assert "apply: applied" in result.stdout
+
+
+# -- bad option values ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "option", "value"),
+    [
+        (["apply", "cluster.toml", "--timeout", "5x"], "--timeout", "5x"),
+        (["apply", "cluster.toml", "--wait", "--timeout", "10"], "--timeout", "10"),
+        (["apply", "cluster.toml", "--dry-run", "--timeout", "-1s"], "--timeout", "-1s"),
+        (["drain", "host1", "--timeout", "soon"], "--timeout", "soon"),
+        (["rollback", "web", "--wait", "--timeout", ""], "--timeout", ""),
+        (["reset", "web", "--timeout", "1d"], "--timeout", "1d"),
+        (["watch", "--interval", "fast"], "--interval", "fast"),
+        (["watch", "--interval", "2"], "--interval", "2"),
+    ],
+)
+def test_bad_duration_option_is_exit_2(
+    state: Path, ssh_calls: list[str], args: list[str], option: str, value: str
+) -> None:
+    db = (state / "state.db").read_bytes()
+    error = one_line_error(invoke(*args, "--state", str(state)))
+    assert error.startswith(f"{option}: invalid duration {value!r}: ")
+    assert (state / "state.db").read_bytes() == db
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["apply"], id="missing-argument"),
+        pytest.param(["frobnicate"], id="unknown-command"),
+        pytest.param(["status", "--jsno"], id="unknown-option"),
+        pytest.param(["events", "-n", "many"], id="not-an-integer"),
+        pytest.param(["lab", "up", "--hosts", "0"], id="lab-hosts-range"),
+    ],
+)
+def test_usage_errors_are_exit_2(in_tmp: Path, ssh_calls: list[str], args: list[str]) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "Usage: minidock" in result.stderr
+    assert not (in_tmp / ".minidock").exists()
+
+
+# -- help -------------------------------------------------------------------------------------
+def command_paths() -> list[list[str]]:
+    """Every command and subcommand of the app, as argv prefixes."""
+    root = typer.main.get_command(app)
+    paths: list[list[str]] = []
+
+    def walk(group: Any, prefix: list[str]) -> None:
+        for name, command in sorted(group.commands.items()):
+            paths.append([*prefix, name])
+            if hasattr(command, "commands"):
+                walk(command, [*prefix, name])
+
+    walk(root, [])
+    return paths
+
+
+def test_every_product_command_is_there() -> None:
+    names = {" ".join(p) for p in command_paths()}
+    assert {
+        "apply",
+        "plan",
+        "reconcile",
+        "watch",
+        "status",
+        "drain",
+        "activate",
+        "rollback",
+        "reset",
+        "events",
+        "validate",
+        "lab",
+        "lab up",
+        "lab down",
+        "lab kill",
+        "lab revive",
+    } <= names
+
+
+@pytest.mark.parametrize("path", [[], *command_paths()], ids=lambda p: " ".join(p) or "minidock")
+def test_help_works(in_tmp: Path, ssh_calls: list[str], path: list[str]) -> None:
+    result = invoke(*path, "--help")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    assert f"Usage: minidock {' '.join(path)}".rstrip() in " ".join(result.stdout.split())
+    assert not (in_tmp / ".minidock").exists()
+
+
+# -- end to end, against in-memory Docker engines ---------------------------------------------
+FLEET = '[defaults]\nuser = "deploy"\n' + "".join(
+    f'[[hosts]]\nname = "host{n}"\naddress = "127.0.0.1"\nport = 1\n'
+    f'labels = {{ zone = "{zone}" }}\ncpus = 4\nmemory = "8GiB"\n'
+    for n, zone in ((1, "a"), (2, "b"), (3, "c"))
+)
+STACK = """\
+cluster = "e2e"
+inventory = "inventory.toml"
+
+[services.db]
+image = "db:1"
+
+[services.web]
+image = "web:5"
+replicas = 2
+ports = ["8080:8080"]
+env = { TOKEN = "s3cret-value" }
+cpus = 0.5
+memory = "256MiB"
+spread = "zone"
+depends_on = ["db"]
+health = { cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"], interval = "1s" }
+update = { monitor = "0s" }
+"""
+
+
+class QuickAsyncio:
+    """minidock.cli's view of asyncio: the pause between passes (--wait, watch) is cut to a
+    yield, and after `interrupt_after` pauses it raises KeyboardInterrupt, as Ctrl-C would."""
+
+    def __init__(self) -> None:
+        self.interrupt_after: int | None = None
+        self.pauses = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def sleep(self, delay: float) -> None:
+        self.pauses += 1
+        if self.interrupt_after is not None and self.pauses >= self.interrupt_after:
+            raise KeyboardInterrupt
+        await asyncio.sleep(0)
+
+
+class Fleet:
+    """A cluster file, an inventory, a state directory and the FakeDocker behind them."""
+
+    def __init__(
+        self, root: Path, docker: FakeDocker, executors: list[FakeExecutor], quick: QuickAsyncio
+    ) -> None:
+        self.root = root
+        self.docker = docker
+        self.executors = executors
+        self.quick = quick
+        self.state = root / "state"
+        self.cluster = root / "cluster.toml"
+
+    def run(self, *args: str) -> Result:
+        return invoke(*args, "--state", str(self.state))
+
+    def settle(self, passes: int = 10) -> list[Result]:
+        """Reconcile until a pass exits 0; every pass's result."""
+        results = []
+        for _ in range(passes):
+            results.append(self.run("reconcile"))
+            if results[-1].exit_code != 3:
+                break
+        assert results[-1].exit_code == 0, [r.output for r in results]
+        return results
+
+    def status(self) -> dict[str, Any]:
+        result = self.run("status", "--json")
+        assert result.exit_code == 0, result.output
+        doc: dict[str, Any] = json.loads(result.stdout)
+        return doc
+
+    def tasks(self, host: str | None = None) -> list[str]:
+        """Running task containers (this cluster's), by name."""
+        return [n for n in self.docker.names(host, "running") if not n.startswith("foreign")]
+
+
+@pytest.fixture
+def fleet(in_tmp: Path, monkeypatch: pytest.MonkeyPatch, ssh_calls: list[str]) -> Fleet:
+    (in_tmp / "inventory.toml").write_text(FLEET)
+    (in_tmp / "cluster.toml").write_text(STACK)
+    docker = FakeDocker()
+    executors: list[FakeExecutor] = []
+
+    def make() -> FakeExecutor:
+        executors.append(docker.executor())
+        return executors[-1]
+
+    monkeypatch.setattr(minidock.cli, "SSHExecutor", make)
+    quick = QuickAsyncio()
+    monkeypatch.setattr(minidock.cli, "asyncio", quick)
+    docker.add("host1", "foreign-app", {"minidock.cluster": "other", "minidock.service": "web"})
+    docker.add("host2", "foreign-plain")
+    return Fleet(in_tmp, docker, executors, quick)
+
+
+STATUS_KEYS = {
+    "services": {"name": str, "desired": str, "replicas": int, "running": int, "healthy": int,
+                 "state": str},
+    "tasks": {"id": str, "service": str, "slot": int, "host": str, "image": str, "state": str,
+              "health": str},
+    "hosts": {"name": str, "state": str, "drained": bool},
+}  # fmt: skip
+
+
+def test_end_to_end_with_fake_docker(fleet: Fleet) -> None:
+    # apply: prints the generation and the acts, exits 0 or 3 (db first, then web)
+    result = fleet.run("apply", str(fleet.cluster))
+    assert result.exit_code in (0, 3), result.output
+    assert result.stdout.startswith("generation 1: e2e (2 services)\n")
+    assert "started db.1." in result.stdout
+    assert all(not line.startswith("started web.") for line in result.stdout.splitlines())
+    fleet.settle()
+    assert fleet.executors
+    assert all(e.closed for e in fleet.executors)
+    assert [n.split(".")[0] for n in fleet.tasks()] == ["db", "web", "web"]
+    web_hosts = {h for h in ("host1", "host2", "host3") for n in fleet.tasks(h) if "web" in n}
+    assert len(web_hosts) == 2  # one host port 8080 per host, spread over zones
+    assert fleet.docker.names(status="running").count("foreign-app") == 1
+    assert "foreign-plain" in fleet.docker.names("host2")
+
+    # reconcile when nothing changes: quiet, exit 0, no act on any host
+    calls = sum(len(e.calls) for e in fleet.executors)
+    quiet = fleet.run("reconcile")
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
+    new = [c.argv[:2] for e in fleet.executors for c in e.calls][calls:]
+    assert {tuple(a) for a in new} <= {("docker", "ps"), ("docker", "inspect")}
+
+    # plan after convergence: nothing to do, nothing written
+    before = (fleet.state / "state.db").read_bytes()
+    planned = fleet.run("plan", str(fleet.cluster))
+    assert (planned.exit_code, planned.stdout) == (0, "nothing to do: converged\n")
+    assert (fleet.state / "state.db").read_bytes() == before
+
+    # status --json: one document with the contract keys and types
+    doc = fleet.status()
+    for section, keys in STATUS_KEYS.items():
+        assert doc[section], section
+        for entry in doc[section]:
+            for key, kind in keys.items():
+                assert isinstance(entry[key], kind), (section, key, entry)
+    services = {s["name"]: s for s in doc["services"]}
+    assert {k: services["web"][k] for k in STATUS_KEYS["services"]} == {
+        "name": "web",
+        "desired": "running",
+        "replicas": 2,
+        "running": 2,
+        "healthy": 2,
+        "state": "converged",
+    }
+    assert services["db"]["state"] == "converged"
+    assert sorted((t["service"], t["slot"]) for t in doc["tasks"]) == [
+        ("db", 1),
+        ("web", 1),
+        ("web", 2),
+    ]
+    assert {t["health"] for t in doc["tasks"] if t["service"] == "web"} == {"healthy"}
+    assert {t["image"] for t in doc["tasks"]} == {"db:1", "web:5"}
+    assert [(h["name"], h["state"], h["drained"]) for h in doc["hosts"]] == [
+        ("host1", "ready", False),
+        ("host2", "ready", False),
+        ("host3", "ready", False),
+    ]
+    assert doc["converged"] is True
+    assert doc["cluster"] == "e2e"
+    assert doc["generation"] == 1
+    text = fleet.run("status")
+    assert text.exit_code == 0
+    assert "converged" in text.stdout
+
+    # drain: replacements first, then the host is empty and stays drained
+    busy = next(h for h in ("host1", "host2", "host3") if fleet.tasks(h))
+    drained = fleet.run("drain", busy, "--no-wait")
+    assert drained.exit_code in (0, 3), drained.output
+    assert drained.stdout.startswith(f"draining {busy}\n")
+    fleet.settle()
+    assert fleet.tasks(busy) == []
+    assert len(fleet.tasks()) == 3
+    hosts = {h["name"]: h for h in fleet.status()["hosts"]}
+    assert hosts[busy]["drained"] is True
+    activated = fleet.run("activate", busy)
+    assert activated.exit_code == 0, activated.output
+    assert {h["name"]: h for h in fleet.status()["hosts"]}[busy]["drained"] is False
+
+    # a new generation rolls web to web:6; rollback returns it to web:5
+    (fleet.root / "cluster.toml").write_text(STACK.replace("web:5", "web:6"))
+    updated = fleet.run("apply", str(fleet.cluster))
+    assert updated.exit_code in (0, 3), updated.output
+    assert updated.stdout.startswith("generation 2: e2e (2 services)\n")
+    fleet.settle()
+    images = {t["image"] for t in fleet.status()["tasks"] if t["service"] == "web"}
+    assert images == {"web:6"}
+    rolled = fleet.run("rollback", "web")
+    assert rolled.exit_code in (0, 3), rolled.output
+    fleet.settle()
+    images = {t["image"] for t in fleet.status()["tasks"] if t["service"] == "web"}
+    assert images == {"web:5"}
+
+    # the event log: applies, operator words and acts; never the env secret
+    events = fleet.run("events", "-n", "0")
+    assert events.exit_code == 0
+    kinds = [line.split()[2].rstrip(":") for line in events.stdout.splitlines()]
+    assert kinds.count("apply") == 2
+    assert {"apply", "intent", "run", "stop"} <= set(kinds)
+    assert "s3cret-value" not in events.stdout
+    assert "applied" in events.stdout
+    assert f"draining {busy}" in events.stdout
+
+    # the state directory is private
+    assert stat.S_IMODE(fleet.state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((fleet.state / "state.db").stat().st_mode) == 0o600
+    for side in fleet.state.iterdir():
+        assert stat.S_IMODE(side.stat().st_mode) & 0o077 == 0, side
+
+
+def test_apply_wait_converges_and_says_so(fleet: Fleet) -> None:
+    result = fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "30s")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("converged\n")
+    assert len(fleet.tasks()) == 3
+
+
+def test_apply_dry_run_and_plan_change_nothing(fleet: Fleet) -> None:
+    for args in (["apply", str(fleet.cluster), "--dry-run"], ["plan", str(fleet.cluster)]):
+        result = fleet.run(*args)
+        assert result.exit_code == 0, result.output
+        assert "run db.1." in result.stdout
+        assert not fleet.state.exists()
+        assert fleet.tasks() == []
+
+
+def test_unreachable_hosts_do_not_fail_the_pass(fleet: Fleet) -> None:
+    fleet.docker.down.add("host1")
+    result = fleet.run("apply", str(fleet.cluster))
+    assert result.exit_code in (0, 3), result.output
+    fleet.settle()
+    assert fleet.tasks("host1") == []
+    hosts = {h["name"]: h for h in fleet.status()["hosts"]}
+    assert hosts["host1"]["state"] == "down"
+    assert "connection refused" in hosts["host1"]["error"]
+
+
+def test_drain_waits_until_the_host_is_empty(fleet: Fleet) -> None:
+    assert fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "30s").exit_code == 0
+    busy = next(h for h in ("host1", "host2", "host3") if fleet.tasks(h))
+    result = fleet.run("drain", busy, "--timeout", "30s")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"draining {busy}\n")
+    assert result.stdout.endswith("converged\n")
+    assert fleet.tasks(busy) == []
+    assert len(fleet.tasks()) == 3
+
+
+def test_apply_wait_times_out_with_exit_3(fleet: Fleet) -> None:
+    fleet.docker.health = "starting"  # web never turns healthy
+    assert fleet.run("apply", str(fleet.cluster)).exit_code == 3  # starts db
+    assert fleet.run("reconcile").exit_code == 3  # starts web, which stays "starting"
+    result = fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "0s")
+    assert result.exit_code == 3, result.output
+    assert result.stderr.startswith("not converged after 0s:\n")
+
+
+def test_a_failed_act_is_exit_1(fleet: Fleet) -> None:
+    fleet.docker.images = {"db:1"}  # web:5 is nowhere and cannot be pulled
+    assert fleet.run("apply", str(fleet.cluster)).exit_code == 3
+    result = fleet.run("reconcile")
+    assert result.exit_code == 1, result.output
+    assert "failed: run web.1." in result.stderr
+    assert "cannot be pulled" in result.stderr
+
+
+def test_an_operator_command_waits_for_a_running_pass(fleet: Fleet) -> None:
+    assert fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "30s").exit_code == 0
+    lock = StateLock(fleet.state)
+    lock.acquire()
+    releaser = threading.Timer(0.3, lock.release)  # a pass of another process ends
+    releaser.start()
+    try:
+        result = fleet.run("drain", "host1", "--no-wait")
+    finally:
+        releaser.join()
+        lock.release()
+    assert result.exit_code in (0, 3), result.output
+    assert result.stdout.startswith("draining host1\n")
+
+
+def test_watch_passes_until_interrupted(fleet: Fleet) -> None:
+    assert fleet.run("apply", str(fleet.cluster)).exit_code == 3  # db started, web pending
+    fleet.quick.interrupt_after = 5
+    result = fleet.run("watch", "--interval", "1s")
+    assert result.exit_code == 0, result.output
+    assert "started web.1." in result.stdout
+    assert "started web.2." in result.stdout
+    assert result.stdout.endswith("stopped\n")
+    assert len(fleet.tasks()) == 3
+
+
+def test_watch_skips_a_pass_while_another_writer_holds_the_lock(fleet: Fleet) -> None:
+    assert fleet.run("apply", str(fleet.cluster)).exit_code == 3  # db started, web pending
+    fleet.quick.interrupt_after = 3
+    with StateLock(fleet.state):
+        result = fleet.run("watch", "--interval", "1s")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "stopped\n", "")
+    assert [n.split(".")[0] for n in fleet.tasks()] == ["db"]

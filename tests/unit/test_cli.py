@@ -428,35 +428,8 @@ def test_nothing_applied_is_exit_2_with_a_clear_message(
     elif how == "env":
         monkeypatch.setenv(ENV_STATE, "st")
     error = one_line_error(invoke(*args))
-    if args[0] == "events":
-        assert error == f"no state in {directory}"
-    else:
-        assert error == f"nothing applied yet in {directory}: run `minidock apply FILE` first"
-
-
-WRITER_CREATES_STATE = pytest.mark.xfail(
-    strict=True,
-    reason="writers create the state directory (cli.writer: and state.db; watch: "
-    "ensure_state_dir) before they find nothing applied (reported to the lead)",
-)
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        pytest.param(
-            args,
-            id=" ".join(args),
-            marks=() if args[0] in ("status", "events") else WRITER_CREATES_STATE,
-        )
-        for args in NOTHING_APPLIED
-    ],
-)
-def test_nothing_applied_creates_no_state_directory(
-    in_tmp: Path, ssh_calls: list[str], args: list[str]
-) -> None:
-    one_line_error(invoke(*args, "--state", "st"))
-    assert not (in_tmp / "st").exists()
+    assert error == f"nothing applied yet in {directory}: run `minidock apply FILE` first"
+    assert not directory.exists()
 
 
 # -- one writer -------------------------------------------------------------------------------

@@ -209,7 +209,8 @@ def validate(file: Annotated[Path, typer.Argument(help="A cluster spec or an inv
     """Check a cluster spec (and its inventory) or an inventory; print OK or the error."""
     try:
         with file.open("rb") as fh:
-            is_inventory = "hosts" in tomllib.load(fh)
+            doc = tomllib.load(fh)
+        is_inventory = "hosts" in doc or ("defaults" in doc and "services" not in doc)
     except (OSError, ValueError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
         is_inventory = False  # let the loader say what is wrong, in its own words
     try:
@@ -293,6 +294,8 @@ def watch(
     The lock is held for each pass, not between passes, so `apply`, `drain` and the other
     writers get their turn; a pass that finds the lock taken is skipped."""
     pause = seconds(interval, "--interval")
+    if pause < 0.1:
+        fail(f"--interval: {interval} is too short; use at least 100ms, e.g. 2s")
     directory = applied_state_dir(state)
 
     async def loop(executor: SSHExecutor) -> None:

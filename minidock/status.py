@@ -14,7 +14,7 @@ from minidock.supervise import ready
 
 
 def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> str:
-    """One word for a service: stopped, failed, paused, updating, rolling-back, converged,
+    """One word for a service: stopped, failed, paused, updating, rolling_back, converged,
     degraded (fewer healthy tasks than replicas) or starting."""
     if ss.spec.desired == "stopped":
         return "stopped"
@@ -24,7 +24,7 @@ def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> 
     if r.status == "paused":
         return "paused"
     if rollout_active(r):
-        return "rolling-back" if r.rollback else "updating"
+        return "rolling_back" if r.rollback else "updating"
     if healthy >= ss.spec.replicas and running == ss.spec.replicas:
         return "converged"
     return "degraded" if healthy < running or running < ss.spec.replicas else "starting"
@@ -117,7 +117,7 @@ def summarize(
                 "last_seen": hs.last_seen,
                 "error": None if obs is None or obs.ok else obs.error,
                 "tasks": len(live),
-                "cpus": {"used": sum(c.cpus for c in live), "total": h.cpus},
+                "cpus": {"used": sum((c.cpus for c in live), 0.0), "total": h.cpus},
                 "memory": {"used": sum(c.memory for c in live), "total": h.memory},
             }
         )

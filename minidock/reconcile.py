@@ -300,13 +300,6 @@ class _Pass:
                 self.stop(c, state.last_exit, failure=state is not before)
                 if state is not before and not state.complete:
                     lapsed.append(c)
-                if state.failed and not before.failed:
-                    self.event(
-                        "failed",
-                        f"{name}.{slot} failed: {state.last_exit}",
-                        service=name,
-                        slot=slot,
-                    )
             self.set_slot(name, slot, state)
             if lapsed:
                 target = self.failed_after_gate(name, slot, lapsed[-1], state.last_exit)
@@ -368,7 +361,13 @@ class _Pass:
         return slot_target(self.services[name], slot)
 
     def set_slot(self, name: str, slot: int, state: SlotState) -> None:
+        """Keep a slot's bookkeeping; reaching the crash-loop limit (by exits, unhealthy
+        tasks or failed health gates alike) is an event."""
         ss = self.services[name]
+        if state.failed and not ss.slot(slot).failed:
+            self.event(
+                "failed", f"{name}.{slot} failed: {state.last_exit}", service=name, slot=slot
+            )
         if ss.slot(slot) != state:
             self.services[name] = replace(ss, slots={**ss.slots, slot: state})
 

@@ -109,6 +109,15 @@ def slot_target(ss: ServiceState, slot: int) -> Service:
     return ss.spec
 
 
+def back_to_previous(ss: ServiceState, slots: list[int]) -> ServiceState:
+    """Where a failure paused an update, its failed slots go back to the previous spec,
+    known good, at once: the restart backoff the new spec's failure set does not apply."""
+    if ss.rollout.status != "paused" or ss.rollout.rollback or not slots:
+        return ss
+    again = {n: replace(ss.slot(n), next_start=0.0) for n in slots}
+    return replace(ss, slots={**ss.slots, **again})
+
+
 def rollout_active(r: Rollout) -> bool:
     return r.status in ("updating", "rolling_back")
 
@@ -357,7 +366,7 @@ class _Pass:
         if rollout_active(r) and slot in r.done and c.spec == ss.spec.spec_hash():
             r = replace(r, done=tuple(n for n in r.done if n != slot), failures=r.failures + 1)
             ss = self.on_failure(replace(ss, rollout=r), f"{why} (after its monitor)")
-            self.services[name] = ss
+            self.services[name] = back_to_previous(ss, [slot])
         return slot_target(self.services[name], slot)
 
     def set_slot(self, name: str, slot: int, state: SlotState) -> None:
@@ -426,7 +435,7 @@ class _Pass:
             return ss
         spec = ss.spec.spec_hash()
         since = dict(r.healthy_since)
-        done, inflight, failures = list(r.done), [], []
+        done, inflight, failures, failed = list(r.done), [], [], []
         for slot in r.inflight:
             new = [c for c in found if c.slot == slot and c.spec == spec]
             newest = max(new, key=lambda c: (c.created_at, c.id)) if new else None
@@ -442,6 +451,7 @@ class _Pass:
                         self.stop(c, f"replaced by {newest.task if newest else ''}")
             elif verdict == "fail" and newest is not None:
                 failures.append(why)
+                failed.append(slot)
                 since.pop(slot, None)
                 self.stop(newest, why, failure=True)
                 state = count_failure(ss.slot(slot), newest.task, self.now, why, ss.spec.restart)
@@ -461,7 +471,7 @@ class _Pass:
         )
         ss = replace(ss, rollout=r)
         if failures:
-            ss = self.on_failure(ss, failures[-1])
+            ss = back_to_previous(self.on_failure(ss, failures[-1]), failed)
         return ss
 
     def on_failure(self, ss: ServiceState, why: str) -> ServiceState:

@@ -346,9 +346,21 @@ def pull_argv(image: str) -> list[str]:
 
 
 # -- secrets ----------------------------------------------------------------------------------
+SECRET_KEY = re.compile(r"PASS|SECRET|TOKEN|KEY|CREDENTIAL|AUTH|PRIVATE|CERT|SALT", re.I)
+SECRET_MIN = 4  # shortest value masked under a secret-looking key
+ANY_MIN = 8  # shortest value masked under any key
+
+
 def secrets_of(service: Service) -> tuple[str, ...]:
-    """Every env value of a service: all of them are treated as secrets."""
-    return tuple(value for _, value in service.env if value)
+    """The env values of a service to mask in output: every value under a secret-looking
+    key (PASSWORD, TOKEN, API_KEY, ...) of 4 or more characters, and every value of 8 or
+    more characters under any key. Short ordinary values (ROLE=db, PORT=8080) stay
+    readable: masking them would garble names and numbers in every message."""
+    return tuple(
+        value
+        for key, value in service.env
+        if len(value) >= ANY_MIN or (SECRET_KEY.search(key) and len(value) >= SECRET_MIN)
+    )
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -139,6 +139,10 @@ class _Pass:
     services: dict[str, ServiceState] = field(default_factory=dict)
     handled: set[str] = field(default_factory=set)  # container ids already given an action
     held: dict[tuple[str, int], list[str]] = field(default_factory=dict)  # slot -> hosts
+    # placements wait until every slot is decided, then go in priority order:
+    wanted: list[tuple[bool, str, int, Service]] = field(default_factory=list)  # empty slots
+    moves: list[tuple[str, int, Service, Container, str]] = field(default_factory=list)
+    updates: list[tuple[str, list[tuple[int, Container]], bool]] = field(default_factory=list)
     fleet: Fleet = field(init=False)
     _mine: list[Container] | None = None
 
@@ -227,6 +231,11 @@ class _Pass:
                 self.stop_service(name, by_service.get(name, []))
             else:
                 self.run_service(name, by_service.get(name, []))
+        self.place_wanted()  # due restarts, then new tasks,
+        for move in self.moves:  # then drains' replacements,
+            self.replace_elsewhere(*move)
+        for name, outdated, complete in self.updates:  # then rolling updates
+            self.advance_rollout(name, outdated, complete=complete)
 
     def stop(self, c: Container, reason: str, *, failure: bool = False) -> None:
         if c.id in self.handled:
@@ -282,7 +291,7 @@ class _Pass:
             for c in found
             if c.id not in self.handled and c.spec == ss.spec.spec_hash() and ready(c)
         }
-        self.advance_rollout(name, outdated, complete=len(settled) >= replicas)
+        self.updates.append((name, outdated, len(settled) >= replicas))
 
     def ghosts(self, service: str, slot: int) -> list[str]:
         """Hosts that are unreachable but not yet down and last held this slot."""
@@ -349,7 +358,7 @@ class _Pass:
             live = [keep]
         task = live[0]
         if self.hosts[task.host].drained:
-            self.replace_elsewhere(name, slot, target, task, f"drain {task.host}")
+            self.moves.append((name, slot, target, task, f"drain {task.host}"))
             return None
         if task.spec != spec:
             return task
@@ -381,7 +390,7 @@ class _Pass:
             self.services[name] = replace(ss, slots={**ss.slots, slot: state})
 
     def fill(self, name: str, slot: int, target: Service, *, restart: bool) -> None:
-        """An empty slot: start a task unless Failed, complete, backing off or blocked."""
+        """An empty slot: wants a task unless Failed, complete, backing off or blocked."""
         ss = self.services[name]
         state = ss.slot(slot)
         if state.failed or state.complete:
@@ -395,18 +404,22 @@ class _Pass:
         if blocked:
             self.pending.append(Pending(name, slot, blocked))
             return
-        where = place(target, self.fleet)
-        if where.host is None:
-            self.pending.append(Pending(name, slot, where.why))
-            return
-        self.runs.append(
-            self.new_run(
-                target, slot, where.host, "restart" if restart else "place", restart=restart
-            )
-        )
-        r = ss.rollout
-        if rollout_active(r) and slot not in r.done and slot not in r.inflight:
-            self.services[name] = replace(ss, rollout=replace(r, inflight=(*r.inflight, slot)))
+        self.wanted.append((not restart, name, slot, target))
+
+    def place_wanted(self) -> None:
+        """Place the empty slots' tasks: due restarts first, so lost capacity comes back
+        before anything new takes the room."""
+        for fresh, name, slot, target in sorted(self.wanted, key=lambda w: w[0]):
+            where = place(target, self.fleet)
+            if where.host is None:
+                self.pending.append(Pending(name, slot, where.why))
+                continue
+            reason = "place" if fresh else "restart"
+            self.runs.append(self.new_run(target, slot, where.host, reason, restart=not fresh))
+            ss = self.services[name]
+            r = ss.rollout
+            if rollout_active(r) and slot not in r.done and slot not in r.inflight:
+                self.services[name] = replace(ss, rollout=replace(r, inflight=(*r.inflight, slot)))
 
     def new_run(self, service: Service, slot: int, host: str, reason: str, **kw: object) -> Run:
         tid = task_id(self.cluster.name, service.name, slot, service.spec_hash(), self.now)

@@ -234,10 +234,17 @@ def test_operands_that_look_like_flags_are_refused(bad: str) -> None:
 
 # -- secrets ------------------------------------------------------------------------------------
 def test_secrets_and_redact() -> None:
-    svc = Service(
-        name="a", image="i", env=(("TOKEN", "s3cr3t"), ("LONG", "s3cr3t-more"), ("E", ""))
+    env = (
+        ("TOKEN", "s3cr3t"),
+        ("LONG", "s3cr3t-more"),
+        ("E", ""),
+        ("ROLE", "db"),
+        ("API_KEY", "abcd"),
+        ("DB_PASSWORD", "xyz"),
+        ("MODE", "production"),
     )
-    assert secrets_of(svc) == ("s3cr3t", "s3cr3t-more")
+    svc = Service(name="a", image="i", env=env)
+    assert secrets_of(svc) == ("s3cr3t", "s3cr3t-more", "abcd", "production")
     assert redact("got s3cr3t-more and s3cr3t", secrets_of(svc)) == "got *** and ***"
     assert redact("nothing here", ()) == "nothing here"
 

@@ -419,12 +419,6 @@ def test_due_restarts_run_first_in_the_pass() -> None:
     assert plan.run[0].restart
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="due restarts run first in execution order only: the scheduler reserves capacity "
-    "in the file's service order, so a new placement listed earlier takes the room a due "
-    "restart needed; reported to the lead",
-)
 def test_a_due_restart_gets_capacity_before_a_new_placement() -> None:
     w = World([host("h1", cpus=1)])
     crashy = svc("crashy", cpus=1.0, restart=policy(delay=5.0, max_delay=5.0))
@@ -611,12 +605,6 @@ def test_stopping_a_dependent_alone_leaves_the_dependency_running() -> None:
 
 
 # -- what the event log says ---------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner masks every env value of every service as a secret, so an ordinary value "
-    "such as ROLE = 'db' (playbooks/stack.toml) masks the service name in every event "
-    "('***.1 failed'); reported to the lead",
-)
 def test_an_ordinary_env_value_does_not_mask_the_service_name_in_events() -> None:
     w = fleet(1)
     w.apply(

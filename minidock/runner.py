@@ -186,10 +186,21 @@ async def run_pass(
         final = plan.state
         for note in acts.notes:
             final = note(final)
-        store.commit(final, acts.events)
+        events = acts.events + newly_failed(plan.state, final, now)
+        store.commit(final, events)
         result.plan = Plan(final, plan.run, plan.stop, plan.pending, plan.waiting, plan.events)
     result.done, result.failures = acts.done, acts.failures
     return result
+
+
+def newly_failed(before: ControllerState, after: ControllerState, now: float) -> list[Event]:
+    """A `failed` event for each slot that an act's failure took to its crash-loop limit."""
+    return [
+        Event(now, "failed", f"{name}.{n} failed: {slot.last_exit}", service=name, slot=n)
+        for name, ss in after.services.items()
+        for n, slot in sorted(ss.slots.items())
+        if slot.failed and not (name in before.services and before.services[name].slot(n).failed)
+    ]
 
 
 def all_secrets(state: ControllerState) -> tuple[str, ...]:

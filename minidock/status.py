@@ -55,8 +55,9 @@ def summarize(
             for n, s in sorted(ss.slots.items())
             if s.failed and n <= ss.spec.replicas
         ]
-        running = len({c.slot for c in tasks if c.state == "running"})
-        healthy = len({c.slot for c in tasks if ready(c)})
+        done = {n for n, s in ss.slots.items() if s.complete}  # exited, not to restart
+        running = len({c.slot for c in tasks if c.state == "running"} - done)
+        healthy = len({c.slot for c in tasks if ready(c)} - done)
         r = ss.rollout
         last_failure = r.reason or next(
             (s.last_exit for _, s in sorted(ss.slots.items(), reverse=True) if s.last_exit), ""
@@ -68,7 +69,8 @@ def summarize(
                 "replicas": ss.spec.replicas,
                 "running": running,
                 "healthy": healthy,
-                "state": service_state(ss, running, healthy, len(failed)),
+                "state": service_state(ss, running + len(done), healthy + len(done), len(failed)),
+                "completed": len(done),
                 "image": ss.spec.image,
                 "generation": ss.generation,
                 "rollout": {

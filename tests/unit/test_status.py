@@ -1,0 +1,41 @@
+"""The status document and the runner's pure helpers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from minidock.model import RestartPolicy, SlotState
+from minidock.runner import newly_failed
+from minidock.status import summarize
+from tests.sim import World, host, svc
+
+
+def test_a_completed_slot_counts_as_converged_not_degraded() -> None:
+    w = World([host("h1")])
+    w.apply(svc("job", image="once:1", replicas=2, restart=RestartPolicy(condition="none")))
+    w.converge()
+    done = w.live("job")[0]
+    w.containers["h1"] = [
+        replace(c, state="exited", exit_code=0, finished_at=w.now) if c is done else c
+        for c in w.containers["h1"]
+    ]
+    w.converge()
+    plan = w.plan()
+    doc = summarize(w.state, w.inventory, w.observe(), plan)
+    (job,) = doc["services"]
+    assert job["completed"] == 1
+    assert job["running"] == 1
+    assert job["state"] == "converged"
+
+
+def test_a_slot_failed_by_an_act_gets_its_failed_event() -> None:
+    w = World([host("h1")])
+    w.apply(svc(replicas=2))
+    before = w.state
+    ss = before.services["web"]
+    failed = replace(ss, slots={2: SlotState(failed=True, last_exit="docker run failed: x")})
+    after = replace(before, services={"web": failed})
+    (event,) = newly_failed(before, after, 5.0)
+    assert (event.kind, event.service, event.slot) == ("failed", "web", 2)
+    assert event.message == "web.2 failed: docker run failed: x"
+    assert newly_failed(after, after, 6.0) == []

@@ -13,6 +13,15 @@ def fleet(n: int = 3) -> World:
     return World([host(f"host{i}") for i in range(1, n + 1)])
 
 
+def update(w: World, old: str, new: str, replicas: int, **policy: object) -> None:
+    """Converge `replicas` healthy tasks of image `old`, then apply image `new`."""
+    hc = HealthCheck(("true",))
+    pol = UpdatePolicy(**policy)  # type: ignore[arg-type]
+    w.apply(svc(image=old, replicas=replicas, health=hc, update=pol))
+    w.converge()
+    w.apply(svc(image=new, replicas=replicas, health=hc, update=pol))
+
+
 def assert_results(plan: object, *, run: int = 0, stop: int = 0, pending: int = 0) -> None:
     got = (len(plan.run), len(plan.stop), len(plan.pending))  # type: ignore[attr-defined]
     assert got == (run, stop, pending), f"(run, stop, pending) = {got}: {plan}"
@@ -234,10 +243,7 @@ def test_down_host_tasks_do_not_count_against_capacity() -> None:
 
 def test_rolling_update_stop_first_one_at_a_time() -> None:
     w = fleet(3)
-    hc = HealthCheck(("true",))
-    w.apply(svc(replicas=3, health=hc, update=UpdatePolicy(monitor=0)))
-    w.converge()
-    w.apply(svc(image="web:6", replicas=3, health=hc, update=UpdatePolicy(monitor=0)))
+    update(w, "web:5", "web:6", 3, monitor=0)
     first = w.step()
     assert len(first.run) == 1
     assert first.run[0].replaces is not None
@@ -255,11 +261,7 @@ def test_rolling_update_stop_first_one_at_a_time() -> None:
 
 def test_rolling_update_start_first_never_dips() -> None:
     w = fleet(3)
-    hc = HealthCheck(("true",))
-    pol = UpdatePolicy(monitor=0, order="start-first", parallelism=2)
-    w.apply(svc(replicas=3, health=hc, update=pol))
-    w.converge()
-    w.apply(svc(image="web:6", replicas=3, health=hc, update=pol))
+    update(w, "web:5", "web:6", 3, monitor=0, order="start-first", parallelism=2)
     for _ in range(20):
         plan = w.step()
         healthy = [c for c in w.live() if c.health == "healthy"]
@@ -283,11 +285,7 @@ def test_start_first_with_a_held_host_port_falls_back_to_stop_first() -> None:
 
 def test_failed_update_rolls_back() -> None:
     w = fleet(3)
-    hc = HealthCheck(("true",))
-    pol = UpdatePolicy(monitor=0, failure_action="rollback")
-    w.apply(svc(image="web:6", replicas=3, health=hc, update=pol))
-    w.converge()
-    w.apply(svc(image="web:broken", replicas=3, health=hc, update=pol))
+    update(w, "web:6", "web:broken", 3, monitor=0, failure_action="rollback")
     w.converge()
     assert sorted(c.image for c in w.live()) == ["web:6"] * 3
     r = w.state.services["web"].rollout
@@ -298,11 +296,7 @@ def test_failed_update_rolls_back() -> None:
 
 def test_failed_update_pauses_after_first_batch() -> None:
     w = fleet(3)
-    hc = HealthCheck(("true",))
-    pol = UpdatePolicy(monitor=0, failure_action="pause")
-    w.apply(svc(image="web:6", replicas=3, health=hc, update=pol))
-    w.converge()
-    w.apply(svc(image="web:broken", replicas=3, health=hc, update=pol))
+    update(w, "web:6", "web:broken", 3, monitor=0, failure_action="pause")
     for _ in range(10):
         w.step()
     r = w.state.services["web"].rollout
@@ -329,12 +323,9 @@ def test_rollback_that_fails_pauses_and_never_loops() -> None:
 
 def test_new_apply_supersedes_a_rollout() -> None:
     w = fleet(2)
-    hc = HealthCheck(("true",))
-    pol = UpdatePolicy(monitor=5)
-    w.apply(svc(image="web:5", replicas=2, health=hc, update=pol))
-    w.converge()
-    w.apply(svc(image="web:6", replicas=2, health=hc, update=pol))
+    update(w, "web:5", "web:6", 2, monitor=5)
     w.step()
+    hc, pol = HealthCheck(("true",)), UpdatePolicy(monitor=5)
     w.apply(svc(image="web:7", replicas=2, health=hc, update=pol))
     w.converge()
     assert sorted(c.image for c in w.live()) == ["web:7"] * 2
@@ -342,11 +333,7 @@ def test_new_apply_supersedes_a_rollout() -> None:
 
 def test_continue_goes_on_despite_failures() -> None:
     w = fleet(2)
-    hc = HealthCheck(("true",))
-    pol = UpdatePolicy(monitor=0, failure_action="continue")
-    w.apply(svc(image="web:6", replicas=2, health=hc, update=pol))
-    w.converge()
-    w.apply(svc(image="web:broken", replicas=2, health=hc, update=pol))
+    update(w, "web:6", "web:broken", 2, monitor=0, failure_action="continue")
     for _ in range(12):
         w.step()
     assert w.state.services["web"].rollout.failures >= 2

@@ -263,6 +263,7 @@ class Rollout:
     done: tuple[int, ...] = ()  # slots that reached the target spec in this rollout
     inflight: tuple[int, ...] = ()  # slots whose new task is started but not yet through the gate
     healthy_since: tuple[tuple[int, float], ...] = ()  # gate clock per in-flight slot
+    first_seen: tuple[tuple[int, float], ...] = ()  # when the controller first saw its task
     last_batch_at: float = 0.0  # when the latest task passed its gate (for update.delay)
     rollback: bool = False  # this rollout returns to the previous spec
 

@@ -447,14 +447,20 @@ class _Pass:
         if not rollout_active(r) or not r.inflight:
             return ss
         spec = ss.spec.spec_hash()
-        since = dict(r.healthy_since)
+        since, seen = dict(r.healthy_since), dict(r.first_seen)
         done, inflight, failures, failed = list(r.done), [], [], []
         for slot in r.inflight:
             new = [c for c in found if c.slot == slot and c.spec == spec]
             newest = max(new, key=lambda c: (c.created_at, c.id)) if new else None
-            verdict, why = health_gate(newest, ss.spec, since.get(slot), self.now)
-            if newest is not None and newest.health == "healthy":
-                since.setdefault(slot, self.now)
+            if newest is not None:  # the gate runs on the controller's clock, not the host's
+                seen.setdefault(slot, self.now)
+                if ready(newest):
+                    since.setdefault(slot, self.now)
+            verdict, why = health_gate(
+                newest, ss.spec, since.get(slot), self.now, seen_at=seen.get(slot)
+            )
+            if verdict != "wait" or newest is None:
+                seen.pop(slot, None)
             if verdict == "ready":
                 done.append(slot)
                 since.pop(slot, None)
@@ -480,6 +486,7 @@ class _Pass:
             done=tuple(sorted(set(done))),
             inflight=tuple(inflight),
             healthy_since=tuple(sorted(since.items())),
+            first_seen=tuple(sorted(seen.items())),
             failures=r.failures + len(failures),
         )
         ss = replace(ss, rollout=r)

@@ -72,12 +72,20 @@ Gate = Literal["ready", "wait", "fail"]
 
 
 def health_gate(
-    c: Container | None, service: Service, healthy_since: float | None, now: float
+    c: Container | None,
+    service: Service,
+    healthy_since: float | None,
+    now: float,
+    *,
+    seen_at: float | None = None,
 ) -> tuple[Gate, str]:
     """Has a new task proved itself: healthy (or running, without a check) for `monitor`?
 
     Fails when the task exits, turns unhealthy, or is not healthy within
-    start_period + retries x interval + timeout + monitor of its start."""
+    start_period + retries x interval + timeout + monitor of its start. Times are the
+    controller's own (`healthy_since`: first seen ready; `seen_at`: first seen at all) so a
+    host whose clock is off cannot pass or fail a task early; without them, the task's own
+    start time stands in."""
     monitor = service.update.monitor
     if c is None:
         return "wait", "not started yet"
@@ -85,9 +93,12 @@ def health_gate(
         return "fail", exit_line(c)
     if c.health == "unhealthy":
         return "fail", f"task {c.task} unhealthy: {c.health_log or 'health check failed'}"
-    started = c.started_at or c.created_at
+    started = seen_at if seen_at is not None else (c.started_at or c.created_at)
     if c.state == "running" and c.health in ("healthy", "none"):
-        since = started if c.health == "none" else (healthy_since or now)
+        if healthy_since is not None:
+            since = healthy_since
+        else:
+            since = started if c.health == "none" else now
         if now - since >= monitor:
             return "ready", ""
         return "wait", f"task {c.task} in monitor for {monitor - (now - since):.0f}s more"

@@ -887,3 +887,37 @@ def test_pause_puts_the_failed_slot_back_on_the_old_spec_in_the_same_pass() -> N
     paused = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     assert [(r.slot, r.service.image) for r in paused.run] == [(1, "web:5")]
     assert sorted(c.slot for c in w.live()) == [1, 2, 3, 4]
+
+
+def test_gate_runs_on_the_controllers_clock_not_the_hosts() -> None:
+    """A host whose clock is 1000 s behind: its tasks look old, yet pass only after monitor
+    and fail their deadline only after the full limit, both measured from first sight."""
+    s = replace(web(monitor=5.0), health=None)
+    old = _task(health="none", started_at=-900.0, created_at=-900.0)
+    assert health_gate(old, s, None, 100.0, seen_at=100.0)[0] == "wait"
+    assert health_gate(old, s, 100.0, 104.9, seen_at=100.0)[0] == "wait"
+    assert health_gate(old, s, 100.0, 105.0, seen_at=100.0)[0] == "ready"
+    starting = _task(health="starting", started_at=-900.0, created_at=-900.0)
+    limit = HC.deadline() + 5.0
+    assert health_gate(starting, web(monitor=5.0), None, 100.0 + limit, seen_at=100.0)[0] == "wait"
+    verdict, _ = health_gate(starting, web(monitor=5.0), None, 100.1 + limit, seen_at=100.0)
+    assert verdict == "fail"
+
+
+def test_a_host_clock_behind_does_not_rush_the_gate_in_a_pass() -> None:
+    w = World([host("host1")])
+    plain = replace(web(replicas=1, monitor=5.0), health=None)
+    w.apply(plain)
+    w.converge()
+    w.apply(replace(plain, image="web:6"))
+    w.step()  # stop-first: the web:6 task starts
+    started = w.now  # the controller first sees it on this pass
+    w.containers["host1"] = [
+        replace(c, started_at=-1000.0, created_at=-1000.0) for c in w.containers["host1"]
+    ]
+    for _ in range(10):
+        plan = w.step()
+        if plan.state.services["web"].rollout.status == "completed":
+            break
+    passed = w.now - 1.0  # the pass that completed it
+    assert passed - started >= 5.0  # monitor, on the controller's clock

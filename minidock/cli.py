@@ -27,6 +27,7 @@ from minidock.lab import lab_app
 from minidock.model import Cluster, ControllerState, Inventory
 from minidock.reconcile import Plan
 from minidock.runner import (
+    EXIT_FAILED,
     EXIT_NOT_CONVERGED,
     EXIT_OK,
     PassResult,
@@ -250,6 +251,10 @@ def apply(
         store.commit(admitted, [event], generation=cluster, source_path=str(file.resolve()))
         out.print(f"generation {gen}: {cluster.name} ({len(cluster.services)} services)")
         code = converge(store, cluster, inventory, wait=wait, timeout=limit)
+        for name, ss in store.load().services.items():
+            if ss.rollout.rollback and ss.previous_generation == gen:  # our update failed
+                err.print(f"{name}: {ss.rollout.reason}", markup=False)
+                code = EXIT_FAILED
     raise typer.Exit(code)
 
 

@@ -605,12 +605,16 @@ def admit(state: ControllerState, cluster: Cluster, generation: int) -> Controll
     """Take a newly applied cluster spec as the desired state.
 
     A service whose run settings changed starts a rollout and keeps its old spec for
-    rollback; any change to a service clears its Failed slots and backoff."""
+    rollback; any change to a service clears its Failed slots and backoff; the same spec
+    again resumes a paused update."""
     services: dict[str, ServiceState] = {}
     for svc in cluster.services:
         old = state.services.get(svc.name)
         if old is None:
             services[svc.name] = ServiceState(spec=svc, generation=generation)
+        elif old.spec == svc and old.rollout.status == "paused" and not old.rollout.rollback:
+            resumed = replace(old.rollout, status="updating", failures=0, reason="")
+            services[svc.name] = replace(old, rollout=resumed)  # as `docker service update`
         elif old.spec == svc:
             services[svc.name] = old
         else:

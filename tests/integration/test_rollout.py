@@ -140,7 +140,8 @@ def test_web5_to_web6_keeps_replicas_minus_parallelism_healthy(md: Minidock, fle
 def test_broken_update_rolls_back_to_web6_and_status_says_why(md: Minidock, fleet: Fleet) -> None:
     deploy(md, fleet, WEB6)
     res = apply(md, spec(BROKEN))
-    assert res.returncode == 0, res.stdout + res.stderr  # converged, on the previous spec
+    assert res.returncode == 1, res.stdout + res.stderr  # converged, but the update failed
+    assert "web: rolled back: task " in res.stderr
     assert images(md, fleet) == [WEB6] * REPLICAS
     assert "rollout-rollback" in res.stdout, res.stdout
     doc = md.status()

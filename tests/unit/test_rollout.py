@@ -921,3 +921,19 @@ def test_a_host_clock_behind_does_not_rush_the_gate_in_a_pass() -> None:
             break
     passed = w.now - 1.0  # the pass that completed it
     assert passed - started >= 5.0  # monitor, on the controller's clock
+
+
+def test_applying_the_same_spec_again_resumes_a_paused_update() -> None:
+    w = World([host("host1"), host("host2")])
+    w.apply(web("web:6", replicas=2, failure_action="pause", monitor=0.0))
+    w.converge()
+    broken = web("web:broken", replicas=2, failure_action="pause", monitor=0.0)
+    w.apply(broken)
+    for _ in range(8):
+        w.step()
+    assert w.state.services["web"].rollout.status == "paused"
+    w.apply(broken)
+    r = w.state.services["web"].rollout
+    assert (r.status, r.failures, r.reason) == ("updating", 0, "")
+    plan = w.step()
+    assert [run.service.image for run in plan.run] == ["web:broken"]

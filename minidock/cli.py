@@ -246,9 +246,12 @@ def apply(
         return
     with writer(directory, patience=OPERATOR_PATIENCE) as store:
         gen = store.next_generation_id()
-        admitted = core.admit(store.load(), cluster, gen)
-        event = Event(time.time(), "apply", f"applied {file} as generation {gen}")
-        store.commit(admitted, [event], generation=cluster, source_path=str(file.resolve()))
+        before = store.load()
+        admitted = core.admit(before, cluster, gen)
+        now = time.time()
+        events = [Event(now, "apply", f"applied {file} as generation {gen}")]
+        events += core.rollouts_started(before, admitted, now)
+        store.commit(admitted, events, generation=cluster, source_path=str(file.resolve()))
         out.print(f"generation {gen}: {cluster.name} ({len(cluster.services)} services)")
         code = converge(store, cluster, inventory, wait=wait, timeout=limit)
         for name, ss in store.load().services.items():

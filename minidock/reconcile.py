@@ -476,6 +476,9 @@ class _Pass:
                 state = count_failure(ss.slot(slot), newest.task, self.now, why, ss.spec.restart)
                 self.set_slot(ss.spec.name, slot, state)
                 ss = self.services[ss.spec.name]
+            elif newest is None and self.ghosts(ss.spec.name, slot):
+                inflight.append(slot)  # on a host that did not answer: still counts in flight
+                self.waiting.append(f"{ss.spec.name}.{slot}: its host is unreachable")
             elif newest is None:
                 since.pop(slot, None)  # its run never happened: the slot is decided afresh
             else:
@@ -659,6 +662,16 @@ def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState
         replace(ss, rollout=replace(r, status="paused", reason=why, inflight=(), healthy_since=())),
         Event(now, "rollout-paused", f"{name}: paused: {why}", service=name),
     )
+
+
+def rollouts_started(before: ControllerState, after: ControllerState, now: float) -> list[Event]:
+    """A `rollout-started` event for each service that `admit` set updating."""
+    return [
+        Event(now, "rollout-started", f"{name}: updating to generation {ss.generation}", name)
+        for name, ss in after.services.items()
+        if ss.rollout.status == "updating"
+        and (name not in before.services or before.services[name].rollout != ss.rollout)
+    ]
 
 
 def rolled_back(ss: ServiceState, reason: str) -> ServiceState:

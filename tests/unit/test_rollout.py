@@ -39,6 +39,7 @@ from minidock.reconcile import (
     note_failure,
     reconcile,
     rollback,
+    rollouts_started,
     slot_target,
 )
 from minidock.runner import _Acts
@@ -937,3 +938,28 @@ def test_applying_the_same_spec_again_resumes_a_paused_update() -> None:
     assert (r.status, r.failures, r.reason) == ("updating", 0, "")
     plan = w.step()
     assert [run.service.image for run in plan.run] == ["web:broken"]
+
+
+def test_an_in_flight_task_on_an_unreachable_host_still_counts_against_parallelism() -> None:
+    w = World([host("host1"), host("host2"), host("host3")])
+    w.apply(web("web:5", replicas=3, monitor=30.0))
+    w.converge()
+    w.apply(web("web:6", replicas=3, monitor=30.0))
+    first = w.step()
+    (run,) = first.run
+    w.step()  # the new task is healthy now, in its monitor window
+    w.kill_host(run.host)  # unreachable for one probe: not down yet
+    plan = w.step()
+    assert plan.run == ()
+    assert plan.state.services["web"].rollout.inflight == (run.slot,)
+    assert any("unreachable" in line for line in plan.waiting)
+
+
+def test_apply_of_a_changed_service_records_rollout_started() -> None:
+    w = World([host("host1")])
+    w.apply(web("web:5", replicas=1))
+    before = w.state
+    w.apply(web("web:6", replicas=1))
+    (event,) = rollouts_started(before, w.state, 7.0)
+    assert (event.kind, event.service) == ("rollout-started", "web")
+    assert rollouts_started(w.state, w.state, 8.0) == []

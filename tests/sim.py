@@ -126,20 +126,20 @@ class World:
         return c
 
     def tick(self, dt: float = 1.0) -> None:
-        """Advance time: health checks settle, crashing images exit."""
+        """Advance time: every container on a reachable host behaves for a moment."""
         self.now += dt
         for name, cs in self.containers.items():
-            if name in self.down:
-                continue
-            out = []
-            for c in cs:
-                if c.state == "running" and c.image.startswith("crash"):
-                    c = replace(c, state="exited", exit_code=1, finished_at=self.now)
-                elif c.state == "running" and c.health == "starting":
-                    broken = c.image.endswith(":broken")
-                    c = replace(c, health="unhealthy" if broken else "healthy")
-                out.append(c)
-            self.containers[name] = out
+            if name not in self.down:
+                self.containers[name] = [self.behave(c) for c in cs]
+
+    def behave(self, c: Container) -> Container:
+        """How an image acts as time passes: health checks settle, crashing images exit."""
+        if c.state == "running" and c.image.startswith("crash"):
+            return replace(c, state="exited", exit_code=1, finished_at=self.now)
+        if c.state == "running" and c.health == "starting":
+            broken = c.image.endswith(":broken")
+            return replace(c, health="unhealthy" if broken else "healthy")
+        return c
 
     def converge(self, limit: int = 60, dt: float = 1.0) -> Plan:
         for _ in range(limit):

@@ -56,26 +56,19 @@ HEALTH_LOG = "wget: can't connect to remote host (127.0.0.1): Connection refused
 class Lab(World):
     """tests/sim.World whose images behave by tag over (injected) time; see the module doc."""
 
-    def tick(self, dt: float = 1.0) -> None:
-        self.now += dt
-        for name, cs in self.containers.items():
-            if name in self.down:
-                continue
-            out = []
-            for c in cs:
-                tag = c.image.rpartition(":")[2]
-                age = self.now - (c.started_at or c.created_at)
-                if c.state != "running":
-                    pass
-                elif c.image.startswith("crash") or (tag == "late" and age >= LATE):
-                    code = 1 if c.image.startswith("crash") else 2
-                    c = replace(c, state="exited", exit_code=code, finished_at=self.now)
-                elif c.health == "starting" and tag == "broken":
-                    c = replace(c, health="unhealthy", health_log=HEALTH_LOG)
-                elif c.health == "starting" and tag != "slow":
-                    c = replace(c, health="healthy")
-                out.append(c)
-            self.containers[name] = out
+    def behave(self, c: Container) -> Container:
+        tag = c.image.rpartition(":")[2]
+        age = self.now - (c.started_at or c.created_at)
+        if c.state != "running":
+            return c
+        if c.image.startswith("crash") or (tag == "late" and age >= LATE):
+            code = 1 if c.image.startswith("crash") else 2
+            return replace(c, state="exited", exit_code=code, finished_at=self.now)
+        if c.health == "starting" and tag == "broken":
+            return replace(c, health="unhealthy", health_log=HEALTH_LOG)
+        if c.health == "starting" and tag != "slow":
+            return replace(c, health="healthy")
+        return c
 
     # views ------------------------------------------------------------------------------
     def images(self, service: str = "web") -> list[str]:

@@ -252,6 +252,41 @@ def test_a_controller_killed_mid_rollout_resumes_with_reconcile(md: Minidock, fl
     assert web(md.status())["rollout"]["status"] == "completed"
 
 
+def test_a_host_lost_mid_rollout_resumes_and_ends_with_one_task_per_slot(
+    md: Minidock, fleet: Fleet
+) -> None:
+    deploy(md, fleet, WEB5)
+    res = md("apply", str(md.spec(spec(WEB6))))  # one pass: the first replacement starts
+    assert res.returncode == 3, res.stdout + res.stderr
+    (started,) = [line for line in res.stdout.splitlines() if line.startswith("started web.")]
+    lost = started.split(" on ")[1].split()[0]
+    fleet.kill(lost, "stop")  # the host with the in-flight new task goes away
+    alive = [h for h in fleet.hosts if h != lost]
+    try:
+        for _ in range(80):
+            res = md("reconcile")
+            assert res.returncode in (0, 3), res.stdout + res.stderr
+            if res.returncode == 0:
+                break
+            time.sleep(0.3)
+        running = [
+            line.split()[0] for h in alive for line in md.containers(h) if line.endswith("running")
+        ]
+        assert sorted(int(n.split(".")[1]) for n in running) == [1, 2, 3, 4], running
+        doc = md.status()
+        assert {t["image"] for t in doc["tasks"] if t["state"] == "running"} == {WEB6}
+        assert web(doc)["rollout"]["status"] == "completed"
+    finally:
+        fleet.revive(lost)
+    for _ in range(40):  # the host is back: its stale task goes, nothing doubles
+        if md("reconcile").returncode == 0:
+            break
+        time.sleep(0.3)
+    final = tasks(md, fleet)
+    assert sorted(t.slot for t in final) == [1, 2, 3, 4]
+    assert {t.image for t in final} == {WEB6}
+
+
 def test_a_nonexistent_image_tag_stops_no_old_task(md: Minidock, fleet: Fleet) -> None:
     deploy(md, fleet, WEB6, failure_action="pause")
     before = sorted(t.name for t in tasks(md, fleet))

@@ -254,10 +254,9 @@ def apply(
         store.commit(admitted, events, generation=cluster, source_path=str(file.resolve()))
         out.print(f"generation {gen}: {cluster.name} ({len(cluster.services)} services)")
         code = converge(store, cluster, inventory, wait=wait, timeout=limit)
-        for name, ss in store.load().services.items():
-            if ss.rollout.rollback and ss.previous_generation == gen:  # our update failed
-                err.print(f"{name}: {ss.rollout.reason}", markup=False)
-                code = EXIT_FAILED
+        for name, why in core.failed_updates(store.load(), gen):
+            err.print(f"{name}: {why}", markup=False)
+            code = EXIT_FAILED
     raise typer.Exit(code)
 
 

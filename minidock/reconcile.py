@@ -8,6 +8,7 @@ on the converged result returns an empty plan.
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -81,6 +82,10 @@ class Plan:
     def converged(self) -> bool:
         return not (self.run or self.stop or self.pending or self.waiting)
 
+    def paused(self) -> list[str]:
+        """Services whose rollout is paused: they wait for an operator, like Failed slots."""
+        return [name for name, ss in self.state.services.items() if ss.rollout.status == "paused"]
+
     def failed_slots(self) -> list[tuple[str, int, str]]:
         return [
             (name, n, slot.last_exit)
@@ -94,8 +99,6 @@ class Plan:
 def task_id(cluster: str, service: str, slot: int, spec: str, now: float) -> str:
     """A deterministic id: the same decision replayed names the same container, so Docker
     itself refuses a duplicate `docker run` (see runner: a name conflict is adoption)."""
-    import hashlib
-
     raw = f"{cluster}/{service}/{slot}/{spec}/{now:.6f}"
     return hashlib.sha256(raw.encode()).hexdigest()[:10]
 
@@ -429,16 +432,15 @@ class _Pass:
         self, name: str, slot: int, target: Service, old: Container, why: str
     ) -> None:
         """Start-first replacement on another host; the old task stops once it is ready."""
-        if self.deps_ready(self.services[name]) is None:
-            where = place(target, self.fleet, avoid=[old.host])
-            if where.host is not None:
-                self.runs.append(self.new_run(target, slot, where.host, why))
-                return
+        blocked = self.deps_ready(self.services[name])
+        if blocked is not None:
+            self.pending.append(Pending(name, slot, f"{why}: {blocked}"))
+            return
+        where = place(target, self.fleet, avoid=[old.host])
+        if where.host is None:
             self.pending.append(Pending(name, slot, f"{why}: {where.why}"))
-        else:
-            self.pending.append(
-                Pending(name, slot, f"{why}: {self.deps_ready(self.services[name])}")
-            )
+            return
+        self.runs.append(self.new_run(target, slot, where.host, why))
 
     # rollouts ------------------------------------------------------------------------------
     def gate_rollout(self, ss: ServiceState, found: list[Container]) -> ServiceState:
@@ -671,6 +673,16 @@ def rollouts_started(before: ControllerState, after: ControllerState, now: float
         for name, ss in after.services.items()
         if ss.rollout.status == "updating"
         and (name not in before.services or before.services[name].rollout != ss.rollout)
+    ]
+
+
+def failed_updates(state: ControllerState, generation: int) -> list[tuple[str, str]]:
+    """Services whose update from `generation` was rolled back automatically, with why:
+    the apply that made that generation failed, though the fleet converged."""
+    return [
+        (name, ss.rollout.reason)
+        for name, ss in state.services.items()
+        if ss.rollout.rollback and ss.previous_generation == generation
     ]
 
 

@@ -45,8 +45,7 @@ class PassResult:
     def exit_code(self) -> int:
         """0 converged, 1 an act failed or a service has Failed slots or a paused rollout,
         3 progress made or pending (backoff, rollout, health gates, unplaceable tasks)."""
-        paused = any(ss.rollout.status == "paused" for ss in self.plan.state.services.values())
-        if self.failures or self.plan.failed_slots() or paused:
+        if self.failures or self.plan.failed_slots() or self.plan.paused():
             return EXIT_FAILED
         return EXIT_OK if self.plan.converged else EXIT_NOT_CONVERGED
 

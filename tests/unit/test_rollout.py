@@ -34,6 +34,7 @@ from minidock.model import (
 from minidock.reconcile import (
     Plan,
     admit,
+    failed_updates,
     failure_action,
     note_exit,
     note_failure,
@@ -956,3 +957,15 @@ def test_apply_of_a_changed_service_records_rollout_started() -> None:
     (event,) = rollouts_started(before, w.state, 7.0)
     assert (event.kind, event.service) == ("rollout-started", "web")
     assert rollouts_started(w.state, w.state, 8.0) == []
+
+
+def test_failed_updates_names_the_generation_whose_update_was_rolled_back() -> None:
+    w = lab(3)
+    w.apply(web("web:6", replicas=2, failure_action="rollback", monitor=0.0))
+    w.converge()
+    w.apply(web("web:broken", replicas=2, failure_action="rollback", monitor=0.0))
+    w.converge()
+    ((name, why),) = failed_updates(w.state, 2)
+    assert name == "web"
+    assert why.startswith("rolled back: task ")
+    assert failed_updates(w.state, 1) == []

@@ -21,11 +21,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from minidock import reconcile as core
-from minidock.events import Event
+from minidock import core
+from minidock.core import ControllerState, Plan
 from minidock.lab import lab_app
-from minidock.model import Cluster, ControllerState, Inventory
-from minidock.reconcile import Plan
+from minidock.model import Cluster, Event, Inventory
 from minidock.runner import (
     EXIT_FAILED,
     EXIT_NOT_CONVERGED,

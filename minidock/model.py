@@ -1,9 +1,10 @@
 """The domain model: frozen values shared by every part of MiniDock.
 
 Desired state (Inventory, Cluster, Service) comes from the TOML files; observed state
-(HostObservation, Container) comes from `docker inspect` over SSH; controller state
-(ControllerState) is what the controller decided and keeps in its store. Nothing here
-does I/O. Durations are float seconds, sizes are int bytes, times are float epoch seconds.
+(HostObservation, Container) comes from `docker inspect` over SSH; an Event is one line of
+the controller's log. What the controller *decided* (ControllerState and its host, slot and
+rollout machines) lives in `minidock.core`. Nothing here does I/O. Durations are float
+seconds, sizes are int bytes, times are float epoch seconds.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ FailureAction = Literal["pause", "rollback", "continue"]
 RestartCondition = Literal["any", "on-failure", "none"]
 DesiredState = Literal["running", "stopped"]
 HostKeyPolicy = Literal["strict", "accept-new"]
+
+
+def task_name(service: str, slot: int, task: str) -> str:
+    """The name of one task's container: SERVICE.SLOT.TASK (SwarmKit's naming)."""
+    return f"{service}.{slot}.{task}"
 
 
 # -- inventory --------------------------------------------------------------------------------
@@ -218,78 +224,18 @@ class Observed:
         return [c for o in self.hosts.values() if o.ok for c in o.containers]
 
 
-# -- controller state: what the controller decided, kept in the store -------------------------
-RolloutStatus = Literal["none", "updating", "paused", "rolling_back", "rolled_back", "completed"]
-
-
+# -- the event log ----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class SeenTask:
-    """A live task as last observed on a host: holds its slot while the host is unreachable."""
+class Event:
+    """Something the controller did or saw. `slot` 0 and empty strings mean "not about one".
 
-    service: str
-    slot: int
-    task: str
-    spec: str
+    The core builds events; the store appends them in the same transaction as the state
+    they explain. Messages are stored as given: redacting secrets is the producer's job."""
 
-
-@dataclass(frozen=True)
-class HostState:
-    failures: int = 0  # consecutive failed probes, counted across runs
-    down: bool = False
-    drained: bool = False
-    last_seen: float | None = None
-    last_error: str | None = None
-    tasks: tuple[SeenTask, ...] = ()  # live tasks at the last successful probe
-
-
-@dataclass(frozen=True)
-class SlotState:
-    """Restart bookkeeping for one slot: survives controller restarts."""
-
-    attempts: tuple[float, ...] = ()  # times of counted failures, within the window
-    counted: tuple[str, ...] = ()  # task ids whose failure is already counted
-    next_start: float = 0.0  # backoff: no new task before this time
-    failed: bool = False  # crash-loop limit reached: only reset or apply revives it
-    complete: bool = False  # exited and, by restart.condition, not to be restarted
-    last_exit: str = ""  # one line: exit code and log tail, or the health failure
-
-
-@dataclass(frozen=True)
-class Rollout:
-    status: RolloutStatus = "none"
-    reason: str = ""
-    failures: int = 0
-    total: int = 0
-    done: tuple[int, ...] = ()  # slots that reached the target spec in this rollout
-    inflight: tuple[int, ...] = ()  # slots whose new task is started but not yet through the gate
-    healthy_since: tuple[tuple[int, float], ...] = ()  # gate clock per in-flight slot
-    first_seen: tuple[tuple[int, float], ...] = ()  # when the controller first saw its task
-    last_batch_at: float = 0.0  # when the latest task passed its gate (for update.delay)
-    rollback: bool = False  # this rollout returns to the previous spec
-
-
-@dataclass(frozen=True)
-class ServiceState:
-    """The effective spec of a service (after any rollback) and its bookkeeping."""
-
-    spec: Service
-    generation: int
-    previous: Service | None = None
-    previous_generation: int | None = None
-    rollout: Rollout = field(default_factory=Rollout)
-    slots: dict[int, SlotState] = field(default_factory=dict)
-
-    def slot(self, n: int) -> SlotState:
-        return self.slots.get(n, SlotState())
-
-
-@dataclass(frozen=True)
-class ControllerState:
-    cluster: str = ""
-    generation: int = 0
-    order: tuple[str, ...] = ()  # service names in the order of the applied file
-    services: dict[str, ServiceState] = field(default_factory=dict)
-    hosts: dict[str, HostState] = field(default_factory=dict)
-
-    def host(self, name: str) -> HostState:
-        return self.hosts.get(name, HostState())
+    at: float  # epoch seconds
+    kind: str  # short machine-readable word, e.g. "host-down", "rollout-paused"
+    message: str  # one human-readable line, already redacted
+    service: str = ""
+    slot: int = 0
+    host: str = ""
+    task: str = ""

@@ -23,10 +23,9 @@ from minidock.commands import (
     secrets_of,
     stop_argv,
 )
-from minidock.events import Event
-from minidock.model import Cluster, ControllerState, Inventory, Observed
+from minidock.core import ControllerState, Plan, Run, Stop, note_exit, note_failure, reconcile
+from minidock.model import Cluster, Event, Inventory, Observed
 from minidock.observe import observe
-from minidock.reconcile import Plan, Run, Stop, note_exit, note_failure, reconcile
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 from minidock.state import Store
 

@@ -22,8 +22,8 @@ from types import TracebackType
 from typing import Self
 
 from minidock import codec
-from minidock.events import Event
-from minidock.model import Cluster, ControllerState
+from minidock.core import ControllerState
+from minidock.model import Cluster, Event
 
 __all__ = [
     "DB_NAME",

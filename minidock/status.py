@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from minidock.model import ControllerState, Inventory, Observed, ServiceState
-from minidock.reconcile import Plan, rollout_active
-from minidock.supervise import ready
+from minidock.core import ControllerState, Plan, ServiceState
+from minidock.core.supervise import ready
+from minidock.model import Inventory, Observed
 
 
 def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> str:
@@ -21,10 +21,8 @@ def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> 
     if failed:
         return "failed"
     r = ss.rollout
-    if r.status == "paused":
-        return "paused"
-    if rollout_active(r):
-        return "rolling_back" if r.rollback else "updating"
+    if r.paused or r.active:
+        return str(r.status)
     if healthy >= ss.spec.replicas and running == ss.spec.replicas:
         return "converged"
     return "degraded" if healthy < running or running < ss.spec.replicas else "starting"
@@ -109,7 +107,7 @@ def summarize(
         hs = plan.state.host(h.name)
         obs = observed.hosts.get(h.name)
         live = [c for c in mine if c.host == h.name and c.live]
-        word = "down" if hs.down else ("unreachable" if hs.failures else "ready")
+        word = str(hs.phase)
         hosts_out.append(
             {
                 "name": h.name,

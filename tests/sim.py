@@ -9,18 +9,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 
-from minidock.model import (
-    Cluster,
-    Container,
-    ControllerState,
-    Host,
-    HostObservation,
-    Inventory,
-    Observed,
-    Service,
-)
-from minidock.reconcile import Plan, admit, reconcile
-from minidock.scheduler import service_ports
+from minidock.core import ControllerState, Plan, admit, reconcile
+from minidock.core.scheduler import service_ports
+from minidock.model import Cluster, Container, Host, HostObservation, Inventory, Observed, Service
 
 _ids = itertools.count(1)
 

@@ -26,9 +26,8 @@ from typer.testing import CliRunner, Result
 
 import minidock.cli
 from minidock.cli import app
-from minidock.events import Event
-from minidock.model import Host
-from minidock.reconcile import admit
+from minidock.core import admit
+from minidock.model import Event, Host
 from minidock.spec import load
 from minidock.ssh import Result as SSHResult
 from minidock.ssh import SSHExecutor

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from minidock.core import admit, reconcile, set_drained
 from minidock.model import Constraint, Container, HealthCheck, PortMapping, UpdatePolicy
-from minidock.reconcile import admit, reconcile, set_drained
 from tests.sim import World, host, svc
 
 

@@ -21,17 +21,8 @@ from typing import Any
 
 import pytest
 
-from minidock.model import (
-    Constraint,
-    Container,
+from minidock.core import (
     ControllerState,
-    HealthCheck,
-    PortMapping,
-    RestartPolicy,
-    Service,
-    UpdatePolicy,
-)
-from minidock.reconcile import (
     Plan,
     admit,
     failed_updates,
@@ -43,9 +34,18 @@ from minidock.reconcile import (
     rollouts_started,
     slot_target,
 )
+from minidock.core.supervise import health_gate, ready
+from minidock.model import (
+    Constraint,
+    Container,
+    HealthCheck,
+    PortMapping,
+    RestartPolicy,
+    Service,
+    UpdatePolicy,
+)
 from minidock.runner import _Acts
 from minidock.status import summarize
-from minidock.supervise import health_gate, ready
 from tests.fakes import FakeExecutor, fail, ok
 from tests.sim import World, host, svc
 

@@ -16,19 +16,24 @@ from typing import NoReturn, overload
 
 import pytest
 
-from minidock.events import Event
+from minidock.core import (
+    Availability,
+    ControllerState,
+    HostPhase,
+    HostState,
+    Rollout,
+    ServiceState,
+    SlotPhase,
+    SlotState,
+)
 from minidock.model import (
     Cluster,
     Constraint,
-    ControllerState,
+    Event,
     HealthCheck,
-    HostState,
     PortMapping,
     RestartPolicy,
-    Rollout,
     Service,
-    ServiceState,
-    SlotState,
     UpdatePolicy,
 )
 from minidock.state import (
@@ -86,7 +91,10 @@ def _state(i: int) -> ControllerState:
         ),
         slots={
             1: SlotState(attempts=(float(i), i + 0.5), counted=(f"t{i}",), next_start=i * 1.5),
-            3: SlotState(failed=i % 2 == 0, complete=True, last_exit=f"{i}:" + "x" * 6000),
+            3: SlotState(
+                phase=SlotPhase.FAILED if i % 2 == 0 else SlotPhase.COMPLETE,
+                last_exit=f"{i}:" + "x" * 6000,
+            ),
         },
     )
     db = ServiceState(spec=Service(name="db", image="postgres:16"), generation=max(i - 1, 0))
@@ -96,8 +104,15 @@ def _state(i: int) -> ControllerState:
         order=("db", "web"),
         services={"db": db, "web": web},
         hosts={
-            "host1": HostState(failures=i % 3, down=i % 3 == 2, last_seen=float(i)),
-            "host2": HostState(drained=i % 2 == 1, last_error=f"refused {i}"),
+            "host1": HostState(
+                failures=i % 3,
+                phase=HostPhase.DOWN if i % 3 == 2 else HostPhase.READY,
+                last_seen=float(i),
+            ),
+            "host2": HostState(
+                availability=Availability.DRAINED if i % 2 else Availability.ACTIVE,
+                last_error=f"refused {i}",
+            ),
         },
     )
 
@@ -139,7 +154,9 @@ def test_round_trip_state_generation_events(tmp_path: Path) -> None:
 def test_commit_without_generation_replaces_state_only(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
         store.commit(_state(1), generation=_cluster(1))
-        drained = ControllerState(generation=1, hosts={"host1": HostState(drained=True)})
+        drained = ControllerState(
+            generation=1, hosts={"host1": HostState(availability=Availability.DRAINED)}
+        )
         assert store.commit(drained, [_event(2, "host.drained")]) is None
         assert store.load() == drained
         assert store.latest_generation() == (1, _cluster(1))

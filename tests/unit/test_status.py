@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minidock.model import RestartPolicy, SlotState
+from minidock.core import SlotPhase, SlotState
+from minidock.model import RestartPolicy
 from minidock.runner import newly_failed
 from minidock.status import summarize
 from tests.sim import World, host, svc
@@ -33,7 +34,9 @@ def test_a_slot_failed_by_an_act_gets_its_failed_event() -> None:
     w.apply(svc(replicas=2))
     before = w.state
     ss = before.services["web"]
-    failed = replace(ss, slots={2: SlotState(failed=True, last_exit="docker run failed: x")})
+    failed = replace(
+        ss, slots={2: SlotState(phase=SlotPhase.FAILED, last_exit="docker run failed: x")}
+    )
     after = replace(before, services={"web": failed})
     (event,) = newly_failed(before, after, 5.0)
     assert (event.kind, event.service, event.slot) == ("failed", "web", 2)

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from minidock.core import Plan, SlotState, reconcile, reset
+from minidock.core.slots import account_exit, count_failure
+from minidock.core.supervise import backoff, should_restart
 from minidock.model import (
     Container,
     HealthCheck,
@@ -19,10 +22,8 @@ from minidock.model import (
     RestartCondition,
     RestartPolicy,
     Service,
-    SlotState,
     UpdatePolicy,
 )
-from minidock.reconcile import Plan, reconcile, reset
 from minidock.runner import (
     EXIT_FAILED,
     EXIT_NOT_CONVERGED,
@@ -32,7 +33,6 @@ from minidock.runner import (
     redacted,
 )
 from minidock.state import Store
-from minidock.supervise import account_exit, backoff, count_failure, should_restart
 from tests.sim import World, host, svc
 
 HC = HealthCheck(("true",))
@@ -130,6 +130,7 @@ def test_an_exited_task_is_replaced_in_its_slot_by_condition(
     w = fleet()
     w.apply(svc(replicas=2, restart=policy(condition=condition, delay=0.0)))
     w.converge()
+    untouched = slot(w, 1)  # a running slot's record: its phase and its task, no failures
     exit_task(w, "web", 2, code)
     plan = at(w, w.now + 1)
     assert [s.container.slot for s in plan.stop] == [2]  # the exited task is removed either way
@@ -144,7 +145,7 @@ def test_an_exited_task_is_replaced_in_its_slot_by_condition(
         assert f"exited with code {code}" in slot(w, 2).last_exit
         assert at(w, w.now + 100).converged  # a completed slot is left alone
         assert exit_code(w.log[-1]) == EXIT_OK
-    assert slot(w, 1) == SlotState()  # the other slot is untouched
+    assert slot(w, 1) == untouched  # the other slot is untouched
 
 
 def test_backoff_timing_doubles_between_restarts_and_is_capped() -> None:

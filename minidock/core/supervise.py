@@ -1,13 +1,12 @@
-"""Restart policy and health gates: when a task has failed, and when to try again. Pure."""
+"""Restart policy and health gates: when a task has failed, and when to try again. Pure.
+
+Policy arithmetic only; the slot machine (`minidock.core.slots`) keeps the counts."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Literal
 
-from minidock.model import Container, RestartPolicy, Service, SlotState
-
-KEEP_COUNTED = 20  # how many counted task ids a slot remembers (enough to never count twice)
+from minidock.model import Container, RestartPolicy, Service
 
 
 def should_restart(policy: RestartPolicy, exit_code: int | None) -> bool:
@@ -24,37 +23,6 @@ def backoff(policy: RestartPolicy, attempts: int) -> float:
     if attempts <= 0:
         return 0.0
     return float(min(policy.delay * 2 ** (attempts - 1), policy.max_delay))
-
-
-def count_failure(
-    slot: SlotState, task: str, at: float, line: str, policy: RestartPolicy
-) -> SlotState:
-    """Record one failed attempt of a slot: prune the window, set backoff, maybe mark Failed."""
-    if task in slot.counted:
-        return slot
-    recent = tuple(a for a in slot.attempts if policy.window <= 0 or at - a < policy.window)
-    attempts = (*recent, at)
-    failed = policy.max_attempts > 0 and len(attempts) >= policy.max_attempts
-    return replace(
-        slot,
-        attempts=attempts,
-        counted=(*slot.counted, task)[-KEEP_COUNTED:],
-        next_start=at + backoff(policy, len(attempts)),
-        failed=failed,
-        complete=False,
-        last_exit=line,
-    )
-
-
-def account_exit(slot: SlotState, c: Container, policy: RestartPolicy, now: float) -> SlotState:
-    """Fold one exited (or never started) container into the slot's restart bookkeeping."""
-    if c.task in slot.counted:
-        return slot
-    line = exit_line(c)
-    if not should_restart(policy, c.exit_code):
-        counted = (*slot.counted, c.task)[-KEEP_COUNTED:]
-        return replace(slot, complete=True, counted=counted, last_exit=line)
-    return count_failure(slot, c.task, c.finished_at or now, line, policy)
 
 
 def exit_line(c: Container) -> str:

@@ -1,6 +1,6 @@
 """Placement: filters that explain, then spread-first, bin-pack-second scoring. Pure.
 
-The orchestrator (reconcile.py) decides *that* a slot needs a task; this module decides
+The orchestrator (core/reconcile.py) decides *that* a slot needs a task; this module decides
 *where*. Every filter answers `check(host)` and, when it refuses, `explain(host)`, so a task
 that fits nowhere says why for each host (SwarmKit's filter.go pattern).
 """
@@ -207,3 +207,15 @@ def place(service: Service, fleet: Fleet, *, avoid: Iterable[str] = ()) -> Place
     best = min(preferred, key=lambda h: score(h, service, fleet, spread))
     fleet.reserve(best.name, service)
     return Placement(best.name)
+
+
+def place_replacing(service: Service, fleet: Fleet, old: Container) -> Placement:
+    """Stop-first: choose a host for `service` as if `old` were already gone (its host is
+    allowed); when nothing fits, the fleet is left exactly as it was."""
+    fleet.free(old)
+    where = place(service, fleet)
+    if where.host is None and old.live and old.host in fleet.load:
+        fleet.load[old.host] = fleet.load[old.host].add(
+            old.service, old.cpus, old.memory, old.host_ports
+        )
+    return where

@@ -1,0 +1,56 @@
+"""The decision core: pure functions of (desired, observed, state, now), no I/O.
+
+Three state machines, each a module with its phase enum and transition table: the host
+(`hosts`), the slot (`slots`) and the rollout (`rollout`). `reconcile` folds one pass over
+them and returns a `Plan`; `intents` are the operator's words as state transitions;
+`scheduler` chooses hosts. Modules here import only `minidock.model`, `minidock.units`
+and each other (tests/unit/test_layers.py holds them to it).
+"""
+
+from minidock.core.hosts import Availability, HostPhase, HostState, SeenTask
+from minidock.core.intents import (
+    admit,
+    failed_updates,
+    note_exit,
+    note_failure,
+    reset,
+    rollback,
+    rollouts_started,
+    set_drained,
+)
+from minidock.core.plan import Pending, Plan, Run, Stop, Waiting
+from minidock.core.reconcile import reconcile, task_id
+from minidock.core.rollout import Rollout, RolloutPhase
+from minidock.core.service import failure_action, slot_target
+from minidock.core.slots import SlotPhase, SlotState
+from minidock.core.state import ControllerState, ServiceState
+
+__all__ = [
+    "Availability",
+    "ControllerState",
+    "HostPhase",
+    "HostState",
+    "Pending",
+    "Plan",
+    "Rollout",
+    "RolloutPhase",
+    "Run",
+    "SeenTask",
+    "ServiceState",
+    "SlotPhase",
+    "SlotState",
+    "Stop",
+    "Waiting",
+    "admit",
+    "failed_updates",
+    "failure_action",
+    "note_exit",
+    "note_failure",
+    "reconcile",
+    "reset",
+    "rollback",
+    "rollouts_started",
+    "set_drained",
+    "slot_target",
+    "task_id",
+]

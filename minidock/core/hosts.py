@@ -1,0 +1,151 @@
+"""The host machine: is a host ready, unreachable or down, and may it take tasks. Pure.
+
+Two orthogonal things are known about a host, as in SwarmKit (a node's `Status` and its
+`Availability`):
+
+- its **phase**, driven by this pass's probe: `ready` (answered), `unreachable` (failed
+  fewer than `down_after` consecutive probes: its tasks still hold their slots), `down`
+  (failed `down_after` in a row: its tasks are lost);
+- its **availability**, the operator's durable word: `active` or `drained`.
+
+`probe_step` and `availability_step` are the only places either changes; the tables below
+are the whole machine, and docs/architecture.md's diagrams are generated from them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from minidock.model import Event
+
+__all__ = [
+    "AVAILABILITY_TABLE",
+    "PROBE_TABLE",
+    "Availability",
+    "HostPhase",
+    "HostState",
+    "Intent",
+    "Probe",
+    "SeenTask",
+    "availability_step",
+    "probe_step",
+]
+
+
+class HostPhase(enum.StrEnum):
+    READY = "ready"
+    UNREACHABLE = "unreachable"
+    DOWN = "down"
+
+
+class Availability(enum.StrEnum):
+    ACTIVE = "active"
+    DRAINED = "drained"
+
+
+class Probe(enum.StrEnum):
+    """This pass's probe of a host, classified against its `down_after` count."""
+
+    ANSWERED = "answered"
+    FAILED = "failed"  # fewer than down_after failures in a row
+    FAILED_LIMIT = "failed down_after times"
+
+
+class Intent(enum.StrEnum):
+    DRAIN = "drain"
+    ACTIVATE = "activate"
+
+
+@dataclass(frozen=True)
+class SeenTask:
+    """A live task as last observed on a host: holds its slot while the host is unreachable."""
+
+    service: str
+    slot: int
+    task: str
+    spec: str
+
+
+@dataclass(frozen=True)
+class HostState:
+    phase: HostPhase = HostPhase.READY
+    availability: Availability = Availability.ACTIVE
+    failures: int = 0  # consecutive failed probes, counted across runs
+    last_seen: float | None = None
+    last_error: str | None = None
+    tasks: tuple[SeenTask, ...] = ()  # live tasks at the last successful probe
+
+    @property
+    def down(self) -> bool:
+        return self.phase is HostPhase.DOWN
+
+    @property
+    def unreachable(self) -> bool:
+        return self.phase is HostPhase.UNREACHABLE
+
+    @property
+    def drained(self) -> bool:
+        return self.availability is Availability.DRAINED
+
+    def why_not_eligible(self) -> str | None:
+        """None when the host may take new tasks, else why not (for pending reasons)."""
+        if self.phase is HostPhase.DOWN:
+            return f"down ({self.last_error})"
+        if self.phase is HostPhase.UNREACHABLE:
+            return f"unreachable ({self.last_error})"
+        if self.drained:
+            return "drained"
+        return None
+
+
+# (phase, probe) -> (next phase, event kind or None)
+PROBE_TABLE: dict[tuple[HostPhase, Probe], tuple[HostPhase, str | None]] = {
+    (HostPhase.READY, Probe.ANSWERED): (HostPhase.READY, None),
+    (HostPhase.READY, Probe.FAILED): (HostPhase.UNREACHABLE, None),
+    (HostPhase.READY, Probe.FAILED_LIMIT): (HostPhase.DOWN, "host-down"),
+    (HostPhase.UNREACHABLE, Probe.ANSWERED): (HostPhase.READY, None),
+    (HostPhase.UNREACHABLE, Probe.FAILED): (HostPhase.UNREACHABLE, None),
+    (HostPhase.UNREACHABLE, Probe.FAILED_LIMIT): (HostPhase.DOWN, "host-down"),
+    (HostPhase.DOWN, Probe.ANSWERED): (HostPhase.READY, "host-up"),
+    (HostPhase.DOWN, Probe.FAILED): (HostPhase.DOWN, None),
+    (HostPhase.DOWN, Probe.FAILED_LIMIT): (HostPhase.DOWN, None),
+}
+
+AVAILABILITY_TABLE: dict[tuple[Availability, Intent], Availability] = {
+    (Availability.ACTIVE, Intent.DRAIN): Availability.DRAINED,
+    (Availability.ACTIVE, Intent.ACTIVATE): Availability.ACTIVE,
+    (Availability.DRAINED, Intent.DRAIN): Availability.DRAINED,
+    (Availability.DRAINED, Intent.ACTIVATE): Availability.ACTIVE,
+}
+
+
+def probe_step(
+    name: str,
+    old: HostState,
+    *,
+    answered: tuple[SeenTask, ...] | None,
+    error: str | None,
+    down_after: int,
+    now: float,
+) -> tuple[HostState, Event | None]:
+    """One probe of a host: `answered` holds its live tasks, or is None when it failed."""
+    if answered is not None:
+        phase, kind = PROBE_TABLE[(old.phase, Probe.ANSWERED)]
+        new = replace(old, phase=phase, failures=0, last_seen=now, last_error=None, tasks=answered)
+    else:
+        failures = old.failures + 1
+        probe = Probe.FAILED_LIMIT if failures >= down_after else Probe.FAILED
+        phase, kind = PROBE_TABLE[(old.phase, probe)]
+        new = replace(old, phase=phase, failures=failures, last_error=error)
+    if kind == "host-down":
+        message = f"{name} down after {new.failures} failed probes: {error}"
+        return new, Event(now, kind, message, host=name)
+    if kind == "host-up":
+        return new, Event(now, kind, f"{name} answers again", host=name)
+    return new, None
+
+
+def availability_step(old: HostState, intent: Intent) -> HostState:
+    """The operator's word: drain (move every task off, keep it empty) or activate."""
+    return replace(old, availability=AVAILABILITY_TABLE[(old.availability, intent)])

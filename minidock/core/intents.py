@@ -1,0 +1,135 @@
+"""Operator intents and act outcomes as pure state transitions: apply, rollback, reset,
+drain/activate, and what the runner learned while acting (a failed act, a log tail)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from minidock.core import hosts as host_machine
+from minidock.core import rollout, slots
+from minidock.core.rollout import RolloutInput
+from minidock.core.service import failure_action, rolled_back
+from minidock.core.state import ControllerState, ServiceState
+from minidock.model import Cluster, Event
+
+__all__ = [
+    "admit",
+    "failed_updates",
+    "note_exit",
+    "note_failure",
+    "reset",
+    "rollback",
+    "rollouts_started",
+    "set_drained",
+]
+
+
+def admit(state: ControllerState, cluster: Cluster, generation: int) -> ControllerState:
+    """Take a newly applied cluster spec as the desired state.
+
+    A service whose run settings changed starts a rollout and keeps its old spec for
+    rollback; any change to a service clears its Failed slots and backoff; the same spec
+    again resumes a paused update."""
+    services: dict[str, ServiceState] = {}
+    for svc in cluster.services:
+        old = state.services.get(svc.name)
+        if old is None:
+            services[svc.name] = ServiceState(spec=svc, generation=generation)
+        elif old.spec == svc and old.rollout.paused and not old.rollout.rollback:
+            resumed = rollout.step(old.rollout, RolloutInput.RESUME, failures=0, reason="")
+            services[svc.name] = replace(old, rollout=resumed)  # as `docker service update`
+        elif old.spec == svc:
+            services[svc.name] = old
+        else:
+            changed = old.spec.spec_hash() != svc.spec_hash()
+            services[svc.name] = ServiceState(
+                spec=svc,
+                generation=generation,
+                previous=old.spec if changed else old.previous,
+                previous_generation=old.generation if changed else old.previous_generation,
+                rollout=rollout.begin(svc.replicas) if changed else old.rollout,
+                slots={},
+            )
+    return replace(
+        state,
+        cluster=cluster.name,
+        generation=generation,
+        order=tuple(s.name for s in cluster.services),
+        services=services,
+    )
+
+
+def rollouts_started(before: ControllerState, after: ControllerState, now: float) -> list[Event]:
+    """A `rollout-started` event for each service that `admit` set updating."""
+    return [
+        Event(now, "rollout-started", f"{name}: updating to generation {ss.generation}", name)
+        for name, ss in after.services.items()
+        if ss.rollout.status == "updating"
+        and (name not in before.services or before.services[name].rollout != ss.rollout)
+    ]
+
+
+def failed_updates(state: ControllerState, generation: int) -> list[tuple[str, str]]:
+    """Services whose update from `generation` was rolled back automatically, with why:
+    the apply that made that generation failed, though the fleet converged."""
+    return [
+        (name, ss.rollout.reason)
+        for name, ss in state.services.items()
+        if ss.rollout.rollback and ss.previous_generation == generation
+    ]
+
+
+def rollback(state: ControllerState, service: str) -> ControllerState:
+    """`minidock rollback SERVICE`: go back to the previous spec."""
+    ss = state.services[service]
+    if ss.previous is None:
+        raise ValueError(f"service {service} has no previous spec to roll back to")
+    return _with_service(state, rolled_back(ss, "rolled back by the operator"))
+
+
+def reset(state: ControllerState, service: str) -> ControllerState:
+    """`minidock reset SERVICE`: clear crash-loop failures and backoff timers."""
+    ss = state.services[service]
+    return _with_service(state, replace(ss, slots={n: slots.reset(s) for n, s in ss.slots.items()}))
+
+
+def set_drained(state: ControllerState, host: str, drained: bool) -> ControllerState:
+    """`minidock drain HOST` (True) or `minidock activate HOST` (False)."""
+    intent = host_machine.Intent.DRAIN if drained else host_machine.Intent.ACTIVATE
+    changed = host_machine.availability_step(state.host(host), intent)
+    return replace(state, hosts={**state.hosts, host: changed})
+
+
+def note_failure(
+    state: ControllerState, service: str, slot: int, task: str, line: str, now: float
+) -> ControllerState:
+    """An act failed (e.g. `docker run` refused, image missing): count it against the slot,
+    and against the rollout when the slot was part of one."""
+    ss = state.services.get(service)
+    if ss is None:
+        return state
+    slot_state = slots.count_failure(ss.slot(slot), task, now, line, ss.spec.restart)
+    ss = replace(ss, slots={**ss.slots, slot: slot_state})
+    r = ss.rollout
+    if r.active and slot in r.inflight:
+        ss, _ = failure_action(replace(ss, rollout=rollout.dropped(r, slot)), line, now)
+    return _with_service(state, ss)
+
+
+def note_exit(
+    state: ControllerState, service: str, slot: int, line: str, reason: str = ""
+) -> ControllerState:
+    """Keep the diagnosis (exit code and log tail) of a slot's last failure; where that
+    failure (`reason`, without the log) is the rollout's reason, the rollout's too."""
+    ss = state.services.get(service)
+    if ss is None:
+        return state
+    ss = replace(ss, slots={**ss.slots, slot: replace(ss.slot(slot), last_exit=line)})
+    r = ss.rollout
+    if reason and reason != line and reason in r.reason:
+        ss = replace(ss, rollout=replace(r, reason=r.reason.replace(reason, line, 1)))
+    return _with_service(state, ss)
+
+
+def _with_service(state: ControllerState, ss: ServiceState) -> ControllerState:
+    return replace(state, services={**state.services, ss.spec.name: ss})

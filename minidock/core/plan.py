@@ -1,0 +1,91 @@
+"""What a pass decides, as values: the verbs (`run`, `stop`), what cannot happen yet
+(`pending`, `waiting`), the events, and the next controller state. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minidock.core.state import ControllerState
+from minidock.model import Container, Event, Service, task_name
+
+__all__ = ["Pending", "Plan", "Run", "Stop", "Waiting"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """Start a new task for a slot on a host. With `replaces`, stop-first: confirm the image on
+    the host, then stop and remove the old task, then run."""
+
+    service: Service
+    slot: int
+    host: str
+    task: str
+    reason: str
+    replaces: Container | None = None
+    restart: bool = False
+
+    @property
+    def name(self) -> str:
+        return task_name(self.service.name, self.slot, self.task)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop (if live) and remove a task; with `failure`, keep its log tail first."""
+
+    container: Container
+    reason: str
+    failure: bool = False
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A slot that wants a task and cannot have one this pass, and why (host by host)."""
+
+    service: str
+    slot: int
+    reason: str
+
+
+class Waiting(str):
+    """Progress not possible yet (a backoff, a health gate, an unreachable host), as its one
+    display line `SUBJECT: REASON`, with both parts kept for whoever formats it."""
+
+    subject: str
+    reason: str
+
+    def __new__(cls, subject: str, reason: str) -> Waiting:
+        line = super().__new__(cls, f"{subject}: {reason}")
+        line.subject, line.reason = subject, reason
+        return line
+
+
+@dataclass(frozen=True)
+class Plan:
+    state: ControllerState
+    run: tuple[Run, ...] = ()
+    stop: tuple[Stop, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    waiting: tuple[Waiting, ...] = ()
+    events: tuple[Event, ...] = ()
+
+    @property
+    def actions(self) -> int:
+        return len(self.run) + len(self.stop)
+
+    @property
+    def converged(self) -> bool:
+        return not (self.run or self.stop or self.pending or self.waiting)
+
+    def paused(self) -> list[str]:
+        """Services whose rollout is paused: they wait for an operator, like Failed slots."""
+        return [name for name, ss in self.state.services.items() if ss.rollout.paused]
+
+    def failed_slots(self) -> list[tuple[str, int, str]]:
+        return [
+            (name, n, slot.last_exit)
+            for name, ss in self.state.services.items()
+            if ss.spec.desired == "running"
+            for n, slot in sorted(ss.slots.items())
+            if slot.failed and n <= ss.spec.replicas
+        ]

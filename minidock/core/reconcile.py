@@ -1,0 +1,656 @@
+"""The reconcile pass: (desired, observed, state, now) -> Plan. Pure: no I/O, no clock.
+
+Level-based, like controller-runtime and Nomad's reconciler: every pass reads the whole
+observed state, diffs it against the effective specs in the controller state and returns
+what to do, named by verb (`run`, `stop`), plus the next controller state. Running it again
+on the converged result returns an empty plan.
+
+The pass is a short fold:
+1. every host's probe goes through the host machine (`hosts.probe_step`);
+2. every service, in the applied order, decides each of its slots (`_decide_service`):
+   stops at once, and *wants* (a task to place) as typed values;
+3. the wants are placed in priority order: due restarts, new tasks, drain moves
+   (`_place_wants`), then rolling updates take what room is left (`_advance_rollout`).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from minidock.core import hosts as host_machine
+from minidock.core import rollout, slots
+from minidock.core.hosts import HostState, SeenTask
+from minidock.core.plan import Pending, Plan, Run, Stop, Waiting
+from minidock.core.scheduler import Fleet, place, place_replacing, service_ports
+from minidock.core.service import back_to_previous, failure_action, slot_target, with_slot
+from minidock.core.state import ControllerState, ServiceState
+from minidock.core.supervise import health_gate, ready
+from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
+
+__all__ = ["reconcile", "task_id"]
+
+
+def task_id(cluster: str, service: str, slot: int, spec: str, now: float) -> str:
+    """A deterministic id: the same decision replayed names the same container, so Docker
+    itself refuses a duplicate `docker run` (see runner: a name conflict is adoption)."""
+    raw = f"{cluster}/{service}/{slot}/{spec}/{now:.6f}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:10]
+
+
+# -- values the fold passes along -------------------------------------------------------------
+@dataclass(frozen=True)
+class Effects:
+    """What one part of the pass decided, concatenated in pass order."""
+
+    stops: tuple[Stop, ...] = ()
+    runs: tuple[Run, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    waiting: tuple[Waiting, ...] = ()
+    events: tuple[Event, ...] = ()
+
+    def __add__(self, other: Effects) -> Effects:
+        return Effects(
+            self.stops + other.stops,
+            self.runs + other.runs,
+            self.pending + other.pending,
+            self.waiting + other.waiting,
+            self.events + other.events,
+        )
+
+
+class WantKind(enum.IntEnum):
+    """Why a slot wants a task placed; the value is its placement priority."""
+
+    RESTART = 0  # lost capacity comes back first
+    NEW = 1
+    MOVE = 2  # off a drained host, start-first
+
+
+@dataclass(frozen=True)
+class Want:
+    kind: WantKind
+    service: str
+    slot: int
+    target: Service
+    old: Container | None = None  # MOVE: the task that stays until its replacement is ready
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Outdated:
+    """A slot whose ready task runs another spec than its target: the rollout's work."""
+
+    slot: int
+    task: Container
+
+
+@dataclass(frozen=True)
+class ServiceDecision:
+    state: ServiceState
+    effects: Effects = Effects()
+    wants: tuple[Want, ...] = ()
+    outdated: tuple[Outdated, ...] = ()
+    complete: bool = False  # every slot runs a ready task of the target spec
+
+
+@dataclass(frozen=True)
+class View:
+    """What the pass sees, read-only: hosts after their probes, this cluster's containers
+    on hosts that answered, and the slots that unreachable hosts last ran."""
+
+    cluster: Cluster
+    now: float
+    hosts: Mapping[str, HostState]
+    mine: tuple[Container, ...]
+    held: Mapping[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
+
+    def ghosts(self, service: str, slot: int) -> tuple[str, ...]:
+        """Hosts that are unreachable but not yet down and last held this slot."""
+        return self.held.get((service, slot), ())
+
+    def run(self, target: Service, slot: int, host: str, reason: str, **kw: object) -> Run:
+        tid = task_id(self.cluster.name, target.name, slot, target.spec_hash(), self.now)
+        return Run(target, slot, host, tid, reason, **kw)  # type: ignore[arg-type]
+
+
+# -- the pass ---------------------------------------------------------------------------------
+def reconcile(
+    desired: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    state: ControllerState,
+    now: float,
+) -> Plan:
+    """One decision: what to run and stop so the observed fleet matches the desired state."""
+    hosts, fx = _probe_hosts(inventory, observed, state, now)
+    view = _view(desired, observed, hosts, now)
+    live = [c for c in observed.containers() if c.host in hosts and c.live]
+    fleet = Fleet.build(
+        inventory.hosts, {h: hs.why_not_eligible() for h, hs in hosts.items()}, live
+    )
+    services, decided, wants, updates = _decide_services(view, state)
+    for s in decided.stops:
+        if s.container.live:
+            fleet.free(s.container)
+    services, placed = _place_wants(wants, services, fleet, view)
+    fx = fx + decided + placed
+    for name, outdated, complete in updates:
+        ss, advanced = _advance_rollout(services[name], outdated, complete, services, fleet, view)
+        services[name] = ss
+        fx = fx + advanced
+    return Plan(
+        state=replace(state, hosts=hosts, services=services),
+        run=tuple(sorted(fx.runs, key=lambda r: not r.restart)),  # due restarts first
+        stop=fx.stops,
+        pending=fx.pending,
+        waiting=fx.waiting,
+        events=fx.events,
+    )
+
+
+def _probe_hosts(
+    inventory: Inventory, observed: Observed, state: ControllerState, now: float
+) -> tuple[dict[str, HostState], Effects]:
+    """Every inventory host through the host machine, with this pass's probe."""
+    hosts: dict[str, HostState] = {}
+    events: list[Event] = []
+    waiting: list[Waiting] = []
+    for host in inventory.hosts:
+        obs = observed.hosts.get(host.name)
+        answered = None
+        if obs is not None and obs.ok:
+            answered = tuple(
+                SeenTask(c.service, c.slot, c.task, c.spec) for c in obs.containers if c.live
+            )
+        error = obs.error if obs is not None else "not probed"
+        new, event = host_machine.probe_step(
+            host.name,
+            state.host(host.name),
+            answered=answered,
+            error=error,
+            down_after=host.down_after,
+            now=now,
+        )
+        if new.unreachable:
+            reason = f"unreachable ({new.failures}/{host.down_after} failed probes)"
+            waiting.append(Waiting(host.name, reason))
+        events += [event] if event else []
+        hosts[host.name] = new
+    return hosts, Effects(waiting=tuple(waiting), events=tuple(events))
+
+
+def _view(cluster: Cluster, observed: Observed, hosts: Mapping[str, HostState], now: float) -> View:
+    held: dict[tuple[str, int], list[str]] = {}
+    for name, hs in hosts.items():
+        if hs.unreachable:
+            for t in hs.tasks:
+                held.setdefault((t.service, t.slot), []).append(name)
+    mine = tuple(
+        c
+        for c in observed.containers()
+        if c.cluster == cluster.name and c.host in hosts and hosts[c.host].failures == 0
+    )
+    return View(cluster, now, hosts, mine, {k: tuple(v) for k, v in held.items()})
+
+
+# -- services ---------------------------------------------------------------------------------
+def _decide_services(
+    view: View, state: ControllerState
+) -> tuple[
+    dict[str, ServiceState], Effects, list[Want], list[tuple[str, tuple[Outdated, ...], bool]]
+]:
+    """Every service in the applied order; a service no longer in the spec is stopped."""
+    services = dict(state.services)
+    by_service: dict[str, list[Container]] = defaultdict(list)
+    for c in view.mine:
+        by_service[c.service].append(c)
+    fx = Effects()
+    for name, found in sorted(by_service.items()):
+        if name not in services:
+            reason = f"service {name} is no longer in the spec"
+            fx = fx + Effects(stops=tuple(Stop(c, reason) for c in found))
+    wants: list[Want] = []
+    updates: list[tuple[str, tuple[Outdated, ...], bool]] = []
+    for name in state.order or tuple(services):
+        if name not in services:
+            continue
+        found = by_service.get(name, [])
+        if services[name].spec.desired == "stopped":
+            fx = fx + _stop_service(name, found, services, view)
+            continue
+        d = _decide_service(services[name], found, services, view)
+        services[name] = d.state
+        fx = fx + d.effects
+        wants += d.wants
+        updates.append((name, d.outdated, d.complete))
+    return services, fx, wants, updates
+
+
+def _stop_service(
+    name: str, found: list[Container], services: Mapping[str, ServiceState], view: View
+) -> Effects:
+    """Desired stopped: remove its tasks, after every stopping dependent is gone."""
+    dependents = [
+        other
+        for other, ss in services.items()
+        if name in ss.spec.depends_on and ss.spec.desired == "stopped"
+    ]
+    blocking = sorted({c.service for c in view.mine if c.service in dependents and c.live})
+    if blocking and any(c.live for c in found):
+        return Effects(waiting=(Waiting(name, f"waiting for {', '.join(blocking)} to stop"),))
+    reason = f"service {name} is desired stopped"
+    return Effects(
+        stops=tuple(Stop(c, reason) for c in sorted(found, key=lambda c: (c.live, c.slot)))
+    )
+
+
+def deps_block(services: Mapping[str, ServiceState], view: View, ss: ServiceState) -> str | None:
+    """None when every dependency has all replicas running and healthy and is not rolling
+    (updating or rolling back); else why not."""
+    for dep in ss.spec.depends_on:
+        dss = services.get(dep)
+        if dss is None or dss.spec.desired != "running":
+            return f"waiting for dependency {dep} (not running)"
+        if dss.rollout.active:
+            return f"waiting for dependency {dep} to finish its rollout"
+        healthy = {c.slot for c in view.mine if c.service == dep and ready(c)}
+        if len(healthy & set(range(1, dss.spec.replicas + 1))) < dss.spec.replicas:
+            return f"waiting for dependency {dep} to be healthy"
+    return None
+
+
+def _decide_service(
+    ss: ServiceState, found: list[Container], services: Mapping[str, ServiceState], view: View
+) -> ServiceDecision:
+    """Scale down, judge the rollout's tasks in flight, then decide every slot in turn (a
+    slot's failure may pause or roll back the rollout, changing the next slot's target)."""
+    name, replicas = ss.spec.name, ss.spec.replicas
+    spec_before = ss.spec.spec_hash()
+    fx = Effects(
+        stops=tuple(
+            Stop(c, f"scale down {name} to {replicas}")
+            for c in sorted(found, key=lambda c: (c.live, -c.slot))
+            if c.slot > replicas
+        )
+    )
+    ss, gated = _gate_rollout(ss, [c for c in found if c.slot <= replicas], view)
+    fx = fx + gated
+    wants: list[Want] = []
+    outdated: list[Outdated] = []
+    for n in range(1, replicas + 1):
+        handled = {s.container.id for s in fx.stops}
+        here = [c for c in found if c.slot == n and c.id not in handled]
+        ss, slot_fx, want, stale = _decide_slot(ss, n, here, services, view)
+        fx = fx + slot_fx
+        wants += [want] if want else []
+        if stale is not None and n not in ss.rollout.inflight:
+            outdated.append(Outdated(n, stale))
+    handled = {s.container.id for s in fx.stops}
+    settled = {c.slot for c in found if c.id not in handled and c.spec == spec_before and ready(c)}
+    return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= replicas)
+
+
+def _decide_slot(
+    ss: ServiceState,
+    n: int,
+    here: list[Container],
+    services: Mapping[str, ServiceState],
+    view: View,
+) -> tuple[ServiceState, Effects, Want | None, Container | None]:
+    """One slot: what its tasks did, and whether it wants a task, a move, or an update.
+    Returns the service state, the effects, a want, and the slot's task when outdated."""
+    live = [c for c in here if c.live and c.state != "created"]
+    dead = [c for c in here if not (c.live and c.state != "created")]
+    held = view.ghosts(ss.spec.name, n)
+    if not (live or held):
+        return _slot_without_task(ss, n, dead, services, view)
+    fx = Effects(stops=tuple(Stop(c, f"{c.name} superseded") for c in dead))
+    ss, live, unhealthy = _unhealthy_out(ss, n, live, view)
+    fx = fx + unhealthy
+    target = slot_target(ss, n)
+    if not live:
+        if held:
+            return with_slot(ss, n, slots.hold(ss.slot(n))), fx, None, None
+        ss, filled, want = _fill(ss, n, target, True, services, view)
+        return ss, fx + filled, want, None
+    if held:
+        return with_slot(ss, n, slots.hold(ss.slot(n))), fx, None, None
+    return _slot_with_tasks(ss, n, live, target, view, fx)
+
+
+def _slot_without_task(
+    ss: ServiceState,
+    n: int,
+    dead: list[Container],
+    services: Mapping[str, ServiceState],
+    view: View,
+) -> tuple[ServiceState, Effects, Want | None, Container | None]:
+    """Fold the slot's exited tasks into its restart bookkeeping, then want a new task."""
+    target = slot_target(ss, n)
+    state = ss.slot(n)
+    stops: list[Stop] = []
+    lapsed: list[Container] = []
+    for c in sorted(dead, key=lambda c: c.finished_at or 0.0):
+        before = state
+        state = slots.account_exit(state, c, target.restart, view.now)
+        stops.append(Stop(c, state.last_exit, failure=state is not before))
+        if state is not before and not state.complete:
+            lapsed.append(c)
+    ss, events = _set_slot(ss, n, state, view.now)
+    fx = Effects(stops=tuple(stops), events=events)
+    if lapsed:
+        ss, target, after = _failed_after_gate(ss, n, lapsed[-1], state.last_exit, view.now)
+        fx = fx + after
+    # a restart is due also when the exited task was removed in an earlier pass
+    restart = bool(dead or state.attempts)
+    ss, filled, want = _fill(ss, n, target, restart, services, view)
+    return ss, fx + filled, want, None
+
+
+def _unhealthy_out(
+    ss: ServiceState, n: int, live: list[Container], view: View
+) -> tuple[ServiceState, list[Container], Effects]:
+    """A running task Docker reports unhealthy (outside a rollout's gate) is stopped and
+    counted as a failed attempt, as in Swarm."""
+    fx = Effects()
+    kept = list(live)
+    for c in [c for c in live if c.health == "unhealthy" and n not in ss.rollout.inflight]:
+        line = f"task {c.task} unhealthy: {c.health_log or 'health check failed'}"
+        restart = slot_target(ss, n).restart
+        state = slots.count_failure(ss.slot(n), c.task, view.now, line, restart)
+        ss, events = _set_slot(ss, n, state, view.now)
+        fx = fx + Effects(stops=(Stop(c, line, failure=True),), events=events)
+        kept.remove(c)
+        ss, _, after = _failed_after_gate(ss, n, c, line, view.now)
+        fx = fx + after
+    return ss, kept, fx
+
+
+def _slot_with_tasks(
+    ss: ServiceState, n: int, live: list[Container], target: Service, view: View, fx: Effects
+) -> tuple[ServiceState, Effects, Want | None, Container | None]:
+    """Keep one live task (the newest ready one of the target spec), then see whether it
+    must move (drained host) or be updated (outdated spec)."""
+    name, spec = ss.spec.name, target.spec_hash()
+    good = [c for c in live if c.spec == spec and not view.hosts[c.host].drained]
+    settled = [c for c in good if ready(c)]
+    if len(live) > 1:
+        if good and n in ss.rollout.inflight:
+            return ss, fx, None, None  # start-first: the old task stays until the new passes
+        if settled:
+            keep = max(settled, key=lambda c: (c.created_at, c.id))
+        elif good:
+            return (
+                ss,
+                fx + Effects(waiting=(Waiting(f"{name}.{n}", "replacement starting"),)),
+                None,
+                None,
+            )
+        else:
+            keep = max(live, key=lambda c: (c.state == "running", c.created_at, c.id))
+        reason = f"{name}.{n} has a newer task {keep.task}"
+        fx = fx + Effects(stops=tuple(Stop(c, reason) for c in live if c is not keep))
+        live = [keep]
+    task = live[0]
+    ss = with_slot(ss, n, slots.observe_task(ss.slot(n), task, ready=ready(task)))
+    if view.hosts[task.host].drained:
+        move = Want(WantKind.MOVE, name, n, target, old=task, why=f"drain {task.host}")
+        return ss, fx, move, None
+    if task.spec != spec:
+        return ss, fx, None, task
+    if not ready(task):
+        line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})")
+        fx = fx + Effects(waiting=(line,))
+    return ss, fx, None, None
+
+
+def _set_slot(
+    ss: ServiceState, n: int, state: slots.SlotState, now: float
+) -> tuple[ServiceState, tuple[Event, ...]]:
+    """Keep a slot's record; reaching the crash-loop limit (by exits, unhealthy tasks or
+    failed health gates alike) is an event."""
+    name = ss.spec.name
+    events: tuple[Event, ...] = ()
+    if state.failed and not ss.slot(n).failed:
+        message = f"{name}.{n} failed: {state.last_exit}"
+        events = (Event(now, "failed", message, service=name, slot=n),)
+    return with_slot(ss, n, state), events
+
+
+def _failed_after_gate(
+    ss: ServiceState, n: int, c: Container, why: str, now: float
+) -> tuple[ServiceState, Service, Effects]:
+    """A task that passed its health gate fails later in the same rollout: count it
+    against the rollout (SwarmKit stops watching after `monitor`). Returns the slot's
+    target spec afterwards (the failure action may pause or roll back)."""
+    r = ss.rollout
+    fx = Effects()
+    if r.active and n in r.done and c.spec == ss.spec.spec_hash():
+        ss, event = failure_action(
+            replace(ss, rollout=rollout.undone(r, n)), f"{why} (after its monitor)", now
+        )
+        ss = back_to_previous(ss, [n])
+        fx = Effects(events=(event,))
+    return ss, slot_target(ss, n), fx
+
+
+def _fill(
+    ss: ServiceState,
+    n: int,
+    target: Service,
+    restart: bool,
+    services: Mapping[str, ServiceState],
+    view: View,
+) -> tuple[ServiceState, Effects, Want | None]:
+    """An empty slot wants a task, unless Failed, complete, backing off or blocked."""
+    name, state = ss.spec.name, ss.slot(n)
+    if state.failed or state.complete:
+        return ss, Effects(), None
+    if view.now < state.next_start:
+        left = f"restart backoff, {state.next_start - view.now:.0f}s left"
+        return ss, Effects(waiting=(Waiting(f"{name}.{n}", left),)), None
+    blocked = deps_block(services, view, ss)
+    if blocked:
+        ss = with_slot(ss, n, slots.unplaced(state))
+        return ss, Effects(pending=(Pending(name, n, blocked),)), None
+    kind = WantKind.RESTART if restart else WantKind.NEW
+    return with_slot(ss, n, slots.vanish(state)), Effects(), Want(kind, name, n, target)
+
+
+# -- the rollout's gate -----------------------------------------------------------------------
+def _gate_rollout(
+    ss: ServiceState, found: list[Container], view: View
+) -> tuple[ServiceState, Effects]:
+    """Judge every in-flight slot's new task; pass, wait, or fail with the failure action."""
+    r = ss.rollout
+    if not r.active or not r.inflight:
+        return ss, Effects()
+    name, spec, now = ss.spec.name, ss.spec.spec_hash(), view.now
+    since, seen = dict(r.healthy_since), dict(r.first_seen)
+    done, inflight, failures, failed = list(r.done), [], [], []
+    fx = Effects()
+    for n in r.inflight:
+        new = [c for c in found if c.slot == n and c.spec == spec]
+        newest = max(new, key=lambda c: (c.created_at, c.id)) if new else None
+        if newest is not None:  # the gate runs on the controller's clock, not the host's
+            seen.setdefault(n, now)
+            if ready(newest):
+                since.setdefault(n, now)
+        verdict, why = health_gate(newest, ss.spec, since.get(n), now, seen_at=seen.get(n))
+        if verdict != "wait" or newest is None:
+            seen.pop(n, None)
+        if verdict == "ready":
+            done.append(n)
+            since.pop(n, None)
+            r = replace(r, last_batch_at=now)
+            old = [c for c in found if c.slot == n and c is not newest and c.live]
+            by = newest.task if newest else ""
+            fx = fx + Effects(stops=tuple(Stop(c, f"replaced by {by}") for c in old))
+        elif verdict == "fail" and newest is not None:
+            failures.append(why)
+            failed.append(n)
+            since.pop(n, None)
+            state = slots.count_failure(ss.slot(n), newest.task, now, why, ss.spec.restart)
+            ss, events = _set_slot(ss, n, state, now)
+            fx = fx + Effects(stops=(Stop(newest, why, failure=True),), events=events)
+        elif newest is None and view.ghosts(name, n):
+            inflight.append(n)  # on a host that did not answer: still counts in flight
+            fx = fx + Effects(waiting=(Waiting(f"{name}.{n}", "its host is unreachable"),))
+        elif newest is None:
+            since.pop(n, None)  # its run never happened: the slot is decided afresh
+        else:
+            inflight.append(n)
+            fx = fx + Effects(waiting=(Waiting(f"{name}.{n}", why),))
+    r = replace(
+        r,
+        done=tuple(sorted(set(done))),
+        inflight=tuple(inflight),
+        healthy_since=tuple(sorted(since.items())),
+        first_seen=tuple(sorted(seen.items())),
+        failures=r.failures + len(failures),
+    )
+    ss = replace(ss, rollout=r)
+    if failures:
+        ss, event = failure_action(ss, failures[-1], now)
+        ss = back_to_previous(ss, failed)
+        fx = fx + Effects(events=(event,))
+    return ss, fx
+
+
+# -- placement --------------------------------------------------------------------------------
+def _place_wants(
+    wants: Sequence[Want], services: dict[str, ServiceState], fleet: Fleet, view: View
+) -> tuple[dict[str, ServiceState], Effects]:
+    """Place every want in priority order (due restarts, new tasks, drain moves), so lost
+    capacity comes back before anything new takes the room."""
+    fx = Effects()
+    for want in sorted(wants, key=lambda w: w.kind):
+        ss = services[want.service]
+        if want.kind is WantKind.MOVE:
+            run, placed = _move(want, services, fleet, view)
+        else:
+            run, placed = _place_one(want, fleet, view)
+        fx = fx + placed
+        if run is None:
+            services[want.service] = with_slot(ss, want.slot, slots.unplaced(ss.slot(want.slot)))
+            continue
+        ss = with_slot(ss, want.slot, slots.assign(ss.slot(want.slot), run.task, run.host))
+        r = ss.rollout
+        if want.kind is not WantKind.MOVE and r.active and want.slot not in r.done + r.inflight:
+            ss = replace(ss, rollout=rollout.started(r, [want.slot]))
+        services[want.service] = ss
+    return services, fx
+
+
+def _place_one(want: Want, fleet: Fleet, view: View) -> tuple[Run | None, Effects]:
+    where = place(want.target, fleet)
+    if where.host is None:
+        return None, Effects(pending=(Pending(want.service, want.slot, where.why),))
+    restart = want.kind is WantKind.RESTART
+    reason = "restart" if restart else "place"
+    run = view.run(want.target, want.slot, where.host, reason, restart=restart)
+    return run, Effects(runs=(run,))
+
+
+def _move(
+    want: Want, services: Mapping[str, ServiceState], fleet: Fleet, view: View
+) -> tuple[Run | None, Effects]:
+    """Start-first replacement on another host; the old task stops once it is ready."""
+    assert want.old is not None
+    blocked = deps_block(services, view, services[want.service])
+    if blocked is not None:
+        return None, Effects(pending=(Pending(want.service, want.slot, f"{want.why}: {blocked}"),))
+    where = place(want.target, fleet, avoid=[want.old.host])
+    if where.host is None:
+        why = f"{want.why}: {where.why}"
+        return None, Effects(pending=(Pending(want.service, want.slot, why),))
+    run = view.run(want.target, want.slot, where.host, want.why)
+    return run, Effects(runs=(run,))
+
+
+# -- rolling updates --------------------------------------------------------------------------
+def _advance_rollout(
+    ss: ServiceState,
+    outdated: tuple[Outdated, ...],
+    complete: bool,
+    services: Mapping[str, ServiceState],
+    fleet: Fleet,
+    view: View,
+) -> tuple[ServiceState, Effects]:
+    """Start the next replacements, `parallelism` in flight at a time, `delay` apart;
+    the rollout completes when every slot runs a ready task of the target spec."""
+    name, now, r = ss.spec.name, view.now, ss.rollout
+    if not outdated and not r.inflight:
+        if r.active and complete:
+            r, event = rollout.settle(r, name, now)
+            return replace(ss, rollout=r), Effects(events=(event,))
+        return ss, Effects()
+    if r.paused:
+        return ss, Effects()
+    fx = Effects()
+    if not r.active:
+        r = rollout.begin(ss.spec.replicas)
+        started_event = Event(
+            now, "rollout-started", f"{name}: updating {len(outdated)} tasks", service=name
+        )
+        fx = fx + Effects(events=(started_event,))
+    room = _room(ss.spec, r, now)
+    if not r.inflight and now < r.last_batch_at + ss.spec.update.delay:
+        fx = fx + Effects(waiting=(Waiting(name, "update delay"),))
+    blocked = deps_block(services, view, ss)
+    # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
+    # after slots not tried yet: the rollout moves on rather than retry one every pass
+    due = [o for o in outdated if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed]
+    due.sort(key=lambda o: len(ss.slot(o.slot).attempts))
+    started: list[int] = []
+    for o in due[: max(0, room)]:
+        if blocked:
+            fx = fx + Effects(pending=(Pending(name, o.slot, blocked),))
+            break
+        run, replaced = _start_replacement(ss.spec, o, fleet, view)
+        fx = fx + replaced
+        if run is not None:
+            started.append(o.slot)
+            ss = with_slot(ss, o.slot, slots.assign(ss.slot(o.slot), run.task, run.host))
+    if len(outdated) > len(started) or started or r.inflight:
+        verb = "rolling back" if r.rollback else "updating"
+        total = r.total or ss.spec.replicas
+        fx = fx + Effects(waiting=(Waiting(name, f"{verb} {len(r.done) + len(started)}/{total}"),))
+    return replace(ss, rollout=rollout.started(r, started)), fx
+
+
+def _room(spec: Service, r: rollout.Rollout, now: float) -> int:
+    """How many more replacements may start now: parallelism, less those in flight, and
+    none before `update.delay` has passed since the last gate."""
+    policy = spec.update
+    if now < r.last_batch_at + policy.delay:
+        return 0
+    return policy.parallelism - len(r.inflight)
+
+
+def _start_replacement(
+    target: Service, o: Outdated, fleet: Fleet, view: View
+) -> tuple[Run | None, Effects]:
+    """start-first: a new task on another host first; where the old task holds a host port
+    that the new one needs, stop-first instead (the old task is stopped by the run)."""
+    old, name = o.task, target.name
+    fx = Effects()
+    if target.update.order == "start-first":
+        where = place(target, fleet, avoid=[old.host])
+        if where.host is not None:
+            run = view.run(target, o.slot, where.host, "update (start-first)")
+            return run, Effects(runs=(run,))
+        if not set(service_ports(target)) & set(old.host_ports):
+            return None, Effects(pending=(Pending(name, o.slot, where.why),))
+        message = f"{name}.{o.slot}: host port held by the old task, replacing stop-first"
+        event = Event(view.now, "rollout-stop-first", message, service=name, slot=o.slot)
+        fx = Effects(events=(event,))
+    where = place_replacing(target, fleet, old)
+    if where.host is None:
+        return None, fx + Effects(pending=(Pending(name, o.slot, where.why),))
+    run = view.run(target, o.slot, where.host, "update", replaces=old)
+    return run, fx + Effects(runs=(run,))

@@ -1,0 +1,178 @@
+"""The slot machine: one replica slot of a service, across the tasks that fill it. Pure.
+
+A slot is filled by one task at a time (SwarmKit's slots). Its record keeps the phase, the
+task the controller assigned to it (and where), and the restart bookkeeping that survives
+the controller: failed attempts within the window, the backoff, the last failure's line.
+Every function here that returns a new `SlotState` takes one `SlotInput` through `TABLE`;
+nothing else in MiniDock assigns a slot's phase.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from minidock.core.supervise import backoff, exit_line, should_restart
+from minidock.model import Container, RestartPolicy
+
+__all__ = [
+    "KEEP_COUNTED",
+    "TABLE",
+    "SlotInput",
+    "SlotPhase",
+    "SlotState",
+    "account_exit",
+    "assign",
+    "count_failure",
+    "hold",
+    "observe_task",
+    "reset",
+    "skip_backoff",
+    "unplaced",
+    "vanish",
+]
+
+KEEP_COUNTED = 20  # how many counted task ids a slot remembers (enough to never count twice)
+
+
+class SlotPhase(enum.StrEnum):
+    EMPTY = "empty"  # no task, and none decided yet
+    PENDING = "pending"  # a task is wanted, but no host fits or a dependency is not ready
+    STARTING = "starting"  # its task is assigned, not yet ready
+    RUNNING = "running"  # its task is ready: running, and healthy where checked
+    UNREACHABLE = "unreachable"  # its task's host does not answer: the task holds the slot
+    BACKING_OFF = "backing_off"  # its last task failed; the next one waits for the backoff
+    FAILED = "failed"  # the crash-loop limit: only `reset` or a new apply revives it
+    COMPLETE = "complete"  # its task exited and, by restart.condition, is not restarted
+
+
+class SlotInput(enum.StrEnum):
+    ASSIGNED = "task assigned"
+    UNPLACED = "cannot place"
+    READY = "task ready"
+    NOT_READY = "task not ready"
+    HELD = "host unreachable"
+    VANISHED = "no task"
+    FAILED_RETRY = "task failed"
+    FAILED_LIMIT = "task failed max_attempts times"
+    EXITED_DONE = "task exited, no restart"
+    RESET = "reset"
+
+
+_NEXT: dict[SlotInput, SlotPhase] = {
+    SlotInput.ASSIGNED: SlotPhase.STARTING,
+    SlotInput.UNPLACED: SlotPhase.PENDING,
+    SlotInput.READY: SlotPhase.RUNNING,
+    SlotInput.NOT_READY: SlotPhase.STARTING,
+    SlotInput.HELD: SlotPhase.UNREACHABLE,
+    SlotInput.VANISHED: SlotPhase.EMPTY,
+    SlotInput.FAILED_RETRY: SlotPhase.BACKING_OFF,
+    SlotInput.FAILED_LIMIT: SlotPhase.FAILED,
+    SlotInput.EXITED_DONE: SlotPhase.COMPLETE,
+    SlotInput.RESET: SlotPhase.EMPTY,
+}
+_TERMINAL = (SlotPhase.FAILED, SlotPhase.COMPLETE)  # only RESET (or a new apply) leaves them
+
+
+def _next(phase: SlotPhase, given: SlotInput) -> SlotPhase:
+    if phase in _TERMINAL and given is not SlotInput.RESET:
+        return phase
+    if phase is SlotPhase.BACKING_OFF and given in (SlotInput.VANISHED, SlotInput.UNPLACED):
+        return phase  # still waiting out its backoff (or for room once it is over)
+    return _NEXT[given]
+
+
+TABLE: dict[tuple[SlotPhase, SlotInput], SlotPhase] = {
+    (p, i): _next(p, i) for p in SlotPhase for i in SlotInput
+}
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """One slot's record: phase, assigned task, and restart bookkeeping."""
+
+    phase: SlotPhase = SlotPhase.EMPTY
+    task: str = ""  # the task the controller assigned (or adopted) for this slot
+    host: str = ""  # where that task runs
+    attempts: tuple[float, ...] = ()  # controller times of counted failures, within the window
+    counted: tuple[str, ...] = ()  # task ids whose failure is already counted
+    next_start: float = 0.0  # backoff: no new task before this time
+    last_exit: str = ""  # one line: exit code and log tail, or the health failure
+
+    @property
+    def failed(self) -> bool:
+        return self.phase is SlotPhase.FAILED
+
+    @property
+    def complete(self) -> bool:
+        return self.phase is SlotPhase.COMPLETE
+
+
+def _step(slot: SlotState, given: SlotInput, **changes: object) -> SlotState:
+    return replace(slot, phase=TABLE[(slot.phase, given)], **changes)  # type: ignore[arg-type]
+
+
+def assign(slot: SlotState, task: str, host: str) -> SlotState:
+    """A new task was decided for the slot (committed before it is started)."""
+    return _step(slot, SlotInput.ASSIGNED, task=task, host=host)
+
+
+def unplaced(slot: SlotState) -> SlotState:
+    return _step(slot, SlotInput.UNPLACED)
+
+
+def observe_task(slot: SlotState, c: Container, *, ready: bool) -> SlotState:
+    """The slot's live task as this pass sees it (a task no record explains is adopted)."""
+    return _step(slot, SlotInput.READY if ready else SlotInput.NOT_READY, task=c.task, host=c.host)
+
+
+def hold(slot: SlotState) -> SlotState:
+    """The slot's task is on a host that did not answer: it keeps the slot for now."""
+    return _step(slot, SlotInput.HELD)
+
+
+def vanish(slot: SlotState) -> SlotState:
+    """No task fills the slot (and none is held by an unreachable host)."""
+    return _step(slot, SlotInput.VANISHED)
+
+
+def reset(slot: SlotState) -> SlotState:
+    """`minidock reset`: forget failures, backoff and the assignment (the next pass
+    observes the slot afresh and records its task again)."""
+    return _step(SlotState(), SlotInput.RESET)
+
+
+def skip_backoff(slot: SlotState) -> SlotState:
+    """Try again at once (a paused update's failed slot goes back to its known-good spec)."""
+    return replace(slot, next_start=0.0)
+
+
+def count_failure(
+    slot: SlotState, task: str, at: float, line: str, policy: RestartPolicy
+) -> SlotState:
+    """One failed attempt (exit, unhealthy, failed gate or act): prune the window, back off,
+    and at `max_attempts` within the window, Failed. A task is counted once."""
+    if task in slot.counted:
+        return slot
+    recent = tuple(a for a in slot.attempts if policy.window <= 0 or at - a < policy.window)
+    attempts = (*recent, at)
+    limit = policy.max_attempts > 0 and len(attempts) >= policy.max_attempts
+    return _step(
+        slot if not slot.complete else replace(slot, phase=SlotPhase.EMPTY),
+        SlotInput.FAILED_LIMIT if limit else SlotInput.FAILED_RETRY,
+        attempts=attempts,
+        counted=(*slot.counted, task)[-KEEP_COUNTED:],
+        next_start=at + backoff(policy, len(attempts)),
+        last_exit=line,
+    )
+
+
+def account_exit(slot: SlotState, c: Container, policy: RestartPolicy, now: float) -> SlotState:
+    """Fold one exited (or never started) task into the slot, by its restart condition."""
+    if c.task in slot.counted:
+        return slot
+    line = exit_line(c)
+    if not should_restart(policy, c.exit_code):
+        counted = (*slot.counted, c.task)[-KEEP_COUNTED:]
+        return _step(slot, SlotInput.EXITED_DONE, counted=counted, last_exit=line)
+    return count_failure(slot, c.task, c.finished_at or now, line, policy)

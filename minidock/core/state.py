@@ -1,0 +1,44 @@
+"""What the controller decided and keeps in its store: the durable side of every machine.
+
+`ControllerState` is the one value a pass reads and returns. It holds, per service, the
+effective spec (after any rollback), the previous one, the rollout and every slot's record;
+per host, its phase, availability and last probe. Pure values, no behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minidock.core.hosts import HostState
+from minidock.core.rollout import Rollout
+from minidock.core.slots import SlotState
+from minidock.model import Service
+
+__all__ = ["ControllerState", "ServiceState"]
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """The effective spec of a service (after any rollback) and its bookkeeping."""
+
+    spec: Service
+    generation: int
+    previous: Service | None = None
+    previous_generation: int | None = None
+    rollout: Rollout = field(default_factory=Rollout)
+    slots: dict[int, SlotState] = field(default_factory=dict)
+
+    def slot(self, n: int) -> SlotState:
+        return self.slots.get(n, SlotState())
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    cluster: str = ""
+    generation: int = 0
+    order: tuple[str, ...] = ()  # service names in the order of the applied file
+    services: dict[str, ServiceState] = field(default_factory=dict)
+    hosts: dict[str, HostState] = field(default_factory=dict)
+
+    def host(self, name: str) -> HostState:
+        return self.hosts.get(name, HostState())

@@ -21,6 +21,7 @@ CHECKS: dict[str, list[list[str]]] = {
     "lint": [
         ["ruff", "check", *LINT_PATHS],
         ["ruff", "format", "--check", *LINT_PATHS],
+        ["lint-imports"],  # the layers contract in pyproject.toml
     ],
     # mypy --strict on the package, configured by [tool.mypy] in pyproject.toml
     "typecheck": [["mypy"]],
@@ -30,7 +31,7 @@ CHECKS: dict[str, list[list[str]]] = {
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
-    session.install("ruff")
+    session.install("ruff", "import-linter", "-e", ".")
     for command in CHECKS["lint"]:
         session.run(*command)
 

@@ -1,14 +1,62 @@
-"""JSON round-trips of model values for the state store (cattrs does the structuring)."""
+"""JSON round-trips of model values for the state store (cattrs does the structuring).
+
+State written by MiniDock before the core had phase enums (hosts with `down`/`drained`
+booleans, slots with `failed`/`complete`) is read into today's phases, so an upgrade keeps
+every drain and every Failed slot.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import cattrs
+from cattrs.gen import make_dict_structure_fn
+
+from minidock.core.hosts import Availability, HostPhase, HostState
+from minidock.core.slots import SlotPhase, SlotState
 
 _converter = cattrs.Converter()
 T = TypeVar("T")
+
+
+def _legacy_host(d: dict[str, Any]) -> dict[str, Any]:
+    d = dict(d)
+    if d.pop("drained", False):
+        d["availability"] = Availability.DRAINED
+    if "down" in d:
+        down = d.pop("down")
+        d["phase"] = (
+            HostPhase.DOWN if down else HostPhase.UNREACHABLE if d.get("failures") else HostPhase.READY
+        )
+    return d
+
+
+def _legacy_slot(d: dict[str, Any]) -> dict[str, Any]:
+    d = dict(d)
+    failed, complete = d.pop("failed", None), d.pop("complete", None)
+    if "phase" not in d and (failed is not None or complete is not None):
+        backing_off = bool(d.get("attempts"))
+        d["phase"] = (
+            SlotPhase.FAILED
+            if failed
+            else SlotPhase.COMPLETE
+            if complete
+            else SlotPhase.BACKING_OFF
+            if backing_off
+            else SlotPhase.EMPTY
+        )
+    return d
+
+
+def _upgrading(cls: type[T], upgrade: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    base = make_dict_structure_fn(cls, _converter)
+    _converter.register_structure_hook(cls, lambda d, _: base(upgrade(d), cls))
+
+
+_upgrading(HostState, _legacy_host)
+_upgrading(SlotState, _legacy_slot)
 
 
 def dumps(value: object) -> str:

@@ -47,7 +47,7 @@ def admit(state: ControllerState, cluster: Cluster, generation: int) -> Controll
                 generation=generation,
                 previous=old.spec if changed else old.previous,
                 previous_generation=old.generation if changed else old.previous_generation,
-                rollout=rollout.begin(svc.replicas) if changed else old.rollout,
+                rollout=rollout.begin(old.rollout, svc.replicas) if changed else old.rollout,
                 slots={},
             )
     return replace(

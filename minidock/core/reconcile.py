@@ -593,7 +593,7 @@ def _advance_rollout(
         return ss, Effects()
     fx = Effects()
     if not r.active:
-        r = rollout.begin(ss.spec.replicas)
+        r = rollout.begin(r, ss.spec.replicas)
         started_event = Event(
             now, "rollout-started", f"{name}: updating {len(outdated)} tasks", service=name
         )

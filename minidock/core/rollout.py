@@ -35,22 +35,24 @@ class RolloutPhase(enum.StrEnum):
 
 
 class RolloutInput(enum.StrEnum):
+    BEGIN = "apply changes what tasks run"
+    BEGIN_ROLLBACK = "rollback: the operator's, or update.failure_action's"
     RESUME = "same spec applied again"
     FAILURE_TOLERATED = "failure within max_failure_ratio, or continue"
     FAILURE_PAUSE = "failure: pause"
-    FAILURE_ROLLBACK = "failure: rollback"
     SETTLED = "every slot runs the target spec, ready"
 
 
 ACTIVE = (RolloutPhase.UPDATING, RolloutPhase.ROLLING_BACK)
 
-# (phase, input) -> next phase; a new rollout (an apply that changes what tasks run, or
-# `minidock rollback`) starts afresh with `begin`, whatever the old one was doing.
+# (phase, input) -> next phase. A new rollout (an apply that changes what tasks run, or a
+# rollback) starts afresh from any phase, whatever the old one was doing.
 TABLE: dict[tuple[RolloutPhase, RolloutInput], RolloutPhase] = {
+    **{(p, RolloutInput.BEGIN): RolloutPhase.UPDATING for p in RolloutPhase},
+    **{(p, RolloutInput.BEGIN_ROLLBACK): RolloutPhase.ROLLING_BACK for p in RolloutPhase},
     (RolloutPhase.PAUSED, RolloutInput.RESUME): RolloutPhase.UPDATING,
     (RolloutPhase.UPDATING, RolloutInput.FAILURE_TOLERATED): RolloutPhase.UPDATING,
     (RolloutPhase.UPDATING, RolloutInput.FAILURE_PAUSE): RolloutPhase.PAUSED,
-    (RolloutPhase.UPDATING, RolloutInput.FAILURE_ROLLBACK): RolloutPhase.ROLLING_BACK,
     (RolloutPhase.UPDATING, RolloutInput.SETTLED): RolloutPhase.COMPLETED,
     (RolloutPhase.ROLLING_BACK, RolloutInput.FAILURE_TOLERATED): RolloutPhase.ROLLING_BACK,
     (RolloutPhase.ROLLING_BACK, RolloutInput.FAILURE_PAUSE): RolloutPhase.PAUSED,
@@ -80,10 +82,13 @@ class Rollout:
         return self.status is RolloutPhase.PAUSED
 
 
-def begin(total: int, *, rollback: bool = False, reason: str = "") -> Rollout:
-    """A new rollout of `total` slots, forward to the new spec or back to the previous."""
-    phase = RolloutPhase.ROLLING_BACK if rollback else RolloutPhase.UPDATING
-    return Rollout(status=phase, total=total, rollback=rollback, reason=reason)
+def begin(
+    old: Rollout, total: int, *, rollback: bool = False, reason: str = ""
+) -> Rollout:
+    """A new rollout of `total` slots (replacing `old`), forward to the new spec or back
+    to the previous one."""
+    given = RolloutInput.BEGIN_ROLLBACK if rollback else RolloutInput.BEGIN
+    return step(Rollout(status=old.status), given, total=total, rollback=rollback, reason=reason)
 
 
 def step(r: Rollout, given: RolloutInput, **changes: object) -> Rollout:

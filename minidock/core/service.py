@@ -72,6 +72,6 @@ def rolled_back(ss: ServiceState, reason: str) -> ServiceState:
         generation=ss.previous_generation or ss.generation,
         previous=ss.spec,
         previous_generation=ss.generation,
-        rollout=rollout.begin(ss.previous.replicas, rollback=True, reason=reason),
+        rollout=rollout.begin(ss.rollout, ss.previous.replicas, rollback=True, reason=reason),
         slots={},
     )

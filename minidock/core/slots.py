@@ -18,6 +18,7 @@ from minidock.model import Container, RestartPolicy
 __all__ = [
     "KEEP_COUNTED",
     "TABLE",
+    "TERMINAL",
     "SlotInput",
     "SlotPhase",
     "SlotState",
@@ -71,11 +72,11 @@ _NEXT: dict[SlotInput, SlotPhase] = {
     SlotInput.EXITED_DONE: SlotPhase.COMPLETE,
     SlotInput.RESET: SlotPhase.EMPTY,
 }
-_TERMINAL = (SlotPhase.FAILED, SlotPhase.COMPLETE)  # only RESET (or a new apply) leaves them
+TERMINAL = (SlotPhase.FAILED, SlotPhase.COMPLETE)  # only RESET (or a new apply) leaves them
 
 
 def _next(phase: SlotPhase, given: SlotInput) -> SlotPhase:
-    if phase in _TERMINAL and given is not SlotInput.RESET:
+    if phase in TERMINAL and given is not SlotInput.RESET:
         return phase
     if phase is SlotPhase.BACKING_OFF and given in (SlotInput.VANISHED, SlotInput.UNPLACED):
         return phase  # still waiting out its backoff (or for room once it is over)

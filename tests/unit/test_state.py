@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -16,6 +17,7 @@ from typing import NoReturn, overload
 
 import pytest
 
+from minidock import codec
 from minidock.core import (
     Availability,
     ControllerState,
@@ -468,3 +470,39 @@ def test_kill_9_at_random_instants_leaves_a_committed_state(tmp_path: Path) -> N
                 assert store.latest_generation() == (n, _cluster(n))
         verified = n
     assert verified > 0, "the writer never got a commit in"
+
+
+def test_state_written_before_the_phase_enums_keeps_its_drains_and_failures() -> None:
+    """A state.db from before the core's machines (booleans) is read into phases."""
+    legacy = json.dumps(
+        {
+            "cluster": "prod",
+            "generation": 3,
+            "order": ["web"],
+            "hosts": {
+                "h1": {"failures": 3, "down": True, "drained": True, "tasks": []},
+                "h2": {"failures": 1, "down": False, "drained": False, "tasks": []},
+            },
+            "services": {
+                "web": {
+                    "spec": {"name": "web", "image": "web:5"},
+                    "generation": 3,
+                    "slots": {
+                        "1": {"failed": True, "complete": False, "attempts": [1.0]},
+                        "2": {"failed": False, "complete": True},
+                        "3": {"failed": False, "complete": False, "attempts": [2.0]},
+                    },
+                }
+            },
+        }
+    )
+    state = codec.loads(legacy, ControllerState)
+    assert (state.host("h1").phase, state.host("h1").drained) == (HostPhase.DOWN, True)
+    assert (state.host("h2").phase, state.host("h2").drained) == (HostPhase.UNREACHABLE, False)
+    slots = state.services["web"].slots
+    assert [slots[n].phase for n in (1, 2, 3)] == [
+        SlotPhase.FAILED,
+        SlotPhase.COMPLETE,
+        SlotPhase.BACKING_OFF,
+    ]
+    assert codec.loads(codec.dumps(state), ControllerState) == state

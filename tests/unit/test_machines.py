@@ -1,0 +1,134 @@
+"""The core's state machines: their tables are whole, their diagrams in the docs are the
+tables, and no code outside a machine's module assigns its phase."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from minidock.core import hosts, rollout, slots
+from minidock.core.diagram import diagrams
+from minidock.core.hosts import HostPhase, HostState, Probe
+from minidock.core.rollout import Rollout, RolloutInput, RolloutPhase
+from minidock.core.slots import SlotInput, SlotPhase, SlotState
+from minidock.model import Container, RestartPolicy
+
+ROOT = Path(__file__).parents[2]
+PACKAGE = ROOT / "minidock"
+
+# the only modules that may name a phase field when building or replacing a record
+PHASE_OWNERS = {
+    "phase": {"core/hosts.py", "core/slots.py", "codec.py"},
+    "availability": {"core/hosts.py", "codec.py"},
+    "status": {"core/rollout.py"},
+}
+
+
+def test_the_docs_diagrams_are_generated_from_the_tables() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    found = re.search(r"<!-- machines -->\n(.*)<!-- /machines -->", text, re.S)
+    assert found is not None, "docs/architecture.md lost its <!-- machines --> markers"
+    assert found[1] == diagrams(), "run `python -m minidock.core.diagram` into the docs"
+
+
+def test_every_table_is_whole() -> None:
+    assert set(hosts.PROBE_TABLE) == {(p, i) for p in HostPhase for i in Probe}
+    assert set(hosts.AVAILABILITY_TABLE) == {
+        (a, i) for a in hosts.Availability for i in hosts.Intent
+    }
+    assert set(slots.TABLE) == {(p, i) for p in SlotPhase for i in SlotInput}
+
+
+def test_rollout_table_starts_anywhere_and_fails_only_while_active() -> None:
+    for phase in RolloutPhase:
+        assert rollout.TABLE[(phase, RolloutInput.BEGIN)] is RolloutPhase.UPDATING
+        assert rollout.TABLE[(phase, RolloutInput.BEGIN_ROLLBACK)] is RolloutPhase.ROLLING_BACK
+    failures = {RolloutInput.FAILURE_PAUSE, RolloutInput.FAILURE_TOLERATED}
+    assert {p for p, i in rollout.TABLE if i in failures} == {
+        RolloutPhase.UPDATING,
+        RolloutPhase.ROLLING_BACK,
+    }
+    with pytest.raises(KeyError):  # a completed rollout cannot be paused
+        rollout.step(Rollout(status=RolloutPhase.COMPLETED), RolloutInput.FAILURE_PAUSE)
+
+
+@pytest.mark.parametrize(
+    ("before", "answered", "failures", "after", "event"),
+    [
+        (HostPhase.READY, True, 0, HostPhase.READY, None),
+        (HostPhase.READY, False, 0, HostPhase.UNREACHABLE, None),
+        (HostPhase.UNREACHABLE, False, 1, HostPhase.DOWN, "host-down"),
+        (HostPhase.UNREACHABLE, True, 1, HostPhase.READY, None),
+        (HostPhase.DOWN, False, 5, HostPhase.DOWN, None),
+        (HostPhase.DOWN, True, 5, HostPhase.READY, "host-up"),
+    ],
+)
+def test_host_probe_step(
+    before: HostPhase, answered: bool, failures: int, after: HostPhase, event: str | None
+) -> None:
+    old = HostState(phase=before, failures=failures, last_seen=1.0)
+    new, ev = hosts.probe_step(
+        "h1", old, answered=() if answered else None, error="refused", down_after=2, now=9.0
+    )
+    assert new.phase is after
+    assert (ev.kind if ev else None) == event
+    assert new.failures == (0 if answered else failures + 1)
+    assert new.last_seen == (9.0 if answered else 1.0)
+
+
+def test_drain_is_orthogonal_to_reachability() -> None:
+    down = HostState(phase=HostPhase.DOWN, failures=3)
+    drained = hosts.availability_step(down, hosts.Intent.DRAIN)
+    assert (drained.phase, drained.drained) == (HostPhase.DOWN, True)
+    assert hosts.availability_step(drained, hosts.Intent.ACTIVATE).drained is False
+
+
+def _exited(task: str, code: int) -> Container:
+    return Container(
+        "c", f"web.1.{task}", "h1", "t", "web", 1, task, "s", "web:5", "exited", exit_code=code
+    )
+
+
+def test_slot_lifecycle_through_the_table() -> None:
+    policy = RestartPolicy(condition="on-failure", delay=1, max_delay=4, max_attempts=2)
+    s = slots.assign(SlotState(), "t1", "h1")
+    assert (s.phase, s.task, s.host) == (SlotPhase.STARTING, "t1", "h1")
+    s = slots.account_exit(s, _exited("t1", 1), policy, now=10.0)
+    assert s.phase is SlotPhase.BACKING_OFF and s.next_start == 11.0
+    assert slots.vanish(s).phase is SlotPhase.BACKING_OFF  # still waiting out its backoff
+    s = slots.assign(s, "t2", "h1")
+    s = slots.account_exit(s, _exited("t2", 1), policy, now=20.0)
+    assert s.phase is SlotPhase.FAILED
+    assert slots.assign(s, "t3", "h1").phase is SlotPhase.FAILED  # terminal until reset
+    assert slots.reset(s) == SlotState()
+    done = slots.account_exit(SlotState(), _exited("t9", 0), policy, now=1.0)
+    assert done.phase is SlotPhase.COMPLETE and done.attempts == ()
+
+
+def _phase_keywords(path: Path) -> list[tuple[str, int]]:
+    """Calls in `path` that pass a phase field by keyword (replace(x, phase=...), ...)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg in PHASE_OWNERS and _builds_record(node):
+                    found.append((kw.arg, node.lineno))
+    return found
+
+
+def _builds_record(call: ast.Call) -> bool:
+    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+    return name in {"replace", "HostState", "SlotState", "Rollout", "_step", "step"}
+
+
+def test_no_code_outside_a_machine_assigns_a_phase() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for field, line in _phase_keywords(path):
+            if rel not in PHASE_OWNERS[field]:
+                offenders.append(f"minidock/{rel}:{line} sets {field}")
+    assert offenders == []

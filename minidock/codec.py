@@ -26,10 +26,8 @@ def _legacy_host(d: dict[str, Any]) -> dict[str, Any]:
     if d.pop("drained", False):
         d["availability"] = Availability.DRAINED
     if "down" in d:
-        down = d.pop("down")
-        d["phase"] = (
-            HostPhase.DOWN if down else HostPhase.UNREACHABLE if d.get("failures") else HostPhase.READY
-        )
+        phase = HostPhase.UNREACHABLE if d.get("failures") else HostPhase.READY
+        d["phase"] = HostPhase.DOWN if d.pop("down") else phase
     return d
 
 

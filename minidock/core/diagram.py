@@ -12,20 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from enum import StrEnum
+from typing import TypeVar
 
 from minidock.core import hosts, rollout, slots
 
 __all__ = ["diagrams", "mermaid"]
 
-Table = Mapping[tuple[StrEnum, StrEnum], StrEnum]
+P = TypeVar("P", bound=StrEnum)  # a machine's phases
+In = TypeVar("In", bound=StrEnum)  # its inputs
 
 
 def mermaid(
     title: str,
-    table: Table,
-    start: StrEnum,
+    table: Mapping[tuple[P, In], P],
+    start: P,
     *,
-    group: Collection[StrEnum] = (),
+    group: Collection[P] = (),
     group_name: str = "",
 ) -> str:
     """One `stateDiagram-v2` block: an edge per phase change, labelled by its inputs."""
@@ -52,7 +54,7 @@ def mermaid(
     return "\n".join([*lines, "```"])
 
 
-def _from_group(table: Table, given: StrEnum, group: Collection[StrEnum]) -> StrEnum | None:
+def _from_group(table: Mapping[tuple[P, In], P], given: In, group: Collection[P]) -> P | None:
     """The phase `given` takes every member of `group` to (members may stay), if there is
     one such phase and it is reached from most of the group; else None."""
     if not group:

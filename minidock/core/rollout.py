@@ -82,9 +82,7 @@ class Rollout:
         return self.status is RolloutPhase.PAUSED
 
 
-def begin(
-    old: Rollout, total: int, *, rollback: bool = False, reason: str = ""
-) -> Rollout:
+def begin(old: Rollout, total: int, *, rollback: bool = False, reason: str = "") -> Rollout:
     """A new rollout of `total` slots (replacing `old`), forward to the new spec or back
     to the previous one."""
     given = RolloutInput.BEGIN_ROLLBACK if rollback else RolloutInput.BEGIN

@@ -97,7 +97,8 @@ def test_slot_lifecycle_through_the_table() -> None:
     s = slots.assign(SlotState(), "t1", "h1")
     assert (s.phase, s.task, s.host) == (SlotPhase.STARTING, "t1", "h1")
     s = slots.account_exit(s, _exited("t1", 1), policy, now=10.0)
-    assert s.phase is SlotPhase.BACKING_OFF and s.next_start == 11.0
+    assert s.phase is SlotPhase.BACKING_OFF
+    assert s.next_start == 11.0
     assert slots.vanish(s).phase is SlotPhase.BACKING_OFF  # still waiting out its backoff
     s = slots.assign(s, "t2", "h1")
     s = slots.account_exit(s, _exited("t2", 1), policy, now=20.0)
@@ -105,7 +106,8 @@ def test_slot_lifecycle_through_the_table() -> None:
     assert slots.assign(s, "t3", "h1").phase is SlotPhase.FAILED  # terminal until reset
     assert slots.reset(s) == SlotState()
     done = slots.account_exit(SlotState(), _exited("t9", 0), policy, now=1.0)
-    assert done.phase is SlotPhase.COMPLETE and done.attempts == ()
+    assert done.phase is SlotPhase.COMPLETE
+    assert done.attempts == ()
 
 
 def _phase_keywords(path: Path) -> list[tuple[str, int]]:

@@ -1,15 +1,16 @@
 """Rolling updates, decision by decision, with an injected clock (issue 4).
 
-Pure: every test drives `reconcile()` through a `Lab` world (tests/sim.World with images
-that behave over time) or calls the pure transitions (`admit`, `rollback`, `note_failure`,
-`health_gate`, `summarize`) directly. The clock is `World.now`, advanced by `step(dt)`.
+Most tests drive `reconcile()` through the model-level World (tests/sim.py) or call the
+pure transitions (`admit`, `rollback`, `note_failure`, `health_gate`, `summarize`)
+directly; the clock is `World.now`, advanced by `step(dt)`. Tests that need the runner's
+acts (an image that cannot be pulled, a failed task's log tail) and the scenarios worth
+seeing end to end run on RunnerWorld too (the `world` fixture): the real `run_pass` over
+FakeDocker and a real Store.
 
-Image names say how a task behaves once started (the tag decides):
-  web:N      turns healthy one tick after it starts
-  web:broken keeps running, turns unhealthy one tick after it starts (with a health log)
-  web:slow   keeps running, never leaves health "starting"
-  web:late   turns healthy, then exits 2 `LATE` seconds after it starts
-  crash:N    exits 1 one tick after it starts
+Images behave by tests/behaviour.py's table (the tag decides): web:N turns healthy one
+tick after it starts; web:broken turns unhealthy (with HEALTH_LOG); web:slow never leaves
+"starting"; web:late exits 2 LATE seconds after it starts; crash:N exits 1 one tick after
+it starts; web:nope cannot be pulled.
 """
 
 from __future__ import annotations
@@ -46,54 +47,15 @@ from minidock.reconcile import (
 from minidock.runner import _Acts
 from minidock.status import summarize
 from minidock.supervise import health_gate, ready
+from tests.behaviour import HEALTH_LOG
 from tests.fakes import FakeExecutor, fail, ok
-from tests.sim import World, host, svc
+from tests.sim import Views, World, host, hosts, svc
 
 HC = HealthCheck(("wget", "-qO-", "http://127.0.0.1:8080/"), interval=1, timeout=1, retries=2)
-LATE = 6.0
-HEALTH_LOG = "wget: can't connect to remote host (127.0.0.1): Connection refused"
 
 
-class Lab(World):
-    """tests/sim.World whose images behave by tag over (injected) time; see the module doc."""
-
-    def behave(self, c: Container) -> Container:
-        tag = c.image.rpartition(":")[2]
-        age = self.now - (c.started_at or c.created_at)
-        if c.state != "running":
-            return c
-        if c.image.startswith("crash") or (tag == "late" and age >= LATE):
-            code = 1 if c.image.startswith("crash") else 2
-            return replace(c, state="exited", exit_code=code, finished_at=self.now)
-        if c.health == "starting" and tag == "broken":
-            return replace(c, health="unhealthy", health_log=HEALTH_LOG)
-        if c.health == "starting" and tag != "slow":
-            return replace(c, health="healthy")
-        return c
-
-    # views ------------------------------------------------------------------------------
-    def images(self, service: str = "web") -> list[str]:
-        return [c.image for c in sorted(self.live(service), key=lambda c: c.slot)]
-
-    def healthy_slots(self, service: str = "web") -> int:
-        return len({c.slot for c in self.live(service) if ready(c)})
-
-    def rollout(self, service: str = "web"):  # type: ignore[no-untyped-def]
-        return self.state.services[service].rollout
-
-    def kinds(self) -> list[str]:
-        return [e.kind for p in self.log for e in p.events]
-
-    def run_until(self, done, limit: int = 80, dt: float = 1.0) -> Plan:  # type: ignore[no-untyped-def]
-        for _ in range(limit):
-            plan = self.step(dt)
-            if done(plan):
-                return plan
-        raise AssertionError(f"condition not reached in {limit} passes: {self.log[-1]}")
-
-
-def lab(n: int = 3) -> Lab:
-    return Lab([host(f"host{i}") for i in range(1, n + 1)])
+def lab(n: int = 3) -> World:
+    return World(hosts(n))
 
 
 def web(image: str = "web:5", replicas: int = 4, **update: object) -> Service:
@@ -101,7 +63,7 @@ def web(image: str = "web:5", replicas: int = 4, **update: object) -> Service:
     return svc(image=image, replicas=replicas, health=HC, update=policy)
 
 
-def updated(w: Lab, image: str, replicas: int = 4, **update: object) -> Lab:
+def updated(w: Views, image: str, replicas: int = 4, **update: object) -> Views:
     """`w` converged on web:5 (or `image` of the first apply), then `image` applied."""
     w.apply(web("web:5", replicas, **update))
     w.converge()
@@ -307,7 +269,7 @@ def test_start_first_with_a_free_host_for_the_port_stays_start_first() -> None:
 
 
 def test_start_first_without_room_and_without_a_port_conflict_waits() -> None:
-    w = Lab([host("h1", cpus=1)])
+    w = World([host("h1", cpus=1)])
     pol = UpdatePolicy(monitor=0.0, order="start-first")
     w.apply(svc(replicas=1, cpus=1.0, update=pol))
     w.converge()
@@ -592,7 +554,7 @@ def test_manual_rollback_of_a_paused_update() -> None:
 
 
 # -- bad images: no downtime --------------------------------------------------------------------
-def _apply_run_failures(w: Lab, image: str) -> Plan:
+def _apply_run_failures(w: World, image: str) -> Plan:
     """One pass where every run of `image` fails at the image check (the runner's note)."""
     plan = w.plan()
     state = plan.state
@@ -794,7 +756,7 @@ def test_a_host_lost_mid_rollout_resumes(which: str) -> None:
 
 
 # -- what status shows -------------------------------------------------------------------------
-def _status(w: Lab) -> dict[str, Any]:
+def _status(w: Views) -> dict[str, Any]:
     plan = w.plan()
     return summarize(w.state, w.inventory, w.observe(), plan)
 

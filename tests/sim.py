@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from minidock.commands import parse_inspect
 from minidock.events import Event
 from minidock.model import (
@@ -47,6 +49,11 @@ from tests.behaviour import TICK, Clock, behave
 from tests.fakes import FakeDocker
 
 _ids = itertools.count(1)
+
+# what the `world` fixture (tests/unit/conftest.py) gives: `world(3)` or `world([host(...)])`
+MakeWorld = Callable[..., "World | RunnerWorld"]
+# for a test that needs the runner's acts: the `world` fixture on RunnerWorld alone
+ONLY_RUNNER = pytest.mark.parametrize("world", ["runner"], indirect=True)
 
 
 def host(name: str, *, cpus: float | None = 4, memory: int | None = 8 << 30, **labels: str) -> Host:
@@ -85,14 +92,23 @@ class Views:
 
     hosts: list[Host]
     cluster_name: str
-    log: list[Plan]
+    log: list[Plan]  # every pass's plan, in order
+    times: list[float]  # the clock at each of those passes
     state: ControllerState
 
     @property
     def inventory(self) -> Inventory:
         return Inventory("inventory.toml", tuple(self.hosts))
 
+    def apply(self, *services: Service) -> None:
+        """Store the services as the next desired-state generation (`minidock apply`)."""
+        raise NotImplementedError
+
+    def plan(self, state: ControllerState | None = None) -> Plan:
+        raise NotImplementedError
+
     def step(self, dt: float = TICK) -> Plan:
+        """One pass at the clock's time, acted on; then the clock moves on by `dt`."""
         raise NotImplementedError
 
     def reachable(self) -> dict[str, list[Container]]:
@@ -142,6 +158,10 @@ class Views:
     def rollout(self, service: str = "web") -> Rollout:
         return self.state.services[service].rollout
 
+    def passes(self) -> list[tuple[float, Plan]]:
+        """(the clock, the plan) of every pass so far."""
+        return list(zip(self.times, self.log, strict=True))
+
     def kinds(self) -> list[str]:
         """The kind of every event the passes so far decided."""
         return [e.kind for p in self.log for e in p.events]
@@ -160,6 +180,7 @@ class World(Views):
     cluster: Cluster | None = None
     generation: int = 0
     log: list[Plan] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for h in self.hosts:
@@ -190,10 +211,15 @@ class World(Views):
         """One pass: decide, act on reachable hosts, record, advance the clock."""
         plan = self.plan()
         self.act(plan)
-        self.state = plan.state
-        self.log.append(plan)
+        self.record(plan)
         self.tick(dt)
         return plan
+
+    def record(self, plan: Plan) -> None:
+        """Keep the pass's decision as the runner's commit would (and log it)."""
+        self.state = plan.state
+        self.log.append(plan)
+        self.times.append(self.now)
 
     def act(self, plan: Plan) -> None:
         for stop in plan.stop:
@@ -271,6 +297,7 @@ class RunnerWorld(Views):
         self.executor = self.docker.executor()
         self.store = Store.open(directory)
         self.log: list[Plan] = []
+        self.times: list[float] = []
         self.results: list[PassResult] = []
 
     def close(self) -> None:
@@ -318,6 +345,7 @@ class RunnerWorld(Views):
         result = asyncio.run(run)
         self.results.append(result)
         self.log.append(result.plan)
+        self.times.append(self.now)
         self.docker.advance(dt)
         return result.plan
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from minidock.model import Host
-from tests.sim import RunnerWorld, World, hosts
-
-Fleet = World | RunnerWorld
-MakeWorld = Callable[..., Fleet]
+from tests.sim import MakeWorld, RunnerWorld, World, hosts
 
 
 @pytest.fixture(params=["model", "runner"])
@@ -23,7 +20,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeWorld]
     """
     made: list[RunnerWorld] = []
 
-    def make(fleet: int | Sequence[Host] = 3, **kw: object) -> Fleet:
+    def make(fleet: int | Sequence[Host] = 3, **kw: object) -> World | RunnerWorld:
         listed = hosts(fleet) if isinstance(fleet, int) else list(fleet)
         if request.param == "model":
             return World(listed, **kw)  # type: ignore[arg-type]

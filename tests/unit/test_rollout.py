@@ -38,8 +38,6 @@ from minidock.reconcile import (
     failed_updates,
     failure_action,
     note_exit,
-    note_failure,
-    reconcile,
     rollback,
     rollouts_started,
     slot_target,
@@ -49,7 +47,7 @@ from minidock.status import summarize
 from minidock.supervise import health_gate, ready
 from tests.behaviour import HEALTH_LOG
 from tests.fakes import FakeExecutor, fail, ok
-from tests.sim import Views, World, host, hosts, svc
+from tests.sim import ONLY_RUNNER, MakeWorld, Views, World, host, hosts, svc
 
 HC = HealthCheck(("wget", "-qO-", "http://127.0.0.1:8080/"), interval=1, timeout=1, retries=2)
 
@@ -58,9 +56,11 @@ def lab(n: int = 3) -> World:
     return World(hosts(n))
 
 
-def web(image: str = "web:5", replicas: int = 4, **update: object) -> Service:
+def web(
+    image: str = "web:5", replicas: int = 4, *, health: HealthCheck | None = HC, **update: object
+) -> Service:
     policy = UpdatePolicy(**{"monitor": 2.0, **update})  # type: ignore[arg-type]
-    return svc(image=image, replicas=replicas, health=HC, update=policy)
+    return svc(image=image, replicas=replicas, health=health, update=policy)
 
 
 def updated(w: Views, image: str, replicas: int = 4, **update: object) -> Views:
@@ -144,9 +144,9 @@ def test_swarmkit_defaults() -> None:
 # -- batches: parallelism, delay, order ---------------------------------------------------------
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_batches_replace_parallelism_at_a_time_and_keep_the_rest_healthy(
-    parallelism: int,
+    world: MakeWorld, parallelism: int
 ) -> None:
-    w = updated(lab(3), "web:6", replicas=6, parallelism=parallelism)
+    w = updated(world(3), "web:6", replicas=6, parallelism=parallelism)
     starts: list[int] = []
     while True:
         plan = w.step()
@@ -180,8 +180,15 @@ def test_a_batch_waits_for_every_task_in_flight_before_the_next() -> None:
     assert len(w.log) - w.log.index(first) - 1 == 3
 
 
-def test_delay_spaces_batches_from_the_last_gate_passed() -> None:
-    w = updated(lab(3), "web:6", replicas=3, delay=10.0, monitor=0.0)
+@pytest.mark.parametrize("health", [HC, None], ids=["health-check", "no-health-check"])
+def test_delay_spaces_batches_from_the_last_gate_passed(
+    world: MakeWorld, health: HealthCheck | None
+) -> None:
+    """Merged with test_reconcile's test_update_delay_spaces_batches (no health check)."""
+    w = world(3)
+    w.apply(web("web:5", 3, delay=10.0, monitor=0.0, health=health))
+    w.converge()
+    w.apply(web("web:6", 3, delay=10.0, monitor=0.0, health=health))
     w.step(dt=1)  # slot 1 replaced
     passed = w.run_until(lambda p: 1 in p.state.services["web"].rollout.done)
     at = passed.state.services["web"].rollout.last_batch_at
@@ -192,15 +199,28 @@ def test_delay_spaces_batches_from_the_last_gate_passed() -> None:
     assert nxt.state.services["web"].rollout.last_batch_at == at
     started_at = w.now - 1  # step() advanced the clock after deciding
     assert at + 10 <= started_at < at + 11
+    w.converge()
+    starts = [t for t, p in w.passes() for r in p.run if r.service.image == "web:6"]
+    assert len(starts) == 3
+    assert all(b - a >= 10 for a, b in itertools.pairwise(starts))
 
 
-def test_stop_first_is_the_default_and_replaces_in_place() -> None:
-    w = updated(lab(3), "web:6", replicas=3)
+def test_stop_first_is_the_default_and_replaces_in_place_one_at_a_time(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_rolling_update_stop_first_one_at_a_time."""
+    w = updated(world(3), "web:6", replicas=3)
     plan = w.step()
     (run,) = plan.run
     assert run.replaces is not None
     assert run.replaces.slot == run.slot == 1
     assert plan.stop == ()  # the old task is stopped by the run itself, after the image check
+    assert plan.state.services["web"].rollout.status == "updating"
+    for _ in range(20):
+        plan = w.step()
+        assert len(plan.run) <= 1
+        if plan.converged:
+            break
+    assert sorted(c.image for c in w.live()) == ["web:6"] * 3
+    assert w.rollout().status == "completed"
 
 
 def test_start_first_starts_the_new_task_on_another_host_before_stopping_the_old() -> None:
@@ -228,23 +248,30 @@ def test_start_first_keeps_the_old_task_until_the_new_one_passes_monitor() -> No
     assert [s.container.id for s in gate_passed.stop] == [old.id]
 
 
-def test_start_first_never_dips_below_replicas() -> None:
-    w = updated(lab(3), "web:6", replicas=3, order="start-first", parallelism=2)
+def test_start_first_never_dips_below_replicas(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_rolling_update_start_first_never_dips."""
+    w = updated(world(3), "web:6", replicas=3, order="start-first", parallelism=2)
     for _ in range(30):
         plan = w.step()
         assert w.healthy_slots() == 3
+        assert len([c for c in w.live() if c.health == "healthy"]) >= 3
         if plan.converged:
             break
     assert w.images() == ["web:6"] * 3
 
 
-def test_start_first_falls_back_to_stop_first_where_the_old_task_holds_the_host_port() -> None:
+@pytest.mark.parametrize("n", [1, 2], ids=["one-host", "every-host-holds-the-port"])
+def test_start_first_falls_back_to_stop_first_where_the_old_task_holds_the_host_port(
+    world: MakeWorld, n: int
+) -> None:
+    """Merged with test_reconcile's test_start_first_with_a_held_host_port_falls_back_to_stop_first
+    (one host, one replica)."""
     port = (PortMapping(8080, 8080),)
-    w = lab(2)
+    w = world(n)
     pol = UpdatePolicy(monitor=0.0, order="start-first")
-    w.apply(svc(replicas=2, ports=port, update=pol))
+    w.apply(svc(replicas=n, ports=port, update=pol))
     w.converge()
-    w.apply(svc(image="web:6", replicas=2, ports=port, update=pol))
+    w.apply(svc(image="web:6", replicas=n, ports=port, update=pol))
     plan = w.step()
     (run,) = plan.run
     assert run.replaces is not None  # stop-first: the port is free only once the old stops
@@ -362,9 +389,11 @@ def test_gate_in_the_pass_judges_each_new_task_by_the_injected_clock() -> None:
     assert r.last_batch_at == seen_healthy + 3.0  # passed at the first pass after monitor
 
 
-# -- failures: pause, rollback, continue --------------------------------------------------------
-def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec(
+    world: MakeWorld,
+) -> None:
+    """Merged with test_reconcile's test_failed_update_pauses_after_first_batch."""
+    w = updated(world(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     r = w.rollout()
     assert (r.failures, r.done) == (1, ())
@@ -392,8 +421,9 @@ def test_pause_keeps_the_slots_already_updated_on_the_new_spec() -> None:
     assert slot_target(ss, 2).image == "web:5"
 
 
-def test_rollback_returns_every_task_to_the_previous_spec_generation() -> None:
-    w = updated(lab(3), "web:broken", failure_action="rollback")
+def test_rollback_returns_every_task_to_the_previous_spec_generation(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_failed_update_rolls_back."""
+    w = updated(world(3), "web:broken", failure_action="rollback")
     w.converge()
     assert w.images() == ["web:5"] * 4
     ss = w.state.services["web"]
@@ -403,6 +433,7 @@ def test_rollback_returns_every_task_to_the_previous_spec_generation() -> None:
     r = ss.rollout
     assert r.status == "rolled_back"
     assert r.reason.startswith("rolled back: task ")
+    assert "unhealthy" in r.reason
     assert HEALTH_LOG in r.reason
     assert w.kinds().count("rollout-rollback") == 1
     assert w.kinds().count("rollout-rolled_back") == 1
@@ -419,13 +450,24 @@ def test_rollback_also_undoes_batches_that_had_passed() -> None:
     assert w.rollout().status == "rolled_back"
 
 
-def test_a_failing_rollback_pauses_and_never_loops() -> None:
-    w = lab(3)
+@pytest.mark.parametrize(
+    ("previous", "image", "why"),
+    [
+        pytest.param("web:slow", "web:broken", "not healthy after", id="previous-never-healthy"),
+        pytest.param("web:broken", "other:broken", "unhealthy", id="previous-unhealthy"),
+    ],
+)
+def test_a_failing_rollback_pauses_and_never_loops(
+    world: MakeWorld, previous: str, image: str, why: str
+) -> None:
+    """Merged with test_reconcile's test_rollback_that_fails_pauses_and_never_loops (the
+    previous spec unhealthy rather than never healthy)."""
+    w = world(3)
     pol = {"failure_action": "rollback", "monitor": 1.0}
-    w.apply(web("web:slow", 2, **pol))  # the previous spec never turns healthy either
+    w.apply(web(previous, 2, **pol))  # the previous spec never turns healthy either
     for _ in range(3):
         w.step()
-    w.apply(web("web:broken", 2, **pol))
+    w.apply(web(image, 2, **pol))
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused", limit=60)
     for _ in range(60):
         w.step()
@@ -434,8 +476,8 @@ def test_a_failing_rollback_pauses_and_never_loops() -> None:
     assert kinds.count("rollout-paused") == 1
     r = w.rollout()
     assert (r.status, r.rollback) == ("paused", True)
-    assert "not healthy after" in r.reason
-    assert w.state.services["web"].spec.image == "web:slow"  # rolled back, not forth again
+    assert why in r.reason
+    assert w.state.services["web"].spec.image == previous  # rolled back, not forth again
 
 
 def test_failure_action_is_taken_once_the_ratio_is_exceeded() -> None:
@@ -461,9 +503,18 @@ def test_pause_with_max_failure_ratio_tolerates_failures_up_to_the_ratio() -> No
     assert w.kinds().count("rollout-failure") == 2
 
 
-def test_continue_goes_on_whatever_the_ratio() -> None:
-    w = updated(lab(3), "web:broken", failure_action="continue")
-    for _ in range(40):
+def test_continue_goes_on_whatever_the_ratio(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_continue_goes_on_despite_failures: once every slot
+    has tried the new spec, every live task runs it (none went back to the old one)."""
+    w = updated(world(3), "web:broken", failure_action="continue")
+    start = len(w.log)
+
+    def tried() -> set[int]:
+        return {r.slot for p in w.log[start:] for r in p.run if r.service.image == "web:broken"}
+
+    w.run_until(lambda p: tried() == {1, 2, 3, 4})
+    assert {c.image for c in w.live()} == {"web:broken"}
+    while len(w.log) - start < 40:
         w.step()
     r = w.rollout()
     assert r.status == "updating"
@@ -543,8 +594,8 @@ def test_a_new_task_never_healthy_fails_at_its_deadline() -> None:
     assert "not healthy after 5s (running, starting)" in plan.state.services["web"].rollout.reason
 
 
-def test_manual_rollback_of_a_paused_update() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+def test_manual_rollback_of_a_paused_update(world: MakeWorld) -> None:
+    w = updated(world(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     w.state = rollback(w.state, "web")
     w.converge()
@@ -554,27 +605,13 @@ def test_manual_rollback_of_a_paused_update() -> None:
 
 
 # -- bad images: no downtime --------------------------------------------------------------------
-def _apply_run_failures(w: World, image: str) -> Plan:
-    """One pass where every run of `image` fails at the image check (the runner's note)."""
-    plan = w.plan()
-    state = plan.state
-    for r in plan.run:
-        if r.service.image == image:
-            line = f"{r.name} on {r.host}: image {image} is not on {r.host} and cannot be pulled"
-            state = note_failure(state, r.service.name, r.slot, r.task, line, w.now)
-        else:
-            w.act(replace(plan, run=(r,), stop=()))
-    w.act(replace(plan, run=(), stop=plan.stop))
-    w.state = state
-    w.log.append(plan)
-    w.tick()
-    return replace(plan, state=state)
-
-
-def test_a_missing_image_pauses_without_stopping_anything() -> None:
-    w = updated(lab(3), "web:nope", failure_action="pause")
+# Only the runner meets an image that cannot be pulled (web:nope): its `docker run` act checks
+# the image first and notes the failure; the model-level World has no acts to fail.
+@ONLY_RUNNER
+def test_a_missing_image_pauses_without_stopping_anything(world: MakeWorld) -> None:
+    w = updated(world(3), "web:nope", failure_action="pause")
     before = {c.id for c in w.live()}
-    plan = _apply_run_failures(w, "web:nope")
+    plan = w.step()
     assert [r.replaces is not None for r in plan.run] == [True]
     r = plan.state.services["web"].rollout
     assert r.status == "paused"
@@ -584,30 +621,33 @@ def test_a_missing_image_pauses_without_stopping_anything() -> None:
     assert {c.id for c in w.live()} == before
 
 
-def test_a_missing_image_with_rollback_rolls_back_without_touching_a_task() -> None:
-    w = updated(lab(3), "web:nope", failure_action="rollback")
+@ONLY_RUNNER
+def test_a_missing_image_with_rollback_rolls_back_without_touching_a_task(world: MakeWorld) -> None:
+    w = updated(world(3), "web:nope", failure_action="rollback")
     before = {c.id for c in w.live()}
-    _apply_run_failures(w, "web:nope")
+    w.step()
     w.converge()
     assert w.rollout().status == "rolled_back"
     assert {c.id for c in w.live()} == before
 
 
-def test_continue_moves_on_past_a_slot_whose_image_cannot_be_pulled() -> None:
-    w = updated(lab(3), "web:nope", failure_action="continue")
+@ONLY_RUNNER
+def test_continue_moves_on_past_a_slot_whose_image_cannot_be_pulled(world: MakeWorld) -> None:
+    w = updated(world(3), "web:nope", failure_action="continue")
     tried: list[int] = []
     for _ in range(6):
-        plan = _apply_run_failures(w, "web:nope")
+        plan = w.step()
         tried += [r.slot for r in plan.run]
     assert set(tried) == {1, 2, 3, 4}  # not slot 1 over and over
     assert w.images() == ["web:5"] * 4
 
 
-def test_a_failed_pull_backs_the_slot_off_before_it_is_tried_again() -> None:
-    w = updated(lab(3), "web:nope", replicas=1, failure_action="continue")
+@ONLY_RUNNER
+def test_a_failed_pull_backs_the_slot_off_before_it_is_tried_again(world: MakeWorld) -> None:
+    w = updated(world(3), "web:nope", replicas=1, failure_action="continue")
     at = []
     for _ in range(8):
-        plan = _apply_run_failures(w, "web:nope")
+        plan = w.step()
         at += [w.now - 1 for _ in plan.run]
     gaps = [b - a for a, b in itertools.pairwise(at)]
     assert gaps
@@ -642,9 +682,9 @@ def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
     assert "cannot be pulled" in acts.failures[0]
 
 
-# -- durable progress --------------------------------------------------------------------------
-def test_a_new_apply_supersedes_a_rollout_in_flight() -> None:
-    w = updated(lab(3), "web:6", monitor=3.0)
+def test_a_new_apply_supersedes_a_rollout_in_flight(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_new_apply_supersedes_a_rollout."""
+    w = updated(world(3), "web:6", monitor=3.0)
     w.step()
     w.step()
     assert w.rollout().inflight == (1,)
@@ -667,8 +707,8 @@ def test_a_new_apply_supersedes_a_paused_rollout() -> None:
     assert w.rollout().status == "completed"
 
 
-def test_manual_rollback_of_a_completed_update() -> None:
-    w = updated(lab(3), "web:6")
+def test_manual_rollback_of_a_completed_update(world: MakeWorld) -> None:
+    w = updated(world(3), "web:6")
     w.converge()
     w.state = rollback(w.state, "web")
     ss = w.state.services["web"]
@@ -720,24 +760,23 @@ def test_a_stop_first_act_cut_between_stop_and_run_refills_the_slot() -> None:
     assert w.images() == ["web:6"] * 4
 
 
-def test_a_rollout_advances_across_separate_runs_with_the_same_stored_state() -> None:
-    """Cron: each pass is a fresh process; only the committed state links them."""
-    w = updated(lab(3), "web:6", monitor=1.0)
-    state = w.state
+def test_a_rollout_advances_across_separate_runs_with_the_same_stored_state(
+    world: MakeWorld,
+) -> None:
+    """Cron: each pass is a fresh process; only the committed state links them (on the
+    runner, the Store in its directory)."""
+    w = updated(world(3), "web:6", monitor=1.0)
     for _ in range(60):
-        plan = reconcile(w.cluster, w.inventory, w.observe(), state, w.now)  # type: ignore[arg-type]
-        w.act(plan)
-        state = plan.state
-        w.tick(30.0)  # cron: a minute-ish apart
+        plan = w.step(30.0)  # cron: a minute-ish apart
         if plan.converged:
             break
     assert w.images() == ["web:6"] * 4
-    assert state.services["web"].rollout.status == "completed"
+    assert w.state.services["web"].rollout.status == "completed"
 
 
 @pytest.mark.parametrize("which", ["new", "outdated"])
-def test_a_host_lost_mid_rollout_resumes(which: str) -> None:
-    w = updated(lab(3), "web:6", monitor=1.0)
+def test_a_host_lost_mid_rollout_resumes(world: MakeWorld, which: str) -> None:
+    w = updated(world(3), "web:6", monitor=1.0)
     first = w.step()
     new_host = first.run[0].host
     victim = (
@@ -804,24 +843,15 @@ def test_status_shows_rolled_back_and_why() -> None:
     assert {t["generation"] for t in doc["tasks"]} == {1}
 
 
-def test_status_last_failure_of_an_exit_carries_the_log_tail() -> None:
+@ONLY_RUNNER
+def test_status_last_failure_of_an_exit_carries_the_log_tail(world: MakeWorld) -> None:
     """The runner keeps a failed task's log tail (note_exit); status must show it."""
-    w = updated(lab(3), "crash:2", failure_action="pause")
+    w = updated(world(3), "crash:2", failure_action="pause")
     plan = w.run_until(lambda p: any(s.failure for s in p.stop))
     (stop,) = [s for s in plan.stop if s.failure]
-
-    def handler(h, argv, stdin):  # type: ignore[no-untyped-def]
-        if argv[:2] == ["docker", "logs"]:
-            return ok("starting\nhttpd: bind: address in use\n")
-        return ok()
-
-    acts = _Acts(FakeExecutor(handler), w.inventory, "test", w.now, ())
-    asyncio.run(acts.stop(stop))
-    for note in acts.notes:
-        w.state = note(w.state)
     (s,) = _status(w)["services"]
     assert s["state"] == "paused"
-    tail = "starting | httpd: bind: address in use"
+    tail = "starting | httpd: bind: address in use"  # CRASH_LOG's last lines
     assert s["last_failure"] == f"task {stop.container.task} exited with code 1; log: {tail}"
     assert w.state.services["web"].slot(stop.container.slot).last_exit == s["last_failure"]
 

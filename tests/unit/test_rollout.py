@@ -52,7 +52,7 @@ from tests.sim import ONLY_RUNNER, MakeWorld, Views, World, host, hosts, svc
 HC = HealthCheck(("wget", "-qO-", "http://127.0.0.1:8080/"), interval=1, timeout=1, retries=2)
 
 
-def lab(n: int = 3) -> World:
+def fleet(n: int = 3) -> World:
     return World(hosts(n))
 
 
@@ -170,7 +170,7 @@ def test_batches_replace_parallelism_at_a_time_and_keep_the_rest_healthy(
 
 
 def test_a_batch_waits_for_every_task_in_flight_before_the_next() -> None:
-    w = updated(lab(3), "web:6", replicas=4, parallelism=2)
+    w = updated(fleet(3), "web:6", replicas=4, parallelism=2)
     first = w.step()
     assert replacing(first) == [1, 2]
     nxt = w.run_until(lambda p: bool(p.run))
@@ -224,7 +224,7 @@ def test_stop_first_is_the_default_and_replaces_in_place_one_at_a_time(world: Ma
 
 
 def test_start_first_starts_the_new_task_on_another_host_before_stopping_the_old() -> None:
-    w = updated(lab(3), "web:6", replicas=2, order="start-first")
+    w = updated(fleet(3), "web:6", replicas=2, order="start-first")
     old = {c.slot: c for c in w.live()}
     plan = w.step()
     (run,) = plan.run
@@ -234,7 +234,7 @@ def test_start_first_starts_the_new_task_on_another_host_before_stopping_the_old
 
 
 def test_start_first_keeps_the_old_task_until_the_new_one_passes_monitor() -> None:
-    w = updated(lab(3), "web:6", replicas=1, order="start-first", monitor=5.0)
+    w = updated(fleet(3), "web:6", replicas=1, order="start-first", monitor=5.0)
     old = w.live()[0]
     w.step()  # start web:6 beside web:5
     gate_passed = None
@@ -283,7 +283,7 @@ def test_start_first_falls_back_to_stop_first_where_the_old_task_holds_the_host_
 
 def test_start_first_with_a_free_host_for_the_port_stays_start_first() -> None:
     port = (PortMapping(8080, 8080),)
-    w = lab(3)
+    w = fleet(3)
     pol = UpdatePolicy(monitor=0.0, order="start-first")
     w.apply(svc(replicas=2, ports=port, update=pol))
     w.converge()
@@ -375,7 +375,7 @@ def test_gate_deadline_counts_the_start_period() -> None:
 
 
 def test_gate_in_the_pass_judges_each_new_task_by_the_injected_clock() -> None:
-    w = updated(lab(3), "web:6", replicas=2, monitor=3.0)
+    w = updated(fleet(3), "web:6", replicas=2, monitor=3.0)
     w.step()  # t: start slot 1 (stop-first)
     seen_healthy = None
     for _ in range(10):
@@ -411,7 +411,7 @@ def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec(
 
 
 def test_pause_keeps_the_slots_already_updated_on_the_new_spec() -> None:
-    w = updated(lab(3), "web:slow", failure_action="pause")
+    w = updated(fleet(3), "web:slow", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     w.converge()
     assert w.images() == ["web:5"] * 4  # the slow task failed its deadline; slot 1 went back
@@ -442,7 +442,7 @@ def test_rollback_returns_every_task_to_the_previous_spec_generation(world: Make
 
 
 def test_rollback_also_undoes_batches_that_had_passed() -> None:
-    w = updated(lab(3), "web:6", failure_action="rollback", monitor=1.0)
+    w = updated(fleet(3), "web:6", failure_action="rollback", monitor=1.0)
     w.run_until(lambda p: len(p.state.services["web"].rollout.done) == 2)
     w.state = rollback(w.state, "web")
     w.converge()
@@ -496,7 +496,7 @@ def test_failure_action_is_taken_once_the_ratio_is_exceeded() -> None:
 
 
 def test_pause_with_max_failure_ratio_tolerates_failures_up_to_the_ratio() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause", max_failure_ratio=0.5)
+    w = updated(fleet(3), "web:broken", failure_action="pause", max_failure_ratio=0.5)
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     r = w.rollout()
     assert r.failures == 3  # 1/4 and 2/4 are within 0.5; 3/4 is not
@@ -525,7 +525,7 @@ def test_continue_goes_on_whatever_the_ratio(world: MakeWorld) -> None:
 
 
 def test_a_failure_after_monitor_during_the_rollout_counts() -> None:
-    w = updated(lab(3), "web:late", failure_action="rollback", monitor=1.0)
+    w = updated(fleet(3), "web:late", failure_action="rollback", monitor=1.0)
     w.converge(limit=80)
     assert w.kinds().count("rollout-rollback") == 1
     r = w.rollout()
@@ -536,7 +536,7 @@ def test_a_failure_after_monitor_during_the_rollout_counts() -> None:
 
 
 def test_a_failure_after_monitor_with_pause_puts_that_slot_back() -> None:
-    w = updated(lab(3), "web:late", failure_action="pause", monitor=1.0)
+    w = updated(fleet(3), "web:late", failure_action="pause", monitor=1.0)
     plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     r = plan.state.services["web"].rollout
     assert r.failures == 1
@@ -548,7 +548,7 @@ def test_a_failure_after_monitor_with_pause_puts_that_slot_back() -> None:
 
 
 def test_a_failure_once_the_rollout_completed_is_a_plain_restart() -> None:
-    w = updated(lab(3), "web:6", replicas=1, failure_action="rollback", monitor=1.0)
+    w = updated(fleet(3), "web:6", replicas=1, failure_action="rollback", monitor=1.0)
     w.converge()
     assert w.rollout().status == "completed"
     (task,) = w.live()
@@ -560,7 +560,7 @@ def test_a_failure_once_the_rollout_completed_is_a_plain_restart() -> None:
 
 
 def test_an_old_task_failing_during_the_rollout_is_not_a_rollout_failure() -> None:
-    w = updated(lab(3), "web:6", failure_action="pause", monitor=3.0)
+    w = updated(fleet(3), "web:6", failure_action="pause", monitor=3.0)
     w.step()  # slot 1 in flight
     old = next(c for c in w.live() if c.slot == 4)
     w.containers[old.host] = [
@@ -574,7 +574,7 @@ def test_an_old_task_failing_during_the_rollout_is_not_a_rollout_failure() -> No
 
 
 def test_a_new_task_that_exits_fails_its_gate_with_its_exit_code() -> None:
-    w = updated(lab(3), "crash:1", failure_action="pause")
+    w = updated(fleet(3), "crash:1", failure_action="pause")
     plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     (stop,) = [s for s in plan.stop if s.failure]
     assert stop.container.image == "crash:1"
@@ -585,7 +585,7 @@ def test_a_new_task_that_exits_fails_its_gate_with_its_exit_code() -> None:
 
 
 def test_a_new_task_never_healthy_fails_at_its_deadline() -> None:
-    w = updated(lab(3), "web:slow", failure_action="pause", monitor=2.0)
+    w = updated(fleet(3), "web:slow", failure_action="pause", monitor=2.0)
     start = w.now
     plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     failed_at = w.now - 1
@@ -656,7 +656,7 @@ def test_a_failed_pull_backs_the_slot_off_before_it_is_tried_again(world: MakeWo
 
 
 def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
-    w = updated(lab(1), "web:nope", replicas=1)
+    w = updated(fleet(1), "web:nope", replicas=1)
     plan = w.plan()
     (run,) = plan.run
     assert run.replaces is not None
@@ -699,7 +699,7 @@ def test_a_new_apply_supersedes_a_rollout_in_flight(world: MakeWorld) -> None:
 
 
 def test_a_new_apply_supersedes_a_paused_rollout() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+    w = updated(fleet(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     w.apply(web("web:6", 4, failure_action="pause"))
     w.converge()
@@ -719,7 +719,7 @@ def test_manual_rollback_of_a_completed_update(world: MakeWorld) -> None:
 
 
 def test_manual_rollback_without_a_previous_spec_is_refused() -> None:
-    w = lab(1)
+    w = fleet(1)
     w.apply(web("web:5", 1))
     with pytest.raises(ValueError, match="no previous spec"):
         rollback(w.state, "web")
@@ -729,7 +729,7 @@ def test_manual_rollback_without_a_previous_spec_is_refused() -> None:
 def test_a_controller_killed_before_acting_resumes_from_its_last_commit(crash_at: int) -> None:
     """Kill between commit and act on pass `crash_at`: the next pass starts from the state
     committed before the lost acts, and the rollout still finishes, one batch at a time."""
-    w = updated(lab(3), "web:6", monitor=1.0)
+    w = updated(fleet(3), "web:6", monitor=1.0)
     for i in range(60):
         plan = w.plan()
         if i != crash_at:
@@ -746,7 +746,7 @@ def test_a_controller_killed_before_acting_resumes_from_its_last_commit(crash_at
 
 
 def test_a_stop_first_act_cut_between_stop_and_run_refills_the_slot() -> None:
-    w = updated(lab(3), "web:6", monitor=1.0)
+    w = updated(fleet(3), "web:6", monitor=1.0)
     plan = w.plan()
     (run,) = plan.run
     assert run.replaces is not None
@@ -801,7 +801,7 @@ def _status(w: Views) -> dict[str, Any]:
 
 
 def test_status_shows_updating_n_of_m_and_each_tasks_generation() -> None:
-    w = updated(lab(3), "web:6", monitor=1.0)
+    w = updated(fleet(3), "web:6", monitor=1.0)
     w.run_until(lambda p: len(p.state.services["web"].rollout.done) == 2)
     doc = _status(w)
     (s,) = doc["services"]
@@ -814,7 +814,7 @@ def test_status_shows_updating_n_of_m_and_each_tasks_generation() -> None:
 
 
 def test_status_shows_paused_and_why() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+    w = updated(fleet(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     (s,) = _status(w)["services"]
     assert s["state"] == "paused"
@@ -824,7 +824,7 @@ def test_status_shows_paused_and_why() -> None:
 
 
 def test_status_shows_rolling_back_while_it_runs() -> None:
-    w = updated(lab(3), "web:6", monitor=1.0)
+    w = updated(fleet(3), "web:6", monitor=1.0)
     w.converge()
     w.state = rollback(w.state, "web")
     w.step()
@@ -834,7 +834,7 @@ def test_status_shows_rolling_back_while_it_runs() -> None:
 
 
 def test_status_shows_rolled_back_and_why() -> None:
-    w = updated(lab(3), "web:broken", failure_action="rollback")
+    w = updated(fleet(3), "web:broken", failure_action="rollback")
     w.converge()
     doc = _status(w)
     (s,) = doc["services"]
@@ -857,7 +857,7 @@ def test_status_last_failure_of_an_exit_carries_the_log_tail(world: MakeWorld) -
 
 
 def test_note_exit_leaves_an_unrelated_rollout_reason_alone() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+    w = updated(fleet(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     reason = w.rollout().reason
     state = note_exit(
@@ -870,7 +870,7 @@ def test_note_exit_leaves_an_unrelated_rollout_reason_alone() -> None:
 def test_pause_puts_the_failed_slot_back_on_the_old_spec_in_the_same_pass() -> None:
     """`apply --wait` ends on the pass that pauses (exit 1): a stop-first slot whose new task
     failed must not be left empty, waiting out a restart backoff, until the next cron run."""
-    w = updated(lab(3), "web:broken", failure_action="pause")
+    w = updated(fleet(3), "web:broken", failure_action="pause")
     paused = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     assert [(r.slot, r.service.image) for r in paused.run] == [(1, "web:5")]
     assert sorted(c.slot for c in w.live()) == [1, 2, 3, 4]
@@ -952,7 +952,7 @@ def test_apply_of_a_changed_service_records_rollout_started() -> None:
 
 
 def test_failed_updates_names_the_generation_whose_update_was_rolled_back() -> None:
-    w = lab(3)
+    w = fleet(3)
     w.apply(web("web:6", replicas=2, failure_action="rollback", monitor=0.0))
     w.converge()
     w.apply(web("web:broken", replicas=2, failure_action="rollback", monitor=0.0))

@@ -30,17 +30,21 @@ def seen(c: Container) -> tuple[object, ...]:
     return (c.state, c.health, c.exit_code, c.health_log)
 
 
+STARTING, HEALTHY = ("running", "starting"), ("running", "healthy")
+UNHEALTHY, CRASHED = ("running", "unhealthy"), ("exited", "starting")
+
+
 @pytest.mark.parametrize(
     ("image", "at_start", "one_tick_later", "late"),
     [
-        ("web:5", ("running", "starting"), ("running", "healthy"), ("running", "healthy")),
-        ("web:broken", ("running", "starting"), ("running", "unhealthy"), ("running", "unhealthy")),
-        ("web:slow", ("running", "starting"), ("running", "starting"), ("running", "starting")),
-        ("web:late", ("running", "starting"), ("running", "healthy"), ("exited", "healthy")),
-        ("crash:1", ("running", "starting"), ("exited", "starting"), ("exited", "starting")),
-        ("minidock-lab/crash:1", ("running", "starting"), ("exited", "starting"), ("exited", "starting")),
+        ("web:5", STARTING, HEALTHY, HEALTHY),
+        ("web:broken", STARTING, UNHEALTHY, UNHEALTHY),
+        ("web:slow", STARTING, STARTING, STARTING),
+        ("web:late", STARTING, HEALTHY, ("exited", "healthy")),
+        ("crash:1", STARTING, CRASHED, CRASHED),
+        ("minidock-lab/crash:1", STARTING, CRASHED, CRASHED),
     ],
-)  # fmt: skip
+)
 def test_each_image_acts_by_its_row_as_time_passes(
     image: str, at_start: tuple[str, str], one_tick_later: tuple[str, str], late: tuple[str, str]
 ) -> None:

@@ -87,8 +87,8 @@ def assert_results(
         assert sum(r.replaces is not None for r in plan.run) == replaces, plan
 
 
-class Views:
-    """What the tests read and how they drive, the same on both doubles."""
+class FleetDouble:
+    """What both doubles share: how tests drive a fleet and what they read of it."""
 
     hosts: list[Host]
     cluster_name: str
@@ -168,7 +168,7 @@ class Views:
 
 
 @dataclass
-class World(Views):
+class World(FleetDouble):
     """The model-level fleet: a Plan's verbs applied in memory, the way the runner would."""
 
     hosts: list[Host]
@@ -274,7 +274,7 @@ class World(Views):
         self.down.discard(name)
 
 
-class RunnerWorld(Views):
+class RunnerWorld(FleetDouble):
     """The runner-level fleet: each pass is `run_pass` over FakeDocker and a real Store.
 
     The store lives in `directory` (the controller's state, generations and event log, as

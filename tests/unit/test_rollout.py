@@ -47,7 +47,7 @@ from minidock.status import summarize
 from minidock.supervise import health_gate, ready
 from tests.behaviour import HEALTH_LOG
 from tests.fakes import FakeExecutor, fail, ok
-from tests.sim import ONLY_RUNNER, MakeWorld, Views, World, host, hosts, svc
+from tests.sim import ONLY_RUNNER, FleetDouble, MakeWorld, World, host, hosts, svc
 
 HC = HealthCheck(("wget", "-qO-", "http://127.0.0.1:8080/"), interval=1, timeout=1, retries=2)
 
@@ -63,7 +63,7 @@ def web(
     return svc(image=image, replicas=replicas, health=health, update=policy)
 
 
-def updated(w: Views, image: str, replicas: int = 4, **update: object) -> Views:
+def updated(w: FleetDouble, image: str, replicas: int = 4, **update: object) -> FleetDouble:
     """`w` converged on web:5 (or `image` of the first apply), then `image` applied."""
     w.apply(web("web:5", replicas, **update))
     w.converge()
@@ -185,10 +185,7 @@ def test_delay_spaces_batches_from_the_last_gate_passed(
     world: MakeWorld, health: HealthCheck | None
 ) -> None:
     """Merged with test_reconcile's test_update_delay_spaces_batches (no health check)."""
-    w = world(3)
-    w.apply(web("web:5", 3, delay=10.0, monitor=0.0, health=health))
-    w.converge()
-    w.apply(web("web:6", 3, delay=10.0, monitor=0.0, health=health))
+    w = updated(world(3), "web:6", replicas=3, delay=10.0, monitor=0.0, health=health)
     w.step(dt=1)  # slot 1 replaced
     passed = w.run_until(lambda p: 1 in p.state.services["web"].rollout.done)
     at = passed.state.services["web"].rollout.last_batch_at
@@ -389,6 +386,7 @@ def test_gate_in_the_pass_judges_each_new_task_by_the_injected_clock() -> None:
     assert r.last_batch_at == seen_healthy + 3.0  # passed at the first pass after monitor
 
 
+# -- failures: pause, rollback, continue --------------------------------------------------------
 def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec(
     world: MakeWorld,
 ) -> None:
@@ -682,6 +680,7 @@ def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
     assert "cannot be pulled" in acts.failures[0]
 
 
+# -- durable progress --------------------------------------------------------------------------
 def test_a_new_apply_supersedes_a_rollout_in_flight(world: MakeWorld) -> None:
     """Merged with test_reconcile's test_new_apply_supersedes_a_rollout."""
     w = updated(world(3), "web:6", monitor=3.0)
@@ -795,7 +794,7 @@ def test_a_host_lost_mid_rollout_resumes(world: MakeWorld, which: str) -> None:
 
 
 # -- what status shows -------------------------------------------------------------------------
-def _status(w: Views) -> dict[str, Any]:
+def _status(w: FleetDouble) -> dict[str, Any]:
     plan = w.plan()
     return summarize(w.state, w.inventory, w.observe(), plan)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from minidock.model import Host
 from minidock.ssh import Result, Unreachable
+from tests.behaviour import TICK, Clock, Life, act_of, advance
 
 Handler = Callable[[Host, list[str], str | None], Result]
 
@@ -107,17 +108,32 @@ class FakeDocker:
     It understands the commands `minidock.commands` builds: `ps`, `inspect`, `run`, `stop`,
     `rm`, `logs`, `image inspect` and `pull`, and keeps each container as a `docker inspect`
     document (the shape of tests/data/docker/*.json, trimmed to the fields the parser reads).
-    A new container runs at once; with a health check its health is `health` ("healthy" by
-    default). Hosts in `down` raise Unreachable. `images` (None: every image) is what
-    `image inspect` finds; anything else fails to pull.
+    A new container runs at once, its health "starting" if it has a health check; from then
+    on it acts as tests/behaviour.py's table says for its image, each time `advance` moves
+    the engines' clock (the `Clock` the test shares with the controller, or one of its own
+    starting now). Hosts in `down` raise Unreachable, and their containers stand still.
+    `images` (None: every image the table lets be pulled) is what `image inspect` finds;
+    anything else fails to pull.
     """
 
-    def __init__(self, *, health: str = "healthy", images: Iterable[str] | None = None) -> None:
+    def __init__(self, *, clock: Clock | None = None, images: Iterable[str] | None = None) -> None:
         self.engines: dict[str, dict[str, dict[str, Any]]] = {}
         self.down: set[str] = set()
-        self.health = health
+        self.clock = clock if clock is not None else Clock(time.time())
         self.images = None if images is None else set(images)
         self._ids = itertools.count(1)
+        self._started: dict[str, float] = {}  # container id -> when it started, by the clock
+
+    def advance(self, dt: float = TICK) -> None:
+        """Move the clock on; every container on a reachable host acts by the table."""
+        now = self.clock.advance(dt)
+        for host, engine in self.engines.items():
+            if host in self.down:
+                continue
+            for cid, doc in engine.items():
+                if cid in self._started:
+                    was = _life(doc)
+                    _show(doc, was, advance(was, _image(doc), self._started[cid], now), now)
 
     def executor(self) -> FakeExecutor:
         return FakeExecutor(self.handler)
@@ -170,17 +186,22 @@ class FakeDocker:
         if verb == "rm":
             return self._rm(engine, args)
         if verb == "logs":
-            return ok("") if self._find(engine, args[-1]) else self._missing(args[-1])
+            doc = self._find(engine, args[-1])
+            return self._missing(args[-1]) if doc is None else ok(act_of(_image(doc)).log)
         if verb == "image" and args[:1] == ["inspect"]:
             image = args[-1]
-            if self.images is None or image in self.images:
+            if self.has(image):
                 return ok(f"sha256:{hashlib.sha256(image.encode()).hexdigest()}\n")
             return fail(f"Error: No such image: {image}")
         if verb == "pull":
-            if self.images is None or args[-1] in self.images:
+            if self.has(args[-1]):
                 return ok(f"pulled {args[-1]}\n")
             return fail(f"Error response from daemon: pull access denied for {args[-1]}")
         return fail(f"fake docker: unknown command: {argv}", 125)
+
+    def has(self, image: str) -> bool:
+        """Whether a host finds (or can pull) the image."""
+        return act_of(image).pullable and (self.images is None or image in self.images)
 
     def _ps(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
         wanted: dict[str, str] = {}
@@ -223,7 +244,7 @@ class FakeDocker:
                 f'is already in use by container "{other["Id"]}".',
                 125,
             )
-        if self.images is not None and image not in self.images:
+        if not self.has(image):
             return fail(f"Unable to find image '{image}' locally", 125)
         labels = dict(v.partition("=")[::2] for f, v in options if f == "--label")
         bindings: dict[str, list[dict[str, str]]] = {}
@@ -246,7 +267,7 @@ class FakeDocker:
                         125,
                     )
                 bindings.setdefault(key, []).append({"HostIp": "", "HostPort": host_port})
-        health = self.health if any(f == "--health-cmd" for f, _ in options) else None
+        health = "starting" if any(f == "--health-cmd" for f, _ in options) else None
         doc = self._create(host, name, labels, image, bindings, health, "running")
         doc["Config"]["Cmd"] = command or None
         cpus = next((v for f, v in options if f == "--cpus"), "0")
@@ -265,7 +286,9 @@ class FakeDocker:
         status: str,
     ) -> dict[str, Any]:
         cid = hashlib.sha256(f"fake-container-{next(self._ids)}".encode()).hexdigest()
-        now = _docker_time(time.time())
+        if status != "created":
+            self._started[cid] = self.clock.now
+        now = _docker_time(self.clock.now)
         state: dict[str, Any] = {
             "Status": status,
             "Running": status == "running",
@@ -292,9 +315,8 @@ class FakeDocker:
             return self._missing(ref)
         state = doc["State"]
         if state["Status"] == "running":
-            state.update(
-                Status="exited", Running=False, ExitCode=143, FinishedAt=_docker_time(time.time())
-            )
+            finished = _docker_time(self.clock.now)
+            state.update(Status="exited", Running=False, ExitCode=143, FinishedAt=finished)
         return ok(f"{ref}\n")
 
     def _rm(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
@@ -311,6 +333,7 @@ class FakeDocker:
                 )
             else:
                 del engine[doc["Id"]]
+                self._started.pop(doc["Id"], None)
                 out.append(f"{ref}\n")
         return Result(1 if errors else 0, "".join(out), "".join(errors))
 
@@ -327,3 +350,33 @@ class FakeDocker:
     @staticmethod
     def _missing(ref: str) -> Result:
         return fail(f"Error response from daemon: No such container: {ref}")
+
+
+def _image(doc: dict[str, Any]) -> str:
+    return str(doc["Config"]["Image"])
+
+
+def _life(doc: dict[str, Any]) -> Life:
+    """The part of an inspect document that the behaviour table moves on."""
+    state, health = doc["State"], doc["State"].get("Health")
+    log = health["Log"] if health else []
+    return Life(
+        state=state["Status"],
+        health=health["Status"] if health else "none",
+        health_log=log[-1]["Output"] if log else "",
+    )
+
+
+def _show(doc: dict[str, Any], was: Life, life: Life, now: float) -> None:
+    """Write what changed from `was` to `life` into the inspect document, as Docker shows it."""
+    state = doc["State"]
+    if life.state != was.state:
+        state.update(Status=life.state, Running=life.state == "running")
+        state.update(ExitCode=life.exit_code or 0, FinishedAt=_docker_time(life.finished_at or now))
+    health = state.get("Health")
+    if health is not None and life.health != was.health:
+        health["Status"] = life.health
+        at = _docker_time(now)
+        check = {"Start": at, "End": at, "ExitCode": int(life.health != "healthy")}
+        health["Log"] = [{**check, "Output": life.health_log}]
+        health["FailingStreak"] = 0 if life.health == "healthy" else 3

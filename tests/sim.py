@@ -1,19 +1,57 @@
-"""A pure, in-memory fleet for unit tests of the decision core (never for integration).
+"""The fleet doubles for unit tests (never for integration), both driven the same way.
 
-`World` holds containers per host and applies a Plan's verbs the way the runner would,
-with images that behave by name: `*:broken` never turns healthy, `crash:*` exits 1.
+`World` is the model-level fleet: Containers per host, a Plan's verbs applied in memory,
+the clock a number the test moves (`now`). It is what the decision-core tests use: fast,
+and every container is there to edit by hand.
+
+`RunnerWorld` is the same fleet one level down: each pass is the real
+`minidock.runner.run_pass`, over `tests.fakes.FakeDocker` engines (argv level), with a real
+`Store` in a directory; the controller and the engines share one `Clock`. Scenario tests
+run on both through the `world` fixture (tests/unit/conftest.py).
+
+In both, images behave by tests/behaviour.py's table as the clock advances, and both offer
+the same driving and viewing methods (`apply`, `step`, `converge`, `run_until`, `live`,
+`slots`, `images`, `kill_host`, ...), so a scenario reads the same on either.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from dataclasses import dataclass, field, replace
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from minidock.core import ControllerState, Plan, admit, reconcile
+import pytest
+
+from minidock.commands import parse_inspect
+from minidock.core import ControllerState, Plan, Rollout, admit, reconcile
 from minidock.core.scheduler import service_ports
-from minidock.model import Cluster, Container, Host, HostObservation, Inventory, Observed, Service
+from minidock.core.supervise import ready
+from minidock.model import (
+    Cluster,
+    Container,
+    Event,
+    Host,
+    HostObservation,
+    Inventory,
+    Observed,
+    Service,
+)
+from minidock.observe import observe
+from minidock.runner import PassResult, decide, run_pass
+from minidock.state import Store
+from tests.behaviour import TICK, Clock, behave
+from tests.fakes import FakeDocker
 
 _ids = itertools.count(1)
+
+# what the `world` fixture (tests/unit/conftest.py) gives: `world(3)` or `world([host(...)])`
+MakeWorld = Callable[..., "World | RunnerWorld"]
+# for a test that needs the runner's acts: the `world` fixture on RunnerWorld alone
+ONLY_RUNNER = pytest.mark.parametrize("world", ["runner"], indirect=True)
 
 
 def host(name: str, *, cpus: float | None = 4, memory: int | None = 8 << 30, **labels: str) -> Host:
@@ -27,12 +65,110 @@ def host(name: str, *, cpus: float | None = 4, memory: int | None = 8 << 30, **l
     )
 
 
+def hosts(n: int) -> list[Host]:
+    """host1..hostN, each with 4 cpus and 8 GiB."""
+    return [host(f"host{i}") for i in range(1, n + 1)]
+
+
 def svc(name: str = "web", image: str = "web:5", replicas: int = 1, **kw: object) -> Service:
     return Service(name=name, image=image, replicas=replicas, **kw)  # type: ignore[arg-type]
 
 
+def assert_results(
+    plan: Plan, *, run: int = 0, stop: int = 0, pending: int = 0, replaces: int | None = None
+) -> None:
+    """Nomad's assertResults: how many tasks a plan starts, stops and leaves pending (and,
+    when given, how many of its runs replace a task in place, stop-first)."""
+    got = (len(plan.run), len(plan.stop), len(plan.pending))
+    assert got == (run, stop, pending), f"(run, stop, pending) = {got}: {plan}"
+    if replaces is not None:
+        assert sum(r.replaces is not None for r in plan.run) == replaces, plan
+
+
+class FleetDouble:
+    """What both doubles share: how tests drive a fleet and what they read of it."""
+
+    hosts: list[Host]
+    cluster_name: str
+    log: list[Plan]  # every pass's plan, in order
+    times: list[float]  # the clock at each of those passes
+    state: ControllerState
+
+    @property
+    def inventory(self) -> Inventory:
+        return Inventory("inventory.toml", tuple(self.hosts))
+
+    def apply(self, *services: Service) -> None:
+        """Store the services as the next desired-state generation (`minidock apply`)."""
+        raise NotImplementedError
+
+    def plan(self, state: ControllerState | None = None) -> Plan:
+        raise NotImplementedError
+
+    def step(self, dt: float = TICK) -> Plan:
+        """One pass at the clock's time, acted on; then the clock moves on by `dt`."""
+        raise NotImplementedError
+
+    def reachable(self) -> dict[str, list[Container]]:
+        """Every container on every host that answers, by host."""
+        raise NotImplementedError
+
+    def converge(self, limit: int = 60, dt: float = TICK) -> Plan:
+        """Pass after pass until one has nothing left to do."""
+        return self.run_until(lambda plan: plan.converged, limit, dt, what="convergence")
+
+    def run_until(
+        self,
+        done: Callable[[Plan], bool],
+        limit: int = 80,
+        dt: float = TICK,
+        what: str = "condition",
+    ) -> Plan:
+        """Pass after pass until `done(plan)`; the plan of the pass that made it."""
+        for _ in range(limit):
+            plan = self.step(dt)
+            if done(plan):
+                return plan
+        raise AssertionError(f"no {what} in {limit} passes: {self.log[-1]}")
+
+    def live(self, service: str | None = None) -> list[Container]:
+        return [
+            c
+            for cs in self.reachable().values()
+            for c in cs
+            if c.live and (service is None or c.service == service)
+        ]
+
+    def slots(self, service: str) -> dict[int, list[str]]:
+        """Slot -> the hosts of its live tasks."""
+        out: dict[int, list[str]] = {}
+        for c in sorted(self.live(service), key=lambda c: c.slot):
+            out.setdefault(c.slot, []).append(c.host)
+        return out
+
+    def images(self, service: str = "web") -> list[str]:
+        """The image of each live task, by slot."""
+        return [c.image for c in sorted(self.live(service), key=lambda c: c.slot)]
+
+    def healthy_slots(self, service: str = "web") -> int:
+        return len({c.slot for c in self.live(service) if ready(c)})
+
+    def rollout(self, service: str = "web") -> Rollout:
+        return self.state.services[service].rollout
+
+    def passes(self) -> list[tuple[float, Plan]]:
+        """(the clock, the plan) of every pass so far."""
+        return list(zip(self.times, self.log, strict=True))
+
+    def kinds(self) -> list[str]:
+        """The kind of every event the passes so far decided."""
+        return [e.kind for p in self.log for e in p.events]
+
+
 @dataclass
-class World:
+class World(FleetDouble):
+    """The model-level fleet: a Plan's verbs applied in memory, the way the runner would."""
+
     hosts: list[Host]
     cluster_name: str = "test"
     now: float = 1000.0
@@ -42,14 +178,11 @@ class World:
     cluster: Cluster | None = None
     generation: int = 0
     log: list[Plan] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for h in self.hosts:
             self.containers.setdefault(h.name, [])
-
-    @property
-    def inventory(self) -> Inventory:
-        return Inventory("inventory.toml", tuple(self.hosts))
 
     def apply(self, *services: Service) -> None:
         self.generation += 1
@@ -66,18 +199,25 @@ class World:
             }
         )
 
-    def plan(self) -> Plan:
+    def plan(self, state: ControllerState | None = None) -> Plan:
+        """What a pass would decide now (from `state`, else the world's), changing nothing."""
         assert self.cluster is not None
-        return reconcile(self.cluster, self.inventory, self.observe(), self.state, self.now)
+        now_state = self.state if state is None else state
+        return reconcile(self.cluster, self.inventory, self.observe(), now_state, self.now)
 
-    def step(self, dt: float = 1.0) -> Plan:
+    def step(self, dt: float = TICK) -> Plan:
         """One pass: decide, act on reachable hosts, record, advance the clock."""
         plan = self.plan()
         self.act(plan)
-        self.state = plan.state
-        self.log.append(plan)
+        self.record(plan)
         self.tick(dt)
         return plan
+
+    def record(self, plan: Plan) -> None:
+        """Keep the pass's decision as the runner's commit would (and log it)."""
+        self.state = plan.state
+        self.log.append(plan)
+        self.times.append(self.now)
 
     def act(self, plan: Plan) -> None:
         for stop in plan.stop:
@@ -94,7 +234,6 @@ class World:
             self.containers[c.host] = [x for x in self.containers[c.host] if x.id != c.id]
 
     def start(self, s: Service, slot: int, host_name: str, task: str) -> Container:
-        health = "none" if s.health is None else "starting"
         c = Container(
             id=f"c{next(_ids)}",
             name=f"{s.name}.{slot}.{task}",
@@ -106,7 +245,7 @@ class World:
             spec=s.spec_hash(),
             image=s.image,
             state="running",
-            health=health,
+            health="none" if s.health is None else "starting",
             created_at=self.now,
             started_at=self.now,
             cpus=s.cpus,
@@ -116,47 +255,116 @@ class World:
         self.containers[host_name].append(c)
         return c
 
-    def tick(self, dt: float = 1.0) -> None:
-        """Advance time: every container on a reachable host behaves for a moment."""
+    def tick(self, dt: float = TICK) -> None:
+        """Advance time: every container on a reachable host acts by the behaviour table."""
         self.now += dt
         for name, cs in self.containers.items():
             if name not in self.down:
-                self.containers[name] = [self.behave(c) for c in cs]
+                self.containers[name] = [behave(c, self.now) for c in cs]
 
-    def behave(self, c: Container) -> Container:
-        """How an image acts as time passes: health checks settle, crashing images exit."""
-        if c.state == "running" and c.image.startswith("crash"):
-            return replace(c, state="exited", exit_code=1, finished_at=self.now)
-        if c.state == "running" and c.health == "starting":
-            broken = c.image.endswith(":broken")
-            return replace(c, health="unhealthy" if broken else "healthy")
-        return c
-
-    def converge(self, limit: int = 60, dt: float = 1.0) -> Plan:
-        for _ in range(limit):
-            plan = self.step(dt)
-            if plan.converged:
-                return plan
-        raise AssertionError(f"no convergence in {limit} passes: {self.log[-1]}")
-
-    # views --------------------------------------------------------------------------------
-    def live(self, service: str | None = None) -> list[Container]:
-        return [
-            c
-            for h, cs in self.containers.items()
-            if h not in self.down
-            for c in cs
-            if c.live and (service is None or c.service == service)
-        ]
-
-    def slots(self, service: str) -> dict[int, list[str]]:
-        out: dict[int, list[str]] = {}
-        for c in sorted(self.live(service), key=lambda c: c.slot):
-            out.setdefault(c.slot, []).append(c.host)
-        return out
+    def reachable(self) -> dict[str, list[Container]]:
+        return {h: cs for h, cs in self.containers.items() if h not in self.down}
 
     def kill_host(self, name: str) -> None:
         self.down.add(name)
 
     def revive_host(self, name: str) -> None:
         self.down.discard(name)
+
+
+class RunnerWorld(FleetDouble):
+    """The runner-level fleet: each pass is `run_pass` over FakeDocker and a real Store.
+
+    The store lives in `directory` (the controller's state, generations and event log, as
+    the CLI keeps them); setting `state` commits it there, as an operator command does.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[Host],
+        directory: Path,
+        *,
+        cluster_name: str = "test",
+        now: float = 1000.0,
+        images: Iterable[str] | None = None,
+    ) -> None:
+        self.hosts = list(hosts)
+        self.cluster_name = cluster_name
+        self.clock = Clock(now)
+        self.docker = FakeDocker(clock=self.clock, images=images)
+        self.executor = self.docker.executor()
+        self.store = Store.open(directory)
+        self.log: list[Plan] = []
+        self.times: list[float] = []
+        self.results: list[PassResult] = []
+
+    def close(self) -> None:
+        self.store.close()
+
+    @property
+    def now(self) -> float:
+        return self.clock.now
+
+    @property
+    def state(self) -> ControllerState:  # type: ignore[override]
+        return self.store.load()
+
+    @state.setter
+    def state(self, state: ControllerState) -> None:
+        self.store.commit(state, [])
+
+    @property
+    def cluster(self) -> Cluster | None:
+        """The latest generation, as the store gives it back (what `reconcile` runs)."""
+        latest = self.store.latest_generation()
+        return None if latest is None else latest[1]
+
+    def apply(self, *services: Service) -> None:
+        cluster = Cluster(self.cluster_name, "cluster.toml", "inventory.toml", services)
+        gen = self.store.next_generation_id()
+        event = Event(self.now, "apply", f"applied cluster.toml as generation {gen}")
+        state = admit(self.store.load(), cluster, gen)
+        self.store.commit(state, [event], generation=cluster, source_path="cluster.toml")
+
+    def observe(self) -> Observed:
+        return asyncio.run(observe(self.executor, self.hosts, self.cluster_name))
+
+    def plan(self, state: ControllerState | None = None) -> Plan:
+        """What a pass would decide now (`minidock plan`), recording and doing nothing."""
+        assert self.cluster is not None
+        now_state = self.state if state is None else state
+        run = decide(self.cluster, self.inventory, now_state, self.executor, clock=self.clock)
+        return asyncio.run(run).plan
+
+    def step(self, dt: float = TICK) -> Plan:
+        """One pass of the real runner at the clock's time, then the clock moves on."""
+        assert self.cluster is not None
+        run = run_pass(self.cluster, self.inventory, self.store, self.executor, clock=self.clock)
+        result = asyncio.run(run)
+        self.results.append(result)
+        self.log.append(result.plan)
+        self.times.append(self.now)
+        self.docker.advance(dt)
+        return result.plan
+
+    def reachable(self) -> dict[str, list[Container]]:
+        return {
+            h.name: list(parse_inspect(h.name, self.cluster_name, _dump(self.docker, h.name)))
+            for h in self.hosts
+            if h.name not in self.docker.down
+        }
+
+    def events(self) -> list[Event]:
+        """The store's event log, oldest first."""
+        return [e for _, e in self.store.events(limit=0)]
+
+    def kill_host(self, name: str) -> None:
+        self.docker.down.add(name)
+
+    def revive_host(self, name: str) -> None:
+        self.docker.down.discard(name)
+
+
+def _dump(docker: FakeDocker, host_name: str) -> str:
+    docs: list[dict[str, Any]] = docker.containers(host_name)
+    return json.dumps(docs)

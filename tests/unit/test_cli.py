@@ -591,9 +591,11 @@ update = { monitor = "0s" }
 
 class QuickAsyncio:
     """minidock.cli's view of asyncio: the pause between passes (--wait, watch) is cut to a
-    yield, and after `interrupt_after` pauses it raises KeyboardInterrupt, as Ctrl-C would."""
+    yield that moves the engines' clock on by the pause instead, and after
+    `interrupt_after` pauses it raises KeyboardInterrupt, as Ctrl-C would."""
 
-    def __init__(self) -> None:
+    def __init__(self, docker: FakeDocker) -> None:
+        self.docker = docker
         self.interrupt_after: int | None = None
         self.pauses = 0
 
@@ -604,11 +606,18 @@ class QuickAsyncio:
         self.pauses += 1
         if self.interrupt_after is not None and self.pauses >= self.interrupt_after:
             raise KeyboardInterrupt
+        self.docker.advance(delay)
         await asyncio.sleep(0)
 
 
 class Fleet:
-    """A cluster file, an inventory, a state directory and the FakeDocker behind them."""
+    """A cluster file, an inventory, a state directory and the FakeDocker behind them.
+
+    The engines' images behave by tests/behaviour.py's table on FakeDocker's own clock,
+    which moves one tick on with every command (each connects anew) and by the pause
+    between the passes of one command: a task started by one command is healthy for the
+    next.
+    """
 
     def __init__(
         self, root: Path, docker: FakeDocker, executors: list[FakeExecutor], quick: QuickAsyncio
@@ -652,11 +661,12 @@ def fleet(in_tmp: Path, monkeypatch: pytest.MonkeyPatch, ssh_calls: list[str]) -
     executors: list[FakeExecutor] = []
 
     def make() -> FakeExecutor:
+        docker.advance()  # a command later
         executors.append(docker.executor())
         return executors[-1]
 
     monkeypatch.setattr(minidock.cli, "SSHExecutor", make)
-    quick = QuickAsyncio()
+    quick = QuickAsyncio(docker)
     monkeypatch.setattr(minidock.cli, "asyncio", quick)
     docker.add("host1", "foreign-app", {"minidock.cluster": "other", "minidock.service": "web"})
     docker.add("host2", "foreign-plain")
@@ -821,7 +831,7 @@ def test_drain_waits_until_the_host_is_empty(fleet: Fleet) -> None:
 
 
 def test_apply_wait_times_out_with_exit_3(fleet: Fleet) -> None:
-    fleet.docker.health = "starting"  # web never turns healthy
+    fleet.cluster.write_text(STACK.replace("web:5", "web:slow"))  # web never turns healthy
     assert fleet.run("apply", str(fleet.cluster)).exit_code == 3  # starts db
     assert fleet.run("reconcile").exit_code == 3  # starts web, which stays "starting"
     result = fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "0s")

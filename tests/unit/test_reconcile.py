@@ -1,30 +1,22 @@
-"""The reconcile pass, scenario by scenario, on the in-memory World (tests/sim.py)."""
+"""The reconcile pass, scenario by scenario, in the style of Nomad's reconciler tests.
+
+Decisions are checked on the model-level World (tests/sim.py), where containers can be
+edited by hand. The product contract's scenarios (host loss, a host's return, drain,
+scale, a removed service) take the `world` fixture and run twice: on World, and end to end
+on RunnerWorld (the real `run_pass` over FakeDocker and a real Store).
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from minidock.core import admit, reconcile, set_drained
-from minidock.model import Constraint, Container, HealthCheck, PortMapping, UpdatePolicy
-from tests.sim import World, host, svc
+from minidock.core import admit, set_drained
+from minidock.model import Constraint, Container, HealthCheck, PortMapping
+from tests.sim import MakeWorld, World, assert_results, host, hosts, svc
 
 
 def fleet(n: int = 3) -> World:
-    return World([host(f"host{i}") for i in range(1, n + 1)])
-
-
-def update(w: World, old: str, new: str, replicas: int, **policy: object) -> None:
-    """Converge `replicas` healthy tasks of image `old`, then apply image `new`."""
-    hc = HealthCheck(("true",))
-    pol = UpdatePolicy(**policy)  # type: ignore[arg-type]
-    w.apply(svc(image=old, replicas=replicas, health=hc, update=pol))
-    w.converge()
-    w.apply(svc(image=new, replicas=replicas, health=hc, update=pol))
-
-
-def assert_results(plan: object, *, run: int = 0, stop: int = 0, pending: int = 0) -> None:
-    got = (len(plan.run), len(plan.stop), len(plan.pending))  # type: ignore[attr-defined]
-    assert got == (run, stop, pending), f"(run, stop, pending) = {got}: {plan}"
+    return World(hosts(n))
 
 
 def test_place_no_existing_spreads_over_hosts() -> None:
@@ -37,17 +29,21 @@ def test_place_no_existing_spreads_over_hosts() -> None:
     assert {r.name.split(".")[0] for r in plan.run} == {"web"}
 
 
-def test_converged_gives_empty_plan() -> None:
-    w = fleet(3)
+def test_converged_gives_empty_plan_twice(world: MakeWorld) -> None:
+    """Merged with test_a_converged_plan_is_idempotent_twice: the plan decided from the
+    converged plan's own next state is empty too."""
+    w = world(3)
     w.apply(svc(replicas=4))
     w.converge()
     again = w.plan()
     assert again.converged
     assert_results(again)
+    twice = w.plan(again.state)
+    assert twice.converged
 
 
-def test_host_loss_replaces_exactly_the_lost_slots() -> None:
-    w = fleet(3)
+def test_host_loss_replaces_exactly_the_lost_slots(world: MakeWorld) -> None:
+    w = world(3)
     w.apply(svc(replicas=4))
     w.converge()
     assert w.slots("web") == {1: ["host1"], 2: ["host2"], 3: ["host3"], 4: ["host1"]}
@@ -64,8 +60,8 @@ def test_host_loss_replaces_exactly_the_lost_slots() -> None:
     assert len(w.live("web")) == 4
 
 
-def test_returning_host_has_its_stale_tasks_removed() -> None:
-    w = fleet(3)
+def test_returning_host_has_its_stale_tasks_removed(world: MakeWorld) -> None:
+    w = world(3)
     w.apply(svc(replicas=4))
     w.converge()
     w.kill_host("host1")
@@ -80,8 +76,8 @@ def test_returning_host_has_its_stale_tasks_removed() -> None:
     assert all(len(hosts) == 1 for hosts in slots.values())
 
 
-def test_unreachable_host_holds_its_slots_until_down() -> None:
-    w = fleet(2)
+def test_unreachable_host_holds_its_slots_until_down(world: MakeWorld) -> None:
+    w = world(2)
     w.apply(svc(replicas=2))
     w.converge()
     w.kill_host("host2")
@@ -91,8 +87,8 @@ def test_unreachable_host_holds_its_slots_until_down() -> None:
     assert not plan.state.hosts["host2"].down
 
 
-def test_scale_up_fills_lowest_free_slots_and_down_removes_highest() -> None:
-    w = fleet(3)
+def test_scale_up_fills_lowest_free_slots_and_down_removes_highest(world: MakeWorld) -> None:
+    w = world(3)
     w.apply(svc(replicas=2))
     w.converge()
     w.apply(svc(replicas=5))
@@ -117,8 +113,8 @@ def test_scale_down_stops_non_running_first() -> None:
     assert [s.container.slot for s in plan.stop] == [3, 2]
 
 
-def test_removed_service_is_removed() -> None:
-    w = fleet(2)
+def test_removed_service_is_removed(world: MakeWorld) -> None:
+    w = world(2)
     w.apply(svc("web", replicas=2), svc("api", replicas=1))
     w.converge()
     w.apply(svc("web", replicas=2))
@@ -157,8 +153,8 @@ def test_same_decision_replayed_names_the_same_task() -> None:
     assert [r.name for r in a.run] == [r.name for r in b.run]
 
 
-def test_drain_starts_replacement_before_stopping() -> None:
-    w = fleet(3)
+def test_drain_starts_replacement_before_stopping(world: MakeWorld) -> None:
+    w = world(3)
     w.apply(svc(replicas=3, health=HealthCheck(("true",))))
     w.converge()
     w.state = set_drained(w.state, "host1", True)
@@ -174,8 +170,8 @@ def test_drain_starts_replacement_before_stopping() -> None:
     assert len(w.live()) == 3
 
 
-def test_drain_with_nowhere_to_go_keeps_the_task_and_says_why() -> None:
-    w = fleet(1)
+def test_drain_with_nowhere_to_go_keeps_the_task_and_says_why(world: MakeWorld) -> None:
+    w = world(1)
     w.apply(svc(replicas=1))
     w.converge()
     w.state = set_drained(w.state, "host1", True)
@@ -185,8 +181,8 @@ def test_drain_with_nowhere_to_go_keeps_the_task_and_says_why() -> None:
     assert len(w.live()) == 1
 
 
-def test_activate_lets_a_host_take_tasks_again() -> None:
-    w = fleet(2)
+def test_activate_lets_a_host_take_tasks_again(world: MakeWorld) -> None:
+    w = world(2)
     w.state = set_drained(w.state, "host2", True)
     w.apply(svc(replicas=2))
     w.converge()
@@ -231,153 +227,14 @@ def test_binpack_prefers_the_fullest_host_that_fits() -> None:
     assert [r.host for r in plan.run] == ["small", "small"]
 
 
-def test_down_host_tasks_do_not_count_against_capacity() -> None:
-    w = World([host("h1", cpus=1), host("h2", cpus=1)])
+def test_down_host_tasks_do_not_count_against_capacity(world: MakeWorld) -> None:
+    w = world([host("h1", cpus=1), host("h2", cpus=1)])
     w.apply(svc(replicas=1, cpus=1.0))
     w.converge()
     lost = w.live()[0].host
     w.kill_host(lost)
     w.converge()
     assert {c.host for c in w.live()} == {"h1", "h2"} - {lost}
-
-
-def test_rolling_update_stop_first_one_at_a_time() -> None:
-    w = fleet(3)
-    update(w, "web:5", "web:6", 3, monitor=0)
-    first = w.step()
-    assert len(first.run) == 1
-    assert first.run[0].replaces is not None
-    assert first.state.services["web"].rollout.status == "updating"
-    images = []
-    for _ in range(20):
-        plan = w.step()
-        images.append(sorted(c.image for c in w.live()))
-        assert len(plan.run) <= 1
-        if plan.converged:
-            break
-    assert sorted(c.image for c in w.live()) == ["web:6"] * 3
-    assert w.state.services["web"].rollout.status == "completed"
-
-
-def test_rolling_update_start_first_never_dips() -> None:
-    w = fleet(3)
-    update(w, "web:5", "web:6", 3, monitor=0, order="start-first", parallelism=2)
-    for _ in range(20):
-        plan = w.step()
-        healthy = [c for c in w.live() if c.health == "healthy"]
-        assert len(healthy) >= 3
-        if plan.converged:
-            break
-    assert sorted(c.image for c in w.live()) == ["web:6"] * 3
-
-
-def test_start_first_with_a_held_host_port_falls_back_to_stop_first() -> None:
-    w = fleet(1)
-    pol = UpdatePolicy(monitor=0, order="start-first")
-    port = (PortMapping(8080, 8080),)
-    w.apply(svc(replicas=1, ports=port, update=pol))
-    w.converge()
-    w.apply(svc(image="web:6", replicas=1, ports=port, update=pol))
-    plan = w.step()
-    assert plan.run[0].replaces is not None
-    assert any(e.kind == "rollout-stop-first" for e in plan.events)
-
-
-def test_failed_update_rolls_back() -> None:
-    w = fleet(3)
-    update(w, "web:6", "web:broken", 3, monitor=0, failure_action="rollback")
-    w.converge()
-    assert sorted(c.image for c in w.live()) == ["web:6"] * 3
-    r = w.state.services["web"].rollout
-    assert r.status == "rolled_back"
-    assert "unhealthy" in r.reason
-    assert w.state.services["web"].spec.image == "web:6"
-
-
-def test_failed_update_pauses_after_first_batch() -> None:
-    w = fleet(3)
-    update(w, "web:6", "web:broken", 3, monitor=0, failure_action="pause")
-    for _ in range(10):
-        w.step()
-    r = w.state.services["web"].rollout
-    assert r.status == "paused"
-    assert r.failures == 1
-    assert sorted(c.image for c in w.live()) == ["web:6"] * 3  # the failed slot went back
-
-
-def test_rollback_that_fails_pauses_and_never_loops() -> None:
-    w = fleet(2)
-    hc = HealthCheck(("true",))
-    pol = UpdatePolicy(monitor=0, failure_action="rollback")
-    w.apply(svc(image="web:broken", replicas=1, health=hc, update=pol))
-    w.step()
-    w.apply(svc(image="other:broken", replicas=1, health=hc, update=pol))
-    for _ in range(30):
-        w.step()
-    r = w.state.services["web"].rollout
-    assert r.status == "paused"
-    kinds = [e.kind for p in w.log for e in p.events]
-    assert kinds.count("rollout-rollback") == 1
-    assert kinds.count("rollout-paused") == 1
-
-
-def test_new_apply_supersedes_a_rollout() -> None:
-    w = fleet(2)
-    update(w, "web:5", "web:6", 2, monitor=5)
-    w.step()
-    hc, pol = HealthCheck(("true",)), UpdatePolicy(monitor=5)
-    w.apply(svc(image="web:7", replicas=2, health=hc, update=pol))
-    w.converge()
-    assert sorted(c.image for c in w.live()) == ["web:7"] * 2
-
-
-def test_continue_goes_on_despite_failures() -> None:
-    w = fleet(2)
-    update(w, "web:6", "web:broken", 2, monitor=0, failure_action="continue")
-    for _ in range(12):
-        w.step()
-    assert w.state.services["web"].rollout.failures >= 2
-    assert {c.image for c in w.live()} == {"web:broken"}
-
-
-def test_update_delay_spaces_batches() -> None:
-    w = fleet(2)
-    pol = UpdatePolicy(monitor=0, delay=10)
-    w.apply(svc(replicas=2, update=pol))
-    w.converge()
-    w.apply(svc(image="web:6", replicas=2, update=pol))
-    starts = []
-    for _ in range(30):
-        plan = w.step(dt=1)
-        starts += [w.now for r in plan.run]
-        if plan.converged:
-            break
-    assert len(starts) == 2
-    assert starts[1] - starts[0] >= 10
-
-
-def test_admit_keeps_previous_spec_and_clears_failures() -> None:
-    w = fleet(1)
-    w.apply(svc(image="crash:1", replicas=1))
-    for _ in range(60):
-        w.step()
-    assert w.state.services["web"].slot(1).failed
-    w.apply(svc(image="web:6", replicas=1))
-    ss = w.state.services["web"]
-    assert not ss.slot(1).failed
-    assert ss.previous is not None
-    assert ss.previous.image == "crash:1"
-
-
-def test_a_converged_plan_is_idempotent_twice() -> None:
-    w = fleet(2)
-    w.apply(svc(replicas=3))
-    w.converge()
-    p1 = w.plan()
-    state = p1.state
-    p2 = reconcile(w.cluster, w.inventory, w.observe(), state, w.now)  # type: ignore[arg-type]
-    assert p1.converged
-    assert p2.converged
 
 
 def test_admit_first_apply_sets_order_and_generation() -> None:

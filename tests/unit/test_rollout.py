@@ -1,15 +1,16 @@
 """Rolling updates, decision by decision, with an injected clock (issue 4).
 
-Pure: every test drives `reconcile()` through a `Lab` world (tests/sim.World with images
-that behave over time) or calls the pure transitions (`admit`, `rollback`, `note_failure`,
-`health_gate`, `summarize`) directly. The clock is `World.now`, advanced by `step(dt)`.
+Most tests drive `reconcile()` through the model-level World (tests/sim.py) or call the
+pure transitions (`admit`, `rollback`, `note_failure`, `health_gate`, `summarize`)
+directly; the clock is `World.now`, advanced by `step(dt)`. Tests that need the runner's
+acts (an image that cannot be pulled, a failed task's log tail) and the scenarios worth
+seeing end to end run on RunnerWorld too (the `world` fixture): the real `run_pass` over
+FakeDocker and a real Store.
 
-Image names say how a task behaves once started (the tag decides):
-  web:N      turns healthy one tick after it starts
-  web:broken keeps running, turns unhealthy one tick after it starts (with a health log)
-  web:slow   keeps running, never leaves health "starting"
-  web:late   turns healthy, then exits 2 `LATE` seconds after it starts
-  crash:N    exits 1 one tick after it starts
+Images behave by tests/behaviour.py's table (the tag decides): web:N turns healthy one
+tick after it starts; web:broken turns unhealthy (with HEALTH_LOG); web:slow never leaves
+"starting"; web:late exits 2 LATE seconds after it starts; crash:N exits 1 one tick after
+it starts; web:nope cannot be pulled.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from minidock.core import (
     failed_updates,
     failure_action,
     note_exit,
-    note_failure,
-    reconcile,
     rollback,
     rollouts_started,
     slot_target,
@@ -46,62 +45,25 @@ from minidock.model import (
 )
 from minidock.runner import _Acts
 from minidock.status import summarize
+from tests.behaviour import HEALTH_LOG
 from tests.fakes import FakeExecutor, fail, ok
-from tests.sim import World, host, svc
+from tests.sim import ONLY_RUNNER, FleetDouble, MakeWorld, World, host, hosts, svc
 
 HC = HealthCheck(("wget", "-qO-", "http://127.0.0.1:8080/"), interval=1, timeout=1, retries=2)
-LATE = 6.0
-HEALTH_LOG = "wget: can't connect to remote host (127.0.0.1): Connection refused"
 
 
-class Lab(World):
-    """tests/sim.World whose images behave by tag over (injected) time; see the module doc."""
-
-    def behave(self, c: Container) -> Container:
-        tag = c.image.rpartition(":")[2]
-        age = self.now - (c.started_at or c.created_at)
-        if c.state != "running":
-            return c
-        if c.image.startswith("crash") or (tag == "late" and age >= LATE):
-            code = 1 if c.image.startswith("crash") else 2
-            return replace(c, state="exited", exit_code=code, finished_at=self.now)
-        if c.health == "starting" and tag == "broken":
-            return replace(c, health="unhealthy", health_log=HEALTH_LOG)
-        if c.health == "starting" and tag != "slow":
-            return replace(c, health="healthy")
-        return c
-
-    # views ------------------------------------------------------------------------------
-    def images(self, service: str = "web") -> list[str]:
-        return [c.image for c in sorted(self.live(service), key=lambda c: c.slot)]
-
-    def healthy_slots(self, service: str = "web") -> int:
-        return len({c.slot for c in self.live(service) if ready(c)})
-
-    def rollout(self, service: str = "web"):  # type: ignore[no-untyped-def]
-        return self.state.services[service].rollout
-
-    def kinds(self) -> list[str]:
-        return [e.kind for p in self.log for e in p.events]
-
-    def run_until(self, done, limit: int = 80, dt: float = 1.0) -> Plan:  # type: ignore[no-untyped-def]
-        for _ in range(limit):
-            plan = self.step(dt)
-            if done(plan):
-                return plan
-        raise AssertionError(f"condition not reached in {limit} passes: {self.log[-1]}")
+def fleet(n: int = 3) -> World:
+    return World(hosts(n))
 
 
-def lab(n: int = 3) -> Lab:
-    return Lab([host(f"host{i}") for i in range(1, n + 1)])
-
-
-def web(image: str = "web:5", replicas: int = 4, **update: object) -> Service:
+def web(
+    image: str = "web:5", replicas: int = 4, *, health: HealthCheck | None = HC, **update: object
+) -> Service:
     policy = UpdatePolicy(**{"monitor": 2.0, **update})  # type: ignore[arg-type]
-    return svc(image=image, replicas=replicas, health=HC, update=policy)
+    return svc(image=image, replicas=replicas, health=health, update=policy)
 
 
-def updated(w: Lab, image: str, replicas: int = 4, **update: object) -> Lab:
+def updated(w: FleetDouble, image: str, replicas: int = 4, **update: object) -> FleetDouble:
     """`w` converged on web:5 (or `image` of the first apply), then `image` applied."""
     w.apply(web("web:5", replicas, **update))
     w.converge()
@@ -182,9 +144,9 @@ def test_swarmkit_defaults() -> None:
 # -- batches: parallelism, delay, order ---------------------------------------------------------
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_batches_replace_parallelism_at_a_time_and_keep_the_rest_healthy(
-    parallelism: int,
+    world: MakeWorld, parallelism: int
 ) -> None:
-    w = updated(lab(3), "web:6", replicas=6, parallelism=parallelism)
+    w = updated(world(3), "web:6", replicas=6, parallelism=parallelism)
     starts: list[int] = []
     while True:
         plan = w.step()
@@ -208,7 +170,7 @@ def test_batches_replace_parallelism_at_a_time_and_keep_the_rest_healthy(
 
 
 def test_a_batch_waits_for_every_task_in_flight_before_the_next() -> None:
-    w = updated(lab(3), "web:6", replicas=4, parallelism=2)
+    w = updated(fleet(3), "web:6", replicas=4, parallelism=2)
     first = w.step()
     assert replacing(first) == [1, 2]
     nxt = w.run_until(lambda p: bool(p.run))
@@ -218,8 +180,12 @@ def test_a_batch_waits_for_every_task_in_flight_before_the_next() -> None:
     assert len(w.log) - w.log.index(first) - 1 == 3
 
 
-def test_delay_spaces_batches_from_the_last_gate_passed() -> None:
-    w = updated(lab(3), "web:6", replicas=3, delay=10.0, monitor=0.0)
+@pytest.mark.parametrize("health", [HC, None], ids=["health-check", "no-health-check"])
+def test_delay_spaces_batches_from_the_last_gate_passed(
+    world: MakeWorld, health: HealthCheck | None
+) -> None:
+    """Merged with test_reconcile's test_update_delay_spaces_batches (no health check)."""
+    w = updated(world(3), "web:6", replicas=3, delay=10.0, monitor=0.0, health=health)
     w.step(dt=1)  # slot 1 replaced
     passed = w.run_until(lambda p: 1 in p.state.services["web"].rollout.done)
     at = passed.state.services["web"].rollout.last_batch_at
@@ -230,19 +196,32 @@ def test_delay_spaces_batches_from_the_last_gate_passed() -> None:
     assert nxt.state.services["web"].rollout.last_batch_at == at
     started_at = w.now - 1  # step() advanced the clock after deciding
     assert at + 10 <= started_at < at + 11
+    w.converge()
+    starts = [t for t, p in w.passes() for r in p.run if r.service.image == "web:6"]
+    assert len(starts) == 3
+    assert all(b - a >= 10 for a, b in itertools.pairwise(starts))
 
 
-def test_stop_first_is_the_default_and_replaces_in_place() -> None:
-    w = updated(lab(3), "web:6", replicas=3)
+def test_stop_first_is_the_default_and_replaces_in_place_one_at_a_time(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_rolling_update_stop_first_one_at_a_time."""
+    w = updated(world(3), "web:6", replicas=3)
     plan = w.step()
     (run,) = plan.run
     assert run.replaces is not None
     assert run.replaces.slot == run.slot == 1
     assert plan.stop == ()  # the old task is stopped by the run itself, after the image check
+    assert plan.state.services["web"].rollout.status == "updating"
+    for _ in range(20):
+        plan = w.step()
+        assert len(plan.run) <= 1
+        if plan.converged:
+            break
+    assert sorted(c.image for c in w.live()) == ["web:6"] * 3
+    assert w.rollout().status == "completed"
 
 
 def test_start_first_starts_the_new_task_on_another_host_before_stopping_the_old() -> None:
-    w = updated(lab(3), "web:6", replicas=2, order="start-first")
+    w = updated(fleet(3), "web:6", replicas=2, order="start-first")
     old = {c.slot: c for c in w.live()}
     plan = w.step()
     (run,) = plan.run
@@ -252,7 +231,7 @@ def test_start_first_starts_the_new_task_on_another_host_before_stopping_the_old
 
 
 def test_start_first_keeps_the_old_task_until_the_new_one_passes_monitor() -> None:
-    w = updated(lab(3), "web:6", replicas=1, order="start-first", monitor=5.0)
+    w = updated(fleet(3), "web:6", replicas=1, order="start-first", monitor=5.0)
     old = w.live()[0]
     w.step()  # start web:6 beside web:5
     gate_passed = None
@@ -266,23 +245,30 @@ def test_start_first_keeps_the_old_task_until_the_new_one_passes_monitor() -> No
     assert [s.container.id for s in gate_passed.stop] == [old.id]
 
 
-def test_start_first_never_dips_below_replicas() -> None:
-    w = updated(lab(3), "web:6", replicas=3, order="start-first", parallelism=2)
+def test_start_first_never_dips_below_replicas(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_rolling_update_start_first_never_dips."""
+    w = updated(world(3), "web:6", replicas=3, order="start-first", parallelism=2)
     for _ in range(30):
         plan = w.step()
         assert w.healthy_slots() == 3
+        assert len([c for c in w.live() if c.health == "healthy"]) >= 3
         if plan.converged:
             break
     assert w.images() == ["web:6"] * 3
 
 
-def test_start_first_falls_back_to_stop_first_where_the_old_task_holds_the_host_port() -> None:
+@pytest.mark.parametrize("n", [1, 2], ids=["one-host", "every-host-holds-the-port"])
+def test_start_first_falls_back_to_stop_first_where_the_old_task_holds_the_host_port(
+    world: MakeWorld, n: int
+) -> None:
+    """Merged with test_reconcile's test_start_first_with_a_held_host_port_falls_back_to_stop_first
+    (one host, one replica)."""
     port = (PortMapping(8080, 8080),)
-    w = lab(2)
+    w = world(n)
     pol = UpdatePolicy(monitor=0.0, order="start-first")
-    w.apply(svc(replicas=2, ports=port, update=pol))
+    w.apply(svc(replicas=n, ports=port, update=pol))
     w.converge()
-    w.apply(svc(image="web:6", replicas=2, ports=port, update=pol))
+    w.apply(svc(image="web:6", replicas=n, ports=port, update=pol))
     plan = w.step()
     (run,) = plan.run
     assert run.replaces is not None  # stop-first: the port is free only once the old stops
@@ -294,7 +280,7 @@ def test_start_first_falls_back_to_stop_first_where_the_old_task_holds_the_host_
 
 def test_start_first_with_a_free_host_for_the_port_stays_start_first() -> None:
     port = (PortMapping(8080, 8080),)
-    w = lab(3)
+    w = fleet(3)
     pol = UpdatePolicy(monitor=0.0, order="start-first")
     w.apply(svc(replicas=2, ports=port, update=pol))
     w.converge()
@@ -307,7 +293,7 @@ def test_start_first_with_a_free_host_for_the_port_stays_start_first() -> None:
 
 
 def test_start_first_without_room_and_without_a_port_conflict_waits() -> None:
-    w = Lab([host("h1", cpus=1)])
+    w = World([host("h1", cpus=1)])
     pol = UpdatePolicy(monitor=0.0, order="start-first")
     w.apply(svc(replicas=1, cpus=1.0, update=pol))
     w.converge()
@@ -386,7 +372,7 @@ def test_gate_deadline_counts_the_start_period() -> None:
 
 
 def test_gate_in_the_pass_judges_each_new_task_by_the_injected_clock() -> None:
-    w = updated(lab(3), "web:6", replicas=2, monitor=3.0)
+    w = updated(fleet(3), "web:6", replicas=2, monitor=3.0)
     w.step()  # t: start slot 1 (stop-first)
     seen_healthy = None
     for _ in range(10):
@@ -401,8 +387,11 @@ def test_gate_in_the_pass_judges_each_new_task_by_the_injected_clock() -> None:
 
 
 # -- failures: pause, rollback, continue --------------------------------------------------------
-def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec(
+    world: MakeWorld,
+) -> None:
+    """Merged with test_reconcile's test_failed_update_pauses_after_first_batch."""
+    w = updated(world(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     r = w.rollout()
     assert (r.failures, r.done) == (1, ())
@@ -420,7 +409,7 @@ def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec() 
 
 
 def test_pause_keeps_the_slots_already_updated_on_the_new_spec() -> None:
-    w = updated(lab(3), "web:slow", failure_action="pause")
+    w = updated(fleet(3), "web:slow", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     w.converge()
     assert w.images() == ["web:5"] * 4  # the slow task failed its deadline; slot 1 went back
@@ -430,8 +419,9 @@ def test_pause_keeps_the_slots_already_updated_on_the_new_spec() -> None:
     assert slot_target(ss, 2).image == "web:5"
 
 
-def test_rollback_returns_every_task_to_the_previous_spec_generation() -> None:
-    w = updated(lab(3), "web:broken", failure_action="rollback")
+def test_rollback_returns_every_task_to_the_previous_spec_generation(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_failed_update_rolls_back."""
+    w = updated(world(3), "web:broken", failure_action="rollback")
     w.converge()
     assert w.images() == ["web:5"] * 4
     ss = w.state.services["web"]
@@ -441,6 +431,7 @@ def test_rollback_returns_every_task_to_the_previous_spec_generation() -> None:
     r = ss.rollout
     assert r.status == "rolled_back"
     assert r.reason.startswith("rolled back: task ")
+    assert "unhealthy" in r.reason
     assert HEALTH_LOG in r.reason
     assert w.kinds().count("rollout-rollback") == 1
     assert w.kinds().count("rollout-rolled_back") == 1
@@ -449,7 +440,7 @@ def test_rollback_returns_every_task_to_the_previous_spec_generation() -> None:
 
 
 def test_rollback_also_undoes_batches_that_had_passed() -> None:
-    w = updated(lab(3), "web:6", failure_action="rollback", monitor=1.0)
+    w = updated(fleet(3), "web:6", failure_action="rollback", monitor=1.0)
     w.run_until(lambda p: len(p.state.services["web"].rollout.done) == 2)
     w.state = rollback(w.state, "web")
     w.converge()
@@ -457,13 +448,24 @@ def test_rollback_also_undoes_batches_that_had_passed() -> None:
     assert w.rollout().status == "rolled_back"
 
 
-def test_a_failing_rollback_pauses_and_never_loops() -> None:
-    w = lab(3)
+@pytest.mark.parametrize(
+    ("previous", "image", "why"),
+    [
+        pytest.param("web:slow", "web:broken", "not healthy after", id="previous-never-healthy"),
+        pytest.param("web:broken", "other:broken", "unhealthy", id="previous-unhealthy"),
+    ],
+)
+def test_a_failing_rollback_pauses_and_never_loops(
+    world: MakeWorld, previous: str, image: str, why: str
+) -> None:
+    """Merged with test_reconcile's test_rollback_that_fails_pauses_and_never_loops (the
+    previous spec unhealthy rather than never healthy)."""
+    w = world(3)
     pol = {"failure_action": "rollback", "monitor": 1.0}
-    w.apply(web("web:slow", 2, **pol))  # the previous spec never turns healthy either
+    w.apply(web(previous, 2, **pol))  # the previous spec never turns healthy either
     for _ in range(3):
         w.step()
-    w.apply(web("web:broken", 2, **pol))
+    w.apply(web(image, 2, **pol))
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused", limit=60)
     for _ in range(60):
         w.step()
@@ -472,8 +474,8 @@ def test_a_failing_rollback_pauses_and_never_loops() -> None:
     assert kinds.count("rollout-paused") == 1
     r = w.rollout()
     assert (r.status, r.rollback) == ("paused", True)
-    assert "not healthy after" in r.reason
-    assert w.state.services["web"].spec.image == "web:slow"  # rolled back, not forth again
+    assert why in r.reason
+    assert w.state.services["web"].spec.image == previous  # rolled back, not forth again
 
 
 def test_failure_action_is_taken_once_the_ratio_is_exceeded() -> None:
@@ -492,16 +494,25 @@ def test_failure_action_is_taken_once_the_ratio_is_exceeded() -> None:
 
 
 def test_pause_with_max_failure_ratio_tolerates_failures_up_to_the_ratio() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause", max_failure_ratio=0.5)
+    w = updated(fleet(3), "web:broken", failure_action="pause", max_failure_ratio=0.5)
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     r = w.rollout()
     assert r.failures == 3  # 1/4 and 2/4 are within 0.5; 3/4 is not
     assert w.kinds().count("rollout-failure") == 2
 
 
-def test_continue_goes_on_whatever_the_ratio() -> None:
-    w = updated(lab(3), "web:broken", failure_action="continue")
-    for _ in range(40):
+def test_continue_goes_on_whatever_the_ratio(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_continue_goes_on_despite_failures: once every slot
+    has tried the new spec, every live task runs it (none went back to the old one)."""
+    w = updated(world(3), "web:broken", failure_action="continue")
+    start = len(w.log)
+
+    def tried() -> set[int]:
+        return {r.slot for p in w.log[start:] for r in p.run if r.service.image == "web:broken"}
+
+    w.run_until(lambda p: tried() == {1, 2, 3, 4})
+    assert {c.image for c in w.live()} == {"web:broken"}
+    while len(w.log) - start < 40:
         w.step()
     r = w.rollout()
     assert r.status == "updating"
@@ -512,7 +523,7 @@ def test_continue_goes_on_whatever_the_ratio() -> None:
 
 
 def test_a_failure_after_monitor_during_the_rollout_counts() -> None:
-    w = updated(lab(3), "web:late", failure_action="rollback", monitor=1.0)
+    w = updated(fleet(3), "web:late", failure_action="rollback", monitor=1.0)
     w.converge(limit=80)
     assert w.kinds().count("rollout-rollback") == 1
     r = w.rollout()
@@ -523,7 +534,7 @@ def test_a_failure_after_monitor_during_the_rollout_counts() -> None:
 
 
 def test_a_failure_after_monitor_with_pause_puts_that_slot_back() -> None:
-    w = updated(lab(3), "web:late", failure_action="pause", monitor=1.0)
+    w = updated(fleet(3), "web:late", failure_action="pause", monitor=1.0)
     plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     r = plan.state.services["web"].rollout
     assert r.failures == 1
@@ -535,7 +546,7 @@ def test_a_failure_after_monitor_with_pause_puts_that_slot_back() -> None:
 
 
 def test_a_failure_once_the_rollout_completed_is_a_plain_restart() -> None:
-    w = updated(lab(3), "web:6", replicas=1, failure_action="rollback", monitor=1.0)
+    w = updated(fleet(3), "web:6", replicas=1, failure_action="rollback", monitor=1.0)
     w.converge()
     assert w.rollout().status == "completed"
     (task,) = w.live()
@@ -547,7 +558,7 @@ def test_a_failure_once_the_rollout_completed_is_a_plain_restart() -> None:
 
 
 def test_an_old_task_failing_during_the_rollout_is_not_a_rollout_failure() -> None:
-    w = updated(lab(3), "web:6", failure_action="pause", monitor=3.0)
+    w = updated(fleet(3), "web:6", failure_action="pause", monitor=3.0)
     w.step()  # slot 1 in flight
     old = next(c for c in w.live() if c.slot == 4)
     w.containers[old.host] = [
@@ -561,7 +572,7 @@ def test_an_old_task_failing_during_the_rollout_is_not_a_rollout_failure() -> No
 
 
 def test_a_new_task_that_exits_fails_its_gate_with_its_exit_code() -> None:
-    w = updated(lab(3), "crash:1", failure_action="pause")
+    w = updated(fleet(3), "crash:1", failure_action="pause")
     plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     (stop,) = [s for s in plan.stop if s.failure]
     assert stop.container.image == "crash:1"
@@ -572,7 +583,7 @@ def test_a_new_task_that_exits_fails_its_gate_with_its_exit_code() -> None:
 
 
 def test_a_new_task_never_healthy_fails_at_its_deadline() -> None:
-    w = updated(lab(3), "web:slow", failure_action="pause", monitor=2.0)
+    w = updated(fleet(3), "web:slow", failure_action="pause", monitor=2.0)
     start = w.now
     plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     failed_at = w.now - 1
@@ -581,8 +592,8 @@ def test_a_new_task_never_healthy_fails_at_its_deadline() -> None:
     assert "not healthy after 5s (running, starting)" in plan.state.services["web"].rollout.reason
 
 
-def test_manual_rollback_of_a_paused_update() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+def test_manual_rollback_of_a_paused_update(world: MakeWorld) -> None:
+    w = updated(world(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     w.state = rollback(w.state, "web")
     w.converge()
@@ -592,27 +603,13 @@ def test_manual_rollback_of_a_paused_update() -> None:
 
 
 # -- bad images: no downtime --------------------------------------------------------------------
-def _apply_run_failures(w: Lab, image: str) -> Plan:
-    """One pass where every run of `image` fails at the image check (the runner's note)."""
-    plan = w.plan()
-    state = plan.state
-    for r in plan.run:
-        if r.service.image == image:
-            line = f"{r.name} on {r.host}: image {image} is not on {r.host} and cannot be pulled"
-            state = note_failure(state, r.service.name, r.slot, r.task, line, w.now)
-        else:
-            w.act(replace(plan, run=(r,), stop=()))
-    w.act(replace(plan, run=(), stop=plan.stop))
-    w.state = state
-    w.log.append(plan)
-    w.tick()
-    return replace(plan, state=state)
-
-
-def test_a_missing_image_pauses_without_stopping_anything() -> None:
-    w = updated(lab(3), "web:nope", failure_action="pause")
+# Only the runner meets an image that cannot be pulled (web:nope): its `docker run` act checks
+# the image first and notes the failure; the model-level World has no acts to fail.
+@ONLY_RUNNER
+def test_a_missing_image_pauses_without_stopping_anything(world: MakeWorld) -> None:
+    w = updated(world(3), "web:nope", failure_action="pause")
     before = {c.id for c in w.live()}
-    plan = _apply_run_failures(w, "web:nope")
+    plan = w.step()
     assert [r.replaces is not None for r in plan.run] == [True]
     r = plan.state.services["web"].rollout
     assert r.status == "paused"
@@ -622,30 +619,33 @@ def test_a_missing_image_pauses_without_stopping_anything() -> None:
     assert {c.id for c in w.live()} == before
 
 
-def test_a_missing_image_with_rollback_rolls_back_without_touching_a_task() -> None:
-    w = updated(lab(3), "web:nope", failure_action="rollback")
+@ONLY_RUNNER
+def test_a_missing_image_with_rollback_rolls_back_without_touching_a_task(world: MakeWorld) -> None:
+    w = updated(world(3), "web:nope", failure_action="rollback")
     before = {c.id for c in w.live()}
-    _apply_run_failures(w, "web:nope")
+    w.step()
     w.converge()
     assert w.rollout().status == "rolled_back"
     assert {c.id for c in w.live()} == before
 
 
-def test_continue_moves_on_past_a_slot_whose_image_cannot_be_pulled() -> None:
-    w = updated(lab(3), "web:nope", failure_action="continue")
+@ONLY_RUNNER
+def test_continue_moves_on_past_a_slot_whose_image_cannot_be_pulled(world: MakeWorld) -> None:
+    w = updated(world(3), "web:nope", failure_action="continue")
     tried: list[int] = []
     for _ in range(6):
-        plan = _apply_run_failures(w, "web:nope")
+        plan = w.step()
         tried += [r.slot for r in plan.run]
     assert set(tried) == {1, 2, 3, 4}  # not slot 1 over and over
     assert w.images() == ["web:5"] * 4
 
 
-def test_a_failed_pull_backs_the_slot_off_before_it_is_tried_again() -> None:
-    w = updated(lab(3), "web:nope", replicas=1, failure_action="continue")
+@ONLY_RUNNER
+def test_a_failed_pull_backs_the_slot_off_before_it_is_tried_again(world: MakeWorld) -> None:
+    w = updated(world(3), "web:nope", replicas=1, failure_action="continue")
     at = []
     for _ in range(8):
-        plan = _apply_run_failures(w, "web:nope")
+        plan = w.step()
         at += [w.now - 1 for _ in plan.run]
     gaps = [b - a for a, b in itertools.pairwise(at)]
     assert gaps
@@ -654,7 +654,7 @@ def test_a_failed_pull_backs_the_slot_off_before_it_is_tried_again() -> None:
 
 
 def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
-    w = updated(lab(1), "web:nope", replicas=1)
+    w = updated(fleet(1), "web:nope", replicas=1)
     plan = w.plan()
     (run,) = plan.run
     assert run.replaces is not None
@@ -681,8 +681,9 @@ def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
 
 
 # -- durable progress --------------------------------------------------------------------------
-def test_a_new_apply_supersedes_a_rollout_in_flight() -> None:
-    w = updated(lab(3), "web:6", monitor=3.0)
+def test_a_new_apply_supersedes_a_rollout_in_flight(world: MakeWorld) -> None:
+    """Merged with test_reconcile's test_new_apply_supersedes_a_rollout."""
+    w = updated(world(3), "web:6", monitor=3.0)
     w.step()
     w.step()
     assert w.rollout().inflight == (1,)
@@ -697,7 +698,7 @@ def test_a_new_apply_supersedes_a_rollout_in_flight() -> None:
 
 
 def test_a_new_apply_supersedes_a_paused_rollout() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+    w = updated(fleet(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     w.apply(web("web:6", 4, failure_action="pause"))
     w.converge()
@@ -705,8 +706,8 @@ def test_a_new_apply_supersedes_a_paused_rollout() -> None:
     assert w.rollout().status == "completed"
 
 
-def test_manual_rollback_of_a_completed_update() -> None:
-    w = updated(lab(3), "web:6")
+def test_manual_rollback_of_a_completed_update(world: MakeWorld) -> None:
+    w = updated(world(3), "web:6")
     w.converge()
     w.state = rollback(w.state, "web")
     ss = w.state.services["web"]
@@ -717,7 +718,7 @@ def test_manual_rollback_of_a_completed_update() -> None:
 
 
 def test_manual_rollback_without_a_previous_spec_is_refused() -> None:
-    w = lab(1)
+    w = fleet(1)
     w.apply(web("web:5", 1))
     with pytest.raises(ValueError, match="no previous spec"):
         rollback(w.state, "web")
@@ -727,7 +728,7 @@ def test_manual_rollback_without_a_previous_spec_is_refused() -> None:
 def test_a_controller_killed_before_acting_resumes_from_its_last_commit(crash_at: int) -> None:
     """Kill between commit and act on pass `crash_at`: the next pass starts from the state
     committed before the lost acts, and the rollout still finishes, one batch at a time."""
-    w = updated(lab(3), "web:6", monitor=1.0)
+    w = updated(fleet(3), "web:6", monitor=1.0)
     for i in range(60):
         plan = w.plan()
         if i != crash_at:
@@ -744,7 +745,7 @@ def test_a_controller_killed_before_acting_resumes_from_its_last_commit(crash_at
 
 
 def test_a_stop_first_act_cut_between_stop_and_run_refills_the_slot() -> None:
-    w = updated(lab(3), "web:6", monitor=1.0)
+    w = updated(fleet(3), "web:6", monitor=1.0)
     plan = w.plan()
     (run,) = plan.run
     assert run.replaces is not None
@@ -758,24 +759,23 @@ def test_a_stop_first_act_cut_between_stop_and_run_refills_the_slot() -> None:
     assert w.images() == ["web:6"] * 4
 
 
-def test_a_rollout_advances_across_separate_runs_with_the_same_stored_state() -> None:
-    """Cron: each pass is a fresh process; only the committed state links them."""
-    w = updated(lab(3), "web:6", monitor=1.0)
-    state = w.state
+def test_a_rollout_advances_across_separate_runs_with_the_same_stored_state(
+    world: MakeWorld,
+) -> None:
+    """Cron: each pass is a fresh process; only the committed state links them (on the
+    runner, the Store in its directory)."""
+    w = updated(world(3), "web:6", monitor=1.0)
     for _ in range(60):
-        plan = reconcile(w.cluster, w.inventory, w.observe(), state, w.now)  # type: ignore[arg-type]
-        w.act(plan)
-        state = plan.state
-        w.tick(30.0)  # cron: a minute-ish apart
+        plan = w.step(30.0)  # cron: a minute-ish apart
         if plan.converged:
             break
     assert w.images() == ["web:6"] * 4
-    assert state.services["web"].rollout.status == "completed"
+    assert w.state.services["web"].rollout.status == "completed"
 
 
 @pytest.mark.parametrize("which", ["new", "outdated"])
-def test_a_host_lost_mid_rollout_resumes(which: str) -> None:
-    w = updated(lab(3), "web:6", monitor=1.0)
+def test_a_host_lost_mid_rollout_resumes(world: MakeWorld, which: str) -> None:
+    w = updated(world(3), "web:6", monitor=1.0)
     first = w.step()
     new_host = first.run[0].host
     victim = (
@@ -794,13 +794,13 @@ def test_a_host_lost_mid_rollout_resumes(which: str) -> None:
 
 
 # -- what status shows -------------------------------------------------------------------------
-def _status(w: Lab) -> dict[str, Any]:
+def _status(w: FleetDouble) -> dict[str, Any]:
     plan = w.plan()
     return summarize(w.state, w.inventory, w.observe(), plan)
 
 
 def test_status_shows_updating_n_of_m_and_each_tasks_generation() -> None:
-    w = updated(lab(3), "web:6", monitor=1.0)
+    w = updated(fleet(3), "web:6", monitor=1.0)
     w.run_until(lambda p: len(p.state.services["web"].rollout.done) == 2)
     doc = _status(w)
     (s,) = doc["services"]
@@ -813,7 +813,7 @@ def test_status_shows_updating_n_of_m_and_each_tasks_generation() -> None:
 
 
 def test_status_shows_paused_and_why() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+    w = updated(fleet(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     (s,) = _status(w)["services"]
     assert s["state"] == "paused"
@@ -823,7 +823,7 @@ def test_status_shows_paused_and_why() -> None:
 
 
 def test_status_shows_rolling_back_while_it_runs() -> None:
-    w = updated(lab(3), "web:6", monitor=1.0)
+    w = updated(fleet(3), "web:6", monitor=1.0)
     w.converge()
     w.state = rollback(w.state, "web")
     w.step()
@@ -833,7 +833,7 @@ def test_status_shows_rolling_back_while_it_runs() -> None:
 
 
 def test_status_shows_rolled_back_and_why() -> None:
-    w = updated(lab(3), "web:broken", failure_action="rollback")
+    w = updated(fleet(3), "web:broken", failure_action="rollback")
     w.converge()
     doc = _status(w)
     (s,) = doc["services"]
@@ -842,30 +842,21 @@ def test_status_shows_rolled_back_and_why() -> None:
     assert {t["generation"] for t in doc["tasks"]} == {1}
 
 
-def test_status_last_failure_of_an_exit_carries_the_log_tail() -> None:
+@ONLY_RUNNER
+def test_status_last_failure_of_an_exit_carries_the_log_tail(world: MakeWorld) -> None:
     """The runner keeps a failed task's log tail (note_exit); status must show it."""
-    w = updated(lab(3), "crash:2", failure_action="pause")
+    w = updated(world(3), "crash:2", failure_action="pause")
     plan = w.run_until(lambda p: any(s.failure for s in p.stop))
     (stop,) = [s for s in plan.stop if s.failure]
-
-    def handler(h, argv, stdin):  # type: ignore[no-untyped-def]
-        if argv[:2] == ["docker", "logs"]:
-            return ok("starting\nhttpd: bind: address in use\n")
-        return ok()
-
-    acts = _Acts(FakeExecutor(handler), w.inventory, "test", w.now, ())
-    asyncio.run(acts.stop(stop))
-    for note in acts.notes:
-        w.state = note(w.state)
     (s,) = _status(w)["services"]
     assert s["state"] == "paused"
-    tail = "starting | httpd: bind: address in use"
+    tail = "starting | httpd: bind: address in use"  # CRASH_LOG's last lines
     assert s["last_failure"] == f"task {stop.container.task} exited with code 1; log: {tail}"
     assert w.state.services["web"].slot(stop.container.slot).last_exit == s["last_failure"]
 
 
 def test_note_exit_leaves_an_unrelated_rollout_reason_alone() -> None:
-    w = updated(lab(3), "web:broken", failure_action="pause")
+    w = updated(fleet(3), "web:broken", failure_action="pause")
     w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     reason = w.rollout().reason
     state = note_exit(
@@ -878,7 +869,7 @@ def test_note_exit_leaves_an_unrelated_rollout_reason_alone() -> None:
 def test_pause_puts_the_failed_slot_back_on_the_old_spec_in_the_same_pass() -> None:
     """`apply --wait` ends on the pass that pauses (exit 1): a stop-first slot whose new task
     failed must not be left empty, waiting out a restart backoff, until the next cron run."""
-    w = updated(lab(3), "web:broken", failure_action="pause")
+    w = updated(fleet(3), "web:broken", failure_action="pause")
     paused = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
     assert [(r.slot, r.service.image) for r in paused.run] == [(1, "web:5")]
     assert sorted(c.slot for c in w.live()) == [1, 2, 3, 4]
@@ -960,7 +951,7 @@ def test_apply_of_a_changed_service_records_rollout_started() -> None:
 
 
 def test_failed_updates_names_the_generation_whose_update_was_rolled_back() -> None:
-    w = lab(3)
+    w = fleet(3)
     w.apply(web("web:6", replicas=2, failure_action="rollback", monitor=0.0))
     w.converge()
     w.apply(web("web:broken", replicas=2, failure_action="rollback", monitor=0.0))

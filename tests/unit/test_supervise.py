@@ -1,8 +1,11 @@
-"""Supervision, pure: restart policy and backoff, the crash-loop limit, desired stopped and
-dependencies, on the in-memory World (tests/sim.py) with its injected clock (`w.now`).
+"""Supervision: restart policy and backoff, the crash-loop limit, desired stopped and
+dependencies, on the model-level World (tests/sim.py) with its injected clock (`w.now`).
 
-Tasks here exit when the test says so (`exit_task`), at the World's current time, so every
-timing below is exact: no test sleeps.
+Tasks here mostly exit when the test says so (`exit_task`), at the World's current time, so
+every timing below is exact: no test sleeps. The scenarios that need no hand-made exit
+(a crash:1 image crash-looping to Failed, desired stopped and back, stopping in dependency
+order) take the `world` fixture and run on RunnerWorld too: the real `run_pass` over
+FakeDocker and a real Store.
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ from minidock.runner import (
     redacted,
 )
 from minidock.state import Store
-from tests.sim import World, host, svc
+from tests.sim import MakeWorld, World, host, hosts, svc
 
 HC = HealthCheck(("true",))
 
 
 def fleet(n: int = 2) -> World:
-    return World([host(f"host{i}") for i in range(1, n + 1)])
+    return World(hosts(n))
 
 
 def policy(**kw: object) -> RestartPolicy:
@@ -325,11 +328,31 @@ def test_reset_clears_failed_and_the_slot_runs_again() -> None:
     assert not plan.failed_slots()
 
 
-def test_an_apply_that_changes_the_service_clears_failed() -> None:
-    w = failed_world(env=(("MODE", "a"),))
-    w.apply(svc(restart=policy(delay=1.0, max_delay=2.0, max_attempts=2, window=50.0)))
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param({"env": (("MODE", "a"),)}, {}, id="env"),
+        pytest.param({}, {"image": "web:6"}, id="image"),
+    ],
+)
+def test_an_apply_that_changes_the_service_clears_failed(
+    world: MakeWorld, before: dict[str, object], after: dict[str, object]
+) -> None:
+    """Merged with test_reconcile's test_admit_keeps_previous_spec_and_clears_failures: a
+    crash:1 task crash-loops to Failed (through the runner, on RunnerWorld); an apply that
+    changes the service clears the slot, keeps the previous spec, and the slot runs again."""
+    w = world(1)
+    restart = policy(delay=1.0, max_delay=2.0, max_attempts=2, window=50.0)
+    w.apply(svc(**{"image": "crash:1", "restart": restart, **before}))
+    w.run_until(lambda p: p.state.services["web"].slot(1).failed)
+    assert w.state.services["web"].slot(1).failed
+    w.apply(svc(**{"image": "crash:1", "restart": restart, **after}))
+    ss = w.state.services["web"]
+    assert not ss.slot(1).failed
     assert slot(w) == SlotState()
-    assert runs_of(at(w, w.now + 1)) == [1]
+    assert ss.previous is not None
+    assert ss.previous.image == "crash:1"
+    assert runs_of(w.step()) == [1]
 
 
 def test_an_identical_apply_keeps_failed() -> None:
@@ -477,8 +500,8 @@ def test_desired_stopped_does_not_revive_or_count_its_failed_slots() -> None:
     assert exit_code(plan) == EXIT_OK
 
 
-def test_apply_back_to_running_restores_the_tasks() -> None:
-    w = fleet(2)
+def test_apply_back_to_running_restores_the_tasks(world: MakeWorld) -> None:
+    w = world(2)
     w.apply(svc(replicas=3))
     w.converge()
     w.apply(svc(replicas=3, desired="stopped"))
@@ -527,8 +550,8 @@ def test_dependents_start_only_when_every_dependency_replica_is_running_and_heal
     assert len(db_hosts) == 2  # on other hosts than web's, wherever they run
 
 
-def test_a_dependency_that_is_desired_stopped_blocks_its_dependents() -> None:
-    w = fleet(2)
+def test_a_dependency_that_is_desired_stopped_blocks_its_dependents(world: MakeWorld) -> None:
+    w = world(2)
     db, web = stack()
     w.apply(replace(db, desired="stopped"), web)
     plan = w.step()
@@ -553,10 +576,10 @@ def test_a_restart_waits_for_its_dependency() -> None:
     assert len(slot(w, 1, "web").attempts) == 1
 
 
-def test_dependents_wait_while_a_dependency_rolls() -> None:
+def test_dependents_wait_while_a_dependency_rolls(world: MakeWorld) -> None:
     """start-first keeps every db replica healthy through its rollout; web's new task must
     still wait until db's rollout has finished and db is healthy again."""
-    w = fleet(3)
+    w = world(3)
     up = UpdatePolicy(order="start-first", monitor=5.0)
     w.apply(*stack(db_replicas=1, update=up))
     w.converge()
@@ -577,8 +600,10 @@ def test_dependents_wait_while_a_dependency_rolls() -> None:
 
 
 @pytest.mark.parametrize("order", [("db", "web"), ("web", "db")])
-def test_stopping_goes_in_reverse_dependency_order(order: tuple[str, str]) -> None:
-    w = fleet(2)
+def test_stopping_goes_in_reverse_dependency_order(
+    world: MakeWorld, order: tuple[str, str]
+) -> None:
+    w = world(2)
     services = dict(zip(("db", "web"), stack(db_replicas=1, web_replicas=2), strict=True))
     w.apply(*(services[n] for n in order))
     w.converge()
@@ -593,8 +618,8 @@ def test_stopping_goes_in_reverse_dependency_order(order: tuple[str, str]) -> No
     assert w.live() == []
 
 
-def test_stopping_a_dependent_alone_leaves_the_dependency_running() -> None:
-    w = fleet(2)
+def test_stopping_a_dependent_alone_leaves_the_dependency_running(world: MakeWorld) -> None:
+    w = world(2)
     db, web = stack(db_replicas=1)
     w.apply(db, web)
     w.converge()

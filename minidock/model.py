@@ -25,6 +25,7 @@ Order = Literal["stop-first", "start-first"]
 FailureAction = Literal["pause", "rollback", "continue"]
 RestartCondition = Literal["any", "on-failure", "none"]
 DesiredState = Literal["running", "stopped"]
+OnHostLoss = Literal["replace", "wait"]
 HostKeyPolicy = Literal["strict", "accept-new"]
 
 
@@ -60,6 +61,9 @@ class Host:
 class Inventory:
     path: str
     hosts: tuple[Host, ...]
+    # more than this share of hosts failing one pass's probes holds the pass: the
+    # controller is more likely the one cut off than most of its fleet gone at once
+    max_down_fraction: float = 0.5
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
@@ -142,6 +146,7 @@ class Service:
     spread: str | None = None
     depends_on: tuple[str, ...] = ()
     desired: DesiredState = "running"
+    on_host_loss: OnHostLoss = "replace"  # "wait": never two copies; only drain/forget move it
     health: HealthCheck | None = None
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     restart: RestartPolicy = field(default_factory=RestartPolicy)

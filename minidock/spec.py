@@ -521,7 +521,8 @@ def _build_inventory(doc: dict[str, Any], abs_path: str, display: str) -> Invent
                 **kwargs,
             )
         )
-    return Inventory(path=abs_path, hosts=tuple(hosts))
+    fraction = float(defaults.get("max_down_fraction", Inventory.max_down_fraction))
+    return Inventory(path=abs_path, hosts=tuple(hosts), max_down_fraction=fraction)
 
 
 # -- cluster ----------------------------------------------------------------------------------
@@ -604,6 +605,7 @@ def _build_service(name: str, body: dict[str, Any], fail: _Fail) -> Service:
         spread=body.get("spread"),
         depends_on=tuple(body.get("depends_on", ())),
         desired=body.get("desired", "running"),
+        on_host_loss=body.get("on_host_loss", "replace"),
         health=_health(body["health"], (*at, "health"), fail) if "health" in body else None,
         update=_update(body.get("update", {})),
         restart=_restart(body.get("restart", {}), (*at, "restart"), fail),

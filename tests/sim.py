@@ -93,10 +93,11 @@ class FleetDouble:
     log: list[Plan]  # every pass's plan, in order
     times: list[float]  # the clock at each of those passes
     state: ControllerState
+    max_down_fraction: float = Inventory.max_down_fraction  # the mass-loss guard's share
 
     @property
     def inventory(self) -> Inventory:
-        return Inventory("inventory.toml", tuple(self.hosts))
+        return Inventory("inventory.toml", tuple(self.hosts), self.max_down_fraction)
 
     def apply(self, *services: Service) -> None:
         """Store the services as the next desired-state generation (`minidock apply`)."""
@@ -179,6 +180,7 @@ class World(FleetDouble):
     generation: int = 0
     log: list[Plan] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
+    max_down_fraction: float = Inventory.max_down_fraction
 
     def __post_init__(self) -> None:
         for h in self.hosts:

@@ -11,6 +11,7 @@ from minidock.core.hosts import Availability, HostPhase, HostState, SeenTask
 from minidock.core.intents import (
     admit,
     failed_updates,
+    forget,
     note_exit,
     note_failure,
     reset,
@@ -44,6 +45,7 @@ __all__ = [
     "admit",
     "failed_updates",
     "failure_action",
+    "forget",
     "note_exit",
     "note_failure",
     "reconcile",

@@ -29,6 +29,8 @@ __all__ = [
     "Probe",
     "SeenTask",
     "availability_step",
+    "forgotten",
+    "mass_loss",
     "probe_step",
 ]
 
@@ -50,6 +52,7 @@ class Probe(enum.StrEnum):
     ANSWERED = "answered"
     FAILED = "failed"  # fewer than down_after failures in a row
     FAILED_LIMIT = "failed down_after times"
+    FAILED_HELD = "failed, mass-loss guard holds"
 
 
 class Intent(enum.StrEnum):
@@ -110,6 +113,10 @@ PROBE_TABLE: dict[tuple[HostPhase, Probe], tuple[HostPhase, str | None]] = {
     (HostPhase.DOWN, Probe.ANSWERED): (HostPhase.READY, "host-up"),
     (HostPhase.DOWN, Probe.FAILED): (HostPhase.DOWN, None),
     (HostPhase.DOWN, Probe.FAILED_LIMIT): (HostPhase.DOWN, None),
+    # the mass-loss guard: the controller is likely the one cut off, so no host goes down
+    (HostPhase.READY, Probe.FAILED_HELD): (HostPhase.UNREACHABLE, None),
+    (HostPhase.UNREACHABLE, Probe.FAILED_HELD): (HostPhase.UNREACHABLE, None),
+    (HostPhase.DOWN, Probe.FAILED_HELD): (HostPhase.DOWN, None),
 }
 
 AVAILABILITY_TABLE: dict[tuple[Availability, Intent], Availability] = {
@@ -128,14 +135,17 @@ def probe_step(
     error: str | None,
     down_after: int,
     now: float,
+    guard_holds: bool = False,
 ) -> tuple[HostState, Event | None]:
-    """One probe of a host: `answered` holds its live tasks, or is None when it failed."""
+    """One probe of a host: `answered` holds its live tasks, or is None when it failed.
+    While the mass-loss guard holds, a failed probe never takes a host down."""
     if answered is not None:
         phase, kind = PROBE_TABLE[(old.phase, Probe.ANSWERED)]
         new = replace(old, phase=phase, failures=0, last_seen=now, last_error=None, tasks=answered)
     else:
         failures = old.failures + 1
         probe = Probe.FAILED_LIMIT if failures >= down_after else Probe.FAILED
+        probe = Probe.FAILED_HELD if guard_holds else probe
         phase, kind = PROBE_TABLE[(old.phase, probe)]
         new = replace(old, phase=phase, failures=failures, last_error=error)
     if kind == "host-down":
@@ -146,6 +156,25 @@ def probe_step(
     return new, None
 
 
+def forgotten(old: HostState) -> HostState:
+    """`minidock forget`: the host's last-seen tasks no longer hold their slots."""
+    return replace(old, tasks=())
+
+
 def availability_step(old: HostState, intent: Intent) -> HostState:
     """The operator's word: drain (move every task off, keep it empty) or activate."""
     return replace(old, availability=AVAILABILITY_TABLE[(old.availability, intent)])
+
+
+def mass_loss(failed: int, total: int, fraction: float, *, forced: bool) -> tuple[bool, str]:
+    """The mass-loss guard: more than `fraction` of the hosts failed this pass's probes.
+    Returns whether it holds, and the one loud line that says so (also when forced)."""
+    if total == 0 or failed <= fraction * total:
+        return False, ""
+    share = f"{failed} of {total} hosts failed their probes (more than {fraction:.0%})"
+    if forced:
+        return False, f"mass-loss guard overridden by --force-down: {share}"
+    return True, (
+        f"mass-loss guard: {share}; the controller may be the one cut off, so no host is "
+        "marked down and nothing is replaced (`minidock reconcile --force-down` overrides)"
+    )

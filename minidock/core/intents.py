@@ -15,6 +15,7 @@ from minidock.model import Cluster, Event
 __all__ = [
     "admit",
     "failed_updates",
+    "forget",
     "note_exit",
     "note_failure",
     "reset",
@@ -98,6 +99,30 @@ def set_drained(state: ControllerState, host: str, drained: bool) -> ControllerS
     intent = host_machine.Intent.DRAIN if drained else host_machine.Intent.ACTIVATE
     changed = host_machine.availability_step(state.host(host), intent)
     return replace(state, hosts={**state.hosts, host: changed})
+
+
+def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerState, list[Event]]:
+    """`minidock forget HOST`: a host gone for good. Its tasks are recorded as lost, so
+    their slots (`on_host_loss = "wait"` ones too) are refilled elsewhere, and nothing is
+    left that would hold the host in the inventory."""
+    old = state.host(host)
+    lost: list[Event] = []
+    services = dict(state.services)
+    for name, ss in state.services.items():
+        for n, record in sorted(ss.slots.items()):
+            seen_there = any(t.service == name and t.slot == n for t in old.tasks)
+            if record.host == host or seen_there:
+                message = f"{name}.{n}: task {record.task or '?'} lost with {host}"
+                lost.append(Event(now, "task-lost", message, service=name, slot=n, host=host))
+                ss = replace(ss, slots={**ss.slots, n: slots.lose(record)})
+        services[name] = ss
+    for t in old.tasks:  # seen there, with no slot record (e.g. a rebuilt state)
+        if not any(e.service == t.service and e.slot == t.slot for e in lost):
+            message = f"{t.service}.{t.slot}: task {t.task} lost with {host}"
+            lost.append(Event(now, "task-lost", message, service=t.service, slot=t.slot, host=host))
+    hosts = {**state.hosts, host: host_machine.forgotten(old)}
+    summary = Event(now, "host-forgotten", f"{host} forgotten: {len(lost)} tasks lost", host=host)
+    return replace(state, hosts=hosts, services=services), [summary, *lost]
 
 
 def note_failure(

@@ -68,6 +68,7 @@ class Plan:
     pending: tuple[Pending, ...] = ()
     waiting: tuple[Waiting, ...] = ()
     events: tuple[Event, ...] = ()
+    guard: str = ""  # the mass-loss guard held this pass: nothing was decided but probes
 
     @property
     def actions(self) -> int:
@@ -75,7 +76,7 @@ class Plan:
 
     @property
     def converged(self) -> bool:
-        return not (self.run or self.stop or self.pending or self.waiting)
+        return not (self.run or self.stop or self.pending or self.waiting or self.guard)
 
     def paused(self) -> list[str]:
         """Services whose rollout is paused: they wait for an operator, like Failed slots."""

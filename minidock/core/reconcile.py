@@ -100,17 +100,31 @@ class ServiceDecision:
 @dataclass(frozen=True)
 class View:
     """What the pass sees, read-only: hosts after their probes, this cluster's containers
-    on hosts that answered, and the slots that unreachable hosts last ran."""
+    on hosts that answered, and the slots that hosts which did not answer last ran."""
 
     cluster: Cluster
     now: float
     hosts: Mapping[str, HostState]
     mine: tuple[Container, ...]
-    held: Mapping[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
+    unseen: Mapping[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
 
-    def ghosts(self, service: str, slot: int) -> tuple[str, ...]:
-        """Hosts that are unreachable but not yet down and last held this slot."""
-        return self.held.get((service, slot), ())
+    def holders(self, ss: ServiceState, slot: int) -> tuple[str, ...]:
+        """Hosts that may still run the slot's task though this pass cannot see it: those
+        unreachable (not yet down), and for `on_host_loss = "wait"` those down too, until
+        the operator drains or forgets them. The slot's own record counts, and so does
+        what each host ran at its last answer."""
+        wait = ss.spec.on_host_loss == "wait"
+        record = ss.slot(slot)
+        candidates = {*self.unseen.get((ss.spec.name, slot), ())}
+        if record.task and record.host:
+            candidates.add(record.host)
+        return tuple(sorted(h for h in candidates if self._holds(h, wait=wait)))
+
+    def _holds(self, host: str, *, wait: bool) -> bool:
+        hs = self.hosts.get(host)
+        if hs is None:
+            return False
+        return hs.unreachable or (wait and hs.down and not hs.drained)
 
     def run(self, target: Service, slot: int, host: str, reason: str, **kw: object) -> Run:
         tid = task_id(self.cluster.name, target.name, slot, target.spec_hash(), self.now)
@@ -124,9 +138,19 @@ def reconcile(
     observed: Observed,
     state: ControllerState,
     now: float,
+    *,
+    force_down: bool = False,
 ) -> Plan:
-    """One decision: what to run and stop so the observed fleet matches the desired state."""
-    hosts, fx = _probe_hosts(inventory, observed, state, now)
+    """One decision: what to run and stop so the observed fleet matches the desired state.
+
+    When the mass-loss guard holds (too many hosts failed this pass's probes, and not
+    `force_down`), only the probes are recorded: no host goes down, nothing is decided."""
+    guard, guard_fx = _guard(inventory, observed, state, now, forced=force_down)
+    hosts, fx = _probe_hosts(inventory, observed, state, now, guard_holds=bool(guard))
+    fx = fx + guard_fx
+    if guard:
+        held = replace(state, hosts=hosts, guard=guard)
+        return Plan(state=held, waiting=fx.waiting, events=fx.events, guard=guard)
     view = _view(desired, observed, hosts, now)
     live = [c for c in observed.containers() if c.host in hosts and c.live]
     fleet = Fleet.build(
@@ -143,7 +167,7 @@ def reconcile(
         services[name] = ss
         fx = fx + advanced
     return Plan(
-        state=replace(state, hosts=hosts, services=services),
+        state=replace(state, hosts=hosts, services=services, guard=""),
         run=tuple(sorted(fx.runs, key=lambda r: not r.restart)),  # due restarts first
         stop=fx.stops,
         pending=fx.pending,
@@ -152,8 +176,35 @@ def reconcile(
     )
 
 
+def _guard(
+    inventory: Inventory, observed: Observed, state: ControllerState, now: float, *, forced: bool
+) -> tuple[str, Effects]:
+    """The mass-loss guard's line while it holds (else ""), and its events: one when it
+    starts to hold, one when it lets go, one each time `--force-down` overrides it."""
+    failed = sum(
+        1 for h in inventory.hosts if not (h.name in observed.hosts and observed.hosts[h.name].ok)
+    )
+    holds, line = host_machine.mass_loss(
+        failed, len(inventory.hosts), inventory.max_down_fraction, forced=forced
+    )
+    if holds:
+        started = () if state.guard else (Event(now, "mass-loss-guard", line),)
+        return line, Effects(events=started)
+    if line:  # forced
+        return "", Effects(events=(Event(now, "mass-loss-guard-overridden", line),))
+    if state.guard:
+        released = Event(now, "mass-loss-guard-released", "mass-loss guard released")
+        return "", Effects(events=(released,))
+    return "", Effects()
+
+
 def _probe_hosts(
-    inventory: Inventory, observed: Observed, state: ControllerState, now: float
+    inventory: Inventory,
+    observed: Observed,
+    state: ControllerState,
+    now: float,
+    *,
+    guard_holds: bool,
 ) -> tuple[dict[str, HostState], Effects]:
     """Every inventory host through the host machine, with this pass's probe."""
     hosts: dict[str, HostState] = {}
@@ -174,6 +225,7 @@ def _probe_hosts(
             error=error,
             down_after=host.down_after,
             now=now,
+            guard_holds=guard_holds,
         )
         if new.unreachable:
             reason = f"unreachable ({new.failures}/{host.down_after} failed probes)"
@@ -184,17 +236,17 @@ def _probe_hosts(
 
 
 def _view(cluster: Cluster, observed: Observed, hosts: Mapping[str, HostState], now: float) -> View:
-    held: dict[tuple[str, int], list[str]] = {}
+    unseen: dict[tuple[str, int], list[str]] = {}
     for name, hs in hosts.items():
-        if hs.unreachable:
+        if hs.failures:
             for t in hs.tasks:
-                held.setdefault((t.service, t.slot), []).append(name)
+                unseen.setdefault((t.service, t.slot), []).append(name)
     mine = tuple(
         c
         for c in observed.containers()
         if c.cluster == cluster.name and c.host in hosts and hosts[c.host].failures == 0
     )
-    return View(cluster, now, hosts, mine, {k: tuple(v) for k, v in held.items()})
+    return View(cluster, now, hosts, mine, {k: tuple(v) for k, v in unseen.items()})
 
 
 # -- services ---------------------------------------------------------------------------------
@@ -305,21 +357,35 @@ def _decide_slot(
     Returns the service state, the effects, a want, and the slot's task when outdated."""
     live = [c for c in here if c.live and c.state != "created"]
     dead = [c for c in here if not (c.live and c.state != "created")]
-    held = view.ghosts(ss.spec.name, n)
+    held = view.holders(ss, n)
     if not (live or held):
         return _slot_without_task(ss, n, dead, services, view)
     fx = Effects(stops=tuple(Stop(c, f"{c.name} superseded") for c in dead))
     ss, live, unhealthy = _unhealthy_out(ss, n, live, view)
     fx = fx + unhealthy
     target = slot_target(ss, n)
+    if held:
+        return (
+            with_slot(ss, n, slots.hold(ss.slot(n))),
+            fx + _held_waiting(ss, n, held, view),
+            None,
+            None,
+        )
     if not live:
-        if held:
-            return with_slot(ss, n, slots.hold(ss.slot(n))), fx, None, None
         ss, filled, want = _fill(ss, n, target, True, services, view)
         return ss, fx + filled, want, None
-    if held:
-        return with_slot(ss, n, slots.hold(ss.slot(n))), fx, None, None
     return _slot_with_tasks(ss, n, live, target, view, fx)
+
+
+def _held_waiting(ss: ServiceState, n: int, held: tuple[str, ...], view: View) -> Effects:
+    """Why a held slot waits, where the host-level line (unreachable, n/m probes) does not
+    say it: a `wait` service's task on a host that is down."""
+    down = [h for h in held if view.hosts[h].down]
+    if not down:
+        return Effects()
+    h = down[0]
+    why = f"on_host_loss = wait: stays on {h}, which is down (drain or forget {h} to move it)"
+    return Effects(waiting=(Waiting(f"{ss.spec.name}.{n}", why),))
 
 
 def _slot_without_task(
@@ -376,23 +442,12 @@ def _slot_with_tasks(
     """Keep one live task (the newest ready one of the target spec), then see whether it
     must move (drained host) or be updated (outdated spec)."""
     name, spec = ss.spec.name, target.spec_hash()
-    good = [c for c in live if c.spec == spec and not view.hosts[c.host].drained]
-    settled = [c for c in good if ready(c)]
     if len(live) > 1:
-        if good and n in ss.rollout.inflight:
-            return ss, fx, None, None  # start-first: the old task stays until the new passes
-        if settled:
-            keep = max(settled, key=lambda c: (c.created_at, c.id))
-        elif good:
-            return (
-                ss,
-                fx + Effects(waiting=(Waiting(f"{name}.{n}", "replacement starting"),)),
-                None,
-                None,
-            )
-        else:
-            keep = max(live, key=lambda c: (c.state == "running", c.created_at, c.id))
-        reason = f"{name}.{n} has a newer task {keep.task}"
+        keep = _survivor(ss, n, live, spec, view)
+        if keep is None:  # the assigned task is still starting: the others serve till then
+            wait = Waiting(f"{name}.{n}", "replacement starting")
+            return ss, fx + Effects(waiting=(wait,)), None, None
+        reason = _fence_reason(ss, n, keep)
         fx = fx + Effects(stops=tuple(Stop(c, reason) for c in live if c is not keep))
         live = [keep]
     task = live[0]
@@ -406,6 +461,35 @@ def _slot_with_tasks(
         line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})")
         fx = fx + Effects(waiting=(line,))
     return ss, fx, None, None
+
+
+def _survivor(
+    ss: ServiceState, n: int, live: list[Container], spec: str, view: View
+) -> Container | None:
+    """Which of a slot's live tasks stays: the one the controller assigned (committed before
+    it was started), whatever the hosts' clocks say; None while that one is not ready yet
+    (or, start-first, while the rollout's new task is in its gate). A task no record
+    explains is adopted only when the slot's assigned task is gone."""
+    assigned = next((c for c in live if c.task == ss.slot(n).task), None)
+    if assigned is not None:
+        in_gate = n in ss.rollout.inflight and assigned.spec == spec
+        return None if in_gate or not ready(assigned) else assigned
+    good = [c for c in live if c.spec == spec and not view.hosts[c.host].drained]
+    settled = [c for c in good if ready(c)]
+    if good and n in ss.rollout.inflight:
+        return None  # start-first: the old task stays until the new one passes its gate
+    if settled:
+        return min(settled, key=lambda c: c.task)
+    if good:
+        return None
+    return min(live, key=lambda c: (c.state != "running", c.task))
+
+
+def _fence_reason(ss: ServiceState, n: int, keep: Container) -> str:
+    name = ss.spec.name
+    if keep.task == ss.slot(n).task:
+        return f"fenced: {name}.{n} is assigned to task {keep.task}"
+    return f"{name}.{n} keeps task {keep.task}"
 
 
 def _set_slot(
@@ -475,7 +559,7 @@ def _gate_rollout(
     fx = Effects()
     for n in r.inflight:
         new = [c for c in found if c.slot == n and c.spec == spec]
-        newest = max(new, key=lambda c: (c.created_at, c.id)) if new else None
+        newest = _gate_task(ss, n, new)
         if newest is not None:  # the gate runs on the controller's clock, not the host's
             seen.setdefault(n, now)
             if ready(newest):
@@ -497,7 +581,7 @@ def _gate_rollout(
             state = slots.count_failure(ss.slot(n), newest.task, now, why, ss.spec.restart)
             ss, events = _set_slot(ss, n, state, now)
             fx = fx + Effects(stops=(Stop(newest, why, failure=True),), events=events)
-        elif newest is None and view.ghosts(name, n):
+        elif newest is None and view.holders(ss, n):
             inflight.append(n)  # on a host that did not answer: still counts in flight
             fx = fx + Effects(waiting=(Waiting(f"{name}.{n}", "its host is unreachable"),))
         elif newest is None:
@@ -519,6 +603,12 @@ def _gate_rollout(
         ss = back_to_previous(ss, failed)
         fx = fx + Effects(events=(event,))
     return ss, fx
+
+
+def _gate_task(ss: ServiceState, n: int, new: list[Container]) -> Container | None:
+    """The in-flight slot's new task: the one assigned to it (never the hosts' clocks)."""
+    assigned = [c for c in new if c.task == ss.slot(n).task]
+    return min(assigned or new, key=lambda c: c.task) if new else None
 
 
 # -- placement --------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ __all__ = [
     "assign",
     "count_failure",
     "hold",
+    "lose",
     "observe_task",
     "reset",
     "skip_backoff",
@@ -54,6 +55,7 @@ class SlotInput(enum.StrEnum):
     NOT_READY = "task not ready"
     HELD = "host unreachable"
     VANISHED = "no task"
+    LOST = "host forgotten"
     FAILED_RETRY = "task failed"
     FAILED_LIMIT = "task failed max_attempts times"
     EXITED_DONE = "task exited, no restart"
@@ -67,6 +69,7 @@ _NEXT: dict[SlotInput, SlotPhase] = {
     SlotInput.NOT_READY: SlotPhase.STARTING,
     SlotInput.HELD: SlotPhase.UNREACHABLE,
     SlotInput.VANISHED: SlotPhase.EMPTY,
+    SlotInput.LOST: SlotPhase.EMPTY,
     SlotInput.FAILED_RETRY: SlotPhase.BACKING_OFF,
     SlotInput.FAILED_LIMIT: SlotPhase.FAILED,
     SlotInput.EXITED_DONE: SlotPhase.COMPLETE,
@@ -137,6 +140,11 @@ def vanish(slot: SlotState) -> SlotState:
     return _step(slot, SlotInput.VANISHED)
 
 
+def lose(slot: SlotState) -> SlotState:
+    """`minidock forget HOST`: the host is gone for good and its task with it."""
+    return _step(slot, SlotInput.LOST, task="", host="")
+
+
 def reset(slot: SlotState) -> SlotState:
     """`minidock reset`: forget failures, backoff and the assignment (the next pass
     observes the slot afresh and records its task again)."""
@@ -176,4 +184,6 @@ def account_exit(slot: SlotState, c: Container, policy: RestartPolicy, now: floa
     if not should_restart(policy, c.exit_code):
         counted = (*slot.counted, c.task)[-KEEP_COUNTED:]
         return _step(slot, SlotInput.EXITED_DONE, counted=counted, last_exit=line)
-    return count_failure(slot, c.task, c.finished_at or now, line, policy)
+    # counted at `now`, the controller's clock (when it saw the exit), never the host's
+    # FinishedAt: a host clock that is off neither stretches nor skips the backoff
+    return count_failure(slot, c.task, now, line, policy)

@@ -39,6 +39,7 @@ class ControllerState:
     order: tuple[str, ...] = ()  # service names in the order of the applied file
     services: dict[str, ServiceState] = field(default_factory=dict)
     hosts: dict[str, HostState] = field(default_factory=dict)
+    guard: str = ""  # the mass-loss guard's line while it holds the passes, else ""
 
     def host(self, name: str) -> HostState:
         return self.hosts.get(name, HostState())

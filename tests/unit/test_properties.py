@@ -85,7 +85,7 @@ def test_converged_state_gives_an_empty_plan(fleet: list[Host], specs: list[Serv
 def test_host_loss_replaces_exactly_the_lost_slots(
     fleet: list[Host], specs: list[Service], data: st.DataObject
 ) -> None:
-    w = World(fleet)
+    w = World(fleet, max_down_fraction=1.0)  # any share may be lost: the guard never holds
     w.apply(*specs)
     w.converge()
     names = [h.name for h in fleet]
@@ -150,3 +150,31 @@ def test_reconcile_is_idempotent_from_any_interruption(
     for s in specs:
         assert all(len(hs) == 1 for hs in w.slots(s.name).values())
         assert len(w.live(s.name)) == s.replicas
+
+
+@SETTINGS
+@given(hosts(unlimited=True), services(placeable=True), st.data())
+def test_the_mass_loss_guard_replaces_nothing_and_heals_without_churn(
+    fleet: list[Host], specs: list[Service], data: st.DataObject
+) -> None:
+    """More than half the hosts failing one pass's probes holds every pass: no host goes
+    down, nothing runs or stops, however long it lasts; healed, nothing moves."""
+    w = World(fleet)
+    w.apply(*specs)
+    w.converge()
+    names = [h.name for h in fleet]
+    size = data.draw(st.integers(len(names) // 2 + 1, len(names)))
+    lost = data.draw(st.sets(st.sampled_from(names), min_size=size, max_size=size))
+    before = sorted(c.id for c in w.live())
+    for h in lost:
+        w.kill_host(h)
+    for _ in range(5):
+        plan = w.step()
+        assert plan.guard
+        assert (plan.run, plan.stop) == ((), ())
+        assert not any(hs.down for hs in plan.state.hosts.values())
+    for h in lost:
+        w.revive_host(h)
+    healed = w.converge()
+    assert sorted(c.id for c in w.live()) == before
+    assert healed.state.guard == ""

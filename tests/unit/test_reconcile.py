@@ -133,17 +133,38 @@ def test_other_clusters_containers_are_never_counted() -> None:
     assert w.plan().converged
 
 
-def test_two_live_tasks_in_a_slot_keep_one() -> None:
+def test_two_live_tasks_in_a_slot_keep_the_assigned_one_whatever_the_clocks() -> None:
+    """Authority is the controller's (issue 9): the twin claims to be an hour newer (a host
+    clock ahead), and still loses to the task the controller assigned to the slot."""
     w = fleet(2)
     w.apply(svc(replicas=1))
     w.converge()
     first = w.live()[0]
-    twin = replace(first, id="twin", host="host2", task="t2", created_at=first.created_at + 1)
+    assert w.state.services["web"].slot(1).task == first.task  # the record
+    later = first.created_at + 3600
+    twin = replace(first, id="twin", host="host2", task="t2", created_at=later, started_at=later)
     w.containers["host2"].append(twin)
     plan = w.step()
     assert_results(plan, stop=1)
-    assert plan.stop[0].container.id == first.id  # the newer task stays
-    assert len(w.live()) == 1
+    assert plan.stop[0].container.id == "twin"  # fenced: no record explains it
+    assert plan.stop[0].reason == f"fenced: web.1 is assigned to task {first.task}"
+    assert [c.id for c in w.live()] == [first.id]
+
+
+def test_a_task_no_record_explains_is_adopted_only_into_an_empty_slot() -> None:
+    """With no record (a rebuilt state), a slot's one live task is adopted and recorded;
+    when two claim it, the choice is deterministic (by task id), never by clock."""
+    w = fleet(2)
+    w.apply(svc(replicas=1))
+    w.converge()
+    first = w.live()[0]
+    w.state = replace(w.state, services={"web": replace(w.state.services["web"], slots={})})
+    twin = replace(first, id="twin", host="host2", task="a0", created_at=first.created_at - 99)
+    w.containers["host2"].append(twin)
+    plan = w.step()
+    assert_results(plan, stop=1)
+    assert plan.stop[0].container.task == max(first.task, "a0")
+    assert plan.state.services["web"].slot(1).task == min(first.task, "a0")
 
 
 def test_same_decision_replayed_names_the_same_task() -> None:

@@ -568,6 +568,7 @@ def test_a_restart_waits_for_its_dependency() -> None:
         replace(c, health="unhealthy") if c.id == db1.id else c for c in w.containers[db1.host]
     ]
     exit_task(w, "web", 1)
+    at(w, w.now)  # the exit is seen: its backoff counts from here, on the controller's clock
     plan = at(w, w.now + 5)  # past web's backoff
     assert runs_of(plan, "web") == []
     assert [(p.service, p.reason) for p in plan.pending] == [
@@ -642,3 +643,22 @@ def test_an_ordinary_env_value_does_not_mask_the_service_name_in_events() -> Non
     plan = redacted(w.plan(), all_secrets(w.state))
     (failed,) = [e for e in plan.events if e.kind == "failed"]
     assert failed.message.startswith("db.1 failed")
+
+
+@pytest.mark.parametrize("skew", [-3600.0, 3600.0])
+def test_backoff_and_window_count_on_the_controllers_clock(skew: float) -> None:
+    """The host's clock is an hour off: its FinishedAt neither skips nor stretches the
+    backoff, which counts from when the controller saw the exit."""
+    w = fleet(1)
+    w.apply(svc(restart=policy(delay=2.0, max_delay=8.0)))
+    w.converge()
+    t = w.now
+    gone = exit_task(w, "web", 1)
+    w.containers[gone.host] = [
+        replace(c, finished_at=t + skew) if c.id == gone.id else c for c in w.containers[gone.host]
+    ]
+    at(w, t)
+    assert slot(w).attempts == (t,)
+    assert slot(w).next_start == t + 2.0
+    assert runs_of(at(w, t + 1.9)) == []
+    assert runs_of(at(w, t + 2.0)) == [1]

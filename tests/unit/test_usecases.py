@@ -456,3 +456,12 @@ def test_nothing_applied_is_bad_input(
         usecases.events(setup.state)
     assert not setup.state.exists()
     assert setup.executors == []
+
+
+def test_a_state_path_that_is_a_file_is_bad_input(setup: Setup) -> None:
+    setup.state.write_text("not a directory")
+    with pytest.raises(BadInput) as caught:
+        setup.apply()
+    assert str(caught.value) == f"state path {setup.state} exists and is not a directory"
+    assert setup.state.read_text() == "not a directory"
+    assert setup.executors == []

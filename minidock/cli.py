@@ -1,7 +1,6 @@
-"""The command line: parse, wire, print. No decisions live here.
-
-Exit codes (PRODUCT.md): 0 done or converged, 1 an operation failed or a service has
-Failed slots, 2 bad input or usage, 3 not converged yet, 75 another reconcile holds the lock.
+"""The command line: parse the arguments, call a use case (`minidock.usecases`), print what
+it reports and returns. No decisions live here: the workflows, the lock and its patience,
+the `--wait` loop and the exit codes (`usecases.ExitCode`) are the use cases'.
 """
 
 from __future__ import annotations
@@ -11,38 +10,25 @@ import json
 import os
 import sys
 import time
-import tomllib
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar, assert_never
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from minidock import core
-from minidock.core import ControllerState, Plan
+from minidock import usecases
+from minidock.core import Plan
 from minidock.lab import lab_app
-from minidock.model import Cluster, Event, Inventory
-from minidock.runner import (
-    EXIT_FAILED,
-    EXIT_NOT_CONVERGED,
-    EXIT_OK,
-    PassResult,
-    all_secrets,
-    decide,
-    redacted,
-    run_pass,
-)
-from minidock.spec import SpecError, load, load_inventory
+from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
-from minidock.state import DB_NAME, Locked, StateLock, Store, ensure_state_dir, state_dir
-from minidock.status import summarize
+from minidock.state import state_dir
+from minidock.status import HostSummary, ServiceSummary, StatusDocument
 from minidock.units import format_duration, format_size, parse_duration
+from minidock.usecases import ConvergeOutcome, Ending, ExitCode, Progress, Report
 
-EXIT_USAGE, EXIT_LOCKED = 2, 75
-OPERATOR_PATIENCE = 30.0  # seconds apply/drain/... wait for another writer's pass
+MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
 T = TypeVar("T")
 
 app = typer.Typer(
@@ -65,80 +51,62 @@ TimeoutOption = Annotated[str, typer.Option("--timeout", help="How long --wait m
 FileArg = Annotated[Path, typer.Argument(help="A cluster spec (TOML).", show_default=False)]
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+# -- wiring -----------------------------------------------------------------------------------
+def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
     err.print(f"minidock: {message}", markup=False)
     raise typer.Exit(code)
 
 
-def seconds(value: str, option: str) -> float:
+def seconds(value: str, option: str, *, at_least: float = 0.0) -> float:
+    """An option's duration in seconds; a bad one is exit 2 naming the option."""
     try:
-        return parse_duration(value)
+        parsed = parse_duration(value)
     except ValueError as exc:
         fail(f"{option}: {exc}")
+    if parsed < at_least:
+        least = format_duration(at_least)
+        fail(f"{option}: {value} is too short; use at least {least}, e.g. 2s")
+    return parsed
 
 
-@contextmanager
-def writer(directory: Path, *, patience: float = 0.0) -> Iterator[Store]:
-    """The one-writer section: the lock, then the store. Without patience (cron's
-    `reconcile`) a taken lock is exit 75 at once; an operator's command waits up to
-    `patience` seconds for a running pass (e.g. of `watch`) to finish."""
-    ensure_state_dir(directory)
-    lock = StateLock(directory)
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            lock.acquire()
-            break
-        except Locked as exc:
-            if time.monotonic() >= deadline:
-                fail(str(exc), EXIT_LOCKED)
-            time.sleep(0.2)
+def runtime() -> usecases.Runtime:
+    """The real world: SSH to the hosts, the system clock."""
+    clock = usecases.Clock(now=time.time, monotonic=time.monotonic, sleep=asyncio.sleep)
+    return usecases.Runtime(executor=SSHExecutor, clock=clock)
+
+
+def checked(work: Callable[[], T]) -> T:
+    """Call a use case; a refusal is one line on stderr and its exit code."""
     try:
-        with Store.open(directory) as store:
-            yield store
-    finally:
-        lock.release()
+        return work()
+    except usecases.UseCaseError as exc:
+        fail(str(exc), exc.exit_code)
 
 
-def applied_state_dir(state: str | None) -> Path:
-    """The state directory of commands that need an earlier apply; exit 2 (creating
-    nothing) when there is none."""
-    directory = state_dir(state, None)
-    if not (directory / DB_NAME).exists():
-        fail(f"nothing applied yet in {directory}: run `minidock apply FILE` first")
-    return directory
+def run(work: Coroutine[Any, Any, T]) -> T:
+    """Run an async use case to its outcome (or its refusal, as `checked`)."""
+    return checked(lambda: asyncio.run(work))
 
 
-def desired(store: Store, directory: Path) -> tuple[Cluster, Inventory]:
-    """The latest applied generation and its inventory, read afresh from disk."""
-    latest = store.latest_generation()
-    if latest is None:
-        fail(f"nothing applied yet in {directory}: run `minidock apply FILE` first")
-    _, cluster = latest
-    try:
-        return cluster, load_inventory(cluster.inventory_path)
-    except SpecError as exc:
-        fail(str(exc))
+# -- printing ---------------------------------------------------------------------------------
+def printer(*, quiet: bool = False) -> Report:
+    """Prints progress as the use case reports it; `quiet` passes (cron's reconcile, watch)
+    print nothing when nothing changed."""
 
+    def report(progress: Progress) -> None:
+        match progress:
+            case usecases.GenerationStored(generation=gen, cluster=cluster, services=n):
+                out.print(f"generation {gen}: {cluster} ({n} services)", markup=False)
+            case usecases.IntentRecorded(message=message):
+                out.print(message, markup=False)
+            case usecases.PassDone(result=result):
+                print_pass(result, quiet=quiet)
+            case usecases.PassSkipped():
+                pass  # another writer is at work: the next pass will see its result
+            case _:
+                assert_never(progress)
 
-def load_spec(path: Path) -> tuple[Cluster, Inventory]:
-    try:
-        return load(path)
-    except SpecError as exc:
-        fail(str(exc))
-
-
-def run_async(make: Callable[[SSHExecutor], Awaitable[T]]) -> T:
-    """Run one coroutine with an SSH executor that is closed afterwards."""
-
-    async def main() -> T:
-        executor = SSHExecutor()
-        try:
-            return await make(executor)
-        finally:
-            await executor.close()
-
-    return asyncio.run(main())
+    return report
 
 
 def print_pass(result: PassResult, *, quiet: bool = False) -> None:
@@ -157,6 +125,16 @@ def print_pass(result: PassResult, *, quiet: bool = False) -> None:
         err.print(f"FAILED {name}.{slot}: {line}", markup=False)
 
 
+def print_convergence(outcome: ConvergeOutcome) -> None:
+    """How waiting ended: `converged`, or what a timed-out wait still waits for."""
+    if outcome.ending is Ending.CONVERGED:
+        out.print("converged", markup=False)
+    elif outcome.ending is Ending.TIMED_OUT:
+        err.print(f"not converged after {format_duration(outcome.timeout)}:", markup=False)
+        for line in outcome.waiting:
+            err.print(f"  {line}", markup=False)
+
+
 def print_plan(plan: Plan) -> None:
     for s in plan.stop:
         out.print(f"stop {s.container.name} on {s.container.host}: {s.reason}", markup=False)
@@ -171,61 +149,19 @@ def print_plan(plan: Plan) -> None:
         out.print("nothing to do: converged", markup=False)
 
 
-def converge(
-    store: Store,
-    cluster: Cluster,
-    inventory: Inventory,
-    *,
-    wait: bool,
-    timeout: float,
-    quiet: bool = False,
-    interval: float = 1.0,
-) -> int:
-    """One pass, or (with wait) passes until converged, failed or timed out."""
-
-    async def passes(executor: SSHExecutor) -> int:
-        deadline = time.monotonic() + timeout
-        while True:
-            result = await run_pass(cluster, inventory, store, executor)
-            print_pass(result, quiet=quiet)
-            code = result.exit_code
-            if not wait or code != EXIT_NOT_CONVERGED:
-                if wait and code == EXIT_OK:
-                    out.print("converged", markup=False)
-                return code
-            if time.monotonic() + interval > deadline:
-                err.print(f"not converged after {format_duration(timeout)}:", markup=False)
-                for line in result.plan.waiting:
-                    err.print(f"  {line}", markup=False)
-                return code
-            await asyncio.sleep(interval)
-
-    return run_async(passes)
-
-
 # -- commands ---------------------------------------------------------------------------------
 @app.command()
 def validate(file: Annotated[Path, typer.Argument(help="A cluster spec or an inventory.")]) -> None:
     """Check a cluster spec (and its inventory) or an inventory; print OK or the error."""
-    try:
-        with file.open("rb") as fh:
-            doc = tomllib.load(fh)
-        is_inventory = "hosts" in doc or ("defaults" in doc and "services" not in doc)
-    except (OSError, ValueError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
-        is_inventory = False  # let the loader say what is wrong, in its own words
-    try:
-        if is_inventory:
-            inv = load_inventory(file)
-            out.print(f"OK: {file}: inventory with {len(inv.hosts)} hosts", markup=False)
-        else:
-            cluster, inv = load(file)
-            out.print(
-                f"OK: {file}: cluster {cluster.name}, {len(cluster.services)} services, "
-                f"{len(inv.hosts)} hosts",
-                markup=False,
-            )
-    except SpecError as exc:
-        fail(str(exc))
+    checked_file = checked(lambda: usecases.validate(file))
+    if checked_file.cluster is None:
+        out.print(f"OK: {file}: inventory with {checked_file.hosts} hosts", markup=False)
+    else:
+        out.print(
+            f"OK: {file}: cluster {checked_file.cluster}, {checked_file.services} services, "
+            f"{checked_file.hosts} hosts",
+            markup=False,
+        )
 
 
 @app.command()
@@ -238,56 +174,28 @@ def apply(
 ) -> None:
     """Validate, store as the next desired-state generation, reconcile."""
     limit = seconds(timeout, "--timeout")
-    cluster, inventory = load_spec(file)
     directory = state_dir(state, file)
     if dry_run:
-        show_plan(directory, cluster, inventory)
+        print_plan(run(usecases.plan(file, directory, runtime())).plan)
         return
-    with writer(directory, patience=OPERATOR_PATIENCE) as store:
-        gen = store.next_generation_id()
-        before = store.load()
-        admitted = core.admit(before, cluster, gen)
-        now = time.time()
-        events = [Event(now, "apply", f"applied {file} as generation {gen}")]
-        events += core.rollouts_started(before, admitted, now)
-        store.commit(admitted, events, generation=cluster, source_path=str(file.resolve()))
-        out.print(f"generation {gen}: {cluster.name} ({len(cluster.services)} services)")
-        code = converge(store, cluster, inventory, wait=wait, timeout=limit)
-        for name, why in core.failed_updates(store.load(), gen):
-            err.print(f"{name}: {why}", markup=False)
-            code = EXIT_FAILED
-    raise typer.Exit(code)
-
-
-def show_plan(directory: Path, cluster: Cluster, inventory: Inventory) -> None:
-    """What apply would do now: observe, admit in memory, decide; nothing is written."""
-    current = ControllerState()
-    if (directory / DB_NAME).exists():
-        with Store.open(directory) as store:
-            current = store.load()
-            gen = store.next_generation_id()
-    else:
-        gen = 1
-    admitted = core.admit(current, cluster, gen)
-
-    print_plan(run_async(lambda ex: decide(cluster, inventory, admitted, ex)).plan)
+    applied = run(usecases.apply(file, directory, runtime(), printer(), wait=wait, timeout=limit))
+    print_convergence(applied.convergence)
+    for failed in applied.failed_updates:
+        err.print(f"{failed.service}: {failed.reason}", markup=False)
+    raise typer.Exit(applied.exit_code)
 
 
 @app.command()
 def plan(file: FileArg, state: StateOption = None) -> None:
     """What apply would do, as a list of actions; changes nothing."""
-    cluster, inventory = load_spec(file)
-    show_plan(state_dir(state, file), cluster, inventory)
+    print_plan(run(usecases.plan(file, state_dir(state, file), runtime())).plan)
 
 
 @app.command("reconcile")
 def reconcile_command(state: StateOption = None) -> None:
     """One pass over the stored desired state: the cron entry point, quiet when idle."""
-    directory = applied_state_dir(state)
-    with writer(directory) as store:
-        cluster, inventory = desired(store, directory)
-        code = converge(store, cluster, inventory, wait=False, timeout=0, quiet=True)
-    raise typer.Exit(code)
+    outcome = run(usecases.reconcile(state_dir(state, None), runtime(), printer(quiet=True)))
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -299,24 +207,10 @@ def watch(
 
     The lock is held for each pass, not between passes, so `apply`, `drain` and the other
     writers get their turn; a pass that finds the lock taken is skipped."""
-    pause = seconds(interval, "--interval")
-    if pause < 0.1:
-        fail(f"--interval: {interval} is too short; use at least 100ms, e.g. 2s")
-    directory = applied_state_dir(state)
-
-    async def loop(executor: SSHExecutor) -> None:
-        while True:
-            try:
-                with StateLock(directory), Store.open(directory) as store:
-                    cluster, inventory = desired(store, directory)
-                    result = await run_pass(cluster, inventory, store, executor)
-                print_pass(result, quiet=True)
-            except Locked:
-                pass  # another writer is at work: the next pass will see its result
-            await asyncio.sleep(pause)
-
+    pause = seconds(interval, "--interval", at_least=MIN_INTERVAL)
+    loop = usecases.watch(state_dir(state, None), runtime(), printer(quiet=True), interval=pause)
     try:
-        run_async(loop)
+        run(loop)
     except KeyboardInterrupt:
         out.print("stopped", markup=False)
 
@@ -327,21 +221,14 @@ def status(
     state: StateOption = None,
 ) -> None:
     """Services, tasks and hosts, observed now."""
-    directory = applied_state_dir(state)
-    with Store.open(directory) as store:
-        current = store.load()
-        cluster, inventory = desired(store, directory)
-
-    result = run_async(lambda ex: decide(cluster, inventory, current, ex))
-    plan = redacted(result.plan, all_secrets(result.plan.state))
-    doc = summarize(current, inventory, result.observed, plan)
+    doc = run(usecases.status(state_dir(state, None), runtime())).document
     if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(doc.to_json(), indent=2, sort_keys=True) + "\n")
         return
     print_status(doc)
 
 
-def print_status(doc: dict[str, Any]) -> None:
+def print_status(doc: StatusDocument) -> None:
     services = Table(
         "service",
         "desired",
@@ -350,96 +237,57 @@ def print_status(doc: dict[str, Any]) -> None:
         "state",
         "image",
         "rollout",
-        title=f"cluster {doc['cluster']} (generation {doc['generation']})",
+        title=f"cluster {doc.cluster} (generation {doc.generation})",
     )
-    for s in doc["services"]:
-        r = s["rollout"]
-        rollout = r["status"] if r["status"] != "none" else ""
-        if r["status"] in ("updating", "rolling_back"):
-            rollout += f" {r['done']}/{r['total']}"
-        services.add_row(
-            s["name"],
-            f"{s['desired']} x{s['replicas']}",
-            str(s["running"]),
-            str(s["healthy"]),
-            s["state"].upper() if s["state"] == "failed" else s["state"],
-            s["image"],
-            rollout,
-        )
+    for s in doc.services:
+        services.add_row(*service_row(s))
     out.print(services)
-    for s in doc["services"]:
-        if s["last_failure"]:
-            out.print(f"{s['name']}: last failure: {s['last_failure']}", markup=False)
-        for p in s["pending"]:
-            out.print(f"{s['name']}.{p['slot']} pending: {p['reason']}", markup=False)
-        for f in s["failed"]:
-            out.print(f"{s['name']}.{f['slot']} FAILED: {f['last_exit']}", markup=False)
+    for s in doc.services:
+        if s.last_failure:
+            out.print(f"{s.name}: last failure: {s.last_failure}", markup=False)
+        for p in s.pending:
+            out.print(f"{s.name}.{p.slot} pending: {p.reason}", markup=False)
+        for f in s.failed:
+            out.print(f"{s.name}.{f.slot} FAILED: {f.last_exit}", markup=False)
     tasks = Table("task", "slot", "host", "image", "gen", "state", "health")
-    for t in doc["tasks"]:
+    for t in doc.tasks:
         tasks.add_row(
-            t["name"],
-            str(t["slot"]),
-            t["host"],
-            t["image"],
-            str(t["generation"] or "?"),
-            t["state"] if t["exit_code"] is None else f"{t['state']} ({t['exit_code']})",
-            t["health"],
+            t.name,
+            str(t.slot),
+            t.host,
+            t.image,
+            str(t.generation or "?"),
+            t.state if t.exit_code is None else f"{t.state} ({t.exit_code})",
+            t.health,
         )
     out.print(tasks)
     hosts = Table("host", "state", "drained", "last seen", "tasks", "cpus", "memory")
-    for h in doc["hosts"]:
-        seen = (
-            time.strftime("%H:%M:%S", time.localtime(h["last_seen"])) if h["last_seen"] else "never"
-        )
-        cpus = (
-            f"{h['cpus']['used']:g}/{h['cpus']['total']:g}"
-            if h["cpus"]["total"]
-            else f"{h['cpus']['used']:g}"
-        )
-        mem = h["memory"]
-        memory = (
-            f"{format_size(mem['used'])}/{format_size(mem['total'])}"
-            if mem["total"]
-            else format_size(mem["used"])
-        )
-        word = h["state"] if not h["error"] else f"{h['state']}: {h['error']}"
-        hosts.add_row(
-            h["name"], word, "yes" if h["drained"] else "", seen, str(h["tasks"]), cpus, memory
-        )
+    for h in doc.hosts:
+        hosts.add_row(*host_row(h))
     out.print(hosts)
-    for w in doc["waiting"]:
+    for w in doc.waiting:
         out.print(f"waiting: {w}", markup=False)
 
 
-def intent(
-    state: str | None,
-    change: Callable[[ControllerState, Cluster, Inventory], ControllerState],
-    message: str,
-    *,
-    wait: bool,
-    timeout: float,
-) -> NoReturn:
-    """An operator's word (drain, activate, rollback, reset): record it, then reconcile."""
-    directory = applied_state_dir(state)
-    with writer(directory, patience=OPERATOR_PATIENCE) as store:
-        cluster, inventory = desired(store, directory)
-        changed = change(store.load(), cluster, inventory)
-        store.commit(changed, [Event(time.time(), "intent", message)])
-        out.print(message, markup=False)
-        code = converge(store, cluster, inventory, wait=wait, timeout=timeout)
-    raise typer.Exit(code)
+def service_row(s: ServiceSummary) -> tuple[str, ...]:
+    r = s.rollout
+    rollout: str = r.status if r.status != "none" else ""
+    if r.active:
+        rollout += f" {r.done}/{r.total}"
+    word = s.state.upper() if s.state == "failed" else s.state
+    desired = f"{s.desired} x{s.replicas}"
+    return (s.name, desired, str(s.running), str(s.healthy), word, s.image, rollout)
 
 
-def known_host(inventory: Inventory, host: str) -> None:
-    if inventory.host(host) is None:
-        known = ", ".join(h.name for h in inventory.hosts)
-        fail(f"{inventory.path}: unknown host {host!r}; known hosts: {known}")
-
-
-def known_service(state: ControllerState, service: str) -> None:
-    if service not in state.services:
-        known = ", ".join(state.services) or "none"
-        fail(f"unknown service {service!r}; known services: {known}")
+def host_row(h: HostSummary) -> tuple[str, ...]:
+    seen = time.strftime("%H:%M:%S", time.localtime(h.last_seen)) if h.last_seen else "never"
+    cpus = f"{h.cpus.used:g}/{h.cpus.total:g}" if h.cpus.total else f"{h.cpus.used:g}"
+    mem = h.memory
+    memory = (
+        f"{format_size(mem.used)}/{format_size(mem.total)}" if mem.total else format_size(mem.used)
+    )
+    word = h.state if not h.error else f"{h.state}: {h.error}"
+    return (h.name, word, "yes" if h.drained else "", seen, str(h.tasks), cpus, memory)
 
 
 @app.command()
@@ -450,23 +298,19 @@ def drain(
     state: StateOption = None,
 ) -> None:
     """Move every task off a host (replacements first) and keep it empty."""
-
-    def change(s: ControllerState, c: Cluster, inv: Inventory) -> ControllerState:
-        known_host(inv, host)
-        return core.set_drained(s, host, True)
-
-    intent(state, change, f"draining {host}", wait=wait, timeout=seconds(timeout, "--timeout"))
+    limit = seconds(timeout, "--timeout")
+    drained = run(
+        usecases.drain(host, state_dir(state, None), runtime(), printer(), wait=wait, timeout=limit)
+    )
+    print_convergence(drained.convergence)
+    raise typer.Exit(drained.exit_code)
 
 
 @app.command()
 def activate(host: str, state: StateOption = None) -> None:
     """Let a drained host take tasks again (running tasks are not moved back)."""
-
-    def change(s: ControllerState, c: Cluster, inv: Inventory) -> ControllerState:
-        known_host(inv, host)
-        return core.set_drained(s, host, False)
-
-    intent(state, change, f"activated {host}", wait=False, timeout=0)
+    activated = run(usecases.activate(host, state_dir(state, None), runtime(), printer()))
+    raise typer.Exit(activated.exit_code)
 
 
 @app.command()
@@ -474,17 +318,14 @@ def rollback(
     service: str, wait: WaitOption = False, timeout: TimeoutOption = "5m", state: StateOption = None
 ) -> None:
     """Go back to the service's previous spec, rolled out like an update."""
-
-    def change(s: ControllerState, c: Cluster, inv: Inventory) -> ControllerState:
-        known_service(s, service)
-        try:
-            return core.rollback(s, service)
-        except ValueError as exc:
-            fail(str(exc))
-
-    intent(
-        state, change, f"rolling back {service}", wait=wait, timeout=seconds(timeout, "--timeout")
+    limit = seconds(timeout, "--timeout")
+    rolled = run(
+        usecases.rollback(
+            service, state_dir(state, None), runtime(), printer(), wait=wait, timeout=limit
+        )
     )
+    print_convergence(rolled.convergence)
+    raise typer.Exit(rolled.exit_code)
 
 
 @app.command()
@@ -492,12 +333,14 @@ def reset(
     service: str, wait: WaitOption = False, timeout: TimeoutOption = "5m", state: StateOption = None
 ) -> None:
     """Clear a service's crash-loop Failed slots and backoff timers."""
-
-    def change(s: ControllerState, c: Cluster, inv: Inventory) -> ControllerState:
-        known_service(s, service)
-        return core.reset(s, service)
-
-    intent(state, change, f"reset {service}", wait=wait, timeout=seconds(timeout, "--timeout"))
+    limit = seconds(timeout, "--timeout")
+    cleared = run(
+        usecases.reset(
+            service, state_dir(state, None), runtime(), printer(), wait=wait, timeout=limit
+        )
+    )
+    print_convergence(cleared.convergence)
+    raise typer.Exit(cleared.exit_code)
 
 
 @app.command()
@@ -506,11 +349,10 @@ def events(
     state: StateOption = None,
 ) -> None:
     """The event log: every change the controller made."""
-    directory = applied_state_dir(state)
-    with Store.open(directory) as store:
-        for _, e in store.events(limit=limit):
-            at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
-            out.print(f"{at} {e.kind}: {e.message}", markup=False)
+    log = checked(lambda: usecases.events(state_dir(state, None), limit=limit))
+    for e in log.events:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
+        out.print(f"{at} {e.kind}: {e.message}", markup=False)
 
 
 def main() -> None:

@@ -29,24 +29,18 @@ from minidock.observe import observe
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 from minidock.state import Store
 
-EXIT_OK, EXIT_FAILED, EXIT_NOT_CONVERGED = 0, 1, 3
 STOP_TIMEOUT = 10  # seconds docker waits after SIGTERM before SIGKILL
 
 
 @dataclass
 class PassResult:
+    """What one pass decided and did. Its verdict (exit code) is the use-case layer's:
+    `minidock.usecases.verdict`."""
+
     plan: Plan
     observed: Observed
     done: list[str] = field(default_factory=list)  # one line per act that happened
     failures: list[str] = field(default_factory=list)  # one line per act that failed
-
-    @property
-    def exit_code(self) -> int:
-        """0 converged, 1 an act failed or a service has Failed slots or a paused rollout,
-        3 progress made or pending (backoff, rollout, health gates, unplaceable tasks)."""
-        if self.failures or self.plan.failed_slots() or self.plan.paused():
-            return EXIT_FAILED
-        return EXIT_OK if self.plan.converged else EXIT_NOT_CONVERGED
 
 
 _Where = tuple[str, int, str, str]  # service, slot, host, task of an event

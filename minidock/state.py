@@ -78,9 +78,8 @@ class StateError(Exception):
 
 
 class Locked(Exception):
-    """Another process holds the state directory's lock. The CLI maps this to exit 75."""
-
-    exit_code = 75  # EX_TEMPFAIL: cron skips this run, the next one will try again
+    """Another process holds the state directory's lock (the use cases decide whether to
+    wait; exit 75, EX_TEMPFAIL, when they give up: cron skips this run)."""
 
     def __init__(self, directory: Path, pid: int | None) -> None:
         self.directory = directory

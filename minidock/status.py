@@ -1,19 +1,168 @@
-"""What `minidock status` reports, as one JSON-ready document. Pure.
+"""What `minidock status` reports, as typed records. Pure.
 
-The document is the stable `status --json` contract (docs/cli.md): services, tasks and
-hosts, from the controller state, a fresh observation and the plan a pass would make.
+`StatusDocument` is the stable `status --json` contract (docs/cli.md, and the JSON Schema
+shipped as `minidock/schemas/status.schema.json`): services, tasks and hosts, from the
+controller state, a fresh observation and the plan a pass would make. `to_json()` gives
+the document; fields marked `omit` in `_converter` are for people (the table), not JSON.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal, cast
 
-from minidock.core import ControllerState, Plan, ServiceState
+import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
+
+from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
 from minidock.core.supervise import ready
-from minidock.model import Inventory, Observed
+from minidock.model import (
+    Container,
+    ContainerState,
+    DesiredState,
+    Health,
+    Host,
+    Inventory,
+    Observed,
+)
+
+__all__ = [
+    "CpuUsage",
+    "FailedSlot",
+    "HostSummary",
+    "MemoryUsage",
+    "PendingSlot",
+    "RolloutSummary",
+    "ServiceSummary",
+    "StatusDocument",
+    "TaskSummary",
+    "status_document",
+    "status_schema",
+    "summarize",
+]
+
+ServiceWord = Literal[
+    "stopped", "failed", "paused", "rolling_back", "updating", "converged", "degraded", "starting"
+]
 
 
-def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> str:
+@dataclass(frozen=True)
+class RolloutSummary:
+    """A service's rolling update: `active` (updating or rolling back) is not in the JSON."""
+
+    status: RolloutPhase
+    done: int
+    total: int
+    failures: int
+    reason: str
+    active: bool
+
+
+@dataclass(frozen=True)
+class FailedSlot:
+    slot: int
+    last_exit: str
+
+
+@dataclass(frozen=True)
+class PendingSlot:
+    slot: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ServiceSummary:
+    name: str
+    desired: DesiredState
+    replicas: int
+    running: int
+    healthy: int
+    state: ServiceWord
+    completed: int
+    image: str
+    generation: int
+    rollout: RolloutSummary
+    failed: tuple[FailedSlot, ...]
+    pending: tuple[PendingSlot, ...]
+    last_failure: str
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    id: str
+    name: str
+    service: str
+    slot: int
+    host: str
+    image: str
+    state: ContainerState
+    health: Health
+    exit_code: int | None
+    generation: int | None
+
+
+@dataclass(frozen=True)
+class CpuUsage:
+    """The cpus reserved by a host's live tasks, of its capacity (None: unlimited)."""
+
+    used: float
+    total: float | None
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    """The bytes reserved by a host's live tasks, of its capacity (None: unlimited)."""
+
+    used: int
+    total: int | None
+
+
+@dataclass(frozen=True)
+class HostSummary:
+    name: str
+    address: str
+    state: HostPhase
+    drained: bool
+    last_seen: float | None
+    error: str | None
+    tasks: int
+    cpus: CpuUsage
+    memory: MemoryUsage
+
+
+@dataclass(frozen=True)
+class StatusDocument:
+    cluster: str
+    generation: int
+    converged: bool
+    waiting: tuple[str, ...]
+    services: tuple[ServiceSummary, ...]
+    tasks: tuple[TaskSummary, ...]
+    hosts: tuple[HostSummary, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The `status --json` document (dicts, lists and scalars)."""
+        doc: dict[str, Any] = _converter.unstructure(self)
+        return doc
+
+
+_converter = cattrs.Converter()
+_converter.register_unstructure_hook(
+    RolloutSummary,
+    make_dict_unstructure_fn(RolloutSummary, _converter, active=override(omit=True)),
+)
+
+
+def status_schema() -> dict[str, Any]:
+    """The JSON Schema of `StatusDocument.to_json()`, shipped in the package."""
+    text = (resources.files("minidock") / "schemas" / "status.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> ServiceWord:
     """One word for a service: stopped, failed, paused, updating, rolling_back, converged,
     degraded (fewer healthy tasks than replicas) or starting."""
     if ss.spec.desired == "stopped":
@@ -22,7 +171,7 @@ def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> 
         return "failed"
     r = ss.rollout
     if r.paused or r.active:
-        return str(r.status)
+        return cast(ServiceWord, r.status.value)
     if healthy >= ss.spec.replicas and running == ss.spec.replicas:
         return "converged"
     return "degraded" if healthy < running or running < ss.spec.replicas else "starting"
@@ -36,97 +185,96 @@ def generation_of(ss: ServiceState, spec_hash: str) -> int | None:
     return None
 
 
-def summarize(
+def _service(name: str, ss: ServiceState, mine: list[Container], plan: Plan) -> ServiceSummary:
+    tasks = [c for c in mine if c.service == name and c.live]
+    failed = tuple(
+        FailedSlot(n, s.last_exit)
+        for n, s in sorted(ss.slots.items())
+        if s.failed and n <= ss.spec.replicas
+    )
+    done = {n for n, s in ss.slots.items() if s.complete}  # exited, not to restart
+    running = len({c.slot for c in tasks if c.state == "running"} - done)
+    healthy = len({c.slot for c in tasks if ready(c)} - done)
+    r = ss.rollout
+    last_failure = r.reason or next(
+        (s.last_exit for _, s in sorted(ss.slots.items(), reverse=True) if s.last_exit), ""
+    )
+    return ServiceSummary(
+        name=name,
+        desired=ss.spec.desired,
+        replicas=ss.spec.replicas,
+        running=running,
+        healthy=healthy,
+        state=service_state(ss, running + len(done), healthy + len(done), len(failed)),
+        completed=len(done),
+        image=ss.spec.image,
+        generation=ss.generation,
+        rollout=RolloutSummary(r.status, len(r.done), r.total, r.failures, r.reason, r.active),
+        failed=failed,
+        pending=tuple(PendingSlot(p.slot, p.reason) for p in plan.pending if p.service == name),
+        last_failure=last_failure,
+    )
+
+
+def _task(c: Container, state: ControllerState) -> TaskSummary:
+    ss = state.services.get(c.service)
+    return TaskSummary(
+        id=c.task,
+        name=c.name,
+        service=c.service,
+        slot=c.slot,
+        host=c.host,
+        image=c.image,
+        state=c.state,
+        health=c.health,
+        exit_code=c.exit_code,
+        generation=generation_of(ss, c.spec) if ss else None,
+    )
+
+
+def _host(h: Host, mine: list[Container], observed: Observed, plan: Plan) -> HostSummary:
+    hs = plan.state.host(h.name)
+    obs = observed.hosts.get(h.name)
+    live = [c for c in mine if c.host == h.name and c.live]
+    return HostSummary(
+        name=h.name,
+        address=h.address,
+        state=hs.phase,
+        drained=hs.drained,
+        last_seen=hs.last_seen,
+        error=None if obs is None or obs.ok else obs.error,
+        tasks=len(live),
+        cpus=CpuUsage(sum((c.cpus for c in live), 0.0), h.cpus),
+        memory=MemoryUsage(sum(c.memory for c in live), h.memory),
+    )
+
+
+def status_document(
     state: ControllerState, inventory: Inventory, observed: Observed, plan: Plan
-) -> dict[str, Any]:
+) -> StatusDocument:
     """The status document. `plan` is the dry-run decision for this observation (pending
     reasons and what the next pass would wait for)."""
     mine = [c for c in observed.containers() if c.cluster == state.cluster]
     services = []
     for name in state.order:
         ss = plan.state.services.get(name) or state.services.get(name)
-        if ss is None:
-            continue
-        tasks = [c for c in mine if c.service == name and c.live]
-        failed = [
-            {"slot": n, "last_exit": s.last_exit}
-            for n, s in sorted(ss.slots.items())
-            if s.failed and n <= ss.spec.replicas
-        ]
-        done = {n for n, s in ss.slots.items() if s.complete}  # exited, not to restart
-        running = len({c.slot for c in tasks if c.state == "running"} - done)
-        healthy = len({c.slot for c in tasks if ready(c)} - done)
-        r = ss.rollout
-        last_failure = r.reason or next(
-            (s.last_exit for _, s in sorted(ss.slots.items(), reverse=True) if s.last_exit), ""
-        )
-        services.append(
-            {
-                "name": name,
-                "desired": ss.spec.desired,
-                "replicas": ss.spec.replicas,
-                "running": running,
-                "healthy": healthy,
-                "state": service_state(ss, running + len(done), healthy + len(done), len(failed)),
-                "completed": len(done),
-                "image": ss.spec.image,
-                "generation": ss.generation,
-                "rollout": {
-                    "status": r.status,
-                    "done": len(r.done),
-                    "total": r.total,
-                    "failures": r.failures,
-                    "reason": r.reason,
-                },
-                "failed": failed,
-                "pending": [
-                    {"slot": p.slot, "reason": p.reason} for p in plan.pending if p.service == name
-                ],
-                "last_failure": last_failure,
-            }
-        )
-    tasks_out = []
-    for c in sorted(mine, key=lambda c: (c.service, c.slot, c.host)):
-        ss = state.services.get(c.service)
-        tasks_out.append(
-            {
-                "id": c.task,
-                "name": c.name,
-                "service": c.service,
-                "slot": c.slot,
-                "host": c.host,
-                "image": c.image,
-                "state": c.state,
-                "health": c.health,
-                "exit_code": c.exit_code,
-                "generation": generation_of(ss, c.spec) if ss else None,
-            }
-        )
-    hosts_out = []
-    for h in inventory.hosts:
-        hs = plan.state.host(h.name)
-        obs = observed.hosts.get(h.name)
-        live = [c for c in mine if c.host == h.name and c.live]
-        word = str(hs.phase)
-        hosts_out.append(
-            {
-                "name": h.name,
-                "address": h.address,
-                "state": word,
-                "drained": hs.drained,
-                "last_seen": hs.last_seen,
-                "error": None if obs is None or obs.ok else obs.error,
-                "tasks": len(live),
-                "cpus": {"used": sum((c.cpus for c in live), 0.0), "total": h.cpus},
-                "memory": {"used": sum(c.memory for c in live), "total": h.memory},
-            }
-        )
-    return {
-        "cluster": state.cluster,
-        "generation": state.generation,
-        "converged": plan.converged,
-        "waiting": list(plan.waiting),
-        "services": services,
-        "tasks": tasks_out,
-        "hosts": hosts_out,
-    }
+        if ss is not None:
+            services.append(_service(name, ss, mine, plan))
+    return StatusDocument(
+        cluster=state.cluster,
+        generation=state.generation,
+        converged=plan.converged,
+        waiting=tuple(plan.waiting),
+        services=tuple(services),
+        tasks=tuple(
+            _task(c, state) for c in sorted(mine, key=lambda c: (c.service, c.slot, c.host))
+        ),
+        hosts=tuple(_host(h, mine, observed, plan) for h in inventory.hosts),
+    )
+
+
+def summarize(
+    state: ControllerState, inventory: Inventory, observed: Observed, plan: Plan
+) -> dict[str, Any]:
+    """The status document as JSON-ready dicts (`status_document(...).to_json()`)."""
+    return status_document(state, inventory, observed, plan).to_json()

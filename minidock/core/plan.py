@@ -59,6 +59,9 @@ class Waiting(str):
         line.subject, line.reason = subject, reason
         return line
 
+    def __getnewargs__(self) -> tuple[str, str]:  # copy and pickle rebuild it from its parts
+        return self.subject, self.reason
+
 
 @dataclass(frozen=True)
 class Plan:

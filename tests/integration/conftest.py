@@ -29,12 +29,15 @@ from typing import Any
 
 import asyncssh
 import pytest
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from pytest_docker.plugin import Services
 
 from minidock.lab import KillMode, Lab, engine_available, remove_project
 from minidock.model import Inventory
 from minidock.spec import load_inventory
+from minidock.status import status_schema
 
+STATUS_SCHEMA = Draft202012Validator(status_schema())
 PROJECT_PREFIX = "minidock-labtest-"
 PID_LABEL = "minidock.lab.test-pid"
 HOSTNAME_LABEL = "minidock.lab.test-hostname"
@@ -231,9 +234,11 @@ class Minidock:
         )
 
     def status(self) -> dict[str, Any]:
+        """`status --json`, checked against the schema shipped in the package."""
         res = self("status", "--json")
         assert res.returncode == 0, res.stderr
         doc: dict[str, Any] = json.loads(res.stdout)
+        STATUS_SCHEMA.validate(doc)
         return doc
 
     def tasks(self, service: str | None = None) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ import typer
 from typer.testing import CliRunner, Result
 
 import minidock.cli
+import minidock.usecases.access
 from minidock.cli import app
 from minidock.core import admit
 from minidock.model import Event, Host
@@ -438,7 +439,8 @@ LOCKED = "state directory {} is locked by another minidock process (pid {})"
 def test_reconcile_exits_75_at_once_when_another_writer_holds_the_lock(
     state: Path, ssh_calls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(minidock.cli, "OPERATOR_PATIENCE", 3600.0)  # reconcile never waits
+    # reconcile never waits
+    monkeypatch.setattr(minidock.usecases.access, "OPERATOR_PATIENCE", 3600.0)
     db = (state / "state.db").read_bytes()
     with StateLock(state):
         error = one_line_error(invoke("reconcile", "--state", str(state)), 75)
@@ -459,7 +461,7 @@ def test_reconcile_exits_75_at_once_when_another_writer_holds_the_lock(
 def test_operator_commands_exit_75_when_the_lock_stays_taken(
     state: Path, ssh_calls: list[str], monkeypatch: pytest.MonkeyPatch, args: list[str]
 ) -> None:
-    monkeypatch.setattr(minidock.cli, "OPERATOR_PATIENCE", 0.2)
+    monkeypatch.setattr(minidock.usecases.access, "OPERATOR_PATIENCE", 0.2)
     db = (state / "state.db").read_bytes()
     with StateLock(state):
         error = one_line_error(invoke(*args, "--state", str(state)), 75)

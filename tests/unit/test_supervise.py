@@ -27,16 +27,12 @@ from minidock.model import (
     Service,
     UpdatePolicy,
 )
-from minidock.runner import (
-    EXIT_FAILED,
-    EXIT_NOT_CONVERGED,
-    EXIT_OK,
-    PassResult,
-    all_secrets,
-    redacted,
-)
+from minidock.runner import PassResult, all_secrets, redacted
 from minidock.state import Store
+from minidock.usecases import ExitCode, verdict
 from tests.sim import MakeWorld, World, host, hosts, svc
+
+EXIT_OK, EXIT_FAILED, EXIT_NOT_CONVERGED = ExitCode.OK, ExitCode.FAILED, ExitCode.NOT_CONVERGED
 
 HC = HealthCheck(("true",))
 
@@ -88,7 +84,8 @@ def slot(w: World, n: int = 1, service: str = "web") -> SlotState:
 
 
 def exit_code(plan: Plan) -> int:
-    return PassResult(plan, Observed({})).exit_code
+    """The verdict of a pass that made `plan` and whose acts all succeeded."""
+    return verdict(PassResult(plan, Observed({})))
 
 
 # -- restart policy and backoff -------------------------------------------------------------

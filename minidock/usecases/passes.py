@@ -1,0 +1,106 @@
+"""Reconcile passes as use cases: converge (one pass, or passes until converged, failed or
+timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NoReturn
+
+from minidock.runner import run_pass
+from minidock.ssh import Executor
+from minidock.state import Store
+from minidock.usecases.access import Desired, Writer, read_desired, require_applied, writing
+from minidock.usecases.outcomes import (
+    Busy,
+    ConvergeOutcome,
+    Ending,
+    ExitCode,
+    PassDone,
+    PassSkipped,
+    Report,
+    verdict,
+)
+from minidock.usecases.runtime import Runtime, connected
+
+WAIT_INTERVAL = 1.0  # seconds between the passes of `--wait`
+
+
+async def converge_passes(
+    store: Store,
+    desired: Desired,
+    runtime: Runtime,
+    report: Report,
+    *,
+    wait: bool,
+    timeout: float,
+) -> ConvergeOutcome:
+    """One pass, or (with `wait`) passes `WAIT_INTERVAL` apart while they exit 3 and the
+    timeout allows another. The caller holds the lock."""
+    clock = runtime.clock
+    deadline = clock.monotonic() + timeout
+    passes = 0
+    async with connected(runtime) as executor:
+        while True:
+            result = await run_pass(
+                desired.cluster, desired.inventory, store, executor, clock=clock.now
+            )
+            passes += 1
+            code = verdict(result)
+            report(PassDone(result, code))
+            if not wait:
+                return ConvergeOutcome(code, Ending.NO_WAIT, passes, timeout)
+            if code is ExitCode.OK:
+                return ConvergeOutcome(code, Ending.CONVERGED, passes, timeout)
+            if code is not ExitCode.NOT_CONVERGED:
+                return ConvergeOutcome(code, Ending.STOPPED, passes, timeout)
+            if clock.monotonic() + WAIT_INTERVAL > deadline:
+                waiting = result.plan.waiting
+                return ConvergeOutcome(code, Ending.TIMED_OUT, passes, timeout, waiting)
+            await clock.sleep(WAIT_INTERVAL)
+
+
+async def converge(
+    directory: Path,
+    runtime: Runtime,
+    report: Report,
+    *,
+    wait: bool = False,
+    timeout: float = 0.0,
+    writer: Writer = Writer.OPERATOR,
+) -> ConvergeOutcome:
+    """Passes over the stored desired state, holding the lock as `writer`."""
+    require_applied(directory)
+    async with writing(directory, runtime.clock, writer) as store:
+        desired = read_desired(store, directory)
+        return await converge_passes(store, desired, runtime, report, wait=wait, timeout=timeout)
+
+
+async def reconcile(directory: Path, runtime: Runtime, report: Report) -> ConvergeOutcome:
+    """Cron's entry point: one pass; a taken lock is `Busy` (exit 75) at once."""
+    return await converge(directory, runtime, report, writer=Writer.SCHEDULED)
+
+
+async def watch_step(
+    directory: Path, executor: Executor, runtime: Runtime
+) -> PassDone | PassSkipped:
+    """One pass of `watch` on its long-lived executor; skipped while another writer works.
+    The latest generation is read afresh, so an apply made meanwhile counts."""
+    try:
+        async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
+            desired = read_desired(store, directory)
+            result = await run_pass(
+                desired.cluster, desired.inventory, store, executor, clock=runtime.clock.now
+            )
+    except Busy as exc:
+        return PassSkipped(str(exc))
+    return PassDone(result, verdict(result))
+
+
+async def watch(directory: Path, runtime: Runtime, report: Report, *, interval: float) -> NoReturn:
+    """Passes `interval` apart, reusing one executor's connections, until cancelled (Ctrl-C).
+    The lock is held for each pass, not between passes, so other writers get their turn."""
+    require_applied(directory)
+    async with connected(runtime) as executor:
+        while True:
+            report(await watch_step(directory, executor, runtime))
+            await runtime.clock.sleep(interval)

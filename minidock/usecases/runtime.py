@@ -1,0 +1,38 @@
+"""What the use cases reach the world through, passed in explicitly: hosts (an executor
+factory) and time (a clock). The CLI wires the real ones; tests wire fakes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from minidock.ssh import Executor
+
+ExecutorFactory = Callable[[], Executor]
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Wall time (decisions, events), a monotonic clock (deadlines: `--timeout`, lock
+    patience) and the pause between passes or lock attempts."""
+
+    now: Callable[[], float]
+    monotonic: Callable[[], float]
+    sleep: Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    executor: ExecutorFactory
+    clock: Clock
+
+
+@asynccontextmanager
+async def connected(runtime: Runtime) -> AsyncIterator[Executor]:
+    """A fresh executor for one use case, closed afterwards (its SSH connections too)."""
+    executor = runtime.executor()
+    try:
+        yield executor
+    finally:
+        await executor.close()

@@ -1,0 +1,474 @@
+"""The use cases, called directly: typed outcomes, progress reports and exit codes, with
+in-memory Docker engines (`tests.fakes.FakeDocker`) behind the executor seam and a clock
+that moves only when a use case pauses, so waiting and lock patience take no real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+
+from minidock import usecases
+from minidock.model import Event
+from minidock.state import StateLock, Store
+from minidock.status import StatusDocument, status_schema
+from minidock.usecases import (
+    ApplyOutcome,
+    BadInput,
+    Busy,
+    Ending,
+    ExitCode,
+    FailedUpdate,
+    GenerationStored,
+    IntentRecorded,
+    PassDone,
+    PassSkipped,
+    Progress,
+    Writer,
+)
+from minidock.usecases.passes import WAIT_INTERVAL
+from tests.behaviour import Clock
+from tests.fakes import FakeDocker, FakeExecutor
+
+T = TypeVar("T")
+
+INVENTORY = "".join(
+    f'[[hosts]]\nname = "host{n}"\naddress = "127.0.0.1"\nport = 1\n'
+    f'labels = {{ zone = "{zone}" }}\ncpus = 4\nmemory = "8GiB"\n'
+    for n, zone in ((1, "a"), (2, "b"), (3, "c"))
+)
+STACK = """\
+cluster = "uc"
+inventory = "inventory.toml"
+
+[services.db]
+image = "db:1"
+
+[services.web]
+image = "web:5"
+replicas = 2
+ports = ["8080:8080"]
+depends_on = ["db"]
+health = { cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"], interval = "1s" }
+update = { monitor = "0s", failure_action = "rollback" }
+"""
+
+
+class Stop(Exception):
+    """Raised from the clock to end `watch` (as Ctrl-C would)."""
+
+
+@dataclass
+class FakeClock:
+    """Starts at the real time (FakeDocker stamps containers with it) and moves only when a
+    use case sleeps; `on_sleep(n)` runs at the n-th pause."""
+
+    t: float = field(default_factory=time.time)
+    sleeps: list[float] = field(default_factory=list)
+    on_sleep: Callable[[int], None] | None = None
+    engines: FakeDocker | None = None  # their containers act as this clock moves
+
+    def now(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+        if self.engines is not None:
+            self.engines.advance(seconds)
+        if self.on_sleep is not None:
+            self.on_sleep(len(self.sleeps))
+        await asyncio.sleep(0)
+
+
+@dataclass
+class Setup:
+    root: Path
+    docker: FakeDocker
+    clock: FakeClock
+    executors: list[FakeExecutor] = field(default_factory=list)
+    reports: list[Progress] = field(default_factory=list)
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def file(self) -> Path:
+        return self.root / "cluster.toml"
+
+    def runtime(self) -> usecases.Runtime:
+        def executor() -> FakeExecutor:
+            self.executors.append(self.docker.executor())
+            return self.executors[-1]
+
+        clock = usecases.Clock(self.clock.now, self.clock.monotonic, self.clock.sleep)
+        return usecases.Runtime(executor, clock)
+
+    def report(self, progress: Progress) -> None:
+        self.reports.append(progress)
+
+    def passes(self) -> list[PassDone]:
+        return [p for p in self.reports if isinstance(p, PassDone)]
+
+    def apply(self, **kw: Any) -> ApplyOutcome:
+        return run(usecases.apply(self.file, self.state, self.runtime(), self.report, **kw))
+
+    def converged(self) -> None:
+        """Apply STACK and wait until it converges."""
+        outcome = self.apply(wait=True, timeout=60.0)
+        assert outcome.exit_code is ExitCode.OK, outcome
+        self.reports.clear()
+        self.clock.sleeps.clear()
+
+    def running(self, host: str | None = None) -> list[str]:
+        return [n for n in self.docker.names(host, "running") if not n.startswith("foreign")]
+
+
+def run(work: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(work)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    (tmp_path / "inventory.toml").write_text(INVENTORY)
+    (tmp_path / "cluster.toml").write_text(STACK)
+    clock = FakeClock()
+    docker = FakeDocker(clock=Clock(clock.t))
+    clock.engines = docker
+    return Setup(tmp_path, docker, clock)
+
+
+# -- the exit codes ---------------------------------------------------------------------------
+def test_one_exit_code_enum_with_the_products_values() -> None:
+    assert {c.name: int(c) for c in ExitCode} == {
+        "OK": 0,
+        "FAILED": 1,
+        "USAGE": 2,
+        "NOT_CONVERGED": 3,
+        "LOCKED": 75,
+    }
+    assert 4 not in {int(c) for c in ExitCode}  # DEGRADED, when a later issue adds it
+    assert BadInput("x").exit_code is ExitCode.USAGE
+    assert Busy("x").exit_code is ExitCode.LOCKED
+
+
+# -- apply ------------------------------------------------------------------------------------
+def test_apply_stores_a_generation_then_runs_one_pass(setup: Setup) -> None:
+    outcome = setup.apply()
+    assert outcome.generation == 1
+    assert outcome.convergence.ending is Ending.NO_WAIT
+    assert outcome.exit_code is ExitCode.NOT_CONVERGED  # db started; web waits for it
+    assert outcome.failed_updates == ()
+    first, second = setup.reports
+    assert first == GenerationStored(1, "uc", 2, setup.state)
+    assert isinstance(second, PassDone)
+    assert second.exit_code is ExitCode.NOT_CONVERGED
+    assert [line.split(".")[0] for line in second.result.done] == ["started db"]
+    with Store.open(setup.state) as store:
+        assert store.next_generation_id() == 2
+        (_, applied), *_ = store.events(limit=0)
+    assert (applied.kind, applied.at) == ("apply", setup.clock.t)
+    assert applied.message == f"applied {setup.file} as generation 1"
+    assert all(e.closed for e in setup.executors)
+
+
+def test_apply_wait_passes_a_second_apart_until_converged(setup: Setup) -> None:
+    outcome = setup.apply(wait=True, timeout=60.0)
+    assert (outcome.exit_code, outcome.convergence.ending) == (ExitCode.OK, Ending.CONVERGED)
+    passes = setup.passes()
+    assert outcome.convergence.passes == len(passes) >= 2
+    assert [p.exit_code for p in passes][-1] is ExitCode.OK
+    assert setup.clock.sleeps == [WAIT_INTERVAL] * (len(passes) - 1)
+    assert len(setup.running()) == 3
+    assert len(setup.executors) == 1  # one executor (its connections) for all the passes
+
+
+def test_apply_wait_times_out_with_what_it_waits_for(setup: Setup) -> None:
+    setup.file.write_text(STACK.replace('"web:5"', '"web:slow"'))  # never turns healthy
+    outcome = setup.apply(wait=True, timeout=5.0)
+    c = outcome.convergence
+    assert (outcome.exit_code, c.ending, c.timeout) == (
+        ExitCode.NOT_CONVERGED,
+        Ending.TIMED_OUT,
+        5.0,
+    )
+    assert c.passes == 6  # at 0, 1, ..., 5 s: a seventh would start after the timeout
+    assert sum(setup.clock.sleeps) == 5.0
+    assert c.waiting
+    assert any("web" in line for line in c.waiting)
+
+
+def test_a_failed_act_stops_waiting_with_exit_1(setup: Setup) -> None:
+    setup.docker.images = {"db:1"}  # web:5 is nowhere and cannot be pulled
+    outcome = setup.apply(wait=True, timeout=60.0)
+    assert (outcome.exit_code, outcome.convergence.ending) == (ExitCode.FAILED, Ending.STOPPED)
+    last = setup.passes()[-1].result
+    assert any("cannot be pulled" in line for line in last.failures)
+
+
+def test_an_update_rolled_back_fails_its_apply(setup: Setup) -> None:
+    setup.converged()
+    setup.docker.images = {"db:1", "web:5"}  # web:6 cannot be pulled: its update fails
+    setup.file.write_text(STACK.replace("web:5", "web:6"))
+    outcome = setup.apply(wait=True, timeout=60.0)
+    assert outcome.generation == 2
+    assert outcome.exit_code is ExitCode.FAILED
+    (failed,) = outcome.failed_updates
+    assert isinstance(failed, FailedUpdate)
+    assert failed.service == "web"
+    assert "rolled back" in failed.reason
+    assert "cannot be pulled" in failed.reason
+
+
+def test_a_bad_file_is_bad_input_and_creates_nothing(setup: Setup) -> None:
+    setup.file.write_text(STACK + "replicaz = 3\n")
+    with pytest.raises(BadInput) as caught:
+        setup.apply()
+    assert str(caught.value) == (
+        f"{setup.file}: services.web: unknown key 'replicaz' (did you mean 'replicas'?)"
+    )
+    assert caught.value.exit_code is ExitCode.USAGE
+    assert not setup.state.exists()
+    assert setup.executors == []
+
+
+def test_plan_decides_without_writing(setup: Setup) -> None:
+    planned = run(usecases.plan(setup.file, setup.state, setup.runtime()))
+    assert planned.exit_code is ExitCode.OK
+    assert [r.service.name for r in planned.plan.run] == ["db"]
+    assert not setup.state.exists()
+    assert setup.running() == []
+
+
+def test_validate_tells_a_cluster_from_an_inventory(setup: Setup) -> None:
+    cluster = usecases.validate(setup.file)
+    assert (cluster.cluster, cluster.services, cluster.hosts) == ("uc", 2, 3)
+    inventory = usecases.validate(setup.root / "inventory.toml")
+    assert (inventory.cluster, inventory.hosts) == (None, 3)
+    with pytest.raises(BadInput, match=r"nope\.toml: file not found"):
+        usecases.validate(setup.root / "nope.toml")
+
+
+# -- the lock and its patience ------------------------------------------------------------------
+def test_an_operator_waits_its_patience_then_is_busy(setup: Setup) -> None:
+    setup.converged()
+    db = (setup.state / "state.db").read_bytes()
+    with StateLock(setup.state), pytest.raises(Busy) as caught:
+        setup.apply()
+    assert caught.value.exit_code is ExitCode.LOCKED
+    assert "is locked by another minidock process" in str(caught.value)
+    assert usecases.patience(Writer.OPERATOR) == 30.0
+    assert sum(setup.clock.sleeps) == pytest.approx(30.0)
+    assert (setup.state / "state.db").read_bytes() == db
+
+
+def test_cron_reconcile_is_busy_at_once(setup: Setup) -> None:
+    setup.converged()
+    with StateLock(setup.state), pytest.raises(Busy):
+        run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
+    assert usecases.patience(Writer.SCHEDULED) == 0.0
+    assert setup.clock.sleeps == []
+
+
+def test_an_operator_gets_the_lock_when_the_other_pass_ends(setup: Setup) -> None:
+    setup.converged()
+    lock = StateLock(setup.state)
+    lock.acquire()
+    setup.clock.on_sleep = lambda n: lock.release() if n == 3 else None
+    try:
+        outcome = run(
+            usecases.drain("host1", setup.state, setup.runtime(), setup.report, wait=False)
+        )
+    finally:
+        lock.release()
+    assert outcome.message == "draining host1"
+    assert setup.clock.sleeps == [0.2, 0.2, 0.2]
+
+
+# -- reconcile and watch ----------------------------------------------------------------------
+def test_reconcile_is_one_pass_with_its_verdict(setup: Setup) -> None:
+    setup.converged()
+    outcome = run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
+    assert (outcome.exit_code, outcome.ending, outcome.passes) == (
+        ExitCode.OK,
+        Ending.NO_WAIT,
+        1,
+    )
+    (done,) = setup.reports
+    assert isinstance(done, PassDone)
+    assert (done.result.done, done.result.failures) == ([], [])
+
+
+def test_watch_steps_skip_while_another_writer_works(setup: Setup) -> None:
+    setup.apply()  # db started, web waits for it
+    executor = setup.docker.executor()
+    with StateLock(setup.state):
+        skipped = run(usecases.watch_step(setup.state, executor, setup.runtime()))
+    assert isinstance(skipped, PassSkipped)
+    assert "is locked by another minidock process" in skipped.reason
+    done = run(usecases.watch_step(setup.state, executor, setup.runtime()))
+    assert isinstance(done, PassDone)
+    assert any(line.startswith("started web.") for line in done.result.done)
+
+
+def test_watch_passes_until_stopped_on_one_executor(setup: Setup) -> None:
+    setup.apply()
+    setup.reports.clear()
+    setup.executors.clear()
+
+    def stop_at(n: int) -> None:
+        if n == 4:
+            raise Stop
+
+    setup.clock.on_sleep = stop_at
+    with pytest.raises(Stop):
+        run(usecases.watch(setup.state, setup.runtime(), setup.report, interval=2.0))
+    assert [type(p) for p in setup.reports] == [PassDone] * 4
+    assert setup.clock.sleeps == [2.0] * 4
+    assert [p.exit_code for p in setup.passes()][-1] is ExitCode.OK
+    (executor,) = setup.executors
+    assert executor.closed
+
+
+# -- operator words ---------------------------------------------------------------------------
+def test_drain_records_its_word_then_waits_until_the_host_is_empty(setup: Setup) -> None:
+    setup.converged()
+    busy = next(h for h in ("host1", "host2", "host3") if setup.running(h))
+    outcome = run(usecases.drain(busy, setup.state, setup.runtime(), setup.report, timeout=60.0))
+    assert (outcome.exit_code, outcome.convergence.ending) == (ExitCode.OK, Ending.CONVERGED)
+    assert setup.reports[0] == IntentRecorded(f"draining {busy}")
+    assert setup.running(busy) == []
+    assert len(setup.running()) == 3
+    with Store.open(setup.state) as store:
+        assert store.load().host(busy).drained
+        intents = [e for _, e in store.events(limit=0) if e.kind == "intent"]
+    assert [e.message for e in intents] == [f"draining {busy}"]
+    activated = run(usecases.activate(busy, setup.state, setup.runtime(), setup.report))
+    assert activated.convergence.ending is Ending.NO_WAIT
+    with Store.open(setup.state) as store:
+        assert not store.load().host(busy).drained
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        pytest.param(
+            lambda s, r, rep: usecases.drain("host9", s, r, rep),
+            "unknown host 'host9'; known hosts: host1, host2, host3",
+            id="drain",
+        ),
+        pytest.param(
+            lambda s, r, rep: usecases.activate("host9", s, r, rep),
+            "unknown host 'host9'; known hosts: host1, host2, host3",
+            id="activate",
+        ),
+        pytest.param(
+            lambda s, r, rep: usecases.rollback("wbe", s, r, rep),
+            "unknown service 'wbe'; known services: db, web",
+            id="rollback-unknown",
+        ),
+        pytest.param(
+            lambda s, r, rep: usecases.rollback("web", s, r, rep),
+            "service web has no previous spec to roll back to",
+            id="rollback-no-previous",
+        ),
+        pytest.param(
+            lambda s, r, rep: usecases.reset("wbe", s, r, rep),
+            "unknown service 'wbe'; known services: db, web",
+            id="reset",
+        ),
+    ],
+)
+def test_a_refused_word_is_bad_input_and_changes_nothing(
+    setup: Setup, word: Callable[..., Coroutine[Any, Any, object]], expected: str
+) -> None:
+    setup.converged()
+    db = (setup.state / "state.db").read_bytes()
+    calls = sum(len(e.calls) for e in setup.executors)
+    with pytest.raises(BadInput) as caught:
+        run(word(setup.state, setup.runtime(), setup.report))
+    assert str(caught.value).endswith(expected)
+    assert (setup.state / "state.db").read_bytes() == db
+    assert sum(len(e.calls) for e in setup.executors) == calls  # no host was touched
+    assert setup.reports == []
+
+
+def test_rollback_and_reset_record_their_word(setup: Setup) -> None:
+    setup.converged()
+    setup.file.write_text(STACK.replace("web:5", "web:6"))
+    setup.apply(wait=True, timeout=60.0)
+    rolled = run(
+        usecases.rollback("web", setup.state, setup.runtime(), setup.report, wait=True, timeout=60)
+    )
+    assert (rolled.message, rolled.exit_code) == ("rolling back web", ExitCode.OK)
+    images = {d["Config"]["Image"] for d in setup.docker.containers() if "web" in d["Name"]}
+    assert images == {"web:5"}
+    cleared = run(usecases.reset("web", setup.state, setup.runtime(), setup.report))
+    assert (cleared.message, cleared.exit_code) == ("reset web", ExitCode.OK)
+
+
+# -- reads ------------------------------------------------------------------------------------
+def test_status_is_a_typed_document_that_matches_the_schema(setup: Setup) -> None:
+    setup.converged()
+    setup.docker.down.add("host3")
+    outcome = run(usecases.status(setup.state, setup.runtime()))
+    doc = outcome.document
+    assert isinstance(doc, StatusDocument)
+    assert outcome.exit_code is ExitCode.OK
+    assert [(s.name, s.state) for s in doc.services] == [("db", "converged"), ("web", "converged")]
+    assert [(h.name, h.state) for h in doc.hosts][2] == ("host3", "unreachable")
+    assert doc.hosts[2].error == "connection refused by 127.0.0.1:1"
+    Draft202012Validator(status_schema()).validate(doc.to_json())
+    assert all(e.closed for e in setup.executors)
+
+
+def test_events_are_the_newest_oldest_first(setup: Setup) -> None:
+    setup.converged()
+    log = usecases.events(setup.state, limit=2)
+    assert log.exit_code is ExitCode.OK
+    assert len(log.events) == 2
+    assert all(isinstance(e, Event) for e in log.events)
+    everything = usecases.events(setup.state, limit=0).events
+    assert everything[0].kind == "apply"
+    assert everything[-2:] == log.events
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        pytest.param(lambda s, r, rep: usecases.reconcile(s, r, rep), id="reconcile"),
+        pytest.param(lambda s, r, rep: usecases.watch(s, r, rep, interval=1.0), id="watch"),
+        pytest.param(lambda s, r, rep: usecases.status(s, r), id="status"),
+        pytest.param(lambda s, r, rep: usecases.drain("host1", s, r, rep), id="drain"),
+        pytest.param(lambda s, r, rep: usecases.reset("web", s, r, rep), id="reset"),
+    ],
+)
+def test_nothing_applied_is_bad_input(
+    setup: Setup, use: Callable[..., Coroutine[Any, Any, object]]
+) -> None:
+    with pytest.raises(BadInput, match=r"nothing applied yet in .*: run `minidock apply FILE`"):
+        run(use(setup.state, setup.runtime(), setup.report))
+    with pytest.raises(BadInput, match="nothing applied yet"):
+        usecases.events(setup.state)
+    assert not setup.state.exists()
+    assert setup.executors == []
+
+
+def test_a_state_path_that_is_a_file_is_bad_input(setup: Setup) -> None:
+    setup.state.write_text("not a directory")
+    with pytest.raises(BadInput) as caught:
+        setup.apply()
+    assert str(caught.value) == f"state path {setup.state} exists and is not a directory"
+    assert setup.state.read_text() == "not a directory"
+    assert setup.executors == []

@@ -59,8 +59,8 @@ class Waiting(str):
         line.subject, line.reason = subject, reason
         return line
 
-    def __getnewargs__(self) -> tuple[str, str]:  # copy and pickle rebuild it from its parts
-        return self.subject, self.reason
+    def __reduce__(self) -> tuple[type[Waiting], tuple[str, str]]:  # copy, pickle: its parts
+        return Waiting, (self.subject, self.reason)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,8 @@ def print_pass(result: PassResult, *, quiet: bool = False) -> None:
         out.print(line, markup=False)
     for line in result.failures:
         err.print(f"failed: {line}", markup=False)
+    if result.plan.guard:  # loud on every pass it holds, so cron mails each time
+        err.print(f"minidock: {result.plan.guard}", markup=False)
     if quiet and not (result.done or result.failures or result.plan.events):
         return
     for e in result.plan.events:
@@ -192,9 +194,22 @@ def plan(file: FileArg, state: StateOption = None) -> None:
 
 
 @app.command("reconcile")
-def reconcile_command(state: StateOption = None) -> None:
+def reconcile_command(
+    state: StateOption = None,
+    force_down: Annotated[
+        bool,
+        typer.Option(
+            "--force-down",
+            help="Let hosts go down and be replaced even when most of the fleet failed its "
+            "probes (overrides the mass-loss guard for this pass).",
+        ),
+    ] = False,
+) -> None:
     """One pass over the stored desired state: the cron entry point, quiet when idle."""
-    outcome = run(usecases.reconcile(state_dir(state, None), runtime(), printer(quiet=True)))
+    work = usecases.reconcile(
+        state_dir(state, None), runtime(), printer(quiet=True), force_down=force_down
+    )
+    outcome = run(work)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -229,6 +244,10 @@ def status(
 
 
 def print_status(doc: StatusDocument) -> None:
+    if doc.guard:
+        err.print(f"minidock: {doc.guard}", markup=False)
+    if doc.rebuilt:
+        out.print(f"note: {doc.rebuilt}", markup=False)
     services = Table(
         "service",
         "desired",

@@ -298,7 +298,7 @@ def run_argv(
         "--label",
         f"{LABEL_SPEC}={spec_hash}",
     ]
-    env_text = env_file_text(service.env)
+    env_text = env_file_text((*service.env, *service.secrets))
     if env_text:
         argv += ["--env-file", ENV_FILE_STDIN]
     for port in service.ports:
@@ -352,15 +352,17 @@ ANY_MIN = 8  # shortest value masked under any key
 
 
 def secrets_of(service: Service) -> tuple[str, ...]:
-    """The env values of a service to mask in output: every value under a secret-looking
-    key (PASSWORD, TOKEN, API_KEY, ...) of 4 or more characters, and every value of 8 or
-    more characters under any key. Short ordinary values (ROLE=db, PORT=8080) stay
-    readable: masking them would garble names and numbers in every message."""
-    return tuple(
+    """The values of a service to mask in output: every value given by `secrets`, whatever
+    its length; and of the inline `env`, every value under a secret-looking key (PASSWORD,
+    TOKEN, API_KEY, ...) of 4 or more characters and every value of 8 or more characters.
+    Short ordinary env values (ROLE=db, PORT=8080) stay readable: masking them would
+    garble names and numbers in every message; a short secret belongs in `secrets`."""
+    inline = (
         value
         for key, value in service.env
         if len(value) >= ANY_MIN or (SECRET_KEY.search(key) and len(value) >= SECRET_MIN)
     )
+    return (*inline, *(value for _, value in service.secrets if value))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

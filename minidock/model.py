@@ -150,6 +150,8 @@ class Service:
     health: HealthCheck | None = None
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    # env values given by `secrets` (read on the controller at apply): masked everywhere
+    secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def spec_hash(self) -> str:
         """Hash of everything that changes what a task runs: a new value means outdated."""
@@ -162,6 +164,9 @@ class Service:
             "memory": self.memory,
             "health": asdict(self.health) if self.health else None,
         }
+        if self.secrets:  # a digest: a changed secret rolls out, and no hash reveals it
+            values = json.dumps(sorted(self.secrets)).encode()
+            run["secrets"] = hashlib.sha256(values).hexdigest()
         blob = json.dumps(run, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

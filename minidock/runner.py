@@ -23,7 +23,16 @@ from minidock.commands import (
     secrets_of,
     stop_argv,
 )
-from minidock.core import ControllerState, Plan, Run, Stop, note_exit, note_failure, reconcile
+from minidock.core import (
+    ControllerState,
+    Plan,
+    Run,
+    Stop,
+    Waiting,
+    note_exit,
+    note_failure,
+    reconcile,
+)
 from minidock.model import Cluster, Event, Inventory, Observed
 from minidock.observe import observe
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
@@ -150,10 +159,12 @@ async def decide(
     executor: Executor,
     *,
     clock: Callable[[], float] = time.time,
+    force_down: bool = False,
 ) -> PassResult:
     """Observe every host and decide; nothing is recorded or done (plan, status)."""
     observed = await observe(executor, inventory.hosts, cluster.name)
-    return PassResult(reconcile(cluster, inventory, observed, state, clock()), observed)
+    plan = reconcile(cluster, inventory, observed, state, clock(), force_down=force_down)
+    return PassResult(plan, observed)
 
 
 async def run_pass(
@@ -163,10 +174,15 @@ async def run_pass(
     executor: Executor,
     *,
     clock: Callable[[], float] = time.time,
+    force_down: bool = False,
 ) -> PassResult:
-    """Observe every host, decide, record the decision, act, record the outcome."""
+    """Observe every host, decide, record the decision, act, record the outcome.
+    `force_down` overrides the mass-loss guard for this pass (the operator knows)."""
     now = clock()
-    result = await decide(cluster, inventory, store.load(), executor, clock=lambda: now)
+    state = store.load()
+    result = await decide(
+        cluster, inventory, state, executor, clock=lambda: now, force_down=force_down
+    )
     secrets = all_secrets(result.plan.state)
     plan = redacted(result.plan, secrets)
     result.plan = plan
@@ -206,10 +222,17 @@ def all_secrets(state: ControllerState) -> tuple[str, ...]:
 
 
 def redacted(plan: Plan, secrets: Sequence[str]) -> Plan:
-    """The plan with secrets masked in its events and in every slot's failure line (log
-    tails and health output can echo the environment)."""
+    """The plan with secrets masked in every line it carries: events, every slot's failure
+    line and the rollout's reason (log tails and health output can echo the environment),
+    and the reasons of its stops, pending slots and waits."""
     if not secrets:
         return plan
+    plan = replace(
+        plan,
+        stop=tuple(replace(s, reason=redact(s.reason, secrets)) for s in plan.stop),
+        pending=tuple(replace(p, reason=redact(p.reason, secrets)) for p in plan.pending),
+        waiting=tuple(Waiting(w.subject, redact(w.reason, secrets)) for w in plan.waiting),
+    )
     services = {
         name: replace(
             ss,

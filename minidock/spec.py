@@ -298,15 +298,13 @@ def _key_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
         noun = "service name" if parts == ("services",) else "name"
         return _name_message(error, noun)
     if kind == "env name":
-        return (
-            f"invalid environment variable name {_show(key)}: "
-            "use letters, digits and '_', not starting with a digit"
-        )
+        return f"invalid environment variable name {_show(key)}: {_ENV_NAME_HINT}"
     if kind == "label key":
         return f"invalid label key {_show(key)}: {_LABEL_KEY_HINT}"
     return f"invalid key {_show(key)}"
 
 
+_ENV_NAME_HINT = "use letters, digits and '_', not starting with a digit"
 _NAME_HINT = "use lowercase letters, digits, '_', '.' and '-', starting with a letter or digit"
 _LABEL_KEY_HINT = "use letters, digits, '_', '.', '/' and '-', starting with a letter or digit"
 _IMAGE_HINT = "use [registry[:port]/]name[:tag][@digest] with a lowercase name"
@@ -350,6 +348,8 @@ def _value_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
     limit: Any = error.validator_value
     value: Any = error.instance
     kind = error.schema.get("title") if isinstance(error.schema, Mapping) else None
+    if _secret_bearing(parts):
+        return _secret_message(kind, keyword, limit, value)
     if keyword == "type":
         message = _type_message(kind, limit, value)
         if parts == ("hosts",) and isinstance(value, dict):
@@ -387,6 +387,32 @@ def _value_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
         dup = next((v for i, v in enumerate(value) if v in value[:i]), None)
         return f"{_show(dup)} is listed twice"
     return str(error.message)
+
+
+def _secret_bearing(parts: tuple[Part, ...]) -> bool:
+    """Under services.NAME.env or .secrets: a value there may be a secret, never echoed."""
+    return len(parts) >= 4 and parts[0] == "services" and parts[2] in ("env", "secrets")
+
+
+def _secret_message(kind: str | None, keyword: str, limit: Any, value: Any) -> str:
+    """A message about an env or secret value that names its type, never the value."""
+    if kind == "secret source" and keyword in ("minProperties", "maxProperties", "type"):
+        return 'expected a table with one of file = "path" or env = "NAME"'
+    if keyword == "type":
+        types = [limit] if isinstance(limit, str) else list(limit)
+        want = " or ".join(_TYPE_WORDS.get(t, t) for t in types)
+        if isinstance(value, list | dict):
+            got = _show(value)  # "an array", "a table": no value shown
+        else:
+            kind_of = _describe(value).split()[0]
+            got = f"{'an' if kind_of[0] in 'aeiou' else 'a'} {kind_of}"
+        quote = " (write it in quotes)" if types == ["string"] else ""
+        return f"expected {want}, got {got}{quote}"
+    if kind == "env value" and keyword == "pattern":
+        return _pattern_message(kind, "", "")
+    if kind == "env name":
+        return f"invalid environment variable name: {_ENV_NAME_HINT}"
+    return f"invalid value ({keyword})"
 
 
 def _type_message(kind: str | None, expected: str | list[str], value: Any) -> str:
@@ -536,7 +562,7 @@ def _load_cluster(path: Path, display: str) -> tuple[Cluster, str]:
         name=doc["cluster"],
         path=abs_path,
         inventory_path=_resolve(os.path.dirname(abs_path), inventory),
-        services=_build_services(doc.get("services", {}), display),
+        services=_build_services(doc.get("services", {}), display, os.path.dirname(abs_path)),
     )
     inventory_display = os.path.normpath(
         os.path.join(os.path.dirname(display), os.path.expanduser(inventory))
@@ -551,11 +577,11 @@ def _service_pattern(*keys: str) -> re.Pattern[str]:
     return _compile(node["pattern"])
 
 
-def _build_services(table: dict[str, Any], display: str) -> tuple[Service, ...]:
+def _build_services(table: dict[str, Any], display: str, base: str) -> tuple[Service, ...]:
     def fail(parts: Sequence[Part], message: str) -> SpecError:
         return SpecError(display, _render(parts), message)
 
-    services = tuple(_build_service(name, body, fail) for name, body in table.items())
+    services = tuple(_build_service(name, body, fail, base) for name, body in table.items())
     names = list(table)
     for s in services:
         for i, dep in enumerate(s.depends_on):
@@ -580,7 +606,7 @@ def _build_services(table: dict[str, Any], display: str) -> tuple[Service, ...]:
     return services
 
 
-def _build_service(name: str, body: dict[str, Any], fail: _Fail) -> Service:
+def _build_service(name: str, body: dict[str, Any], fail: _Fail, base: str) -> Service:
     at: tuple[Part, ...] = ("services", name)
     ports = _ports(body.get("ports", []), at, fail)
     constraint_re = _service_pattern("constraints", "items")
@@ -609,7 +635,49 @@ def _build_service(name: str, body: dict[str, Any], fail: _Fail) -> Service:
         health=_health(body["health"], (*at, "health"), fail) if "health" in body else None,
         update=_update(body.get("update", {})),
         restart=_restart(body.get("restart", {}), (*at, "restart"), fail),
+        secrets=_secrets(body.get("secrets", {}), env, (*at, "secrets"), fail, base),
     )
+
+
+def _secrets(
+    table: dict[str, dict[str, str]],
+    env: dict[str, str],
+    at: tuple[Part, ...],
+    fail: _Fail,
+    base: str,
+) -> tuple[tuple[str, str], ...]:
+    """Read every secret on the controller now (apply time); errors never show a value."""
+    values: list[tuple[str, str]] = []
+    for key, source in table.items():
+        where = (*at, key)
+        if key in env:
+            raise fail(where, f"{key} is also set in env: give it in one of env or secrets")
+        if "file" in source:
+            value = _secret_file(_resolve(base, source["file"]), (*where, "file"), fail)
+        else:
+            name = source["env"]
+            if name not in os.environ:
+                raise fail((*where, "env"), f"{name} is not set in the controller's environment")
+            value = os.environ[name]
+        if any(c in value for c in "\n\r\0"):
+            raise fail(where, "the secret's value must not contain a line break or NUL")
+        values.append((key, value))
+    return tuple(sorted(values))
+
+
+def _secret_file(path: str, where: tuple[Part, ...], fail: _Fail) -> str:
+    """A secret file's value (one trailing newline dropped); refused when others may read it."""
+    try:
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            raise fail(where, f"{path} is readable or writable by others: chmod 600 {path}")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise fail(where, f"secret file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(where, f"cannot read secret file {path}: {type(exc).__name__}") from None
+    return text[:-1] if text.endswith("\n") else text
 
 
 def _ports(items: list[str], at: tuple[Part, ...], fail: _Fail) -> tuple[PortMapping, ...]:

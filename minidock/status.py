@@ -137,6 +137,8 @@ class StatusDocument:
     cluster: str
     generation: int
     converged: bool
+    guard: str  # the mass-loss guard's line while it holds, else ""
+    rebuilt: str  # set when the state was rebuilt from running tasks (what it cannot know)
     waiting: tuple[str, ...]
     services: tuple[ServiceSummary, ...]
     tasks: tuple[TaskSummary, ...]
@@ -264,6 +266,8 @@ def status_document(
         cluster=state.cluster,
         generation=state.generation,
         converged=plan.converged,
+        guard=plan.guard,
+        rebuilt=plan.state.rebuilt or state.rebuilt,
         waiting=tuple(plan.waiting),
         services=tuple(services),
         tasks=tuple(

@@ -53,6 +53,7 @@ def admit(state: ControllerState, cluster: Cluster, generation: int) -> Controll
             )
     return replace(
         state,
+        adopting=state.generation == 0 or state.adopting,
         cluster=cluster.name,
         generation=generation,
         order=tuple(s.name for s in cluster.services),

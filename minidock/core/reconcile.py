@@ -166,8 +166,12 @@ def reconcile(
         ss, advanced = _advance_rollout(services[name], outdated, complete, services, fleet, view)
         services[name] = ss
         fx = fx + advanced
+    rebuilt, rebuilt_fx = _rebuilt(state, view)
+    fx = fx + rebuilt_fx
     return Plan(
-        state=replace(state, hosts=hosts, services=services, guard=""),
+        state=replace(
+            state, hosts=hosts, services=services, guard="", adopting=False, rebuilt=rebuilt
+        ),
         run=tuple(sorted(fx.runs, key=lambda r: not r.restart)),  # due restarts first
         stop=fx.stops,
         pending=fx.pending,
@@ -196,6 +200,19 @@ def _guard(
         released = Event(now, "mass-loss-guard-released", "mass-loss guard released")
         return "", Effects(events=(released,))
     return "", Effects()
+
+
+def _rebuilt(state: ControllerState, view: View) -> tuple[str, Effects]:
+    """A brand-new store's first pass that finds this cluster's tasks already running is
+    running on rebuilt state (e.g. after state.db was lost): say what it cannot know."""
+    found = [c for c in view.mine if c.live] if state.adopting else []
+    if not found:
+        return state.rebuilt, Effects()
+    line = (
+        f"running on state rebuilt from {len(found)} running tasks: drains, Failed slots "
+        "and rollout progress from before are not known"
+    )
+    return line, Effects(events=(Event(view.now, "state-rebuilt", line),))
 
 
 def _probe_hosts(

@@ -40,6 +40,8 @@ class ControllerState:
     services: dict[str, ServiceState] = field(default_factory=dict)
     hosts: dict[str, HostState] = field(default_factory=dict)
     guard: str = ""  # the mass-loss guard's line while it holds the passes, else ""
+    adopting: bool = False  # a brand-new store's first apply: what runs is adopted
+    rebuilt: str = ""  # set when that first pass found tasks already running: what is lost
 
     def host(self, name: str) -> HostState:
         return self.hosts.get(name, HostState())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from minidock.core import ControllerState, admit, failed_updates, rollouts_started
 from minidock.model import Event
-from minidock.runner import decide
+from minidock.runner import all_secrets, decide, redacted
 from minidock.spec import SpecError, load, load_inventory
 from minidock.state import DB_NAME
 from minidock.usecases.access import Writer, load_spec, reading, writing
@@ -56,7 +56,7 @@ async def plan(file: Path, directory: Path, runtime: Runtime) -> PlanOutcome:
         result = await decide(
             desired.cluster, desired.inventory, admitted, executor, clock=runtime.clock.now
         )
-    return PlanOutcome(result.plan)
+    return PlanOutcome(redacted(result.plan, all_secrets(admitted)))
 
 
 async def apply(

@@ -45,9 +45,11 @@ class Busy(UseCaseError):
 
 
 def verdict(result: PassResult) -> ExitCode:
-    """A pass's exit code: 1 an act failed, a service has Failed slots or a paused rollout
-    (1 wins over 3); 0 converged; else 3 (backoff, rollout, health gates, unplaced tasks)."""
-    if result.failures or result.plan.failed_slots() or result.plan.paused():
+    """A pass's exit code: 1 an act failed, the mass-loss guard held the pass, a service
+    has Failed slots or a paused rollout (1 wins over 3); 0 converged; else 3 (backoff,
+    rollout, health gates, unplaced tasks)."""
+    plan = result.plan
+    if result.failures or plan.guard or plan.failed_slots() or plan.paused():
         return ExitCode.FAILED
     return ExitCode.OK if result.plan.converged else ExitCode.NOT_CONVERGED
 

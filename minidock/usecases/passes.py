@@ -33,6 +33,7 @@ async def converge_passes(
     *,
     wait: bool,
     timeout: float,
+    force_down: bool = False,
 ) -> ConvergeOutcome:
     """One pass, or (with `wait`) passes `WAIT_INTERVAL` apart while they exit 3 and the
     timeout allows another. The caller holds the lock."""
@@ -42,7 +43,12 @@ async def converge_passes(
     async with connected(runtime) as executor:
         while True:
             result = await run_pass(
-                desired.cluster, desired.inventory, store, executor, clock=clock.now
+                desired.cluster,
+                desired.inventory,
+                store,
+                executor,
+                clock=clock.now,
+                force_down=force_down,
             )
             passes += 1
             code = verdict(result)
@@ -67,17 +73,25 @@ async def converge(
     wait: bool = False,
     timeout: float = 0.0,
     writer: Writer = Writer.OPERATOR,
+    force_down: bool = False,
 ) -> ConvergeOutcome:
     """Passes over the stored desired state, holding the lock as `writer`."""
     require_applied(directory)
     async with writing(directory, runtime.clock, writer) as store:
         desired = read_desired(store, directory)
-        return await converge_passes(store, desired, runtime, report, wait=wait, timeout=timeout)
+        return await converge_passes(
+            store, desired, runtime, report, wait=wait, timeout=timeout, force_down=force_down
+        )
 
 
-async def reconcile(directory: Path, runtime: Runtime, report: Report) -> ConvergeOutcome:
-    """Cron's entry point: one pass; a taken lock is `Busy` (exit 75) at once."""
-    return await converge(directory, runtime, report, writer=Writer.SCHEDULED)
+async def reconcile(
+    directory: Path, runtime: Runtime, report: Report, *, force_down: bool = False
+) -> ConvergeOutcome:
+    """Cron's entry point: one pass; a taken lock is `Busy` (exit 75) at once. With
+    `force_down`, the mass-loss guard does not hold this pass."""
+    return await converge(
+        directory, runtime, report, writer=Writer.SCHEDULED, force_down=force_down
+    )
 
 
 async def watch_step(

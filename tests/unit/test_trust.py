@@ -3,7 +3,7 @@ run twice, and the controller's authority over which task fills a slot."""
 
 from __future__ import annotations
 
-from minidock.core import forget, set_drained
+from minidock.core import ControllerState, forget, set_drained
 from tests.sim import World, assert_results, host, svc
 
 
@@ -136,3 +136,30 @@ def test_flapping_host_costs_one_replacement_per_lost_slot_per_outage_none_on_he
         w.converge()
         assert sorted(w.slots("web")) == [1, 2, 3, 4]
         assert all(len(hs) == 1 for hs in w.slots("web").values())
+
+
+# -- losing the state directory -----------------------------------------------------------------
+def test_a_new_store_adopts_what_runs_and_says_its_state_is_rebuilt() -> None:
+    w = fleet(3)
+    specs = (svc("web", replicas=3), svc("db", replicas=1, on_host_loss="wait"))
+    w.apply(*specs)
+    w.converge()
+    running = sorted(c.id for c in w.live())
+    w.state, w.generation = ControllerState(), 0  # state.db is gone
+    w.apply(*specs)
+    plan = w.step()
+    assert_results(plan)  # starts nothing, stops nothing
+    assert "rebuilt from 4 running tasks" in plan.state.rebuilt
+    assert [e.kind for e in plan.events] == ["state-rebuilt"]
+    assert w.converge().converged
+    assert sorted(c.id for c in w.live()) == running
+    w.apply(*specs)  # a later apply to the same store is not a rebuild
+    assert w.step().events == ()
+
+
+def test_a_new_store_on_an_empty_fleet_is_not_rebuilt() -> None:
+    w = fleet(2)
+    w.apply(svc("web", replicas=2))
+    plan = w.step()
+    assert plan.state.rebuilt == ""
+    assert not plan.state.adopting

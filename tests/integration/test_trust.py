@@ -1,0 +1,133 @@
+"""Trust it unattended (issue 9), on the real lab fleet: the controller cut off from most
+of its fleet replaces nothing; a service that must not run twice waits for its host; the
+controller's record decides which task of a slot survives; a lost state directory loses
+nothing that runs. Faults are real: iptables inside the hosts, stopped host containers."""
+
+from __future__ import annotations
+
+import time
+
+from tests.integration.conftest import Fleet, Minidock
+from tests.integration.test_converge import live_by_host, reconcile_until_converged, slots_of
+
+SPREAD = """
+[services.route]
+image = "minidock-lab/web:5"
+replicas = 4
+
+[services.route.health]
+cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
+interval = "1s"
+timeout = "1s"
+retries = 2
+"""
+
+DB = """
+[services.db]
+image = "minidock-lab/web:5"
+on_host_loss = "wait"
+"""
+
+
+def running_ids(md: Minidock, fleet: Fleet) -> set[str]:
+    """Every running container of the test cluster, by name, read inside the hosts."""
+    found = live_by_host(md, fleet, fleet.hosts)
+    return {name for names in found.values() for name in names}
+
+
+def test_controller_cut_off_from_most_hosts_replaces_nothing_and_heals_without_churn(
+    md: Minidock, fleet: Fleet
+) -> None:
+    res = md("apply", str(md.spec(SPREAD)), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    before = running_ids(md, fleet)
+    cut = fleet.hosts[: len(fleet.hosts) // 2 + 1]  # more than half of the fleet
+    for h in cut:
+        fleet.kill(h, "partition")
+    for _ in range(5):
+        res = md("reconcile")
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "mass-loss guard" in res.stderr
+        assert "started" not in res.stdout
+        assert "stopped" not in res.stdout
+    doc = md.status()
+    assert "mass-loss guard" in doc["guard"]
+    assert not any(h["state"] == "down" for h in doc["hosts"])
+    for h in cut:
+        fleet.revive(h)
+    printed = reconcile_until_converged(md)
+    assert not [line for line in printed if line.startswith(("started", "stopped"))], printed
+    assert running_ids(md, fleet) == before  # the very same containers: zero churn
+    kinds = [line.split(":")[0] for line in md("events", "-n", "200").stdout.splitlines()]
+    assert any(k.endswith("mass-loss-guard") for k in kinds)
+    assert any(k.endswith("mass-loss-guard-released") for k in kinds)
+
+
+def test_force_down_overrides_the_guard(md: Minidock, fleet: Fleet) -> None:
+    res = md("apply", str(md.spec(SPREAD)), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    cut = fleet.hosts[: len(fleet.hosts) // 2 + 1]
+    for h in cut:
+        fleet.kill(h, "stop")
+    assert md("reconcile").returncode == 1
+    forced = [md("reconcile", "--force-down") for _ in range(2)]
+    assert any("overridden by --force-down" in r.stdout for r in forced), forced
+    doc = md.status()
+    assert {h["name"] for h in doc["hosts"] if h["state"] == "down"} == set(cut)
+
+
+def test_a_wait_service_is_not_replaced_while_its_host_is_partitioned(
+    md: Minidock, fleet: Fleet
+) -> None:
+    res = md("apply", str(md.spec(DB)), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    ((host, (name,)),) = [(h, n) for h, n in live_by_host(md, fleet, fleet.hosts).items() if n]
+    fleet.kill(host, "partition")
+    for _ in range(5):
+        res = md("reconcile")
+        assert "started" not in res.stdout, res.stdout
+        time.sleep(0.3)
+    db = next(s for s in md.status()["services"] if s["name"] == "db")
+    assert db["running"] == 0  # its host is not seen: the task is not counted, nor replaced
+    waiting = " ".join(md.status()["waiting"])
+    assert f"stays on {host}, which is down" in waiting
+    fleet.revive(host)
+    reconcile_until_converged(md)
+    assert running_ids(md, fleet) == {name}  # the same container runs on, and only it
+
+
+def test_the_assigned_replacement_keeps_its_slot_when_the_lost_host_returns(
+    md: Minidock, fleet: Fleet
+) -> None:
+    res = md("apply", str(md.spec(SPREAD)), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    by_host = live_by_host(md, fleet, fleet.hosts)
+    lost = next(h for h, names in by_host.items() if names)
+    stale = set(by_host[lost])
+    fleet.kill(lost, "partition")
+    reconcile_until_converged(md)
+    replacements = running_ids(md, fleet) - stale
+    fleet.revive(lost)
+    printed = reconcile_until_converged(md)
+    assert any("fenced" in line for line in printed), printed
+    after = running_ids(md, fleet)
+    assert replacements <= after  # the controller's choice survived, whatever the clocks say
+    assert not (stale & after)
+    assert slots_of(sorted(after)) == slots_of(sorted(replacements | (after - stale)))
+    assert sorted(slots_of(sorted(after)).values()) == [1, 1, 1, 1]
+
+
+def test_losing_the_state_database_loses_nothing_that_runs(md: Minidock, fleet: Fleet) -> None:
+    spec = md.spec(SPREAD + DB)
+    res = md("apply", str(spec), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    before = running_ids(md, fleet)
+    for f in md.state.glob("state.db*"):
+        f.unlink()
+    res = md("apply", str(spec), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "started" not in res.stdout
+    assert "stopped" not in res.stdout
+    assert running_ids(md, fleet) == before
+    doc = md.status()
+    assert "rebuilt" in doc["rebuilt"]

@@ -224,6 +224,7 @@ class HostObservation:
     ok: bool
     containers: tuple[Container, ...] = ()
     error: str | None = None
+    ports_in_use: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,7 @@ class World(FleetDouble):
     log: list[Plan] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     max_down_fraction: float = Inventory.max_down_fraction
+    held_ports: dict[str, frozenset[str]] = field(default_factory=dict)  # outside MiniDock
 
     def __post_init__(self) -> None:
         for h in self.hosts:
@@ -196,7 +197,12 @@ class World(FleetDouble):
             {
                 h.name: HostObservation(h.name, False, error="timed out")
                 if h.name in self.down
-                else HostObservation(h.name, True, tuple(self.containers[h.name]))
+                else HostObservation(
+                    h.name,
+                    True,
+                    tuple(self.containers[h.name]),
+                    ports_in_use=self.held_ports.get(h.name, frozenset()),
+                )
                 for h in self.hosts
             }
         )

@@ -134,7 +134,7 @@ def note_failure(
     ss = state.services.get(service)
     if ss is None:
         return state
-    slot_state = slots.count_failure(ss.slot(slot), task, now, line, ss.spec.restart)
+    slot_state = slots.start_failed(ss.slot(slot), task, now, line, ss.spec.restart)
     ss = replace(ss, slots={**ss.slots, slot: slot_state})
     r = ss.rollout
     if r.active and slot in r.inflight:

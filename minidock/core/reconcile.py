@@ -153,9 +153,9 @@ def reconcile(
         return Plan(state=held, waiting=fx.waiting, events=fx.events, guard=guard)
     view = _view(desired, observed, hosts, now)
     live = [c for c in observed.containers() if c.host in hosts and c.live]
-    fleet = Fleet.build(
-        inventory.hosts, {h: hs.why_not_eligible() for h, hs in hosts.items()}, live
-    )
+    eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
+    foreign = {h: o.ports_in_use for h, o in observed.hosts.items() if o.ok}
+    fleet = Fleet.build(inventory.hosts, eligible, live, foreign)
     services, decided, wants, updates = _decide_services(view, state)
     for s in decided.stops:
         if s.container.live:
@@ -640,7 +640,7 @@ def _place_wants(
         if want.kind is WantKind.MOVE:
             run, placed = _move(want, services, fleet, view)
         else:
-            run, placed = _place_one(want, fleet, view)
+            run, placed = _place_one(want, ss.slot(want.slot).avoid, fleet, view)
         fx = fx + placed
         if run is None:
             services[want.service] = with_slot(ss, want.slot, slots.unplaced(ss.slot(want.slot)))
@@ -653,8 +653,9 @@ def _place_wants(
     return services, fx
 
 
-def _place_one(want: Want, fleet: Fleet, view: View) -> tuple[Run | None, Effects]:
-    where = place(want.target, fleet)
+def _place_one(want: Want, avoid: str, fleet: Fleet, view: View) -> tuple[Run | None, Effects]:
+    """A task for an empty slot; a host where its last start failed only if none other fits."""
+    where = place(want.target, fleet, avoid=[avoid] if avoid else ())
     if where.host is None:
         return None, Effects(pending=(Pending(want.service, want.slot, where.why),))
     restart = want.kind is WantKind.RESTART

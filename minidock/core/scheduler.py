@@ -7,7 +7,7 @@ that fits nowhere says why for each host (SwarmKit's filter.go pattern).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +23,7 @@ class HostLoad:
     memory: int = 0
     ports: frozenset[str] = frozenset()
     tasks: tuple[str, ...] = ()  # service name per task, one entry each
+    foreign: frozenset[str] = frozenset()  # host ports held by what MiniDock does not manage
 
     def add(self, service: str, cpus: float, memory: int, ports: Iterable[str]) -> HostLoad:
         return HostLoad(
@@ -30,6 +31,7 @@ class HostLoad:
             self.memory + memory,
             self.ports | frozenset(ports),
             (*self.tasks, service),
+            self.foreign,
         )
 
     def release(self, service: str, cpus: float, memory: int, ports: Iterable[str]) -> HostLoad:
@@ -41,6 +43,7 @@ class HostLoad:
             max(0, self.memory - memory),
             self.ports - frozenset(ports),
             tuple(tasks),
+            self.foreign,
         )
 
 
@@ -62,8 +65,12 @@ class Fleet:
         hosts: Sequence[Host],
         eligible: dict[str, str | None],
         containers: Iterable[Container],
+        foreign: Mapping[str, frozenset[str]] | None = None,
     ) -> Fleet:
-        load: dict[str, HostLoad] = {h.name: HostLoad() for h in hosts}
+        """The load of every host from its live tasks, and the host ports each probe found
+        held outside MiniDock (`foreign`: another container, a process)."""
+        held = foreign or {}
+        load = {h.name: HostLoad(foreign=held.get(h.name, frozenset())) for h in hosts}
         for c in containers:
             if c.live and c.host in load:
                 load[c.host] = load[c.host].add(c.service, c.cpus, c.memory, c.host_ports)
@@ -136,8 +143,12 @@ class PortFilter:
 
     @staticmethod
     def _taken(host: Host, service: Service, fleet: Fleet) -> list[str]:
-        used = fleet.load.get(host.name, HostLoad()).ports
-        return [p for p in service_ports(service) if p in used]
+        load = fleet.load.get(host.name, HostLoad())
+        return [
+            p if p not in load.foreign else f"{p} (held outside MiniDock)"
+            for p in service_ports(service)
+            if p in load.ports or p in load.foreign
+        ]
 
 
 FILTERS: tuple[Filter, ...] = (ReadyFilter(), ConstraintFilter(), ResourceFilter(), PortFilter())

@@ -30,6 +30,7 @@ __all__ = [
     "observe_task",
     "reset",
     "skip_backoff",
+    "start_failed",
     "unplaced",
     "vanish",
 ]
@@ -102,6 +103,7 @@ class SlotState:
     counted: tuple[str, ...] = ()  # task ids whose failure is already counted
     next_start: float = 0.0  # backoff: no new task before this time
     last_exit: str = ""  # one line: exit code and log tail, or the health failure
+    avoid: str = ""  # a host where starting its task failed (image missing, disk full...)
 
     @property
     def failed(self) -> bool:
@@ -127,7 +129,16 @@ def unplaced(slot: SlotState) -> SlotState:
 
 def observe_task(slot: SlotState, c: Container, *, ready: bool) -> SlotState:
     """The slot's live task as this pass sees it (a task no record explains is adopted)."""
-    return _step(slot, SlotInput.READY if ready else SlotInput.NOT_READY, task=c.task, host=c.host)
+    given = SlotInput.READY if ready else SlotInput.NOT_READY
+    return _step(slot, given, task=c.task, host=c.host, avoid="" if ready else slot.avoid)
+
+
+def start_failed(
+    slot: SlotState, task: str, at: float, line: str, policy: RestartPolicy
+) -> SlotState:
+    """Its task could not even be started on its host (`docker run` or the image pull
+    failed there): a failed attempt, and that host is avoided for the next one."""
+    return replace(count_failure(slot, task, at, line, policy), avoid=slot.host)
 
 
 def hold(slot: SlotState) -> SlotState:

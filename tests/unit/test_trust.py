@@ -3,7 +3,8 @@ run twice, and the controller's authority over which task fills a slot."""
 
 from __future__ import annotations
 
-from minidock.core import ControllerState, forget, set_drained
+from minidock.core import ControllerState, forget, note_failure, set_drained
+from minidock.model import PortMapping
 from tests.sim import World, assert_results, host, svc
 
 
@@ -163,3 +164,34 @@ def test_a_new_store_on_an_empty_fleet_is_not_rebuilt() -> None:
     plan = w.step()
     assert plan.state.rebuilt == ""
     assert not plan.state.adopting
+
+
+# -- ports held outside the cluster -------------------------------------------------------------
+def test_a_host_port_held_outside_minidock_is_seen_by_the_scheduler() -> None:
+    w = fleet(2)
+    w.held_ports = {"host1": frozenset({"8080/tcp"})}  # a foreign container, or a process
+    w.apply(svc("web", replicas=2, ports=(PortMapping(8080, 80),)))
+    plan = w.step()
+    assert [r.host for r in plan.run] == ["host2"]
+    (pending,) = plan.pending
+    assert "host1: host port 8080/tcp (held outside MiniDock) in use" in pending.reason
+    assert "host2: host port 8080/tcp in use" in pending.reason
+
+
+# -- a host that cannot start the task ----------------------------------------------------------
+def test_a_start_that_failed_on_one_host_is_tried_elsewhere_then_backs_off() -> None:
+    """A missing image (or a full disk) on one host: the next attempt goes elsewhere,
+    after the backoff; never a loop on the same host."""
+    w = fleet(2)
+    w.apply(svc("web", replicas=1))
+    plan = w.plan()
+    (run,) = plan.run
+    failed = note_failure(plan.state, "web", 1, run.task, "image web:5 is not on it", w.now)
+    w.state = failed
+    assert failed.services["web"].slot(1).avoid == run.host
+    assert w.step().run == ()  # backing off
+    w.now += 5
+    (retry,) = w.step().run
+    assert retry.host != run.host
+    w.converge()
+    assert w.state.services["web"].slot(1).avoid == ""

@@ -12,10 +12,9 @@ import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from minidock.lab import docker
+from minidock.lab import docker, local
 from minidock.lab.directory import LabHost
 from minidock.lab.images import LAB_LABEL, WEB5_IMAGE, data
-from minidock.lab.local import run
 
 __all__ = ["DindMode", "compose_document", "compose_text", "detect_dind_mode", "dind_options"]
 
@@ -33,7 +32,7 @@ def detect_dind_mode(probe_image: str = WEB5_IMAGE) -> DindMode:
         return "privileged"
     if forced == "caps":
         return "caps"
-    proc = run(docker.privileged_probe_argv(probe_image), check=False, timeout=60)
+    proc = local.run(docker.privileged_probe_argv(probe_image), check=False, timeout=60)
     return "privileged" if proc.returncode == 0 else "caps"
 
 

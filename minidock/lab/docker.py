@@ -140,8 +140,15 @@ def privileged_probe_argv(image: str) -> list[str]:
 def container_states_argv(containers: Sequence[str]) -> list[str]:
     """`/NAME STATE` per existing container, for `parse_container_states`."""
     template = "{{.Name}} {{.State.Status}}"
-    return ["docker", "inspect", "--type", "container", "-f", template,
-            *_operands(containers, "container")]  # fmt: skip
+    return [
+        "docker",
+        "inspect",
+        "--type",
+        "container",
+        "-f",
+        template,
+        *_operands(containers, "container"),
+    ]
 
 
 def parse_container_states(stdout: str) -> dict[str, str]:
@@ -172,8 +179,7 @@ def exec_argv(container: str, argv: Sequence[str], *, stdin: bool = False) -> li
     """Run argv inside a running container; with stdin, this process's stdin is passed on."""
     if not argv:
         raise ValueError("empty argv")
-    return ["docker", "exec", *(["-i"] if stdin else []), _operand(container, "container"),
-            *argv]  # fmt: skip
+    return ["docker", "exec", *(["-i"] if stdin else []), _operand(container, "container"), *argv]
 
 
 def stop_argv(container: str, timeout_s: int = 2) -> list[str]:

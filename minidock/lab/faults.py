@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, get_args
 
-from minidock.lab import docker
+from minidock.lab import docker, local
 from minidock.lab.directory import LabHost
 from minidock.lab.errors import LabError
-from minidock.lab.local import run
 
 if TYPE_CHECKING:
     from minidock.lab.fleet import Lab
@@ -66,12 +65,12 @@ def kill(lab: Lab, host: str, mode: KillMode = "stop") -> None:
     state = lab.container_state(host)
     if mode == "stop":
         if state in ("running", "paused", "restarting"):
-            run(docker.stop_argv(lab_host.container))
+            local.run(docker.stop_argv(lab_host.container))
         return
     if mode == "pause":
         if state != "paused":
             _require_running(lab, host, state)
-            run(docker.pause_argv(lab_host.container))
+            local.run(docker.pause_argv(lab_host.container))
         return
     _require_running(lab, host, state)
     lab.sh(host, _INSIDE[mode])
@@ -88,7 +87,7 @@ def heal(lab: Lab, host: LabHost, state: str, then: str = "") -> None:
     if state == "missing":
         raise LabError(f"{host.name} has no container: run `{lab.command('up')}`")
     if state == "paused":
-        run(docker.unpause_argv(host.container))
+        local.run(docker.unpause_argv(host.container))
     elif state != "running":
-        run(docker.start_argv(host.container))
+        local.run(docker.start_argv(host.container))
     lab.sh(host.name, HEAL_SCRIPT + then)

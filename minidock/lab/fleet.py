@@ -3,11 +3,11 @@ down, provisions them, reports on them and makes their faults.
 
 `Lab(root, project)` owns three things: the lab directory `root/.lab/`, the inventory
 `root/inventory/lab.toml` (both `minidock.lab.directory`) and the compose project of host
-containers `<project>-host1`.. (`minidock.lab.compose`). Each host runs sshd and its own
-dockerd (Docker-in-Docker); PID 1 is a small shell, so either daemon can be killed while
-the host stays up. Every command first checks that this lab owns the compose project and
-the files (`minidock.lab.ownership`). The CLI (`minidock.lab.cli`) and the integration
-tests use this class. See docs/lab.md.
+containers `<project>-host1`.. (`minidock.lab.compose`, `minidock.lab.containers`). Each
+host runs sshd and its own dockerd (Docker-in-Docker); PID 1 is a small shell, so either
+daemon can be killed while the host stays up. Every command first checks that this lab
+owns the compose project and the files (`minidock.lab.ownership`). The CLI
+(`minidock.lab.cli`) and the integration tests use this class. See docs/lab.md.
 """
 
 from __future__ import annotations
@@ -15,21 +15,21 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
-import subprocess
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
-from minidock.lab import docker, faults, images, probe
+from minidock.lab import docker, faults, images, local, probe
 from minidock.lab.compose import compose_document, compose_text, detect_dind_mode
-from minidock.lab.directory import LabDir, LabHost, zone_for
+from minidock.lab.containers import HostContainers
+from minidock.lab.directory import LabHost, zone_for
 from minidock.lab.errors import LabError, NotOwnedError
 from minidock.lab.faults import CLEAN_SCRIPT, KillMode
-from minidock.lab.local import engine_available, parallel, run, run_coro, write_atomic
+from minidock.lab.local import parallel, run_coro, write_atomic
 from minidock.lab.ownership import Claim, Verb, refusal
 from minidock.lab.probe import HostStatus
 from minidock.model import Host
@@ -41,24 +41,23 @@ INSTALL_KEY = (
     "umask 077 && mkdir -p /root/.ssh && cat > /root/.ssh/authorized_keys.new"
     " && mv /root/.ssh/authorized_keys.new /root/.ssh/authorized_keys"
 )
-HOST_KEY = "/etc/ssh/ssh_host_ed25519_key.pub"
 
 
 def remove_project(project: str) -> None:
     """Remove a compose project's containers, volumes and networks without its compose file
     (found by compose's own labels)."""
-    ids = docker.parse_words(run(docker.project_containers_argv(project)).stdout)
+    ids = docker.parse_words(local.run(docker.project_containers_argv(project)).stdout)
     if ids:
-        run(docker.remove_containers_argv(ids))
+        local.run(docker.remove_containers_argv(ids))
     for kind in ("volume", "network"):
-        names = docker.parse_words(run(docker.resources_argv(kind, project)).stdout)
+        names = docker.parse_words(local.run(docker.resources_argv(kind, project)).stdout)
         if names:
-            run(docker.remove_resources_argv(kind, names), check=False)
+            local.run(docker.remove_resources_argv(kind, names), check=False)
 
 
 def project_dirs(project: str) -> set[str]:
     """The compose working directories the project's containers were created from."""
-    return set(docker.parse_lines(run(docker.project_dirs_argv(project)).stdout))
+    return set(docker.parse_lines(local.run(docker.project_dirs_argv(project)).stdout))
 
 
 def _port_free(port: int) -> bool:
@@ -79,7 +78,7 @@ def _pick_port(taken: set[int]) -> int:
 
 
 @dataclass
-class Lab(LabDir):
+class Lab(HostContainers):
     """A lab fleet rooted at `root` (default: the working directory), compose project
     `project`; `labels` go on every host container, `timings` collects seconds per step."""
 
@@ -100,42 +99,6 @@ class Lab(LabDir):
             raise NotOwnedError(problem)
         return claim
 
-    # -- the host containers
-    def container_states(self) -> dict[str, str]:
-        """Container state of every lab host by host name ("missing" when absent)."""
-        hosts = self.hosts()
-        if not hosts:
-            return {}
-        proc = run(docker.container_states_argv([h.container for h in hosts]), check=False)
-        found = docker.parse_container_states(proc.stdout)
-        return {h.name: found.get(h.container, "missing") for h in hosts}
-
-    def container_state(self, host: str) -> str:
-        return self.container_states().get(host, "missing")
-
-    def container_port(self, host: str) -> int | None:
-        """The loopback port docker publishes the host's sshd on (None when not running)."""
-        proc = run(docker.port_argv(self.host(host).container), check=False)
-        return docker.parse_loopback_port(proc.stdout)
-
-    def exec(
-        self,
-        host: str,
-        *argv: str,
-        input: bytes | None = None,
-        check: bool = True,
-        timeout: float | None = 60.0,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run argv inside the host container (docker exec), for setup and assertions."""
-        container = self.host(host).container
-        command = docker.exec_argv(container, argv, stdin=input is not None)
-        proc = run(command, input=input, check=check, timeout=timeout)
-        return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)
-
-    def sh(self, host: str, script: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run a shell script inside the host container."""
-        return self.exec(host, "sh", "-c", script, check=check)
-
     # -- lifecycle
     def prepare(self, n: int = 3) -> Path:
         """Everything before the containers start: images, key, DinD mode, ports, the
@@ -143,7 +106,7 @@ class Lab(LabDir):
         containers still exist, so re-running `up` leaves a running lab alone."""
         if n < 1:
             raise LabError("a lab needs at least one host")
-        if not engine_available():
+        if not local.engine_available():
             raise LabError("no Docker engine answers `docker info` (run scripts/engine.sh)")
         self.check_owner("up")
         started = time.monotonic()
@@ -183,7 +146,7 @@ class Lab(LabDir):
 
         def setup(host: LabHost) -> None:
             self.exec(host.name, "sh", "-c", INSTALL_KEY, input=public)
-            host_keys[host.name] = self._read_host_key(host.name, deadline=started + timeout)
+            host_keys[host.name] = self.read_host_key(host.name, deadline=started + timeout)
 
         parallel(setup, hosts)
         self.write_known_hosts(hosts, host_keys)
@@ -206,7 +169,7 @@ class Lab(LabDir):
         started = time.monotonic()
         self.prepare(n)
         step = time.monotonic()
-        run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
+        local.run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
         self.timings["compose up"] = time.monotonic() - step
         self.provision(timeout=timeout)
         self.timings["up"] = time.monotonic() - started
@@ -218,7 +181,7 @@ class Lab(LabDir):
         claim = self.check_owner("down")
         owns_files = claim.owns_files()
         if owns_files and self.compose_path.exists():
-            run(docker.compose_down_argv(self.compose_path, self.project), timeout=300)
+            local.run(docker.compose_down_argv(self.compose_path, self.project), timeout=300)
         # and whatever the file no longer names (a smaller re-`up`, or the lab dir is gone),
         # found by compose's project label
         remove_project(self.project)
@@ -247,21 +210,6 @@ class Lab(LabDir):
         self.wait_ready(timeout=timeout)
 
     # -- readiness and status
-    def wait_docker(self, hosts: Sequence[str], timeout: float = 60.0) -> None:
-        """Wait until `docker info` answers inside each host (via docker exec)."""
-        deadline = time.monotonic() + timeout
-
-        def one(host: str) -> None:
-            while True:
-                proc = self.exec(host, *docker.info_argv(), check=False, timeout=20)
-                if proc.returncode == 0:
-                    return
-                if time.monotonic() > deadline:
-                    raise LabError(f"{host}: dockerd not answering: {proc.stderr.strip()}")
-                time.sleep(0.2)
-
-        parallel(one, hosts)
-
     def ssh_host(self, host: str) -> Host:
         """A lab host as the controller sees it (for SSHExecutor)."""
         return probe.ssh_host(self.host(host), self.key_path, self.known_hosts_path)
@@ -279,10 +227,9 @@ class Lab(LabDir):
         states = self.container_states()
         found = run_coro(probe.probe_hosts([self.ssh_host(h.name) for h in hosts]))
         return [
-            HostStatus(h.name, h.container, states[h.name], h.port, p.ssh, p.docker, p.running,
-                       p.error)
+            HostStatus(h.name, h.container, states[h.name], h.port, *astuple(p))
             for h, p in zip(hosts, found, strict=True)
-        ]  # fmt: skip
+        ]
 
     # -- SSH for tests and scripts
     @contextlib.asynccontextmanager
@@ -302,18 +249,3 @@ class Lab(LabDir):
                 return await conn.run(command, check=False)
 
         return run_coro(go())
-
-    # -- provisioning details
-    def _read_host_key(self, host: str, deadline: float) -> str:
-        while True:
-            proc = self.exec(host, "cat", HOST_KEY, check=False)
-            if proc.returncode == 0 and proc.stdout.startswith("ssh-ed25519 "):
-                return proc.stdout.strip()
-            if time.monotonic() > deadline:
-                raise LabError(f"{host}: no ssh host key: {proc.stderr.strip()}")
-            time.sleep(0.1)
-
-    def load_images(self, host: str, wanted: Sequence[str] = images.WORKLOAD_IMAGES) -> list[str]:
-        """Copy images into a host unless it has the same image id already. Returns the
-        images that were loaded."""
-        return images.load_images(self.host(host).container, wanted, hint=self.command("up"))

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from minidock.lab import docker
+from minidock.lab import docker, local
 from minidock.lab.errors import LabError
-from minidock.lab.local import pipe, run
 
 __all__ = [
     "CRASH_IMAGE",
@@ -67,13 +66,13 @@ def data(name: str) -> bytes:
 
 def image_recipe(tag: str) -> str | None:
     """The recipe label of a local image (None when the image is missing)."""
-    proc = run(docker.image_label_argv(tag, RECIPE_LABEL), check=False)
+    proc = local.run(docker.image_label_argv(tag, RECIPE_LABEL), check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def image_id(tag: str) -> str | None:
     """The id of a local image (None when missing)."""
-    proc = run(docker.image_id_argv(tag), check=False)
+    proc = local.run(docker.image_id_argv(tag), check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
@@ -101,20 +100,24 @@ WORKLOADS = (
 
 
 def _tar_add(
-    tar: tarfile.TarFile, name: str, *, data: bytes | None = None, mode: int = 0o644,
+    tar: tarfile.TarFile,
+    name: str,
+    *,
+    content: bytes | None = None,
+    mode: int = 0o644,
     link: str = "",
-) -> None:  # fmt: skip
+) -> None:
     """Add a directory (no data), a file or a symlink, with a fixed mtime."""
     info = tarfile.TarInfo(name)
     info.mtime = 0
     info.mode = mode
     if link:
         info.type, info.linkname = tarfile.SYMTYPE, link
-    elif data is None:
+    elif content is None:
         info.type = tarfile.DIRTYPE
     else:
-        info.size = len(data)
-    tar.addfile(info, io.BytesIO(data) if data is not None else None)
+        info.size = len(content)
+    tar.addfile(info, io.BytesIO(content) if content is not None else None)
 
 
 def workload_tar(work: Workload) -> bytes:
@@ -126,14 +129,14 @@ def workload_tar(work: Workload) -> bytes:
         for directory in ("bin", "www", "etc"):
             _tar_add(tar, directory, mode=0o755)
         _tar_add(tar, "tmp", mode=0o1777)
-        _tar_add(tar, "bin/busybox", data=BUSYBOX.read_bytes(), mode=0o755)
+        _tar_add(tar, "bin/busybox", content=BUSYBOX.read_bytes(), mode=0o755)
         for applet in BUSYBOX_APPLETS:
             _tar_add(tar, f"bin/{applet}", link="busybox")
-        _tar_add(tar, "bin/lab-init", data=data("workload-init.sh"), mode=0o755)
-        _tar_add(tar, "etc/passwd", data=b"root:x:0:0:root:/:/bin/sh\n")
-        _tar_add(tar, "etc/group", data=b"root:x:0:\n")
+        _tar_add(tar, "bin/lab-init", content=data("workload-init.sh"), mode=0o755)
+        _tar_add(tar, "etc/passwd", content=b"root:x:0:0:root:/:/bin/sh\n")
+        _tar_add(tar, "etc/group", content=b"root:x:0:\n")
         if work.page is not None:
-            _tar_add(tar, "www/index.html", data=work.page.encode())
+            _tar_add(tar, "www/index.html", content=work.page.encode())
     return buf.getvalue()
 
 
@@ -155,7 +158,7 @@ def build_workload_image(work: Workload) -> bool:
     recipe = hashlib.sha256(tarball + json.dumps(changes).encode()).hexdigest()[:16]
     if image_recipe(work.tag) == recipe:
         return False
-    run(docker.import_argv(work.tag, [*changes, _labels(recipe)]), input=tarball)
+    local.run(docker.import_argv(work.tag, [*changes, _labels(recipe)]), input=tarball)
     return True
 
 
@@ -204,19 +207,19 @@ def build_host_image() -> bool:
     with tempfile.TemporaryDirectory(prefix="minidock-lab-") as tmp:
         for name, content in files.items():
             Path(tmp, name).write_bytes(content)
-        debs, imported = pipe(
+        debs, imported = local.pipe(
             [arg.replace("{dir}", tmp) for arg in argv],
             docker.import_argv(staging, [_labels(recipe), 'CMD ["/bin/sh"]']),
             timeout=900,
         )
     if debs.returncode != 0 or imported.returncode != 0:
-        run(docker.rmi_argv(staging, force=True), check=False)
+        local.run(docker.rmi_argv(staging, force=True), check=False)
         detail = (debs.stderr or imported.stderr).strip()
         if len(detail) > 3000:  # mmdebstrap: the error comes first, then its usage text
             detail = f"{detail[:1500]}\n...\n{detail[-1500:]}"
         raise LabError(f"building the host image failed: {detail}")
-    run(docker.tag_argv(staging, tag))
-    run(docker.rmi_argv(staging), check=False)
+    local.run(docker.tag_argv(staging, tag))
+    local.run(docker.rmi_argv(staging), check=False)
     return True
 
 
@@ -236,16 +239,16 @@ def build_images() -> dict[str, float]:
 def load_images(container: str, images: Sequence[str], *, hint: str) -> list[str]:
     """Copy images into a running host container unless it holds the same image id
     already. Returns the images that were loaded. `hint` is the command that builds them."""
-    local = {image: image_id(image) for image in images}
-    missing = [image for image, found in local.items() if found is None]
+    ids = {image: image_id(image) for image in images}
+    missing = [image for image, found in ids.items() if found is None]
     if missing:
         raise LabError(f"images missing locally: {missing} (run `{hint}`)")
-    inside = run(docker.exec_argv(container, docker.image_tags_argv(images)), check=False)
+    inside = local.run(docker.exec_argv(container, docker.image_tags_argv(images)), check=False)
     present = docker.parse_image_tags(inside.stdout)
-    wanted = [image for image in images if (image, local[image]) not in present]
+    wanted = [image for image in images if (image, ids[image]) not in present]
     if not wanted:
         return []
-    save, load = pipe(
+    save, load = local.pipe(
         docker.save_argv(wanted), docker.exec_argv(container, docker.load_argv(), stdin=True)
     )
     if save.returncode != 0 or load.returncode != 0:

@@ -73,9 +73,12 @@ def pipe(
         ) as first:
             assert first.stdout is not None
             second = subprocess.run(
-                list(consumer), stdin=first.stdout, capture_output=True, check=False,
+                list(consumer),
+                stdin=first.stdout,
+                capture_output=True,
+                check=False,
                 timeout=timeout,
-            )  # fmt: skip
+            )
             first.stdout.close()
             _, first_err = first.communicate(timeout=timeout)
     except FileNotFoundError as exc:

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from minidock.cli import app
-from minidock.lab import fleet
+from minidock.lab import local
 from minidock.lab.directory import LabDir, LabHost, lab_command
 from minidock.lab.errors import NotOwnedError
 from minidock.lab.fleet import Lab
@@ -57,8 +57,8 @@ class FakeEngine:
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     fake = FakeEngine()
-    monkeypatch.setattr(fleet, "run", fake.run)
-    monkeypatch.setattr(fleet, "engine_available", lambda: True)
+    monkeypatch.setattr(local, "run", fake.run)
+    monkeypatch.setattr(local, "engine_available", lambda: True)
     return fake
 
 

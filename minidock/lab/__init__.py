@@ -9,6 +9,7 @@ other commands never import this package. The modules, one duty each:
 - `fleet`: `Lab`, up / down / status / provision / reset
 - `faults`: the `kill` modes and how `revive` heals them
 - `ownership`: which lab owns a compose project and a root's files (every command checks)
+- `containers`: the host containers through the local engine (states, ports, docker exec)
 - `probe`: readiness and status over SSH, through `minidock.ssh.SSHExecutor`
 - `docker`: argv builders and parsers for the local Docker engine and docker-compose
 - `local`: local commands, pipes, atomic writes

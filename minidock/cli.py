@@ -6,21 +6,22 @@ the `--wait` loop and the exit codes (`usecases.ExitCode`) are the use cases'.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar, assert_never
+from typing import Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from minidock import usecases
 from minidock.core import Plan
-from minidock.lab import lab_app
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.state import state_dir
@@ -31,14 +32,34 @@ from minidock.usecases import ConvergeOutcome, Ending, ExitCode, Progress, Repor
 MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
 T = TypeVar("T")
 
+
+class LazyGroup(TyperGroup):
+    """The top-level group, whose sub-apps in LAZY ("name": "module:attribute" of a typer
+    app) are imported only when their command runs or the help lists them: `minidock
+    reconcile` never loads the lab (tests/unit/test_lazy_lab.py)."""
+
+    LAZY: ClassVar[dict[str, str]] = {"lab": "minidock.lab.cli:lab_app"}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        loaded = super().list_commands(ctx)
+        return [*loaded, *(name for name in self.LAZY if name not in loaded)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            module, _, attribute = self.LAZY[cmd_name].partition(":")
+            sub_app = getattr(importlib.import_module(module), attribute)
+            self.add_command(typer.main.get_command(sub_app), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
 app = typer.Typer(
     name="minidock",
     help="Keep Docker services converged on a fleet of SSH hosts.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=LazyGroup,
 )
-app.add_typer(lab_app, name="lab")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 

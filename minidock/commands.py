@@ -102,6 +102,12 @@ def ps_argv(cluster: str) -> list[str]:
     ]
 
 
+def running_ids_argv() -> list[str]:
+    """List every running container on the host, whoever started it, one full id a line
+    (for `parse_ids`): the lab's readiness probe, "docker answers and runs N containers"."""
+    return ["docker", "ps", "-q", "--no-trunc"]
+
+
 def parse_ids(stdout: str) -> list[str]:
     """The container ids printed by `ps_argv`; anything that is not an id is an error."""
     ids: list[str] = []

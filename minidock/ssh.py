@@ -19,7 +19,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncssh
 
@@ -32,6 +32,7 @@ __all__ = [
     "Result",
     "SSHExecutor",
     "Unreachable",
+    "connect_options",
     "known_hosts_line",
 ]
 
@@ -281,21 +282,14 @@ class SSHExecutor:
             known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             known_hosts.touch(mode=0o600)
         client = _AcceptNewClient(known_hosts) if accept_new else None
-        identity = os.path.expanduser(host.identity_file) if host.identity_file else None
+        identity = _identity_path(host)
         if identity and not os.path.isfile(identity):
             raise Unreachable(host.name, f"identity file {identity} not found")
         try:
             conn = await asyncssh.connect(
                 host.address,
-                port=host.port,
-                username=host.user,
-                known_hosts=str(known_hosts),
+                **connect_options(host),
                 client_factory=(lambda: client) if client is not None else None,
-                client_keys=[identity] if identity else (),
-                agent_path=None if identity else (),
-                config=[],  # the inventory is the whole truth: no ~/.ssh/config
-                connect_timeout=host.connect_timeout,
-                login_timeout=host.connect_timeout,
                 keepalive_interval=self._keepalive_interval,
                 keepalive_count_max=3,
             )
@@ -318,3 +312,25 @@ class SSHExecutor:
 
 def _known_hosts_path(host: Host) -> Path:
     return Path(os.path.expanduser(host.known_hosts or DEFAULT_KNOWN_HOSTS))
+
+
+def _identity_path(host: Host) -> str | None:
+    return os.path.expanduser(host.identity_file) if host.identity_file else None
+
+
+def connect_options(host: Host) -> dict[str, Any]:
+    """The `asyncssh.connect` keyword arguments (all but the address) with which the
+    executor reaches a host: its port, user, identity file (no agent then), known_hosts
+    and timeouts, and nothing from ~/.ssh/config (the inventory is the whole truth).
+    Tools that need a raw asyncssh session to a host (the lab's tests) start from these."""
+    identity = _identity_path(host)
+    return {
+        "port": host.port,
+        "username": host.user,
+        "known_hosts": str(_known_hosts_path(host)),
+        "client_keys": [identity] if identity else (),
+        "agent_path": None if identity else (),
+        "config": [],
+        "connect_timeout": host.connect_timeout,
+        "login_timeout": host.connect_timeout,
+    }

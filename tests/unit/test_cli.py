@@ -519,12 +519,15 @@ def test_usage_errors_are_exit_2(in_tmp: Path, ssh_calls: list[str], args: list[
 
 # -- help -------------------------------------------------------------------------------------
 def command_paths() -> list[list[str]]:
-    """Every command and subcommand of the app, as argv prefixes."""
+    """Every command and subcommand of the app, as argv prefixes (as the help lists them:
+    lazily loaded sub-apps such as `lab` included)."""
     root = typer.main.get_command(app)
     paths: list[list[str]] = []
 
     def walk(group: Any, prefix: list[str]) -> None:
-        for name, command in sorted(group.commands.items()):
+        ctx = typer.Context(group)
+        for name in sorted(group.list_commands(ctx)):
+            command = group.get_command(ctx, name)
             paths.append([*prefix, name])
             if hasattr(command, "commands"):
                 walk(command, [*prefix, name])

@@ -1,0 +1,149 @@
+"""`minidock lab`: the typer app for the lab fleet. `minidock.cli` loads this module only
+when `minidock lab ...` runs (or the top-level help lists the commands)."""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from minidock.lab.directory import DEFAULT_PROJECT
+from minidock.lab.errors import LabError
+from minidock.lab.faults import KillMode
+from minidock.lab.fleet import Lab
+
+__all__ = ["lab_app"]
+
+
+class Mode(enum.StrEnum):
+    """The fault `lab kill` makes (KillMode as a typer choice)."""
+
+    STOP = "stop"
+    PAUSE = "pause"
+    SSHD = "sshd"
+    DOCKERD = "dockerd"
+    PARTITION = "partition"
+
+
+_MODES: dict[Mode, KillMode] = {
+    Mode.STOP: "stop",
+    Mode.PAUSE: "pause",
+    Mode.SSHD: "sshd",
+    Mode.DOCKERD: "dockerd",
+    Mode.PARTITION: "partition",
+}
+
+
+lab_app = typer.Typer(
+    name="lab",
+    help="A local fleet of SSH + Docker hosts in containers, with an inventory for it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_console = Console()
+_errors = Console(stderr=True)
+
+
+def _lab(ctx: typer.Context) -> Lab:
+    options = ctx.obj if isinstance(ctx.obj, dict) else {}
+    root = options.get("lab_root")
+    return Lab(Path(root) if root else Path.cwd(), project=options.get("project", DEFAULT_PROJECT))
+
+
+def _fail(exc: LabError) -> typer.Exit:
+    """One line on stderr; exit 2 for bad input (unknown host, another lab's project)."""
+    _errors.print(f"lab: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(exc.exit_code)
+
+
+RootOption = Annotated[
+    Path | None,
+    typer.Option("--root", help="Directory holding .lab/ and inventory/ (default: working dir)."),
+]
+ProjectOption = Annotated[str, typer.Option("--project", help="Compose project name.")]
+HostsOption = Annotated[int, typer.Option("--hosts", min=1, max=20, help="How many hosts.")]
+HostArgument = Annotated[str, typer.Argument(help="A lab host, e.g. host2.")]
+ModeOption = Annotated[Mode, typer.Option("--mode", help="Which fault to make.")]
+
+
+@lab_app.callback()
+def _lab_options(
+    ctx: typer.Context, root: RootOption = None, project: ProjectOption = DEFAULT_PROJECT
+) -> None:
+    options = ctx.obj if isinstance(ctx.obj, dict) else {}
+    ctx.obj = {**options, "lab_root": root, "project": project}
+
+
+@lab_app.command("up")
+def up_command(ctx: typer.Context, hosts: HostsOption = 3) -> None:
+    """Build the images if needed, start host1..hostN, write inventory/lab.toml."""
+    lab = _lab(ctx)
+    try:
+        lab.up(hosts)
+    except LabError as exc:
+        raise _fail(exc) from exc
+    rel = os.path.relpath(lab.inventory_path)
+    _console.print(f"lab up: {hosts} hosts in {lab.timings['up']:.1f}s; inventory: {rel}")
+
+
+@lab_app.command("down")
+def down_command(ctx: typer.Context) -> None:
+    """Remove the lab's hosts, their volumes and inventory/lab.toml (this lab's only)."""
+    try:
+        _lab(ctx).down()
+    except LabError as exc:
+        raise _fail(exc) from exc
+    _console.print("lab down")
+
+
+@lab_app.command("status")
+def status_command(ctx: typer.Context) -> None:
+    """Each host: container state, SSH port, and whether SSH + `docker ps` work."""
+    lab = _lab(ctx)
+    try:
+        rows = lab.status()
+    except LabError as exc:
+        raise _fail(exc) from exc
+    if not rows:
+        _console.print(f"no lab here (run `{lab.command('up')}`)", markup=False)
+        raise typer.Exit(1)
+    table = Table(title=f"lab {lab.project} ({os.path.relpath(lab.inventory_path)})")
+    for column in ("host", "container", "ssh port", "ssh", "docker ps", "running", "error"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row.name,
+            row.state,
+            str(row.port),
+            "yes" if row.ssh else "[red]no[/red]",
+            "yes" if row.docker else "[red]no[/red]",
+            "-" if row.running is None else str(row.running),
+            row.error,
+        )
+    _console.print(table)
+
+
+@lab_app.command("kill")
+def kill_command(ctx: typer.Context, host: HostArgument, mode: ModeOption = Mode.STOP) -> None:
+    """Make a fault: stop (host off), pause (hung), sshd, dockerd (daemon dead), partition."""
+    try:
+        _lab(ctx).kill(host, _MODES[mode])
+    except LabError as exc:
+        raise _fail(exc) from exc
+    _console.print(f"{host}: {mode.value}")
+
+
+@lab_app.command("revive")
+def revive_command(ctx: typer.Context, host: HostArgument) -> None:
+    """End any fault on HOST and wait until it answers SSH and docker again."""
+    try:
+        _lab(ctx).revive(host)
+    except LabError as exc:
+        raise _fail(exc) from exc
+    _console.print(f"{host}: ready")

@@ -1,0 +1,96 @@
+"""The host containers' definition: how they get the rights to run dockerd (detected, not
+assumed), and the compose document that declares them.
+
+The document is written as JSON, which Compose reads as it reads YAML (Debian's
+docker-compose 1.29 runs it here, file format 2.4), so no YAML writer is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from minidock.lab import docker, local
+from minidock.lab.directory import LabHost
+from minidock.lab.images import LAB_LABEL, WEB5_IMAGE, data
+
+__all__ = ["DindMode", "compose_document", "compose_text", "detect_dind_mode", "dind_options"]
+
+DindMode = Literal["privileged", "caps"]
+COMPOSE_FORMAT = "2.4"
+HOST_LABEL = "minidock.lab.host"
+
+
+def detect_dind_mode(probe_image: str = WEB5_IMAGE) -> DindMode:
+    """How host containers get the rights to run dockerd: `--privileged` if a tiny test
+    container may use it here, else an explicit capability set (FLEET-NOTES: the kernel may
+    withhold CAP_SYS_RESOURCE, which makes `--privileged` fail). $MINIDOCK_LAB_DIND forces."""
+    forced = os.environ.get("MINIDOCK_LAB_DIND", "")
+    if forced == "privileged":
+        return "privileged"
+    if forced == "caps":
+        return "caps"
+    proc = local.run(docker.privileged_probe_argv(probe_image), check=False, timeout=60)
+    return "privileged" if proc.returncode == 0 else "caps"
+
+
+def dind_options(dind: str) -> tuple[dict[str, Any], list[str]]:
+    """(compose service keys, extra volumes) that let a host container run dockerd."""
+    if dind == "privileged":
+        return {"privileged": True}, []
+    options = {
+        "cap_add": ["ALL"],
+        "cap_drop": ["SYS_RESOURCE"],
+        "security_opt": ["seccomp=unconfined", "apparmor=unconfined"],
+        "device_cgroup_rules": ["a *:* rwm"],
+    }
+    return options, ["/sys/fs/cgroup:/sys/fs/cgroup:rw"]
+
+
+def compose_document(
+    project: str, hosts: Sequence[LabHost], image: str, dind: str, extra_labels: dict[str, str]
+) -> dict[str, Any]:
+    """The compose document for these hosts: one service per host, sshd on a pinned
+    loopback port, /var/lib/docker on a named volume, PID 1 the lab's init script."""
+    init = data("host-init.sh").decode()
+    options, dind_volumes = dind_options(dind)
+    services: dict[str, Any] = {}
+    volumes: dict[str, Any] = {}
+    for host in hosts:
+        services[host.name] = {
+            "image": image,
+            "container_name": host.container,
+            "hostname": host.name,
+            "entrypoint": ["/bin/sh", "-c", init],
+            "ports": [f"127.0.0.1:{host.port}:22"],
+            "stop_grace_period": "5s",
+            "tmpfs": ["/run"],
+            "labels": {LAB_LABEL: project, HOST_LABEL: host.name, **extra_labels},
+            **options,
+            "volumes": [f"{host.name}-docker:/var/lib/docker", *dind_volumes],
+        }
+        volumes[f"{host.name}-docker"] = {"labels": {LAB_LABEL: project}}
+    return {
+        "version": COMPOSE_FORMAT,
+        "x-generated-by": "minidock lab (minidock/lab/compose.py); do not edit",
+        "services": services,
+        "volumes": volumes,
+    }
+
+
+def _escape(value: Any) -> Any:
+    """Every string with "$" doubled: "$" is Compose's interpolation sigil."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, dict):
+        return {key: _escape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_escape(item) for item in value]
+    return value
+
+
+def compose_text(document: dict[str, Any]) -> str:
+    """The compose file's text: the document as JSON, interpolation escaped."""
+    return json.dumps(_escape(document), indent=2) + "\n"

@@ -1,0 +1,89 @@
+"""The lab's host containers, through the local Docker engine: their states and ports,
+`docker exec` inside them, and the waits that need no SSH (dockerd answering, the host key
+made). `minidock.lab.fleet.Lab` builds on this; SSH comes in with `minidock.lab.probe`."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from minidock.lab import docker, images, local
+from minidock.lab.directory import LabDir
+from minidock.lab.errors import LabError
+from minidock.lab.local import parallel
+
+__all__ = ["HOST_KEY", "HostContainers"]
+
+HOST_KEY = "/etc/ssh/ssh_host_ed25519_key.pub"
+
+
+@dataclass
+class HostContainers(LabDir):
+    """The host containers `<project>-hostN` of the lab whose files LabDir describes."""
+
+    def container_states(self) -> dict[str, str]:
+        """Container state of every lab host by host name ("missing" when absent)."""
+        hosts = self.hosts()
+        if not hosts:
+            return {}
+        proc = local.run(docker.container_states_argv([h.container for h in hosts]), check=False)
+        found = docker.parse_container_states(proc.stdout)
+        return {h.name: found.get(h.container, "missing") for h in hosts}
+
+    def container_state(self, host: str) -> str:
+        return self.container_states().get(host, "missing")
+
+    def container_port(self, host: str) -> int | None:
+        """The loopback port docker publishes the host's sshd on (None when not running)."""
+        proc = local.run(docker.port_argv(self.host(host).container), check=False)
+        return docker.parse_loopback_port(proc.stdout)
+
+    def exec(
+        self,
+        host: str,
+        *argv: str,
+        input: bytes | None = None,
+        check: bool = True,
+        timeout: float | None = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run argv inside the host container (docker exec), for setup and assertions."""
+        container = self.host(host).container
+        command = docker.exec_argv(container, argv, stdin=input is not None)
+        proc = local.run(command, input=input, check=check, timeout=timeout)
+        return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def sh(self, host: str, script: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a shell script inside the host container."""
+        return self.exec(host, "sh", "-c", script, check=check)
+
+    def wait_docker(self, hosts: Sequence[str], timeout: float = 60.0) -> None:
+        """Wait until `docker info` answers inside each host (via docker exec)."""
+        deadline = time.monotonic() + timeout
+
+        def one(host: str) -> None:
+            while True:
+                proc = self.exec(host, *docker.info_argv(), check=False, timeout=20)
+                if proc.returncode == 0:
+                    return
+                if time.monotonic() > deadline:
+                    raise LabError(f"{host}: dockerd not answering: {proc.stderr.strip()}")
+                time.sleep(0.2)
+
+        parallel(one, hosts)
+
+    def read_host_key(self, host: str, deadline: float) -> str:
+        """The host's ed25519 public key (made by its init at first start), read inside."""
+        while True:
+            proc = self.exec(host, "cat", HOST_KEY, check=False)
+            if proc.returncode == 0 and proc.stdout.startswith("ssh-ed25519 "):
+                return proc.stdout.strip()
+            if time.monotonic() > deadline:
+                raise LabError(f"{host}: no ssh host key: {proc.stderr.strip()}")
+            time.sleep(0.1)
+
+    def load_images(self, host: str, wanted: Sequence[str] = images.WORKLOAD_IMAGES) -> list[str]:
+        """Copy images into a host unless it has the same image id already. Returns the
+        images that were loaded."""
+        return images.load_images(self.host(host).container, wanted, hint=self.command("up"))

@@ -1,0 +1,93 @@
+"""The faults `lab kill HOST --mode ...` makes and how `lab revive` ends them.
+
+Each mode is one of the ways a host is lost that FLEET-NOTES "Network" measured, and each
+looks different to the controller: `stop` (host off: refused), `pause` (hung: the connect
+times out), `sshd` (reset at once), `dockerd` (SSH fine, docker fails), `partition`
+(iptables drops port 22; the host and its tasks keep running). Revive heals any mix.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, get_args
+
+from minidock.lab import docker, local
+from minidock.lab.directory import LabHost
+from minidock.lab.errors import LabError
+
+if TYPE_CHECKING:
+    from minidock.lab.fleet import Lab
+
+__all__ = ["CLEAN_SCRIPT", "HEAL_SCRIPT", "KILL_MODES", "KillMode", "heal", "kill"]
+
+KillMode = Literal["stop", "pause", "sshd", "dockerd", "partition"]
+KILL_MODES: tuple[KillMode, ...] = get_args(KillMode)
+
+PARTITION_RULE = ("INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP")
+START_SSHD = "mkdir -p /run/sshd && /usr/sbin/sshd -E /var/log/sshd.log"
+START_DOCKERD = "setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &"
+READY_FLAG = "/run/minidock-lab.ready"
+KILL_SSHD = "pkill -KILL -x sshd; true"
+# SIGKILL: a crash. containerd goes with it; the tasks' shims keep them running, and
+# live-restore picks them up again at revive.
+KILL_DOCKERD = (
+    "pkill -KILL -x dockerd; i=0;"
+    " while pgrep -x dockerd >/dev/null && [ $i -lt 50 ]; do sleep 0.1;"
+    " i=$((i + 1)); done; true"
+)
+_RULE = " ".join(PARTITION_RULE)
+PARTITION = f"iptables -C {_RULE} 2>/dev/null || iptables -I {_RULE}"
+HEAL_SCRIPT = f"""
+i=0
+while [ ! -e {READY_FLAG} ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+rule="{_RULE}"
+while iptables -C $rule 2>/dev/null; do iptables -D $rule; done
+if ! ss -Hltn 'sport = :22' | grep -q .; then pkill -KILL -x sshd; {START_SSHD}; fi
+if ! pgrep -x dockerd >/dev/null; then {START_DOCKERD} fi
+"""
+# After HEAL_SCRIPT, for `reset`: wait for dockerd, remove every MiniDock-labelled container.
+CLEAN_SCRIPT = """
+i=0
+until ids=$(docker ps -aq --filter label=minidock.cluster 2>&1); do
+    [ $i -lt 300 ] || { echo "$ids" >&2; exit 1; }
+    sleep 0.1; i=$((i + 1))
+done
+[ -z "$ids" ] || docker rm -f -v $ids >/dev/null
+"""
+_INSIDE: dict[str, str] = {"sshd": KILL_SSHD, "dockerd": KILL_DOCKERD, "partition": PARTITION}
+
+
+def kill(lab: Lab, host: str, mode: KillMode = "stop") -> None:
+    """Make the fault `mode` on `host`. Idempotent; modes other than stop need a running
+    (or, for pause, an already paused) container."""
+    if mode not in KILL_MODES:
+        raise LabError(f"unknown kill mode {mode!r} (one of {', '.join(KILL_MODES)})")
+    lab_host = lab.host(host)
+    state = lab.container_state(host)
+    if mode == "stop":
+        if state in ("running", "paused", "restarting"):
+            local.run(docker.stop_argv(lab_host.container))
+        return
+    if mode == "pause":
+        if state != "paused":
+            _require_running(lab, host, state)
+            local.run(docker.pause_argv(lab_host.container))
+        return
+    _require_running(lab, host, state)
+    lab.sh(host, _INSIDE[mode])
+
+
+def _require_running(lab: Lab, host: str, state: str) -> None:
+    if state != "running":
+        raise LabError(f"{host} is {state}: `{lab.command(f'revive {host}')}` first")
+
+
+def heal(lab: Lab, host: LabHost, state: str, then: str = "") -> None:
+    """End every fault of a host (start or unpause it, drop the partition rule, restart
+    sshd and dockerd when they are gone), then run the shell script `then` inside it."""
+    if state == "missing":
+        raise LabError(f"{host.name} has no container: run `{lab.command('up')}`")
+    if state == "paused":
+        local.run(docker.unpause_argv(host.container))
+    elif state != "running":
+        local.run(docker.start_argv(host.container))
+    lab.sh(host.name, HEAL_SCRIPT + then)

@@ -1,0 +1,251 @@
+"""The lab fleet: `Lab` brings a compose project of SSH + Docker host containers up and
+down, provisions them, reports on them and makes their faults.
+
+`Lab(root, project)` owns three things: the lab directory `root/.lab/`, the inventory
+`root/inventory/lab.toml` (both `minidock.lab.directory`) and the compose project of host
+containers `<project>-host1`.. (`minidock.lab.compose`, `minidock.lab.containers`). Each
+host runs sshd and its own dockerd (Docker-in-Docker); PID 1 is a small shell, so either
+daemon can be killed while the host stays up. Every command first checks that this lab
+owns the compose project and the files (`minidock.lab.ownership`). The CLI
+(`minidock.lab.cli`) and the integration tests use this class. See docs/lab.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import astuple, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from minidock.lab import docker, faults, images, local, probe
+from minidock.lab.compose import compose_document, compose_text, detect_dind_mode
+from minidock.lab.containers import HostContainers
+from minidock.lab.directory import LabHost, zone_for
+from minidock.lab.errors import LabError, NotOwnedError
+from minidock.lab.faults import CLEAN_SCRIPT, KillMode
+from minidock.lab.local import parallel, run_coro, write_atomic
+from minidock.lab.ownership import Claim, Verb, refusal
+from minidock.lab.probe import HostStatus
+from minidock.model import Host
+
+__all__ = ["Lab", "project_dirs", "remove_project"]
+
+PORT_RANGE = (20000, 32000)  # below the kernel's ephemeral range, so pinned ports stay free
+INSTALL_KEY = (
+    "umask 077 && mkdir -p /root/.ssh && cat > /root/.ssh/authorized_keys.new"
+    " && mv /root/.ssh/authorized_keys.new /root/.ssh/authorized_keys"
+)
+
+
+def remove_project(project: str) -> None:
+    """Remove a compose project's containers, volumes and networks without its compose file
+    (found by compose's own labels)."""
+    ids = docker.parse_words(local.run(docker.project_containers_argv(project)).stdout)
+    if ids:
+        local.run(docker.remove_containers_argv(ids))
+    for kind in ("volume", "network"):
+        names = docker.parse_words(local.run(docker.resources_argv(kind, project)).stdout)
+        if names:
+            local.run(docker.remove_resources_argv(kind, names), check=False)
+
+
+def project_dirs(project: str) -> set[str]:
+    """The compose working directories the project's containers were created from."""
+    return set(docker.parse_lines(local.run(docker.project_dirs_argv(project)).stdout))
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_port(taken: set[int]) -> int:
+    for _ in range(500):
+        port = random.randrange(*PORT_RANGE)
+        if port not in taken and _port_free(port):
+            return port
+    raise LabError(f"no free port on 127.0.0.1 in {PORT_RANGE}")
+
+
+@dataclass
+class Lab(HostContainers):
+    """A lab fleet rooted at `root` (default: the working directory), compose project
+    `project`; `labels` go on every host container, `timings` collects seconds per step."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    # -- ownership
+    def check_owner(self, verb: Verb, args: str = "") -> Claim:
+        """What this machine says about the project and the files; NotOwnedError (one
+        line naming the command that does reach that lab) when `verb` must not act."""
+        recorded = self.recorded_project()
+        runs = False
+        if verb == "up" and recorded not in (None, self.project):
+            runs = str(self.lab_dir) in project_dirs(str(recorded))
+        claim = Claim(self.root, self.project, project_dirs(self.project), recorded, runs)
+        problem = refusal(claim, verb, args)
+        if problem is not None:
+            raise NotOwnedError(problem)
+        return claim
+
+    # -- lifecycle
+    def prepare(self, n: int = 3) -> Path:
+        """Everything before the containers start: images, key, DinD mode, ports, the
+        compose file. Returns the compose file's path. Keeps the ports of hosts whose
+        containers still exist, so re-running `up` leaves a running lab alone."""
+        if n < 1:
+            raise LabError("a lab needs at least one host")
+        if not local.engine_available():
+            raise LabError("no Docker engine answers `docker info` (run scripts/engine.sh)")
+        self.check_owner("up")
+        started = time.monotonic()
+        self.timings.update({f"build {tag}": s for tag, s in images.build_images().items()})
+        self.timings["images"] = time.monotonic() - started
+        self.ensure_key()
+        existing = {h.name: h for h in self.hosts()}
+        states = self.container_states()
+        dind = self.dind_mode() or detect_dind_mode()
+        hosts: list[LabHost] = []
+        taken: set[int] = set()
+        for i in range(1, n + 1):
+            name = f"host{i}"
+            old = existing.get(name)
+            if old and states.get(name, "missing") != "missing" and old.port not in taken:
+                port = old.port
+            else:
+                port = _pick_port(taken)
+            taken.add(port)
+            hosts.append(LabHost(name, port, zone_for(i), f"{self.project}-{name}"))
+        image = images.host_image_tag()
+        document = compose_document(self.project, hosts, image, dind, self.labels)
+        write_atomic(self.compose_path, compose_text(document).encode())
+        self.write_state(hosts, dind, image)
+        return self.compose_path
+
+    def provision(self, timeout: float = 90.0) -> None:
+        """Everything after the containers start: authorized key, pinned known_hosts, the
+        inventory, images loaded into each host; then wait until every host answers SSH
+        and docker."""
+        hosts = self.hosts()
+        if not hosts:
+            raise LabError(f"no lab: run `{self.command('up')}`")
+        started = time.monotonic()
+        public = self.key_path.with_suffix(".pub").read_bytes()
+        host_keys: dict[str, str] = {}
+
+        def setup(host: LabHost) -> None:
+            self.exec(host.name, "sh", "-c", INSTALL_KEY, input=public)
+            host_keys[host.name] = self.read_host_key(host.name, deadline=started + timeout)
+
+        parallel(setup, hosts)
+        self.write_known_hosts(hosts, host_keys)
+        self.write_inventory(hosts)
+        self.timings["keys"] = time.monotonic() - started
+        names = [h.name for h in hosts]
+        step = time.monotonic()
+        self.wait_docker(names, timeout=max(1.0, started + timeout - step))
+        self.timings["docker ready"] = time.monotonic() - step
+        step = time.monotonic()
+        parallel(self.load_images, names)
+        self.timings["load images"] = time.monotonic() - step
+        step = time.monotonic()
+        self.wait_ready(names, timeout=max(1.0, started + timeout - step))
+        self.timings["ssh ready"] = time.monotonic() - step
+        self.timings["provision"] = time.monotonic() - started
+
+    def up(self, n: int = 3, timeout: float = 120.0) -> list[LabHost]:
+        """Start (or complete) a lab of n hosts and write its inventory. Idempotent."""
+        started = time.monotonic()
+        self.prepare(n)
+        step = time.monotonic()
+        local.run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
+        self.timings["compose up"] = time.monotonic() - step
+        self.provision(timeout=timeout)
+        self.timings["up"] = time.monotonic() - started
+        return self.hosts()
+
+    def down(self) -> None:
+        """Remove the host containers and their volumes; then, when the files are this
+        lab's, the inventory, known_hosts and lab.json. Refuses another lab's project."""
+        claim = self.check_owner("down")
+        owns_files = claim.owns_files()
+        if owns_files and self.compose_path.exists():
+            local.run(docker.compose_down_argv(self.compose_path, self.project), timeout=300)
+        # and whatever the file no longer names (a smaller re-`up`, or the lab dir is gone),
+        # found by compose's project label
+        remove_project(self.project)
+        if owns_files:
+            self.remove_files()
+
+    # -- faults
+    def kill(self, host: str, mode: KillMode = "stop") -> None:
+        """Make the fault `mode` on `host` (minidock.lab.faults). Idempotent."""
+        self.check_owner("kill", host if mode == "stop" else f"{host} --mode {mode}")
+        faults.kill(self, host, mode)
+
+    def revive(self, host: str, timeout: float = 60.0) -> None:
+        """End whatever fault `host` has (any mix of them), then wait until it answers SSH
+        and docker again."""
+        self.check_owner("revive", host)
+        faults.heal(self, self.host(host), self.container_state(host))
+        self.wait_ready([host], timeout=timeout)
+
+    def reset(self, timeout: float = 60.0) -> None:
+        """Revive every host and remove every container labelled minidock.cluster on it:
+        the state between two tests."""
+        self.check_owner("revive", "HOST")
+        states = self.container_states()
+        parallel(lambda h: faults.heal(self, h, states[h.name], CLEAN_SCRIPT), self.hosts())
+        self.wait_ready(timeout=timeout)
+
+    # -- readiness and status
+    def ssh_host(self, host: str) -> Host:
+        """A lab host as the controller sees it (for SSHExecutor)."""
+        return probe.ssh_host(self.host(host), self.key_path, self.known_hosts_path)
+
+    def wait_ready(self, hosts: Sequence[str] | None = None, timeout: float = 60.0) -> None:
+        """Wait until each host takes an SSH session with the lab's key and pinned host
+        key, and `docker ps` succeeds in it."""
+        names = list(hosts) if hosts is not None else [h.name for h in self.hosts()]
+        run_coro(probe.wait_until_ready([self.ssh_host(n) for n in names], timeout))
+
+    def status(self) -> list[HostStatus]:
+        """Every host: its container state and what a real SSH session finds."""
+        self.check_owner("status")
+        hosts = self.hosts()
+        states = self.container_states()
+        found = run_coro(probe.probe_hosts([self.ssh_host(h.name) for h in hosts]))
+        return [
+            HostStatus(h.name, h.container, states[h.name], h.port, *astuple(p))
+            for h, p in zip(hosts, found, strict=True)
+        ]
+
+    # -- SSH for tests and scripts
+    @contextlib.asynccontextmanager
+    async def connect(
+        self, host: str, **overrides: Any
+    ) -> AsyncIterator[asyncssh.SSHClientConnection]:
+        """`async with lab.connect("host1") as conn:` an SSH session to a lab host, with the
+        executor's options (keyword arguments override asyncssh.connect options)."""
+        async with probe.connect(self.ssh_host(host), **overrides) as conn:
+            yield conn
+
+    def run_ssh(self, host: str, command: str, **overrides: Any) -> asyncssh.SSHCompletedProcess:
+        """Run a shell command on a lab host over SSH (sync helper for tests and scripts)."""
+
+        async def go() -> asyncssh.SSHCompletedProcess:
+            async with self.connect(host, **overrides) as conn:
+                return await conn.run(command, check=False)
+
+        return run_coro(go())

@@ -1,0 +1,257 @@
+"""The lab's images, built locally (no registry): the host image (sshd + dockerd, with
+mmdebstrap and `docker import`) and the workload images (Debian's static busybox).
+
+Each image is labelled with a hash of its recipe, so a rebuild happens only when the recipe
+changes; the host image's tag is that hash. `load_images` copies workload images into a
+host container (`docker save | docker exec -i HOST docker load`). See docs/lab.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from minidock.lab import docker, local
+from minidock.lab.errors import LabError
+
+__all__ = [
+    "CRASH_IMAGE",
+    "IMAGE_REPO",
+    "LAB_LABEL",
+    "WEB5_IMAGE",
+    "WEB6_IMAGE",
+    "WEB_BROKEN_IMAGE",
+    "WORKLOAD_IMAGES",
+    "build_host_image",
+    "build_images",
+    "build_workload_image",
+    "data",
+    "host_image_tag",
+    "image_id",
+    "load_images",
+]
+
+IMAGE_REPO = "minidock-lab"
+WEB5_IMAGE = f"{IMAGE_REPO}/web:5"
+WEB6_IMAGE = f"{IMAGE_REPO}/web:6"
+WEB_BROKEN_IMAGE = f"{IMAGE_REPO}/web:broken"
+CRASH_IMAGE = f"{IMAGE_REPO}/crash:1"
+WORKLOAD_IMAGES = (WEB5_IMAGE, WEB6_IMAGE, WEB_BROKEN_IMAGE, CRASH_IMAGE)
+RECIPE_LABEL = "minidock.lab.recipe"
+LAB_LABEL = "minidock.lab"
+
+HOST_SUITE = "bookworm"
+HOST_PACKAGES = ("openssh-server", "docker.io", "iptables", "procps", "iproute2")
+BUSYBOX = Path("/bin/busybox")
+BUSYBOX_APPLETS = (
+    "sh", "sleep", "httpd", "wget", "cat", "echo", "ls", "ps", "kill", "true", "false",
+    "env", "hostname", "printf", "test", "[", "nc", "timeout", "grep", "date", "id",
+)  # fmt: skip
+
+
+def data(name: str) -> bytes:
+    """A file shipped in minidock/lab/files/."""
+    return resources.files("minidock.lab").joinpath("files", name).read_bytes()
+
+
+def image_recipe(tag: str) -> str | None:
+    """The recipe label of a local image (None when the image is missing)."""
+    proc = local.run(docker.image_label_argv(tag, RECIPE_LABEL), check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def image_id(tag: str) -> str | None:
+    """The id of a local image (None when missing)."""
+    proc = local.run(docker.image_id_argv(tag), check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _labels(recipe: str) -> str:
+    return f"LABEL {RECIPE_LABEL}={recipe} {LAB_LABEL}=image"
+
+
+# -- workload images --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload:
+    """One workload image: its tag, its CMD, and the page it serves (if it serves)."""
+
+    tag: str
+    cmd: tuple[str, ...]
+    page: str | None  # /www/index.html, when the image serves
+
+
+WORKLOADS = (
+    Workload(WEB5_IMAGE, ("httpd", "-f", "-p", "8080", "-h", "/www"), "web 5\n"),
+    Workload(WEB6_IMAGE, ("httpd", "-f", "-p", "8080", "-h", "/www"), "web 6\n"),
+    # Keeps running, never listens on 8080: a health check with wget fails.
+    Workload(WEB_BROKEN_IMAGE, ("sleep", "2147483647"), None),
+    Workload(CRASH_IMAGE, ("sh", "-c", "sleep 1; exit 1"), None),
+)
+
+
+def _tar_add(
+    tar: tarfile.TarFile,
+    name: str,
+    *,
+    content: bytes | None = None,
+    mode: int = 0o644,
+    link: str = "",
+) -> None:
+    """Add a directory (no data), a file or a symlink, with a fixed mtime."""
+    info = tarfile.TarInfo(name)
+    info.mtime = 0
+    info.mode = mode
+    if link:
+        info.type, info.linkname = tarfile.SYMTYPE, link
+    elif content is None:
+        info.type = tarfile.DIRTYPE
+    else:
+        info.size = len(content)
+    tar.addfile(info, io.BytesIO(content) if content is not None else None)
+
+
+def workload_tar(work: Workload) -> bytes:
+    """A root filesystem: busybox and its applet links, the init wrapper, the page."""
+    if not BUSYBOX.is_file():
+        raise LabError(f"{BUSYBOX} missing: install busybox-static (scripts/engine.sh)")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for directory in ("bin", "www", "etc"):
+            _tar_add(tar, directory, mode=0o755)
+        _tar_add(tar, "tmp", mode=0o1777)
+        _tar_add(tar, "bin/busybox", content=BUSYBOX.read_bytes(), mode=0o755)
+        for applet in BUSYBOX_APPLETS:
+            _tar_add(tar, f"bin/{applet}", link="busybox")
+        _tar_add(tar, "bin/lab-init", content=data("workload-init.sh"), mode=0o755)
+        _tar_add(tar, "etc/passwd", content=b"root:x:0:0:root:/:/bin/sh\n")
+        _tar_add(tar, "etc/group", content=b"root:x:0:\n")
+        if work.page is not None:
+            _tar_add(tar, "www/index.html", content=work.page.encode())
+    return buf.getvalue()
+
+
+def workload_changes(work: Workload) -> list[str]:
+    """The Dockerfile instructions `docker import` applies to a workload image."""
+    return [
+        "ENV PATH=/bin",
+        "WORKDIR /www",
+        'ENTRYPOINT ["/bin/lab-init"]',
+        f"CMD {json.dumps(list(work.cmd))}",
+        "EXPOSE 8080",
+    ]
+
+
+def build_workload_image(work: Workload) -> bool:
+    """Build one workload image unless the tag already holds this recipe. True if built."""
+    tarball = workload_tar(work)
+    changes = workload_changes(work)
+    recipe = hashlib.sha256(tarball + json.dumps(changes).encode()).hexdigest()[:16]
+    if image_recipe(work.tag) == recipe:
+        return False
+    local.run(docker.import_argv(work.tag, [*changes, _labels(recipe)]), input=tarball)
+    return True
+
+
+# -- the host image ---------------------------------------------------------------------------
+def host_recipe() -> tuple[str, list[str], dict[str, bytes]]:
+    """(recipe hash, mmdebstrap argv with {dir} for the uploads dir, files to upload)."""
+    files = {"sshd_config": data("sshd_config"), "daemon.json": data("daemon.json")}
+    argv = [
+        "mmdebstrap",
+        "--quiet",
+        "--variant=minbase",
+        f"--include={','.join(HOST_PACKAGES)}",
+        '--aptopt=Acquire::Retries "3"',
+        "--dpkgopt=path-exclude=/usr/share/man/*",
+        "--dpkgopt=path-exclude=/usr/share/locale/*",
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        # every host makes its own host key at first start (see host-init.sh)
+        '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
+        "--customize-hook=upload {dir}/sshd_config /etc/ssh/sshd_config.d/minidock-lab.conf",
+        '--customize-hook=mkdir -p "$1"/etc/docker',
+        "--customize-hook=upload {dir}/daemon.json /etc/docker/daemon.json",
+        HOST_SUITE,
+        "-",
+    ]
+    digest = hashlib.sha256(json.dumps(argv).encode())
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name])
+    return digest.hexdigest()[:12], argv, files
+
+
+def host_image_tag() -> str:
+    """The host image's tag: derived from its recipe, so a changed recipe rebuilds it."""
+    return f"{IMAGE_REPO}/host:{host_recipe()[0]}"
+
+
+def build_host_image() -> bool:
+    """Build the host image (mmdebstrap | docker import) unless it exists. True if built.
+    It is imported under a temporary tag and tagged only when both steps succeeded."""
+    recipe, argv, files = host_recipe()
+    tag = host_image_tag()
+    if image_recipe(tag) == recipe:
+        return False
+    if shutil.which("mmdebstrap") is None:
+        raise LabError("mmdebstrap not installed (run scripts/engine.sh)")
+    staging = f"{IMAGE_REPO}/host:building-{os.getpid()}"
+    with tempfile.TemporaryDirectory(prefix="minidock-lab-") as tmp:
+        for name, content in files.items():
+            Path(tmp, name).write_bytes(content)
+        debs, imported = local.pipe(
+            [arg.replace("{dir}", tmp) for arg in argv],
+            docker.import_argv(staging, [_labels(recipe), 'CMD ["/bin/sh"]']),
+            timeout=900,
+        )
+    if debs.returncode != 0 or imported.returncode != 0:
+        local.run(docker.rmi_argv(staging, force=True), check=False)
+        detail = (debs.stderr or imported.stderr).strip()
+        if len(detail) > 3000:  # mmdebstrap: the error comes first, then its usage text
+            detail = f"{detail[:1500]}\n...\n{detail[-1500:]}"
+        raise LabError(f"building the host image failed: {detail}")
+    local.run(docker.tag_argv(staging, tag))
+    local.run(docker.rmi_argv(staging), check=False)
+    return True
+
+
+def build_images() -> dict[str, float]:
+    """Make every lab image present locally; return seconds spent per built image."""
+    timings: dict[str, float] = {}
+    for work in WORKLOADS:
+        started = time.monotonic()
+        if build_workload_image(work):
+            timings[work.tag] = time.monotonic() - started
+    started = time.monotonic()
+    if build_host_image():
+        timings[host_image_tag()] = time.monotonic() - started
+    return timings
+
+
+def load_images(container: str, images: Sequence[str], *, hint: str) -> list[str]:
+    """Copy images into a running host container unless it holds the same image id
+    already. Returns the images that were loaded. `hint` is the command that builds them."""
+    ids = {image: image_id(image) for image in images}
+    missing = [image for image, found in ids.items() if found is None]
+    if missing:
+        raise LabError(f"images missing locally: {missing} (run `{hint}`)")
+    inside = local.run(docker.exec_argv(container, docker.image_tags_argv(images)), check=False)
+    present = docker.parse_image_tags(inside.stdout)
+    wanted = [image for image in images if (image, ids[image]) not in present]
+    if not wanted:
+        return []
+    save, load = local.pipe(
+        docker.save_argv(wanted), docker.exec_argv(container, docker.load_argv(), stdin=True)
+    )
+    if save.returncode != 0 or load.returncode != 0:
+        detail = (load.stderr or save.stderr).strip()
+        raise LabError(f"{container}: loading {wanted} failed: {detail}")
+    return wanted

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from minidock import codec
 from minidock.core import ControllerState
@@ -228,15 +228,7 @@ class Store:
                 (sql_limit,),
             ).fetchall()
             rows.reverse()
-        return [
-            (
-                int(r[0]),
-                Event(
-                    at=r[1], kind=r[2], service=r[3], slot=r[4], host=r[5], task=r[6], message=r[7]
-                ),
-            )
-            for r in rows
-        ]
+        return [_event_row(r) for r in rows]
 
     # -- the one write --------------------------------------------------------------------
     def commit(
@@ -333,6 +325,13 @@ class Store:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_IMODE(side.stat().st_mode) & 0o077:
                     os.chmod(side, _FILE_MODE)
+
+
+def _event_row(r: Sequence[Any]) -> tuple[int, Event]:
+    """An events row (in _EVENT_COLUMNS order) as (id, Event)."""
+    return int(r[0]), Event(
+        at=r[1], kind=r[2], service=r[3], slot=r[4], host=r[5], task=r[6], message=r[7]
+    )
 
 
 # -- the lock ---------------------------------------------------------------------------------

@@ -327,6 +327,7 @@ def host_row(h: HostSummary) -> tuple[str, ...]:
         f"{format_size(mem.used)}/{format_size(mem.total)}" if mem.total else format_size(mem.used)
     )
     word = h.state if not h.error else f"{h.state}: {h.error}"
+    word += " (over-committed)" if h.overcommitted else ""
     return (h.name, word, "yes" if h.drained else "", seen, str(h.tasks), cpus, memory)
 
 

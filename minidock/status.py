@@ -130,6 +130,7 @@ class HostSummary:
     tasks: int
     cpus: CpuUsage
     memory: MemoryUsage
+    overcommitted: bool  # its tasks reserve more than its declared cpus or memory
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,10 @@ def _host(h: Host, mine: list[Container], observed: Observed, plan: Plan) -> Hos
     hs = plan.state.host(h.name)
     obs = observed.hosts.get(h.name)
     live = [c for c in mine if c.host == h.name and c.live]
+    cpus, memory = sum((c.cpus for c in live), 0.0), sum(c.memory for c in live)
+    over = (h.cpus is not None and cpus > h.cpus + 1e-9) or (
+        h.memory is not None and memory > h.memory
+    )
     return HostSummary(
         name=h.name,
         address=h.address,
@@ -246,8 +251,9 @@ def _host(h: Host, mine: list[Container], observed: Observed, plan: Plan) -> Hos
         last_seen=hs.last_seen,
         error=None if obs is None or obs.ok else obs.error,
         tasks=len(live),
-        cpus=CpuUsage(sum((c.cpus for c in live), 0.0), h.cpus),
-        memory=MemoryUsage(sum(c.memory for c in live), h.memory),
+        cpus=CpuUsage(cpus, h.cpus),
+        memory=MemoryUsage(memory, h.memory),
+        overcommitted=over,
     )
 
 

@@ -25,11 +25,17 @@ from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
 from minidock.core.hosts import HostState, SeenTask
 from minidock.core.plan import Pending, Plan, Run, Stop, Waiting
-from minidock.core.scheduler import Fleet, place, place_replacing, service_ports
+from minidock.core.scheduler import (
+    Fleet,
+    over_capacity,
+    place,
+    place_replacing,
+    service_ports,
+)
 from minidock.core.service import back_to_previous, failure_action, slot_target, with_slot
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import health_gate, ready
-from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
+from minidock.model import Cluster, Container, Event, Host, Inventory, Observed, Service
 
 __all__ = ["reconcile", "task_id"]
 
@@ -82,10 +88,12 @@ class Want:
 
 @dataclass(frozen=True)
 class Outdated:
-    """A slot whose ready task runs another spec than its target: the rollout's work."""
+    """A slot whose task runs another spec than its target, or on a host its constraints
+    no longer allow (`misplaced` says why): the rollout's work."""
 
     slot: int
     task: Container
+    misplaced: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,15 @@ class View:
     hosts: Mapping[str, HostState]
     mine: tuple[Container, ...]
     unseen: Mapping[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
+    inventory: Mapping[str, Host] = field(default_factory=dict)
+    evict: Mapping[str, str] = field(default_factory=dict)  # container id -> why it moves
+
+    def misplaced(self, target: Service, c: Container) -> str:
+        """Why the task's host no longer satisfies the service's constraints ("" if it does):
+        a spec change or an inventory label change."""
+        host = self.inventory.get(c.host)
+        failed = [str(k) for k in target.constraints if host is not None and not k.allows(host)]
+        return f"{c.host} no longer meets constraint {', '.join(failed)}" if failed else ""
 
     def holders(self, ss: ServiceState, slot: int) -> tuple[str, ...]:
         """Hosts that may still run the slot's task though this pass cannot see it: those
@@ -151,7 +168,7 @@ def reconcile(
     if guard:
         held = replace(state, hosts=hosts, guard=guard)
         return Plan(state=held, waiting=fx.waiting, events=fx.events, guard=guard)
-    view = _view(desired, observed, hosts, now)
+    view = _view(desired, inventory, observed, hosts, now)
     live = [c for c in observed.containers() if c.host in hosts and c.live]
     eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
     foreign = {h: o.ports_in_use for h, o in observed.hosts.items() if o.ok}
@@ -252,7 +269,13 @@ def _probe_hosts(
     return hosts, Effects(waiting=tuple(waiting), events=tuple(events))
 
 
-def _view(cluster: Cluster, observed: Observed, hosts: Mapping[str, HostState], now: float) -> View:
+def _view(
+    cluster: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    hosts: Mapping[str, HostState],
+    now: float,
+) -> View:
     unseen: dict[tuple[str, int], list[str]] = {}
     for name, hs in hosts.items():
         if hs.failures:
@@ -263,7 +286,14 @@ def _view(cluster: Cluster, observed: Observed, hosts: Mapping[str, HostState], 
         for c in observed.containers()
         if c.cluster == cluster.name and c.host in hosts and hosts[c.host].failures == 0
     )
-    return View(cluster, now, hosts, mine, {k: tuple(v) for k, v in unseen.items()})
+    held = {k: tuple(v) for k, v in unseen.items()}
+    evict: dict[str, str] = {}
+    for h in inventory.hosts:
+        obs = observed.hosts.get(h.name)
+        if obs is not None and obs.ok:
+            live = [c for c in obs.containers if c.live]
+            evict |= over_capacity(h, live, [c for c in mine if c.host == h.name and c.live])
+    return View(cluster, now, hosts, mine, held, {h.name: h for h in inventory.hosts}, evict)
 
 
 # -- services ---------------------------------------------------------------------------------
@@ -357,7 +387,7 @@ def _decide_service(
         fx = fx + slot_fx
         wants += [want] if want else []
         if stale is not None and n not in ss.rollout.inflight:
-            outdated.append(Outdated(n, stale))
+            outdated.append(Outdated(n, stale, view.misplaced(slot_target(ss, n), stale)))
     handled = {s.container.id for s in fx.stops}
     settled = {c.slot for c in found if c.id not in handled and c.spec == spec_before and ready(c)}
     return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= replicas)
@@ -469,11 +499,11 @@ def _slot_with_tasks(
         live = [keep]
     task = live[0]
     ss = with_slot(ss, n, slots.observe_task(ss.slot(n), task, ready=ready(task)))
-    if view.hosts[task.host].drained:
-        move = Want(WantKind.MOVE, name, n, target, old=task, why=f"drain {task.host}")
-        return ss, fx, move, None
-    if task.spec != spec:
-        return ss, fx, None, task
+    if view.hosts[task.host].drained or task.id in view.evict:
+        why = f"drain {task.host}" if view.hosts[task.host].drained else view.evict[task.id]
+        return ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why), None
+    if task.spec != spec or view.misplaced(target, task):
+        return ss, fx, None, task  # outdated: the rollout replaces it (constraints too)
     if not ready(task):
         line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})")
         fx = fx + Effects(waiting=(line,))
@@ -701,10 +731,13 @@ def _advance_rollout(
         return ss, Effects()
     fx = Effects()
     if not r.active:
-        r = rollout.begin(r, ss.spec.replicas)
-        started_event = Event(
-            now, "rollout-started", f"{name}: updating {len(outdated)} tasks", service=name
-        )
+        moving = [o for o in outdated if o.misplaced]
+        relocating = len(moving) == len(outdated)
+        r = rollout.begin(r, ss.spec.replicas, relocating=relocating)
+        what = f"updating {len(outdated)} tasks"
+        if relocating:
+            what = f"moving {len(moving)} tasks: {moving[0].misplaced}"
+        started_event = Event(now, "rollout-started", f"{name}: {what}", service=name)
         fx = fx + Effects(events=(started_event,))
     room = _room(ss.spec, r, now)
     if not r.inflight and now < r.last_batch_at + ss.spec.update.delay:
@@ -746,11 +779,12 @@ def _start_replacement(
     """start-first: a new task on another host first; where the old task holds a host port
     that the new one needs, stop-first instead (the old task is stopped by the run)."""
     old, name = o.task, target.name
+    verb = f"move: {o.misplaced}" if o.misplaced else "update"
     fx = Effects()
     if target.update.order == "start-first":
         where = place(target, fleet, avoid=[old.host])
         if where.host is not None:
-            run = view.run(target, o.slot, where.host, "update (start-first)")
+            run = view.run(target, o.slot, where.host, f"{verb} (start-first)")
             return run, Effects(runs=(run,))
         if not set(service_ports(target)) & set(old.host_ports):
             return None, Effects(pending=(Pending(name, o.slot, where.why),))
@@ -760,5 +794,5 @@ def _start_replacement(
     where = place_replacing(target, fleet, old)
     if where.host is None:
         return None, fx + Effects(pending=(Pending(name, o.slot, where.why),))
-    run = view.run(target, o.slot, where.host, "update", replaces=old)
+    run = view.run(target, o.slot, where.host, verb, replaces=old)
     return run, fx + Effects(runs=(run,))

@@ -72,6 +72,7 @@ class Rollout:
     first_seen: tuple[tuple[int, float], ...] = ()  # when the controller first saw its task
     last_batch_at: float = 0.0  # when the latest task passed its gate (for update.delay)
     rollback: bool = field(default=False)  # its direction: back to the previous spec
+    relocating: bool = False  # moves tasks off hosts they may no longer use: no spec to undo
 
     @property
     def active(self) -> bool:
@@ -82,11 +83,25 @@ class Rollout:
         return self.status is RolloutPhase.PAUSED
 
 
-def begin(old: Rollout, total: int, *, rollback: bool = False, reason: str = "") -> Rollout:
+def begin(
+    old: Rollout,
+    total: int,
+    *,
+    rollback: bool = False,
+    reason: str = "",
+    relocating: bool = False,
+) -> Rollout:
     """A new rollout of `total` slots (replacing `old`), forward to the new spec or back
-    to the previous one."""
+    to the previous one; `relocating` when it only moves tasks (constraints changed)."""
     given = RolloutInput.BEGIN_ROLLBACK if rollback else RolloutInput.BEGIN
-    return step(Rollout(status=old.status), given, total=total, rollback=rollback, reason=reason)
+    return step(
+        Rollout(status=old.status),
+        given,
+        total=total,
+        rollback=rollback,
+        reason=reason,
+        relocating=relocating,
+    )
 
 
 def step(r: Rollout, given: RolloutInput, **changes: object) -> Rollout:

@@ -220,6 +220,43 @@ def place(service: Service, fleet: Fleet, *, avoid: Iterable[str] = ()) -> Place
     return Placement(best.name)
 
 
+def over_capacity(
+    host: Host, live: Sequence[Container], movable: Iterable[Container]
+) -> dict[str, str]:
+    """Tasks to move off a host whose declared cpus or memory dropped below what its live
+    tasks reserve: of the `movable` ones (this cluster's), highest slot numbers first,
+    until the rest fits. Container id -> why."""
+    cpus = sum(c.cpus for c in live)
+    memory = sum(c.memory for c in live)
+
+    def over() -> bool:
+        short_cpus = host.cpus is not None and cpus > host.cpus + 1e-9
+        return short_cpus or (host.memory is not None and memory > host.memory)
+
+    if not over():
+        return {}
+    why = f"{host.name} is over-committed ({_reserved(host, live)})"
+    moves: dict[str, str] = {}
+    for c in sorted(movable, key=lambda c: (-c.slot, c.service, c.task)):
+        if not over():
+            break
+        if c.cpus or c.memory:
+            moves[c.id] = why
+            cpus, memory = cpus - c.cpus, memory - c.memory
+    return moves
+
+
+def _reserved(host: Host, live: Sequence[Container]) -> str:
+    """What is over: "cpus 3/2", "memory 3GiB/2GiB"."""
+    cpus, memory = sum(c.cpus for c in live), sum(c.memory for c in live)
+    parts = []
+    if host.cpus is not None and cpus > host.cpus + 1e-9:
+        parts.append(f"cpus {cpus:g}/{host.cpus:g}")
+    if host.memory is not None and memory > host.memory:
+        parts.append(f"memory {format_size(memory)}/{format_size(host.memory)}")
+    return ", ".join(parts)
+
+
 def place_replacing(service: Service, fleet: Fleet, old: Container) -> Placement:
     """Stop-first: choose a host for `service` as if `old` were already gone (its host is
     allowed); when nothing fits, the fleet is left exactly as it was."""

@@ -51,7 +51,8 @@ def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState
             replace(ss, rollout=rollout.step(r, RolloutInput.FAILURE_TOLERATED, reason=why)),
             Event(now, "rollout-failure", f"{name}: {why}; continuing", service=name),
         )
-    if policy.failure_action == "rollback" and r.status is RolloutPhase.UPDATING and ss.previous:
+    rollback = policy.failure_action == "rollback" and not r.relocating  # nothing to undo
+    if rollback and r.status is RolloutPhase.UPDATING and ss.previous:
         return (
             rolled_back(ss, f"rolled back: {why}"),
             Event(now, "rollout-rollback", f"{name}: rolling back: {why}", service=name),

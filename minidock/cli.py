@@ -116,8 +116,13 @@ def printer(*, quiet: bool = False) -> Report:
 
     def report(progress: Progress) -> None:
         match progress:
-            case usecases.GenerationStored(generation=gen, cluster=cluster, services=n):
+            case usecases.GenerationStored(changed=False, generation=gen, directory=where):
+                out.print(f"no changes: generation {gen} is current (state: {where})")
+            case usecases.GenerationStored(
+                generation=gen, cluster=cluster, services=n, directory=where
+            ):
                 out.print(f"generation {gen}: {cluster} ({n} services)", markup=False)
+                out.print(f"state: {where}; for cron: {cron_line(where)}", markup=False)
             case usecases.IntentRecorded(message=message):
                 out.print(message, markup=False)
             case usecases.PassDone(result=result):
@@ -128,6 +133,13 @@ def printer(*, quiet: bool = False) -> Report:
                 assert_never(progress)
 
     return report
+
+
+def cron_line(directory: Path) -> str:
+    """The crontab line for this state, with absolute paths (cron has no PATH to speak of)."""
+    program = Path(sys.argv[0]).resolve()
+    command = str(program) if program.name == "minidock" else f"{sys.executable} -m minidock"
+    return f"* * * * * MINIDOCK_STATE={directory} {command} reconcile"
 
 
 def print_pass(result: PassResult, *, quiet: bool = False) -> None:
@@ -158,7 +170,10 @@ def print_convergence(outcome: ConvergeOutcome) -> None:
             err.print(f"  {line}", markup=False)
 
 
-def print_plan(plan: Plan) -> None:
+def print_plan(plan: Plan, removals: tuple[str, ...] = (), pruned: bool = False) -> None:
+    for name in removals:
+        how = "its tasks stop below, dependents first" if pruned else "needs --prune"
+        out.print(f"remove service {name} ({how})", markup=False)
     for s in plan.stop:
         out.print(f"stop {s.container.name} on {s.container.host}: {s.reason}", markup=False)
     for r in plan.run:
@@ -193,15 +208,21 @@ def apply(
     wait: WaitOption = False,
     timeout: TimeoutOption = "5m",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan only.")] = False,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Remove services the file no longer names.")
+    ] = False,
     state: StateOption = None,
 ) -> None:
     """Validate, store as the next desired-state generation, reconcile."""
     limit = seconds(timeout, "--timeout")
-    directory = state_dir(state, file)
+    directory = state_dir(state)
     if dry_run:
-        print_plan(run(usecases.plan(file, directory, runtime())).plan)
+        planned = run(usecases.plan(file, directory, runtime(), prune=prune))
+        print_plan(planned.plan, planned.removals, planned.pruned)
         return
-    applied = run(usecases.apply(file, directory, runtime(), printer(), wait=wait, timeout=limit))
+    applied = run(
+        usecases.apply(file, directory, runtime(), printer(), wait=wait, timeout=limit, prune=prune)
+    )
     print_convergence(applied.convergence)
     for failed in applied.failed_updates:
         err.print(f"{failed.service}: {failed.reason}", markup=False)
@@ -209,9 +230,16 @@ def apply(
 
 
 @app.command()
-def plan(file: FileArg, state: StateOption = None) -> None:
+def plan(
+    file: FileArg,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Plan the removal of services the file drops.")
+    ] = False,
+    state: StateOption = None,
+) -> None:
     """What apply would do, as a list of actions; changes nothing."""
-    print_plan(run(usecases.plan(file, state_dir(state, file), runtime())).plan)
+    planned = run(usecases.plan(file, state_dir(state), runtime(), prune=prune))
+    print_plan(planned.plan, planned.removals, planned.pruned)
 
 
 @app.command("reconcile")
@@ -228,7 +256,7 @@ def reconcile_command(
 ) -> None:
     """One pass over the stored desired state: the cron entry point, quiet when idle."""
     work = usecases.reconcile(
-        state_dir(state, None), runtime(), printer(quiet=True), force_down=force_down
+        state_dir(state), runtime(), printer(quiet=True), force_down=force_down
     )
     outcome = run(work)
     raise typer.Exit(outcome.exit_code)
@@ -244,7 +272,7 @@ def watch(
     The lock is held for each pass, not between passes, so `apply`, `drain` and the other
     writers get their turn; a pass that finds the lock taken is skipped."""
     pause = seconds(interval, "--interval", at_least=MIN_INTERVAL)
-    loop = usecases.watch(state_dir(state, None), runtime(), printer(quiet=True), interval=pause)
+    loop = usecases.watch(state_dir(state), runtime(), printer(quiet=True), interval=pause)
     try:
         run(loop)
     except KeyboardInterrupt:
@@ -257,7 +285,7 @@ def status(
     state: StateOption = None,
 ) -> None:
     """Services, tasks and hosts, observed now."""
-    doc = run(usecases.status(state_dir(state, None), runtime())).document
+    doc = run(usecases.status(state_dir(state), runtime())).document
     if as_json:
         sys.stdout.write(json.dumps(doc.to_json(), indent=2, sort_keys=True) + "\n")
         return
@@ -341,7 +369,7 @@ def drain(
     """Move every task off a host (replacements first) and keep it empty."""
     limit = seconds(timeout, "--timeout")
     drained = run(
-        usecases.drain(host, state_dir(state, None), runtime(), printer(), wait=wait, timeout=limit)
+        usecases.drain(host, state_dir(state), runtime(), printer(), wait=wait, timeout=limit)
     )
     print_convergence(drained.convergence)
     raise typer.Exit(drained.exit_code)
@@ -350,8 +378,16 @@ def drain(
 @app.command()
 def activate(host: str, state: StateOption = None) -> None:
     """Let a drained host take tasks again (running tasks are not moved back)."""
-    activated = run(usecases.activate(host, state_dir(state, None), runtime(), printer()))
+    activated = run(usecases.activate(host, state_dir(state), runtime(), printer()))
     raise typer.Exit(activated.exit_code)
+
+
+@app.command()
+def forget(host: str, state: StateOption = None) -> None:
+    """A host gone for good: record its tasks as lost, so they are started elsewhere (and
+    the inventory may drop it). A listed host that still answers is refused: drain it."""
+    forgot = run(usecases.forget(host, state_dir(state), runtime(), printer()))
+    raise typer.Exit(forgot.exit_code)
 
 
 @app.command()
@@ -361,9 +397,7 @@ def rollback(
     """Go back to the service's previous spec, rolled out like an update."""
     limit = seconds(timeout, "--timeout")
     rolled = run(
-        usecases.rollback(
-            service, state_dir(state, None), runtime(), printer(), wait=wait, timeout=limit
-        )
+        usecases.rollback(service, state_dir(state), runtime(), printer(), wait=wait, timeout=limit)
     )
     print_convergence(rolled.convergence)
     raise typer.Exit(rolled.exit_code)
@@ -376,9 +410,7 @@ def reset(
     """Clear a service's crash-loop Failed slots and backoff timers."""
     limit = seconds(timeout, "--timeout")
     cleared = run(
-        usecases.reset(
-            service, state_dir(state, None), runtime(), printer(), wait=wait, timeout=limit
-        )
+        usecases.reset(service, state_dir(state), runtime(), printer(), wait=wait, timeout=limit)
     )
     print_convergence(cleared.convergence)
     raise typer.Exit(cleared.exit_code)
@@ -390,7 +422,7 @@ def events(
     state: StateOption = None,
 ) -> None:
     """The event log: every change the controller made."""
-    log = checked(lambda: usecases.events(state_dir(state, None), limit=limit))
+    log = checked(lambda: usecases.events(state_dir(state), limit=limit))
     for e in log.events:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
         out.print(f"{at} {e.kind}: {e.message}", markup=False)

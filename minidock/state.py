@@ -91,15 +91,15 @@ class Locked(Exception):
 
 
 # -- the state directory ----------------------------------------------------------------------
-def state_dir(explicit: str | None, cluster_file: Path | None) -> Path:
-    """--state DIR, else $MINIDOCK_STATE, else .minidock/ beside the cluster file, else in cwd."""
+def state_dir(explicit: str | None) -> Path:
+    """--state DIR, else $MINIDOCK_STATE, else .minidock/ in the working directory: one
+    rule for every command, so `apply` and a later `status` or cron `reconcile` run from
+    the same place find the same state."""
     if explicit:
         return Path(explicit).expanduser().absolute()
     from_env = os.environ.get(ENV_STATE)
     if from_env:
         return Path(from_env).expanduser().absolute()
-    if cluster_file is not None:
-        return (cluster_file.expanduser().parent / ".minidock").absolute()
     return Path.cwd() / ".minidock"
 
 

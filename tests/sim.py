@@ -190,7 +190,7 @@ class World(FleetDouble):
     def apply(self, *services: Service) -> None:
         self.generation += 1
         self.cluster = Cluster(self.cluster_name, "cluster.toml", "inventory.toml", services)
-        self.state = admit(self.state, self.cluster, self.generation)
+        self.state = admit(self.state, self.cluster, self.generation, prune=True)
 
     def observe(self) -> Observed:
         return Observed(
@@ -331,7 +331,7 @@ class RunnerWorld(FleetDouble):
         cluster = Cluster(self.cluster_name, "cluster.toml", "inventory.toml", services)
         gen = self.store.next_generation_id()
         event = Event(self.now, "apply", f"applied cluster.toml as generation {gen}")
-        state = admit(self.store.load(), cluster, gen)
+        state = admit(self.store.load(), cluster, gen, prune=True)
         self.store.commit(state, [event], generation=cluster, source_path="cluster.toml")
 
     def observe(self) -> Observed:

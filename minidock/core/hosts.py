@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from minidock.model import Event
+from minidock.model import Event, Host
 
 __all__ = [
     "AVAILABILITY_TABLE",
@@ -78,6 +78,7 @@ class HostState:
     last_seen: float | None = None
     last_error: str | None = None
     tasks: tuple[SeenTask, ...] = ()  # live tasks at the last successful probe
+    last_known: Host | None = None  # its connection details: a drain works once it is unlisted
 
     @property
     def down(self) -> bool:

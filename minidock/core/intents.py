@@ -18,6 +18,7 @@ __all__ = [
     "forget",
     "note_exit",
     "note_failure",
+    "removals",
     "reset",
     "rollback",
     "rollouts_started",
@@ -25,12 +26,22 @@ __all__ = [
 ]
 
 
-def admit(state: ControllerState, cluster: Cluster, generation: int) -> ControllerState:
+def removals(state: ControllerState, cluster: Cluster) -> list[str]:
+    """Services the state runs that `cluster` no longer names (an apply needs `--prune`)."""
+    wanted = {s.name for s in cluster.services}
+    return [n for n, ss in state.services.items() if n not in wanted and not ss.removed]
+
+
+def admit(
+    state: ControllerState, cluster: Cluster, generation: int, *, prune: bool = False
+) -> ControllerState:
     """Take a newly applied cluster spec as the desired state.
 
     A service whose run settings changed starts a rollout and keeps its old spec for
     rollback; any change to a service clears its Failed slots and backoff; the same spec
-    again resumes a paused update."""
+    again resumes a paused update. Services the spec no longer names stay as they are,
+    unless `prune`: then they are removed (desired stopped, in reverse dependency order,
+    then dropped). Removals are explicit: `apply` refuses them without `--prune`."""
     services: dict[str, ServiceState] = {}
     for svc in cluster.services:
         old = state.services.get(svc.name)
@@ -51,12 +62,18 @@ def admit(state: ControllerState, cluster: Cluster, generation: int) -> Controll
                 rollout=rollout.begin(old.rollout, svc.replicas) if changed else old.rollout,
                 slots={},
             )
+    kept = [n for n in state.services if n not in services]
+    for name in kept:
+        old = state.services[name]
+        if prune or old.removed:
+            old = replace(old, spec=replace(old.spec, desired="stopped"), removed=True)
+        services[name] = old
     return replace(
         state,
         adopting=state.generation == 0 or state.adopting,
         cluster=cluster.name,
         generation=generation,
-        order=tuple(s.name for s in cluster.services),
+        order=(*(s.name for s in cluster.services), *kept),
         services=services,
     )
 

@@ -125,6 +125,10 @@ class View:
         failed = [str(k) for k in target.constraints if host is not None and not k.allows(host)]
         return f"{c.host} no longer meets constraint {', '.join(failed)}" if failed else ""
 
+    def unseen_of(self, service: str) -> bool:
+        """Whether a host that did not answer last ran a task of `service`."""
+        return any(s == service for s, _ in self.unseen)
+
     def holders(self, ss: ServiceState, slot: int) -> tuple[str, ...]:
         """Hosts that may still run the slot's task though this pass cannot see it: those
         unreachable (not yet down), and for `on_host_loss = "wait"` those down too, until
@@ -187,7 +191,13 @@ def reconcile(
     fx = fx + rebuilt_fx
     return Plan(
         state=replace(
-            state, hosts=hosts, services=services, guard="", adopting=False, rebuilt=rebuilt
+            state,
+            hosts=hosts,
+            services=services,
+            order=tuple(n for n in state.order if n in services),
+            guard="",
+            adopting=False,
+            rebuilt=rebuilt,
         ),
         run=tuple(sorted(fx.runs, key=lambda r: not r.restart)),  # due restarts first
         stop=fx.stops,
@@ -261,6 +271,7 @@ def _probe_hosts(
             now=now,
             guard_holds=guard_holds,
         )
+        new = replace(new, last_known=host)
         if new.unreachable:
             reason = f"unreachable ({new.failures}/{host.down_after} failed probes)"
             waiting.append(Waiting(host.name, reason))
@@ -318,6 +329,10 @@ def _decide_services(
         if name not in services:
             continue
         found = by_service.get(name, [])
+        if services[name].removed and not found and not view.unseen_of(name):
+            del services[name]  # pruned, and every task of it is gone
+            fx = fx + Effects(events=(Event(view.now, "service-removed", f"removed {name}"),))
+            continue
         if services[name].spec.desired == "stopped":
             fx = fx + _stop_service(name, found, services, view)
             continue

@@ -27,6 +27,7 @@ class ServiceState:
     previous_generation: int | None = None
     rollout: Rollout = field(default_factory=Rollout)
     slots: dict[int, SlotState] = field(default_factory=dict)
+    removed: bool = False  # pruned from the spec: stopped (dependents first), then dropped
 
     def slot(self, n: int) -> SlotState:
         return self.slots.get(n, SlotState())

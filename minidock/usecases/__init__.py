@@ -10,7 +10,7 @@ inward: cli -> usecases -> runner, store, spec, status -> the core.
 
 from minidock.usecases.access import Writer, patience
 from minidock.usecases.desired import apply, plan, validate
-from minidock.usecases.intents import activate, drain, reset, rollback
+from minidock.usecases.intents import activate, drain, forget, reset, rollback
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
@@ -67,6 +67,7 @@ __all__ = [
     "converge",
     "drain",
     "events",
+    "forget",
     "ignore",
     "patience",
     "plan",

@@ -6,9 +6,11 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from minidock.core import ControllerState
+from minidock.core.departures import effective_inventory, refusal
 from minidock.model import Cluster, Inventory
 from minidock.spec import SpecError, load, load_inventory
 from minidock.state import DB_NAME, Locked, StateError, StateLock, Store, ensure_state_dir
@@ -90,6 +92,16 @@ def read_desired(store: Store, directory: Path) -> Desired:
         return Desired(cluster, load_inventory(cluster.inventory_path))
     except SpecError as exc:
         raise BadInput(str(exc)) from None
+
+
+def admissible(state: ControllerState, desired: Desired) -> Desired:
+    """Refuse (BadInput, exit 2) an inventory that dropped a host still carrying tasks
+    that were not drained off it; else the desired state a pass works on, with drained
+    departing hosts kept by their last known details until they are empty."""
+    why = refusal(state, desired.inventory)
+    if why:
+        raise BadInput(why)
+    return replace(desired, inventory=effective_inventory(state, desired.inventory))
 
 
 def load_spec(path: Path) -> Desired:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from minidock.core import ControllerState, admit, failed_updates, rollouts_started
-from minidock.model import Event
+from minidock.core import ControllerState, admit, failed_updates, removals, rollouts_started
+from minidock.model import Cluster, Event
 from minidock.runner import all_secrets, decide, redacted
 from minidock.spec import SpecError, load, load_inventory
 from minidock.state import DB_NAME
-from minidock.usecases.access import Writer, load_spec, reading, writing
+from minidock.usecases.access import Writer, admissible, load_spec, reading, writing
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
@@ -43,20 +43,26 @@ def validate(file: Path) -> ValidateOutcome:
     )
 
 
-async def plan(file: Path, directory: Path, runtime: Runtime) -> PlanOutcome:
+async def plan(
+    file: Path, directory: Path, runtime: Runtime, *, prune: bool = False
+) -> PlanOutcome:
     """What `apply FILE` would do now: observe, admit in memory, decide. Writes nothing,
-    takes no lock, creates no state directory."""
+    takes no lock, creates no state directory. Removed services are listed, and planned
+    (dependents first) with `prune`."""
     desired = load_spec(file)
     current, generation = ControllerState(), 1
     if (directory / DB_NAME).exists():
         with reading(directory) as store:
             current, generation = store.load(), store.next_generation_id()
-    admitted = admit(current, desired.cluster, generation)
+    _same_cluster(current, file, desired.cluster, directory)
+    gone = tuple(removals(current, desired.cluster))
+    admitted = admit(current, desired.cluster, generation, prune=prune)
+    desired = admissible(admitted, desired)
     async with connected(runtime) as executor:
         result = await decide(
             desired.cluster, desired.inventory, admitted, executor, clock=runtime.clock.now
         )
-    return PlanOutcome(redacted(result.plan, all_secrets(admitted)))
+    return PlanOutcome(redacted(result.plan, all_secrets(admitted)), removals=gone, pruned=prune)
 
 
 async def apply(
@@ -67,20 +73,38 @@ async def apply(
     *,
     wait: bool = False,
     timeout: float = 0.0,
+    prune: bool = False,
 ) -> ApplyOutcome:
     """Validate FILE, store it as the next generation (rollouts start for changed specs),
-    then converge. An update this generation started that was rolled back fails it."""
+    then converge. An update this generation started that was rolled back fails it.
+    Refused: a file of another cluster than the store's; removing services without
+    `prune`. The file the latest generation already holds stores nothing new."""
     desired = load_spec(file)
     cluster = desired.cluster
     async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
-        generation = store.next_generation_id()
         before = store.load()
-        admitted = admit(before, cluster, generation)
+        _same_cluster(before, file, cluster, directory)
+        gone = removals(before, cluster)
+        if gone and not prune:
+            raise BadInput(
+                f"{file} no longer names {_services(gone)}: `minidock apply {file} --prune` "
+                "removes them (dependents first); nothing was changed"
+            )
+        latest = store.latest_generation()
+        unchanged = latest is not None and latest[1] == cluster and not gone
+        generation = latest[0] if unchanged and latest else store.next_generation_id()
+        admitted = admit(before, cluster, generation, prune=prune)
+        desired = admissible(admitted, desired)  # refused before anything is stored
         now = runtime.clock.now()
-        events = [Event(now, "apply", f"applied {file} as generation {generation}")]
-        events += rollouts_started(before, admitted, now)
-        store.commit(admitted, events, generation=cluster, source_path=str(file.resolve()))
-        report(GenerationStored(generation, cluster.name, len(cluster.services), directory))
+        if unchanged:  # a no-op, but the same spec again resumes a paused rollout
+            if admitted != before:
+                store.commit(admitted, [Event(now, "apply", f"{file} again: resumed")])
+        else:
+            events = [Event(now, "apply", f"applied {file} as generation {generation}")]
+            events += rollouts_started(before, admitted, now)
+            store.commit(admitted, events, generation=cluster, source_path=str(file.resolve()))
+        services = len(cluster.services)
+        report(GenerationStored(generation, cluster.name, services, directory, not unchanged))
         convergence = await converge_passes(
             store, desired, runtime, report, wait=wait, timeout=timeout
         )
@@ -88,3 +112,17 @@ async def apply(
     return ApplyOutcome(
         generation, convergence, tuple(FailedUpdate(name, why) for name, why in failed)
     )
+
+
+def _same_cluster(state: ControllerState, file: Path, cluster: Cluster, directory: Path) -> None:
+    """A store never silently switches cluster: the other one's tasks would run on,
+    unseen by `status`, holding capacity and ports."""
+    if state.cluster and state.cluster != cluster.name:
+        raise BadInput(
+            f"{directory} holds cluster {state.cluster!r}, but {file} is cluster "
+            f"{cluster.name!r}: give it its own state (--state DIR or MINIDOCK_STATE)"
+        )
+
+
+def _services(names: list[str]) -> str:
+    return ("service " if len(names) == 1 else "services ") + ", ".join(names)

@@ -7,21 +7,29 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minidock import core
-from minidock.core import ControllerState
+from minidock.core import ControllerState, HostPhase
 from minidock.model import Event, Inventory
-from minidock.usecases.access import Desired, Writer, read_desired, require_applied, writing
+from minidock.usecases.access import (
+    Desired,
+    Writer,
+    admissible,
+    read_desired,
+    require_applied,
+    writing,
+)
 from minidock.usecases.outcomes import BadInput, IntentOutcome, IntentRecorded, Report
 from minidock.usecases.passes import converge_passes
 from minidock.usecases.runtime import Runtime
 
 Change = Callable[[ControllerState, Desired], ControllerState]  # may raise BadInput
+Forgets = Callable[[ControllerState, Desired], tuple[ControllerState, list[Event]]]
 
 
 async def _intent(
     directory: Path,
     runtime: Runtime,
     report: Report,
-    change: Change,
+    change: Change | Forgets,
     message: str,
     *,
     wait: bool,
@@ -31,7 +39,9 @@ async def _intent(
     async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
         desired = read_desired(store, directory)
         changed = change(store.load(), desired)
-        store.commit(changed, [Event(runtime.clock.now(), "intent", message)])
+        changed, events = changed if isinstance(changed, tuple) else (changed, [])
+        desired = admissible(changed, desired)  # e.g. a drain lets an unlisted host go
+        store.commit(changed, [Event(runtime.clock.now(), "intent", message), *events])
         report(IntentRecorded(message))
         convergence = await converge_passes(
             store, desired, runtime, report, wait=wait, timeout=timeout
@@ -39,8 +49,9 @@ async def _intent(
     return IntentOutcome(message, convergence)
 
 
-def _known_host(inventory: Inventory, host: str) -> None:
-    if inventory.host(host) is None:
+def _known_host(inventory: Inventory, host: str, state: ControllerState) -> None:
+    """A host of the inventory, or one it no longer lists that the state still knows."""
+    if inventory.host(host) is None and state.host(host).last_known is None:
         known = ", ".join(h.name for h in inventory.hosts)
         raise BadInput(f"{inventory.path}: unknown host {host!r}; known hosts: {known}")
 
@@ -63,7 +74,7 @@ async def drain(
     """Move every task off HOST (replacements first) and keep it empty."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_host(desired.inventory, host)
+        _known_host(desired.inventory, host, state)
         return core.set_drained(state, host, True)
 
     return await _intent(
@@ -71,11 +82,31 @@ async def drain(
     )
 
 
+async def forget(host: str, directory: Path, runtime: Runtime, report: Report) -> IntentOutcome:
+    """HOST is gone for good: its tasks are recorded as lost and refilled elsewhere (those
+    of `on_host_loss = "wait"` services too), and the inventory may drop it. A host the
+    inventory lists that still answers is refused: drain it instead."""
+
+    def change(state: ControllerState, desired: Desired) -> tuple[ControllerState, list[Event]]:
+        _known_host(desired.inventory, host, state)
+        hs = state.host(host)
+        if desired.inventory.host(host) is not None and hs.phase is HostPhase.READY:
+            raise BadInput(
+                f"{host} answers its probes: `minidock drain {host}` moves its tasks; "
+                "forget is for a host that is gone for good"
+            )
+        return core.forget(state, host, runtime.clock.now())
+
+    return await _intent(
+        directory, runtime, report, change, f"forgot {host}", wait=False, timeout=0.0
+    )
+
+
 async def activate(host: str, directory: Path, runtime: Runtime, report: Report) -> IntentOutcome:
     """Let a drained HOST take tasks again (running tasks are not moved back); one pass."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_host(desired.inventory, host)
+        _known_host(desired.inventory, host, state)
         return core.set_drained(state, host, False)
 
     return await _intent(

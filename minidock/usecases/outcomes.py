@@ -63,6 +63,7 @@ class GenerationStored:
     cluster: str
     services: int
     directory: Path
+    changed: bool = True  # False: the file is what `generation` already holds ("no changes")
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ class PlanOutcome:
 
     plan: Plan
     exit_code: ExitCode = ExitCode.OK
+    removals: tuple[str, ...] = ()  # services the file no longer names
+    pruned: bool = False  # whether the plan removes them (`--prune`) or apply would refuse
 
 
 @dataclass(frozen=True)

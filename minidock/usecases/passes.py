@@ -9,7 +9,14 @@ from typing import NoReturn
 from minidock.runner import run_pass
 from minidock.ssh import Executor
 from minidock.state import Store
-from minidock.usecases.access import Desired, Writer, read_desired, require_applied, writing
+from minidock.usecases.access import (
+    Desired,
+    Writer,
+    admissible,
+    read_desired,
+    require_applied,
+    writing,
+)
 from minidock.usecases.outcomes import (
     Busy,
     ConvergeOutcome,
@@ -78,7 +85,7 @@ async def converge(
     """Passes over the stored desired state, holding the lock as `writer`."""
     require_applied(directory)
     async with writing(directory, runtime.clock, writer) as store:
-        desired = read_desired(store, directory)
+        desired = admissible(store.load(), read_desired(store, directory))
         return await converge_passes(
             store, desired, runtime, report, wait=wait, timeout=timeout, force_down=force_down
         )
@@ -101,7 +108,7 @@ async def watch_step(
     The latest generation is read afresh, so an apply made meanwhile counts."""
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
-            desired = read_desired(store, directory)
+            desired = admissible(store.load(), read_desired(store, directory))
             result = await run_pass(
                 desired.cluster, desired.inventory, store, executor, clock=runtime.clock.now
             )

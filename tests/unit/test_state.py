@@ -387,15 +387,12 @@ def test_lock_cannot_be_taken_twice_by_one_object(tmp_path: Path) -> None:
 def test_state_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(ENV_STATE, raising=False)
-    cluster = tmp_path / "playbooks" / "web.toml"
-    assert state_dir(None, None) == tmp_path / ".minidock"
-    assert state_dir(None, cluster) == tmp_path / "playbooks" / ".minidock"
-    assert state_dir(None, Path("playbooks/web.toml")) == tmp_path / "playbooks" / ".minidock"
+    # one rule for every command (PRODUCT.md, issue 11): never beside the cluster file
+    assert state_dir(None) == tmp_path / ".minidock"
     monkeypatch.setenv(ENV_STATE, str(tmp_path / "env"))
-    assert state_dir(None, cluster) == tmp_path / "env"
-    assert state_dir(None, None) == tmp_path / "env"
-    assert state_dir(str(tmp_path / "flag"), cluster) == tmp_path / "flag"
-    assert state_dir("rel", None) == tmp_path / "rel"
+    assert state_dir(None) == tmp_path / "env"
+    assert state_dir(str(tmp_path / "flag")) == tmp_path / "flag"
+    assert state_dir("rel") == tmp_path / "rel"
 
 
 def test_state_path_that_is_a_file_is_refused(tmp_path: Path) -> None:

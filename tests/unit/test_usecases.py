@@ -472,3 +472,124 @@ def test_a_state_path_that_is_a_file_is_bad_input(setup: Setup) -> None:
     assert str(caught.value) == f"state path {setup.state} exists and is not a directory"
     assert setup.state.read_text() == "not a directory"
     assert setup.executors == []
+
+
+# -- the whole desired state (issue 13) and operator safety (issue 14) --------------------------
+def _db_bytes(setup: Setup) -> bytes:
+    return (setup.state / "state.db").read_bytes()
+
+
+def test_an_unchanged_reapply_is_a_no_op(setup: Setup) -> None:
+    setup.converged()
+    outcome = setup.apply()
+    (stored, *_) = setup.reports
+    assert stored == GenerationStored(1, "uc", 2, setup.state, changed=False)
+    assert outcome.exit_code is ExitCode.OK
+    with Store.open(setup.state) as store:
+        assert store.next_generation_id() == 2  # no new generation
+
+
+def test_removing_services_needs_prune_and_goes_dependents_first(setup: Setup) -> None:
+    setup.converged()
+    setup.file.write_text(STACK.split("[services.db]")[0])  # no services at all
+    before = _db_bytes(setup)
+    with pytest.raises(BadInput) as caught:
+        setup.apply()
+    assert "no longer names services db, web" in str(caught.value)
+    assert "--prune" in str(caught.value)
+    assert _db_bytes(setup) == before  # nothing was changed
+    planned = run(usecases.plan(setup.file, setup.state, setup.runtime()))
+    assert (planned.removals, planned.pruned) == (("db", "web"), False)
+    outcome = setup.apply(prune=True, wait=True, timeout=60.0)
+    assert outcome.exit_code is ExitCode.OK
+    stopped = [line for p in setup.passes() for line in p.result.done if "stopped" in line]
+    assert [line.split(".")[0] for line in stopped] == ["stopped web", "stopped web", "stopped db"]
+    assert setup.running() == []
+    with Store.open(setup.state) as store:
+        assert store.load().services == {}
+
+
+def test_a_store_never_switches_cluster(setup: Setup) -> None:
+    setup.converged()
+    setup.file.write_text(STACK.replace('cluster = "uc"', 'cluster = "other"'))
+    with pytest.raises(BadInput) as caught:
+        setup.apply()
+    assert f"{setup.state} holds cluster 'uc', but {setup.file} is cluster 'other'" in str(
+        caught.value
+    )
+
+
+def _inventory_without(setup: Setup, host: str) -> None:
+    kept = [b for b in INVENTORY.split("[[hosts]]") if b.strip() and f'"{host}"' not in b]
+    (setup.root / "inventory.toml").write_text("".join("[[hosts]]" + b for b in kept))
+
+
+def _carrier(setup: Setup) -> str:
+    return next(h for h in ("host1", "host2", "host3") if setup.running(h))
+
+
+def test_an_inventory_that_drops_a_host_with_tasks_is_refused(setup: Setup) -> None:
+    setup.converged()
+    gone = _carrier(setup)
+    _inventory_without(setup, gone)
+    before = _db_bytes(setup)
+    for attempt in (
+        lambda: run(usecases.reconcile(setup.state, setup.runtime(), setup.report)),
+        lambda: setup.apply(),
+        lambda: run(usecases.plan(setup.file, setup.state, setup.runtime())),
+    ):
+        with pytest.raises(BadInput) as caught:
+            attempt()
+        message = str(caught.value)
+        assert f"no longer lists host {gone}, which carries " in message
+        assert f"`minidock drain {gone}`" in message
+        assert f"`minidock forget {gone}`" in message
+    assert _db_bytes(setup) == before
+
+
+def test_a_drain_of_an_unlisted_host_moves_its_tasks_off_it_then_it_is_dropped(
+    setup: Setup,
+) -> None:
+    setup.converged()
+    gone = _carrier(setup)
+    _inventory_without(setup, gone)
+    drained = run(
+        usecases.drain(gone, setup.state, setup.runtime(), setup.report, wait=True, timeout=60)
+    )
+    assert drained.exit_code is ExitCode.OK
+    assert setup.running(gone) == []  # no orphan left on it
+    assert len(setup.running()) == 3
+    run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
+    with Store.open(setup.state) as store:
+        assert gone not in store.load().hosts
+
+
+def test_forget_refuses_a_listed_host_that_answers(setup: Setup) -> None:
+    setup.converged()
+    with pytest.raises(BadInput) as caught:
+        run(usecases.forget("host1", setup.state, setup.runtime(), setup.report))
+    assert "host1 answers its probes: `minidock drain host1` moves its tasks" in str(caught.value)
+
+
+def test_forget_lets_an_inventory_drop_a_dead_host_and_its_tasks_start_elsewhere(
+    setup: Setup,
+) -> None:
+    setup.converged()
+    gone = _carrier(setup)
+    setup.docker.down.add(gone)  # the machine died
+    _inventory_without(setup, gone)
+    with pytest.raises(BadInput):
+        run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
+    forgot = run(usecases.forget(gone, setup.state, setup.runtime(), setup.report))
+    assert forgot.message == f"forgot {gone}"
+    with Store.open(setup.state) as store:
+        kinds = [e.kind for _, e in store.events(limit=0)]
+    assert "host-forgotten" in kinds
+    assert "task-lost" in kinds
+    setup.reports.clear()
+    outcome = run(
+        usecases.converge(setup.state, setup.runtime(), setup.report, wait=True, timeout=60)
+    )
+    assert outcome.exit_code is ExitCode.OK
+    others = [h for h in ("host1", "host2", "host3") if h != gone]
+    assert sum(len(setup.running(h)) for h in others) == 3

@@ -110,9 +110,12 @@ def run(work: Coroutine[Any, Any, T]) -> T:
 
 
 # -- printing ---------------------------------------------------------------------------------
-def printer(*, quiet: bool = False) -> Report:
+def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
     """Prints progress as the use case reports it; `quiet` passes (cron's reconcile, watch)
-    print nothing when nothing changed."""
+    print nothing when nothing changed. A line printed once (a pending slot's reason) is
+    not printed again; with `summaries` (watch), each pass's why-line when it changes."""
+    seen: set[str] = set()
+    last_why = [""]
 
     def report(progress: Progress) -> None:
         match progress:
@@ -125,8 +128,12 @@ def printer(*, quiet: bool = False) -> Report:
                 out.print(f"state: {where}; for cron: {cron_line(where)}", markup=False)
             case usecases.IntentRecorded(message=message):
                 out.print(message, markup=False)
-            case usecases.PassDone(result=result):
-                print_pass(result, quiet=quiet)
+            case usecases.PassDone(result=result, exit_code=code):
+                print_pass(result, quiet=quiet, seen=seen)
+                line = usecases.why(result, code)
+                if summaries and line != last_why[0]:
+                    err.print(f"minidock: {line}" if line else "minidock: converged")
+                    last_why[0] = line
             case usecases.PassSkipped():
                 pass  # another writer is at work: the next pass will see its result
             case _:
@@ -142,32 +149,40 @@ def cron_line(directory: Path) -> str:
     return f"* * * * * MINIDOCK_STATE={directory} {command} reconcile"
 
 
-def print_pass(result: PassResult, *, quiet: bool = False) -> None:
-    """Acts as they happened, then failures; nothing at all when quiet and nothing changed."""
+def print_pass(result: PassResult, *, quiet: bool = False, seen: set[str] | None = None) -> None:
+    """Acts as they happened, then failures; nothing at all when quiet and nothing changed;
+    lines in `seen` (printed by an earlier pass) are not printed again."""
+    seen = set() if seen is None else seen
     for line in result.done:
         out.print(line, markup=False)
     for line in result.failures:
         err.print(f"failed: {line}", markup=False)
-    if result.plan.guard:  # loud on every pass it holds, so cron mails each time
-        err.print(f"minidock: {result.plan.guard}", markup=False)
     if quiet and not (result.done or result.failures or result.plan.events):
         return
     for e in result.plan.events:
         out.print(f"{e.kind}: {e.message}", markup=False)
-    for p in result.plan.pending:
-        out.print(f"pending {p.service}.{p.slot}: {p.reason}", markup=False)
+    for line in [f"pending {p.service}.{p.slot}: {p.reason}" for p in result.plan.pending]:
+        if line not in seen:
+            out.print(line, markup=False)
+            seen.add(line)
     for name, slot, line in result.plan.failed_slots():
-        err.print(f"FAILED {name}.{slot}: {line}", markup=False)
+        failed = f"FAILED {name}.{slot}: {line}"
+        if failed not in seen:
+            err.print(failed, markup=False)
+            seen.add(failed)
 
 
 def print_convergence(outcome: ConvergeOutcome) -> None:
-    """How waiting ended: `converged`, or what a timed-out wait still waits for."""
+    """How passes ended: `converged`, what a timed-out wait still waits for, or for any
+    other non-zero exit the one line that says why."""
     if outcome.ending is Ending.CONVERGED:
         out.print("converged", markup=False)
     elif outcome.ending is Ending.TIMED_OUT:
         err.print(f"not converged after {format_duration(outcome.timeout)}:", markup=False)
         for line in outcome.waiting:
             err.print(f"  {line}", markup=False)
+    elif outcome.why:
+        err.print(f"minidock: {outcome.why}", markup=False)
 
 
 def print_plan(plan: Plan, removals: tuple[str, ...] = (), pruned: bool = False) -> None:
@@ -259,6 +274,7 @@ def reconcile_command(
         state_dir(state), runtime(), printer(quiet=True), force_down=force_down
     )
     outcome = run(work)
+    print_convergence(outcome)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -272,7 +288,8 @@ def watch(
     The lock is held for each pass, not between passes, so `apply`, `drain` and the other
     writers get their turn; a pass that finds the lock taken is skipped."""
     pause = seconds(interval, "--interval", at_least=MIN_INTERVAL)
-    loop = usecases.watch(state_dir(state), runtime(), printer(quiet=True), interval=pause)
+    report = printer(quiet=True, summaries=True)
+    loop = usecases.watch(state_dir(state), runtime(), report, interval=pause)
     try:
         run(loop)
     except KeyboardInterrupt:
@@ -379,6 +396,7 @@ def drain(
 def activate(host: str, state: StateOption = None) -> None:
     """Let a drained host take tasks again (running tasks are not moved back)."""
     activated = run(usecases.activate(host, state_dir(state), runtime(), printer()))
+    print_convergence(activated.convergence)
     raise typer.Exit(activated.exit_code)
 
 
@@ -387,6 +405,7 @@ def forget(host: str, state: StateOption = None) -> None:
     """A host gone for good: record its tasks as lost, so they are started elsewhere (and
     the inventory may drop it). A listed host that still answers is refused: drain it."""
     forgot = run(usecases.forget(host, state_dir(state), runtime(), printer()))
+    print_convergence(forgot.convergence)
     raise typer.Exit(forgot.exit_code)
 
 

@@ -271,7 +271,8 @@ def status_document(
     return StatusDocument(
         cluster=state.cluster,
         generation=state.generation,
-        converged=plan.converged,
+        # converged only when nothing is to do, waited for, paused, Failed, pending or down
+        converged=plan.converged and not (plan.paused() or plan.failed_slots() or plan.degraded()),
         guard=plan.guard,
         rebuilt=plan.state.rebuilt or state.rebuilt,
         waiting=tuple(plan.waiting),

@@ -45,22 +45,25 @@ class Pending:
     service: str
     slot: int
     reason: str
+    dependency: bool = False  # waits for a dependency (progress), not for a host (degraded)
 
 
 class Waiting(str):
     """Progress not possible yet (a backoff, a health gate, an unreachable host), as its one
-    display line `SUBJECT: REASON`, with both parts kept for whoever formats it."""
+    display line `SUBJECT: REASON`, with its parts kept for whoever formats it. `degraded`:
+    no pass will change it by itself (a task held on a host that is down)."""
 
     subject: str
     reason: str
+    degraded: bool
 
-    def __new__(cls, subject: str, reason: str) -> Waiting:
+    def __new__(cls, subject: str, reason: str, degraded: bool = False) -> Waiting:
         line = super().__new__(cls, f"{subject}: {reason}")
-        line.subject, line.reason = subject, reason
+        line.subject, line.reason, line.degraded = subject, reason, degraded
         return line
 
-    def __reduce__(self) -> tuple[type[Waiting], tuple[str, str]]:  # copy, pickle: its parts
-        return Waiting, (self.subject, self.reason)
+    def __reduce__(self) -> tuple[type[Waiting], tuple[str, str, bool]]:  # copy and pickle
+        return Waiting, (self.subject, self.reason, self.degraded)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,26 @@ class Plan:
 
     @property
     def converged(self) -> bool:
+        """Nothing to do and nothing to wait for (a degraded fleet can be converged)."""
         return not (self.run or self.stop or self.pending or self.waiting or self.guard)
+
+    @property
+    def progressing(self) -> bool:
+        """Acts, or waits that passes resolve by themselves (exit 3, not yet converged)."""
+        return bool(
+            self.run
+            or self.stop
+            or any(p.dependency for p in self.pending)
+            or any(not w.degraded for w in self.waiting)
+        )
+
+    def degraded(self) -> list[str]:
+        """What runs less than wanted and no pass will fix alone: hosts down, tasks that no
+        host can take, tasks held on a host that is down (exit 4, every pass)."""
+        down = [f"{name} down" for name, hs in sorted(self.state.hosts.items()) if hs.down]
+        unplaced = [f"{p.service}.{p.slot} pending" for p in self.pending if not p.dependency]
+        held = [str(w.subject) + " held on a down host" for w in self.waiting if w.degraded]
+        return down + unplaced + held
 
     def paused(self) -> list[str]:
         """Services whose rollout is paused: they wait for an operator, like Failed slots."""

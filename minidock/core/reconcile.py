@@ -447,7 +447,7 @@ def _held_waiting(ss: ServiceState, n: int, held: tuple[str, ...], view: View) -
         return Effects()
     h = down[0]
     why = f"on_host_loss = wait: stays on {h}, which is down (drain or forget {h} to move it)"
-    return Effects(waiting=(Waiting(f"{ss.spec.name}.{n}", why),))
+    return Effects(waiting=(Waiting(f"{ss.spec.name}.{n}", why, degraded=True),))
 
 
 def _slot_without_task(
@@ -602,7 +602,7 @@ def _fill(
     blocked = deps_block(services, view, ss)
     if blocked:
         ss = with_slot(ss, n, slots.unplaced(state))
-        return ss, Effects(pending=(Pending(name, n, blocked),)), None
+        return ss, Effects(pending=(Pending(name, n, blocked, dependency=True),)), None
     kind = WantKind.RESTART if restart else WantKind.NEW
     return with_slot(ss, n, slots.vanish(state)), Effects(), Want(kind, name, n, target)
 
@@ -716,7 +716,8 @@ def _move(
     assert want.old is not None
     blocked = deps_block(services, view, services[want.service])
     if blocked is not None:
-        return None, Effects(pending=(Pending(want.service, want.slot, f"{want.why}: {blocked}"),))
+        why = f"{want.why}: {blocked}"
+        return None, Effects(pending=(Pending(want.service, want.slot, why, dependency=True),))
     where = place(want.target, fleet, avoid=[want.old.host])
     if where.host is None:
         why = f"{want.why}: {where.why}"
@@ -765,7 +766,7 @@ def _advance_rollout(
     started: list[int] = []
     for o in due[: max(0, room)]:
         if blocked:
-            fx = fx + Effects(pending=(Pending(name, o.slot, blocked),))
+            fx = fx + Effects(pending=(Pending(name, o.slot, blocked, dependency=True),))
             break
         run, replaced = _start_replacement(ss.spec, o, fleet, view)
         fx = fx + replaced

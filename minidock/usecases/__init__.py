@@ -33,6 +33,8 @@ from minidock.usecases.outcomes import (
     ValidateOutcome,
     ignore,
     verdict,
+    waited_for,
+    why,
 )
 from minidock.usecases.passes import converge, reconcile, watch, watch_step
 from minidock.usecases.reads import events, status
@@ -77,6 +79,8 @@ __all__ = [
     "status",
     "validate",
     "verdict",
+    "waited_for",
     "watch",
     "watch_step",
+    "why",
 ]

@@ -22,7 +22,7 @@ class ExitCode(enum.IntEnum):
     FAILED = 1  # an act failed, a slot is Failed, a rollout is paused or was rolled back
     USAGE = 2  # bad input or usage
     NOT_CONVERGED = 3  # progress made or pending; `--wait` timed out
-    # 4 is DEGRADED (PRODUCT.md): everything that can run runs, hosts down or tasks unplaced
+    DEGRADED = 4  # everything that can run runs, but hosts are down or tasks unplaceable
     LOCKED = 75  # EX_TEMPFAIL: another writer holds the state directory's lock
 
 
@@ -51,7 +51,36 @@ def verdict(result: PassResult) -> ExitCode:
     plan = result.plan
     if result.failures or plan.guard or plan.failed_slots() or plan.paused():
         return ExitCode.FAILED
-    return ExitCode.OK if result.plan.converged else ExitCode.NOT_CONVERGED
+    if plan.progressing:
+        return ExitCode.NOT_CONVERGED
+    return ExitCode.DEGRADED if plan.degraded() else ExitCode.OK
+
+
+def why(result: PassResult, code: ExitCode) -> str:
+    """The one line a non-zero exit prints (short: cron mails it every pass)."""
+    plan = result.plan
+    if code is ExitCode.FAILED:
+        reasons = [plan.guard] if plan.guard else []
+        reasons += [f"{len(result.failures)} acts failed"] if result.failures else []
+        reasons += [f"{s}.{n} Failed" for s, n, _ in plan.failed_slots()]
+        reasons += [f"{s} rollout paused" for s in plan.paused()]
+        return "failed: " + _few(reasons)
+    if code is ExitCode.DEGRADED:
+        return "degraded: " + _few(plan.degraded())
+    if code is ExitCode.NOT_CONVERGED:
+        return "not converged: " + _few(list(waited_for(result)) or ["tasks are starting"])
+    return ""
+
+
+def waited_for(result: PassResult) -> tuple[str, ...]:
+    """What the pass still waits for: its waits, then its pending slots."""
+    plan = result.plan
+    return (*plan.waiting, *(f"{p.service}.{p.slot} pending: {p.reason}" for p in plan.pending))
+
+
+def _few(items: list[str], most: int = 3) -> str:
+    shown = "; ".join(items[:most])
+    return shown + (f" (and {len(items) - most} more)" if len(items) > most else "")
 
 
 # -- progress: what a use case reports while it works ---------------------------------------
@@ -116,6 +145,7 @@ class ConvergeOutcome:
     passes: int
     timeout: float
     waiting: tuple[str, ...] = ()
+    why: str = ""  # for a non-zero exit: the one line that says why
 
 
 @dataclass(frozen=True)

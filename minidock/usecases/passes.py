@@ -26,6 +26,8 @@ from minidock.usecases.outcomes import (
     PassSkipped,
     Report,
     verdict,
+    waited_for,
+    why,
 )
 from minidock.usecases.runtime import Runtime, connected
 
@@ -60,16 +62,22 @@ async def converge_passes(
             passes += 1
             code = verdict(result)
             report(PassDone(result, code))
-            if not wait:
-                return ConvergeOutcome(code, Ending.NO_WAIT, passes, timeout)
-            if code is ExitCode.OK:
-                return ConvergeOutcome(code, Ending.CONVERGED, passes, timeout)
-            if code is not ExitCode.NOT_CONVERGED:
-                return ConvergeOutcome(code, Ending.STOPPED, passes, timeout)
-            if clock.monotonic() + WAIT_INTERVAL > deadline:
-                waiting = result.plan.waiting
-                return ConvergeOutcome(code, Ending.TIMED_OUT, passes, timeout, waiting)
+            ending = _ending(code, wait, clock.monotonic() + WAIT_INTERVAL > deadline)
+            if ending is not None:
+                what = waited_for(result) if ending is Ending.TIMED_OUT else ()
+                return ConvergeOutcome(code, ending, passes, timeout, what, why(result, code))
             await clock.sleep(WAIT_INTERVAL)
+
+
+def _ending(code: ExitCode, wait: bool, out_of_time: bool) -> Ending | None:
+    """How passes end after one that exited `code`; None: wait for another."""
+    if not wait:
+        return Ending.NO_WAIT
+    if code is ExitCode.OK:
+        return Ending.CONVERGED
+    if code is not ExitCode.NOT_CONVERGED:
+        return Ending.STOPPED
+    return Ending.TIMED_OUT if out_of_time else None
 
 
 async def converge(

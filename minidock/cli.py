@@ -411,13 +411,20 @@ def forget(host: str, state: StateOption = None) -> None:
 
 @app.command()
 def rollback(
-    service: str, wait: WaitOption = False, timeout: TimeoutOption = "5m", state: StateOption = None
+    service: str,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = "5m",
+    force: Annotated[
+        bool, typer.Option("--force", help="Even to a spec that was rolled back as failed.")
+    ] = False,
+    state: StateOption = None,
 ) -> None:
     """Go back to the service's previous spec, rolled out like an update."""
     limit = seconds(timeout, "--timeout")
-    rolled = run(
-        usecases.rollback(service, state_dir(state), runtime(), printer(), wait=wait, timeout=limit)
+    work = usecases.rollback(
+        service, state_dir(state), runtime(), printer(), wait=wait, timeout=limit, force=force
     )
+    rolled = run(work)
     print_convergence(rolled.convergence)
     raise typer.Exit(rolled.exit_code)
 

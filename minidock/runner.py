@@ -32,6 +32,7 @@ from minidock.core import (
     note_exit,
     note_failure,
     reconcile,
+    rollout_changes,
 )
 from minidock.model import Cluster, Event, Inventory, Observed
 from minidock.observe import observe
@@ -98,7 +99,8 @@ class _Acts:
             if c.live:
                 await self._check(c.host, stop_argv(c.id, STOP_TIMEOUT), "docker stop")
             await self._check(c.host, rm_argv([c.id], force=True), "docker rm")
-            self.record("stop", f"stopped {c.name} on {c.host}: {s.reason}", where)
+            verb = "stopped" if c.live else "removed"  # an exited task was never stopped here
+            self.record("stop", f"{verb} {c.name} on {c.host}: {s.reason}", where)
         except _ActFailed as exc:
             self.record("act-failed", f"stop {c.name} on {c.host}: {exc}", where)
         except (Unreachable, CommandTimeout) as exc:
@@ -147,9 +149,14 @@ class _ActFailed(Exception):
     pass
 
 
-def _first_line(res: Result) -> str:
-    text = (res.stderr.strip() or res.stdout.strip() or f"exit {res.exit_status}").splitlines()
-    return text[0][:200] if text else f"exit {res.exit_status}"
+def _first_line(res: Result, limit: int = 300) -> str:
+    """What the command said, on one line and whole up to its cause: Docker puts the cause
+    last ("...: Bind for 0.0.0.0:9 failed: port is already allocated"), so a long message
+    keeps its end."""
+    text = " ".join((res.stderr.strip() or res.stdout.strip()).split())
+    if not text:
+        return f"exit {res.exit_status}"
+    return text if len(text) <= limit else "..." + text[-(limit - 3) :]
 
 
 async def decide(
@@ -195,6 +202,7 @@ async def run_pass(
         for note in acts.notes:
             final = note(final)
         events = acts.events + newly_failed(plan.state, final, now)
+        events += rollout_changes(plan.state, final, now)
         store.commit(final, events)
         result.plan = Plan(final, plan.run, plan.stop, plan.pending, plan.waiting, plan.events)
     result.done, result.failures = acts.done, acts.failures

@@ -17,6 +17,7 @@ from minidock.core.intents import (
     removals,
     reset,
     rollback,
+    rollout_changes,
     rollouts_started,
     set_drained,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "removals",
     "reset",
     "rollback",
+    "rollout_changes",
     "rollouts_started",
     "set_drained",
     "slot_target",

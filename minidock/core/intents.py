@@ -98,11 +98,18 @@ def failed_updates(state: ControllerState, generation: int) -> list[tuple[str, s
     ]
 
 
-def rollback(state: ControllerState, service: str) -> ControllerState:
-    """`minidock rollback SERVICE`: go back to the previous spec."""
+def rollback(state: ControllerState, service: str, *, force: bool = False) -> ControllerState:
+    """`minidock rollback SERVICE`: go back to the previous spec; never to one that was
+    itself rolled back as failed, unless `force`."""
     ss = state.services[service]
     if ss.previous is None:
         raise ValueError(f"service {service} has no previous spec to roll back to")
+    if ss.previous_failed and not force:
+        raise ValueError(
+            f"{service}: its previous spec (generation {ss.previous_generation}) was rolled "
+            f"back as failed ({ss.previous_failed}); `minidock rollback {service} --force` "
+            "returns to it anyway"
+        )
     return _with_service(state, rolled_back(ss, "rolled back by the operator"))
 
 
@@ -157,6 +164,22 @@ def note_failure(
     if r.active and slot in r.inflight:
         ss, _ = failure_action(replace(ss, rollout=rollout.dropped(r, slot)), line, now)
     return _with_service(state, ss)
+
+
+def rollout_changes(before: ControllerState, after: ControllerState, now: float) -> list[Event]:
+    """The rollout events of what acting learned (a `docker run` that failed for a slot in
+    flight may pause a rollout or roll it back): one per service whose rollout changed."""
+    events = []
+    for name, ss in after.services.items():
+        old = before.services.get(name)
+        if old is None or old.rollout.status == ss.rollout.status:
+            continue
+        r = ss.rollout
+        if r.paused:
+            events.append(Event(now, "rollout-paused", f"{name}: paused: {r.reason}", name))
+        elif r.rollback and r.status == "rolling_back":
+            events.append(Event(now, "rollout-rollback", f"{name}: {r.reason}", name))
+    return events
 
 
 def note_exit(

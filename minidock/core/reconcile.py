@@ -34,7 +34,7 @@ from minidock.core.scheduler import (
 )
 from minidock.core.service import back_to_previous, failure_action, slot_target, with_slot
 from minidock.core.state import ControllerState, ServiceState
-from minidock.core.supervise import health_gate, ready
+from minidock.core.supervise import exit_line, health_gate, ready
 from minidock.model import Cluster, Container, Event, Host, Inventory, Observed, Service
 
 __all__ = ["reconcile", "task_id"]
@@ -465,7 +465,8 @@ def _slot_without_task(
     for c in sorted(dead, key=lambda c: c.finished_at or 0.0):
         before = state
         state = slots.account_exit(state, c, target.restart, view.now)
-        stops.append(Stop(c, state.last_exit, failure=state is not before))
+        # its own line: a task whose start failed was counted (and said so) by that act
+        stops.append(Stop(c, exit_line(c), failure=state is not before))
         if state is not before and not state.complete:
             lapsed.append(c)
     ss, events = _set_slot(ss, n, state, view.now)

@@ -54,7 +54,7 @@ def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState
     rollback = policy.failure_action == "rollback" and not r.relocating  # nothing to undo
     if rollback and r.status is RolloutPhase.UPDATING and ss.previous:
         return (
-            rolled_back(ss, f"rolled back: {why}"),
+            rolled_back(ss, f"rolled back: {why}", failed=why),
             Event(now, "rollout-rollback", f"{name}: rolling back: {why}", service=name),
         )
     paused = rollout.step(r, RolloutInput.FAILURE_PAUSE, reason=why, inflight=(), healthy_since=())
@@ -64,9 +64,10 @@ def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState
     )
 
 
-def rolled_back(ss: ServiceState, reason: str) -> ServiceState:
+def rolled_back(ss: ServiceState, reason: str, *, failed: str = "") -> ServiceState:
     """Swap to the previous spec and roll every task back the same way; a failing rollback
-    pauses (never loops), since a rollback's failure action is never another rollback."""
+    pauses (never loops), since a rollback's failure action is never another rollback.
+    `failed`: why the spec being left failed (then `rollback` will not return to it)."""
     assert ss.previous is not None
     return ServiceState(
         spec=ss.previous,
@@ -75,4 +76,5 @@ def rolled_back(ss: ServiceState, reason: str) -> ServiceState:
         previous_generation=ss.generation,
         rollout=rollout.begin(ss.rollout, ss.previous.replicas, rollback=True, reason=reason),
         slots={},
+        previous_failed=failed,
     )

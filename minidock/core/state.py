@@ -28,6 +28,7 @@ class ServiceState:
     rollout: Rollout = field(default_factory=Rollout)
     slots: dict[int, SlotState] = field(default_factory=dict)
     removed: bool = False  # pruned from the spec: stopped (dependents first), then dropped
+    previous_failed: str = ""  # why `previous` was rolled back as failed ("" if it was not)
 
     def slot(self, n: int) -> SlotState:
         return self.slots.get(n, SlotState())

@@ -122,13 +122,15 @@ async def rollback(
     *,
     wait: bool = False,
     timeout: float = 0.0,
+    force: bool = False,
 ) -> IntentOutcome:
-    """Go back to SERVICE's previous spec, rolled out like an update."""
+    """Go back to SERVICE's previous spec, rolled out like an update; never to a spec that
+    was itself rolled back as failed, unless `force`."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
         _known_service(state, service)
         try:
-            return core.rollback(state, service)
+            return core.rollback(state, service, force=force)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
 

@@ -408,3 +408,18 @@ def test_our_container_without_a_known_state_raises() -> None:
     data[0]["State"]["Status"] = "sleepy"
     with pytest.raises(ParseError):
         parse_inspect("h1", "rec", json.dumps(data))
+
+
+def test_a_docker_error_keeps_its_cause_when_shortened() -> None:
+    """Issue 14: Docker puts the cause last; a long message is cut at its start."""
+    from minidock.runner import _first_line
+    from minidock.ssh import Result
+
+    noise = "docker: Error response from daemon: driver failed programming external " * 6
+    res = Result(
+        125, "", noise + "connectivity: Bind for 0.0.0.0:9 failed: port is already allocated.\n"
+    )
+    line = _first_line(res)
+    assert len(line) <= 300
+    assert line.endswith("Bind for 0.0.0.0:9 failed: port is already allocated.")
+    assert line.startswith("...")

@@ -47,7 +47,7 @@ from minidock.runner import _Acts
 from minidock.status import summarize
 from tests.behaviour import HEALTH_LOG
 from tests.fakes import FakeExecutor, fail, ok
-from tests.sim import ONLY_RUNNER, FleetDouble, MakeWorld, World, host, hosts, svc
+from tests.sim import ONLY_RUNNER, FleetDouble, MakeWorld, RunnerWorld, World, host, hosts, svc
 
 HC = HealthCheck(("wget", "-qO-", "http://127.0.0.1:8080/"), interval=1, timeout=1, retries=2)
 
@@ -617,6 +617,11 @@ def test_a_missing_image_pauses_without_stopping_anything(world: MakeWorld) -> N
     for _ in range(5):
         assert w.step().run == ()
     assert {c.id for c in w.live()} == before
+    # issue 14: the act's failure paused it, and the event log says so, with the cause
+    assert isinstance(w, RunnerWorld)
+    logged = [e for _, e in w.store.events(limit=0) if e.kind == "rollout-paused"]
+    assert len(logged) == 1
+    assert "cannot be pulled" in logged[0].message
 
 
 @ONLY_RUNNER
@@ -960,3 +965,17 @@ def test_failed_updates_names_the_generation_whose_update_was_rolled_back() -> N
     assert name == "web"
     assert why.startswith("rolled back: task ")
     assert failed_updates(w.state, 1) == []
+
+
+def test_rollback_never_returns_to_a_spec_that_was_rolled_back_as_failed() -> None:
+    """Issue 14: after an automatic rollback, `minidock rollback` would swap back to the
+    broken spec; it refuses, naming the generation and why, unless forced."""
+    w = updated(World(hosts(3)), "web:broken", failure_action="rollback")
+    w.run_until(lambda p: p.state.services["web"].rollout.status == "rolled_back", limit=80)
+    ss = w.state.services["web"]
+    assert (ss.spec.image, ss.previous.image if ss.previous else None) == ("web:5", "web:broken")
+    with pytest.raises(ValueError, match=r"previous spec \(generation 2\) was rolled back as"):
+        rollback(w.state, "web")
+    forced = rollback(w.state, "web", force=True)
+    assert forced.services["web"].spec.image == "web:broken"
+    assert forced.services["web"].previous_failed == ""  # an operator's rollback: not failed

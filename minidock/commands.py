@@ -18,6 +18,7 @@ from typing import Any, cast, get_args
 
 from minidock.model import (
     LABEL_CLUSTER,
+    LABEL_CONTROLLER,
     LABEL_SERVICE,
     LABEL_SLOT,
     LABEL_SPEC,
@@ -195,6 +196,7 @@ def _container(host_name: str, cluster: str, raw: Mapping[str, Any]) -> Containe
         service=labels[LABEL_SERVICE],
         slot=int(labels[LABEL_SLOT]),
         task=labels[LABEL_TASK],
+        controller=str(labels.get(LABEL_CONTROLLER) or ""),
         spec=labels[LABEL_SPEC],
         image=str(config.get("Image") or ""),
         state=cast(ContainerState, status),
@@ -279,7 +281,7 @@ def _health_args(health: HealthCheck) -> list[str]:
 
 
 def run_argv(
-    service: Service, cluster: str, slot: int, task: str, spec_hash: str
+    service: Service, cluster: str, slot: int, task: str, spec_hash: str, controller: str = ""
 ) -> tuple[list[str], str]:
     """`docker run -d` for one task, and the env-file text to send on its stdin.
 
@@ -304,6 +306,8 @@ def run_argv(
         "--label",
         f"{LABEL_SPEC}={spec_hash}",
     ]
+    if controller:
+        argv += ["--label", f"{LABEL_CONTROLLER}={controller}"]
     env_text = env_file_text((*service.env, *service.secrets))
     if env_text:
         argv += ["--env-file", ENV_FILE_STDIN]

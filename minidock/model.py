@@ -20,6 +20,7 @@ LABEL_SERVICE = "minidock.service"
 LABEL_SLOT = "minidock.slot"
 LABEL_TASK = "minidock.task"
 LABEL_SPEC = "minidock.spec"
+LABEL_CONTROLLER = "minidock.controller"  # which state store's controller started the task
 
 Order = Literal["stop-first", "start-first"]
 FailureAction = Literal["pause", "rollback", "continue"]
@@ -210,6 +211,7 @@ class Container:
     cpus: float = 0.0
     memory: int = 0
     host_ports: tuple[str, ...] = ()  # "8080/tcp"
+    controller: str = ""  # the controller id it is labelled with ("" before labels had one)
 
     @property
     def live(self) -> bool:

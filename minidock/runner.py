@@ -66,8 +66,10 @@ class _Acts:
         cluster: str,
         now: float,
         secrets: Sequence[str],
+        controller: str = "",
     ):
         self.executor = executor
+        self.controller = controller  # labels every task this controller starts
         self.secrets = secrets
         self.hosts = {h.name: h for h in inventory.hosts}
         self.cluster = cluster
@@ -116,7 +118,9 @@ class _Acts:
                 await self._check(old.host, stop_argv(old.id, STOP_TIMEOUT), "docker stop")
                 await self._check(old.host, rm_argv([old.id], force=True), "docker rm")
                 self.record("stop", f"stopped {old.name} on {old.host}: {r.reason}", where)
-            argv, env = run_argv(svc, self.cluster, r.slot, r.task, svc.spec_hash())
+            argv, env = run_argv(
+                svc, self.cluster, r.slot, r.task, svc.spec_hash(), self.controller
+            )
             res = await self.sh(r.host, argv, env or None)
             if res.exit_status != 0 and "already in use" in res.stderr:
                 self.record("adopt", f"{r.name} already exists on {r.host}: adopted", where)
@@ -194,7 +198,7 @@ async def run_pass(
     plan = redacted(result.plan, secrets)
     result.plan = plan
     store.commit(plan.state, plan.events)
-    acts = _Acts(executor, inventory, cluster.name, now, secrets)
+    acts = _Acts(executor, inventory, cluster.name, now, secrets, plan.state.controller)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     if acts.events or acts.notes:

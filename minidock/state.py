@@ -34,6 +34,7 @@ __all__ = [
     "StateError",
     "StateLock",
     "Store",
+    "controller_id",
     "ensure_state_dir",
     "state_dir",
 ]
@@ -114,6 +115,30 @@ def ensure_state_dir(directory: Path) -> Path:
     else:
         os.chmod(directory, _DIR_MODE)  # mkdir's mode is filtered by the umask; be exact
     return directory
+
+
+CONTROLLER_ID_NAME = "controller-id"
+
+
+def controller_id(directory: Path) -> str:
+    """This state directory's controller id (made once, random), labelled on every task it
+    starts. It lives beside state.db, not in it: a lost state.db keeps its identity, so an
+    apply adopts the tasks at once, while another directory's store needs `--adopt`."""
+    path = directory / CONTROLLER_ID_NAME
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    ensure_state_dir(directory)
+    new = os.urandom(6).hex()
+    tmp = path.with_name(f".{CONTROLLER_ID_NAME}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
+    with os.fdopen(fd, "w") as f:
+        f.write(new + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return new
 
 
 def _private_file(path: Path) -> None:

@@ -11,6 +11,7 @@ from minidock.core.hosts import Availability, HostPhase, HostState, SeenTask
 from minidock.core.intents import (
     admit,
     failed_updates,
+    foreign_controllers,
     forget,
     note_exit,
     note_failure,
@@ -47,6 +48,7 @@ __all__ = [
     "admit",
     "failed_updates",
     "failure_action",
+    "foreign_controllers",
     "forget",
     "note_exit",
     "note_failure",

@@ -10,11 +10,12 @@ from minidock.core import rollout, slots
 from minidock.core.rollout import RolloutInput
 from minidock.core.service import failure_action, rolled_back
 from minidock.core.state import ControllerState, ServiceState
-from minidock.model import Cluster, Event
+from minidock.model import Cluster, Event, Observed
 
 __all__ = [
     "admit",
     "failed_updates",
+    "foreign_controllers",
     "forget",
     "note_exit",
     "note_failure",
@@ -24,6 +25,16 @@ __all__ = [
     "rollouts_started",
     "set_drained",
 ]
+
+
+def foreign_controllers(state: ControllerState, observed: Observed, cluster: str) -> dict[str, int]:
+    """Live tasks of `cluster` labelled by controllers this store does not own (another
+    state store's), counted per controller id: a new store adopts them only when told."""
+    found: dict[str, int] = {}
+    for c in observed.containers():
+        if c.cluster == cluster and c.live and not state.owns(c.controller):
+            found[c.controller] = found.get(c.controller, 0) + 1
+    return found
 
 
 def removals(state: ControllerState, cluster: Cluster) -> list[str]:

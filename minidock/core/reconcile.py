@@ -172,7 +172,7 @@ def reconcile(
     if guard:
         held = replace(state, hosts=hosts, guard=guard)
         return Plan(state=held, waiting=fx.waiting, events=fx.events, guard=guard)
-    view = _view(desired, inventory, observed, hosts, now)
+    view = _view(desired, inventory, observed, hosts, now, state)
     live = [c for c in observed.containers() if c.host in hosts and c.live]
     eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
     foreign = {h: o.ports_in_use for h, o in observed.hosts.items() if o.ok}
@@ -286,7 +286,10 @@ def _view(
     observed: Observed,
     hosts: Mapping[str, HostState],
     now: float,
+    state: ControllerState,
 ) -> View:
+    """The pass's view. "Mine" are this cluster's tasks this store's controller owns, on
+    hosts that answered: another controller's tasks are never counted, stopped or moved."""
     unseen: dict[tuple[str, int], list[str]] = {}
     for name, hs in hosts.items():
         if hs.failures:
@@ -295,7 +298,10 @@ def _view(
     mine = tuple(
         c
         for c in observed.containers()
-        if c.cluster == cluster.name and c.host in hosts and hosts[c.host].failures == 0
+        if c.cluster == cluster.name
+        and state.owns(c.controller)
+        and c.host in hosts
+        and hosts[c.host].failures == 0
     )
     held = {k: tuple(v) for k, v in unseen.items()}
     evict: dict[str, str] = {}

@@ -42,8 +42,18 @@ class ControllerState:
     services: dict[str, ServiceState] = field(default_factory=dict)
     hosts: dict[str, HostState] = field(default_factory=dict)
     guard: str = ""  # the mass-loss guard's line while it holds the passes, else ""
+    controller: str = ""  # this store's controller id, on the label of every task it starts
+    adopted: tuple[str, ...] = ()  # other controllers' ids whose tasks `apply --adopt` took
     adopting: bool = False  # a brand-new store's first apply: what runs is adopted
     rebuilt: str = ""  # set when that first pass found tasks already running: what is lost
 
     def host(self, name: str) -> HostState:
         return self.hosts.get(name, HostState())
+
+    def owns(self, controller: str) -> bool:
+        """Whether a task labelled with `controller` is this store's to manage: its own,
+        an adopted controller's, or unlabelled (started before tasks carried the label)."""
+        return not (controller and self.controller) or controller in (
+            self.controller,
+            *self.adopted,
+        )

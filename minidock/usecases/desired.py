@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
-from minidock.core import ControllerState, admit, failed_updates, removals, rollouts_started
+from minidock.core import (
+    ControllerState,
+    admit,
+    failed_updates,
+    foreign_controllers,
+    removals,
+    rollouts_started,
+)
 from minidock.model import Cluster, Event
 from minidock.runner import all_secrets, decide, redacted
 from minidock.spec import SpecError, load, load_inventory
-from minidock.state import DB_NAME
-from minidock.usecases.access import Writer, admissible, load_spec, reading, writing
+from minidock.ssh import Executor
+from minidock.state import DB_NAME, Store, controller_id
+from minidock.usecases.access import (
+    Desired,
+    Writer,
+    admissible,
+    load_spec,
+    reading,
+    writing,
+)
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
@@ -74,44 +90,104 @@ async def apply(
     wait: bool = False,
     timeout: float = 0.0,
     prune: bool = False,
+    adopt: bool = False,
 ) -> ApplyOutcome:
     """Validate FILE, store it as the next generation (rollouts start for changed specs),
     then converge. An update this generation started that was rolled back fails it.
-    Refused: a file of another cluster than the store's; removing services without
-    `prune`. The file the latest generation already holds stores nothing new."""
+    Refused (nothing stored): a file of another cluster than the store's; removing
+    services without `prune`; a new store finding another store's tasks running, without
+    `adopt`. The file the latest generation already holds stores nothing new."""
     desired = load_spec(file)
     cluster = desired.cluster
-    async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
+    async with (
+        writing(directory, runtime.clock, Writer.OPERATOR) as store,
+        connected(runtime) as executor,
+    ):
         before = store.load()
-        _same_cluster(before, file, cluster, directory)
-        gone = removals(before, cluster)
-        if gone and not prune:
-            raise BadInput(
-                f"{file} no longer names {_services(gone)}: `minidock apply {file} --prune` "
-                "removes them (dependents first); nothing was changed"
-            )
+        _refuse_removals(before, file, cluster, directory, prune=prune)
         latest = store.latest_generation()
-        unchanged = latest is not None and latest[1] == cluster and not gone
+        unchanged = latest is not None and latest[1] == cluster
         generation = latest[0] if unchanged and latest else store.next_generation_id()
         admitted = admit(before, cluster, generation, prune=prune)
-        desired = admissible(admitted, desired)  # refused before anything is stored
+        admitted = replace(admitted, controller=admitted.controller or controller_id(directory))
+        desired = admissible(admitted, desired)
+        if latest is None:  # a new store: what runs may be another store's
+            admitted = await _adoption(admitted, desired, executor, runtime, file, adopt=adopt)
         now = runtime.clock.now()
-        if unchanged:  # a no-op, but the same spec again resumes a paused rollout
-            if admitted != before:
-                store.commit(admitted, [Event(now, "apply", f"{file} again: resumed")])
-        else:
-            events = [Event(now, "apply", f"applied {file} as generation {generation}")]
-            events += rollouts_started(before, admitted, now)
-            store.commit(admitted, events, generation=cluster, source_path=str(file.resolve()))
+        _store_generation(store, before, admitted, file, cluster, now, unchanged=unchanged)
         services = len(cluster.services)
         report(GenerationStored(generation, cluster.name, services, directory, not unchanged))
         convergence = await converge_passes(
-            store, desired, runtime, report, wait=wait, timeout=timeout
+            store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
         )
         failed = failed_updates(store.load(), generation)
     return ApplyOutcome(
         generation, convergence, tuple(FailedUpdate(name, why) for name, why in failed)
     )
+
+
+def _refuse_removals(
+    state: ControllerState, file: Path, cluster: Cluster, directory: Path, *, prune: bool
+) -> None:
+    """Refuse another cluster's file, and removing services without `prune`."""
+    _same_cluster(state, file, cluster, directory)
+    gone = removals(state, cluster)
+    if gone and not prune:
+        raise BadInput(
+            f"{file} no longer names {_services(gone)}: `minidock apply {file} --prune` "
+            "removes them (dependents first); nothing was changed"
+        )
+
+
+def _store_generation(
+    store: Store,
+    before: ControllerState,
+    admitted: ControllerState,
+    file: Path,
+    cluster: Cluster,
+    now: float,
+    *,
+    unchanged: bool,
+) -> None:
+    """Commit the applied file as the next generation, or, unchanged, only what the same
+    spec again did (it resumes a paused rollout)."""
+    if unchanged:
+        if admitted != before:
+            store.commit(admitted, [Event(now, "apply", f"{file} again: resumed")])
+        return
+    generation = admitted.generation
+    events = [Event(now, "apply", f"applied {file} as generation {generation}")]
+    events += rollouts_started(before, admitted, now)
+    store.commit(admitted, events, generation=cluster, source_path=str(file.resolve()))
+
+
+async def _adoption(
+    admitted: ControllerState,
+    desired: Desired,
+    executor: Executor,
+    runtime: Runtime,
+    file: Path,
+    *,
+    adopt: bool,
+) -> ControllerState:
+    """A new store looks before it acts: tasks of its cluster that another store's
+    controller started are adopted only with `adopt` (state loss, recovered on purpose)."""
+    result = await decide(
+        desired.cluster, desired.inventory, admitted, executor, clock=runtime.clock.now
+    )
+    foreign = foreign_controllers(admitted, result.observed, desired.cluster.name)
+    if foreign and not adopt:
+        raise BadInput(
+            f"{_count(foreign)} of cluster {desired.cluster.name} belong to another state "
+            f"store's controller ({', '.join(sorted(foreign))}): `minidock apply {file} "
+            "--adopt` takes them over; or use that store (--state DIR or MINIDOCK_STATE)"
+        )
+    return replace(admitted, adopted=tuple(sorted({*admitted.adopted, *foreign})))
+
+
+def _count(per_controller: dict[str, int]) -> str:
+    n = sum(per_controller.values())
+    return f"{n} running task" + ("s" if n != 1 else "")
 
 
 def _same_cluster(state: ControllerState, file: Path, cluster: Cluster, directory: Path) -> None:

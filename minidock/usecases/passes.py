@@ -43,30 +43,43 @@ async def converge_passes(
     wait: bool,
     timeout: float,
     force_down: bool = False,
+    executor: Executor | None = None,
 ) -> ConvergeOutcome:
     """One pass, or (with `wait`) passes `WAIT_INTERVAL` apart while they exit 3 and the
-    timeout allows another. The caller holds the lock."""
+    timeout allows another, on `executor` (else one of its own). The caller holds the
+    lock."""
+    if executor is None:
+        async with connected(runtime) as own:
+            return await converge_passes(
+                store,
+                desired,
+                runtime,
+                report,
+                wait=wait,
+                timeout=timeout,
+                force_down=force_down,
+                executor=own,
+            )
     clock = runtime.clock
     deadline = clock.monotonic() + timeout
     passes = 0
-    async with connected(runtime) as executor:
-        while True:
-            result = await run_pass(
-                desired.cluster,
-                desired.inventory,
-                store,
-                executor,
-                clock=clock.now,
-                force_down=force_down,
-            )
-            passes += 1
-            code = verdict(result)
-            report(PassDone(result, code))
-            ending = _ending(code, wait, clock.monotonic() + WAIT_INTERVAL > deadline)
-            if ending is not None:
-                what = waited_for(result) if ending is Ending.TIMED_OUT else ()
-                return ConvergeOutcome(code, ending, passes, timeout, what, why(result, code))
-            await clock.sleep(WAIT_INTERVAL)
+    while True:
+        result = await run_pass(
+            desired.cluster,
+            desired.inventory,
+            store,
+            executor,
+            clock=clock.now,
+            force_down=force_down,
+        )
+        passes += 1
+        code = verdict(result)
+        report(PassDone(result, code))
+        ending = _ending(code, wait, clock.monotonic() + WAIT_INTERVAL > deadline)
+        if ending is not None:
+            what = waited_for(result) if ending is Ending.TIMED_OUT else ()
+            return ConvergeOutcome(code, ending, passes, timeout, what, why(result, code))
+        await clock.sleep(WAIT_INTERVAL)
 
 
 def _ending(code: ExitCode, wait: bool, out_of_time: bool) -> Ending | None:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from minidock import core
 from minidock.core import ControllerState, Plan
@@ -37,7 +38,15 @@ from minidock.runner import (
 )
 from minidock.spec import SpecError, load, load_inventory
 from minidock.ssh import SSHExecutor
-from minidock.state import DB_NAME, Locked, StateLock, Store, ensure_state_dir, state_dir
+from minidock.state import (
+    DB_NAME,
+    Locked,
+    StateError,
+    StateLock,
+    Store,
+    ensure_state_dir,
+    state_dir,
+)
 from minidock.status import summarize
 from minidock.units import format_duration, format_size, parse_duration
 
@@ -45,7 +54,19 @@ EXIT_USAGE, EXIT_LOCKED = 2, 75
 OPERATOR_PATIENCE = 30.0  # seconds apply/drain/... wait for another writer's pass
 T = TypeVar("T")
 
+
+class _Commands(TyperGroup):
+    """Every command: an unusable state directory (StateError) is one line and exit 2."""
+
+    def invoke(self, ctx: Any) -> Any:  # ctx: the click Context that typer vendors
+        try:
+            return super().invoke(ctx)
+        except StateError as exc:
+            fail(str(exc))
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="minidock",
     help="Keep Docker services converged on a fleet of SSH hosts.",
     no_args_is_help=True,

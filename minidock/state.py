@@ -34,6 +34,7 @@ __all__ = [
     "StateError",
     "StateLock",
     "Store",
+    "check_state_dir",
     "ensure_state_dir",
     "state_dir",
 ]
@@ -93,25 +94,56 @@ class Locked(Exception):
 
 # -- the state directory ----------------------------------------------------------------------
 def state_dir(explicit: str | None, cluster_file: Path | None) -> Path:
-    """--state DIR, else $MINIDOCK_STATE, else .minidock/ beside the cluster file, else in cwd."""
+    """--state DIR, else $MINIDOCK_STATE, else .minidock/ beside the cluster file, else in cwd.
+
+    An existing directory must be private to this user (`check_state_dir`)."""
     if explicit:
-        return Path(explicit).expanduser().absolute()
-    from_env = os.environ.get(ENV_STATE)
-    if from_env:
-        return Path(from_env).expanduser().absolute()
-    if cluster_file is not None:
-        return (cluster_file.expanduser().parent / ".minidock").absolute()
-    return Path.cwd() / ".minidock"
+        directory = Path(explicit).expanduser().absolute()
+    elif from_env := os.environ.get(ENV_STATE):
+        directory = Path(from_env).expanduser().absolute()
+    elif cluster_file is not None:
+        directory = (cluster_file.expanduser().parent / ".minidock").absolute()
+    else:
+        directory = Path.cwd() / ".minidock"
+    check_state_dir(directory)
+    return directory
+
+
+def check_state_dir(directory: Path) -> None:
+    """Refuse an existing state directory that is not private to this user: owned by
+    another user, or open to group or others (its events and specs hold the cluster's
+    secrets). A missing one is fine: `ensure_state_dir` creates it 0700."""
+    try:
+        st = directory.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StateError(f"state directory {directory}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError(f"state path {directory} exists and is not a directory")
+    if st.st_uid != os.geteuid():
+        raise StateError(
+            f"state directory {directory} is owned by uid {st.st_uid}, not by this user "
+            f"(uid {os.geteuid()}): use your own --state DIR"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise StateError(
+            f"state directory {directory} is accessible by group or others "
+            f"(mode {mode:04o}): run chmod 700 {directory}"
+        )
 
 
 def ensure_state_dir(directory: Path) -> Path:
-    """Create `directory` (mode 0700) if missing; an existing directory is left as it is."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
+    """Create `directory` (mode 0700) if missing; an existing one must be private to this
+    user (`check_state_dir`) and is otherwise left as it is."""
     try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
         directory.mkdir(mode=_DIR_MODE)
     except FileExistsError:
-        if not directory.is_dir():
-            raise StateError(f"state path {directory} exists and is not a directory") from None
+        check_state_dir(directory)
+    except OSError as exc:
+        raise StateError(f"cannot create state directory {directory}: {exc.strerror}") from None
     else:
         os.chmod(directory, _DIR_MODE)  # mkdir's mode is filtered by the umask; be exact
     return directory
@@ -147,9 +179,22 @@ class Store:
 
     @classmethod
     def open(cls, directory: Path) -> Store:
-        """Open (creating the directory, the database and its schema if needed)."""
+        """Open (creating the directory, the database and its schema if needed).
+
+        A directory or database this user may not use is a `StateError`, one line."""
         ensure_state_dir(directory)
         path = directory / DB_NAME
+        try:
+            return cls._open(directory, path)
+        except PermissionError as exc:
+            raise StateError(f"cannot use {exc.filename or path}: permission denied") from None
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "unable to open" in str(exc):
+                raise StateError(f"cannot use {path}: {exc}") from None
+            raise
+
+    @classmethod
+    def _open(cls, directory: Path, path: Path) -> Store:
         # SQLite gives its -wal/-shm files the database file's mode, so a 0600 database
         # keeps them 0600 whatever the umask; _tighten_sidecars double-checks.
         _private_file(path)
@@ -358,7 +403,10 @@ class StateLock:
         if self._fd is not None:
             raise RuntimeError(f"lock {self.path} is already held by this StateLock")
         ensure_state_dir(self.directory)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+        except PermissionError:
+            raise StateError(f"cannot use {self.path}: permission denied") from None
         try:
             _tighten(fd)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

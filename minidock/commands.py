@@ -291,7 +291,7 @@ def parse_published_ports(stdout: str) -> list[tuple[str, frozenset[str]]]:
     """
     found: list[tuple[str, frozenset[str]]] = []
     for line in stdout.splitlines():
-        if not line.strip():
+        if not line:
             continue
         cluster, tab, shown = line.partition("\t")
         if not tab:

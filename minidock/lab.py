@@ -913,7 +913,10 @@ class Lab:
 
     # -- provisioning details
     def _ensure_key(self) -> None:
+        """The lab's key pair; the private key 0600 (an inventory naming a key that group or
+        others may read is refused)."""
         if self.key_path.exists() and self.key_path.with_suffix(".pub").exists():
+            os.chmod(self.key_path, 0o600)
             return
         key = asyncssh.generate_private_key("ssh-ed25519", comment="minidock-lab")
         _write_atomic(self.key_path, key.export_private_key(), mode=0o600)

@@ -21,6 +21,7 @@ import tomli_w
 
 from minidock.model import HostObservation, Inventory
 from minidock.observe import observe_host
+from minidock.spec import load_inventory
 from minidock.ssh import SSHExecutor, known_hosts_line
 from tests.integration.conftest import Fleet, Minidock
 from tests.integration.test_converge import (
@@ -183,6 +184,11 @@ def test_a_changed_host_key_is_named_with_its_fingerprint_and_no_command_reaches
     assert md.containers(changed) == []  # nothing was started there
     assert accepted_logins(fleet, changed) == logins  # no session was ever opened
     assert sum(len(v) for v in live_by_host(md, fleet, ["host2", "host3", "host4"]).values()) == 4
+
+
+def test_the_lab_key_is_private_so_its_inventory_loads(fleet: Fleet) -> None:
+    assert fleet.lab.key_path.stat().st_mode & 0o777 == 0o600
+    assert len(load_inventory(fleet.inventory).hosts) == len(fleet.hosts)
 
 
 # -- the probe itself: a cut-off host, and the ports held outside the cluster --------------------

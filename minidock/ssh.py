@@ -176,9 +176,10 @@ def _reason(exc: BaseException, host: Host, known_hosts: Path) -> str:
 
 @dataclass
 class _Session:
-    """Filled in once a command's session has opened (on the connection it opened on)."""
+    """Where one command stands: the connection it uses, and whether its session opened."""
 
-    conn: asyncssh.SSHClientConnection | None = None
+    conn: asyncssh.SSHClientConnection
+    opened: bool = False
 
 
 class SSHExecutor:
@@ -231,25 +232,20 @@ class SSHExecutor:
         log.debug("%s: %s", host.name, command)
         async with host_limit, self._limit:
             conn, reused = await self._connection(host)
-            session = _Session()
+            session = _Session(conn)
             try:
                 return await asyncio.wait_for(
-                    self._session(host, conn, reused, command, input, session), limit
+                    self._session(host, reused, command, input, session), limit
                 )
             except TimeoutError:
-                if session.conn is None:  # no session opened: the connection is dead
-                    self._drop(host.name, conn)
+                if not session.opened:  # no session opened: the connection is dead
+                    self._drop(host.name, session.conn)
                 raise CommandTimeout(host.name, argv0, limit) from None
 
     async def _session(
-        self,
-        host: Host,
-        conn: asyncssh.SSHClientConnection,
-        reused: bool,
-        command: str,
-        input: str | None,
-        session: _Session,
+        self, host: Host, reused: bool, command: str, input: str | None, session: _Session
     ) -> Result:
+        conn = session.conn
         try:
             process = await conn.create_process(command, encoding="utf-8", errors="replace")
         except (asyncssh.Error, OSError) as exc:
@@ -257,11 +253,12 @@ class SSHExecutor:
                 raise self._unreachable(host, exc) from None
             self._drop(host.name, conn)  # stale pooled connection: one fresh try
             conn, _ = await self._connection(host)
+            session.conn = conn
             try:
                 process = await conn.create_process(command, encoding="utf-8", errors="replace")
             except (asyncssh.Error, OSError) as exc2:
                 raise self._unreachable(host, exc2) from None
-        session.conn = conn
+        session.opened = True
         return await self._finish(host, conn, process, input)
 
     async def _finish(

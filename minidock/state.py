@@ -163,6 +163,27 @@ def _tighten(fd: int) -> None:
         os.fchmod(fd, _FILE_MODE)
 
 
+def _tighten_sidecars(db: Path) -> None:
+    for suffix in ("-wal", "-shm", "-journal"):
+        side = db.with_name(db.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_IMODE(side.stat().st_mode) & 0o077:
+                os.chmod(side, _FILE_MODE)
+
+
+@contextlib.contextmanager
+def _usable(path: Path) -> Iterator[None]:
+    """A state file this user may not open or write, as a one-line StateError."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise StateError(f"cannot use {exc.filename or path}: permission denied") from None
+    except sqlite3.OperationalError as exc:
+        if "readonly" not in str(exc) and "unable to open" not in str(exc):
+            raise
+        raise StateError(f"cannot use {path}: {exc}") from None
+
+
 # -- the store --------------------------------------------------------------------------------
 class Store:
     """DIR/state.db: desired-state generations, the controller's state, the event log.
@@ -184,30 +205,20 @@ class Store:
         A directory or database this user may not use is a `StateError`, one line."""
         ensure_state_dir(directory)
         path = directory / DB_NAME
-        try:
-            return cls._open(directory, path)
-        except PermissionError as exc:
-            raise StateError(f"cannot use {exc.filename or path}: permission denied") from None
-        except sqlite3.OperationalError as exc:
-            if "readonly" in str(exc) or "unable to open" in str(exc):
-                raise StateError(f"cannot use {path}: {exc}") from None
-            raise
-
-    @classmethod
-    def _open(cls, directory: Path, path: Path) -> Store:
-        # SQLite gives its -wal/-shm files the database file's mode, so a 0600 database
-        # keeps them 0600 whatever the umask; _tighten_sidecars double-checks.
-        _private_file(path)
-        conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            store = cls(directory, conn)
-            store._migrate()
-            store._tighten_sidecars()
-        except BaseException:
-            conn.close()
-            raise
+        with _usable(path):
+            # SQLite gives its -wal/-shm files the database file's mode, so a 0600 database
+            # keeps them 0600 whatever the umask; _tighten_sidecars double-checks.
+            _private_file(path)
+            conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                store = cls(directory, conn)
+                store._migrate()
+                _tighten_sidecars(path)
+            except BaseException:
+                conn.close()
+                raise
         return store
 
     def close(self) -> None:
@@ -373,13 +384,6 @@ class Store:
     def _schema_version(db: sqlite3.Connection) -> int:
         return int(db.execute("PRAGMA user_version").fetchone()[0])
 
-    def _tighten_sidecars(self) -> None:
-        for suffix in ("-wal", "-shm", "-journal"):
-            side = self.path.with_name(self.path.name + suffix)
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_IMODE(side.stat().st_mode) & 0o077:
-                    os.chmod(side, _FILE_MODE)
-
 
 # -- the lock ---------------------------------------------------------------------------------
 class StateLock:
@@ -403,10 +407,8 @@ class StateLock:
         if self._fd is not None:
             raise RuntimeError(f"lock {self.path} is already held by this StateLock")
         ensure_state_dir(self.directory)
-        try:
+        with _usable(self.path):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
-        except PermissionError:
-            raise StateError(f"cannot use {self.path}: permission denied") from None
         try:
             _tighten(fd)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -24,7 +24,7 @@ from minidock import usecases
 from minidock.core import Plan
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
-from minidock.state import state_dir
+from minidock.state import StateError, state_dir
 from minidock.status import HostSummary, ServiceSummary, StatusDocument
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, Progress, Report
@@ -43,6 +43,13 @@ class LazyGroup(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         loaded = super().list_commands(ctx)
         return [*loaded, *(name for name in self.LAZY if name not in loaded)]
+
+    def invoke(self, ctx: Any) -> Any:  # ctx: the click Context that typer vendors
+        """Every command: an unusable state directory (StateError) is one line, exit 2."""
+        try:
+            return super().invoke(ctx)
+        except StateError as exc:
+            fail(str(exc))
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name in self.LAZY and cmd_name not in self.commands:

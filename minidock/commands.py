@@ -14,7 +14,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 from minidock.model import (
     LABEL_CLUSTER,
@@ -44,8 +44,14 @@ __all__ = [
     "logs_argv",
     "parse_ids",
     "parse_inspect",
+    "parse_proc_net",
+    "parse_published_ports",
     "parse_time",
+    "ports_held_outside",
+    "proc_net_argv",
+    "proc_net_missing_only",
     "ps_argv",
+    "published_ports_argv",
     "pull_argv",
     "redact",
     "rm_argv",
@@ -228,6 +234,99 @@ def parse_inspect(host_name: str, cluster: str, stdout: str) -> tuple[Container,
         raise ParseError("docker inspect did not print a JSON array of objects")
     found = (_container(host_name, cluster, d) for d in data)
     return tuple(c for c in found if c is not None)
+
+
+# -- observe: host ports held outside the cluster ----------------------------------------------
+Protocol = Literal["tcp", "udp"]
+PROC_NET_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
+_PROC_NET_ROW = re.compile(
+    r"\s*\d+:\s+(?P<addr>[0-9A-Fa-f]+):(?P<port>[0-9A-Fa-f]{4})\s+[0-9A-Fa-f]+:[0-9A-Fa-f]{4}"
+    r"\s+(?P<state>[0-9A-Fa-f]{2})\s"
+)
+_PROC_NET_MISSING = re.compile(r"cat: /proc/net/(?:tcp6|udp6): No such file or directory")
+_PUBLISHED = re.compile(
+    r"(?:\[[0-9A-Fa-f:.]*\]|[0-9A-Fa-f:.]*):(?P<lo>\d+)(?:-(?P<hi>\d+))?"
+    r"->\d+(?:-\d+)?/(?P<proto>tcp|udp|sctp)"
+)
+_EXPOSED = re.compile(r"\d+(?:-\d+)?/(?:tcp|udp|sctp)")
+
+
+def proc_net_argv(protocol: Protocol) -> list[str]:
+    """Print the host's IPv4 and IPv6 socket tables of one protocol (the kernel's own
+    view: every process and docker-proxy on the host, in or out of any container)."""
+    return ["cat", f"/proc/net/{protocol}", f"/proc/net/{protocol}6"]
+
+
+def proc_net_missing_only(stderr: str) -> bool:
+    """`cat` failed only because a kernel without IPv6 has no tcp6/udp6 table."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return bool(lines) and all(_PROC_NET_MISSING.fullmatch(line) for line in lines)
+
+
+def parse_proc_net(stdout: str, protocol: Protocol) -> frozenset[str]:
+    """Host ports in use in /proc/net/{tcp,udp}[6] output, as "22/tcp": TCP sockets in
+    LISTEN, UDP sockets bound to a port (any state: a bound UDP socket holds its port)."""
+    ports: set[str] = set()
+    for line in stdout.splitlines():
+        if not line.strip() or line.split()[0] == "sl":
+            continue
+        row = _PROC_NET_ROW.match(line)
+        if row is None:
+            raise ParseError(f"/proc/net/{protocol} printed an unexpected line: {line.strip()!r}")
+        port = int(row["port"], 16)
+        if port and (protocol == "udp" or row["state"].upper() == PROC_NET_LISTEN):
+            ports.add(f"{port}/{protocol}")
+    return frozenset(ports)
+
+
+def published_ports_argv() -> list[str]:
+    """Every running container's `minidock.cluster` label (empty when it has none) and its
+    published ports, one container a line: "CLUSTER<TAB>PORTS"."""
+    return [
+        "docker",
+        "ps",
+        "--no-trunc",
+        "--format",
+        f'{{{{.Label "{LABEL_CLUSTER}"}}}}\t{{{{.Ports}}}}',
+    ]
+
+
+def parse_published_ports(stdout: str) -> list[tuple[str, frozenset[str]]]:
+    """(cluster label, published host ports) per container in `published_ports_argv` output.
+
+    Docker prints ports like "0.0.0.0:8080->80/tcp, :::8080->80/tcp" (ranges as
+    "8000-8001->8000-8001/tcp"); an exposed but unpublished port ("80/tcp") holds nothing.
+    """
+    found: list[tuple[str, frozenset[str]]] = []
+    for line in stdout.splitlines():
+        if not line:
+            continue
+        cluster, tab, shown = line.partition("\t")
+        if not tab:
+            raise ParseError(f"docker ps printed a line without a tab: {line.strip()!r}")
+        ports: set[str] = set()
+        for item in (i.strip() for i in shown.split(",")):
+            published = _PUBLISHED.fullmatch(item)
+            if published is not None:
+                lo = int(published["lo"])
+                hi = int(published["hi"] or lo)
+                ports.update(f"{p}/{published['proto']}" for p in range(lo, hi + 1))
+            elif item and not _EXPOSED.fullmatch(item):
+                raise ParseError(f"docker ps printed an unknown port: {item!r}")
+        found.append((cluster.strip(), frozenset(ports)))
+    return found
+
+
+def ports_held_outside(
+    cluster: str, listening: Iterable[str], published: Iterable[tuple[str, frozenset[str]]]
+) -> frozenset[str]:
+    """Host ports in use by anything but this cluster's containers: every listening socket
+    and every other container's published port, minus what this cluster's own containers
+    publish (docker-proxy listens for those too; they are counted per Container)."""
+    published = list(published)
+    own = {p for label, ports in published if label == cluster for p in ports}
+    other = {p for label, ports in published if label != cluster for p in ports}
+    return frozenset((set(listening) | other) - (own - other))
 
 
 # -- act --------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ class Host:
     host_key_policy: HostKeyPolicy = "strict"
     connect_timeout: float = 5.0
     command_timeout: float = 60.0
+    probe_timeout: float = 3.0  # bound of each probe command (docker ps, docker inspect)
     down_after: int = 2
     labels: tuple[tuple[str, str], ...] = ()
     cpus: float | None = None
@@ -226,6 +227,8 @@ class HostObservation:
     ok: bool
     containers: tuple[Container, ...] = ()
     error: str | None = None
+    # host ports held by anything but this cluster's containers ("8080/tcp", "53/udp"):
+    # listening processes and other containers' published ports; empty when not read
     ports_in_use: frozenset[str] = frozenset()
 
 

@@ -2,20 +2,45 @@
 
 Every host is probed concurrently. A probe fails (HostObservation.ok is False, with a
 one-line error that does not repeat the host name) when SSH fails, when docker fails, or
-when its output cannot be parsed: a failed probe is never read as "no containers".
+when its output cannot be parsed: a failed probe is never read as "no containers". Each
+probe command is bounded by `host.probe_timeout`; one that times out fails the probe and
+drops the host's pooled connection, so the next pass reconnects (bounded by
+`connect_timeout`) instead of waiting on a connection to a host that is cut off or hung.
+
+With `ports=True` the probe also reads which host ports are held outside the cluster
+(`HostObservation.ports_in_use`): listening sockets from /proc/net and other containers'
+published ports, read at the same time as `docker ps` on the same connection. That read
+is best effort: when it fails the probe still stands on what docker said, with an empty
+set, and the failure is logged (INFO).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
-from minidock.commands import ParseError, inspect_argv, parse_ids, parse_inspect, ps_argv
+from minidock.commands import (
+    ParseError,
+    inspect_argv,
+    parse_ids,
+    parse_inspect,
+    parse_proc_net,
+    parse_published_ports,
+    ports_held_outside,
+    proc_net_argv,
+    proc_net_missing_only,
+    ps_argv,
+    published_ports_argv,
+)
 from minidock.model import Host, HostObservation, Observed
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
-__all__ = ["observe", "observe_host"]
+__all__ = ["observe", "observe_host", "ports_in_use"]
+
+log = logging.getLogger(__name__)
 
 _VANISHED = re.compile(r"Error(?: response from daemon)?: No such (?:container|object): \S+")
 _MAX_ERROR = 200
@@ -32,31 +57,87 @@ def _only_vanished(result: Result) -> bool:
     return bool(lines) and all(_VANISHED.fullmatch(line) for line in lines)
 
 
-async def observe_host(executor: Executor, host: Host, cluster: str) -> HostObservation:
-    """One probe of one host: this cluster's containers, or why they could not be read."""
+async def _containers(executor: Executor, host: Host, cluster: str) -> HostObservation:
+    """docker ps + docker inspect: this cluster's containers, or why they could not be read."""
 
     def failed(error: str) -> HostObservation:
         return HostObservation(host=host.name, ok=False, error=" ".join(error.split()))
 
     try:
-        ps = await executor.run(host, ps_argv(cluster))
+        ps = await executor.run(host, ps_argv(cluster), timeout=host.probe_timeout)
         if ps.exit_status != 0:
             return failed(_failure(ps, "docker ps"))
         ids = parse_ids(ps.stdout)
         if not ids:
             return HostObservation(host=host.name, ok=True)
-        inspect = await executor.run(host, inspect_argv(ids))
+        inspect = await executor.run(host, inspect_argv(ids), timeout=host.probe_timeout)
         if inspect.exit_status != 0 and not _only_vanished(inspect):
             return failed(_failure(inspect, "docker inspect"))
         containers = parse_inspect(host.name, cluster, inspect.stdout)
-    except (Unreachable, CommandTimeout) as exc:
+    except CommandTimeout as exc:
+        executor.disconnect(host)  # a cut-off or hung host: reconnect next pass
+        return failed(exc.reason)
+    except Unreachable as exc:
         return failed(exc.reason)
     except ParseError as exc:
         return failed(str(exc)[:_MAX_ERROR])
     return HostObservation(host=host.name, ok=True, containers=containers)
 
 
-async def observe(executor: Executor, hosts: Sequence[Host], cluster: str) -> Observed:
+async def ports_in_use(executor: Executor, host: Host, cluster: str) -> frozenset[str]:
+    """Host ports held by anything but this cluster's containers ("8080/tcp", "53/udp").
+
+    Three reads at once: /proc/net/tcp[6] and /proc/net/udp[6] (every listening or bound
+    socket on the host, docker-proxy's included) and `docker ps` of every running
+    container's cluster label and published ports. Raises Unreachable, CommandTimeout or
+    ParseError (a failed command is a ParseError naming it).
+    """
+    reads = await asyncio.gather(
+        executor.run(host, proc_net_argv("tcp"), timeout=host.probe_timeout),
+        executor.run(host, proc_net_argv("udp"), timeout=host.probe_timeout),
+        executor.run(host, published_ports_argv(), timeout=host.probe_timeout),
+        return_exceptions=True,  # all three finish before any failure is raised
+    )
+    for read in reads:
+        if isinstance(read, BaseException):
+            raise read
+    tcp, udp, published = (r for r in reads if isinstance(r, Result))
+    for result, what in ((tcp, "cat /proc/net/tcp"), (udp, "cat /proc/net/udp")):
+        if result.exit_status != 0 and not proc_net_missing_only(result.stderr):
+            raise ParseError(_failure(result, what))
+    if published.exit_status != 0:
+        raise ParseError(_failure(published, "docker ps"))
+    listening = parse_proc_net(tcp.stdout, "tcp") | parse_proc_net(udp.stdout, "udp")
+    return ports_held_outside(cluster, listening, parse_published_ports(published.stdout))
+
+
+async def _ports_or_none(executor: Executor, host: Host, cluster: str) -> frozenset[str]:
+    """`ports_in_use`, or an empty set (logged) when it cannot be read: the probe does not
+    fail for it."""
+    try:
+        return await ports_in_use(executor, host, cluster)
+    except (Unreachable, CommandTimeout, ParseError) as exc:
+        reason = exc.reason if isinstance(exc, Unreachable | CommandTimeout) else str(exc)
+        log.info("%s: host ports in use not read: %s", host.name, reason)
+        return frozenset()
+
+
+async def observe_host(
+    executor: Executor, host: Host, cluster: str, *, ports: bool = False
+) -> HostObservation:
+    """One probe of one host: this cluster's containers (and, with `ports`, the host ports
+    held outside it), or why the containers could not be read."""
+    if not ports:
+        return await _containers(executor, host, cluster)
+    seen, held = await asyncio.gather(
+        _containers(executor, host, cluster), _ports_or_none(executor, host, cluster)
+    )
+    return replace(seen, ports_in_use=held) if seen.ok else seen
+
+
+async def observe(
+    executor: Executor, hosts: Sequence[Host], cluster: str, *, ports: bool = False
+) -> Observed:
     """Probe every host at once; each gets a HostObservation, failed or not."""
-    found = await asyncio.gather(*(observe_host(executor, h, cluster) for h in hosts))
+    found = await asyncio.gather(*(observe_host(executor, h, cluster, ports=ports) for h in hosts))
     return Observed(hosts={o.host: o for o in found})

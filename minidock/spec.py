@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -499,7 +500,7 @@ def _render(parts: Iterable[Part]) -> str:
 # -- inventory --------------------------------------------------------------------------------
 _PATH_KEYS = ("identity_file", "known_hosts")
 _PLAIN_KEYS = ("user", "port", "host_key_policy", "down_after")
-_DURATION_KEYS = ("connect_timeout", "command_timeout")
+_DURATION_KEYS = ("connect_timeout", "command_timeout", "probe_timeout")
 
 
 def _load_inventory(path: Path, display: str) -> Inventory:
@@ -521,6 +522,7 @@ def _build_inventory(doc: dict[str, Any], abs_path: str, display: str) -> Invent
             if key in section and units.parse_duration(section[key]) <= 0:
                 raise fail((*where, key), f"must be greater than 0, got {_show(section[key])}")
 
+    _check_identity_files(sections, base, fail)
     hosts: list[Host] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(doc["hosts"]):
@@ -549,6 +551,32 @@ def _build_inventory(doc: dict[str, Any], abs_path: str, display: str) -> Invent
         )
     fraction = float(defaults.get("max_down_fraction", Inventory.max_down_fraction))
     return Inventory(path=abs_path, hosts=tuple(hosts), max_down_fraction=fraction)
+
+
+def _check_identity_files(
+    sections: Sequence[tuple[tuple[Part, ...], dict[str, Any]]], base: str, fail: _Fail
+) -> None:
+    """Refuse a private key that group or others may read or write, as OpenSSH does
+    ("UNPROTECTED PRIVATE KEY FILE"): checked here, before any connection. A key that does
+    not exist is left to the executor, which reports it for the hosts that use it."""
+    for where, section in sections:
+        if "identity_file" not in section:
+            continue
+        key = _resolve(base, section["identity_file"])
+        try:
+            mode = stat.S_IMODE(os.stat(key).st_mode)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise fail(
+                (*where, "identity_file"), f"cannot read private key {key}: {exc.strerror or exc}"
+            ) from None
+        if mode & 0o077:
+            raise fail(
+                (*where, "identity_file"),
+                f"private key {key} is accessible by group or others (mode {mode:04o}): "
+                f"run chmod 600 {key}",
+            )
 
 
 # -- cluster ----------------------------------------------------------------------------------

@@ -92,6 +92,9 @@ class Executor(Protocol):
         timeout: float | None = None,
     ) -> Result: ...
 
+    def disconnect(self, host: Host) -> None:
+        """Drop any pooled connection to host: the next call connects afresh."""
+
     async def close(self) -> None: ...
 
 
@@ -102,28 +105,50 @@ def known_hosts_line(address: str, port: int, key: asyncssh.SSHKey) -> str:
     return f"{pattern} {algorithm} {blob}\n"
 
 
-class _AcceptNewClient(asyncssh.SSHClient):
-    """Accepts the presented key only when known_hosts has no entry at all for the host.
+class _HostKeyClient(asyncssh.SSHClient):
+    """Sees the key a host presents when known_hosts does not trust it, so the error can
+    name it; under accept-new, accepts it when known_hosts has no entry at all for the host.
 
     asyncssh calls `validate_host_public_key` only for a key that is not trusted already;
     a host with any entry (key, CA, certificate) and a different key is a changed key and
-    is refused.
+    is refused under either policy.
     """
 
-    def __init__(self, known_hosts: Path) -> None:
+    def __init__(self, known_hosts: Path, accept_new: bool) -> None:
         super().__init__()
         self._known_hosts = known_hosts
+        self._accept_new = accept_new
         self.accepted: asyncssh.SSHKey | None = None
+        self.refused: tuple[asyncssh.SSHKey, bool] | None = None  # (key, host was known)
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey
     ) -> bool:
         known = asyncssh.read_known_hosts(str(self._known_hosts))
         keys, cas, _, certs, _, subjects, _ = known.match(host, addr, port if port != 22 else None)
-        if keys or cas or certs or subjects:
-            return False
-        self.accepted = key
-        return True
+        listed = bool(keys or cas or certs or subjects)
+        if self._accept_new and not listed:
+            self.accepted = key
+            return True
+        self.refused = (key, listed)
+        return False
+
+    def refusal(self, where: str) -> str | None:
+        """Why the host key was refused, naming the presented key's SHA256 fingerprint as
+        OpenSSH prints it; None when no key was refused."""
+        if self.refused is None:
+            return None
+        key, listed = self.refused
+        presented = f"{key.get_algorithm()} key {key.get_fingerprint('sha256')}"
+        if listed:
+            return (
+                f"host key of {where} not verifiable (changed): presented {presented} "
+                f"does not match {self._known_hosts}"
+            )
+        return (
+            f"host key of {where} not verifiable (unknown): presented {presented} "
+            f"is not in {self._known_hosts}"
+        )
 
 
 def _reason(exc: BaseException, host: Host, known_hosts: Path) -> str:
@@ -148,6 +173,14 @@ def _reason(exc: BaseException, host: Host, known_hosts: Path) -> str:
     if isinstance(exc, OSError):
         return f"{where}: {exc.strerror or exc}"
     return f"{where}: {type(exc).__name__}: {exc}"
+
+
+@dataclass
+class _Session:
+    """Where one command stands: the connection it uses, and whether its session opened."""
+
+    conn: asyncssh.SSHClientConnection
+    opened: bool = False
 
 
 class SSHExecutor:
@@ -183,10 +216,16 @@ class SSHExecutor:
         input: str | None = None,
         timeout: float | None = None,
     ) -> Result:
-        """Run argv on the host; input (never logged) goes to the command's stdin."""
+        """Run argv on the host; input (never logged) goes to the command's stdin.
+
+        The timeout bounds opening the session and running the command (connecting has
+        its own bound, `host.connect_timeout`). A session that does not even open in
+        time means the connection is dead (a hung or cut-off host): it is dropped.
+        """
         if not argv:
             raise ValueError("empty argv")
         command = shlex.join(argv)  # the one place an argv becomes a remote command line
+        argv0 = " ".join(argv[:2])
         limit = host.command_timeout if timeout is None else timeout
         host_limit = self._host_limits.setdefault(
             host.name, asyncio.Semaphore(self._max_sessions_per_host)
@@ -194,39 +233,53 @@ class SSHExecutor:
         log.debug("%s: %s", host.name, command)
         async with host_limit, self._limit:
             conn, reused = await self._connection(host)
+            session = _Session(conn)
+            try:
+                return await asyncio.wait_for(
+                    self._session(host, reused, command, input, session), limit
+                )
+            except TimeoutError:
+                if not session.opened:  # no session opened: the connection is dead
+                    self._drop(host.name, session.conn)
+                raise CommandTimeout(host.name, argv0, limit) from None
+
+    async def _session(
+        self, host: Host, reused: bool, command: str, input: str | None, session: _Session
+    ) -> Result:
+        conn = session.conn
+        try:
+            process = await conn.create_process(command, encoding="utf-8", errors="replace")
+        except (asyncssh.Error, OSError) as exc:
+            if not (reused and conn.is_closed()):
+                raise self._unreachable(host, exc) from None
+            self._drop(host.name, conn)  # stale pooled connection: one fresh try
+            conn, _ = await self._connection(host)
+            session.conn = conn
             try:
                 process = await conn.create_process(command, encoding="utf-8", errors="replace")
-            except (asyncssh.Error, OSError) as exc:
-                if not (reused and conn.is_closed()):
-                    raise self._unreachable(host, exc) from None
-                self._drop(host.name, conn)  # stale pooled connection: one fresh try
-                conn, _ = await self._connection(host)
-                try:
-                    process = await conn.create_process(command, encoding="utf-8", errors="replace")
-                except (asyncssh.Error, OSError) as exc2:
-                    raise self._unreachable(host, exc2) from None
-            return await self._finish(host, conn, process, " ".join(argv[:2]), input, limit)
+            except (asyncssh.Error, OSError) as exc2:
+                raise self._unreachable(host, exc2) from None
+        session.opened = True
+        return await self._finish(host, conn, process, input)
 
     async def _finish(
         self,
         host: Host,
         conn: asyncssh.SSHClientConnection,
         process: asyncssh.SSHClientProcess[str],
-        argv0: str,
         input: str | None,
-        limit: float | None,
     ) -> Result:
         try:
             if input:
                 process.stdin.write(input)
             process.stdin.write_eof()
-            stdout, stderr = await asyncio.wait_for(process.communicate(), limit)
-        except TimeoutError:
-            process.close()
-            raise CommandTimeout(host.name, argv0, limit) from None
+            stdout, stderr = await process.communicate()
         except (asyncssh.Error, OSError) as exc:
             process.close()
             raise self._unreachable(host, exc) from None
+        except BaseException:  # cancelled by the timeout: close the session
+            process.close()
+            raise
         status = process.returncode
         if status is None:  # the channel closed without an exit status: connection lost
             self._drop(host.name, conn)
@@ -234,6 +287,13 @@ class SSHExecutor:
         if status < 0:  # killed by a signal, as a shell reports it
             status = 128 - status
         return Result(status, str(stdout or ""), str(stderr or ""))
+
+    def disconnect(self, host: Host) -> None:
+        """Drop the pooled connection to host, if any: the next call connects afresh (with
+        `host.connect_timeout`). Commands still running on it fail as Unreachable."""
+        pooled = self._pool.get(host.name)
+        if pooled is not None:
+            self._drop(host.name, pooled[1])
 
     async def close(self) -> None:
         """Close every pooled connection."""
@@ -281,7 +341,7 @@ class SSHExecutor:
                 )
             known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             known_hosts.touch(mode=0o600)
-        client = _AcceptNewClient(known_hosts) if accept_new else None
+        client = _HostKeyClient(known_hosts, accept_new)
         identity = _identity_path(host)
         if identity and not os.path.isfile(identity):
             raise Unreachable(host.name, f"identity file {identity} not found")
@@ -289,14 +349,17 @@ class SSHExecutor:
             conn = await asyncssh.connect(
                 host.address,
                 **connect_options(host),
-                client_factory=(lambda: client) if client is not None else None,
+                client_factory=lambda: client,
                 keepalive_interval=self._keepalive_interval,
                 keepalive_count_max=3,
             )
         except (asyncssh.Error, OSError, ValueError) as exc:
+            refused = client.refusal(f"{host.address}:{host.port}")
+            if refused is not None and isinstance(exc, asyncssh.HostKeyNotVerifiable):
+                raise Unreachable(host.name, refused) from None
             raise Unreachable(host.name, _reason(exc, host, known_hosts)) from None
         self.connections_opened += 1
-        if client is not None and client.accepted is not None:
+        if client.accepted is not None:
             await self._remember(known_hosts, host, client.accepted)
         return conn
 

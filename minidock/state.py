@@ -34,6 +34,7 @@ __all__ = [
     "StateError",
     "StateLock",
     "Store",
+    "check_state_dir",
     "controller_id",
     "ensure_state_dir",
     "state_dir",
@@ -95,23 +96,53 @@ class Locked(Exception):
 def state_dir(explicit: str | None) -> Path:
     """--state DIR, else $MINIDOCK_STATE, else .minidock/ in the working directory: one
     rule for every command, so `apply` and a later `status` or cron `reconcile` run from
-    the same place find the same state."""
+    the same place find the same state. An existing directory must be private to this
+    user (`check_state_dir`)."""
     if explicit:
-        return Path(explicit).expanduser().absolute()
-    from_env = os.environ.get(ENV_STATE)
-    if from_env:
-        return Path(from_env).expanduser().absolute()
-    return Path.cwd() / ".minidock"
+        directory = Path(explicit).expanduser().absolute()
+    elif from_env := os.environ.get(ENV_STATE):
+        directory = Path(from_env).expanduser().absolute()
+    else:
+        directory = Path.cwd() / ".minidock"
+    check_state_dir(directory)
+    return directory
+
+
+def check_state_dir(directory: Path) -> None:
+    """Refuse an existing state directory that is not private to this user: owned by
+    another user, or open to group or others (its events and specs hold the cluster's
+    secrets). A missing one is fine: `ensure_state_dir` creates it 0700."""
+    try:
+        st = directory.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StateError(f"state directory {directory}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError(f"state path {directory} exists and is not a directory")
+    if st.st_uid != os.geteuid():
+        raise StateError(
+            f"state directory {directory} is owned by uid {st.st_uid}, not by this user "
+            f"(uid {os.geteuid()}): use your own --state DIR"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise StateError(
+            f"state directory {directory} is accessible by group or others "
+            f"(mode {mode:04o}): run chmod 700 {directory}"
+        )
 
 
 def ensure_state_dir(directory: Path) -> Path:
-    """Create `directory` (mode 0700) if missing; an existing directory is left as it is."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
+    """Create `directory` (mode 0700) if missing; an existing one must be private to this
+    user (`check_state_dir`) and is otherwise left as it is."""
     try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
         directory.mkdir(mode=_DIR_MODE)
     except FileExistsError:
-        if not directory.is_dir():
-            raise StateError(f"state path {directory} exists and is not a directory") from None
+        check_state_dir(directory)
+    except OSError as exc:
+        raise StateError(f"cannot create state directory {directory}: {exc.strerror}") from None
     else:
         os.chmod(directory, _DIR_MODE)  # mkdir's mode is filtered by the umask; be exact
     return directory
@@ -155,6 +186,27 @@ def _tighten(fd: int) -> None:
         os.fchmod(fd, _FILE_MODE)
 
 
+def _tighten_sidecars(db: Path) -> None:
+    for suffix in ("-wal", "-shm", "-journal"):
+        side = db.with_name(db.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_IMODE(side.stat().st_mode) & 0o077:
+                os.chmod(side, _FILE_MODE)
+
+
+@contextlib.contextmanager
+def _usable(path: Path) -> Iterator[None]:
+    """A state file this user may not open or write, as a one-line StateError."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise StateError(f"cannot use {exc.filename or path}: permission denied") from None
+    except sqlite3.OperationalError as exc:
+        if "readonly" not in str(exc) and "unable to open" not in str(exc):
+            raise
+        raise StateError(f"cannot use {path}: {exc}") from None
+
+
 # -- the store --------------------------------------------------------------------------------
 class Store:
     """DIR/state.db: desired-state generations, the controller's state, the event log.
@@ -171,22 +223,25 @@ class Store:
 
     @classmethod
     def open(cls, directory: Path) -> Store:
-        """Open (creating the directory, the database and its schema if needed)."""
+        """Open (creating the directory, the database and its schema if needed).
+
+        A directory or database this user may not use is a `StateError`, one line."""
         ensure_state_dir(directory)
         path = directory / DB_NAME
-        # SQLite gives its -wal/-shm files the database file's mode, so a 0600 database
-        # keeps them 0600 whatever the umask; _tighten_sidecars double-checks.
-        _private_file(path)
-        conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            store = cls(directory, conn)
-            store._migrate()
-            store._tighten_sidecars()
-        except BaseException:
-            conn.close()
-            raise
+        with _usable(path):
+            # SQLite gives its -wal/-shm files the database file's mode, so a 0600 database
+            # keeps them 0600 whatever the umask; _tighten_sidecars double-checks.
+            _private_file(path)
+            conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                store = cls(directory, conn)
+                store._migrate()
+                _tighten_sidecars(path)
+            except BaseException:
+                conn.close()
+                raise
         return store
 
     def close(self) -> None:
@@ -344,13 +399,6 @@ class Store:
     def _schema_version(db: sqlite3.Connection) -> int:
         return int(db.execute("PRAGMA user_version").fetchone()[0])
 
-    def _tighten_sidecars(self) -> None:
-        for suffix in ("-wal", "-shm", "-journal"):
-            side = self.path.with_name(self.path.name + suffix)
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_IMODE(side.stat().st_mode) & 0o077:
-                    os.chmod(side, _FILE_MODE)
-
 
 def _event_row(r: Sequence[Any]) -> tuple[int, Event]:
     """An events row (in _EVENT_COLUMNS order) as (id, Event)."""
@@ -381,7 +429,8 @@ class StateLock:
         if self._fd is not None:
             raise RuntimeError(f"lock {self.path} is already held by this StateLock")
         ensure_state_dir(self.directory)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+        with _usable(self.path):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
         try:
             _tighten(fd)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -38,6 +38,7 @@ class FakeExecutor:
         self.handler = handler
         self.calls: list[Call] = []
         self.closed = False
+        self.disconnected: list[str] = []  # hosts whose connection a caller dropped
         self.in_flight = 0
         self.max_in_flight = 0
 
@@ -57,6 +58,9 @@ class FakeExecutor:
             return self.handler(host, list(argv), input)
         finally:
             self.in_flight -= 1
+
+    def disconnect(self, host: Host) -> None:
+        self.disconnected.append(host.name)
 
     async def close(self) -> None:
         self.closed = True

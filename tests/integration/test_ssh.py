@@ -13,6 +13,8 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -326,5 +328,148 @@ def test_local_refused_and_connect_timeout(tmp_path: Path) -> None:
                 w.close()
             silent.close()
             await silent.wait_closed()
+
+    with_server(tmp_path, body)
+
+
+# -- host keys: the error names the presented key -----------------------------------------------
+def openssh_fingerprint(key: asyncssh.SSHKey, tmp: Path) -> str:
+    """The key's fingerprint as OpenSSH's own `ssh-keygen -l` prints it."""
+    pub = tmp / "presented.pub"
+    key.write_public_key(str(pub))
+    out = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()[1]
+
+
+def test_local_changed_key_names_host_fingerprint_and_file_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        kh = wrong_key_file(tmp_path / "changed", box.host())
+        fingerprint = openssh_fingerprint(box.host_key, tmp_path)
+        assert fingerprint.startswith("SHA256:")
+        marker = tmp_path / "ran"
+        for policy in ("strict", "accept-new"):  # accept-new never takes a changed key
+            host = box.host(known_hosts=kh, host_key_policy=policy)
+            with pytest.raises(Unreachable) as info:
+                await ex.run(host, ["touch", str(marker)])
+            assert str(info.value) == (
+                f"local1: host key of 127.0.0.1:{box.port} not verifiable (changed): "
+                f"presented ssh-ed25519 key {fingerprint} does not match {kh}"
+            )
+        assert not marker.exists()  # no command reached the host
+        assert ex.connections_opened == 0
+
+    with_server(tmp_path, body)
+
+
+def test_local_unknown_key_under_strict_names_the_fingerprint(tmp_path: Path) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        empty = tmp_path / "empty_known_hosts"
+        empty.write_text("")
+        with pytest.raises(Unreachable) as info:
+            await ex.run(box.host(known_hosts=str(empty)), ["true"])
+        assert info.value.reason == (
+            f"host key of 127.0.0.1:{box.port} not verifiable (unknown): presented "
+            f"ssh-ed25519 key {openssh_fingerprint(box.host_key, tmp_path)} is not in {empty}"
+        )
+
+    with_server(tmp_path, body)
+
+
+# -- a partition: a relay that stops relaying ---------------------------------------------------
+@dataclass
+class Relay:
+    """A TCP relay to the local server that can be cut: while cut, both ends stay open and
+    nothing gets through (like a firewall dropping packets), until it heals."""
+
+    target: int
+    cut: bool = False
+    port: int = 0
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+
+    async def start(self) -> asyncio.Server:
+        server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        return server
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        self.writers += [writer, up_writer]
+        await asyncio.gather(
+            self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
+        )
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            while self.cut:
+                await asyncio.sleep(0.05)
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+
+def with_relay(
+    tmp: Path, body: Callable[[LocalServer, Relay, SSHExecutor], Awaitable[None]]
+) -> None:
+    async def main() -> None:
+        async with local_server(tmp) as box:
+            relay = Relay(box.port)
+            server = await relay.start()
+            (tmp / "relay_known_hosts").write_text(
+                known_hosts_line("127.0.0.1", relay.port, box.host_key)
+            )
+            executor = SSHExecutor()
+            try:
+                await body(box, relay, executor)
+            finally:
+                await executor.close()
+                for w in relay.writers:
+                    w.close()
+                server.close()
+
+    go(main())
+
+
+def test_local_partition_times_out_fast_drops_the_connection_and_heals_at_once(
+    tmp_path: Path,
+) -> None:
+    async def body(box: LocalServer, relay: Relay, ex: SSHExecutor) -> None:
+        host = box.host(
+            port=relay.port, known_hosts=str(tmp_path / "relay_known_hosts"), connect_timeout=0.5
+        )
+        assert (await ex.run(host, ["true"])).exit_status == 0  # pooled
+        relay.cut = True
+        start = time.monotonic()
+        with pytest.raises(CommandTimeout, match=r"local1: docker ps timed out after 0\.4s"):
+            await ex.run(host, ["docker", "ps"], timeout=0.4)
+        assert time.monotonic() - start < 1.5  # not the command timeout, not keepalives
+        # the session never opened: the connection was dropped, so the next call connects
+        # afresh and meets the connect timeout, not a dead pooled connection
+        with pytest.raises(Unreachable, match=r"timed out after 0\.5s"):
+            await ex.run(host, ["true"], timeout=0.4)
+        relay.cut = False
+        assert (await ex.run(host, ["echo", "back"], timeout=2)).stdout == "back\n"
+        assert ex.connections_opened == 2
+
+    with_relay(tmp_path, body)
+
+
+def test_local_a_slow_command_keeps_the_connection_disconnect_drops_it(tmp_path: Path) -> None:
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        host = box.host()
+        with pytest.raises(CommandTimeout):
+            await ex.run(host, ["sleep", "3"], timeout=0.3)  # the session had opened
+        assert (await ex.run(host, ["true"])).exit_status == 0
+        assert ex.connections_opened == 1
+        ex.disconnect(host)
+        ex.disconnect(host)  # nothing pooled any more: nothing to do
+        assert (await ex.run(host, ["true"])).exit_status == 0
+        assert ex.connections_opened == 2
 
     with_server(tmp_path, body)

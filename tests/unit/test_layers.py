@@ -15,7 +15,7 @@ PACKAGE = Path(minidock.__file__).parent
 # state-directory rule, the real executor it wires in, and the types it prints.
 CLI_MAY_IMPORT = {
     "minidock.lab": {"lab_app"},
-    "minidock.state": {"state_dir"},
+    "minidock.state": {"StateError", "state_dir"},
     "minidock.ssh": {"SSHExecutor"},
     "minidock.units": {"format_duration", "format_size", "parse_duration"},
     "minidock.status": {"HostSummary", "ServiceSummary", "StatusDocument"},

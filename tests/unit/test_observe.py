@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
-from minidock.commands import inspect_argv, parse_ids, ps_argv
+import pytest
+
+from minidock.commands import (
+    inspect_argv,
+    parse_ids,
+    proc_net_argv,
+    ps_argv,
+    published_ports_argv,
+)
 from minidock.model import Host, HostObservation, Observed
 from minidock.observe import observe
 from minidock.ssh import CommandTimeout, Result, Unreachable
@@ -140,3 +150,162 @@ def test_all_hosts_are_observed_concurrently_and_independently() -> None:
     assert executor.max_in_flight == 3  # every host's ps was in flight at once
     assert sorted(c.host for c in executor.calls) == ["h1", "h2", "h3"]
     assert observed.containers() == []
+
+
+# -- probe_timeout: a hung probe fails fast and costs its connection ----------------------------
+def test_probe_commands_are_bounded_by_the_probe_timeout() -> None:
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        return ok(PS) if argv[1] == "ps" else ok(MIXED)
+
+    quick = Host(name="h1", address="10.0.0.1", probe_timeout=1.5)
+    observed, executor = run(handler, [quick])
+    assert observed.hosts["h1"].ok
+    assert [c.timeout for c in executor.calls] == [1.5, 1.5]
+    assert executor.disconnected == []
+
+
+@pytest.mark.parametrize("stuck", ["ps", "inspect"])
+def test_a_probe_that_times_out_fails_and_drops_the_connection(stuck: str) -> None:
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        if argv[1] == stuck:
+            raise CommandTimeout(host.name, f"docker {stuck}", host.probe_timeout)
+        return ok(PS) if argv[1] == "ps" else ok(MIXED)
+
+    observed, executor = run(handler, [H1, H2])
+    assert observed.hosts["h1"] == HostObservation(
+        host="h1", ok=False, error=f"docker {stuck} timed out after 3s"
+    )
+    assert sorted(executor.disconnected) == ["h1", "h2"]
+
+
+def test_an_unreachable_host_keeps_no_connection_to_drop() -> None:
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        raise Unreachable(host.name, "connection refused by 10.0.0.1:22")
+
+    _, executor = run(handler, [H1])
+    assert executor.disconnected == []  # the executor already dropped a broken connection
+
+
+# -- ports held outside the cluster -------------------------------------------------------------
+HOST_DATA = DATA.parent / "host"
+REC_HELD = frozenset(
+    {
+        *(f"{p}/tcp" for p in (22, 17070, 18081, 18082, 19000, 19001, 36477)),
+        *(f"{p}/udp" for p in (15353, 15454, 58778)),
+    }
+)  # tests/data/host/, as seen by cluster "rec" (test_host_ports.py)
+
+
+def host_with_ports(argv: list[str]) -> Result:
+    """A host whose docker and /proc/net answer with the recordings in tests/data/host."""
+    if argv == ps_argv("rec"):
+        return ok(PS)
+    if argv == published_ports_argv():
+        return ok((HOST_DATA / "published.txt").read_text())
+    if argv == proc_net_argv("tcp"):
+        return ok((HOST_DATA / "proc-net-tcp.txt").read_text())
+    if argv == proc_net_argv("udp"):
+        return ok((HOST_DATA / "proc-net-udp.txt").read_text())
+    assert argv[:2] == ["docker", "inspect"], argv
+    return ok(MIXED)
+
+
+def observe_ports(handler: Handler, hosts: list[Host]) -> tuple[Observed, FakeExecutor]:
+    executor = FakeExecutor(handler)
+    return asyncio.run(observe(executor, hosts, "rec", ports=True)), executor
+
+
+def test_ports_in_use_are_read_with_the_probe_at_the_same_time() -> None:
+    observed, executor = observe_ports(lambda h, argv, i: host_with_ports(argv), [H1])
+    o = observed.hosts["h1"]
+    assert o.ok
+    assert [c.name for c in o.containers] == ["web.1.t1run", "crash.1.t6crash"]
+    assert o.ports_in_use == REC_HELD
+    assert executor.max_in_flight == 4  # ps and the three port reads were in flight at once
+    assert {c.timeout for c in executor.calls} == {H1.probe_timeout}
+    assert sorted(executor.argvs()) == sorted(
+        [
+            ps_argv("rec"),
+            inspect_argv(parse_ids(PS)),
+            published_ports_argv(),
+            proc_net_argv("tcp"),
+            proc_net_argv("udp"),
+        ]
+    )
+
+
+def test_without_ports_the_probe_reads_none() -> None:
+    observed, executor = run(lambda h, argv, i: host_with_ports(argv), [H1])
+    assert observed.hosts["h1"].ports_in_use == frozenset()
+    assert all(a[:2] == ["docker", "ps"] or a[1] == "inspect" for a in executor.argvs())
+    assert published_ports_argv() not in executor.argvs()
+
+
+def test_a_kernel_without_ipv6_tables_still_gives_its_ports() -> None:
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        if argv == proc_net_argv("tcp"):
+            tcp4 = (HOST_DATA / "proc-net-tcp.txt").read_text().split("  sl ", 2)
+            return Result(1, "  sl " + tcp4[1], "cat: /proc/net/tcp6: No such file or directory\n")
+        return host_with_ports(argv)
+
+    observed, _ = observe_ports(handler, [H1])
+    assert observed.hosts["h1"].ports_in_use == REC_HELD - {"17070/tcp"}  # it was IPv6
+
+
+def timed_out(host: Host) -> Result:
+    raise CommandTimeout(host.name, "cat /proc/net/tcp", host.probe_timeout)
+
+
+@pytest.mark.parametrize(
+    ("argv", "broken", "logged"),
+    [
+        pytest.param(
+            proc_net_argv("tcp"),
+            lambda h: fail("cat: /proc/net/tcp: Permission denied"),
+            "cat /proc/net/tcp failed (exit 1): cat: /proc/net/tcp: Permission denied",
+            id="cat-fails",
+        ),
+        pytest.param(
+            proc_net_argv("tcp"),
+            lambda h: ok("garbage\n"),
+            "/proc/net/tcp printed an unexpected line: 'garbage'",
+            id="unparseable",
+        ),
+        pytest.param(
+            published_ports_argv(),
+            lambda h: fail("unknown flag: --format", 125),
+            "docker ps failed (exit 125): unknown flag: --format",
+            id="docker-ps-fails",
+        ),
+        pytest.param(
+            proc_net_argv("tcp"), timed_out, "cat /proc/net/tcp timed out after 3s", id="timeout"
+        ),
+    ],
+)
+def test_a_failed_ports_read_leaves_the_probe_standing(
+    argv: list[str],
+    broken: Callable[[Host], Result],
+    logged: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def handler(host: Host, called: list[str], input: str | None) -> Result:
+        return broken(host) if called == argv else host_with_ports(called)
+
+    with caplog.at_level(logging.INFO, logger="minidock.observe"):
+        observed, executor = observe_ports(handler, [H1])
+    o = observed.hosts["h1"]
+    assert (o.ok, o.error, o.ports_in_use) == (True, None, frozenset())
+    assert len(o.containers) == 2
+    assert executor.disconnected == []  # docker answered: the connection is fine
+    assert [r.getMessage() for r in caplog.records] == [f"h1: host ports in use not read: {logged}"]
+
+
+def test_a_failed_probe_is_failed_whatever_the_ports_read_found() -> None:
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        return fail(DAEMON_DOWN) if argv == ps_argv("rec") else host_with_ports(argv)
+
+    observed, _ = observe_ports(handler, [H1])
+    o = observed.hosts["h1"]
+    assert not o.ok
+    assert o.ports_in_use == frozenset()
+    assert str(o.error).startswith("docker ps failed (exit 1): Cannot connect")

@@ -260,6 +260,16 @@ BAD = [
         "defaults.connect_timeout: must be greater than 0, got '0ms'",
         "zero-connect-timeout",
     ),
+    i(
+        HOST + 'probe_timeout = "0s"\n',
+        "hosts[0].probe_timeout: must be greater than 0, got '0s'",
+        "zero-probe-timeout",
+    ),
+    i(
+        '[defaults]\nprobe_timeout = "3 s"\n' + HOST,
+        f"defaults.probe_timeout: invalid duration '3 s': {DURATION_HINT}",
+        "bad-probe-timeout",
+    ),
     c(
         WEB + 'memory = "256MB"\n',
         "services.web.memory: invalid size '256MB': "
@@ -750,3 +760,59 @@ def test_schema_unit_patterns_are_the_parsers_patterns(kind: str) -> None:
     defs = json.loads(text)["$defs"]
     assert defs["duration"]["pattern"] == units.DURATION_PATTERN
     assert defs["size"]["pattern"] == units.SIZE_PATTERN
+
+
+# -- probe_timeout and the private key's permissions --------------------------------------------
+def test_probe_timeout_defaults_to_3s_and_hosts_may_override(tmp_path: Path) -> None:
+    (tmp_path / "inventory.toml").write_text(
+        '[defaults]\nprobe_timeout = "2s"\n' + HOST + 'probe_timeout = "750ms"\n'
+        '[[hosts]]\nname = "host2"\naddress = "10.0.0.12"\n'
+    )
+    one, two = load_inventory(tmp_path / "inventory.toml").hosts
+    assert (one.probe_timeout, two.probe_timeout) == (0.75, 2.0)
+    (tmp_path / "inventory.toml").write_text(HOST)
+    assert load_inventory(tmp_path / "inventory.toml").hosts[0].probe_timeout == 3.0
+
+
+def private_key(path: Path, mode: int) -> Path:
+    path.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o606, 0o700 | 0o040])
+def test_a_private_key_open_to_group_or_others_is_refused(tmp_path: Path, mode: int) -> None:
+    key = private_key(tmp_path / "id_ed25519", mode)
+    (tmp_path / "inventory.toml").write_text(
+        '[defaults]\nidentity_file = "id_ed25519"\n'
+        + HOST
+        + '[[hosts]]\nname = "b"\naddress = "b"\n'
+    )
+    with pytest.raises(SpecError) as err:
+        load_inventory(tmp_path / "inventory.toml")
+    assert err.value.path == "defaults.identity_file"
+    assert str(err.value) == (
+        f"{tmp_path / 'inventory.toml'}: defaults.identity_file: private key {key} is "
+        f"accessible by group or others (mode {mode:04o}): run chmod 600 {key}"
+    )
+
+
+def test_a_host_key_file_is_checked_where_the_host_names_it(tmp_path: Path) -> None:
+    private_key(tmp_path / "good", 0o600)
+    loose = private_key(tmp_path / "loose", 0o644)
+    (tmp_path / "inventory.toml").write_text(
+        '[defaults]\nidentity_file = "good"\n'
+        + HOST
+        + '[[hosts]]\nname = "b"\naddress = "b"\nidentity_file = "loose"\n'
+    )
+    with pytest.raises(SpecError, match=rf"hosts\[1\]\.identity_file: private key {loose} is"):
+        load_inventory(tmp_path / "inventory.toml")
+    loose.chmod(0o400)
+    hosts = load_inventory(tmp_path / "inventory.toml").hosts
+    assert [h.identity_file for h in hosts] == [str(tmp_path / "good"), str(loose)]
+
+
+def test_a_missing_key_is_left_to_the_connection(tmp_path: Path) -> None:
+    (tmp_path / "inventory.toml").write_text('[defaults]\nidentity_file = "nope"\n' + HOST)
+    (host,) = load_inventory(tmp_path / "inventory.toml").hosts
+    assert host.identity_file == str(tmp_path / "nope")  # Unreachable names it per host

@@ -123,7 +123,7 @@ async def _ports_or_none(executor: Executor, host: Host, cluster: str) -> frozen
 
 
 async def observe_host(
-    executor: Executor, host: Host, cluster: str, *, ports: bool = False
+    executor: Executor, host: Host, cluster: str, *, ports: bool = True
 ) -> HostObservation:
     """One probe of one host: this cluster's containers (and, with `ports`, the host ports
     held outside it), or why the containers could not be read."""
@@ -136,7 +136,7 @@ async def observe_host(
 
 
 async def observe(
-    executor: Executor, hosts: Sequence[Host], cluster: str, *, ports: bool = False
+    executor: Executor, hosts: Sequence[Host], cluster: str, *, ports: bool = True
 ) -> Observed:
     """Probe every host at once; each gets a HostObservation, failed or not."""
     found = await asyncio.gather(*(observe_host(executor, h, cluster, ports=ports) for h in hosts))

@@ -709,7 +709,9 @@ def test_end_to_end_with_fake_docker(fleet: Fleet) -> None:
     quiet = fleet.run("reconcile")
     assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
     new = [c.argv[:2] for e in fleet.executors for c in e.calls][calls:]
-    assert {tuple(a) for a in new} <= {("docker", "ps"), ("docker", "inspect")}
+    # the probe: ps + inspect, and (issue 9) the host's socket tables for ports held outside
+    reads = {("docker", "ps"), ("docker", "inspect"), ("cat", "/proc/net/tcp")}
+    assert {tuple(a) for a in new} <= reads | {("cat", "/proc/net/udp")}
 
     # plan after convergence: nothing to do, nothing written
     before = (fleet.state / "state.db").read_bytes()

@@ -32,8 +32,9 @@ H1, H2, H3 = (Host(name=f"h{i}", address=f"10.0.0.{i}") for i in (1, 2, 3))
 
 
 def run(handler: Handler, hosts: list[Host], cluster: str = "rec") -> tuple[Observed, FakeExecutor]:
+    """The containers' probe alone (ps + inspect): the host ports read is tested below."""
     executor = FakeExecutor(handler)
-    return asyncio.run(observe(executor, hosts, cluster)), executor
+    return asyncio.run(observe(executor, hosts, cluster, ports=False)), executor
 
 
 def test_reachable_host_with_containers() -> None:

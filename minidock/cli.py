@@ -233,6 +233,12 @@ def apply(
     prune: Annotated[
         bool, typer.Option("--prune", help="Remove services the file no longer names.")
     ] = False,
+    adopt: Annotated[
+        bool,
+        typer.Option(
+            "--adopt", help="A new state store takes over tasks another store's controller runs."
+        ),
+    ] = False,
     state: StateOption = None,
 ) -> None:
     """Validate, store as the next desired-state generation, reconcile."""
@@ -243,7 +249,16 @@ def apply(
         print_plan(planned.plan, planned.removals, planned.pruned)
         return
     applied = run(
-        usecases.apply(file, directory, runtime(), printer(), wait=wait, timeout=limit, prune=prune)
+        usecases.apply(
+            file,
+            directory,
+            runtime(),
+            printer(),
+            wait=wait,
+            timeout=limit,
+            prune=prune,
+            adopt=adopt,
+        )
     )
     print_convergence(applied.convergence)
     for failed in applied.failed_updates:

@@ -593,3 +593,41 @@ def test_forget_lets_an_inventory_drop_a_dead_host_and_its_tasks_start_elsewhere
     assert outcome.exit_code is ExitCode.OK
     others = [h for h in ("host1", "host2", "host3") if h != gone]
     assert sum(len(setup.running(h)) for h in others) == 3
+
+
+def test_a_new_store_refuses_another_stores_tasks_unless_adopting(setup: Setup) -> None:
+    """Issue 14: with MINIDOCK_STATE forgotten, a fresh store would have proposed stopping
+    every service another store manages; it refuses, names whose, and adopts when told."""
+    setup.converged()
+    running = sorted(setup.running())
+    other = setup.root / "other-state"
+    with pytest.raises(BadInput) as caught:
+        run(usecases.apply(setup.file, other, setup.runtime(), setup.report))
+    with open(setup.state / "controller-id") as f:
+        theirs = f.read().strip()
+    assert (
+        f"3 running tasks of cluster uc belong to another state store's controller ({theirs})"
+        in (str(caught.value))
+    )
+    assert "--adopt" in str(caught.value)
+    assert not (other / "state.db").exists() or Store.open(other).latest_generation() is None
+    setup.reports.clear()
+    adopted = run(
+        usecases.apply(
+            setup.file, other, setup.runtime(), setup.report, adopt=True, wait=True, timeout=60.0
+        )
+    )
+    assert adopted.exit_code is ExitCode.OK
+    assert sorted(setup.running()) == running  # nothing started, nothing stopped
+    with Store.open(other) as store:
+        assert store.load().adopted == (theirs,)
+
+
+def test_losing_state_db_keeps_the_controller_id_so_apply_adopts_at_once(setup: Setup) -> None:
+    setup.converged()
+    running = sorted(setup.running())
+    for f in setup.state.glob("state.db*"):
+        f.unlink()
+    outcome = setup.apply(wait=True, timeout=60.0)
+    assert outcome.exit_code is ExitCode.OK
+    assert sorted(setup.running()) == running

@@ -28,6 +28,7 @@ class Mode(enum.StrEnum):
     SSHD = "sshd"
     DOCKERD = "dockerd"
     PARTITION = "partition"
+    DISK = "disk"
 
 
 _MODES: dict[Mode, KillMode] = {
@@ -36,6 +37,7 @@ _MODES: dict[Mode, KillMode] = {
     Mode.SSHD: "sshd",
     Mode.DOCKERD: "dockerd",
     Mode.PARTITION: "partition",
+    Mode.DISK: "disk",
 }
 
 

@@ -3,7 +3,9 @@
 Each mode is one of the ways a host is lost that FLEET-NOTES "Network" measured, and each
 looks different to the controller: `stop` (host off: refused), `pause` (hung: the connect
 times out), `sshd` (reset at once), `dockerd` (SSH fine, docker fails), `partition`
-(iptables drops port 22; the host and its tasks keep running). Revive heals any mix.
+(iptables drops port 22; the host and its tasks keep running), `disk` (the host answers
+and runs its tasks, but a new container cannot be created: "no space left on device").
+Revive heals any mix.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLEAN_SCRIPT", "HEAL_SCRIPT", "KILL_MODES", "KillMode", "heal", "kill"]
 
-KillMode = Literal["stop", "pause", "sshd", "dockerd", "partition"]
+KillMode = Literal["stop", "pause", "sshd", "dockerd", "partition", "disk"]
 KILL_MODES: tuple[KillMode, ...] = get_args(KillMode)
 
 PARTITION_RULE = ("INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP")
@@ -36,6 +38,15 @@ KILL_DOCKERD = (
 )
 _RULE = " ".join(PARTITION_RULE)
 PARTITION = f"iptables -C {_RULE} 2>/dev/null || iptables -I {_RULE}"
+# A full disk where Docker creates a container's files: a tiny tmpfs, filled, mounted over
+# /var/lib/docker/containers (the running tasks keep their open files; revive unmounts it).
+FULL = "minidock-lab-full"
+FILL_DISK = (
+    f"grep -q '^{FULL} ' /proc/mounts || {{ mount -t tmpfs -o size=64k {FULL}"
+    " /var/lib/docker/containers && dd if=/dev/zero of=/var/lib/docker/containers/.fill"
+    " bs=4k 2>/dev/null; }; true"
+)
+EMPTY_DISK = f"while grep -q '^{FULL} ' /proc/mounts; do umount /var/lib/docker/containers; done"
 HEAL_SCRIPT = f"""
 i=0
 while [ ! -e {READY_FLAG} ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
@@ -43,6 +54,7 @@ rule="{_RULE}"
 while iptables -C $rule 2>/dev/null; do iptables -D $rule; done
 if ! ss -Hltn 'sport = :22' | grep -q .; then pkill -KILL -x sshd; {START_SSHD}; fi
 if ! pgrep -x dockerd >/dev/null; then {START_DOCKERD} fi
+{EMPTY_DISK}
 """
 # After HEAL_SCRIPT, for `reset`: wait for dockerd, remove every MiniDock-labelled container.
 CLEAN_SCRIPT = """
@@ -53,7 +65,12 @@ until ids=$(docker ps -aq --filter label=minidock.cluster 2>&1); do
 done
 [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
 """
-_INSIDE: dict[str, str] = {"sshd": KILL_SSHD, "dockerd": KILL_DOCKERD, "partition": PARTITION}
+_INSIDE: dict[str, str] = {
+    "sshd": KILL_SSHD,
+    "dockerd": KILL_DOCKERD,
+    "partition": PARTITION,
+    "disk": FILL_DISK,
+}
 
 
 def kill(lab: Lab, host: str, mode: KillMode = "stop") -> None:

@@ -131,3 +131,53 @@ def test_losing_the_state_database_loses_nothing_that_runs(md: Minidock, fleet: 
     assert running_ids(md, fleet) == before
     doc = md.status()
     assert "rebuilt" in doc["rebuilt"]
+
+
+ONE_IN_ZONE_A = """
+[services.app]
+image = "minidock-lab/web:5"
+constraints = ["zone == a"]
+restart = { delay = "1s", max_delay = "2s" }
+"""
+
+
+def _settle_on_another_host(md: Minidock, bad: str) -> list[str]:
+    """Reconcile like cron until the service runs; what the passes printed."""
+    printed: list[str] = []
+    for _ in range(20):
+        res = md("reconcile")
+        printed += (res.stdout + res.stderr).splitlines()
+        tasks = md.tasks("app")
+        if res.returncode == 0 and tasks:
+            break
+        time.sleep(0.5)
+    (task,) = md.tasks("app")
+    assert task["host"] != bad, printed
+    return printed
+
+
+def test_a_full_disk_on_one_host_sends_the_task_elsewhere_after_its_backoff(
+    md: Minidock, fleet: Fleet
+) -> None:
+    fleet.kill("host1", "disk")  # host1 answers, but cannot create a container
+    try:
+        res = md("apply", str(md.spec(ONE_IN_ZONE_A)))  # the first choice is host1
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "no space left on device" in res.stderr
+        printed = _settle_on_another_host(md, "host1")
+        started = [line for line in printed if line.startswith("started app.1.")]
+        assert len(started) == 1  # one retry, elsewhere: no loop on the full host
+        assert md.containers("host1") == []
+    finally:
+        fleet.revive("host1")
+
+
+def test_a_missing_image_on_one_host_sends_the_task_elsewhere(md: Minidock, fleet: Fleet) -> None:
+    fleet.docker("host1", "rmi", "minidock-lab/web:5", check=True)
+    try:
+        res = md("apply", str(md.spec(ONE_IN_ZONE_A)))
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "is not on host1 and cannot be pulled" in res.stderr
+        _settle_on_another_host(md, "host1")
+    finally:
+        fleet.lab.load_images("host1")

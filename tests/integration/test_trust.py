@@ -181,3 +181,32 @@ def test_a_missing_image_on_one_host_sends_the_task_elsewhere(md: Minidock, flee
         _settle_on_another_host(md, "host1")
     finally:
         fleet.lab.load_images("host1")
+
+
+def test_a_short_secret_appears_nowhere_minidock_writes(md: Minidock) -> None:
+    secret = md.workdir / "secret"
+    secret.write_text("abc\n")
+    secret.chmod(0o600)
+    spec = md.spec("""
+[services.leaky]
+image = "minidock-lab/crash:1"
+command = ["sh", "-c", "echo the password is $DB_PASSWORD; sleep 1; exit 1"]
+secrets = { DB_PASSWORD = { file = "secret" } }
+restart = { delay = "1s", max_delay = "1s", max_attempts = 2, window = "5m" }
+""")
+    written = [md("apply", str(spec))]
+    for _ in range(30):
+        written.append(md("reconcile"))
+        if written[-1].returncode == 1 and "Failed" in written[-1].stderr:
+            break
+        time.sleep(0.5)
+    assert "leaky.1 Failed" in written[-1].stderr, written[-1].stderr
+    written += [
+        md("status"),
+        md("status", "--json"),
+        md("events", "-n", "0"),
+        md("plan", str(spec)),
+    ]
+    text = "\n".join(r.stdout + r.stderr for r in written)
+    assert "the password is ***" in text  # the log tail is kept, and masked
+    assert "abc" not in text

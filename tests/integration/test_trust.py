@@ -210,3 +210,24 @@ restart = { delay = "1s", max_delay = "1s", max_attempts = 2, window = "5m" }
     text = "\n".join(r.stdout + r.stderr for r in written)
     assert "the password is ***" in text  # the log tail is kept, and masked
     assert "abc" not in text
+
+
+def test_a_fresh_store_refuses_another_stores_tasks_unless_adopting(
+    md: Minidock, fleet: Fleet
+) -> None:
+    spec = md.spec(SPREAD)
+    res = md("apply", str(spec), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    before = running_ids(md, fleet)
+    other = Minidock(fleet, md.workdir / "elsewhere")
+    other.workdir.mkdir()
+    refused = other("apply", str(spec))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "4 running tasks of cluster itest belong to another state store's controller" in (
+        refused.stderr
+    )
+    assert running_ids(md, fleet) == before  # a forgotten MINIDOCK_STATE stops nothing
+    adopted = other("apply", str(spec), "--adopt", "--wait", "--timeout", "60s")
+    assert adopted.returncode == 0, adopted.stdout + adopted.stderr
+    assert "started" not in adopted.stdout
+    assert running_ids(md, fleet) == before

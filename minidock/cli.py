@@ -403,13 +403,27 @@ def drain(
     host: str,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Until the host is empty.")] = True,
     timeout: TimeoutOption = "5m",
+    move_volumes_unsafe: Annotated[
+        bool,
+        typer.Option(
+            "--move-volumes-unsafe",
+            help="Also move tasks pinned by a named volume (their data stays behind).",
+        ),
+    ] = False,
     state: StateOption = None,
 ) -> None:
     """Move every task off a host (replacements first) and keep it empty."""
     limit = seconds(timeout, "--timeout")
-    drained = run(
-        usecases.drain(host, state_dir(state), runtime(), printer(), wait=wait, timeout=limit)
+    work = usecases.drain(
+        host,
+        state_dir(state),
+        runtime(),
+        printer(),
+        wait=wait,
+        timeout=limit,
+        move_volumes=move_volumes_unsafe,
     )
+    drained = run(work)
     print_convergence(drained.convergence)
     raise typer.Exit(drained.exit_code)
 

@@ -28,6 +28,7 @@ from minidock.model import (
     Health,
     HealthCheck,
     Service,
+    Volume,
 )
 
 __all__ = [
@@ -59,6 +60,8 @@ __all__ = [
     "secrets_of",
     "start_argv",
     "stop_argv",
+    "volume_name",
+    "volume_spec",
 ]
 
 ENV_FILE_STDIN = "/dev/stdin"
@@ -412,6 +415,8 @@ def run_argv(
         argv += ["--env-file", ENV_FILE_STDIN]
     for port in service.ports:
         argv += ["-p", str(port)]
+    for volume in service.volumes:
+        argv += ["-v", volume_spec(volume, cluster, service.name, slot)]
     if service.cpus > 0:
         argv += ["--cpus", f"{service.cpus:g}"]
     if service.memory > 0:
@@ -421,6 +426,18 @@ def run_argv(
     argv += ["--restart", "no", _operand(service.image, "image")]
     argv += list(service.command or ())
     return argv, env_text
+
+
+def volume_name(cluster: str, service: str, slot: int, name: str) -> str:
+    """The Docker volume of one slot's named volume: each slot has its own data, kept on
+    the host it is pinned to (`prod_db.1_pgdata`)."""
+    return f"{cluster}_{service}.{slot}_{name}"
+
+
+def volume_spec(volume: Volume, cluster: str, service: str, slot: int) -> str:
+    """`docker run -v` for a volume: a slot's own named volume, or the bind mount as is."""
+    source = volume_name(cluster, service, slot, volume.source) if volume.named else volume.source
+    return f"{source}:{volume.target}" + (":ro" if volume.read_only else "")
 
 
 def start_argv(id: str) -> list[str]:

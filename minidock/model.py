@@ -119,6 +119,23 @@ class PortMapping:
 
 
 @dataclass(frozen=True)
+class Volume:
+    """A named volume (`source` a name: the task's data, kept on its host) or a bind mount
+    (`source` an absolute host path) at `target` inside the container."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+    @property
+    def named(self) -> bool:
+        return not self.source.startswith("/")
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
+
+
+@dataclass(frozen=True)
 class Constraint:
     key: str
     op: Literal["==", "!="]
@@ -154,6 +171,13 @@ class Service:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     # env values given by `secrets` (read on the controller at apply): masked everywhere
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    volumes: tuple[Volume, ...] = ()
+
+    @property
+    def pinned(self) -> bool:
+        """A service with a named volume: each slot stays on the host that holds its data
+        (never replaced elsewhere on host loss; a drain refuses it unless told)."""
+        return any(v.named for v in self.volumes)
 
     def spec_hash(self) -> str:
         """Hash of everything that changes what a task runs: a new value means outdated."""
@@ -166,6 +190,8 @@ class Service:
             "memory": self.memory,
             "health": asdict(self.health) if self.health else None,
         }
+        if self.volumes:
+            run["volumes"] = [str(v) for v in self.volumes]
         if self.secrets:  # a digest: a changed secret rolls out, and no hash reveals it
             values = json.dumps(sorted(self.secrets)).encode()
             run["secrets"] = hashlib.sha256(values).hexdigest()

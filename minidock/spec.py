@@ -41,6 +41,7 @@ from minidock.model import (
     RestartPolicy,
     Service,
     UpdatePolicy,
+    Volume,
 )
 
 __all__ = ["SpecError", "load", "load_cluster", "load_inventory", "topo_order"]
@@ -313,6 +314,7 @@ _KIND_WORDS = {
     "duration": "a duration like '2s' or a number of seconds",
     "size": "a size like '256MiB' or a number of bytes",
     "port mapping": "a string like '8080:80' or '53:53/udp'",
+    "volume": "a string like 'pgdata:/var/lib/postgresql/data' or '/srv/conf:/etc/app:ro'",
     "constraint": "a string like 'zone == a'",
     "image": "an image reference string like 'web:5'",
 }
@@ -429,6 +431,11 @@ def _pattern_message(kind: str | None, value: str, pattern: str) -> str:
     shown = _show(value)
     if kind == "image":
         return f"invalid image reference {shown}: {_IMAGE_HINT}"
+    if kind == "volume":
+        return (
+            f"invalid volume {shown}: use 'NAME:/container/path' or "
+            "'/host/path:/container/path', optionally ':ro'"
+        )
     if kind == "port mapping":
         return f"invalid port mapping {shown}: use 'HOST:CONTAINER' or 'HOST:CONTAINER/udp'"
     if kind == "constraint":
@@ -664,7 +671,37 @@ def _build_service(name: str, body: dict[str, Any], fail: _Fail, base: str) -> S
         update=_update(body.get("update", {})),
         restart=_restart(body.get("restart", {}), (*at, "restart"), fail),
         secrets=_secrets(body.get("secrets", {}), env, (*at, "secrets"), fail, base),
+        volumes=_volumes(body.get("volumes", []), (*at, "volumes"), fail),
     )
+
+
+_VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _volumes(items: list[str], at: tuple[Part, ...], fail: _Fail) -> tuple[Volume, ...]:
+    """Named volumes and bind mounts: absolute paths without '..', one mount per target."""
+    volumes: list[Volume] = []
+    targets: dict[str, int] = {}
+    for i, text in enumerate(items):
+        source, target, *mode = text.split(":")
+        where = (*at, i)
+        if not source.startswith("/") and not _VOLUME_NAME.fullmatch(source):
+            raise fail(
+                where,
+                f"invalid volume {text!r}: a host path must be absolute "
+                f"(/srv/...), a volume name must match {_VOLUME_NAME.pattern}",
+            )
+        for path in [target, *([source] if source.startswith("/") else [])]:
+            if not path.startswith("/") or ".." in path.split("/"):
+                raise fail(
+                    where,
+                    f"invalid volume {text!r}: {path!r} must be an absolute path without '..'",
+                )
+        if target in targets:
+            raise fail(where, f"{target} is already mounted by volumes[{targets[target]}]")
+        targets[target] = i
+        volumes.append(Volume(source, target, read_only=mode == ["ro"]))
+    return tuple(volumes)
 
 
 def _secrets(

@@ -79,6 +79,7 @@ class HostState:
     last_error: str | None = None
     tasks: tuple[SeenTask, ...] = ()  # live tasks at the last successful probe
     last_known: Host | None = None  # its connection details: a drain works once it is unlisted
+    move_volumes: bool = False  # drained with --move-volumes-unsafe: pinned tasks move too
 
     @property
     def down(self) -> bool:
@@ -162,9 +163,12 @@ def forgotten(old: HostState) -> HostState:
     return replace(old, tasks=())
 
 
-def availability_step(old: HostState, intent: Intent) -> HostState:
-    """The operator's word: drain (move every task off, keep it empty) or activate."""
-    return replace(old, availability=AVAILABILITY_TABLE[(old.availability, intent)])
+def availability_step(old: HostState, intent: Intent, *, move_volumes: bool = False) -> HostState:
+    """The operator's word: drain (move every task off, keep it empty; with `move_volumes`
+    also the tasks pinned there by their volume) or activate."""
+    availability = AVAILABILITY_TABLE[(old.availability, intent)]
+    moving = move_volumes and availability is Availability.DRAINED
+    return replace(old, availability=availability, move_volumes=moving)
 
 
 def mass_loss(failed: int, total: int, fraction: float, *, forced: bool) -> tuple[bool, str]:

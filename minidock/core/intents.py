@@ -130,10 +130,12 @@ def reset(state: ControllerState, service: str) -> ControllerState:
     return _with_service(state, replace(ss, slots={n: slots.reset(s) for n, s in ss.slots.items()}))
 
 
-def set_drained(state: ControllerState, host: str, drained: bool) -> ControllerState:
+def set_drained(
+    state: ControllerState, host: str, drained: bool, *, move_volumes: bool = False
+) -> ControllerState:
     """`minidock drain HOST` (True) or `minidock activate HOST` (False)."""
     intent = host_machine.Intent.DRAIN if drained else host_machine.Intent.ACTIVATE
-    changed = host_machine.availability_step(state.host(host), intent)
+    changed = host_machine.availability_step(state.host(host), intent, move_volumes=move_volumes)
     return replace(state, hosts={**state.hosts, host: changed})
 
 

@@ -84,6 +84,7 @@ class Want:
     target: Service
     old: Container | None = None  # MOVE: the task that stays until its replacement is ready
     why: str = ""
+    only: str = ""  # the one host it may go to (pinned by its volume, or a global task's)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class View:
         unreachable (not yet down), and for `on_host_loss = "wait"` those down too, until
         the operator drains or forgets them. The slot's own record counts, and so does
         what each host ran at its last answer."""
-        wait = ss.spec.on_host_loss == "wait"
+        wait = ss.spec.on_host_loss == "wait" or ss.spec.pinned
         record = ss.slot(slot)
         candidates = {*self.unseen.get((ss.spec.name, slot), ())}
         if record.task and record.host:
@@ -309,8 +310,14 @@ def _view(
         obs = observed.hosts.get(h.name)
         if obs is not None and obs.ok:
             live = [c for c in obs.containers if c.live]
-            evict |= over_capacity(h, live, [c for c in mine if c.host == h.name and c.live])
+            movable = [c for c in mine if c.host == h.name and c.live and not _pinned(state, c)]
+            evict |= over_capacity(h, live, movable)
     return View(cluster, now, hosts, mine, held, {h.name: h for h in inventory.hosts}, evict)
+
+
+def _pinned(state: ControllerState, c: Container) -> bool:
+    ss = state.services.get(c.service)
+    return ss is not None and ss.spec.pinned
 
 
 # -- services ---------------------------------------------------------------------------------
@@ -524,7 +531,11 @@ def _slot_with_tasks(
     if view.hosts[task.host].drained or task.id in view.evict:
         why = f"drain {task.host}" if view.hosts[task.host].drained else view.evict[task.id]
         return ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why), None
-    if task.spec != spec or view.misplaced(target, task):
+    misplaced = view.misplaced(target, task)
+    if misplaced and target.pinned and task.spec == spec:
+        why = f"{misplaced}, but it holds its named volume there (drain --move-volumes-unsafe)"
+        return ss, fx + Effects(waiting=(Waiting(f"{name}.{n}", why, degraded=True),)), None, None
+    if task.spec != spec or misplaced:
         return ss, fx, None, task  # outdated: the rollout replaces it (constraints too)
     if not ready(task):
         line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})")
@@ -611,7 +622,8 @@ def _fill(
         ss = with_slot(ss, n, slots.unplaced(state))
         return ss, Effects(pending=(Pending(name, n, blocked, dependency=True),)), None
     kind = WantKind.RESTART if restart else WantKind.NEW
-    return with_slot(ss, n, slots.vanish(state)), Effects(), Want(kind, name, n, target)
+    only = state.host if target.pinned else ""  # its data is there
+    return with_slot(ss, n, slots.vanish(state)), Effects(), Want(kind, name, n, target, only=only)
 
 
 # -- the rollout's gate -----------------------------------------------------------------------
@@ -707,7 +719,7 @@ def _place_wants(
 
 def _place_one(want: Want, avoid: str, fleet: Fleet, view: View) -> tuple[Run | None, Effects]:
     """A task for an empty slot; a host where its last start failed only if none other fits."""
-    where = place(want.target, fleet, avoid=[avoid] if avoid else ())
+    where = place(want.target, fleet, avoid=[avoid] if avoid else (), only=want.only)
     if where.host is None:
         return None, Effects(pending=(Pending(want.service, want.slot, where.why),))
     restart = want.kind is WantKind.RESTART
@@ -721,6 +733,12 @@ def _move(
 ) -> tuple[Run | None, Effects]:
     """Start-first replacement on another host; the old task stops once it is ready."""
     assert want.old is not None
+    if want.target.pinned and not view.hosts[want.old.host].move_volumes:
+        why = (
+            f"{want.why}: it holds its named volume on {want.old.host}; "
+            f"`minidock drain {want.old.host} --move-volumes-unsafe` moves it without its data"
+        )
+        return None, Effects(pending=(Pending(want.service, want.slot, why),))
     blocked = deps_block(services, view, services[want.service])
     if blocked is not None:
         why = f"{want.why}: {blocked}"
@@ -804,6 +822,12 @@ def _start_replacement(
     old, name = o.task, target.name
     verb = f"move: {o.misplaced}" if o.misplaced else "update"
     fx = Effects()
+    if target.pinned:  # its data is on that host: replaced there, stop-first
+        where = place_replacing(target, fleet, old, only=old.host)
+        if where.host is None:
+            return None, Effects(pending=(Pending(name, o.slot, where.why),))
+        run = view.run(target, o.slot, old.host, verb, replaces=old)
+        return run, Effects(runs=(run,))
     if target.update.order == "start-first":
         where = place(target, fleet, avoid=[old.host])
         if where.host is not None:

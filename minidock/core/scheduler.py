@@ -196,23 +196,30 @@ class Placement:
         return "; ".join(self.reasons) if self.reasons else "no hosts in the inventory"
 
 
-def place(service: Service, fleet: Fleet, *, avoid: Iterable[str] = ()) -> Placement:
+def place(
+    service: Service, fleet: Fleet, *, avoid: Iterable[str] = (), only: str = ""
+) -> Placement:
     """Choose a host for one task of `service`, or explain why none fits.
 
     Hosts in `avoid` are used only when no other host fits (e.g. the host a task is being
     drained from is never in the candidate set at all, but a start-first replacement prefers
-    another host than the old task's)."""
+    another host than the old task's). With `only`, that host or none (a slot pinned to
+    the host that holds its volume, a global service's task on its host)."""
     avoided = set(avoid)
     fitting: list[Host] = []
     reasons: list[str] = []
     for host in fleet.hosts:
+        if only and host.name != only:
+            continue
         refused = next((f for f in FILTERS if not f.check(host, service, fleet)), None)
         if refused is None:
             fitting.append(host)
         else:
             reasons.append(f"{host.name}: {refused.explain(host, service, fleet)}")
     if not fitting:
-        return Placement(None, tuple(reasons))
+        return Placement(
+            None, tuple(reasons) or ((f"{only}: not in the inventory",) if only else ())
+        )
     preferred = [h for h in fitting if h.name not in avoided] or fitting
     spread = spread_counts(service, fleet)
     best = min(preferred, key=lambda h: score(h, service, fleet, spread))
@@ -257,11 +264,11 @@ def _reserved(host: Host, live: Sequence[Container]) -> str:
     return ", ".join(parts)
 
 
-def place_replacing(service: Service, fleet: Fleet, old: Container) -> Placement:
+def place_replacing(service: Service, fleet: Fleet, old: Container, *, only: str = "") -> Placement:
     """Stop-first: choose a host for `service` as if `old` were already gone (its host is
-    allowed); when nothing fits, the fleet is left exactly as it was."""
+    allowed; with `only`, required); when nothing fits, the fleet is left as it was."""
     fleet.free(old)
-    where = place(service, fleet)
+    where = place(service, fleet, only=only)
     if where.host is None and old.live and old.host in fleet.load:
         fleet.load[old.host] = fleet.load[old.host].add(
             old.service, old.cpus, old.memory, old.host_ports

@@ -56,6 +56,17 @@ def _known_host(inventory: Inventory, host: str, state: ControllerState) -> None
         raise BadInput(f"{inventory.path}: unknown host {host!r}; known hosts: {known}")
 
 
+def _pinned_on(state: ControllerState, host: str) -> list[str]:
+    """The slots whose task (by the controller's record) runs on `host` with a named volume."""
+    return [
+        f"{name}.{n}"
+        for name, ss in sorted(state.services.items())
+        if ss.spec.pinned
+        for n, slot in sorted(ss.slots.items())
+        if slot.host == host and slot.task and n <= ss.spec.replicas
+    ]
+
+
 def _known_service(state: ControllerState, service: str) -> None:
     if service not in state.services:
         known = ", ".join(state.services) or "none"
@@ -70,12 +81,21 @@ async def drain(
     *,
     wait: bool = True,
     timeout: float = 0.0,
+    move_volumes: bool = False,
 ) -> IntentOutcome:
-    """Move every task off HOST (replacements first) and keep it empty."""
+    """Move every task off HOST (replacements first) and keep it empty. Tasks pinned there
+    by a named volume are refused (their data stays) unless `move_volumes`."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
         _known_host(desired.inventory, host, state)
-        return core.set_drained(state, host, True)
+        pinned = _pinned_on(state, host)
+        if pinned and not move_volumes:
+            raise BadInput(
+                f"{host} carries {', '.join(pinned)}, which keep their named volumes there: "
+                f"a drain would leave their data behind; `minidock drain {host} "
+                "--move-volumes-unsafe` moves them anyway (they start with empty volumes)"
+            )
+        return core.set_drained(state, host, True, move_volumes=move_volumes)
 
     return await _intent(
         directory, runtime, report, change, f"draining {host}", wait=wait, timeout=timeout

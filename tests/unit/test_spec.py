@@ -816,3 +816,31 @@ def test_a_missing_key_is_left_to_the_connection(tmp_path: Path) -> None:
     (tmp_path / "inventory.toml").write_text('[defaults]\nidentity_file = "nope"\n' + HOST)
     (host,) = load_inventory(tmp_path / "inventory.toml").hosts
     assert host.identity_file == str(tmp_path / "nope")  # Unreachable names it per host
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('"./data:/data"', "invalid volume './data:/data': a host path must be absolute"),
+        ('"data/x:/data"', "invalid volume 'data/x:/data': a host path must be absolute"),
+        ('"/srv/../etc:/data"', "'/srv/../etc' must be an absolute path without '..'"),
+        ('"pg:data"', "'data' must be an absolute path without '..'"),
+        ('"pg:/data/../x"', "'/data/../x' must be an absolute path without '..'"),
+        ('"pg:/data:rx"', "invalid volume 'pg:/data:rx': use 'NAME:/container/path'"),
+        ('"pg:/d", "/srv:/d"', "volumes[1]: /d is already mounted by volumes[0]"),
+    ],
+)
+def test_bad_volumes_name_the_entry_and_the_fix(tmp_path: Path, line: str, expected: str) -> None:
+    (tmp_path / "inventory.toml").write_text(HOST)
+    (tmp_path / "cluster.toml").write_text(WEB + f"volumes = [{line}]\n")
+    with pytest.raises(SpecError) as err:
+        load(tmp_path / "cluster.toml")
+    assert expected in str(err.value)
+    assert "services.web.volumes" in str(err.value)
+
+
+def test_volumes_load_named_and_bind() -> None:
+    from minidock.model import Volume
+
+    assert Volume("pgdata", "/var/lib/pg").named
+    assert not Volume("/srv/conf", "/etc/app", read_only=True).named

@@ -27,6 +27,7 @@ FailureAction = Literal["pause", "rollback", "continue"]
 RestartCondition = Literal["any", "on-failure", "none"]
 DesiredState = Literal["running", "stopped"]
 OnHostLoss = Literal["replace", "wait"]
+Mode = Literal["replicated", "global"]
 HostKeyPolicy = Literal["strict", "accept-new"]
 
 
@@ -172,6 +173,7 @@ class Service:
     # env values given by `secrets` (read on the controller at apply): masked everywhere
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     volumes: tuple[Volume, ...] = ()
+    mode: Mode = "replicated"  # "global": one task on every eligible host (replicas unused)
 
     @property
     def pinned(self) -> bool:

@@ -672,7 +672,17 @@ def _build_service(name: str, body: dict[str, Any], fail: _Fail, base: str) -> S
         restart=_restart(body.get("restart", {}), (*at, "restart"), fail),
         secrets=_secrets(body.get("secrets", {}), env, (*at, "secrets"), fail, base),
         volumes=_volumes(body.get("volumes", []), (*at, "volumes"), fail),
+        mode=_mode(body, at, fail),
     )
+
+
+def _mode(
+    body: dict[str, Any], at: tuple[Part, ...], fail: _Fail
+) -> Literal["replicated", "global"]:
+    mode: Literal["replicated", "global"] = body.get("mode", "replicated")
+    if mode == "global" and "replicas" in body:
+        raise fail((*at, "replicas"), "a global service runs one task per host: remove replicas")
+    return mode
 
 
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

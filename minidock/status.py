@@ -175,9 +175,10 @@ def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> 
     r = ss.rollout
     if r.paused or r.active:
         return cast(ServiceWord, r.status.value)
-    if healthy >= ss.spec.replicas and running == ss.spec.replicas:
+    wanted = ss.wanted()
+    if healthy >= wanted and running == wanted:
         return "converged"
-    return "degraded" if healthy < running or running < ss.spec.replicas else "starting"
+    return "degraded" if healthy < running or running < wanted else "starting"
 
 
 def generation_of(ss: ServiceState, spec_hash: str) -> int | None:
@@ -193,7 +194,7 @@ def _service(name: str, ss: ServiceState, mine: list[Container], plan: Plan) -> 
     failed = tuple(
         FailedSlot(n, s.last_exit)
         for n, s in sorted(ss.slots.items())
-        if s.failed and n <= ss.spec.replicas
+        if s.failed and n in ss.slot_numbers()
     )
     done = {n for n, s in ss.slots.items() if s.complete}  # exited, not to restart
     running = len({c.slot for c in tasks if c.state == "running"} - done)
@@ -205,7 +206,7 @@ def _service(name: str, ss: ServiceState, mine: list[Container], plan: Plan) -> 
     return ServiceSummary(
         name=name,
         desired=ss.spec.desired,
-        replicas=ss.spec.replicas,
+        replicas=ss.wanted(),
         running=running,
         healthy=healthy,
         state=service_state(ss, running + len(done), healthy + len(done), len(failed)),

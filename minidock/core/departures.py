@@ -37,7 +37,7 @@ def departures(state: ControllerState, inventory: Inventory) -> tuple[Departure,
             f"{svc}.{n} ({slot.task})"
             for svc, ss in state.services.items()
             for n, slot in ss.slots.items()
-            if slot.host == name and slot.task and n <= ss.spec.replicas
+            if slot.host == name and slot.task and n in ss.slot_numbers()
         }
         if carried:
             found.append(Departure(name, tuple(sorted(carried)), hs.drained, hs.last_known))

@@ -10,7 +10,7 @@ from minidock.core import rollout, slots
 from minidock.core.rollout import RolloutInput
 from minidock.core.service import failure_action, rolled_back
 from minidock.core.state import ControllerState, ServiceState
-from minidock.model import Cluster, Event, Observed
+from minidock.model import Cluster, Event, Observed, Service
 
 __all__ = [
     "admit",
@@ -70,8 +70,9 @@ def admit(
                 generation=generation,
                 previous=old.spec if changed else old.previous,
                 previous_generation=old.generation if changed else old.previous_generation,
-                rollout=rollout.begin(old.rollout, svc.replicas) if changed else old.rollout,
+                rollout=rollout.begin(old.rollout, _wanted(svc, old)) if changed else old.rollout,
                 slots={},
+                global_slots=old.global_slots,
             )
     kept = [n for n in state.services if n not in services]
     for name in kept:
@@ -87,6 +88,10 @@ def admit(
         order=(*(s.name for s in cluster.services), *kept),
         services=services,
     )
+
+
+def _wanted(svc: Service, old: ServiceState) -> int:
+    return len(old.global_slots) if svc.mode == "global" else svc.replicas
 
 
 def rollouts_started(before: ControllerState, after: ControllerState, now: float) -> list[Event]:

@@ -113,5 +113,5 @@ class Plan:
             for name, ss in self.state.services.items()
             if ss.spec.desired == "running"
             for n, slot in sorted(ss.slots.items())
-            if slot.failed and n <= ss.spec.replicas
+            if slot.failed and n in ss.slot_numbers()
         ]

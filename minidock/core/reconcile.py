@@ -316,8 +316,9 @@ def _view(
 
 
 def _pinned(state: ControllerState, c: Container) -> bool:
+    """A task that cannot move to another host: pinned by its volume, or a global task."""
     ss = state.services.get(c.service)
-    return ss is not None and ss.spec.pinned
+    return ss is not None and (ss.spec.pinned or ss.spec.mode == "global")
 
 
 # -- services ---------------------------------------------------------------------------------
@@ -385,7 +386,7 @@ def deps_block(services: Mapping[str, ServiceState], view: View, ss: ServiceStat
         if dss.rollout.active:
             return f"waiting for dependency {dep} to finish its rollout"
         healthy = {c.slot for c in view.mine if c.service == dep and ready(c)}
-        if len(healthy & set(range(1, dss.spec.replicas + 1))) < dss.spec.replicas:
+        if len(healthy & set(dss.slot_numbers())) < dss.wanted():
             return f"waiting for dependency {dep} to be healthy"
     return None
 
@@ -395,20 +396,22 @@ def _decide_service(
 ) -> ServiceDecision:
     """Scale down, judge the rollout's tasks in flight, then decide every slot in turn (a
     slot's failure may pause or roll back the rollout, changing the next slot's target)."""
-    name, replicas = ss.spec.name, ss.spec.replicas
+    if ss.spec.mode == "global":
+        ss = _global_hosts(ss, view)
+    wanted = ss.slot_numbers()
     spec_before = ss.spec.spec_hash()
     fx = Effects(
         stops=tuple(
-            Stop(c, f"scale down {name} to {replicas}")
+            Stop(c, _unwanted(ss, c))
             for c in sorted(found, key=lambda c: (c.live, -c.slot))
-            if c.slot > replicas
+            if c.slot not in wanted
         )
     )
-    ss, gated = _gate_rollout(ss, [c for c in found if c.slot <= replicas], view)
+    ss, gated = _gate_rollout(ss, [c for c in found if c.slot in wanted], view)
     fx = fx + gated
     wants: list[Want] = []
     outdated: list[Outdated] = []
-    for n in range(1, replicas + 1):
+    for n in wanted:
         handled = {s.container.id for s in fx.stops}
         here = [c for c in found if c.slot == n and c.id not in handled]
         ss, slot_fx, want, stale = _decide_slot(ss, n, here, services, view)
@@ -418,7 +421,27 @@ def _decide_service(
             outdated.append(Outdated(n, stale, view.misplaced(slot_target(ss, n), stale)))
     handled = {s.container.id for s in fx.stops}
     settled = {c.slot for c in found if c.id not in handled and c.spec == spec_before and ready(c)}
-    return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= replicas)
+    return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= len(wanted))
+
+
+def _unwanted(ss: ServiceState, c: Container) -> str:
+    if ss.spec.mode == "global":
+        return f"global service {ss.spec.name}: {c.host} is no longer eligible"
+    return f"scale down {ss.spec.name} to {ss.spec.replicas}"
+
+
+def _global_hosts(ss: ServiceState, view: View) -> ServiceState:
+    """A global service's slot per eligible host (listed, not drained, its constraints met):
+    a host keeps its slot number while eligible; a new one takes the lowest free number."""
+    eligible = [
+        h.name
+        for h in view.inventory.values()
+        if not view.hosts[h.name].drained and all(k.allows(h) for k in ss.spec.constraints)
+    ]
+    kept = {h: n for h, n in ss.global_slots.items() if h in eligible}
+    free = (n for n in range(1, len(eligible) + len(kept) + 1) if n not in kept.values())
+    slots = {**kept, **{h: next(free) for h in eligible if h not in kept}}
+    return ss if slots == ss.global_slots else replace(ss, global_slots=slots)
 
 
 def _decide_slot(
@@ -622,7 +645,7 @@ def _fill(
         ss = with_slot(ss, n, slots.unplaced(state))
         return ss, Effects(pending=(Pending(name, n, blocked, dependency=True),)), None
     kind = WantKind.RESTART if restart else WantKind.NEW
-    only = state.host if target.pinned else ""  # its data is there
+    only = ss.host_of(n) or (state.host if target.pinned else "")  # its host, its data
     return with_slot(ss, n, slots.vanish(state)), Effects(), Want(kind, name, n, target, only=only)
 
 
@@ -774,7 +797,7 @@ def _advance_rollout(
     if not r.active:
         moving = [o for o in outdated if o.misplaced]
         relocating = len(moving) == len(outdated)
-        r = rollout.begin(r, ss.spec.replicas, relocating=relocating)
+        r = rollout.begin(r, ss.wanted(), relocating=relocating)
         what = f"updating {len(outdated)} tasks"
         if relocating:
             what = f"moving {len(moving)} tasks: {moving[0].misplaced}"
@@ -800,7 +823,7 @@ def _advance_rollout(
             ss = with_slot(ss, o.slot, slots.assign(ss.slot(o.slot), run.task, run.host))
     if len(outdated) > len(started) or started or r.inflight:
         verb = "rolling back" if r.rollback else "updating"
-        total = r.total or ss.spec.replicas
+        total = r.total or ss.wanted()
         fx = fx + Effects(waiting=(Waiting(name, f"{verb} {len(r.done) + len(started)}/{total}"),))
     return replace(ss, rollout=rollout.started(r, started)), fx
 
@@ -822,7 +845,7 @@ def _start_replacement(
     old, name = o.task, target.name
     verb = f"move: {o.misplaced}" if o.misplaced else "update"
     fx = Effects()
-    if target.pinned:  # its data is on that host: replaced there, stop-first
+    if target.pinned or target.mode == "global":  # its host (its data): in place, stop-first
         where = place_replacing(target, fleet, old, only=old.host)
         if where.host is None:
             return None, Effects(pending=(Pending(name, o.slot, where.why),))

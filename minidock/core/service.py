@@ -74,7 +74,8 @@ def rolled_back(ss: ServiceState, reason: str, *, failed: str = "") -> ServiceSt
         generation=ss.previous_generation or ss.generation,
         previous=ss.spec,
         previous_generation=ss.generation,
-        rollout=rollout.begin(ss.rollout, ss.previous.replicas, rollback=True, reason=reason),
+        rollout=rollout.begin(ss.rollout, ss.wanted(), rollback=True, reason=reason),
         slots={},
+        global_slots=ss.global_slots,
         previous_failed=failed,
     )

@@ -28,10 +28,25 @@ class ServiceState:
     rollout: Rollout = field(default_factory=Rollout)
     slots: dict[int, SlotState] = field(default_factory=dict)
     removed: bool = False  # pruned from the spec: stopped (dependents first), then dropped
+    global_slots: dict[str, int] = field(default_factory=dict)  # mode "global": host -> slot
     previous_failed: str = ""  # why `previous` was rolled back as failed ("" if it was not)
 
     def slot(self, n: int) -> SlotState:
         return self.slots.get(n, SlotState())
+
+    def slot_numbers(self) -> tuple[int, ...]:
+        """The slots the service wants filled: 1..replicas, or a global service's one per
+        eligible host."""
+        if self.spec.mode == "global":
+            return tuple(sorted(self.global_slots.values()))
+        return tuple(range(1, self.spec.replicas + 1))
+
+    def wanted(self) -> int:
+        return len(self.slot_numbers())
+
+    def host_of(self, slot: int) -> str:
+        """A global service's slot's host ("" for a replicated service)."""
+        return next((h for h, n in self.global_slots.items() if n == slot), "")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from minidock.commands import run_argv, volume_name
 from minidock.core import set_drained
-from minidock.model import HealthCheck, PortMapping, UpdatePolicy, Volume
+from minidock.model import Constraint, HealthCheck, PortMapping, UpdatePolicy, Volume
 from tests.sim import World, assert_results, host, hosts, svc
 
 PGDATA = (Volume("pgdata", "/var/lib/postgresql/data"),)
@@ -101,3 +101,70 @@ def test_ports_and_volumes_do_not_block_each_other() -> None:
     plan = w.step()
     assert_results(plan, run=2)
     assert {r.host for r in plan.run} == {"host1", "host2"}
+
+
+# -- global services --------------------------------------------------------------------------
+def exporter(image: str = "node-exporter:1", **kw: object):  # type: ignore[no-untyped-def]
+    return svc("exporter", image=image, mode="global", replicas=0, **kw)
+
+
+def per_host(w: World) -> dict[str, int]:
+    return {c.host: c.slot for c in w.live("exporter")}
+
+
+def test_a_global_service_runs_one_task_on_every_eligible_host() -> None:
+    w = World([host("h1", zone="a"), host("h2", zone="a"), host("h3", zone="b")])
+    w.apply(exporter(ports=(PortMapping(9100, 9100),)))
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h2": 2, "h3": 3}
+    assert w.state.services["exporter"].wanted() == 3
+
+
+def test_a_global_service_follows_hosts_in_and_out() -> None:
+    w = World([host("h1"), host("h2")])
+    w.apply(exporter())
+    w.converge()
+    w.hosts = [host("h1"), host("h2"), host("h3")]  # a host joins
+    w.containers["h3"] = []
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h2": 2, "h3": 3}
+    w.state = set_drained(w.state, "h2", True)  # drained: its task is removed, not moved
+    plan = w.step()
+    assert [s.container.host for s in plan.stop] == ["h2"]
+    assert plan.run == ()
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h3": 3}
+    w.state = set_drained(w.state, "h3", True)  # to leave the inventory, a host is drained
+    w.state = set_drained(w.state, "h2", False)
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h2": 2}
+    w.hosts = [host("h1"), host("h2")]
+    assert w.converge().state.services["exporter"].global_slots == {"h1": 1, "h2": 2}
+
+
+def test_a_global_service_honours_constraints_and_a_lost_host_is_not_refilled_elsewhere() -> None:
+    w = World([host("h1", zone="a"), host("h2", zone="a"), host("h3", zone="b")])
+    w.apply(exporter(constraints=(Constraint("zone", "==", "a"),)))
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h2": 2}
+    w.kill_host("h1")
+    for _ in range(4):
+        plan = w.step()
+        assert all(r.host != "h3" for r in plan.run)
+    assert "h1 down" in plan.degraded()
+    assert [p.slot for p in plan.pending] == [1]  # its host is down: pending there, exit 4
+
+
+def test_a_global_service_updates_in_place_per_host() -> None:
+    w = World(hosts(3))
+    w.apply(exporter(health=HC, update=UpdatePolicy(parallelism=1, monitor=0)))
+    w.converge()
+    before = per_host(w)
+    w.apply(exporter(image="node-exporter:2", health=HC, update=UpdatePolicy(monitor=0)))
+    plan = w.step()
+    (run,) = plan.run
+    assert run.replaces is not None
+    assert run.host == run.replaces.host
+    w.converge()
+    assert per_host(w) == before
+    assert {c.image for c in w.live("exporter")} == {"node-exporter:2"}

@@ -45,6 +45,7 @@ __all__ = [
     "logs_argv",
     "parse_ids",
     "parse_inspect",
+    "parse_inspect_all",
     "parse_proc_net",
     "parse_published_ports",
     "parse_time",
@@ -98,18 +99,11 @@ def _operand(value: str, what: str) -> str:
 
 
 # -- observe: ps + inspect --------------------------------------------------------------------
-def ps_argv(cluster: str) -> list[str]:
-    """List every container (any state) labelled with this cluster, one full id a line."""
-    return [
-        "docker",
-        "ps",
-        "-a",
-        "--no-trunc",
-        "--filter",
-        f"label={LABEL_CLUSTER}={cluster}",
-        "--format",
-        "{{.ID}}",
-    ]
+def ps_argv(cluster: str | None) -> list[str]:
+    """List every container (any state) labelled with this cluster (None: with any
+    cluster), one full id a line."""
+    label = f"{LABEL_CLUSTER}={cluster}" if cluster is not None else LABEL_CLUSTER
+    return ["docker", "ps", "-a", "--no-trunc", "--filter", f"label={label}", "--format", "{{.ID}}"]
 
 
 def running_ids_argv() -> list[str]:
@@ -221,6 +215,24 @@ def _container(host_name: str, cluster: str, raw: Mapping[str, Any]) -> Containe
         memory=int(host_config.get("Memory") or 0),
         host_ports=_host_ports(_mapping(host_config.get("PortBindings"))),
     )
+
+
+def parse_inspect_all(host_name: str, stdout: str) -> tuple[Container, ...]:
+    """Every MiniDock container of any cluster in `docker inspect` output (what other
+    clusters run on a host counts against its capacity and ports)."""
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"docker inspect printed invalid JSON: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise ParseError("docker inspect did not print a JSON array of objects")
+    clusters = {_mapping(_mapping(d.get("Config")).get("Labels")).get(LABEL_CLUSTER) for d in data}
+    found = (
+        c
+        for name in sorted(x for x in clusters if isinstance(x, str) and x)
+        for c in parse_inspect(host_name, name, stdout)
+    )
+    return tuple(found)
 
 
 def parse_inspect(host_name: str, cluster: str, stdout: str) -> tuple[Container, ...]:

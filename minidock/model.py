@@ -255,6 +255,7 @@ class HostObservation:
     ok: bool
     containers: tuple[Container, ...] = ()
     error: str | None = None
+    others: tuple[Container, ...] = ()  # other MiniDock clusters' tasks: capacity and ports
     # host ports held by anything but this cluster's containers ("8080/tcp", "53/udp"):
     # listening processes and other containers' published ports; empty when not read
     ports_in_use: frozenset[str] = frozenset()
@@ -266,6 +267,10 @@ class Observed:
 
     def containers(self) -> list[Container]:
         return [c for o in self.hosts.values() if o.ok for c in o.containers]
+
+    def load(self) -> list[Container]:
+        """Every MiniDock task seen on an answering host, of any cluster: what fills it."""
+        return [c for o in self.hosts.values() if o.ok for c in (*o.containers, *o.others)]
 
 
 # -- the event log ----------------------------------------------------------------------------

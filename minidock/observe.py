@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from minidock.commands import (
+    parse_inspect_all,
     ParseError,
     inspect_argv,
     parse_ids,
@@ -57,14 +58,19 @@ def _only_vanished(result: Result) -> bool:
     return bool(lines) and all(_VANISHED.fullmatch(line) for line in lines)
 
 
-async def _containers(executor: Executor, host: Host, cluster: str) -> HostObservation:
-    """docker ps + docker inspect: this cluster's containers, or why they could not be read."""
+async def _containers(
+    executor: Executor, host: Host, cluster: str, *, others: bool = True
+) -> HostObservation:
+    """docker ps + docker inspect: this cluster's containers (and, with `others`, those of
+    every other MiniDock cluster, which count against the host's capacity and ports), or
+    why they could not be read."""
 
     def failed(error: str) -> HostObservation:
         return HostObservation(host=host.name, ok=False, error=" ".join(error.split()))
 
     try:
-        ps = await executor.run(host, ps_argv(cluster), timeout=host.probe_timeout)
+        listed = ps_argv(None if others else cluster)
+        ps = await executor.run(host, listed, timeout=host.probe_timeout)
         if ps.exit_status != 0:
             return failed(_failure(ps, "docker ps"))
         ids = parse_ids(ps.stdout)
@@ -73,7 +79,7 @@ async def _containers(executor: Executor, host: Host, cluster: str) -> HostObser
         inspect = await executor.run(host, inspect_argv(ids), timeout=host.probe_timeout)
         if inspect.exit_status != 0 and not _only_vanished(inspect):
             return failed(_failure(inspect, "docker inspect"))
-        containers = parse_inspect(host.name, cluster, inspect.stdout)
+        found = parse_inspect_all(host.name, inspect.stdout)
     except CommandTimeout as exc:
         executor.disconnect(host)  # a cut-off or hung host: reconnect next pass
         return failed(exc.reason)
@@ -81,7 +87,9 @@ async def _containers(executor: Executor, host: Host, cluster: str) -> HostObser
         return failed(exc.reason)
     except ParseError as exc:
         return failed(str(exc)[:_MAX_ERROR])
-    return HostObservation(host=host.name, ok=True, containers=containers)
+    mine = tuple(c for c in found if c.cluster == cluster)
+    rest = tuple(c for c in found if c.cluster != cluster)
+    return HostObservation(host=host.name, ok=True, containers=mine, others=rest)
 
 
 async def ports_in_use(executor: Executor, host: Host, cluster: str) -> frozenset[str]:
@@ -123,21 +131,30 @@ async def _ports_or_none(executor: Executor, host: Host, cluster: str) -> frozen
 
 
 async def observe_host(
-    executor: Executor, host: Host, cluster: str, *, ports: bool = True
+    executor: Executor, host: Host, cluster: str, *, ports: bool = True, others: bool = True
 ) -> HostObservation:
-    """One probe of one host: this cluster's containers (and, with `ports`, the host ports
-    held outside it), or why the containers could not be read."""
+    """One probe of one host: this cluster's containers (with `others`, the other MiniDock
+    clusters' too; with `ports`, the host ports held outside MiniDock), or why the
+    containers could not be read."""
     if not ports:
-        return await _containers(executor, host, cluster)
+        return await _containers(executor, host, cluster, others=others)
     seen, held = await asyncio.gather(
-        _containers(executor, host, cluster), _ports_or_none(executor, host, cluster)
+        _containers(executor, host, cluster, others=others),
+        _ports_or_none(executor, host, cluster),
     )
     return replace(seen, ports_in_use=held) if seen.ok else seen
 
 
 async def observe(
-    executor: Executor, hosts: Sequence[Host], cluster: str, *, ports: bool = True
+    executor: Executor,
+    hosts: Sequence[Host],
+    cluster: str,
+    *,
+    ports: bool = True,
+    others: bool = True,
 ) -> Observed:
     """Probe every host at once; each gets a HostObservation, failed or not."""
-    found = await asyncio.gather(*(observe_host(executor, h, cluster, ports=ports) for h in hosts))
+    found = await asyncio.gather(
+        *(observe_host(executor, h, cluster, ports=ports, others=others) for h in hosts)
+    )
     return Observed(hosts={o.host: o for o in found})

@@ -208,15 +208,18 @@ class FakeDocker:
         return act_of(image).pullable and (self.images is None or image in self.images)
 
     def _ps(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
-        wanted: dict[str, str] = {}
+        wanted: dict[str, str | None] = {}  # a label's value, or None: any value
         for flag, value in itertools.pairwise(args):
             if flag == "--filter" and value.startswith("label="):
-                key, _, val = value.removeprefix("label=").partition("=")
-                wanted[key] = val
+                key, eq, val = value.removeprefix("label=").partition("=")
+                wanted[key] = val if eq else None
         ids = [
             cid
             for cid, doc in engine.items()
-            if all(doc["Config"]["Labels"].get(k) == v for k, v in wanted.items())
+            if all(
+                k in doc["Config"]["Labels"] if v is None else doc["Config"]["Labels"].get(k) == v
+                for k, v in wanted.items()
+            )
         ]
         return ok("".join(f"{cid}\n" for cid in ids))
 

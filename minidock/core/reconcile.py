@@ -174,7 +174,7 @@ def reconcile(
         held = replace(state, hosts=hosts, guard=guard)
         return Plan(state=held, waiting=fx.waiting, events=fx.events, guard=guard)
     view = _view(desired, inventory, observed, hosts, now, state)
-    live = [c for c in observed.containers() if c.host in hosts and c.live]
+    live = [c for c in observed.load() if c.host in hosts and c.live]  # every cluster's
     eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
     foreign = {h: o.ports_in_use for h, o in observed.hosts.items() if o.ok}
     fleet = Fleet.build(inventory.hosts, eligible, live, foreign)

@@ -34,7 +34,7 @@ H1, H2, H3 = (Host(name=f"h{i}", address=f"10.0.0.{i}") for i in (1, 2, 3))
 def run(handler: Handler, hosts: list[Host], cluster: str = "rec") -> tuple[Observed, FakeExecutor]:
     """The containers' probe alone (ps + inspect): the host ports read is tested below."""
     executor = FakeExecutor(handler)
-    return asyncio.run(observe(executor, hosts, cluster, ports=False)), executor
+    return asyncio.run(observe(executor, hosts, cluster, ports=False, others=False)), executor
 
 
 def test_reachable_host_with_containers() -> None:
@@ -213,7 +213,7 @@ def host_with_ports(argv: list[str]) -> Result:
 
 def observe_ports(handler: Handler, hosts: list[Host]) -> tuple[Observed, FakeExecutor]:
     executor = FakeExecutor(handler)
-    return asyncio.run(observe(executor, hosts, "rec", ports=True)), executor
+    return asyncio.run(observe(executor, hosts, "rec", ports=True, others=False)), executor
 
 
 def test_ports_in_use_are_read_with_the_probe_at_the_same_time() -> None:
@@ -310,3 +310,17 @@ def test_a_failed_probe_is_failed_whatever_the_ports_read_found() -> None:
     assert not o.ok
     assert o.ports_in_use == frozenset()
     assert str(o.error).startswith("docker ps failed (exit 1): Cannot connect")
+
+
+def test_other_clusters_tasks_are_observed_apart_for_capacity_and_ports() -> None:
+    """Issue 15: several clusters share hosts; each sees the others' tasks only as load."""
+    executor = FakeExecutor(
+        lambda h, argv, i: host_with_ports(argv) if argv != ps_argv(None) else ok(PS)
+    )
+    observed = asyncio.run(observe(executor, [H1], "rec", ports=False))
+    o = observed.hosts["h1"]
+    assert executor.argvs()[0] == ps_argv(None)  # every MiniDock cluster's containers
+    assert [c.name for c in o.containers] == ["web.1.t1run", "crash.1.t6crash"]
+    assert [(c.name, c.cluster) for c in o.others] == [("web.1.t8other", "other")]
+    assert [c.name for c in observed.containers()] == ["web.1.t1run", "crash.1.t6crash"]
+    assert len(observed.load()) == 3

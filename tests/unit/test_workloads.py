@@ -168,3 +168,18 @@ def test_a_global_service_updates_in_place_per_host() -> None:
     w.converge()
     assert per_host(w) == before
     assert {c.image for c in w.live("exporter")} == {"node-exporter:2"}
+
+
+# -- several clusters on one fleet -------------------------------------------------------------
+def test_other_clusters_tasks_hold_capacity_and_ports_but_are_never_touched() -> None:
+    w = World([host("h1", cpus=2), host("h2", cpus=2)])
+    w.apply(svc("web", replicas=1, cpus=2.0, ports=(PortMapping(80, 80),)))
+    w.converge()
+    (ours,) = w.live()
+    theirs = replace(ours, id="x1", cluster="other", host="h2", task="o1")
+    w.containers["h2"].append(theirs)
+    w.apply(svc("web", replicas=2, cpus=2.0, ports=(PortMapping(80, 80),)))
+    plan = w.step()
+    (pending,) = plan.pending
+    assert "h2: needs 2 cpus, 0 free" in pending.reason
+    assert theirs not in [s.container for s in plan.stop]

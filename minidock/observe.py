@@ -23,11 +23,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from minidock.commands import (
-    parse_inspect_all,
     ParseError,
     inspect_argv,
     parse_ids,
-    parse_inspect,
+    parse_inspect_all,
     parse_proc_net,
     parse_published_ports,
     ports_held_outside,

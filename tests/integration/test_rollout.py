@@ -265,8 +265,8 @@ def test_a_host_lost_mid_rollout_resumes_and_ends_with_one_task_per_slot(
     try:
         for _ in range(80):
             res = md("reconcile")
-            assert res.returncode in (0, 3), res.stdout + res.stderr
-            if res.returncode == 0:
+            assert res.returncode in (0, 3, 4), res.stdout + res.stderr
+            if res.returncode in (0, 4):  # 4: settled, degraded by the host that is down
                 break
             time.sleep(0.3)
         running = [

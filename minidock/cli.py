@@ -21,13 +21,12 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from minidock import usecases
-from minidock.core import Plan
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.state import StateError, state_dir
 from minidock.status import HostSummary, ServiceSummary, StatusDocument
 from minidock.units import format_duration, format_size, parse_duration
-from minidock.usecases import ConvergeOutcome, Ending, ExitCode, Progress, Report
+from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
 
 MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
 T = TypeVar("T")
@@ -192,21 +191,42 @@ def print_convergence(outcome: ConvergeOutcome) -> None:
         err.print(f"minidock: {outcome.why}", markup=False)
 
 
-def print_plan(plan: Plan, removals: tuple[str, ...] = (), pruned: bool = False) -> None:
-    for name in removals:
-        how = "its tasks stop below, dependents first" if pruned else "needs --prune"
-        out.print(f"remove service {name} ({how})", markup=False)
-    for s in plan.stop:
-        out.print(f"stop {s.container.name} on {s.container.host}: {s.reason}", markup=False)
-    for r in plan.run:
-        how = f"replacing {r.replaces.name}, " if r.replaces else ""
-        out.print(f"run {r.name} on {r.host} ({how}{r.reason}, {r.service.image})", markup=False)
-    for p in plan.pending:
-        out.print(f"pending {p.service}.{p.slot}: {p.reason}", markup=False)
-    for w in plan.waiting:
-        out.print(f"waiting {w}", markup=False)
-    if plan.converged:
+def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
+    """The whole road: per service what changes, then every simulated pass that acts (its
+    runs, in rolling-update batches, and its stops), what stays pending and why, and what
+    would run below its replicas."""
+    doc = planned.document
+    assert doc is not None
+    if as_json:
+        sys.stdout.write(json.dumps(doc.to_json(), indent=2, sort_keys=True) + "\n")
+        return
+    changes = [s for s in doc.services if s.change != "unchanged"]
+    if not (changes or doc.steps or doc.pending or doc.below) and planned.plan.converged:
         out.print("nothing to do: converged", markup=False)
+        return
+    for s in changes:
+        how = "needs --prune" if s.change == "removed" and not planned.pruned else s.change
+        out.print(f"service {s.name}: {how}", markup=False)
+        for f in s.diff:
+            out.print(f"  {f.field}: {f.old} -> {f.new}", markup=False)
+    for step in doc.steps:
+        out.print(f"pass {step.number}:", markup=False)
+        for st in step.stop:
+            out.print(
+                f"  stop {st.service}.{st.slot}.{st.task} on {st.host}: {st.reason}", markup=False
+            )
+        for r in step.run:
+            how = f"replacing {r.replaces}, " if r.replaces else ""
+            line = f"  run {r.service}.{r.slot}.{r.task} on {r.host} ({how}{r.reason}, {r.image})"
+            out.print(line, markup=False)
+    for p in doc.pending:
+        out.print(f"pending {p.service}.{p.slot}: {p.reason}", markup=False)
+    for b in doc.below:
+        out.print(f"below: {b.service} would run {b.running} of {b.wanted}", markup=False)
+    lost = f" after losing {', '.join(doc.lost)}" if doc.lost else ""
+    drained = f" after draining {', '.join(doc.drained)}" if doc.drained else ""
+    end = "converges" if doc.converged else "does not converge"
+    out.print(f"{end}{lost}{drained} (assumes {doc.assumption})", markup=False)
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -245,8 +265,7 @@ def apply(
     limit = seconds(timeout, "--timeout")
     directory = state_dir(state)
     if dry_run:
-        planned = run(usecases.plan(file, directory, runtime(), prune=prune))
-        print_plan(planned.plan, planned.removals, planned.pruned)
+        print_plan(run(usecases.plan(file, directory, runtime(), prune=prune)))
         return
     applied = run(
         usecases.apply(
@@ -272,11 +291,19 @@ def plan(
     prune: Annotated[
         bool, typer.Option("--prune", help="Plan the removal of services the file drops.")
     ] = False,
+    lose: Annotated[
+        list[str] | None,
+        typer.Option("--lose", help="What if this host were lost (repeatable)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
     state: StateOption = None,
 ) -> None:
-    """What apply would do, as a list of actions; changes nothing."""
-    planned = run(usecases.plan(file, state_dir(state), runtime(), prune=prune))
-    print_plan(planned.plan, planned.removals, planned.pruned)
+    """What apply would do, every step until convergence; changes nothing. With --lose,
+    where the lost hosts' tasks would land, or why they cannot (exit 1)."""
+    lost = tuple(lose or ())
+    planned = run(usecases.plan(file, state_dir(state), runtime(), prune=prune, lose=lost))
+    print_plan(planned, as_json=as_json)
+    raise typer.Exit(planned.exit_code)
 
 
 @app.command("reconcile")
@@ -410,9 +437,17 @@ def drain(
             help="Also move tasks pinned by a named volume (their data stays behind).",
         ),
     ] = False,
+    plan_only: Annotated[
+        bool, typer.Option("--plan", help="Where its tasks would land; change nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --plan: JSON.")] = False,
     state: StateOption = None,
 ) -> None:
     """Move every task off a host (replacements first) and keep it empty."""
+    if plan_only:
+        planned = run(usecases.drain_plan(host, state_dir(state), runtime()))
+        print_plan(planned, as_json=as_json)
+        raise typer.Exit(planned.exit_code)
     limit = seconds(timeout, "--timeout")
     work = usecases.drain(
         host,

@@ -9,7 +9,7 @@ inward: cli -> usecases -> runner, store, spec, status -> the core.
 """
 
 from minidock.usecases.access import Writer, patience
-from minidock.usecases.desired import apply, plan, validate
+from minidock.usecases.desired import apply, drain_plan, plan, validate
 from minidock.usecases.intents import activate, drain, forget, reset, rollback
 from minidock.usecases.outcomes import (
     ApplyOutcome,
@@ -68,6 +68,7 @@ __all__ = [
     "apply",
     "converge",
     "drain",
+    "drain_plan",
     "events",
     "forget",
     "ignore",

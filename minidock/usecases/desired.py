@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 
+from minidock.commands import redact
 from minidock.core import (
     ControllerState,
     admit,
@@ -14,7 +15,9 @@ from minidock.core import (
     removals,
     rollouts_started,
 )
+from minidock.core.simulate import simulate
 from minidock.model import Cluster, Event
+from minidock.plandoc import plan_document
 from minidock.runner import all_secrets, decide, redacted
 from minidock.spec import SpecError, load, load_inventory
 from minidock.ssh import Executor
@@ -24,12 +27,15 @@ from minidock.usecases.access import (
     Writer,
     admissible,
     load_spec,
+    read_desired,
     reading,
+    require_applied,
     writing,
 )
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
+    ExitCode,
     FailedUpdate,
     GenerationStored,
     PlanOutcome,
@@ -60,11 +66,18 @@ def validate(file: Path) -> ValidateOutcome:
 
 
 async def plan(
-    file: Path, directory: Path, runtime: Runtime, *, prune: bool = False
+    file: Path,
+    directory: Path,
+    runtime: Runtime,
+    *,
+    prune: bool = False,
+    lose: tuple[str, ...] = (),
 ) -> PlanOutcome:
-    """What `apply FILE` would do now: observe, admit in memory, decide. Writes nothing,
-    takes no lock, creates no state directory. Removed services are listed, and planned
-    (dependents first) with `prune`."""
+    """What `apply FILE` would do, every step until convergence: observe, admit in memory,
+    simulate the passes. Writes nothing, takes no lock, creates no state directory.
+    Removed services are listed, and planned (dependents first) with `prune`. With `lose`
+    (a what-if), those hosts are lost first; it exits 1 when something would stay
+    pending."""
     desired = load_spec(file)
     current, generation = ControllerState(), 1
     if (directory / DB_NAME).exists():
@@ -74,11 +87,33 @@ async def plan(
     gone = tuple(removals(current, desired.cluster))
     admitted = admit(current, desired.cluster, generation, prune=prune)
     desired = admissible(admitted, desired)
+    _known_hosts(desired, lose)
     async with connected(runtime) as executor:
         result = await decide(
             desired.cluster, desired.inventory, admitted, executor, clock=runtime.clock.now
         )
-    return PlanOutcome(redacted(result.plan, all_secrets(admitted)), removals=gone, pruned=prune)
+    secrets = all_secrets(admitted)
+    sim = simulate(
+        desired.cluster,
+        desired.inventory,
+        result.observed,
+        admitted,
+        runtime.clock.now(),
+        lose=lose,
+    )
+    document = plan_document(
+        current, desired.cluster, sim, lost=lose, removals=gone, mask=lambda t: redact(t, secrets)
+    )
+    code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
+    plan = redacted(result.plan, secrets)
+    return PlanOutcome(plan, code, removals=gone, pruned=prune, document=document)
+
+
+def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:
+    for name in hosts:
+        if desired.inventory.host(name) is None:
+            known = ", ".join(h.name for h in desired.inventory.hosts)
+            raise BadInput(f"--lose {name}: not a host of the inventory; known hosts: {known}")
 
 
 async def apply(
@@ -202,3 +237,34 @@ def _same_cluster(state: ControllerState, file: Path, cluster: Cluster, director
 
 def _services(names: list[str]) -> str:
     return ("service " if len(names) == 1 else "services ") + ", ".join(names)
+
+
+async def drain_plan(host: str, directory: Path, runtime: Runtime) -> PlanOutcome:
+    """`minidock drain HOST --plan`: where every task of HOST would land (or why it
+    cannot), simulated from the stored desired state; nothing is changed. Exit 1 when
+    something would stay pending or run below its replicas."""
+    require_applied(directory)
+    with reading(directory) as store:
+        state = store.load()
+        desired = admissible(state, read_desired(store, directory))
+    if desired.inventory.host(host) is None and state.host(host).last_known is None:
+        known = ", ".join(h.name for h in desired.inventory.hosts)
+        raise BadInput(f"{desired.inventory.path}: unknown host {host!r}; known hosts: {known}")
+    async with connected(runtime) as executor:
+        result = await decide(
+            desired.cluster, desired.inventory, state, executor, clock=runtime.clock.now
+        )
+    secrets = all_secrets(state)
+    sim = simulate(
+        desired.cluster,
+        desired.inventory,
+        result.observed,
+        state,
+        runtime.clock.now(),
+        drain=(host,),
+    )
+    document = plan_document(
+        state, desired.cluster, sim, drained=(host,), mask=lambda t: redact(t, secrets)
+    )
+    code = ExitCode.OK if document.converged else ExitCode.FAILED
+    return PlanOutcome(redacted(result.plan, secrets), code, document=document)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from minidock.core import Plan
 from minidock.model import Event
+from minidock.plandoc import PlanDocument
 from minidock.runner import PassResult
 from minidock.status import StatusDocument
 
@@ -186,6 +187,7 @@ class PlanOutcome:
     exit_code: ExitCode = ExitCode.OK
     removals: tuple[str, ...] = ()  # services the file no longer names
     pruned: bool = False  # whether the plan removes them (`--prune`) or apply would refuse
+    document: PlanDocument | None = None  # every step to convergence, simulated
 
 
 @dataclass(frozen=True)

@@ -631,3 +631,60 @@ def test_losing_state_db_keeps_the_controller_id_so_apply_adopts_at_once(setup: 
     outcome = setup.apply(wait=True, timeout=60.0)
     assert outcome.exit_code is ExitCode.OK
     assert sorted(setup.running()) == running
+
+
+# -- whole-change plans and what-ifs (issue 11) --------------------------------------------------
+def _valid_plan(doc: dict[str, Any]) -> None:
+    from minidock.plandoc import plan_schema
+
+    Draft202012Validator(plan_schema()).validate(doc)
+
+
+def test_plan_shows_the_whole_road_and_validates_against_its_schema(setup: Setup) -> None:
+    setup.converged()
+    setup.file.write_text(STACK.replace("web:5", "web:6").replace("replicas = 2", "replicas = 3"))
+    planned = run(usecases.plan(setup.file, setup.state, setup.runtime()))
+    doc = planned.document
+    assert doc is not None
+    web = next(s for s in doc.services if s.name == "web")
+    assert {(f.field, f.old, f.new) for f in web.diff} >= {
+        ("image", "web:5", "web:6"),
+        ("replicas", "2", "3"),
+    }
+    runs = [r for step in doc.steps for r in step.run]
+    assert sorted(r.slot for r in runs if r.service == "web") == [1, 2, 3]
+    assert doc.converged
+    assert "healthy" in doc.assumption
+    _valid_plan(doc.to_json())
+    assert sorted(setup.running())  # nothing was done
+
+
+def test_what_if_a_host_is_lost_exits_1_when_its_tasks_cannot_land(setup: Setup) -> None:
+    setup.converged()  # web publishes 8080 on 2 of 3 hosts; db on one
+    carrier = next(h for h in ("host1", "host2", "host3") if len(setup.running(h)) == 2)
+    planned = run(usecases.plan(setup.file, setup.state, setup.runtime(), lose=(carrier,)))
+    doc = planned.document
+    assert doc is not None
+    assert doc.lost == (carrier,)
+    landed = {r.host for step in doc.steps for r in step.run}
+    assert carrier not in landed
+    _valid_plan(doc.to_json())
+    both = tuple(h for h in ("host1", "host2", "host3") if setup.running(h))
+    worse = run(usecases.plan(setup.file, setup.state, setup.runtime(), lose=both))
+    assert worse.exit_code is ExitCode.FAILED
+    assert worse.document is not None
+    assert worse.document.below or worse.document.pending
+
+
+def test_drain_plan_changes_nothing_and_says_where_tasks_go(setup: Setup) -> None:
+    setup.converged()
+    db = _db_bytes(setup)
+    carrier = _carrier(setup)
+    planned = run(usecases.drain_plan(carrier, setup.state, setup.runtime()))
+    assert planned.exit_code is ExitCode.OK
+    assert planned.document is not None
+    stops = {st.host for step in planned.document.steps for st in step.stop}
+    assert stops == {carrier}
+    assert _db_bytes(setup) == db
+    with pytest.raises(BadInput):
+        run(usecases.drain_plan("host9", setup.state, setup.runtime()))

@@ -1,0 +1,166 @@
+"""What `minidock plan` reports, as one JSON-ready document. Pure.
+
+The document is the `plan --json` contract (docs/cli.md, minidock/schemas/plan.schema.json):
+per service, what changes field by field (env and secret keys, never values); then every
+step the simulated passes take until convergence (placements, rolling-update batches,
+stops); what would stay pending and why; and which services would run below what they
+want. It assumes, and says, that every new task becomes healthy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import resources
+from typing import Any
+
+from minidock.core import ControllerState
+from minidock.core.simulate import FieldChange, Simulation, spec_diff
+from minidock.model import Cluster
+
+__all__ = ["ASSUMPTION", "PlanDocument", "plan_document", "plan_schema"]
+
+ASSUMPTION = "every new task becomes healthy (as its health check or monitor would confirm)"
+
+
+@dataclass(frozen=True)
+class ServiceChange:
+    name: str
+    change: str  # "new", "changed", "unchanged", "removed"
+    diff: tuple[FieldChange, ...]
+
+
+@dataclass(frozen=True)
+class RunStep:
+    task: str
+    service: str
+    slot: int
+    host: str
+    image: str
+    reason: str
+    replaces: str | None
+
+
+@dataclass(frozen=True)
+class StopStep:
+    task: str
+    service: str
+    slot: int
+    host: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int
+    run: tuple[RunStep, ...]
+    stop: tuple[StopStep, ...]
+
+
+@dataclass(frozen=True)
+class PendingSlot:
+    service: str
+    slot: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Below:
+    service: str
+    running: int
+    wanted: int
+
+
+@dataclass(frozen=True)
+class PlanDocument:
+    cluster: str
+    assumption: str
+    lost: tuple[str, ...]
+    drained: tuple[str, ...]
+    services: tuple[ServiceChange, ...]
+    steps: tuple[Step, ...]
+    pending: tuple[PendingSlot, ...]
+    below: tuple[Below, ...]
+    converged: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The `plan --json` document (dicts, lists and scalars)."""
+        doc: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        return doc
+
+
+def plan_schema() -> dict[str, Any]:
+    """The JSON Schema of `PlanDocument.to_json()`, shipped in the package."""
+    text = (resources.files("minidock") / "schemas" / "plan.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def plan_document(
+    before: ControllerState,
+    desired: Cluster,
+    sim: Simulation,
+    *,
+    lost: tuple[str, ...] = (),
+    drained: tuple[str, ...] = (),
+    removals: tuple[str, ...] = (),
+    mask: Callable[[str], str] = str,
+) -> PlanDocument:
+    """The document of a simulation; `mask` redacts every line that may echo a secret."""
+    return PlanDocument(
+        cluster=desired.name,
+        assumption=ASSUMPTION,
+        lost=lost,
+        drained=drained,
+        services=_changes(before, desired, removals),
+        steps=tuple(_step(s.number, s.run, s.stop, mask) for s in sim.steps),
+        pending=tuple(PendingSlot(p.service, p.slot, mask(p.reason)) for p in sim.pending),
+        below=tuple(Below(*b) for b in sim.below),
+        converged=sim.converged and not sim.below,
+    )
+
+
+def _changes(
+    before: ControllerState, desired: Cluster, removals: tuple[str, ...]
+) -> tuple[ServiceChange, ...]:
+    changes = []
+    for svc in desired.services:
+        old = before.services.get(svc.name)
+        if old is None:
+            changes.append(ServiceChange(svc.name, "new", ()))
+            continue
+        diff = spec_diff(old.spec, svc)
+        changes.append(ServiceChange(svc.name, "changed" if diff else "unchanged", diff))
+    changes += [ServiceChange(name, "removed", ()) for name in removals]
+    return tuple(changes)
+
+
+def _step(
+    number: int, runs: tuple[Any, ...], stops: tuple[Any, ...], mask: Callable[[str], str]
+) -> Step:
+    return Step(
+        number,
+        tuple(
+            RunStep(
+                r.task,
+                r.service.name,
+                r.slot,
+                r.host,
+                r.service.image,
+                mask(r.reason),
+                r.replaces.name if r.replaces else None,
+            )
+            for r in runs
+        ),
+        tuple(
+            StopStep(
+                s.container.task,
+                s.container.service,
+                s.container.slot,
+                s.container.host,
+                mask(s.reason),
+            )
+            for s in stops
+        ),
+    )

@@ -472,6 +472,38 @@ def activate(host: str, state: StateOption = None) -> None:
 
 
 @app.command()
+def rebalance(
+    service: Annotated[str, typer.Argument(help="Only this service.")] = "",
+    plan_only: Annotated[bool, typer.Option("--plan", help="List the moves only.")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Until the moves are done.")
+    ] = True,
+    timeout: TimeoutOption = "10m",
+    state: StateOption = None,
+) -> None:
+    """Move tasks to restore spread and bin-packing (after a host rejoins or joins): one at
+    a time, start-first, health-gated. Never runs by itself."""
+    limit = seconds(timeout, "--timeout")
+    work = usecases.rebalance(
+        state_dir(state),
+        runtime(),
+        printer(),
+        service=service,
+        plan_only=plan_only,
+        wait=wait,
+        timeout=limit,
+    )
+    done = run(work)
+    for m in done.moves:
+        out.print(f"move {m.service}.{m.slot} ({m.task}) {m.source} -> {m.target}", markup=False)
+    if not done.moves:
+        out.print("nothing to move: spread and packing are as the scheduler would choose")
+    if done.convergence is not None:
+        print_convergence(done.convergence)
+    raise typer.Exit(done.exit_code)
+
+
+@app.command()
 def forget(host: str, state: StateOption = None) -> None:
     """A host gone for good: record its tasks as lost, so they are started elsewhere (and
     the inventory may drop it). A listed host that still answers is refused: drain it."""

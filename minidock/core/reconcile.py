@@ -554,6 +554,10 @@ def _slot_with_tasks(
     if view.hosts[task.host].drained or task.id in view.evict:
         why = f"drain {task.host}" if view.hosts[task.host].drained else view.evict[task.id]
         return ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why), None
+    ss, rebalancing = _rebalanced(ss, n, task)
+    if rebalancing and ready(task) and task.spec == spec:
+        why = f"rebalance: off {task.host}"
+        return ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why), None
     misplaced = view.misplaced(target, task)
     if misplaced and target.pinned and task.spec == spec:
         why = f"{misplaced}, but it holds its named volume there (drain --move-volumes-unsafe)"
@@ -564,6 +568,22 @@ def _slot_with_tasks(
         line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})")
         fx = fx + Effects(waiting=(line,))
     return ss, fx, None, None
+
+
+def _rebalanced(ss: ServiceState, n: int, task: Container) -> tuple[ServiceState, bool]:
+    """`minidock rebalance`'s moves, one at a time: whether slot `n` is the one to move now
+    (its task is still on the host it is to leave); a move done (the slot's task left that
+    host), or no longer meaningful, is dropped from the list."""
+    if not ss.rebalance:
+        return ss, False
+    (slot, source), rest = ss.rebalance[0], ss.rebalance[1:]
+    if slot not in ss.slot_numbers():
+        return replace(ss, rebalance=rest), False
+    if slot != n:
+        return ss, False
+    if task.host != source:
+        return replace(ss, rebalance=rest), False
+    return ss, True
 
 
 def _survivor(

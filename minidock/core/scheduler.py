@@ -81,6 +81,12 @@ class Fleet:
             service.name, service.cpus, service.memory, service_ports(service)
         )
 
+    def unreserve(self, host: str, service: Service) -> None:
+        """Undo one `reserve` of `service` on `host`."""
+        self.load[host] = self.load[host].release(
+            service.name, service.cpus, service.memory, service_ports(service)
+        )
+
     def free(self, container: Container) -> None:
         if container.host in self.load:
             self.load[container.host] = self.load[container.host].release(

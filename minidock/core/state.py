@@ -29,6 +29,7 @@ class ServiceState:
     slots: dict[int, SlotState] = field(default_factory=dict)
     removed: bool = False  # pruned from the spec: stopped (dependents first), then dropped
     global_slots: dict[str, int] = field(default_factory=dict)  # mode "global": host -> slot
+    rebalance: tuple[tuple[int, str], ...] = ()  # (slot, host to move it off), one at a time
     previous_failed: str = ""  # why `previous` was rolled back as failed ("" if it was not)
 
     def slot(self, n: int) -> SlotState:

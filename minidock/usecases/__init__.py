@@ -10,7 +10,7 @@ inward: cli -> usecases -> runner, store, spec, status -> the core.
 
 from minidock.usecases.access import Writer, patience
 from minidock.usecases.desired import apply, drain_plan, plan, validate
-from minidock.usecases.intents import activate, drain, forget, reset, rollback
+from minidock.usecases.intents import activate, drain, forget, rebalance, reset, rollback
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
@@ -27,6 +27,7 @@ from minidock.usecases.outcomes import (
     PassSkipped,
     PlanOutcome,
     Progress,
+    RebalanceOutcome,
     Report,
     StatusOutcome,
     UseCaseError,
@@ -58,6 +59,7 @@ __all__ = [
     "PassSkipped",
     "PlanOutcome",
     "Progress",
+    "RebalanceOutcome",
     "Report",
     "Runtime",
     "StatusOutcome",
@@ -74,6 +76,7 @@ __all__ = [
     "ignore",
     "patience",
     "plan",
+    "rebalance",
     "reconcile",
     "reset",
     "rollback",

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from minidock import core
 from minidock.core import ControllerState, HostPhase
+from minidock.core.rebalance import moves as rebalance_moves
+from minidock.core.rebalance import record as record_moves
 from minidock.model import Event, Inventory
+from minidock.observe import observe
 from minidock.usecases.access import (
     Desired,
     Writer,
@@ -17,9 +20,15 @@ from minidock.usecases.access import (
     require_applied,
     writing,
 )
-from minidock.usecases.outcomes import BadInput, IntentOutcome, IntentRecorded, Report
+from minidock.usecases.outcomes import (
+    BadInput,
+    IntentOutcome,
+    IntentRecorded,
+    RebalanceOutcome,
+    Report,
+)
 from minidock.usecases.passes import converge_passes
-from minidock.usecases.runtime import Runtime
+from minidock.usecases.runtime import Runtime, connected
 
 Change = Callable[[ControllerState, Desired], ControllerState]  # may raise BadInput
 Forgets = Callable[[ControllerState, Desired], tuple[ControllerState, list[Event]]]
@@ -177,3 +186,36 @@ async def reset(
     return await _intent(
         directory, runtime, report, change, f"reset {service}", wait=wait, timeout=timeout
     )
+
+
+async def rebalance(
+    directory: Path,
+    runtime: Runtime,
+    report: Report,
+    *,
+    service: str = "",
+    plan_only: bool = False,
+    wait: bool = True,
+    timeout: float = 0.0,
+) -> RebalanceOutcome:
+    """Moves that restore spread and bin-packing (after a host rejoins or joins), carried
+    out one at a time, start-first and health-gated; with `plan_only`, only listed. Never
+    runs by itself."""
+    require_applied(directory)
+    async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
+        state = store.load()
+        if service:
+            _known_service(state, service)
+        desired = admissible(state, read_desired(store, directory))
+        async with connected(runtime) as executor:
+            seen = await observe(executor, desired.inventory.hosts, desired.cluster.name)
+            planned = rebalance_moves(state, desired.inventory, seen, service)
+            if plan_only or not planned:
+                return RebalanceOutcome(planned, None)
+            changed, events = record_moves(state, planned, runtime.clock.now())
+            store.commit(changed, events)
+            report(IntentRecorded(f"rebalancing: {len(planned)} moves"))
+            convergence = await converge_passes(
+                store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
+            )
+    return RebalanceOutcome(planned, convergence)

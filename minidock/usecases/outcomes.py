@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minidock.core import Plan
+from minidock.core.rebalance import Move
 from minidock.model import Event
 from minidock.plandoc import PlanDocument
 from minidock.runner import PassResult
@@ -167,6 +168,18 @@ class ApplyOutcome:
     def exit_code(self) -> ExitCode:
         """1 when an update this apply started was rolled back, though the fleet converged."""
         return ExitCode.FAILED if self.failed_updates else self.convergence.exit_code
+
+
+@dataclass(frozen=True)
+class RebalanceOutcome:
+    """The moves rebalance found (and, unless only planned, the passes that made them)."""
+
+    moves: tuple[Move, ...]
+    convergence: ConvergeOutcome | None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.convergence.exit_code if self.convergence else ExitCode.OK
 
 
 @dataclass(frozen=True)

@@ -84,3 +84,55 @@ def test_the_spec_diff_names_fields_and_env_keys_never_values() -> None:
     assert "s3cret" not in repr(diff)
     assert "b" not in diff["env"].new.split()
     assert spec_diff(old, old) == ()
+
+
+# -- rebalance ----------------------------------------------------------------------------------
+def test_rebalance_after_a_host_rejoins_restores_spread_one_move_at_a_time() -> None:
+    from minidock.core.rebalance import moves, record
+
+    w = World(hosts(3))
+    w.apply(web(replicas=0))
+    w.kill_host("host3")
+    w.step()
+    w.step()  # host3 is down before the service scales up
+    w.apply(web(replicas=6))
+    w.converge()
+    w.revive_host("host3")
+    w.converge()
+    assert sorted(c.host for c in w.live()).count("host3") == 0  # nothing moves by itself
+    planned = moves(w.state, w.inventory, w.observe())
+    assert [m.target for m in planned] == ["host3", "host3"]
+    assert {m.source for m in planned} == {"host1", "host2"}
+    w.state, events = record(w.state, planned, w.now)
+    assert [e.kind for e in events] == ["rebalance", "rebalance"]
+    for _ in range(30):
+        plan = w.step()
+        assert len(plan.run) <= 1  # one at a time
+        assert w.healthy_slots() == 6  # start-first, health-gated: never below replicas
+        if plan.converged:
+            break
+    assert sorted(c.host for c in w.live()) == [
+        "host1",
+        "host1",
+        "host2",
+        "host2",
+        "host3",
+        "host3",
+    ]
+    assert moves(w.state, w.inventory, w.observe()) == ()  # balanced: nothing more to move
+
+
+def test_rebalance_leaves_pinned_and_global_services_alone() -> None:
+    from minidock.core.rebalance import moves
+    from minidock.model import Volume
+
+    w = World(hosts(2))
+    w.apply(svc("db", replicas=0, volumes=(Volume("d", "/d"),)))
+    w.kill_host("host2")
+    w.step()
+    w.step()
+    w.apply(svc("db", replicas=2, volumes=(Volume("d", "/d"),)))
+    w.converge()
+    w.revive_host("host2")
+    w.converge()
+    assert moves(w.state, w.inventory, w.observe()) == ()

@@ -688,3 +688,29 @@ def test_drain_plan_changes_nothing_and_says_where_tasks_go(setup: Setup) -> Non
     assert _db_bytes(setup) == db
     with pytest.raises(BadInput):
         run(usecases.drain_plan("host9", setup.state, setup.runtime()))
+
+
+def test_rebalance_lists_moves_with_plan_and_makes_them_one_at_a_time(setup: Setup) -> None:
+    setup.docker.down.add("host3")
+    setup.file.write_text(
+        STACK.replace(
+            "[services.web]", '[services.api]\nimage = "web:5"\nreplicas = 4\n\n[services.web]'
+        )
+    )
+    outcome = setup.apply(wait=True, timeout=120.0)
+    assert outcome.exit_code in (ExitCode.OK, ExitCode.DEGRADED)
+    setup.docker.down.discard("host3")
+    run(usecases.converge(setup.state, setup.runtime(), setup.report, wait=True, timeout=60))
+    db = _db_bytes(setup)
+    listed = run(usecases.rebalance(setup.state, setup.runtime(), setup.report, plan_only=True))
+    assert listed.moves
+    assert {m.target for m in listed.moves} == {"host3"}
+    assert listed.convergence is None
+    assert _db_bytes(setup) == db  # --plan changes nothing
+    done = run(
+        usecases.rebalance(setup.state, setup.runtime(), setup.report, wait=True, timeout=120)
+    )
+    assert done.exit_code is ExitCode.OK
+    assert setup.running("host3")
+    again = run(usecases.rebalance(setup.state, setup.runtime(), setup.report, plan_only=True))
+    assert again.moves == ()

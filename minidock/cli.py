@@ -6,6 +6,8 @@ the `--wait` loop and the exit codes (`usecases.ExitCode`) are the use cases'.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -21,6 +23,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from minidock import usecases
+from minidock.model import Event
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.state import StateError, state_dir
@@ -548,13 +551,49 @@ def reset(
 @app.command()
 def events(
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many, newest last.")] = 50,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Then print new ones.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON (one per line with -f).")] = False,
+    service: Annotated[str, typer.Option("--service", help="Only this service's.")] = "",
+    host: Annotated[str, typer.Option("--host", help="Only this host's.")] = "",
+    since: Annotated[str, typer.Option("--since", help="Only the last DURATION, e.g. 10m.")] = "",
     state: StateOption = None,
 ) -> None:
     """The event log: every change the controller made."""
-    log = checked(lambda: usecases.events(state_dir(state), limit=limit))
-    for e in log.events:
-        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
-        out.print(f"{at} {e.kind}: {e.message}", markup=False)
+    start = time.time() - seconds(since, "--since") if since else 0.0
+    where = usecases.EventFilter(service=service, host=host, since=start)
+    log = checked(lambda: usecases.events(state_dir(state), limit=limit, where=where))
+    if as_json and not follow:
+        doc = [_event_json(i, e) for i, e in zip(log.ids, log.events, strict=True)]
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+
+    def show(i: int, e: Event) -> None:
+        if as_json:  # with --follow, one JSON document per line
+            print(json.dumps(_event_json(i, e)), flush=True)
+        else:
+            out.print(_event_line(e), markup=False)
+
+    for i, e in zip(log.ids, log.events, strict=True):
+        show(i, e)
+    if follow:
+        after = log.ids[-1] if log.ids else _last_id(state)
+        work = usecases.follow_events(state_dir(state), runtime(), show, after=after, where=where)
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends following
+            run(work)
+
+
+def _last_id(state: str | None) -> int:
+    every = checked(lambda: usecases.events(state_dir(state), limit=1))
+    return every.ids[-1] if every.ids else 0
+
+
+def _event_line(e: Event) -> str:
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
+    return f"{at} {e.kind}: {e.message}"
+
+
+def _event_json(i: int, e: Event) -> dict[str, object]:
+    return {"id": i, **dataclasses.asdict(e)}
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from minidock.usecases.outcomes import (
     Busy,
     ConvergeOutcome,
     Ending,
+    EventFilter,
     EventsOutcome,
     ExitCode,
     FailedUpdate,
@@ -38,7 +39,7 @@ from minidock.usecases.outcomes import (
     why,
 )
 from minidock.usecases.passes import converge, reconcile, watch, watch_step
-from minidock.usecases.reads import events, status
+from minidock.usecases.reads import events, follow_events, status
 from minidock.usecases.runtime import Clock, ExecutorFactory, Runtime
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "Clock",
     "ConvergeOutcome",
     "Ending",
+    "EventFilter",
     "EventsOutcome",
     "ExecutorFactory",
     "ExitCode",
@@ -72,6 +74,7 @@ __all__ = [
     "drain",
     "drain_plan",
     "events",
+    "follow_events",
     "forget",
     "ignore",
     "patience",

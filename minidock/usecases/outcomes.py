@@ -213,6 +213,23 @@ class StatusOutcome:
 class EventsOutcome:
     events: tuple[Event, ...]
     exit_code: ExitCode = ExitCode.OK
+    ids: tuple[int, ...] = ()  # each event's id in the log (they only grow)
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events `minidock events` shows: of a service, of a host, since a time."""
+
+    service: str = ""
+    host: str = ""
+    since: float = 0.0  # epoch seconds; 0: from the start
+
+    def keeps(self, e: Event) -> bool:
+        return (
+            (not self.service or e.service == self.service)
+            and (not self.host or e.host == self.host)
+            and e.at >= self.since
+        )
 
 
 @dataclass(frozen=True)

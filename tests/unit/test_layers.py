@@ -20,6 +20,7 @@ CLI_MAY_IMPORT = {
     "minidock.units": {"format_duration", "format_size", "parse_duration"},
     "minidock.status": {"HostSummary", "ServiceSummary", "StatusDocument"},
     "minidock.core": {"Plan"},
+    "minidock.model": {"Event"},
     "minidock.runner": {"PassResult"},
 }
 

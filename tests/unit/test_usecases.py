@@ -714,3 +714,49 @@ def test_rebalance_lists_moves_with_plan_and_makes_them_one_at_a_time(setup: Set
     assert setup.running("host3")
     again = run(usecases.rebalance(setup.state, setup.runtime(), setup.report, plan_only=True))
     assert again.moves == ()
+
+
+def test_events_filter_by_service_host_and_time(setup: Setup) -> None:
+    setup.converged()
+    every = run_sync_events(setup)
+    assert {e.kind for e in every.events} >= {"apply", "run"}
+    web = usecases.events(setup.state, limit=0, where=usecases.EventFilter(service="web"))
+    assert web.events
+    assert all(e.service == "web" for e in web.events)
+    one_host = next(e.host for e in every.events if e.host)
+    on_it = usecases.events(setup.state, limit=0, where=usecases.EventFilter(host=one_host))
+    assert all(e.host == one_host for e in on_it.events)
+    later = usecases.events(setup.state, limit=0, where=usecases.EventFilter(since=1e12))
+    assert later.events == ()
+    assert list(every.ids) == sorted(every.ids)
+
+
+def run_sync_events(setup: Setup) -> Any:
+    return usecases.events(setup.state, limit=0)
+
+
+def test_events_follow_prints_new_events_as_they_are_committed(setup: Setup) -> None:
+    setup.converged()
+    last = usecases.events(setup.state, limit=1).ids[-1]
+    seen: list[tuple[int, Event]] = []
+
+    def stop_after_two(n: int) -> None:
+        if n == 1:
+            with Store.open(setup.state) as store:
+                store.commit(store.load(), [Event(1.0, "intent", "hello", service="web")])
+        if n == 2:
+            raise Stop
+
+    setup.clock.on_sleep = stop_after_two
+    with pytest.raises(Stop):
+        run(
+            usecases.follow_events(
+                setup.state,
+                setup.runtime(),
+                lambda i, e: seen.append((i, e)),
+                after=last,
+                where=usecases.EventFilter(service="web"),
+            )
+        )
+    assert [(e.kind, e.message) for _, e in seen] == [("intent", "hello")]
+    assert seen[0][0] > last

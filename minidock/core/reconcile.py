@@ -275,7 +275,7 @@ def _probe_hosts(
         new = replace(new, last_known=host)
         if new.unreachable:
             reason = f"unreachable ({new.failures}/{host.down_after} failed probes)"
-            waiting.append(Waiting(host.name, reason))
+            waiting.append(Waiting(host.name, f"{reason}: {new.last_error}"))
         events += [event] if event else []
         hosts[host.name] = new
     return hosts, Effects(waiting=tuple(waiting), events=tuple(events))

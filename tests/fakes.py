@@ -6,13 +6,14 @@ import asyncio
 import hashlib
 import itertools
 import json
+import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from minidock.model import Host
-from minidock.ssh import Result, Unreachable
+from minidock.ssh import OnLine, OutputLine, Result, Terminal, Unreachable
 from tests.behaviour import TICK, Clock, Life, act_of, advance
 
 Handler = Callable[[Host, list[str], str | None], Result]
@@ -57,6 +58,34 @@ class FakeExecutor:
             return self.handler(host, list(argv), input)
         finally:
             self.in_flight -= 1
+
+    async def feed(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        source: AsyncIterable[bytes],
+        *,
+        timeout: float | None = None,
+    ) -> Result:
+        """The handler sees the streamed bytes as text (latin-1, so any bytes pass)."""
+        data = b"".join([chunk async for chunk in source])
+        return await self.run(host, argv, input=data.decode("latin-1"), timeout=timeout)
+
+    async def follow(self, host: Host, argv: Sequence[str], on_line: OnLine) -> int:
+        """The handler's whole output, line by line: stdout's lines, then stderr's."""
+        result = await self.run(host, argv)
+        for line in result.stdout.splitlines():
+            on_line(OutputLine("stdout", line))
+        for line in result.stderr.splitlines():
+            on_line(OutputLine("stderr", line))
+        return result.exit_status
+
+    async def attach(self, host: Host, argv: Sequence[str], terminal: Terminal) -> int:
+        """The handler's output written to the terminal's descriptors."""
+        result = await self.run(host, argv)
+        os.write(terminal.stdout, result.stdout.encode())
+        os.write(terminal.stderr, result.stderr.encode())
+        return result.exit_status
 
     async def close(self) -> None:
         self.closed = True

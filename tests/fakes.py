@@ -118,8 +118,23 @@ _RUN_OPTIONS = frozenset(
         "--health-retries",
         "--health-start-period",
         "--restart",
+        "--network",
+        "--network-alias",
+        "--user",
+        "--workdir",
+        "--entrypoint",
+        "--stop-signal",
+        "--stop-timeout",
+        "--cap-add",
+        "--cap-drop",
+        "--ulimit",
+        "--log-driver",
+        "--log-opt",
+        "--add-host",
+        "--dns",
     }
 )
+_RUN_SWITCHES = frozenset({"-d", "--init", "--read-only"})
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
@@ -152,6 +167,11 @@ class FakeDocker:
         self.images = None if images is None else set(images)
         self._ids = itertools.count(1)
         self._started: dict[str, float] = {}  # container id -> when it started, by the clock
+        # per host: network name -> its labels; each container's networks in `networks`
+        self.nets: dict[str, dict[str, dict[str, str]]] = {}
+        self.networks: dict[str, list[str]] = {}
+        self.logins: list[tuple[str, str, str]] = []  # (host, registry, username)
+        self.passwords: dict[tuple[str, str], str] = {}  # (registry, user) -> what login takes
 
     def advance(self, dt: float = TICK) -> None:
         """Move the clock on; every container on a reachable host acts by the table."""
@@ -210,6 +230,14 @@ class FakeDocker:
             return self._inspect(engine, args)
         if verb == "run":
             return self._run(host.name, args)
+        if verb == "create":
+            return self._run(host.name, args, start=False)
+        if verb == "start":
+            return self._start(engine, args[-1])
+        if verb == "network":
+            return self._network(host.name, engine, args)
+        if verb == "login":
+            return self._login(host.name, args, input or "")
         if verb == "stop":
             return self._stop(engine, args[-1])
         if verb == "rm":
@@ -253,15 +281,18 @@ class FakeDocker:
         ]
         return Result(1 if errors else 0, json.dumps(found, indent=4), "".join(errors))
 
-    def _run(self, host: str, args: list[str]) -> Result:
+    def _run(self, host: str, args: list[str], *, start: bool = True) -> Result:
         options: list[tuple[str, str]] = []
         rest = list(args)
         while rest and rest[0].startswith("-"):
             flag = rest.pop(0)
             if flag in _RUN_OPTIONS:
                 options.append((flag, rest.pop(0)))
-            elif flag != "-d":
+            elif flag not in _RUN_SWITCHES:
                 return fail(f"fake docker: unknown run flag {flag}", 125)
+        network = next((v for f, v in options if f == "--network"), None)
+        if network is not None and network not in self.nets.get(host, {}):
+            return fail(f"docker: Error response from daemon: network {network} not found.", 125)
         if not rest:
             return fail('"docker run" requires at least 1 argument.', 125)
         image, command = rest[0], rest[1:]
@@ -297,7 +328,10 @@ class FakeDocker:
                     )
                 bindings.setdefault(key, []).append({"HostIp": "", "HostPort": host_port})
         health = "starting" if any(f == "--health-cmd" for f, _ in options) else None
-        doc = self._create(host, name, labels, image, bindings, health, "running")
+        doc = self._create(
+            host, name, labels, image, bindings, health, "running" if start else "created"
+        )
+        self.networks[doc["Id"]] = [network] if network is not None else []
         doc["Config"]["Cmd"] = command or None
         cpus = next((v for f, v in options if f == "--cpus"), "0")
         doc["HostConfig"]["NanoCpus"] = int(float(cpus) * 1e9)
@@ -337,6 +371,50 @@ class FakeDocker:
         }
         self.engines.setdefault(host, {})[cid] = doc
         return doc
+
+    def _start(self, engine: dict[str, dict[str, Any]], ref: str) -> Result:
+        doc = self._find(engine, ref)
+        if doc is None:
+            return self._missing(ref)
+        if doc["State"]["Status"] == "created":
+            doc["State"].update(
+                Status="running", Running=True, StartedAt=_docker_time(self.clock.now)
+            )
+            self._started[doc["Id"]] = self.clock.now
+        return ok(f"{ref}\n")
+
+    def _network(self, host: str, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
+        """`network inspect --format ... NAME`, `network create ... --label K=V NAME` and
+        `network connect --alias A NAME CONTAINER`."""
+        nets = self.nets.setdefault(host, {})
+        sub, name = args[0], args[-1]
+        if sub == "inspect":
+            if name not in nets:
+                return fail(f"Error: No such network: {name}")
+            return ok(nets[name].get("minidock.cluster", "") + "\n")
+        if sub == "create":
+            if name in nets:
+                return fail(f"Error response from daemon: network with name {name} already exists")
+            labels = [v for f, v in itertools.pairwise(args) if f == "--label"]
+            nets[name] = dict(label.partition("=")[::2] for label in labels)
+            return ok(hashlib.sha256(name.encode()).hexdigest() + "\n")
+        if sub == "connect":
+            network, ref = args[-2], args[-1]
+            doc = self._find(engine, ref)
+            if network not in nets or doc is None:
+                return fail(f"Error response from daemon: No such network: {network}")
+            self.networks[doc["Id"]].append(network)
+            return ok()
+        return fail(f"fake docker: unknown network command: {args}", 125)
+
+    def _login(self, host: str, args: list[str], password: str) -> Result:
+        registry, user = args[-1], args[args.index("--username") + 1]
+        if self.passwords.get((registry, user)) != password:
+            return fail(
+                f"Error response from daemon: login attempt to http://{registry}/v2/ failed"
+            )
+        self.logins.append((host, registry, user))
+        return ok("Login Succeeded\n")
 
     def _stop(self, engine: dict[str, dict[str, Any]], ref: str) -> Result:
         doc = self._find(engine, ref)

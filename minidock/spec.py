@@ -460,6 +460,8 @@ def _pattern_message(kind: str | None, value: str, pattern: str) -> str:
         return f"invalid label key {shown}: {_LABEL_KEY_HINT}"
     if kind == "label value":
         return f"invalid label value {shown}: must be non-empty, without whitespace"
+    if kind == "absolute path":
+        return f"must be an absolute path in the container, starting with '/', got {shown}"
     hint = _RUN_HINTS.get(kind or "")
     if hint is not None:
         return f"invalid {kind} {shown}: {hint}"
@@ -470,7 +472,6 @@ def _pattern_message(kind: str | None, value: str, pattern: str) -> str:
 
 _RUN_HINTS = {
     "run user": "use NAME, UID, NAME:GROUP or UID:GID",
-    "absolute path": "use an absolute path in the container, starting with '/'",
     "signal": "use a signal name like 'SIGTERM', 'SIGQUIT' or 'SIGRTMIN+3', or a number",
     "capability": "use a capability name in capitals like 'NET_ADMIN', or 'ALL'",
     "log driver": "use a driver name like 'json-file', 'local', 'journald' or 'syslog'",
@@ -767,7 +768,7 @@ def _run_options(
     hosts: dict[str, str] = body.get("extra_hosts", {})
     for name, address in hosts.items():
         if address != "host-gateway":
-            _ip((*at, "extra_hosts", name), address, fail, " or 'host-gateway'")
+            _ip((*at, "extra_hosts", name), address, fail, ", or 'host-gateway'")
     options["extra_hosts"] = tuple(sorted(hosts.items()))
     for i, address in enumerate(body.get("dns", [])):
         _ip((*at, "dns", i), address, fail, "")

@@ -9,7 +9,8 @@ inward: cli -> usecases -> runner, store, spec, status -> the core.
 """
 
 from minidock.usecases.access import Writer, patience
-from minidock.usecases.desired import apply, plan, validate
+from minidock.usecases.desired import apply, plan, scale, validate
+from minidock.usecases.images import push
 from minidock.usecases.intents import activate, drain, reset, rollback
 from minidock.usecases.outcomes import (
     ApplyOutcome,
@@ -18,17 +19,28 @@ from minidock.usecases.outcomes import (
     ConvergeOutcome,
     Ending,
     EventsOutcome,
+    ExecOutcome,
     ExitCode,
     FailedUpdate,
     GenerationStored,
+    HostProblem,
     IntentOutcome,
     IntentRecorded,
+    LogLine,
+    LogsOutcome,
+    OnLogLine,
+    OnPushProgress,
     PassDone,
     PassSkipped,
     PlanOutcome,
     Progress,
+    PsOutcome,
+    PushOutcome,
+    PushProgress,
     Report,
+    ScaleOutcome,
     StatusOutcome,
+    TaskRow,
     UseCaseError,
     ValidateOutcome,
     ignore,
@@ -36,7 +48,8 @@ from minidock.usecases.outcomes import (
 )
 from minidock.usecases.passes import converge, reconcile, watch, watch_step
 from minidock.usecases.reads import events, status
-from minidock.usecases.runtime import Clock, ExecutorFactory, Runtime
+from minidock.usecases.runtime import Clock, EngineFactory, ExecutorFactory, Runtime
+from minidock.usecases.tasks import exec_task, logs, ps
 
 __all__ = [
     "ApplyOutcome",
@@ -45,20 +58,32 @@ __all__ = [
     "Clock",
     "ConvergeOutcome",
     "Ending",
+    "EngineFactory",
     "EventsOutcome",
+    "ExecOutcome",
     "ExecutorFactory",
     "ExitCode",
     "FailedUpdate",
     "GenerationStored",
+    "HostProblem",
     "IntentOutcome",
     "IntentRecorded",
+    "LogLine",
+    "LogsOutcome",
+    "OnLogLine",
+    "OnPushProgress",
     "PassDone",
     "PassSkipped",
     "PlanOutcome",
     "Progress",
+    "PsOutcome",
+    "PushOutcome",
+    "PushProgress",
     "Report",
     "Runtime",
+    "ScaleOutcome",
     "StatusOutcome",
+    "TaskRow",
     "UseCaseError",
     "ValidateOutcome",
     "Writer",
@@ -67,12 +92,17 @@ __all__ = [
     "converge",
     "drain",
     "events",
+    "exec_task",
     "ignore",
+    "logs",
     "patience",
     "plan",
+    "ps",
+    "push",
     "reconcile",
     "reset",
     "rollback",
+    "scale",
     "status",
     "validate",
     "verdict",

@@ -24,7 +24,7 @@ from typer.core import TyperGroup
 from minidock import usecases
 from minidock.core import Plan
 from minidock.runner import PassResult
-from minidock.ssh import SSHExecutor, Terminal
+from minidock.ssh import SSHExecutor
 from minidock.state import state_dir
 from minidock.status import HostSummary, ServiceSummary, StatusDocument
 from minidock.units import format_duration, format_size, parse_duration
@@ -477,7 +477,7 @@ def exec_command(
     `-it` gives an interactive terminal, e.g. `minidock exec -it web.1 -- sh`."""
     if tty and not os.isatty(0):
         fail("exec -t: stdin is not a terminal (drop -t, or run from one)")
-    terminal = Terminal(interactive=interactive, tty=tty) if interactive or tty else None
+    terminal = usecases.Terminal(interactive=interactive, tty=tty) if interactive or tty else None
     work = usecases.exec_task(
         target, command, state_dir(state, None), runtime(),
         lambda line: print_log_line(line, prefix=False), terminal=terminal,
@@ -532,9 +532,7 @@ def push(
         if p.skipped:
             out.print(f"{p.host}: already has {p.image}", markup=False)
         else:
-            rate = format_size(int(p.sent / p.seconds)) + "/s" if p.seconds > 0 else "-"
-            line = f"{p.host}: pushed {p.image}, {format_size(p.sent)} in {p.seconds:.1f}s ({rate})"
-            out.print(line, markup=False)
+            out.print(f"{p.host}: pushed {p.image}, {p.figure()}", markup=False)
     for problem in pushed.failed:
         err.print(f"failed: {problem.host}: {problem.error}", markup=False)
     raise typer.Exit(pushed.exit_code)

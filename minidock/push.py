@@ -19,6 +19,7 @@ from typing import Protocol
 from minidock.commands import image_id_size_argv, image_present_argv, load_argv, save_argv
 from minidock.model import Host
 from minidock.ssh import Executor
+from minidock.units import approx_size
 
 __all__ = [
     "CHUNK",
@@ -60,6 +61,11 @@ class Pushed:
     @property
     def skipped(self) -> bool:
         return self.sent == 0
+
+    def figure(self) -> str:
+        """Size, time and rate, as people read them: "2.0MiB in 0.3s (6.6MiB/s)"."""
+        rate = f" ({approx_size(int(self.sent / self.seconds))}/s)" if self.seconds > 0 else ""
+        return f"{approx_size(self.sent)} in {self.seconds:.1f}s{rate}"
 
 
 class ControllerEngine(Protocol):

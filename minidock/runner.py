@@ -54,7 +54,6 @@ from minidock.observe import observe
 from minidock.push import ControllerEngine, LocalEngine, LocalImage, PushError, push_image
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 from minidock.state import Store
-from minidock.units import format_size
 
 STOP_TIMEOUT = grace_seconds(Service("", ""))  # seconds from SIGTERM to SIGKILL by default
 
@@ -228,10 +227,7 @@ class _Acts:
             )
         pushed = await push_image(self.executor, self.engine, self.hosts[host], local)
         if not pushed.skipped:
-            size = format_size(pushed.sent)
-            self.record(
-                "push", f"pushed {image} to {host} ({size} in {pushed.seconds:.1f}s)", where
-            )
+            self.record("push", f"pushed {image} to {host} ({pushed.figure()})", where)
 
     async def _check(
         self, host: str, argv: Sequence[str], what: str, *, timeout: float | None = None

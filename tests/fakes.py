@@ -8,11 +8,12 @@ import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from minidock.model import Host
+from minidock.model import Host, image_registry
+from minidock.push import LocalImage
 from minidock.ssh import OnLine, OutputLine, Result, Terminal, Unreachable
 from tests.behaviour import TICK, Clock, Life, act_of, advance
 
@@ -172,6 +173,8 @@ class FakeDocker:
         self.networks: dict[str, list[str]] = {}
         self.logins: list[tuple[str, str, str]] = []  # (host, registry, username)
         self.passwords: dict[tuple[str, str], str] = {}  # (registry, user) -> what login takes
+        self.registry: set[str] = set()  # images a registry serves (pulled onto one host)
+        self.host_images: dict[str, set[str]] = {}  # pulled or loaded onto one host
 
     def advance(self, dt: float = TICK) -> None:
         """Move the clock on; every container on a reachable host acts by the table."""
@@ -229,9 +232,13 @@ class FakeDocker:
         if verb == "inspect":
             return self._inspect(engine, args)
         if verb == "run":
-            return self._run(host.name, args)
+            return self._run(host.name, args, env=input)
         if verb == "create":
-            return self._run(host.name, args, start=False)
+            return self._run(host.name, args, start=False, env=input)
+        if verb == "exec":
+            return self._exec(engine, args)
+        if verb == "load":
+            return self._load(host.name, input or "")
         if verb == "start":
             return self._start(engine, args[-1])
         if verb == "network":
@@ -247,18 +254,57 @@ class FakeDocker:
             return self._missing(args[-1]) if doc is None else ok(act_of(_image(doc)).log)
         if verb == "image" and args[:1] == ["inspect"]:
             image = args[-1]
-            if self.has(image):
-                return ok(f"sha256:{hashlib.sha256(image.encode()).hexdigest()}\n")
+            if self.present(host.name, image):
+                return ok(f"{fake_image_id(image)}\n")
             return fail(f"Error: No such image: {image}")
         if verb == "pull":
-            if self.has(args[-1]):
-                return ok(f"pulled {args[-1]}\n")
-            return fail(f"Error response from daemon: pull access denied for {args[-1]}")
+            return self._pull(host.name, args[-1])
         return fail(f"fake docker: unknown command: {argv}", 125)
 
     def has(self, image: str) -> bool:
         """Whether a host finds (or can pull) the image."""
         return act_of(image).pullable and (self.images is None or image in self.images)
+
+    def present(self, host: str, image: str) -> bool:
+        """Whether this host has the image: every host's, or pulled or loaded here."""
+        return self.has(image) or image in self.host_images.get(host, set())
+
+    def _pull(self, host: str, image: str) -> Result:
+        """A pull: from the table's images, or from `registry` (logged in where
+        `passwords` names the image's registry)."""
+        registry = image_registry(image)
+        guarded = any(r == registry for r, _ in self.passwords)
+        if guarded and not any(h == host and r == registry for h, r, _ in self.logins):
+            return fail(f"Error response from daemon: Head https://{registry}/v2/: no basic auth")
+        if self.has(image):
+            return ok(f"pulled {image}\n")
+        if image in self.registry:
+            self.host_images.setdefault(host, set()).add(image)
+            return ok(f"pulled {image}\n")
+        return fail(f"Error response from daemon: pull access denied for {image}")
+
+    def _load(self, host: str, stream: str) -> Result:
+        """`docker load` of a FakeEngine save stream: lines "fake-image NAME"."""
+        names = [line.split()[1] for line in stream.splitlines() if line.startswith("fake-image ")]
+        if not names:
+            return fail("Error: open /var/lib/docker/tmp/docker-import: unexpected EOF")
+        self.host_images.setdefault(host, set()).update(names)
+        return ok("".join(f"Loaded image: {n}\n" for n in names))
+
+    def _exec(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
+        """`exec [-i] [-t] ID CMD...`: `env` prints the task's env-file, `echo` its words."""
+        rest = [a for a in args if a not in ("-i", "-t")]
+        doc = self._find(engine, rest[0])
+        if doc is None:
+            return self._missing(rest[0])
+        if doc["State"]["Status"] != "running":
+            return fail(f"Error response from daemon: Container {rest[0]} is not running")
+        command = rest[1:]
+        if command[:1] == ["env"]:
+            return ok(doc["Config"].get("Env", ""))
+        if command[:1] == ["echo"]:
+            return ok(" ".join(command[1:]) + "\n")
+        return fail(f"OCI runtime exec failed: {command[0]}: executable file not found", 126)
 
     def _ps(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
         wanted: dict[str, str] = {}
@@ -281,7 +327,9 @@ class FakeDocker:
         ]
         return Result(1 if errors else 0, json.dumps(found, indent=4), "".join(errors))
 
-    def _run(self, host: str, args: list[str], *, start: bool = True) -> Result:
+    def _run(
+        self, host: str, args: list[str], *, start: bool = True, env: str | None = None
+    ) -> Result:
         options: list[tuple[str, str]] = []
         rest = list(args)
         while rest and rest[0].startswith("-"):
@@ -304,7 +352,7 @@ class FakeDocker:
                 f'is already in use by container "{other["Id"]}".',
                 125,
             )
-        if not self.has(image):
+        if not self.present(host, image):
             return fail(f"Unable to find image '{image}' locally", 125)
         labels = dict(v.partition("=")[::2] for f, v in options if f == "--label")
         bindings: dict[str, list[dict[str, str]]] = {}
@@ -332,6 +380,7 @@ class FakeDocker:
             host, name, labels, image, bindings, health, "running" if start else "created"
         )
         self.networks[doc["Id"]] = [network] if network is not None else []
+        doc["Config"]["Env"] = env or ""
         doc["Config"]["Cmd"] = command or None
         cpus = next((v for f, v in options if f == "--cpus"), "0")
         doc["HostConfig"]["NanoCpus"] = int(float(cpus) * 1e9)
@@ -457,6 +506,30 @@ class FakeDocker:
     @staticmethod
     def _missing(ref: str) -> Result:
         return fail(f"Error response from daemon: No such container: {ref}")
+
+
+def fake_image_id(image: str) -> str:
+    """The id FakeDocker (and FakeEngine) give an image: a hash of its name."""
+    return f"sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+class FakeEngine:
+    """The controller's Docker engine for unit tests: `images` by name; a save stream is
+    "fake-image NAME" padded to `size` bytes, in two chunks (what FakeDocker loads)."""
+
+    def __init__(self, *images: str, size: int = 4096) -> None:
+        self.images = set(images)
+        self.size = size
+        self.saves: list[str] = []
+
+    async def inspect(self, image: str) -> LocalImage | None:
+        return LocalImage(image, fake_image_id(image), self.size) if image in self.images else None
+
+    async def save(self, image: str) -> AsyncIterator[bytes]:
+        self.saves.append(image)
+        blob = f"fake-image {image}\n".encode().ljust(self.size, b"\0")
+        yield blob[: self.size // 2]
+        yield blob[self.size // 2 :]
 
 
 def _image(doc: dict[str, Any]) -> str:

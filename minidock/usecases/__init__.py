@@ -8,6 +8,7 @@ nothing. The writer lock and its patience live here (`access.Writer`). Dependenc
 inward: cli -> usecases -> runner, store, spec, status -> the core.
 """
 
+from minidock.ssh import Terminal  # what `exec -it` joins a task to: the CLI builds it
 from minidock.usecases.access import Writer, patience
 from minidock.usecases.desired import apply, plan, scale, validate
 from minidock.usecases.images import push
@@ -84,6 +85,7 @@ __all__ = [
     "ScaleOutcome",
     "StatusOutcome",
     "TaskRow",
+    "Terminal",
     "UseCaseError",
     "ValidateOutcome",
     "Writer",

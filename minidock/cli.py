@@ -414,7 +414,7 @@ def ps_command(
         }
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return
-    table = Table("task", "host", "state", "health", "ports", "image")
+    table = Table("TASK", "HOST", "STATE", "HEALTH", "PORTS", "IMAGE", box=None, pad_edge=False)
     for t in listed.tasks:
         word = t.state if t.exit_code is None else f"{t.state} ({t.exit_code})"
         table.add_row(t.name, t.host, word, t.health, ", ".join(t.ports), t.image)
@@ -461,7 +461,7 @@ def logs(
     raise typer.Exit(shown.exit_code)
 
 
-@app.command("exec", context_settings={"allow_interspersed_args": False})
+@app.command("exec")
 def exec_command(
     target: Annotated[str, typer.Argument(help="SERVICE or SERVICE.SLOT (default: lowest slot).")],
     command: Annotated[

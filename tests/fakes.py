@@ -174,6 +174,7 @@ class FakeDocker:
         self.logins: list[tuple[str, str, str]] = []  # (host, registry, username)
         self.passwords: dict[tuple[str, str], str] = {}  # (registry, user) -> what login takes
         self.registry: set[str] = set()  # images a registry serves (pulled onto one host)
+        self.logs: dict[str, str] = {}  # what `docker logs` prints, by service (else by image)
         self.host_images: dict[str, set[str]] = {}  # pulled or loaded onto one host
 
     def advance(self, dt: float = TICK) -> None:
@@ -251,7 +252,10 @@ class FakeDocker:
             return self._rm(engine, args)
         if verb == "logs":
             doc = self._find(engine, args[-1])
-            return self._missing(args[-1]) if doc is None else ok(act_of(_image(doc)).log)
+            if doc is None:
+                return self._missing(args[-1])
+            service = doc["Config"]["Labels"].get("minidock.service", "")
+            return ok(self.logs.get(service, act_of(_image(doc)).log))
         if verb == "image" and args[:1] == ["inspect"]:
             image = args[-1]
             if self.present(host.name, image):

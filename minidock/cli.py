@@ -532,7 +532,7 @@ def push(
         if p.skipped:
             out.print(f"{p.host}: already has {p.image}", markup=False)
         else:
-            out.print(f"{p.host}: pushed {p.image}, {p.figure()}", markup=False)
+            out.print(f"{p.host}: pushed {p.image} ({p.figure()})", markup=False)
     for problem in pushed.failed:
         err.print(f"failed: {problem.host}: {problem.error}", markup=False)
     raise typer.Exit(pushed.exit_code)

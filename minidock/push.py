@@ -63,8 +63,8 @@ class Pushed:
         return self.sent == 0
 
     def figure(self) -> str:
-        """Size, time and rate, as people read them: "2.0MiB in 0.3s (6.6MiB/s)"."""
-        rate = f" ({approx_size(int(self.sent / self.seconds))}/s)" if self.seconds > 0 else ""
+        """Size, time and rate, as people read them: "2.0MiB in 0.3s, 6.6MiB/s"."""
+        rate = f", {approx_size(int(self.sent / self.seconds))}/s" if self.seconds > 0 else ""
         return f"{approx_size(self.sent)} in {self.seconds:.1f}s{rate}"
 
 

@@ -55,7 +55,7 @@ def _raw(terminal: Terminal) -> Iterator[None]:
         yield
         return
     saved = termios.tcgetattr(terminal.stdin)
-    tty.setraw(terminal.stdin)
+    tty.setraw(terminal.stdin, termios.TCSADRAIN)  # not TCSAFLUSH: keep what was typed ahead
     try:
         yield
     finally:

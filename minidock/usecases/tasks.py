@@ -82,6 +82,12 @@ def _unreachable(seen: _Seen) -> tuple[HostProblem, ...]:
     )
 
 
+def _missed(seen: _Seen) -> str:
+    """ " (not observed: host3, host4)" when some hosts could not be seen, else ""."""
+    names = [p.host for p in _unreachable(seen)]
+    return f" (not observed: {', '.join(names)})" if names else ""
+
+
 async def ps(directory: Path, runtime: Runtime, service: str | None = None) -> PsOutcome:
     """Every task of the cluster (or of one service) on the hosts, observed now."""
     async with connected(runtime) as executor:
@@ -126,7 +132,7 @@ async def logs(
         tasks = seen.tasks(service, slot)
         if not tasks:
             which = f"{service}.{slot}" if slot is not None else service
-            raise UseCaseError(f"no task of {which} on the reachable hosts")
+            raise UseCaseError(f"no task of {which} on the reachable hosts{_missed(seen)}")
 
         async def one(c: Container) -> str | None:
             def masked(line: OutputLine) -> None:
@@ -177,7 +183,7 @@ async def exec_task(
         service, slot = _target(seen, target)
         running = [c for c in seen.tasks(service, slot) if c.state == "running"]
         if not running:
-            raise UseCaseError(f"no running task of {target} on the reachable hosts")
+            raise UseCaseError(f"no running task of {target} on the reachable hosts{_missed(seen)}")
         task = running[0]
         host = seen.host(task.host)
         try:

@@ -19,6 +19,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -149,6 +151,9 @@ def _wait_serving(address: str, ca_pem: bytes, proc: subprocess.Popen[bytes], lo
 @contextlib.contextmanager
 def running_registry(root: Path, ip: str) -> Iterator[Registry]:
     """Start a registry on IP (a free port) with a fresh account; stop it (by its pid)."""
+    missing = [tool for tool in ("docker-registry", "htpasswd") if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not installed: run scripts/engine.sh", pytrace=False)
     root.mkdir(parents=True, exist_ok=True)
     password = secrets.token_urlsafe(18)
     htpasswd = subprocess.run(

@@ -944,3 +944,25 @@ def test_ps_logs_exec_and_scale_end_to_end(fleet: Fleet) -> None:
     assert "scaled web from 2 to 1\n" in scaled.stdout
     assert [n.split(".")[0] for n in fleet.tasks()] == ["db", "web"]
     assert " scale: scaled web from 2 to 1 as generation 2" in fleet.run("events").stdout
+
+
+def test_push_progress_bars_draw_on_a_terminal_and_stay_silent_elsewhere() -> None:
+    import io
+
+    from rich.console import Console
+
+    from minidock.cli import PushProgressBars
+    from minidock.usecases import PushProgress
+
+    screen = io.StringIO()
+    with PushProgressBars(Console(file=screen, force_terminal=True, width=100)) as bars:
+        bars.update(PushProgress("host1", "web:5", 1 << 20, 4 << 20))
+        bars.update(PushProgress("host1", "web:5", 4 << 20, 4 << 20))
+        assert bars.bars is not None
+        (task,) = bars.bars.tasks
+        assert (task.description, task.completed, task.total) == ("host1", 4 << 20, 4 << 20)
+    assert "host1" in screen.getvalue()
+    piped = io.StringIO()
+    with PushProgressBars(Console(file=piped, force_terminal=False)) as quiet:
+        quiet.update(PushProgress("host1", "web:5", 1, 2))
+    assert piped.getvalue() == ""

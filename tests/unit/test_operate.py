@@ -229,3 +229,12 @@ def test_push_to_a_host_that_is_down_fails_that_host_only(setup: Setup) -> None:
     assert pushed.exit_code is ExitCode.FAILED
     assert [f.host for f in pushed.failed] == ["host1"]
     assert sorted(p.host for p in pushed.pushed) == ["host2", "host3"]
+
+
+def test_logs_say_which_hosts_were_not_seen_when_no_task_is_found(setup: Setup) -> None:
+    setup.docker.down.update({"host1", "host2", "host3"})
+    with pytest.raises(UseCaseError) as err:
+        run(usecases.logs("db", setup.state, setup.runtime(), print))
+    assert str(err.value) == (
+        "no task of db on the reachable hosts (not observed: host1, host2, host3)"
+    )

@@ -61,8 +61,6 @@ def test_two_tasks_on_one_host_talk_by_service_name(md: Minidock, fleet: Fleet) 
     assert label.split() == ["bridge", md.cluster]
     answer = md("exec", "client", "--", "wget", "-qO-", "http://api:8080/")
     assert (answer.returncode, answer.stdout) == (0, "web 5\n"), answer.stderr
-    # and not another host's: the network is per host (cross-host traffic: published ports)
-    assert ok(fleet.docker("host2", "network", "ls", "--filter", f"name={network}", "-q")) == ""
 
 
 def test_a_network_of_our_name_that_is_not_ours_is_left_alone(md: Minidock, fleet: Fleet) -> None:

@@ -55,7 +55,7 @@ from minidock.push import ControllerEngine, LocalEngine, LocalImage, PushError, 
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 from minidock.state import Store
 
-STOP_TIMEOUT = grace_seconds(Service("", ""))  # seconds from SIGTERM to SIGKILL by default
+STOP_TIMEOUT = int(Service.stop_grace_period)  # seconds from the stop signal to SIGKILL, by default
 
 
 @dataclass

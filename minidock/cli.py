@@ -596,6 +596,179 @@ def _event_json(i: int, e: Event) -> dict[str, object]:
     return {"id": i, **dataclasses.asdict(e)}
 
 
+# -- operator commands: tasks and images ------------------------------------------------------
+@app.command("ps")
+def ps_command(
+    service: Annotated[str | None, typer.Argument(help="Only this service's tasks.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+    state: StateOption = None,
+) -> None:
+    """Tasks observed now: where each runs, its state, health and host ports."""
+    listed = run(usecases.ps(state_dir(state), runtime(), service))
+    for problem in listed.unreachable:
+        err.print(f"minidock: {problem.host} not observed: {problem.error}", markup=False)
+    if as_json:
+        doc = {
+            "tasks": [dataclasses.asdict(t) for t in listed.tasks],
+            "unreachable": [dataclasses.asdict(u) for u in listed.unreachable],
+        }
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return
+    table = Table("TASK", "HOST", "STATE", "HEALTH", "PORTS", "IMAGE", box=None, pad_edge=False)
+    for t in listed.tasks:
+        word = t.state if t.exit_code is None else f"{t.state} ({t.exit_code})"
+        table.add_row(t.name, t.host, word, t.health, ", ".join(t.ports), t.image)
+    out.print(table)
+
+
+def print_log_line(line: usecases.LogLine, *, prefix: bool = True) -> None:
+    """One line of a task's output, on the stream the task wrote it to, flushed at once."""
+    stream = sys.stderr if line.stream == "stderr" else sys.stdout
+    stream.write(f"{line.task} | {line.text}\n" if prefix else f"{line.text}\n")
+    stream.flush()
+
+
+@app.command()
+def logs(
+    service: Annotated[str, typer.Argument(help="The service whose tasks' output to show.")],
+    slot: Annotated[
+        int | None, typer.Option("--slot", help="Only this slot's tasks.", min=1)
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
+    ] = False,
+    tail: Annotated[
+        int | None, typer.Option("--tail", help="Only the last N lines of each task.", min=0)
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only lines of the last DURATION, e.g. 10m.")
+    ] = None,
+    state: StateOption = None,
+) -> None:
+    """The output of a service's tasks (docker logs over SSH), each line prefixed by its task
+    and secrets masked; with --follow, until Ctrl-C."""
+    window = seconds(since, "--since") if since is not None else None
+    work = usecases.logs(
+        service, state_dir(state), runtime(), print_log_line,
+        slot=slot, follow=follow, tail=tail, since=window,
+    )  # fmt: skip
+    try:
+        shown = run(work)
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitCode.OK) from None
+    for line in shown.failed:
+        err.print(f"failed: {line}", markup=False)
+    raise typer.Exit(shown.exit_code)
+
+
+@app.command("exec")
+def exec_command(
+    target: Annotated[str, typer.Argument(help="SERVICE or SERVICE.SLOT (default: lowest slot).")],
+    command: Annotated[
+        list[str], typer.Argument(help="The command, after --.", show_default=False)
+    ],
+    interactive: Annotated[
+        bool, typer.Option("--interactive", "-i", help="Send stdin to it.")
+    ] = False,
+    tty: Annotated[bool, typer.Option("--tty", "-t", help="Run it on a terminal (a PTY).")] = False,
+    state: StateOption = None,
+) -> None:
+    """Run a command in one running task (docker exec over SSH); its exit status is ours.
+    `-it` gives an interactive terminal, e.g. `minidock exec -it web.1 -- sh`."""
+    if tty and not os.isatty(0):
+        fail("exec -t: stdin is not a terminal (drop -t, or run from one)")
+    terminal = usecases.Terminal(interactive=interactive, tty=tty) if interactive or tty else None
+    work = usecases.exec_task(
+        target, command, state_dir(state), runtime(),
+        lambda line: print_log_line(line, prefix=False), terminal=terminal,
+    )  # fmt: skip
+    try:
+        done = run(work)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    raise typer.Exit(done.exit_code)
+
+
+@app.command()
+def scale(
+    assignment: Annotated[str, typer.Argument(help="SERVICE=N, e.g. web=5.", show_default=False)],
+    wait: WaitOption = False,
+    timeout: TimeoutOption = "5m",
+    state: StateOption = None,
+) -> None:
+    """Give a service a new replica count: the stored spec with N replicas, stored as a new
+    generation and converged (the cluster file is not changed)."""
+    service, equals, count = assignment.partition("=")
+    if not (service and equals and count.isdigit()):
+        fail(f"scale: use SERVICE=N with N a number of replicas, e.g. web=3 (got {assignment!r})")
+    limit = seconds(timeout, "--timeout")
+    work = usecases.scale(
+        service, int(count), state_dir(state), runtime(), printer(), wait=wait, timeout=limit
+    )
+    scaled = run(work)
+    out.print(f"scaled {scaled.service} from {scaled.before} to {scaled.replicas}", markup=False)
+    print_convergence(scaled.convergence)
+    raise typer.Exit(scaled.exit_code)
+
+
+@app.command()
+def push(
+    image: Annotated[str, typer.Argument(help="An image in this machine's Docker engine.")],
+    hosts: Annotated[str | None, typer.Option("--hosts", help="Only these hosts: h1,h2.")] = None,
+    inventory: Annotated[
+        Path | None, typer.Option("--inventory", help="Hosts from this inventory, not the state's.")
+    ] = None,
+    state: StateOption = None,
+) -> None:
+    """Stream an image from this machine's Docker engine to hosts over SSH (docker save |
+    docker load, no registry); hosts that hold the same image id are skipped."""
+    names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None
+    with PushProgressBars(err) as shown:
+        work = usecases.push(
+            image, state_dir(state), runtime(), shown.update, hosts=names, inventory=inventory
+        )
+        pushed = run(work)
+    for p in pushed.pushed:
+        if p.skipped:
+            out.print(f"{p.host}: already has {p.image}", markup=False)
+        else:
+            out.print(f"{p.host}: pushed {p.image} ({p.figure()})", markup=False)
+    for problem in pushed.failed:
+        err.print(f"failed: {problem.host}: {problem.error}", markup=False)
+    raise typer.Exit(pushed.exit_code)
+
+
+class PushProgressBars:
+    """A progress bar per host on a terminal (stderr); nothing when it is not one."""
+
+    def __init__(self, console: Console) -> None:
+        from rich import progress as bars  # only `push` draws bars: cron's path skips it
+
+        self.bars: bars.Progress | None = None
+        if console.is_terminal:
+            self.bars = bars.Progress(
+                bars.TextColumn("{task.description}"), bars.BarColumn(), bars.DownloadColumn(),
+                bars.TransferSpeedColumn(), console=console, transient=True,
+            )  # fmt: skip
+        self.tasks: dict[str, Any] = {}  # rich TaskIDs
+
+    def __enter__(self) -> PushProgressBars:
+        if self.bars is not None:
+            self.bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bars is not None:
+            self.bars.stop()
+
+    def update(self, progress: usecases.PushProgress) -> None:
+        if self.bars is None:
+            return
+        if progress.host not in self.tasks:
+            self.tasks[progress.host] = self.bars.add_task(progress.host, total=progress.total)
+        self.bars.update(self.tasks[progress.host], completed=progress.sent)
+
+
 def main() -> None:
     os.environ.setdefault("COLUMNS", "160")
     app()

@@ -10,6 +10,7 @@ returns the service env separately, as env-file text for the command's stdin.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,12 +38,21 @@ __all__ = [
     "REDACTED",
     "ParseError",
     "container_name",
+    "created_argv",
     "docker_duration",
     "env_file_text",
+    "exec_argv",
+    "grace_seconds",
     "health_shell_command",
+    "image_id_size_argv",
     "image_present_argv",
     "inspect_argv",
+    "load_argv",
+    "login_argv",
     "logs_argv",
+    "network_connect_argv",
+    "network_create_argv",
+    "network_owner_argv",
     "parse_ids",
     "parse_inspect",
     "parse_inspect_all",
@@ -58,9 +68,12 @@ __all__ = [
     "redact",
     "rm_argv",
     "run_argv",
+    "run_options_args",
+    "save_argv",
     "secrets_of",
     "start_argv",
     "stop_argv",
+    "task_logs_argv",
     "volume_name",
     "volume_spec",
 ]
@@ -395,13 +408,22 @@ def _health_args(health: HealthCheck) -> list[str]:
 
 
 def run_argv(
-    service: Service, cluster: str, slot: int, task: str, spec_hash: str, controller: str = ""
+    service: Service,
+    cluster: str,
+    slot: int,
+    task: str,
+    spec_hash: str,
+    controller: str = "",
+    *,
+    network: str | None = None,
 ) -> tuple[list[str], str]:
     """`docker run -d` for one task, and the env-file text to send on its stdin.
 
     The env values travel only in the returned text (read by docker from /dev/stdin),
     never in the argv, so they cannot show in `ps` on the host or in any logged command.
-    Docker's own restart policy is off: restarts are the controller's decision.
+    Docker's own restart policy is off: restarts are the controller's decision. With
+    `network` (the cluster's, `model.cluster_network`) the task joins it under its service
+    name; the service's extra `networks` are joined after (`network_connect_argv`).
     """
     argv = [
         "docker",
@@ -435,8 +457,11 @@ def run_argv(
         argv += ["--memory", str(service.memory)]
     if service.health is not None:
         argv += _health_args(service.health)
+    if network is not None:
+        argv += ["--network", network, "--network-alias", service.name]
+    argv += run_options_args(service)
     argv += ["--restart", "no", _operand(service.image, "image")]
-    argv += list(service.command or ())
+    argv += [*_entrypoint_args(service), *(service.command or ())]
     return argv, env_text
 
 
@@ -450,6 +475,45 @@ def volume_spec(volume: Volume, cluster: str, service: str, slot: int) -> str:
     """`docker run -v` for a volume: a slot's own named volume, or the bind mount as is."""
     source = volume_name(cluster, service, slot, volume.source) if volume.named else volume.source
     return f"{source}:{volume.target}" + (":ro" if volume.read_only else "")
+
+
+def run_options_args(service: Service) -> list[str]:
+    """The flags of the docker run surface a service sets (labels ... dns), in one order;
+    nothing for options left at their defaults. The entrypoint goes separately."""
+    argv: list[str] = []
+    for key, value in service.labels:
+        argv += ["--label", f"{key}={value}"]
+    for flag, given in (("--user", service.user), ("--workdir", service.workdir)):
+        if given is not None:
+            argv += [flag, given]
+    if service.entrypoint is not None:
+        argv += ["--entrypoint", service.entrypoint[0] if service.entrypoint else ""]
+    if service.stop_signal is not None:
+        argv += ["--stop-signal", service.stop_signal]
+    if service.stop_grace_period != Service.stop_grace_period:
+        argv += ["--stop-timeout", str(grace_seconds(service))]
+    argv += ["--init"] if service.init else []
+    argv += ["--read-only"] if service.read_only else []
+    argv += [arg for cap in service.cap_add for arg in ("--cap-add", cap)]
+    argv += [arg for cap in service.cap_drop for arg in ("--cap-drop", cap)]
+    argv += [arg for limit in service.ulimits for arg in ("--ulimit", str(limit))]
+    if service.log is not None:
+        argv += ["--log-driver", service.log.driver]
+        argv += [arg for k, v in service.log.options for arg in ("--log-opt", f"{k}={v}")]
+    argv += [arg for name, ip in service.extra_hosts for arg in ("--add-host", f"{name}:{ip}")]
+    argv += [arg for server in service.dns for arg in ("--dns", server)]
+    return argv
+
+
+def _entrypoint_args(service: Service) -> list[str]:
+    """The entrypoint's arguments after its first word: docker's --entrypoint takes one
+    executable, so the rest lead the command (as the exec form would run them)."""
+    return list(service.entrypoint[1:]) if service.entrypoint else []
+
+
+def grace_seconds(service: Service) -> int:
+    """The service's stop grace period in whole seconds (docker stop -t counts in seconds)."""
+    return math.ceil(service.stop_grace_period)
 
 
 def start_argv(id: str) -> list[str]:
@@ -483,6 +547,102 @@ def pull_argv(image: str) -> list[str]:
     return ["docker", "pull", _operand(image, "image")]
 
 
+def login_argv(registry: str, username: str) -> list[str]:
+    """Log the host's docker in to a registry; the password goes on stdin, never in argv."""
+    user = _operand(username, "registry user")
+    return [
+        "docker",
+        "login",
+        "--username",
+        user,
+        "--password-stdin",
+        _operand(registry, "registry"),
+    ]
+
+
+def created_argv(run: Sequence[str]) -> list[str]:
+    """A `run_argv` as `docker create`: the same task, made but not started, so that its
+    extra networks are connected before its command starts."""
+    if list(run[:3]) != ["docker", "run", "-d"]:
+        raise ValueError(f"not a run_argv: {list(run[:3])}")
+    return ["docker", "create", *run[3:]]
+
+
+# -- networks ---------------------------------------------------------------------------------
+def network_owner_argv(network: str) -> list[str]:
+    """Print the network's minidock.cluster label (empty when it has none); fails when the
+    network does not exist on the host."""
+    fmt = f'{{{{index .Labels "{LABEL_CLUSTER}"}}}}'
+    return ["docker", "network", "inspect", "--format", fmt, _operand(network, "network")]
+
+
+def network_create_argv(network: str, cluster: str) -> list[str]:
+    """Create the cluster's user-defined bridge network, labelled as the cluster's."""
+    return [
+        "docker",
+        "network",
+        "create",
+        "--driver",
+        "bridge",
+        "--label",
+        f"{LABEL_CLUSTER}={cluster}",
+        _operand(network, "network"),
+    ]
+
+
+def network_connect_argv(network: str, container: str, alias: str) -> list[str]:
+    """Join a container to one more network, reachable there as `alias` too."""
+    return [
+        "docker",
+        "network",
+        "connect",
+        "--alias",
+        alias,
+        _operand(network, "network"),
+        _operand(container, "container"),
+    ]
+
+
+# -- images without a registry: docker save on the controller, docker load on a host -----------
+def image_id_size_argv(image: str) -> list[str]:
+    """Print "ID SIZE" of a local image (exit non-zero when it is missing)."""
+    return ["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", _operand(image, "image")]
+
+
+def save_argv(image: str) -> list[str]:
+    """Write an image as a tar stream on stdout (run on the controller)."""
+    return ["docker", "save", _operand(image, "image")]
+
+
+def load_argv() -> list[str]:
+    """Read an image tar stream from stdin into the host's engine."""
+    return ["docker", "load", "--quiet"]
+
+
+# -- operator commands ------------------------------------------------------------------------
+def task_logs_argv(
+    id: str, *, tail: int | None = None, since: float | None = None, follow: bool = False
+) -> list[str]:
+    """A task's output (stdout and stderr as the task wrote them), optionally only the last
+    `tail` lines or those of the last `since` seconds, and with `follow` as it comes."""
+    argv = ["docker", "logs"]
+    argv += ["--follow"] if follow else []
+    argv += ["--tail", str(int(tail))] if tail is not None else []
+    argv += ["--since", docker_duration(since)] if since is not None else []
+    return [*argv, _operand(id, "container")]
+
+
+def exec_argv(
+    id: str, command: Sequence[str], *, interactive: bool = False, tty: bool = False
+) -> list[str]:
+    """Run a command in a running task; `interactive` keeps stdin open, `tty` gives a PTY."""
+    if not command:
+        raise ValueError("exec needs a command")
+    flags = ["-i"] if interactive else []
+    flags += ["-t"] if tty else []
+    return ["docker", "exec", *flags, _operand(id, "container"), *command]
+
+
 # -- secrets ----------------------------------------------------------------------------------
 SECRET_KEY = re.compile(r"PASS|SECRET|TOKEN|KEY|CREDENTIAL|AUTH|PRIVATE|CERT|SALT", re.I)
 SECRET_MIN = 4  # shortest value masked under a secret-looking key
@@ -490,9 +650,10 @@ ANY_MIN = 8  # shortest value masked under any key
 
 
 def secrets_of(service: Service) -> tuple[str, ...]:
-    """The values of a service to mask in output: every value given by `secrets`, whatever
-    its length; and of the inline `env`, every value under a secret-looking key (PASSWORD,
-    TOKEN, API_KEY, ...) of 4 or more characters and every value of 8 or more characters.
+    """The values of a service to mask in output: every value given by `secrets` and its
+    registry password, whatever their length; and of the inline `env`, every value under a
+    secret-looking key (PASSWORD, TOKEN, API_KEY, ...) of 4 or more characters and every
+    value of 8 or more characters.
     Short ordinary env values (ROLE=db, PORT=8080) stay readable: masking them would
     garble names and numbers in every message; a short secret belongs in `secrets`."""
     inline = (
@@ -500,7 +661,9 @@ def secrets_of(service: Service) -> tuple[str, ...]:
         for key, value in service.env
         if len(value) >= ANY_MIN or (SECRET_KEY.search(key) and len(value) >= SECRET_MIN)
     )
-    return (*inline, *(value for _, value in service.secrets if value))
+    auth = service.registry_auth
+    registry = (auth.password,) if auth is not None and auth.password else ()
+    return (*inline, *(value for _, value in service.secrets if value), *registry)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -9,10 +9,11 @@ seconds, sizes are int bytes, times are float epoch seconds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from typing import Any, Literal
 
 # -- labels every MiniDock container carries -------------------------------------------------
 LABEL_CLUSTER = "minidock.cluster"
@@ -29,11 +30,29 @@ DesiredState = Literal["running", "stopped"]
 OnHostLoss = Literal["replace", "wait"]
 Mode = Literal["replicated", "global"]
 HostKeyPolicy = Literal["strict", "accept-new"]
+ImageSource = Literal["registry", "controller"]
+DOCKER_HUB = "docker.io"
 
 
 def task_name(service: str, slot: int, task: str) -> str:
     """The name of one task's container: SERVICE.SLOT.TASK (SwarmKit's naming)."""
     return f"{service}.{slot}.{task}"
+
+
+def cluster_network(cluster: str) -> str:
+    """The user-defined bridge network of a cluster on each host: every task joins it, with
+    its service name as alias, so tasks on one host reach each other by service name."""
+    return f"minidock-{cluster}"
+
+
+def image_registry(image: str) -> str:
+    """The registry an image reference pulls from, by Docker's rule: the first path part
+    when it has a '.' or a ':' or is 'localhost' ("127.0.0.1:5000/web:5" -> "127.0.0.1:5000"),
+    else Docker Hub ("web:5", "library/web" -> "docker.io")."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return DOCKER_HUB
 
 
 # -- inventory --------------------------------------------------------------------------------
@@ -153,6 +172,37 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class Ulimit:
+    """One `docker run --ulimit NAME=SOFT:HARD` (-1: unlimited)."""
+
+    name: str
+    soft: int
+    hard: int
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.soft}:{self.hard}"
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """The container's log driver and its options (`--log-driver`, `--log-opt`)."""
+
+    driver: str
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """Credentials for the registry a service's image is pulled from: the runner logs a
+    host in with them (password on stdin) before a pull. The password is masked everywhere
+    and never part of a spec hash."""
+
+    registry: str
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Service:
     name: str
     image: str
@@ -181,8 +231,31 @@ class Service:
         (never replaced elsewhere on host loss; a drain refuses it unless told)."""
         return any(v.named for v in self.volumes)
 
+    # -- the docker run surface (docs/formats.md); each one is in the spec hash when set
+    labels: tuple[tuple[str, str], ...] = ()  # never a minidock.* key (the spec refuses it)
+    user: str | None = None
+    workdir: str | None = None
+    entrypoint: tuple[str, ...] | None = None  # () clears the image's entrypoint
+    stop_signal: str | None = None
+    stop_grace_period: float = 10.0  # seconds from the stop signal to SIGKILL, on every stop
+    init: bool = False
+    read_only: bool = False
+    cap_add: tuple[str, ...] = ()
+    cap_drop: tuple[str, ...] = ()
+    ulimits: tuple[Ulimit, ...] = ()
+    log: LogConfig | None = None
+    extra_hosts: tuple[tuple[str, str], ...] = ()  # (name, address), sorted by name
+    dns: tuple[str, ...] = ()
+    networks: tuple[str, ...] = ()  # existing networks joined besides the cluster's own
+    # where hosts get the image: its registry (pulled), or this controller (pushed over SSH)
+    image_source: ImageSource = "registry"
+    # credentials for the image's registry (from the spec's [registries]), not in the hash
+    registry_auth: RegistryAuth | None = field(default=None, repr=False)
+
     def spec_hash(self) -> str:
-        """Hash of everything that changes what a task runs: a new value means outdated."""
+        """Hash of everything that changes what a task runs: a new value means outdated.
+        Options left at their defaults are not hashed, so adding an option to MiniDock
+        leaves the hashes of running tasks as they were (no rollout on upgrade)."""
         run = {
             "image": self.image,
             "command": self.command,
@@ -197,8 +270,47 @@ class Service:
         if self.secrets:  # a digest: a changed secret rolls out, and no hash reveals it
             values = json.dumps(sorted(self.secrets)).encode()
             run["secrets"] = hashlib.sha256(values).hexdigest()
+        defaults = _service_defaults()
+        for name in RUN_OPTIONS:
+            value = getattr(self, name)
+            if value != defaults[name]:
+                run[name] = _plain(value)
         blob = json.dumps(run, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+# Service fields that change what a task runs, besides those spec_hash names one by one
+RUN_OPTIONS = (
+    "labels",
+    "user",
+    "workdir",
+    "entrypoint",
+    "stop_signal",
+    "stop_grace_period",
+    "init",
+    "read_only",
+    "cap_add",
+    "cap_drop",
+    "ulimits",
+    "log",
+    "extra_hosts",
+    "dns",
+    "networks",
+)
+
+
+@functools.cache
+def _service_defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in fields(Service)}
+
+
+def _plain(value: Any) -> Any:
+    """A model value as JSON-ready lists and dicts (for hashing)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from minidock.commands import (
+    created_argv,
+    grace_seconds,
     image_present_argv,
+    login_argv,
     logs_argv,
+    network_connect_argv,
+    network_create_argv,
+    network_owner_argv,
     pull_argv,
     redact,
     rm_argv,
     run_argv,
     secrets_of,
+    start_argv,
     stop_argv,
 )
 from minidock.core import (
@@ -34,12 +41,22 @@ from minidock.core import (
     reconcile,
     rollout_changes,
 )
-from minidock.model import Cluster, Event, Inventory, Observed
+from minidock.model import (
+    Cluster,
+    Container,
+    Event,
+    Inventory,
+    Observed,
+    RegistryAuth,
+    Service,
+    cluster_network,
+)
 from minidock.observe import observe
+from minidock.push import ControllerEngine, LocalEngine, LocalImage, PushError, push_image
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 from minidock.state import Store
 
-STOP_TIMEOUT = 10  # seconds docker waits after SIGTERM before SIGKILL
+STOP_TIMEOUT = int(Service.stop_grace_period)  # seconds from the stop signal to SIGKILL, by default
 
 
 @dataclass
@@ -57,7 +74,9 @@ _Where = tuple[str, int, str, str]  # service, slot, host, task of an event
 
 
 class _Acts:
-    """Carries out a plan's verbs and folds their outcomes back into the state."""
+    """Carries out a plan's verbs and folds their outcomes back into the state. `graces`
+    (`stop_graces`) gives each task's stop grace period by its spec; `engine` is the
+    controller's Docker engine, for images the controller pushes."""
 
     def __init__(
         self,
@@ -67,6 +86,9 @@ class _Acts:
         now: float,
         secrets: Sequence[str],
         controller: str = "",
+        *,
+        graces: Mapping[tuple[str, str], int] | None = None,
+        engine: ControllerEngine | None = None,
     ):
         self.executor = executor
         self.controller = controller  # labels every task this controller starts
@@ -74,13 +96,24 @@ class _Acts:
         self.hosts = {h.name: h for h in inventory.hosts}
         self.cluster = cluster
         self.now = now
+        self.graces = graces or {}
+        self.engine: ControllerEngine = engine if engine is not None else LocalEngine()
         self.events: list[Event] = []
         self.done: list[str] = []
         self.failures: list[str] = []
         self.notes: list[Callable[[ControllerState], ControllerState]] = []
+        self.networked: set[str] = set()  # hosts where the cluster network is confirmed
+        self.local_images: dict[str, LocalImage | None] = {}
 
-    async def sh(self, host: str, argv: Sequence[str], stdin: str | None = None) -> Result:
-        return await self.executor.run(self.hosts[host], argv, input=stdin)
+    async def sh(
+        self,
+        host: str,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Result:
+        return await self.executor.run(self.hosts[host], argv, input=stdin, timeout=timeout)
 
     def record(self, kind: str, line: str, where: _Where) -> None:
         line = redact(line, self.secrets)
@@ -98,9 +131,7 @@ class _Acts:
                 line = f"{s.reason}; log: {tail}" if tail else s.reason
                 line = redact(line, self.secrets)[:300]
                 self.notes.append(lambda st: note_exit(st, c.service, c.slot, line, s.reason))
-            if c.live:
-                await self._check(c.host, stop_argv(c.id, STOP_TIMEOUT), "docker stop")
-            await self._check(c.host, rm_argv([c.id], force=True), "docker rm")
+            await self._stop_and_remove(c)
             verb = "stopped" if c.live else "removed"  # an exited task was never stopped here
             self.record("stop", f"{verb} {c.name} on {c.host}: {s.reason}", where)
         except _ActFailed as exc:
@@ -112,39 +143,102 @@ class _Acts:
         svc = r.service
         where = (svc.name, r.slot, r.host, r.task)
         try:
-            await self._ensure_image(r.host, svc.image)
+            await self._ensure_image(r.host, svc, where)
+            if r.host not in self.networked:
+                await ensure_network(self.sh, r.host, self.cluster)
+                self.networked.add(r.host)
             if r.replaces is not None:
                 old = r.replaces
-                await self._check(old.host, stop_argv(old.id, STOP_TIMEOUT), "docker stop")
-                await self._check(old.host, rm_argv([old.id], force=True), "docker rm")
+                await self._stop_and_remove(old)
                 self.record("stop", f"stopped {old.name} on {old.host}: {r.reason}", where)
-            argv, env = run_argv(
-                svc, self.cluster, r.slot, r.task, svc.spec_hash(), self.controller
-            )
-            res = await self.sh(r.host, argv, env or None)
-            if res.exit_status != 0 and "already in use" in res.stderr:
+            if await self._start(r):
+                self.record("run", f"started {r.name} on {r.host} ({r.reason}, {svc.image})", where)
+            else:
                 self.record("adopt", f"{r.name} already exists on {r.host}: adopted", where)
-                return
-            if res.exit_status != 0:
-                raise _ActFailed(f"docker run failed: {_first_line(res)}")
-            self.record("run", f"started {r.name} on {r.host} ({r.reason}, {svc.image})", where)
-        except (_ActFailed, Unreachable, CommandTimeout) as exc:
+        except (_ActFailed, PushError, Unreachable, CommandTimeout) as exc:
             line = redact(f"{r.name} on {r.host}: {exc}", self.secrets)
             self.notes.append(lambda st: note_failure(st, svc.name, r.slot, r.task, line, self.now))
             self.record("act-failed", f"run {line}", where)
 
-    async def _ensure_image(self, host: str, image: str) -> None:
-        """Confirm the image on the host, or pull it, before anything is stopped for it."""
+    async def _start(self, r: Run) -> bool:
+        """Run the task; False when it exists already (a crash between act and record). A
+        task with extra networks is created, connected to them, then started."""
+        svc = r.service
+        network = cluster_network(self.cluster)
+        argv, env = run_argv(
+            svc, self.cluster, r.slot, r.task, svc.spec_hash(), self.controller, network=network
+        )
+        verb = "docker run"
+        if svc.networks:
+            argv, verb = created_argv(argv), "docker create"
+        res = await self.sh(r.host, argv, env or None)
+        if res.exit_status != 0 and "already in use" in res.stderr:
+            return False
+        if res.exit_status != 0:
+            raise _ActFailed(f"{verb} failed: {_first_line(res)}")
+        if svc.networks:
+            await self._connect_and_start(r)
+        return True
+
+    async def _connect_and_start(self, r: Run) -> None:
+        """Join the created task to its extra networks and start it; on a failure it is
+        removed, so the next pass starts it afresh."""
+        try:
+            for net in r.service.networks:
+                await self._check(
+                    r.host, network_connect_argv(net, r.name, r.service.name), f"joining {net}"
+                )
+            await self._check(r.host, start_argv(r.name), "docker start")
+        except _ActFailed:
+            await self.sh(r.host, rm_argv([r.name], force=True))
+            raise
+
+    async def _stop_and_remove(self, c: Container) -> None:
+        """Stop a task (its stop signal, then SIGKILL after its grace period) and remove it."""
+        if c.live:
+            grace = self.graces.get((c.service, c.spec), self.graces.get((c.service, "")))
+            grace = STOP_TIMEOUT if grace is None else grace
+            limit = grace + self.hosts[c.host].command_timeout
+            await self._check(c.host, stop_argv(c.id, grace), "docker stop", timeout=limit)
+        await self._check(c.host, rm_argv([c.id], force=True), "docker rm")
+
+    async def _ensure_image(self, host: str, svc: Service, where: _Where) -> None:
+        """Confirm the image on the host, or pull it (logging in first where the spec has
+        credentials for its registry), or push it from the controller, before anything
+        is stopped for it."""
+        image = svc.image
+        if svc.image_source == "controller":
+            await self._push(host, image, where)
+            return
         if (await self.sh(host, image_present_argv(image))).exit_status == 0:
             return
+        if svc.registry_auth is not None:
+            await login(self.sh, host, svc.registry_auth)
         pulled = await self.sh(host, pull_argv(image))
         if pulled.exit_status != 0:
             raise _ActFailed(
                 f"image {image} is not on {host} and cannot be pulled: {_first_line(pulled)}"
             )
 
-    async def _check(self, host: str, argv: Sequence[str], what: str) -> None:
-        res = await self.sh(host, argv)
+    async def _push(self, host: str, image: str, where: _Where) -> None:
+        """image_source = "controller": stream the image from the controller's engine to a
+        host that lacks it (docker save | docker load over SSH)."""
+        if image not in self.local_images:
+            self.local_images[image] = await self.engine.inspect(image)
+        local = self.local_images[image]
+        if local is None:
+            raise _ActFailed(
+                f"image {image} is not in the controller's Docker engine "
+                "(image_source = controller): build or pull it there first"
+            )
+        pushed = await push_image(self.executor, self.engine, self.hosts[host], local)
+        if not pushed.skipped:
+            self.record("push", f"pushed {image} to {host} ({pushed.figure()})", where)
+
+    async def _check(
+        self, host: str, argv: Sequence[str], what: str, *, timeout: float | None = None
+    ) -> None:
+        res = await self.sh(host, argv, timeout=timeout)
         if res.exit_status != 0 and "No such container" not in res.stderr:
             raise _ActFailed(f"{what} failed: {_first_line(res)}")
 
@@ -161,6 +255,36 @@ def _first_line(res: Result, limit: int = 300) -> str:
     if not text:
         return f"exit {res.exit_status}"
     return text if len(text) <= limit else "..." + text[-(limit - 3) :]
+
+
+Shell = Callable[..., Awaitable[Result]]  # _Acts.sh: (host, argv, stdin=None) -> Result
+
+
+async def ensure_network(sh: Shell, host: str, cluster: str) -> None:
+    """The cluster's network on the host: confirmed ours, or created. A network of that
+    name that is not this cluster's is never touched: the act fails, naming it."""
+    network = cluster_network(cluster)
+    owner = await sh(host, network_owner_argv(network))
+    if owner.exit_status != 0:
+        created = await sh(host, network_create_argv(network, cluster))
+        if created.exit_status != 0 and "already exists" not in created.stderr:
+            raise _ActFailed(f"creating network {network} failed: {_first_line(created)}")
+        owner = await sh(host, network_owner_argv(network))
+    if owner.exit_status != 0 or owner.stdout.strip() != cluster:
+        raise _ActFailed(
+            f"network {network} on {host} is not this cluster's (no label "
+            f"minidock.cluster={cluster}): rename or remove it; MiniDock leaves it alone"
+        )
+
+
+async def login(sh: Shell, host: str, auth: RegistryAuth) -> None:
+    """`docker login` on the host, the password on stdin (never in argv or a log)."""
+    res = await sh(host, login_argv(auth.registry, auth.username), auth.password)
+    if res.exit_status != 0:
+        raise _ActFailed(
+            f"docker login to registry {auth.registry} as {auth.username} failed: "
+            f"{_first_line(res)}"
+        )
 
 
 async def decide(
@@ -198,7 +322,15 @@ async def run_pass(
     plan = redacted(result.plan, secrets)
     result.plan = plan
     store.commit(plan.state, plan.events)
-    acts = _Acts(executor, inventory, cluster.name, now, secrets, plan.state.controller)
+    acts = _Acts(
+        executor,
+        inventory,
+        cluster.name,
+        now,
+        secrets,
+        plan.state.controller,
+        graces=stop_graces(plan.state),
+    )
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     if acts.events or acts.notes:
@@ -221,6 +353,19 @@ def newly_failed(before: ControllerState, after: ControllerState, now: float) ->
         for n, slot in sorted(ss.slots.items())
         if slot.failed and not (name in before.services and before.services[name].slot(n).failed)
     ]
+
+
+def stop_graces(state: ControllerState) -> dict[tuple[str, str], int]:
+    """Each service's stop grace period in whole seconds, by (service, spec hash) for the
+    specs the controller keeps (a task stops with the grace of the spec it runs), and by
+    (service, "") for the current spec (a task of a spec no longer kept)."""
+    graces: dict[tuple[str, str], int] = {}
+    for name, ss in state.services.items():
+        for spec in (ss.previous, ss.spec):
+            if spec is not None:
+                graces[(name, spec.spec_hash())] = grace_seconds(spec)
+        graces[(name, "")] = grace_seconds(ss.spec)
+    return graces
 
 
 def all_secrets(state: ControllerState) -> tuple[str, ...]:

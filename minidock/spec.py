@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import functools
 import heapq
+import ipaddress
 import json
 import math
 import os
@@ -20,7 +21,7 @@ import re
 import stat
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time
 from graphlib import CycleError, TopologicalSorter
 from importlib import resources
@@ -37,11 +38,16 @@ from minidock.model import (
     HealthCheck,
     Host,
     Inventory,
+    LogConfig,
     PortMapping,
+    RegistryAuth,
     RestartPolicy,
     Service,
+    Ulimit,
     UpdatePolicy,
     Volume,
+    cluster_network,
+    image_registry,
 )
 
 __all__ = ["SpecError", "load", "load_cluster", "load_inventory", "topo_order"]
@@ -303,6 +309,10 @@ def _key_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
         return f"invalid environment variable name {_show(key)}: {_ENV_NAME_HINT}"
     if kind == "label key":
         return f"invalid label key {_show(key)}: {_LABEL_KEY_HINT}"
+    if kind == "ulimit name":
+        return _unknown_key(key, error.schema["enum"]).replace("key", "ulimit", 1)
+    if kind in ("hostname", "registry"):
+        return _pattern_message(kind, key, "")
     return f"invalid key {_show(key)}"
 
 
@@ -393,7 +403,10 @@ def _value_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
 
 
 def _secret_bearing(parts: tuple[Part, ...]) -> bool:
-    """Under services.NAME.env or .secrets: a value there may be a secret, never echoed."""
+    """Under services.NAME.env or .secrets, or a registry's password: a value there may be
+    a secret, never echoed."""
+    if len(parts) >= 3 and parts[0] == "registries" and parts[2] == "password":
+        return True
     return len(parts) >= 4 and parts[0] == "services" and parts[2] in ("env", "secrets")
 
 
@@ -455,7 +468,26 @@ def _pattern_message(kind: str | None, value: str, pattern: str) -> str:
         return f"invalid label key {shown}: {_LABEL_KEY_HINT}"
     if kind == "label value":
         return f"invalid label value {shown}: must be non-empty, without whitespace"
+    if kind == "absolute path":
+        return f"must be an absolute path in the container, starting with '/', got {shown}"
+    hint = _RUN_HINTS.get(kind or "")
+    if hint is not None:
+        return f"invalid {kind} {shown}: {hint}"
+    if kind == "text":
+        return "must not contain a newline, carriage return or NUL"
     return f"{shown} does not match {pattern}"
+
+
+_RUN_HINTS = {
+    "run user": "use NAME, UID, NAME:GROUP or UID:GID",
+    "signal": "use a signal name like 'SIGTERM', 'SIGQUIT' or 'SIGRTMIN+3', or a number",
+    "capability": "use a capability name in capitals like 'NET_ADMIN', or 'ALL'",
+    "log driver": "use a driver name like 'json-file', 'local', 'journald' or 'syslog'",
+    "network name": "use letters, digits, '_', '.' and '-', starting with a letter or digit",
+    "hostname": "use letters, digits and '-', in parts separated by '.'",
+    "registry": "use HOST or HOST:PORT, e.g. 'registry.example:5000', or 'docker.io'",
+    "registry user": "must be non-empty, without whitespace or ':', not starting with '-'",
+}
 
 
 def _show(value: Any) -> str:
@@ -593,11 +625,14 @@ def _load_cluster(path: Path, display: str) -> tuple[Cluster, str]:
     _check_schema("cluster", doc, display)
     abs_path = os.path.abspath(path)
     inventory: str = doc["inventory"]
+    base = os.path.dirname(abs_path)
+    registries = _registries(doc.get("registries", {}), display, base)
+    services = _build_services(doc.get("services", {}), display, base, doc["cluster"])
     cluster = Cluster(
         name=doc["cluster"],
         path=abs_path,
-        inventory_path=_resolve(os.path.dirname(abs_path), inventory),
-        services=_build_services(doc.get("services", {}), display, os.path.dirname(abs_path)),
+        inventory_path=_resolve(base, inventory),
+        services=tuple(_with_registry_auth(s, registries) for s in services),
     )
     inventory_display = os.path.normpath(
         os.path.join(os.path.dirname(display), os.path.expanduser(inventory))
@@ -612,11 +647,15 @@ def _service_pattern(*keys: str) -> re.Pattern[str]:
     return _compile(node["pattern"])
 
 
-def _build_services(table: dict[str, Any], display: str, base: str) -> tuple[Service, ...]:
+def _build_services(
+    table: dict[str, Any], display: str, base: str, cluster: str
+) -> tuple[Service, ...]:
     def fail(parts: Sequence[Part], message: str) -> SpecError:
         return SpecError(display, _render(parts), message)
 
-    services = tuple(_build_service(name, body, fail, base) for name, body in table.items())
+    services = tuple(
+        _build_service(name, body, fail, base, cluster) for name, body in table.items()
+    )
     names = list(table)
     for s in services:
         for i, dep in enumerate(s.depends_on):
@@ -641,7 +680,9 @@ def _build_services(table: dict[str, Any], display: str, base: str) -> tuple[Ser
     return services
 
 
-def _build_service(name: str, body: dict[str, Any], fail: _Fail, base: str) -> Service:
+def _build_service(
+    name: str, body: dict[str, Any], fail: _Fail, base: str, cluster: str
+) -> Service:
     at: tuple[Part, ...] = ("services", name)
     ports = _ports(body.get("ports", []), at, fail)
     constraint_re = _service_pattern("constraints", "items")
@@ -673,6 +714,8 @@ def _build_service(name: str, body: dict[str, Any], fail: _Fail, base: str) -> S
         secrets=_secrets(body.get("secrets", {}), env, (*at, "secrets"), fail, base),
         volumes=_volumes(body.get("volumes", []), (*at, "volumes"), fail),
         mode=_mode(body, at, fail),
+        image_source=body.get("image_source", "registry"),
+        **_run_options(body, at, fail, cluster),
     )
 
 
@@ -727,17 +770,120 @@ def _secrets(
         where = (*at, key)
         if key in env:
             raise fail(where, f"{key} is also set in env: give it in one of env or secrets")
-        if "file" in source:
-            value = _secret_file(_resolve(base, source["file"]), (*where, "file"), fail)
-        else:
-            name = source["env"]
-            if name not in os.environ:
-                raise fail((*where, "env"), f"{name} is not set in the controller's environment")
-            value = os.environ[name]
-        if any(c in value for c in "\n\r\0"):
-            raise fail(where, "the secret's value must not contain a line break or NUL")
-        values.append((key, value))
+        values.append((key, _secret_value(source, where, fail, base)))
     return tuple(sorted(values))
+
+
+def _secret_value(source: dict[str, str], where: tuple[Part, ...], fail: _Fail, base: str) -> str:
+    """The value of one secret source, `{ file = "path" }` or `{ env = "NAME" }`, read now."""
+    if "file" in source:
+        value = _secret_file(_resolve(base, source["file"]), (*where, "file"), fail)
+    else:
+        name = source["env"]
+        if name not in os.environ:
+            raise fail((*where, "env"), f"{name} is not set in the controller's environment")
+        value = os.environ[name]
+    if any(c in value for c in "\n\r\0"):
+        raise fail(where, "the secret's value must not contain a line break or NUL")
+    return value
+
+
+def _registries(table: dict[str, Any], display: str, base: str) -> dict[str, RegistryAuth]:
+    """Credentials per registry, each password read now from its file or environment."""
+
+    def fail(parts: Sequence[Part], message: str) -> SpecError:
+        return SpecError(display, _render(parts), message)
+
+    found: dict[str, RegistryAuth] = {}
+    for registry, body in table.items():
+        where = ("registries", registry, "password")
+        password = _secret_value(body["password"], where, fail, base)
+        if not password:
+            raise fail(where, "the password is empty")
+        found[registry] = RegistryAuth(registry, body["username"], password)
+    return found
+
+
+def _with_registry_auth(service: Service, registries: Mapping[str, RegistryAuth]) -> Service:
+    """The service with the credentials of the registry its image is pulled from, if any."""
+    auth = registries.get(image_registry(service.image))
+    if auth is None or service.image_source != "registry":
+        return service
+    return replace(service, registry_auth=auth)
+
+
+# Networks a task cannot join beside its cluster's user-defined bridge network.
+_UNJOINABLE_NETWORKS = ("host", "none")
+
+
+def _run_options(
+    body: dict[str, Any], at: tuple[Part, ...], fail: _Fail, cluster: str
+) -> dict[str, Any]:
+    """The keyword arguments of Service for the docker run surface (labels ... networks)."""
+    labels: dict[str, str] = body.get("labels", {})
+    for key in labels:
+        if key.startswith("minidock."):
+            raise fail(
+                (*at, "labels", key),
+                "the 'minidock.' label prefix is MiniDock's own: use another prefix, e.g. 'app.'",
+            )
+    options: dict[str, Any] = {"labels": tuple(sorted(labels.items()))}
+    options |= {
+        k: body[k] for k in ("user", "workdir", "stop_signal", "init", "read_only") if k in body
+    }
+    options |= {k: tuple(body[k]) for k in ("entrypoint", "cap_add", "cap_drop") if k in body}
+    if "stop_grace_period" in body:
+        options["stop_grace_period"] = float(
+            math.ceil(units.parse_duration(body["stop_grace_period"]))
+        )
+    options["ulimits"] = _ulimits(body.get("ulimits", {}), (*at, "ulimits"), fail)
+    if "log" in body:
+        log_options: dict[str, str] = body["log"].get("options", {})
+        options["log"] = LogConfig(body["log"]["driver"], tuple(sorted(log_options.items())))
+    hosts: dict[str, str] = body.get("extra_hosts", {})
+    for name, address in hosts.items():
+        if address != "host-gateway":
+            _ip((*at, "extra_hosts", name), address, fail, ", or 'host-gateway'")
+    options["extra_hosts"] = tuple(sorted(hosts.items()))
+    for i, address in enumerate(body.get("dns", [])):
+        _ip((*at, "dns", i), address, fail, "")
+    options["dns"] = tuple(body.get("dns", ()))
+    options["networks"] = _networks(body.get("networks", []), (*at, "networks"), fail, cluster)
+    return options
+
+
+def _ip(where: tuple[Part, ...], address: str, fail: _Fail, alternative: str) -> None:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        raise fail(
+            where, f"invalid IP address {_show(address)}: use an IPv4 or IPv6 address{alternative}"
+        ) from None
+
+
+def _ulimits(table: dict[str, Any], at: tuple[Part, ...], fail: _Fail) -> tuple[Ulimit, ...]:
+    limits: list[Ulimit] = []
+    for name, value in table.items():
+        soft, hard = (value, value) if isinstance(value, int) else (value["soft"], value["hard"])
+        if hard != -1 and (soft == -1 or soft > hard):
+            shown = "unlimited" if soft == -1 else str(soft)
+            raise fail((*at, name), f"soft limit {shown} is above the hard limit {hard}")
+        limits.append(Ulimit(name, soft, hard))
+    return tuple(sorted(limits, key=lambda u: u.name))
+
+
+def _networks(names: list[str], at: tuple[Part, ...], fail: _Fail, cluster: str) -> tuple[str, ...]:
+    own = cluster_network(cluster)
+    for i, name in enumerate(names):
+        if name in _UNJOINABLE_NETWORKS:
+            raise fail(
+                (*at, i),
+                f"network {name!r} cannot be joined beside the cluster's network {own}: "
+                "list user-defined or bridge networks",
+            )
+        if name == own:
+            raise fail((*at, i), f"every task is on its cluster's network {own} already: remove it")
+    return tuple(names)
 
 
 def _secret_file(path: str, where: tuple[Part, ...], fail: _Fail) -> str:

@@ -1,11 +1,13 @@
 """The executor: runs a docker argv on a host over SSH. The only I/O adapter for hosts.
 
-`Executor` is the seam: the runner and `observe` see only `run(host, argv)`. `SSHExecutor`
-is the asyncssh implementation: one pooled connection per host, reused across calls and
-passes; connect and command timeouts; a global concurrency bound; host keys verified
-against known_hosts (with an opt-in accept-new for first contact). This module is the one
-place where an argv becomes a command string (`shlex.join` in `SSHExecutor.run`), and
-stdin (where env secrets travel) is never logged.
+`Executor` is the seam: the runner and `observe` see `run(host, argv)` (a command with its
+whole output); pushing an image streams a command's stdin (`feed`), `logs` and `exec`
+stream its output line by line (`follow`), and `exec -it` joins it to the local terminal
+(`attach`). `SSHExecutor` is the asyncssh implementation: one pooled connection per host,
+reused across calls and passes; connect and command timeouts; a global concurrency bound;
+host keys verified against known_hosts (with an opt-in accept-new for first contact). This
+module is the one place where an argv becomes a command string (`shlex.join` in
+`_command`), and stdin (where env secrets and registry passwords travel) is never logged.
 """
 
 from __future__ import annotations
@@ -16,21 +18,25 @@ import logging
 import os
 import shlex
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import asyncssh
 
 from minidock.model import Host
+from minidock.terminal import Terminal, pump, terminal_type
 
 __all__ = [
     "DEFAULT_KNOWN_HOSTS",
     "CommandTimeout",
     "Executor",
+    "OnLine",
+    "OutputLine",
     "Result",
     "SSHExecutor",
+    "Terminal",
     "Unreachable",
     "connect_options",
     "known_hosts_line",
@@ -49,6 +55,17 @@ class Result:
     exit_status: int
     stdout: str
     stderr: str
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    """One line a followed command printed (without its line break), and on which stream."""
+
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+OnLine = Callable[[OutputLine], None]
 
 
 def _one_line(text: str) -> str:
@@ -81,7 +98,8 @@ class CommandTimeout(Exception):
 
 
 class Executor(Protocol):
-    """Runs an argv on a host. Raises Unreachable or CommandTimeout; otherwise a Result."""
+    """Runs an argv on a host. Raises Unreachable or CommandTimeout; otherwise a Result
+    (or, for the streaming calls, the exit status)."""
 
     async def run(
         self,
@@ -92,8 +110,30 @@ class Executor(Protocol):
         timeout: float | None = None,
     ) -> Result: ...
 
+    async def feed(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        source: AsyncIterable[bytes],
+        *,
+        timeout: float | None = None,
+    ) -> Result:
+        """Run argv with `source` streamed to its stdin; `timeout` bounds each chunk's
+        delivery and the wait for the exit after the last one, not the whole stream."""
+        ...
+
+    async def follow(self, host: Host, argv: Sequence[str], on_line: OnLine) -> int:
+        """Run argv with no time limit, handing each line of its stdout and stderr to
+        `on_line` as it comes; the exit status once it ends (cancel to stop it)."""
+        ...
+
+    async def attach(self, host: Host, argv: Sequence[str], terminal: Terminal) -> int:
+        """Run argv joined to a local terminal (a PTY on the host when `terminal.tty`)."""
+        ...
+
     def disconnect(self, host: Host) -> None:
         """Drop any pooled connection to host: the next call connects afresh."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -175,125 +215,16 @@ def _reason(exc: BaseException, host: Host, known_hosts: Path) -> str:
     return f"{where}: {type(exc).__name__}: {exc}"
 
 
-@dataclass
-class _Session:
-    """Where one command stands: the connection it uses, and whether its session opened."""
+class _Pool:
+    """One asyncssh connection per host, opened on first use and kept; a connection found
+    closed, or whose host changed in the inventory, is dropped and reopened."""
 
-    conn: asyncssh.SSHClientConnection
-    opened: bool = False
-
-
-class SSHExecutor:
-    """Runs commands over pooled asyncssh connections (one per host).
-
-    A connection is opened on first use and kept for later calls and passes; a connection
-    found closed is dropped and reopened on the next call (and a session that cannot open
-    on a reused connection is retried once on a fresh one). At most `max_concurrency`
-    commands run at once overall and `max_sessions_per_host` per host (sshd's MaxSessions
-    defaults to 10). Use one executor per event loop and `close()` it at the end.
-    """
-
-    def __init__(
-        self,
-        max_concurrency: int = 16,
-        max_sessions_per_host: int = 8,
-        keepalive_interval: float = 15.0,
-    ) -> None:
-        self._limit = asyncio.Semaphore(max_concurrency)
-        self._max_sessions_per_host = max_sessions_per_host
+    def __init__(self, keepalive_interval: float) -> None:
         self._keepalive_interval = keepalive_interval
         self._pool: dict[str, tuple[Host, asyncssh.SSHClientConnection]] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
-        self._host_limits: dict[str, asyncio.Semaphore] = {}
         self._known_hosts_lock = asyncio.Lock()
-        self.connections_opened = 0  # how many SSH connections were made: pooling shows here
-
-    async def run(
-        self,
-        host: Host,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        timeout: float | None = None,
-    ) -> Result:
-        """Run argv on the host; input (never logged) goes to the command's stdin.
-
-        The timeout bounds opening the session and running the command (connecting has
-        its own bound, `host.connect_timeout`). A session that does not even open in
-        time means the connection is dead (a hung or cut-off host): it is dropped.
-        """
-        if not argv:
-            raise ValueError("empty argv")
-        command = shlex.join(argv)  # the one place an argv becomes a remote command line
-        argv0 = " ".join(argv[:2])
-        limit = host.command_timeout if timeout is None else timeout
-        host_limit = self._host_limits.setdefault(
-            host.name, asyncio.Semaphore(self._max_sessions_per_host)
-        )
-        log.debug("%s: %s", host.name, command)
-        async with host_limit, self._limit:
-            conn, reused = await self._connection(host)
-            session = _Session(conn)
-            try:
-                return await asyncio.wait_for(
-                    self._session(host, reused, command, input, session), limit
-                )
-            except TimeoutError:
-                if not session.opened:  # no session opened: the connection is dead
-                    self._drop(host.name, session.conn)
-                raise CommandTimeout(host.name, argv0, limit) from None
-
-    async def _session(
-        self, host: Host, reused: bool, command: str, input: str | None, session: _Session
-    ) -> Result:
-        conn = session.conn
-        try:
-            process = await conn.create_process(command, encoding="utf-8", errors="replace")
-        except (asyncssh.Error, OSError) as exc:
-            if not (reused and conn.is_closed()):
-                raise self._unreachable(host, exc) from None
-            self._drop(host.name, conn)  # stale pooled connection: one fresh try
-            conn, _ = await self._connection(host)
-            session.conn = conn
-            try:
-                process = await conn.create_process(command, encoding="utf-8", errors="replace")
-            except (asyncssh.Error, OSError) as exc2:
-                raise self._unreachable(host, exc2) from None
-        session.opened = True
-        return await self._finish(host, conn, process, input)
-
-    async def _finish(
-        self,
-        host: Host,
-        conn: asyncssh.SSHClientConnection,
-        process: asyncssh.SSHClientProcess[str],
-        input: str | None,
-    ) -> Result:
-        try:
-            if input:
-                process.stdin.write(input)
-            process.stdin.write_eof()
-            stdout, stderr = await process.communicate()
-        except (asyncssh.Error, OSError) as exc:
-            process.close()
-            raise self._unreachable(host, exc) from None
-        except BaseException:  # cancelled by the timeout: close the session
-            process.close()
-            raise
-        status = process.returncode
-        if status is None:  # the channel closed without an exit status: connection lost
-            self._drop(host.name, conn)
-            raise Unreachable(host.name, f"connection to {host.address}:{host.port} lost")
-        if status < 0:  # killed by a signal, as a shell reports it
-            status = 128 - status
-        return Result(status, str(stdout or ""), str(stderr or ""))
-
-    def disconnect(self, host: Host) -> None:
-        """Drop the pooled connection to host, if any: the next call connects afresh (with
-        `host.connect_timeout`). Commands still running on it fail as Unreachable."""
-        pooled = self._pool.get(host.name)
-        if pooled is not None:
-            self._drop(host.name, pooled[1])
+        self.opened = 0  # how many SSH connections were made: pooling shows here
 
     async def close(self) -> None:
         """Close every pooled connection."""
@@ -304,20 +235,24 @@ class SSHExecutor:
             with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
                 await asyncio.wait_for(conn.wait_closed(), 5.0)
 
-    # -- connections --------------------------------------------------------------------------
-    def _unreachable(self, host: Host, exc: BaseException) -> Unreachable:
+    def unreachable(self, host: Host, exc: BaseException) -> Unreachable:
         pooled = self._pool.get(host.name)
         if pooled is not None and pooled[1].is_closed():
-            self._drop(host.name, pooled[1])
+            self.drop(host.name, pooled[1])
         return Unreachable(host.name, _reason(exc, host, _known_hosts_path(host)))
 
-    def _drop(self, name: str, conn: asyncssh.SSHClientConnection) -> None:
+    def disconnect(self, name: str) -> None:
+        pooled = self._pool.get(name)
+        if pooled is not None:
+            self.drop(name, pooled[1])
+
+    def drop(self, name: str, conn: asyncssh.SSHClientConnection) -> None:
         pooled = self._pool.get(name)
         if pooled is not None and pooled[1] is conn:
             del self._pool[name]
         conn.close()
 
-    async def _connection(self, host: Host) -> tuple[asyncssh.SSHClientConnection, bool]:
+    async def connection(self, host: Host) -> tuple[asyncssh.SSHClientConnection, bool]:
         """The pooled connection to host (reused: True), or a new one (False)."""
         lock = self._connect_locks.setdefault(host.name, asyncio.Lock())
         async with lock:
@@ -326,7 +261,7 @@ class SSHExecutor:
                 known, conn = pooled
                 if known == host and not conn.is_closed():
                     return conn, True
-                self._drop(host.name, conn)  # closed, or the inventory changed the host
+                self.drop(host.name, conn)  # closed, or the inventory changed the host
             conn = await self._connect(host)
             self._pool[host.name] = (host, conn)
             return conn, False
@@ -358,7 +293,7 @@ class SSHExecutor:
             if refused is not None and isinstance(exc, asyncssh.HostKeyNotVerifiable):
                 raise Unreachable(host.name, refused) from None
             raise Unreachable(host.name, _reason(exc, host, known_hosts)) from None
-        self.connections_opened += 1
+        self.opened += 1
         if client.accepted is not None:
             await self._remember(known_hosts, host, client.accepted)
         return conn
@@ -371,6 +306,219 @@ class SSHExecutor:
             with known_hosts.open("a") as f:
                 f.write(("\n" if text and not text.endswith("\n") else "") + line)
         log.warning("%s: accepted new host key %s", host.name, line.strip())
+
+
+class SSHExecutor:
+    """Runs commands over pooled asyncssh connections (one per host).
+
+    A connection is opened on first use and kept for later calls and passes; a connection
+    found closed is dropped and reopened on the next call (and a session that cannot open
+    on a reused connection is retried once on a fresh one). At most `max_concurrency`
+    commands run at once overall and `max_sessions_per_host` per host (sshd's MaxSessions
+    defaults to 10). Use one executor per event loop and `close()` it at the end.
+    """
+
+    def __init__(
+        self,
+        max_concurrency: int = 16,
+        max_sessions_per_host: int = 8,
+        keepalive_interval: float = 15.0,
+    ) -> None:
+        self._limit = asyncio.Semaphore(max_concurrency)
+        self._max_sessions_per_host = max_sessions_per_host
+        self._host_limits: dict[str, asyncio.Semaphore] = {}
+        self._pool = _Pool(keepalive_interval)
+
+    @property
+    def connections_opened(self) -> int:
+        """How many SSH connections were made: pooling shows here."""
+        return self._pool.opened
+
+    async def run(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> Result:
+        """Run argv on the host; input (never logged) goes to the command's stdin.
+
+        The timeout bounds opening the session and running the command (connecting has
+        its own bound, `host.connect_timeout`). A session that does not even open in
+        time means the connection is dead (a hung or cut-off host): it is dropped.
+        """
+        command = _command(host, argv)
+        limit = host.command_timeout if timeout is None else timeout
+        async with self._host_limit(host), self._limit:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            opening = self._open(host, command, encoding="utf-8", errors="replace")
+            try:
+                conn, process = await asyncio.wait_for(opening, limit)
+            except TimeoutError:
+                self.disconnect(host)  # no session opened: the connection is dead
+                raise CommandTimeout(host.name, _argv0(argv), limit) from None
+            left = None if limit is None else max(0.0, limit - (loop.time() - start))
+            try:
+                if input:
+                    process.stdin.write(input)
+                return await self._finish(host, conn, process, _argv0(argv), left, limit)
+            finally:
+                process.close()
+
+    async def feed(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        source: AsyncIterable[bytes],
+        *,
+        timeout: float | None = None,
+    ) -> Result:
+        """Run argv with `source` streamed to its stdin (flow-controlled: a chunk is sent
+        when the last one is taken); `timeout` bounds each chunk and the final wait."""
+        command = _command(host, argv)
+        limit = host.command_timeout if timeout is None else timeout
+        async with self._host_limit(host), self._limit:
+            conn, process = await self._open(host, command, encoding=None)
+            try:
+                async for chunk in source:
+                    process.stdin.write(chunk)
+                    await asyncio.wait_for(process.stdin.drain(), limit)
+                return await self._finish(host, conn, process, _argv0(argv), limit)
+            except TimeoutError:
+                raise CommandTimeout(host.name, _argv0(argv), limit) from None
+            except (asyncssh.Error, OSError) as exc:
+                raise self._pool.unreachable(host, exc) from None
+            finally:
+                process.close()
+
+    async def follow(self, host: Host, argv: Sequence[str], on_line: OnLine) -> int:
+        """Run argv with no time limit, each output line to `on_line` as it comes. A
+        long-lived session: it counts against the host's sessions, not the global bound."""
+        async with self._host_limit(host):
+            conn, process = await self._open(
+                host, _command(host, argv), encoding="utf-8", errors="replace"
+            )
+            try:
+                process.stdin.write_eof()
+                await asyncio.gather(
+                    _lines(process.stdout, "stdout", on_line),
+                    _lines(process.stderr, "stderr", on_line),
+                )
+                await process.wait_closed()
+            except (asyncssh.Error, OSError) as exc:
+                raise self._pool.unreachable(host, exc) from None
+            finally:
+                process.close()
+            return self._status(host, conn, process)
+
+    async def attach(self, host: Host, argv: Sequence[str], terminal: Terminal) -> int:
+        """Run argv joined to a local terminal: with `terminal.tty`, on a PTY the size of
+        the local window (following its changes), the local side in raw mode meanwhile."""
+        pty: dict[str, Any] = {}
+        if terminal.tty:
+            pty = {"term_type": terminal_type(), "term_size": terminal.size()}
+        async with self._host_limit(host):
+            conn, process = await self._open(host, _command(host, argv), encoding=None, **pty)
+            try:
+                await pump(process, terminal)
+            except (asyncssh.Error, OSError) as exc:
+                raise self._pool.unreachable(host, exc) from None
+            finally:
+                process.close()
+            return self._status(host, conn, process)
+
+    def _host_limit(self, host: Host) -> asyncio.Semaphore:
+        return self._host_limits.setdefault(
+            host.name, asyncio.Semaphore(self._max_sessions_per_host)
+        )
+
+    async def _open(
+        self, host: Host, command: str, **options: Any
+    ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[Any]]:
+        """A session running `command` on the pooled connection; a stale pooled connection
+        (closed under us) gets one fresh try."""
+        conn, reused = await self._pool.connection(host)
+        try:
+            return conn, await conn.create_process(command, **options)
+        except (asyncssh.Error, OSError) as exc:
+            if not (reused and conn.is_closed()):
+                raise self._pool.unreachable(host, exc) from None
+        self._pool.drop(host.name, conn)
+        conn, _ = await self._pool.connection(host)
+        try:
+            return conn, await conn.create_process(command, **options)
+        except (asyncssh.Error, OSError) as exc:
+            raise self._pool.unreachable(host, exc) from None
+
+    async def _finish(
+        self,
+        host: Host,
+        conn: asyncssh.SSHClientConnection,
+        process: asyncssh.SSHClientProcess[Any],
+        argv0: str,
+        limit: float | None,
+        shown: float | None = None,
+    ) -> Result:
+        """Close the command's stdin, wait (up to `limit`) for its output and exit; a
+        timeout names `shown` (the command's whole bound), else `limit`."""
+        try:
+            process.stdin.write_eof()
+            stdout, stderr = await asyncio.wait_for(process.communicate(), limit)
+        except TimeoutError:
+            raise CommandTimeout(host.name, argv0, limit if shown is None else shown) from None
+        except (asyncssh.Error, OSError) as exc:
+            raise self._pool.unreachable(host, exc) from None
+        return Result(self._status(host, conn, process), _text(stdout), _text(stderr))
+
+    def _status(
+        self,
+        host: Host,
+        conn: asyncssh.SSHClientConnection,
+        process: asyncssh.SSHClientProcess[Any],
+    ) -> int:
+        status = process.returncode
+        if status is None:  # the channel closed without an exit status: connection lost
+            self._pool.drop(host.name, conn)
+            raise Unreachable(host.name, f"connection to {host.address}:{host.port} lost")
+        return 128 - status if status < 0 else status  # killed by a signal, as a shell says
+
+    def disconnect(self, host: Host) -> None:
+        """Drop the pooled connection to host, if any: the next call connects afresh (with
+        `host.connect_timeout`). Commands still running on it fail as Unreachable."""
+        self._pool.disconnect(host.name)
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        await self._pool.close()
+
+
+def _command(host: Host, argv: Sequence[str]) -> str:
+    """The one place an argv becomes a remote command line."""
+    if not argv:
+        raise ValueError("empty argv")
+    command = shlex.join(argv)
+    log.debug("%s: %s", host.name, command)
+    return command
+
+
+def _argv0(argv: Sequence[str]) -> str:
+    """How a command is named in errors: its first two words ("docker ps"), no arguments."""
+    return " ".join(argv[:2])
+
+
+def _text(output: object) -> str:
+    if isinstance(output, bytes):
+        return output.decode("utf-8", errors="replace")
+    return str(output or "")
+
+
+async def _lines(
+    stream: asyncssh.SSHReader[str], name: Literal["stdout", "stderr"], on_line: OnLine
+) -> None:
+    while line := await stream.readline():  # "" only at the end of the stream
+        on_line(OutputLine(name, line.rstrip("\r\n")))
 
 
 def _known_hosts_path(host: Host) -> Path:

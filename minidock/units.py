@@ -16,6 +16,7 @@ from fractions import Fraction
 __all__ = [
     "DURATION_PATTERN",
     "SIZE_PATTERN",
+    "approx_size",
     "format_duration",
     "format_size",
     "parse_duration",
@@ -107,3 +108,16 @@ def format_size(size: int) -> str:
         if size and size % unit == 0:
             return f"{size // unit}{suffix}"
     return f"{size}B"
+
+
+def approx_size(size: int) -> str:
+    """A size to read at a glance, with one decimal in the largest unit it reaches: '2.0MiB',
+    '512B' (for transfer figures; `format_size` is exact, for values in files)."""
+    if size < 1024:
+        return f"{size}B"
+    value = size / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f}{unit}"
+        value /= 1024
+    return f"{value:.1f}TiB"

@@ -7,6 +7,9 @@
 #   - docker-compose:     Compose v1 (1.29), which pytest-docker and `minidock lab` drive
 #   - mmdebstrap:         builds the lab host image (sshd + dockerd) without a registry
 #   - busybox-static:     the one binary inside every lab workload image
+#   - docker-registry:    Debian's distribution registry (2.8), the integration tests'
+#                         private registry (tests/integration/registry.py)
+#   - apache2-utils:      htpasswd, for that registry's password file
 set -euo pipefail
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
@@ -28,7 +31,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-tool_pkgs=(docker-compose mmdebstrap busybox-static)
+tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils)
 pkgs=("${tool_pkgs[@]}")
 if ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")

@@ -6,13 +6,15 @@ import asyncio
 import hashlib
 import itertools
 import json
+import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from minidock.model import Host
-from minidock.ssh import Result, Unreachable
+from minidock.model import Host, image_registry
+from minidock.push import LocalImage
+from minidock.ssh import OnLine, OutputLine, Result, Terminal, Unreachable
 from tests.behaviour import TICK, Clock, Life, act_of, advance
 
 Handler = Callable[[Host, list[str], str | None], Result]
@@ -62,6 +64,34 @@ class FakeExecutor:
     def disconnect(self, host: Host) -> None:
         self.disconnected.append(host.name)
 
+    async def feed(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        source: AsyncIterable[bytes],
+        *,
+        timeout: float | None = None,
+    ) -> Result:
+        """The handler sees the streamed bytes as text (latin-1, so any bytes pass)."""
+        data = b"".join([chunk async for chunk in source])
+        return await self.run(host, argv, input=data.decode("latin-1"), timeout=timeout)
+
+    async def follow(self, host: Host, argv: Sequence[str], on_line: OnLine) -> int:
+        """The handler's whole output, line by line: stdout's lines, then stderr's."""
+        result = await self.run(host, argv)
+        for line in result.stdout.splitlines():
+            on_line(OutputLine("stdout", line))
+        for line in result.stderr.splitlines():
+            on_line(OutputLine("stderr", line))
+        return result.exit_status
+
+    async def attach(self, host: Host, argv: Sequence[str], terminal: Terminal) -> int:
+        """The handler's output written to the terminal's descriptors."""
+        result = await self.run(host, argv)
+        os.write(terminal.stdout, result.stdout.encode())
+        os.write(terminal.stderr, result.stderr.encode())
+        return result.exit_status
+
     async def close(self) -> None:
         self.closed = True
 
@@ -93,8 +123,23 @@ _RUN_OPTIONS = frozenset(
         "--health-retries",
         "--health-start-period",
         "--restart",
+        "--network",
+        "--network-alias",
+        "--user",
+        "--workdir",
+        "--entrypoint",
+        "--stop-signal",
+        "--stop-timeout",
+        "--cap-add",
+        "--cap-drop",
+        "--ulimit",
+        "--log-driver",
+        "--log-opt",
+        "--add-host",
+        "--dns",
     }
 )
+_RUN_SWITCHES = frozenset({"-d", "--init", "--read-only"})
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
@@ -127,6 +172,14 @@ class FakeDocker:
         self.images = None if images is None else set(images)
         self._ids = itertools.count(1)
         self._started: dict[str, float] = {}  # container id -> when it started, by the clock
+        # per host: network name -> its labels; each container's networks in `networks`
+        self.nets: dict[str, dict[str, dict[str, str]]] = {}
+        self.networks: dict[str, list[str]] = {}
+        self.logins: list[tuple[str, str, str]] = []  # (host, registry, username)
+        self.passwords: dict[tuple[str, str], str] = {}  # (registry, user) -> what login takes
+        self.registry: set[str] = set()  # images a registry serves (pulled onto one host)
+        self.logs: dict[str, str] = {}  # what `docker logs` prints, by service (else by image)
+        self.host_images: dict[str, set[str]] = {}  # pulled or loaded onto one host
 
     def advance(self, dt: float = TICK) -> None:
         """Move the clock on; every container on a reachable host acts by the table."""
@@ -184,28 +237,82 @@ class FakeDocker:
         if verb == "inspect":
             return self._inspect(engine, args)
         if verb == "run":
-            return self._run(host.name, args)
+            return self._run(host.name, args, env=input)
+        if verb == "create":
+            return self._run(host.name, args, start=False, env=input)
+        if verb == "exec":
+            return self._exec(engine, args)
+        if verb == "load":
+            return self._load(host.name, input or "")
+        if verb == "start":
+            return self._start(engine, args[-1])
+        if verb == "network":
+            return self._network(host.name, engine, args)
+        if verb == "login":
+            return self._login(host.name, args, input or "")
         if verb == "stop":
             return self._stop(engine, args[-1])
         if verb == "rm":
             return self._rm(engine, args)
         if verb == "logs":
             doc = self._find(engine, args[-1])
-            return self._missing(args[-1]) if doc is None else ok(act_of(_image(doc)).log)
+            if doc is None:
+                return self._missing(args[-1])
+            service = doc["Config"]["Labels"].get("minidock.service", "")
+            return ok(self.logs.get(service, act_of(_image(doc)).log))
         if verb == "image" and args[:1] == ["inspect"]:
             image = args[-1]
-            if self.has(image):
-                return ok(f"sha256:{hashlib.sha256(image.encode()).hexdigest()}\n")
+            if self.present(host.name, image):
+                return ok(f"{fake_image_id(image)}\n")
             return fail(f"Error: No such image: {image}")
         if verb == "pull":
-            if self.has(args[-1]):
-                return ok(f"pulled {args[-1]}\n")
-            return fail(f"Error response from daemon: pull access denied for {args[-1]}")
+            return self._pull(host.name, args[-1])
         return fail(f"fake docker: unknown command: {argv}", 125)
 
     def has(self, image: str) -> bool:
         """Whether a host finds (or can pull) the image."""
         return act_of(image).pullable and (self.images is None or image in self.images)
+
+    def present(self, host: str, image: str) -> bool:
+        """Whether this host has the image: every host's, or pulled or loaded here."""
+        return self.has(image) or image in self.host_images.get(host, set())
+
+    def _pull(self, host: str, image: str) -> Result:
+        """A pull: from the table's images, or from `registry` (logged in where
+        `passwords` names the image's registry)."""
+        registry = image_registry(image)
+        guarded = any(r == registry for r, _ in self.passwords)
+        if guarded and not any(h == host and r == registry for h, r, _ in self.logins):
+            return fail(f"Error response from daemon: Head https://{registry}/v2/: no basic auth")
+        if self.has(image):
+            return ok(f"pulled {image}\n")
+        if image in self.registry:
+            self.host_images.setdefault(host, set()).add(image)
+            return ok(f"pulled {image}\n")
+        return fail(f"Error response from daemon: pull access denied for {image}")
+
+    def _load(self, host: str, stream: str) -> Result:
+        """`docker load` of a FakeEngine save stream: lines "fake-image NAME"."""
+        names = [line.split()[1] for line in stream.splitlines() if line.startswith("fake-image ")]
+        if not names:
+            return fail("Error: open /var/lib/docker/tmp/docker-import: unexpected EOF")
+        self.host_images.setdefault(host, set()).update(names)
+        return ok("".join(f"Loaded image: {n}\n" for n in names))
+
+    def _exec(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
+        """`exec [-i] [-t] ID CMD...`: `env` prints the task's env-file, `echo` its words."""
+        rest = [a for a in args if a not in ("-i", "-t")]
+        doc = self._find(engine, rest[0])
+        if doc is None:
+            return self._missing(rest[0])
+        if doc["State"]["Status"] != "running":
+            return fail(f"Error response from daemon: Container {rest[0]} is not running")
+        command = rest[1:]
+        if command[:1] == ["env"]:
+            return ok(doc["Config"].get("Env", ""))
+        if command[:1] == ["echo"]:
+            return ok(" ".join(command[1:]) + "\n")
+        return fail(f"OCI runtime exec failed: {command[0]}: executable file not found", 126)
 
     def _ps(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
         wanted: dict[str, str | None] = {}  # a label's value, or None: any value
@@ -231,15 +338,20 @@ class FakeDocker:
         ]
         return Result(1 if errors else 0, json.dumps(found, indent=4), "".join(errors))
 
-    def _run(self, host: str, args: list[str]) -> Result:
+    def _run(
+        self, host: str, args: list[str], *, start: bool = True, env: str | None = None
+    ) -> Result:
         options: list[tuple[str, str]] = []
         rest = list(args)
         while rest and rest[0].startswith("-"):
             flag = rest.pop(0)
             if flag in _RUN_OPTIONS:
                 options.append((flag, rest.pop(0)))
-            elif flag != "-d":
+            elif flag not in _RUN_SWITCHES:
                 return fail(f"fake docker: unknown run flag {flag}", 125)
+        network = next((v for f, v in options if f == "--network"), None)
+        if network is not None and network not in self.nets.get(host, {}):
+            return fail(f"docker: Error response from daemon: network {network} not found.", 125)
         if not rest:
             return fail('"docker run" requires at least 1 argument.', 125)
         image, command = rest[0], rest[1:]
@@ -251,7 +363,7 @@ class FakeDocker:
                 f'is already in use by container "{other["Id"]}".',
                 125,
             )
-        if not self.has(image):
+        if not self.present(host, image):
             return fail(f"Unable to find image '{image}' locally", 125)
         labels = dict(v.partition("=")[::2] for f, v in options if f == "--label")
         bindings: dict[str, list[dict[str, str]]] = {}
@@ -275,7 +387,11 @@ class FakeDocker:
                     )
                 bindings.setdefault(key, []).append({"HostIp": "", "HostPort": host_port})
         health = "starting" if any(f == "--health-cmd" for f, _ in options) else None
-        doc = self._create(host, name, labels, image, bindings, health, "running")
+        doc = self._create(
+            host, name, labels, image, bindings, health, "running" if start else "created"
+        )
+        self.networks[doc["Id"]] = [network] if network is not None else []
+        doc["Config"]["Env"] = env or ""
         doc["Config"]["Cmd"] = command or None
         cpus = next((v for f, v in options if f == "--cpus"), "0")
         doc["HostConfig"]["NanoCpus"] = int(float(cpus) * 1e9)
@@ -315,6 +431,50 @@ class FakeDocker:
         }
         self.engines.setdefault(host, {})[cid] = doc
         return doc
+
+    def _start(self, engine: dict[str, dict[str, Any]], ref: str) -> Result:
+        doc = self._find(engine, ref)
+        if doc is None:
+            return self._missing(ref)
+        if doc["State"]["Status"] == "created":
+            doc["State"].update(
+                Status="running", Running=True, StartedAt=_docker_time(self.clock.now)
+            )
+            self._started[doc["Id"]] = self.clock.now
+        return ok(f"{ref}\n")
+
+    def _network(self, host: str, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
+        """`network inspect --format ... NAME`, `network create ... --label K=V NAME` and
+        `network connect --alias A NAME CONTAINER`."""
+        nets = self.nets.setdefault(host, {})
+        sub, name = args[0], args[-1]
+        if sub == "inspect":
+            if name not in nets:
+                return fail(f"Error: No such network: {name}")
+            return ok(nets[name].get("minidock.cluster", "") + "\n")
+        if sub == "create":
+            if name in nets:
+                return fail(f"Error response from daemon: network with name {name} already exists")
+            labels = [v for f, v in itertools.pairwise(args) if f == "--label"]
+            nets[name] = dict(label.partition("=")[::2] for label in labels)
+            return ok(hashlib.sha256(name.encode()).hexdigest() + "\n")
+        if sub == "connect":
+            network, ref = args[-2], args[-1]
+            doc = self._find(engine, ref)
+            if network not in nets or doc is None:
+                return fail(f"Error response from daemon: No such network: {network}")
+            self.networks[doc["Id"]].append(network)
+            return ok()
+        return fail(f"fake docker: unknown network command: {args}", 125)
+
+    def _login(self, host: str, args: list[str], password: str) -> Result:
+        registry, user = args[-1], args[args.index("--username") + 1]
+        if self.passwords.get((registry, user)) != password:
+            return fail(
+                f"Error response from daemon: login attempt to http://{registry}/v2/ failed"
+            )
+        self.logins.append((host, registry, user))
+        return ok("Login Succeeded\n")
 
     def _stop(self, engine: dict[str, dict[str, Any]], ref: str) -> Result:
         doc = self._find(engine, ref)
@@ -357,6 +517,30 @@ class FakeDocker:
     @staticmethod
     def _missing(ref: str) -> Result:
         return fail(f"Error response from daemon: No such container: {ref}")
+
+
+def fake_image_id(image: str) -> str:
+    """The id FakeDocker (and FakeEngine) give an image: a hash of its name."""
+    return f"sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+class FakeEngine:
+    """The controller's Docker engine for unit tests: `images` by name; a save stream is
+    "fake-image NAME" padded to `size` bytes, in two chunks (what FakeDocker loads)."""
+
+    def __init__(self, *images: str, size: int = 4096) -> None:
+        self.images = set(images)
+        self.size = size
+        self.saves: list[str] = []
+
+    async def inspect(self, image: str) -> LocalImage | None:
+        return LocalImage(image, fake_image_id(image), self.size) if image in self.images else None
+
+    async def save(self, image: str) -> AsyncIterator[bytes]:
+        self.saves.append(image)
+        blob = f"fake-image {image}\n".encode().ljust(self.size, b"\0")
+        yield blob[: self.size // 2]
+        yield blob[self.size // 2 :]
 
 
 def _image(doc: dict[str, Any]) -> str:

@@ -8,8 +8,10 @@ nothing. The writer lock and its patience live here (`access.Writer`). Dependenc
 inward: cli -> usecases -> runner, store, spec, status -> the core.
 """
 
+from minidock.ssh import Terminal  # what `exec -it` joins a task to: the CLI builds it
 from minidock.usecases.access import Writer, patience
-from minidock.usecases.desired import apply, drain_plan, plan, validate
+from minidock.usecases.desired import apply, drain_plan, plan, scale, validate
+from minidock.usecases.images import push
 from minidock.usecases.intents import activate, drain, forget, rebalance, reset, rollback
 from minidock.usecases.outcomes import (
     ApplyOutcome,
@@ -19,18 +21,29 @@ from minidock.usecases.outcomes import (
     Ending,
     EventFilter,
     EventsOutcome,
+    ExecOutcome,
     ExitCode,
     FailedUpdate,
     GenerationStored,
+    HostProblem,
     IntentOutcome,
     IntentRecorded,
+    LogLine,
+    LogsOutcome,
+    OnLogLine,
+    OnPushProgress,
     PassDone,
     PassSkipped,
     PlanOutcome,
     Progress,
+    PsOutcome,
+    PushOutcome,
+    PushProgress,
     RebalanceOutcome,
     Report,
+    ScaleOutcome,
     StatusOutcome,
+    TaskRow,
     UseCaseError,
     ValidateOutcome,
     ignore,
@@ -40,7 +53,8 @@ from minidock.usecases.outcomes import (
 )
 from minidock.usecases.passes import converge, reconcile, watch, watch_step
 from minidock.usecases.reads import events, follow_events, status
-from minidock.usecases.runtime import Clock, ExecutorFactory, Runtime
+from minidock.usecases.runtime import Clock, EngineFactory, ExecutorFactory, Runtime
+from minidock.usecases.tasks import exec_task, logs, ps
 
 __all__ = [
     "ApplyOutcome",
@@ -49,22 +63,35 @@ __all__ = [
     "Clock",
     "ConvergeOutcome",
     "Ending",
+    "EngineFactory",
     "EventFilter",
     "EventsOutcome",
+    "ExecOutcome",
     "ExecutorFactory",
     "ExitCode",
     "FailedUpdate",
     "GenerationStored",
+    "HostProblem",
     "IntentOutcome",
     "IntentRecorded",
+    "LogLine",
+    "LogsOutcome",
+    "OnLogLine",
+    "OnPushProgress",
     "PassDone",
     "PassSkipped",
     "PlanOutcome",
     "Progress",
+    "PsOutcome",
+    "PushOutcome",
+    "PushProgress",
     "RebalanceOutcome",
     "Report",
     "Runtime",
+    "ScaleOutcome",
     "StatusOutcome",
+    "TaskRow",
+    "Terminal",
     "UseCaseError",
     "ValidateOutcome",
     "Writer",
@@ -74,15 +101,20 @@ __all__ = [
     "drain",
     "drain_plan",
     "events",
+    "exec_task",
     "follow_events",
     "forget",
     "ignore",
+    "logs",
     "patience",
     "plan",
+    "ps",
+    "push",
     "rebalance",
     "reconcile",
     "reset",
     "rollback",
+    "scale",
     "status",
     "validate",
     "verdict",

@@ -1,4 +1,5 @@
-"""Use cases on a cluster file: validate it, plan it (a dry run), apply it."""
+"""Use cases on a cluster file: validate it, plan it (a dry run), apply it; and `scale`,
+an apply of the stored spec with one service's replica count changed."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from minidock.usecases.outcomes import (
     GenerationStored,
     PlanOutcome,
     Report,
+    ScaleOutcome,
     ValidateOutcome,
 )
 from minidock.usecases.passes import converge_passes
@@ -268,3 +270,44 @@ async def drain_plan(host: str, directory: Path, runtime: Runtime) -> PlanOutcom
     )
     code = ExitCode.OK if document.converged else ExitCode.FAILED
     return PlanOutcome(redacted(result.plan, secrets), code, document=document)
+
+
+async def scale(
+    service: str,
+    replicas: int,
+    directory: Path,
+    runtime: Runtime,
+    report: Report,
+    *,
+    wait: bool = False,
+    timeout: float = 0.0,
+) -> ScaleOutcome:
+    """`scale SERVICE=N`: the stored spec with SERVICE's new replica count, stored as the
+    next generation (as an apply of it would be), then converged. The cluster file is not
+    rewritten: the next `apply FILE` sets the count the file says."""
+    if replicas < 0:
+        raise BadInput(f"scale {service}={replicas}: replicas must be 0 or more")
+    require_applied(directory)
+    async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
+        desired = read_desired(store, directory)
+        old = desired.cluster.service(service)
+        if old is None:
+            known = ", ".join(s.name for s in desired.cluster.services) or "none"
+            raise BadInput(f"unknown service {service!r}; known services: {known}")
+        cluster = replace(
+            desired.cluster,
+            services=tuple(
+                replace(s, replicas=replicas) if s.name == service else s
+                for s in desired.cluster.services
+            ),
+        )
+        generation = store.next_generation_id()
+        admitted = admit(store.load(), cluster, generation)
+        message = f"scaled {service} from {old.replicas} to {replicas} as generation {generation}"
+        event = Event(runtime.clock.now(), "scale", message, service)
+        store.commit(admitted, [event], generation=cluster, source_path=f"scale {service}")
+        report(GenerationStored(generation, cluster.name, len(cluster.services), directory))
+        convergence = await converge_passes(
+            store, Desired(cluster, desired.inventory), runtime, report, wait=wait, timeout=timeout
+        )
+    return ScaleOutcome(service, old.replicas, replicas, generation, convergence)

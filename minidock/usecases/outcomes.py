@@ -11,8 +11,9 @@ from pathlib import Path
 
 from minidock.core import Plan
 from minidock.core.rebalance import Move
-from minidock.model import Event
+from minidock.model import ContainerState, Event, Health
 from minidock.plandoc import PlanDocument
+from minidock.push import Pushed
 from minidock.runner import PassResult
 from minidock.status import StatusDocument
 
@@ -241,3 +242,115 @@ class ValidateOutcome:
     cluster: str | None = None  # None: the file is an inventory
     services: int = 0
     exit_code: ExitCode = ExitCode.OK
+
+
+# -- operator commands on tasks and images (ps, logs, exec, scale, push) ----------------------
+@dataclass(frozen=True)
+class TaskRow:
+    """One task as `minidock ps` shows it: where it runs, its state and its host ports."""
+
+    id: str
+    name: str
+    service: str
+    slot: int
+    host: str
+    image: str
+    state: ContainerState
+    health: Health
+    ports: tuple[str, ...]  # published host ports, "8080/tcp"
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class HostProblem:
+    """A host that could not be observed, and why: what a read of the tasks missed."""
+
+    host: str
+    error: str
+
+
+@dataclass(frozen=True)
+class PsOutcome:
+    tasks: tuple[TaskRow, ...]
+    unreachable: tuple[HostProblem, ...] = ()
+    exit_code: ExitCode = ExitCode.OK
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a task's output (secrets masked), and the stream docker gave it on."""
+
+    task: str
+    stream: str  # "stdout" or "stderr"
+    text: str
+
+
+OnLogLine = Callable[[LogLine], None]
+
+
+@dataclass(frozen=True)
+class LogsOutcome:
+    """The tasks whose logs were read; `failed` lines say which could not be (and why)."""
+
+    tasks: tuple[str, ...]
+    failed: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FAILED if self.failed else ExitCode.OK
+
+
+@dataclass(frozen=True)
+class ExecOutcome:
+    """The command ran in `task` on `host` and exited with `status` (minidock's exit code)."""
+
+    task: str
+    host: str
+    status: int
+
+    @property
+    def exit_code(self) -> int:
+        return self.status
+
+
+@dataclass(frozen=True)
+class PushProgress:
+    """Bytes of `image` streamed to `host` so far, of about `total`."""
+
+    host: str
+    image: str
+    sent: int
+    total: int
+
+
+OnPushProgress = Callable[[PushProgress], None]
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """What `minidock push` did on each host: pushed (or found there), or failed and why."""
+
+    image: str
+    size: int
+    pushed: tuple[Pushed, ...]
+    failed: tuple[HostProblem, ...] = ()
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FAILED if self.failed else ExitCode.OK
+
+
+@dataclass(frozen=True)
+class ScaleOutcome:
+    """`scale SERVICE=N` stored as generation `generation` (from `before` replicas), then
+    converged."""
+
+    service: str
+    before: int
+    replicas: int
+    generation: int
+    convergence: ConvergeOutcome
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.convergence.exit_code

@@ -1,5 +1,6 @@
 """What the use cases reach the world through, passed in explicitly: hosts (an executor
-factory) and time (a clock). The CLI wires the real ones; tests wire fakes."""
+factory), time (a clock) and the controller's own Docker engine (for pushed images). The
+CLI wires the real ones; tests wire fakes."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from minidock.push import ControllerEngine, LocalEngine
 from minidock.ssh import Executor
 
 ExecutorFactory = Callable[[], Executor]
+EngineFactory = Callable[[], ControllerEngine]
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class Clock:
 class Runtime:
     executor: ExecutorFactory
     clock: Clock
+    engine: EngineFactory = LocalEngine
 
 
 @asynccontextmanager

@@ -473,3 +473,79 @@ def test_local_a_slow_command_keeps_the_connection_disconnect_drops_it(tmp_path:
         assert ex.connections_opened == 2
 
     with_server(tmp_path, body)
+
+
+# -- streaming: stdin from a source, output line by line, a session joined to local fds -------
+def test_local_feed_streams_stdin_in_chunks_with_flow_control(tmp_path: Path) -> None:
+    chunk = os.urandom(256 * 1024)
+    count = 24  # 6 MiB, far more than one SSH window
+
+    async def source() -> AsyncIterator[bytes]:
+        for _ in range(count):
+            yield chunk
+
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        result = await ex.feed(box.host(), ["sh", "-c", "wc -c; echo done >&2"], source())
+        assert (result.exit_status, result.stdout.strip(), result.stderr) == (
+            0,
+            str(len(chunk) * count),
+            "done\n",
+        )
+        failed = await ex.feed(box.host(), ["sh", "-c", "cat >/dev/null; exit 4"], source())
+        assert failed.exit_status == 4
+        assert ex.connections_opened == 1
+
+    with_server(tmp_path, body)
+
+
+def test_local_feed_of_a_failing_source_closes_the_session(tmp_path: Path) -> None:
+    async def source() -> AsyncIterator[bytes]:
+        yield b"part"
+        raise RuntimeError("docker save failed")
+
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        with pytest.raises(RuntimeError, match="docker save failed"):
+            await ex.feed(box.host(), ["cat"], source())
+        assert (await ex.run(box.host(), ["echo", "still"])).stdout == "still\n"
+
+    with_server(tmp_path, body)
+
+
+def test_local_follow_hands_over_each_line_of_both_streams(tmp_path: Path) -> None:
+    from minidock.ssh import OutputLine
+
+    seen: list[OutputLine] = []
+
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        script = "printf 'a\\nb\\n'; echo oops >&2; printf 'no newline'; exit 3"
+        status = await ex.follow(box.host(), ["sh", "-c", script], seen.append)
+        assert status == 3
+
+    with_server(tmp_path, body)
+    assert [line for line in seen if line.stream == "stdout"] == [
+        OutputLine("stdout", "a"),
+        OutputLine("stdout", "b"),
+        OutputLine("stdout", "no newline"),
+    ]
+    assert [line for line in seen if line.stream == "stderr"] == [OutputLine("stderr", "oops")]
+
+
+def test_local_attach_joins_the_session_to_local_descriptors(tmp_path: Path) -> None:
+    from minidock.ssh import Terminal
+
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    os.write(stdin_w, b"typed line\n")
+    os.close(stdin_w)
+
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        terminal = Terminal(stdin_r, out_w, err_w, interactive=True, tty=False)
+        script = "cat; echo warn >&2; exit 5"
+        assert await ex.attach(box.host(), ["sh", "-c", script], terminal) == 5
+
+    with_server(tmp_path, body)
+    for fd in (stdin_r, out_w, err_w):
+        os.close(fd)
+    assert os.read(out_r, 1000) == b"typed line\n"
+    assert os.read(err_r, 1000) == b"warn\n"

@@ -890,3 +890,83 @@ def test_watch_skips_a_pass_while_another_writer_holds_the_lock(fleet: Fleet) ->
         result = fleet.run("watch", "--interval", "1s")
     assert (result.exit_code, result.stdout, result.stderr) == (0, "stopped\n", "")
     assert [n.split(".")[0] for n in fleet.tasks()] == ["db"]
+
+
+# -- the operator's commands of issue 15: ps, logs, exec, scale, push --------------------------
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["scale", "web"], "scale: use SERVICE=N with N a number of replicas, e.g. web=3"),
+        (["scale", "web=many"], "scale: use SERVICE=N with N a number of replicas, e.g. web=3"),
+        (["scale", "wbe=2"], "unknown service 'wbe'; known services: web"),
+        (["logs", "web", "--since", "5"], "--since: invalid duration '5': "),
+        (["logs", "wbe"], "unknown service 'wbe'"),
+        (["exec", "-t", "web", "--", "sh"], "exec -t: stdin is not a terminal"),
+    ],
+)
+def test_operator_commands_refuse_bad_input(
+    state: Path, ssh_calls: list[str], args: list[str], error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(minidock.cli, "SSHExecutor", lambda: FakeDocker().executor())
+    db = (state / "state.db").read_bytes()
+    assert one_line_error(invoke(args[0], "--state", str(state), *args[1:])).startswith(error)
+    assert (state / "state.db").read_bytes() == db
+
+
+def test_ps_logs_exec_and_scale_end_to_end(fleet: Fleet) -> None:
+    assert fleet.run("apply", str(fleet.cluster), "--wait").exit_code == 0
+    listed = fleet.run("ps")
+    assert listed.exit_code == 0, listed.output
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["TASK", "HOST", "STATE", "HEALTH", "PORTS", "IMAGE"]
+    assert [row.split()[0].split(".")[0] for row in rows] == ["db", "web", "web"]
+    assert [row.split()[2] for row in rows] == ["running"] * 3
+    doc = json.loads(fleet.run("ps", "web", "--json").stdout)
+    assert sorted(t["slot"] for t in doc["tasks"]) == [1, 2]
+    assert all(t["ports"] == ["8080/tcp"] for t in doc["tasks"])
+    assert doc["unreachable"] == []
+
+    fleet.docker.logs = {"web": "GET / 200\ntoken s3cret-value\n"}
+    logs = fleet.run("logs", "web", "--slot", "1", "--tail", "5")
+    assert logs.exit_code == 0, logs.output
+    (task,) = {line.split(" | ")[0] for line in logs.stdout.splitlines()}
+    assert task.startswith("web.1.")
+    assert logs.stdout == f"{task} | GET / 200\n{task} | token ***\n"
+
+    # everything after -- is the command: options go before it
+    shown = invoke("exec", "--state", str(fleet.state), "web", "--", "env")
+    assert (shown.exit_code, shown.stdout) == (0, "TOKEN=***\n")
+    dashed = invoke("exec", "--state", str(fleet.state), "web", "--", "echo", "-n", "--x")
+    assert (dashed.exit_code, dashed.stdout) == (0, "-n --x\n")  # after --, the command's
+    failed = invoke("exec", "--state", str(fleet.state), "web.2", "--", "nope")
+    assert failed.exit_code == 126
+    assert "executable file not found" in failed.stderr
+
+    scaled = fleet.run("scale", "web=1", "--wait")
+    assert scaled.exit_code == 0, scaled.output
+    assert scaled.stdout.startswith("generation 2: e2e (2 services)\n")
+    assert "scaled web from 2 to 1\n" in scaled.stdout
+    assert [n.split(".")[0] for n in fleet.tasks()] == ["db", "web"]
+    assert " scale: scaled web from 2 to 1 as generation 2" in fleet.run("events").stdout
+
+
+def test_push_progress_bars_draw_on_a_terminal_and_stay_silent_elsewhere() -> None:
+    import io
+
+    from rich.console import Console
+
+    from minidock.cli import PushProgressBars
+    from minidock.usecases import PushProgress
+
+    screen = io.StringIO()
+    with PushProgressBars(Console(file=screen, force_terminal=True, width=100)) as bars:
+        bars.update(PushProgress("host1", "web:5", 1 << 20, 4 << 20))
+        bars.update(PushProgress("host1", "web:5", 4 << 20, 4 << 20))
+        assert bars.bars is not None
+        (task,) = bars.bars.tasks
+        assert (task.description, task.completed, task.total) == ("host1", 4 << 20, 4 << 20)
+    assert "host1" in screen.getvalue()
+    piped = io.StringIO()
+    with PushProgressBars(Console(file=piped, force_terminal=False)) as quiet:
+        quiet.update(PushProgress("host1", "web:5", 1, 2))
+    assert piped.getvalue() == ""

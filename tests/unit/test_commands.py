@@ -13,11 +13,20 @@ from hypothesis import strategies as st
 from minidock.commands import (
     ParseError,
     container_name,
+    created_argv,
     docker_duration,
     env_file_text,
+    exec_argv,
+    grace_seconds,
+    image_id_size_argv,
     image_present_argv,
     inspect_argv,
+    load_argv,
+    login_argv,
     logs_argv,
+    network_connect_argv,
+    network_create_argv,
+    network_owner_argv,
     parse_ids,
     parse_inspect,
     parse_time,
@@ -26,11 +35,13 @@ from minidock.commands import (
     redact,
     rm_argv,
     run_argv,
+    save_argv,
     secrets_of,
     start_argv,
     stop_argv,
+    task_logs_argv,
 )
-from minidock.model import Container, HealthCheck, PortMapping, Service
+from minidock.model import Container, HealthCheck, LogConfig, PortMapping, Service, Ulimit
 
 DATA = Path(__file__).parent.parent / "data" / "docker"
 
@@ -128,6 +139,122 @@ def test_run_argv_full() -> None:
         "httpd", "-f", "-p", "8080",
     ]  # fmt: skip
     assert env == "MODE=prod\nTOKEN=s3cr3t $(id) 'x'\n"
+
+
+def test_run_argv_with_the_cluster_network_and_every_run_option() -> None:
+    svc = Service(
+        name="api",
+        image="api:2",
+        command=("serve", "--port", "80"),
+        labels=(("app.team", "payments"), ("tier", "")),
+        user="1000:1000",
+        workdir="/srv/app",
+        entrypoint=("/bin/tini", "--"),
+        stop_signal="SIGQUIT",
+        stop_grace_period=30.0,
+        init=True,
+        read_only=True,
+        cap_add=("NET_ADMIN",),
+        cap_drop=("ALL",),
+        ulimits=(Ulimit("nofile", 1024, 2048), Ulimit("nproc", -1, -1)),
+        log=LogConfig("json-file", (("max-file", "3"), ("max-size", "10m"))),
+        extra_hosts=(("db.internal", "10.0.0.5"), ("gw", "host-gateway")),
+        dns=("10.0.0.2", "2001:db8::53"),
+    )
+    argv, _ = run_argv(svc, "prod", 1, "t1", "f00d", network="minidock-prod")
+    assert argv == [
+        "docker", "run", "-d", "--name", "api.1.t1",
+        "--label", "minidock.cluster=prod",
+        "--label", "minidock.service=api",
+        "--label", "minidock.slot=1",
+        "--label", "minidock.task=t1",
+        "--label", "minidock.spec=f00d",
+        "--network", "minidock-prod", "--network-alias", "api",
+        "--label", "app.team=payments",
+        "--label", "tier=",
+        "--user", "1000:1000",
+        "--workdir", "/srv/app",
+        "--entrypoint", "/bin/tini",
+        "--stop-signal", "SIGQUIT",
+        "--stop-timeout", "30",
+        "--init",
+        "--read-only",
+        "--cap-add", "NET_ADMIN",
+        "--cap-drop", "ALL",
+        "--ulimit", "nofile=1024:2048",
+        "--ulimit", "nproc=-1:-1",
+        "--log-driver", "json-file",
+        "--log-opt", "max-file=3",
+        "--log-opt", "max-size=10m",
+        "--add-host", "db.internal:10.0.0.5",
+        "--add-host", "gw:host-gateway",
+        "--dns", "10.0.0.2",
+        "--dns", "2001:db8::53",
+        "--restart", "no", "api:2",
+        "--", "serve", "--port", "80",
+    ]  # fmt: skip
+
+
+def test_an_empty_entrypoint_clears_the_images_and_a_one_word_one_adds_no_arguments() -> None:
+    cleared, _ = run_argv(Service(name="a", image="i", entrypoint=()), "c", 1, "t", "s")
+    assert cleared[-5:] == ["--entrypoint", "", "--restart", "no", "i"]
+    single = Service(name="a", image="i", entrypoint=("/run.sh",), command=("x",))
+    argv, _ = run_argv(single, "c", 1, "t", "s")
+    assert argv[-6:] == ["--entrypoint", "/run.sh", "--restart", "no", "i", "x"]
+
+
+def test_created_argv_is_the_same_task_not_started() -> None:
+    run, _ = run_argv(Service(name="a", image="i", env=(("K", "v"),)), "c", 1, "t", "s")
+    assert created_argv(run) == ["docker", "create", *run[3:]]
+    with pytest.raises(ValueError, match="not a run_argv"):
+        created_argv(["docker", "ps"])
+
+
+def test_network_argvs() -> None:
+    assert network_owner_argv("minidock-prod") == [
+        "docker", "network", "inspect", "--format",
+        '{{index .Labels "minidock.cluster"}}', "minidock-prod",
+    ]  # fmt: skip
+    assert network_create_argv("minidock-prod", "prod") == [
+        "docker", "network", "create", "--driver", "bridge",
+        "--label", "minidock.cluster=prod", "minidock-prod",
+    ]  # fmt: skip
+    assert network_connect_argv("backend", "web.1.t1", "web") == [
+        "docker", "network", "connect", "--alias", "web", "backend", "web.1.t1",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="invalid network"):
+        network_create_argv("--driver=host", "prod")
+
+
+def test_login_push_logs_exec_argvs() -> None:
+    assert login_argv("127.0.0.1:5099", "ci") == [
+        "docker", "login", "--username", "ci", "--password-stdin", "127.0.0.1:5099",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="invalid registry user"):
+        login_argv("reg", "-p")
+    assert image_id_size_argv("web:5") == [
+        "docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", "web:5",
+    ]  # fmt: skip
+    assert save_argv("web:5") == ["docker", "save", "web:5"]
+    assert load_argv() == ["docker", "load", "--quiet"]
+    assert task_logs_argv("a1") == ["docker", "logs", "a1"]
+    assert task_logs_argv("a1", tail=5, since=600.0, follow=True) == [
+        "docker", "logs", "--follow", "--tail", "5", "--since", "600s", "a1",
+    ]  # fmt: skip
+    assert exec_argv("a1", ["sh", "-c", "env"]) == ["docker", "exec", "a1", "sh", "-c", "env"]
+    assert exec_argv("a1", ["sh"], interactive=True, tty=True) == [
+        "docker", "exec", "-i", "-t", "a1", "sh",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="needs a command"):
+        exec_argv("a1", [])
+
+
+def test_grace_seconds_rounds_up_to_whole_seconds() -> None:
+    assert [grace_seconds(Service("a", "i", stop_grace_period=g)) for g in (10, 0, 1.2)] == [
+        10,
+        0,
+        2,
+    ]
 
 
 def test_health_cmd_is_quoted_for_the_container_shell() -> None:

@@ -38,9 +38,12 @@ from minidock.model import (
     Constraint,
     Container,
     HealthCheck,
+    LogConfig,
     PortMapping,
+    RegistryAuth,
     RestartPolicy,
     Service,
+    Ulimit,
     UpdatePolicy,
 )
 from minidock.runner import _Acts
@@ -88,6 +91,23 @@ def replacing(plan: Plan) -> list[int]:
         {"memory": 64 << 20},
         {"health": replace(HC, retries=5)},
         {"health": None},
+        # the docker run surface (issue 15)
+        {"labels": (("team", "payments"),)},
+        {"user": "1000:1000"},
+        {"workdir": "/srv"},
+        {"entrypoint": ("/bin/sh", "-c")},
+        {"entrypoint": ()},
+        {"stop_signal": "SIGQUIT"},
+        {"stop_grace_period": 30.0},
+        {"init": True},
+        {"read_only": True},
+        {"cap_add": ("NET_ADMIN",)},
+        {"cap_drop": ("ALL",)},
+        {"ulimits": (Ulimit("nofile", 1024, 2048),)},
+        {"log": LogConfig("json-file", (("max-size", "10m"),))},
+        {"extra_hosts": (("db.internal", "10.0.0.5"),)},
+        {"dns": ("10.0.0.2",)},
+        {"networks": ("backend",)},
     ],
 )
 def test_everything_a_task_runs_is_in_the_spec_hash(change: dict[str, object]) -> None:
@@ -104,6 +124,9 @@ def test_everything_a_task_runs_is_in_the_spec_hash(change: dict[str, object]) -
         {"constraints": (Constraint("zone", "==", "a"),)},
         {"spread": "zone"},
         {"depends_on": ("db",)},
+        # where the image comes from, and with which credentials: the same image runs
+        {"image_source": "controller"},
+        {"registry_auth": RegistryAuth("reg.example:5000", "ci", "pw")},
     ],
 )
 def test_settings_that_do_not_change_a_task_keep_it_current(change: dict[str, object]) -> None:

@@ -414,6 +414,166 @@ BAD = [
         'services.web.spread: expected a string, got integer 3 (write it in quotes: "3")',
         "spread-type",
     ),
+    # -- the docker run surface (issue 15)
+    c(
+        WEB + 'labels = { "minidock.spec" = "x" }\n',
+        "services.web.labels.\"minidock.spec\": the 'minidock.' label prefix is MiniDock's "
+        "own: use another prefix, e.g. 'app.'",
+        "label-minidock-prefix",
+    ),
+    c(
+        WEB + 'labels = { "-x" = "y" }\n',
+        "services.web.labels: invalid label key '-x': use letters, digits, '_', '.', '/' and "
+        "'-', starting with a letter or digit",
+        "container-label-key",
+    ),
+    c(
+        WEB + 'labels = { team = "a\\nb" }\n',
+        "services.web.labels.team: must not contain a newline, carriage return or NUL",
+        "container-label-value",
+    ),
+    c(
+        WEB + 'user = "root user"\n',
+        "services.web.user: invalid run user 'root user': use NAME, UID, NAME:GROUP or UID:GID",
+        "run-user",
+    ),
+    c(
+        WEB + 'workdir = "app"\n',
+        "services.web.workdir: must be an absolute path in the container, starting with '/', "
+        "got 'app'",
+        "workdir-relative",
+    ),
+    c(
+        WEB + 'entrypoint = "sh -c x"\n',
+        "services.web.entrypoint: expected an array, got string 'sh -c x'",
+        "entrypoint-string",
+    ),
+    c(
+        WEB + 'stop_signal = "TERM now"\n',
+        "services.web.stop_signal: invalid signal 'TERM now': use a signal name like "
+        "'SIGTERM', 'SIGQUIT' or 'SIGRTMIN+3', or a number",
+        "stop-signal",
+    ),
+    c(
+        WEB + 'stop_grace_period = "10"\n',
+        "services.web.stop_grace_period: invalid duration '10': missing unit (ms, s, m or h)",
+        "stop-grace-unit",
+    ),
+    c(WEB + 'init = "yes"\n', "services.web.init: expected a boolean, got string 'yes'", "init"),
+    c(
+        WEB + 'cap_add = ["net_admin"]\n',
+        "services.web.cap_add[0]: invalid capability 'net_admin': use a capability name in "
+        "capitals like 'NET_ADMIN', or 'ALL'",
+        "cap-add-case",
+    ),
+    c(
+        WEB + 'cap_drop = ["ALL", "ALL"]\n',
+        "services.web.cap_drop: 'ALL' is listed twice",
+        "cap-drop-twice",
+    ),
+    c(
+        WEB + "ulimits = { nofiles = 1024 }\n",
+        "services.web.ulimits: unknown ulimit 'nofiles' (did you mean 'nofile'?)",
+        "ulimit-name",
+    ),
+    c(
+        WEB + "ulimits = { nofile = { soft = 2048, hard = 1024 } }\n",
+        "services.web.ulimits.nofile: soft limit 2048 is above the hard limit 1024",
+        "ulimit-soft-above-hard",
+    ),
+    c(
+        WEB + "ulimits = { nofile = { soft = 1 } }\n",
+        "services.web.ulimits.nofile: missing required key 'hard'",
+        "ulimit-no-hard",
+    ),
+    c(
+        WEB + 'ulimits = { nproc = "1024" }\n',
+        "services.web.ulimits.nproc: expected an integer or a table, got string '1024'",
+        "ulimit-type",
+    ),
+    c(
+        WEB + 'log = { options = { max-size = "10m" } }\n',
+        "services.web.log: missing required key 'driver'",
+        "log-no-driver",
+    ),
+    c(
+        WEB + 'log = { driver = "json-file", options = { max-file = 3 } }\n',
+        "services.web.log.options.max-file: expected a string, got integer 3 (write it in "
+        'quotes: "3")',
+        "log-option-type",
+    ),
+    c(
+        WEB + 'extra_hosts = { "db.internal" = "10.0.0.300" }\n',
+        "services.web.extra_hosts.\"db.internal\": invalid IP address '10.0.0.300': use an "
+        "IPv4 or IPv6 address, or 'host-gateway'",
+        "extra-host-address",
+    ),
+    c(
+        WEB + 'extra_hosts = { "bad_name" = "10.0.0.1" }\n',
+        "services.web.extra_hosts: invalid hostname 'bad_name': use letters, digits and '-', "
+        "in parts separated by '.'",
+        "extra-host-name",
+    ),
+    c(
+        WEB + 'dns = ["8.8.8"]\n',
+        "services.web.dns[0]: invalid IP address '8.8.8': use an IPv4 or IPv6 address",
+        "dns-address",
+    ),
+    c(
+        WEB + 'networks = ["host"]\n',
+        "services.web.networks[0]: network 'host' cannot be joined beside the cluster's "
+        "network minidock-prod: list user-defined or bridge networks",
+        "network-host",
+    ),
+    c(
+        WEB + 'networks = ["minidock-prod"]\n',
+        "services.web.networks[0]: every task is on its cluster's network minidock-prod "
+        "already: remove it",
+        "network-own",
+    ),
+    c(
+        WEB + 'networks = ["back end"]\n',
+        "services.web.networks[0]: invalid network name 'back end': use letters, digits, '_', "
+        "'.' and '-', starting with a letter or digit",
+        "network-name",
+    ),
+    c(
+        WEB + 'image_source = "local"\n',
+        "services.web.image_source: expected one of 'registry', 'controller', got 'local'",
+        "image-source",
+    ),
+    # -- registry credentials (issue 15): a password is never written in the spec or shown
+    c(
+        WEB + '[registries."reg.example:5000"]\n' + 'username = "ci"\npassword = "hunter2"\n',
+        'registries."reg.example:5000".password: expected a table with one of file = "path" '
+        'or env = "NAME"',
+        "registry-password-inline",
+    ),
+    c(
+        WEB
+        + '[registries."reg.example:5000"]\n'
+        + 'username = "ci"\npassword = { env = "MINIDOCK_TEST_UNSET_PW" }\n',
+        'registries."reg.example:5000".password.env: MINIDOCK_TEST_UNSET_PW is not set in the '
+        "controller's environment",
+        "registry-password-env-unset",
+    ),
+    c(
+        WEB + '[registries."reg.example:5000"]\n' + 'password = { env = "PW" }\n',
+        "registries.\"reg.example:5000\": missing required key 'username'",
+        "registry-no-username",
+    ),
+    c(
+        WEB + '[registries."http://reg"]\nusername = "ci"\npassword = { env = "PW" }\n',
+        "registries: invalid registry 'http://reg': use HOST or HOST:PORT, e.g. "
+        "'registry.example:5000', or 'docker.io'",
+        "registry-name",
+    ),
+    c(
+        WEB + '[registries."reg.example:5000"]\n' + 'username = "c i"\npassword = { env = "PW" }\n',
+        "registries.\"reg.example:5000\".username: invalid registry user 'c i': must be "
+        "non-empty, without whitespace or ':', not starting with '-'",
+        "registry-user",
+    ),
     # -- the inventory the cluster names
     c(
         'cluster = "prod"\ninventory = "missing.toml"\n',

@@ -1,185 +1,379 @@
-"""Real workloads (issue 15), pure: a named volume pins a slot to the host that holds its
-data; global services run one task on every eligible host."""
+"""Real workloads (issue 15), below the command line: the spec keys of the docker run
+surface, networks, registry credentials and controller-pushed images, read into the model;
+and what the runner's acts do with them over FakeDocker (the cluster network ensured once
+per host, extra networks joined before the start, a login before a pull, a push instead of
+a pull, each task stopped with its own grace period)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import asyncio
+import os
+from pathlib import Path
 
-from minidock.commands import run_argv, volume_name
-from minidock.core import set_drained
-from minidock.model import Constraint, HealthCheck, PortMapping, UpdatePolicy, Volume
-from tests.sim import World, assert_results, host, hosts, svc
+import pytest
 
-PGDATA = (Volume("pgdata", "/var/lib/postgresql/data"),)
-HC = HealthCheck(("true",))
+from minidock.commands import secrets_of
+from minidock.core import Run, Stop
+from minidock.model import (
+    Container,
+    Inventory,
+    LogConfig,
+    RegistryAuth,
+    Service,
+    Ulimit,
+    cluster_network,
+    image_registry,
+)
+from minidock.runner import STOP_TIMEOUT, _Acts, all_secrets, stop_graces
+from minidock.spec import SpecError, load
+from tests.fakes import Call, FakeDocker, FakeEngine, FakeExecutor
+from tests.sim import World, host
 
-
-def db(image: str = "pg:16", **kw: object):  # type: ignore[no-untyped-def]
-    return svc("db", image=image, volumes=PGDATA, **kw)
-
-
-def where(w: World, service: str = "db") -> dict[int, str]:
-    return {c.slot: c.host for c in w.live(service)}
-
-
-# -- volumes ----------------------------------------------------------------------------------
-def test_a_named_volume_is_the_slots_own_and_a_bind_mount_goes_as_is() -> None:
-    s = svc("db", volumes=(*PGDATA, Volume("/srv/conf", "/etc/app", read_only=True)))
-    argv, _ = run_argv(s, "prod", 2, "t1", s.spec_hash())
-    mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
-    assert mounts == ["prod_db.2_pgdata:/var/lib/postgresql/data", "/srv/conf:/etc/app:ro"]
-    assert volume_name("prod", "db", 2, "pgdata") == "prod_db.2_pgdata"
-    assert s.pinned
-    assert not svc("web", volumes=(Volume("/srv/conf", "/etc/app"),)).pinned
-    assert replace(s, volumes=PGDATA).spec_hash() != s.spec_hash()  # a change rolls out
+HOST = '[[hosts]]\nname = "host1"\naddress = "10.0.0.11"\n'
 
 
-def test_a_pinned_slot_is_never_replaced_elsewhere_while_its_host_is_lost() -> None:
-    w = World(hosts(3))
-    w.apply(db(replicas=2))
-    w.converge()
-    lost = where(w)[1]
-    w.kill_host(lost)
-    for _ in range(5):
-        plan = w.step()
-        assert [r for r in plan.run if r.slot == 1] == []
-    assert plan.degraded()  # exit 4: it waits for its host, and says so
-    w.revive_host(lost)
-    w.converge()
-    assert where(w)[1] == lost
+def spec(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "inventory.toml").write_text(HOST)
+    path = tmp_path / "cluster.toml"
+    path.write_text('cluster = "prod"\ninventory = "inventory.toml"\n' + body)
+    return path
 
 
-def test_a_pinned_slot_restarts_on_its_own_host_and_updates_there_stop_first() -> None:
-    w = World(hosts(3))
-    w.apply(db(replicas=1, health=HC, update=UpdatePolicy(order="start-first", monitor=0)))
-    w.converge()
-    home = where(w)[1]
-    (c,) = w.live("db")
-    w.containers[home] = [replace(c, state="exited", exit_code=1, finished_at=w.now)]
-    w.step()  # the exit is seen: its backoff starts
-    w.now += 10
-    restart = w.step()
-    assert [r.host for r in restart.run] == [home]
-    w.converge()
-    w.apply(db(replicas=1, image="pg:17", health=HC, update=UpdatePolicy(order="start-first")))
-    plan = w.step()
-    (run,) = plan.run
-    assert (run.host, run.replaces is not None) == (home, True)  # never two on one volume
-    w.converge()
-    assert where(w) == {1: home}
+def secret_file(path: Path, text: str, mode: int = 0o600) -> None:
+    path.write_text(text)
+    os.chmod(path, mode)
 
 
-def test_draining_a_pinned_host_keeps_the_task_unless_told_to_move_it() -> None:
-    w = World(hosts(2))
-    w.apply(db(replicas=1), svc("web", replicas=1))
-    w.converge()
-    home = where(w)[1]
-    w.state = set_drained(w.state, home, True)
-    plan = w.step()
-    (pending,) = [p for p in plan.pending if p.service == "db"]
-    assert "--move-volumes-unsafe" in pending.reason
-    assert where(w) == {1: home}
-    w.state = set_drained(w.state, home, True, move_volumes=True)
-    w.converge()
-    assert where(w)[1] != home
+# -- the spec ------------------------------------------------------------------------------
+EVERY_OPTION = """
+[services.api]
+image = "api:2"
+labels = { "app.team" = "payments", tier = "web" }
+user = "1000:1000"
+workdir = "/srv"
+entrypoint = ["/bin/tini", "--"]
+stop_signal = "SIGQUIT"
+stop_grace_period = "1m30s"
+init = true
+read_only = true
+cap_add = ["NET_ADMIN"]
+cap_drop = ["ALL"]
+ulimits = { nproc = 512, nofile = { soft = 1024, hard = 2048 } }
+log = { driver = "json-file", options = { max-size = "10m", max-file = "3" } }
+extra_hosts = { "db.internal" = "10.0.0.5", gw = "host-gateway" }
+dns = ["10.0.0.2", "2001:db8::53"]
+networks = ["backend", "bridge"]
+"""
 
 
-def test_a_shrunk_host_does_not_evict_a_pinned_task() -> None:
-    w = World([host("h1", cpus=2), host("h2", cpus=4)])
-    w.apply(db(replicas=1, cpus=2.0), svc("web", replicas=1, cpus=1.0, constraints=()))
-    w.converge()
-    home = where(w)[1]
-    w.hosts = [host(h.name, cpus=1 if h.name == home else 4) for h in w.hosts]
-    plan = w.step()
-    assert [r.service.name for r in plan.run] in ([], ["web"])
-    assert where(w)[1] == home
+def test_every_run_option_reads_into_the_model(tmp_path: Path) -> None:
+    cluster, _ = load(spec(tmp_path, EVERY_OPTION))
+    (api,) = cluster.services
+    assert api == Service(
+        name="api",
+        image="api:2",
+        labels=(("app.team", "payments"), ("tier", "web")),
+        user="1000:1000",
+        workdir="/srv",
+        entrypoint=("/bin/tini", "--"),
+        stop_signal="SIGQUIT",
+        stop_grace_period=90.0,
+        init=True,
+        read_only=True,
+        cap_add=("NET_ADMIN",),
+        cap_drop=("ALL",),
+        ulimits=(Ulimit("nofile", 1024, 2048), Ulimit("nproc", 512, 512)),
+        log=LogConfig("json-file", (("max-file", "3"), ("max-size", "10m"))),
+        extra_hosts=(("db.internal", "10.0.0.5"), ("gw", "host-gateway")),
+        dns=("10.0.0.2", "2001:db8::53"),
+        networks=("backend", "bridge"),
+    )
 
 
-def test_ports_and_volumes_do_not_block_each_other() -> None:
-    w = World(hosts(2))
-    w.apply(db(replicas=2, ports=(PortMapping(5432, 5432),)))
-    plan = w.step()
-    assert_results(plan, run=2)
-    assert {r.host for r in plan.run} == {"host1", "host2"}
+def test_a_fractional_grace_period_rounds_up_and_entrypoint_may_clear(tmp_path: Path) -> None:
+    body = '[services.a]\nimage = "a"\nstop_grace_period = "1500ms"\nentrypoint = []\n'
+    (a,) = load(spec(tmp_path, body))[0].services
+    assert (a.stop_grace_period, a.entrypoint) == (2.0, ())
 
 
-# -- global services --------------------------------------------------------------------------
-def exporter(image: str = "node-exporter:1", **kw: object):  # type: ignore[no-untyped-def]
-    return svc("exporter", image=image, mode="global", replicas=0, **kw)
+def test_options_left_unset_keep_the_hash_a_task_had_before_they_existed() -> None:
+    # the spec hash of a plain service, as every MiniDock before issue 15 computed it:
+    # an upgrade must not roll out every running task
+    assert Service(name="web", image="web:5").spec_hash() == "8a5a384bfa94"
+    assert Service(name="web", image="web:5", stop_grace_period=10.0).spec_hash() == "8a5a384bfa94"
 
 
-def per_host(w: World) -> dict[str, int]:
-    return {c.host: c.slot for c in w.live("exporter")}
+@pytest.mark.parametrize(
+    ("image", "registry"),
+    [
+        ("web:5", "docker.io"),
+        ("library/web", "docker.io"),
+        ("team/web:1", "docker.io"),
+        ("localhost/web", "localhost"),
+        ("127.0.0.1:5099/web:5", "127.0.0.1:5099"),
+        ("registry.example/team/web@sha256:" + "a" * 64, "registry.example"),
+    ],
+)
+def test_the_registry_of_an_image_by_dockers_rule(image: str, registry: str) -> None:
+    assert image_registry(image) == registry
 
 
-def test_a_global_service_runs_one_task_on_every_eligible_host() -> None:
-    w = World([host("h1", zone="a"), host("h2", zone="a"), host("h3", zone="b")])
-    w.apply(exporter(ports=(PortMapping(9100, 9100),)))
-    w.converge()
-    assert per_host(w) == {"h1": 1, "h2": 2, "h3": 3}
-    assert w.state.services["exporter"].wanted() == 3
+REGISTRIES = """
+[services.app]
+image = "reg.example:5000/app:1"
+
+[services.hub]
+image = "web:5"
+
+[services.pushed]
+image = "reg.example:5000/tool:1"
+image_source = "controller"
+
+[registries."reg.example:5000"]
+username = "ci"
+password = { file = "secrets/reg" }
+
+[registries."docker.io"]
+username = "me"
+password = { env = "MINIDOCK_TEST_HUB_TOKEN" }
+"""
 
 
-def test_a_global_service_follows_hosts_in_and_out() -> None:
-    w = World([host("h1"), host("h2")])
-    w.apply(exporter())
-    w.converge()
-    w.hosts = [host("h1"), host("h2"), host("h3")]  # a host joins
-    w.containers["h3"] = []
-    w.converge()
-    assert per_host(w) == {"h1": 1, "h2": 2, "h3": 3}
-    w.state = set_drained(w.state, "h2", True)  # drained: its task is removed, not moved
-    plan = w.step()
-    assert [s.container.host for s in plan.stop] == ["h2"]
-    assert plan.run == ()
-    w.converge()
-    assert per_host(w) == {"h1": 1, "h3": 3}
-    w.state = set_drained(w.state, "h3", True)  # to leave the inventory, a host is drained
-    w.state = set_drained(w.state, "h2", False)
-    w.converge()
-    assert per_host(w) == {"h1": 1, "h2": 2}
-    w.hosts = [host("h1"), host("h2")]
-    assert w.converge().state.services["exporter"].global_slots == {"h1": 1, "h2": 2}
+def test_registry_credentials_go_to_the_services_pulling_from_that_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "secrets").mkdir()
+    secret_file(tmp_path / "secrets" / "reg", "s3cr3t-pw\n")
+    monkeypatch.setenv("MINIDOCK_TEST_HUB_TOKEN", "hub-tok")
+    cluster, _ = load(spec(tmp_path, REGISTRIES))
+    app, hub, pushed = cluster.services
+    assert app.registry_auth == RegistryAuth("reg.example:5000", "ci", "s3cr3t-pw")
+    assert hub.registry_auth == RegistryAuth("docker.io", "me", "hub-tok")
+    assert pushed.registry_auth is None  # the controller pushes it: no pull, no login
+    assert "s3cr3t-pw" not in repr(app)
+    assert "s3cr3t-pw" in secrets_of(app)
+    assert app.spec_hash() == Service(name="app", image=app.image).spec_hash()
 
 
-def test_a_global_service_honours_constraints_and_a_lost_host_is_not_refilled_elsewhere() -> None:
-    w = World([host("h1", zone="a"), host("h2", zone="a"), host("h3", zone="b")])
-    w.apply(exporter(constraints=(Constraint("zone", "==", "a"),)))
-    w.converge()
-    assert per_host(w) == {"h1": 1, "h2": 2}
-    w.kill_host("h1")
-    for _ in range(4):
-        plan = w.step()
-        assert all(r.host != "h3" for r in plan.run)
-    assert "h1 down" in plan.degraded()
-    assert [p.slot for p in plan.pending] == [1]  # its host is down: pending there, exit 4
+def test_a_registry_password_file_others_may_read_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "secrets").mkdir()
+    secret_file(tmp_path / "secrets" / "reg", "pw", mode=0o644)
+    path = spec(tmp_path, REGISTRIES.split('[registries."docker.io"]')[0])
+    with pytest.raises(SpecError) as err:
+        load(path)
+    where = tmp_path / "secrets" / "reg"
+    assert str(err.value) == (
+        f'{path}: registries."reg.example:5000".password.file: {where} is readable or '
+        f"writable by others: chmod 600 {where}"
+    )
 
 
-def test_a_global_service_updates_in_place_per_host() -> None:
-    w = World(hosts(3))
-    w.apply(exporter(health=HC, update=UpdatePolicy(parallelism=1, monitor=0)))
-    w.converge()
-    before = per_host(w)
-    w.apply(exporter(image="node-exporter:2", health=HC, update=UpdatePolicy(monitor=0)))
-    plan = w.step()
-    (run,) = plan.run
-    assert run.replaces is not None
-    assert run.host == run.replaces.host
-    w.converge()
-    assert per_host(w) == before
-    assert {c.image for c in w.live("exporter")} == {"node-exporter:2"}
+def test_registry_passwords_are_masked_with_every_kept_spec(tmp_path: Path) -> None:
+    auth = RegistryAuth("reg.example:5000", "ci", "pw")  # short: masked all the same
+    w = World([host("h1")])
+    w.apply(Service(name="app", image="reg.example:5000/app:1", registry_auth=auth))
+    assert "pw" in all_secrets(w.state)
 
 
-# -- several clusters on one fleet -------------------------------------------------------------
-def test_other_clusters_tasks_hold_capacity_and_ports_but_are_never_touched() -> None:
-    w = World([host("h1", cpus=2), host("h2", cpus=2)])
-    w.apply(svc("web", replicas=1, cpus=2.0, ports=(PortMapping(80, 80),)))
-    w.converge()
-    (ours,) = w.live()
-    theirs = replace(ours, id="x1", cluster="other", host="h2", task="o1")
-    w.containers["h2"].append(theirs)
-    w.apply(svc("web", replicas=2, cpus=2.0, ports=(PortMapping(80, 80),)))
-    plan = w.step()
-    (pending,) = plan.pending
-    assert "h2: needs 2 cpus, 0 free" in pending.reason
-    assert theirs not in [s.container for s in plan.stop]
+# -- the runner's acts -----------------------------------------------------------------------
+def acts(
+    docker: FakeDocker,
+    inventory: Inventory,
+    *,
+    engine: FakeEngine | None = None,
+    graces: dict[tuple[str, str], int] | None = None,
+) -> _Acts:
+    executor = docker.executor()
+    return _Acts(executor, inventory, "prod", 1000.0, ("pw",), graces=graces, engine=engine)
+
+
+def inventory(*names: str) -> Inventory:
+    return Inventory("inventory.toml", tuple(host(n) for n in names))
+
+
+def run_of(service: Service, slot: int = 1, on: str = "h1") -> Run:
+    return Run(service, slot, on, f"t{slot}", "new task")
+
+
+def go(a: _Acts, *runs: Run) -> None:
+    async def main() -> None:
+        for r in runs:
+            await a.run(r)
+
+    asyncio.run(main())
+
+
+def calls(a: _Acts) -> list[Call]:
+    assert isinstance(a.executor, FakeExecutor)
+    return a.executor.calls
+
+
+def argvs(docker: FakeDocker, a: _Acts, verb: str) -> list[list[str]]:
+    return [c.argv for c in calls(a) if c.argv[1] == verb]
+
+
+def test_the_cluster_network_is_created_once_per_host_labelled_and_joined() -> None:
+    docker = FakeDocker()
+    a = acts(docker, inventory("h1", "h2"))
+    web = Service(name="web", image="web:5", replicas=2)
+    go(a, run_of(web, 1, "h1"), run_of(web, 2, "h1"), run_of(web, 3, "h2"))
+    assert docker.nets["h1"] == {"minidock-prod": {"minidock.cluster": "prod"}}
+    assert docker.nets["h2"] == {"minidock-prod": {"minidock.cluster": "prod"}}
+    creates = [argv for argv in argvs(docker, a, "network") if argv[2] == "create"]
+    assert len(creates) == 2  # one per host, not one per task
+    runs = argvs(docker, a, "run")
+    assert all(r[r.index("--network") + 1] == cluster_network("prod") for r in runs)
+    assert all(r[r.index("--network-alias") + 1] == "web" for r in runs)
+    assert sorted(docker.names(status="running")) == ["web.1.t1", "web.2.t2", "web.3.t3"]
+
+
+def test_a_network_of_that_name_that_is_not_ours_is_never_touched() -> None:
+    docker = FakeDocker()
+    docker.nets["h1"] = {"minidock-prod": {"owner": "someone-else"}}
+    a = acts(docker, inventory("h1"))
+    go(a, run_of(Service(name="web", image="web:5")))
+    assert docker.nets["h1"] == {"minidock-prod": {"owner": "someone-else"}}
+    assert not argvs(docker, a, "run")
+    (line,) = a.failures
+    assert line == (
+        "run web.1.t1 on h1: network minidock-prod on h1 is not this cluster's (no label "
+        "minidock.cluster=prod): rename or remove it; MiniDock leaves it alone"
+    )
+    assert a.notes  # a failed start: backoff and crash-loop counting as for any other
+
+
+def test_extra_networks_are_joined_before_the_task_starts() -> None:
+    docker = FakeDocker()
+    docker.nets["h1"] = {"backend": {}}
+    a = acts(docker, inventory("h1"))
+    go(a, run_of(Service(name="web", image="web:5", networks=("backend",))))
+    verbs = [c.argv[1:3] for c in calls(a)][-3:]
+    assert verbs == [["create", "--name"], ["network", "connect"], ["start", "web.1.t1"]]
+    (doc,) = docker.containers("h1")
+    assert docker.networks[doc["Id"]] == ["minidock-prod", "backend"]
+    assert doc["State"]["Status"] == "running"
+
+
+def test_a_network_that_cannot_be_joined_removes_the_created_task() -> None:
+    docker = FakeDocker()
+    a = acts(docker, inventory("h1"))
+    go(a, run_of(Service(name="web", image="web:5", networks=("missing",))))
+    assert docker.containers("h1") == []
+    (line,) = a.failures
+    assert line.startswith("run web.1.t1 on h1: joining missing failed: ")
+
+
+def test_a_host_logs_in_before_a_pull_from_a_registry_with_credentials() -> None:
+    docker = FakeDocker(images={"web:5"})
+    docker.registry = {"reg.example:5000/app:1"}
+    docker.passwords = {("reg.example:5000", "ci"): "pw"}
+    auth = RegistryAuth("reg.example:5000", "ci", "pw")
+    a = acts(docker, inventory("h1"))
+    go(a, run_of(Service(name="app", image="reg.example:5000/app:1", registry_auth=auth)))
+    assert a.failures == []
+    login = next(c for c in calls(a) if c.argv[1] == "login")
+    assert login.argv == [
+        "docker", "login", "--username", "ci", "--password-stdin", "reg.example:5000",
+    ]  # fmt: skip
+    assert login.input == "pw"  # on stdin only
+    assert docker.names("h1", "running") == ["app.1.t1"]
+
+
+def test_without_credentials_the_pull_fails_with_the_registrys_word() -> None:
+    docker = FakeDocker(images={"web:5"})
+    docker.registry = {"reg.example:5000/app:1"}
+    docker.passwords = {("reg.example:5000", "ci"): "pw"}
+    a = acts(docker, inventory("h1"))
+    go(a, run_of(Service(name="app", image="reg.example:5000/app:1")))
+    (line,) = a.failures
+    assert "cannot be pulled: Error response from daemon: Head https://reg.example" in line
+
+
+def test_a_wrong_password_is_one_line_naming_the_registry_and_a_failed_start() -> None:
+    docker = FakeDocker(images={"web:5"})
+    docker.registry = {"reg.example:5000/app:1"}
+    docker.passwords = {("reg.example:5000", "ci"): "right"}
+    auth = RegistryAuth("reg.example:5000", "ci", "pw")
+    a = acts(docker, inventory("h1"))
+    svc = Service(name="app", image="reg.example:5000/app:1", registry_auth=auth)
+    w = World([host("h1")])
+    w.apply(svc)
+    go(a, run_of(svc))
+    (line,) = a.failures
+    assert line == (
+        "run app.1.t1 on h1: docker login to registry reg.example:5000 as ci failed: "
+        "Error response from daemon: login attempt to http://reg.example:5000/v2/ failed"
+    )
+    assert not any("pull" in argv for argv in [c.argv for c in calls(a)])
+    state = w.state
+    for note in a.notes:
+        state = note(state)
+    slot = state.services["app"].slot(1)
+    assert slot.attempts == (1000.0,)  # one failure, at the pass's time
+    assert "docker login to registry reg.example:5000" in slot.last_exit
+
+
+def test_image_source_controller_pushes_instead_of_pulling() -> None:
+    docker = FakeDocker(images={"web:5"})
+    engine = FakeEngine("tool:7", size=10 << 10)
+    a = acts(docker, inventory("h1", "h2"), engine=engine)
+    tool = Service(name="tool", image="tool:7", replicas=2, image_source="controller")
+    go(a, run_of(tool, 1, "h1"), run_of(tool, 2, "h1"), run_of(tool, 3, "h2"))
+    assert a.failures == []
+    assert engine.saves == ["tool:7", "tool:7"]  # once per host that lacked it
+    assert not any(argv[1] == "pull" for argv in [c.argv for c in calls(a)])
+    pushes = [line for line in a.done if line.startswith("pushed")]
+    assert [p.split(" (")[0] for p in pushes] == ["pushed tool:7 to h1", "pushed tool:7 to h2"]
+    assert "(10.0KiB in " in pushes[0]
+    assert sorted(docker.names(status="running")) == ["tool.1.t1", "tool.2.t2", "tool.3.t3"]
+
+
+def test_a_controller_image_the_controller_lacks_is_a_failed_start() -> None:
+    docker = FakeDocker()
+    a = acts(docker, inventory("h1"), engine=FakeEngine())
+    go(a, run_of(Service(name="tool", image="tool:7", image_source="controller")))
+    (line,) = a.failures
+    assert line == (
+        "run tool.1.t1 on h1: image tool:7 is not in the controller's Docker engine "
+        "(image_source = controller): build or pull it there first"
+    )
+
+
+def container(service: str, spec: str, host_name: str = "h1") -> Container:
+    return Container(
+        id="c" * 64, name=f"{service}.1.t0", host=host_name, cluster="prod", service=service,
+        slot=1, task="t0", spec=spec, image="web:5", state="running",
+    )  # fmt: skip
+
+
+def test_every_stop_uses_the_grace_period_of_the_spec_the_task_runs() -> None:
+    old = Service(name="db", image="db:1", stop_grace_period=60.0)
+    new = Service(name="db", image="db:2", stop_grace_period=5.0)
+    w = World([host("h1")])
+    w.apply(old)
+    w.apply(new)
+    graces = stop_graces(w.state)
+    assert graces[("db", old.spec_hash())] == 60
+    assert graces[("db", new.spec_hash())] == 5
+    assert graces[("db", "")] == 5
+    docker = FakeDocker()
+    a = acts(docker, inventory("h1"), graces=graces)
+    stops = [
+        Stop(container("db", old.spec_hash()), "outdated"),
+        Stop(container("db", "unknown"), "superseded"),
+        Stop(container("cache", "x"), "removed service"),
+    ]
+
+    async def main() -> None:
+        for s in stops:
+            await a.stop(s)
+
+    asyncio.run(main())
+    stopped = [c for c in calls(a) if c.argv[1] == "stop"]
+    assert [c.argv[2:4] for c in stopped] == [["-t", "60"], ["-t", "5"], ["-t", str(STOP_TIMEOUT)]]
+    command_timeout = host("h1").command_timeout
+    assert [c.timeout for c in stopped] == [
+        60 + command_timeout,
+        5 + command_timeout,
+        10 + command_timeout,
+    ]

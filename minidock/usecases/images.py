@@ -1,0 +1,90 @@
+"""`minidock push IMAGE`: put an image from the controller's engine on hosts over SSH, with
+no registry (docker save | docker load, `minidock.push`). It changes no state and takes no
+lock; the hosts are the stored desired state's inventory, or an inventory file given."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from minidock.model import Host, Inventory
+from minidock.push import Pushed, PushError, push_image
+from minidock.spec import SpecError, load_inventory
+from minidock.ssh import CommandTimeout, Unreachable
+from minidock.usecases.access import read_desired, reading, require_applied
+from minidock.usecases.outcomes import (
+    BadInput,
+    HostProblem,
+    OnPushProgress,
+    PushOutcome,
+    PushProgress,
+)
+from minidock.usecases.runtime import Runtime, connected
+
+PUSHES_AT_ONCE = 4  # hosts streamed to at the same time (each reads its own docker save)
+
+
+def _inventory(directory: Path, inventory: Path | None) -> Inventory:
+    if inventory is not None:
+        try:
+            return load_inventory(inventory)
+        except SpecError as exc:
+            raise BadInput(str(exc)) from None
+    require_applied(directory)
+    with reading(directory) as store:
+        return read_desired(store, directory).inventory
+
+
+def _hosts(inventory: Inventory, names: Sequence[str] | None) -> list[Host]:
+    if not names:
+        return list(inventory.hosts)
+    chosen: list[Host] = []
+    for name in names:
+        host = inventory.host(name)
+        if host is None:
+            known = ", ".join(h.name for h in inventory.hosts)
+            raise BadInput(f"{inventory.path}: unknown host {name!r}; known hosts: {known}")
+        chosen.append(host)
+    return chosen
+
+
+async def push(
+    image: str,
+    directory: Path,
+    runtime: Runtime,
+    on_progress: OnPushProgress,
+    *,
+    hosts: Sequence[str] | None = None,
+    inventory: Path | None = None,
+) -> PushOutcome:
+    """Stream IMAGE to every host (or those named) that does not hold it yet; hosts that
+    have the same image id are left alone. A host that fails does not stop the others."""
+    targets = _hosts(_inventory(directory, inventory), hosts)
+    engine = runtime.engine()
+    local = await engine.inspect(image)
+    if local is None:
+        raise BadInput(
+            f"image {image!r} is not in the controller's Docker engine: build, pull or tag it "
+            "there first (docker image ls)"
+        )
+    bound = asyncio.Semaphore(PUSHES_AT_ONCE)
+    async with connected(runtime) as executor:
+
+        async def one(host: Host) -> Pushed | HostProblem:
+            def sent(n: int) -> None:
+                on_progress(PushProgress(host.name, image, n, local.size))
+
+            async with bound:
+                try:
+                    return await push_image(executor, engine, host, local, on_sent=sent)
+                except (PushError, Unreachable, CommandTimeout) as exc:
+                    return HostProblem(host.name, str(exc))
+
+        results = await asyncio.gather(*(one(h) for h in targets))
+    return PushOutcome(
+        image,
+        local.size,
+        tuple(r for r in results if isinstance(r, Pushed)),
+        tuple(r for r in results if isinstance(r, HostProblem)),
+    )

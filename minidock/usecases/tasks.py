@@ -1,0 +1,203 @@
+"""Operator commands on running tasks: `ps` (where each task runs), `logs` (their output,
+over SSH) and `exec` (a command in one task). They observe the hosts afresh, read the
+state without the lock (so they answer while `watch` works) and change nothing. Every line
+of a task's output is masked with the secrets of the specs the controller keeps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from minidock.commands import exec_argv, redact, task_logs_argv
+from minidock.model import Container, Host, Inventory, Observed
+from minidock.observe import observe
+from minidock.runner import all_secrets
+from minidock.ssh import CommandTimeout, Executor, OutputLine, Terminal, Unreachable
+from minidock.usecases.access import read_desired, reading, require_applied
+from minidock.usecases.outcomes import (
+    BadInput,
+    ExecOutcome,
+    HostProblem,
+    LogLine,
+    LogsOutcome,
+    OnLogLine,
+    PsOutcome,
+    TaskRow,
+    UseCaseError,
+)
+from minidock.usecases.runtime import Runtime, connected
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What a read-only command starts from: the fleet observed now, and the masks."""
+
+    inventory: Inventory
+    services: tuple[str, ...]
+    observed: Observed
+    secrets: tuple[str, ...]
+
+    def tasks(self, service: str | None = None, slot: int | None = None) -> list[Container]:
+        """This cluster's tasks (any state), by service, slot and creation."""
+        found = [
+            c
+            for c in self.observed.containers()
+            if (service is None or c.service == service) and (slot is None or c.slot == slot)
+        ]
+        return sorted(found, key=lambda c: (c.service, c.slot, c.created_at, c.host))
+
+    def host(self, name: str) -> Host:
+        found = self.inventory.host(name)
+        assert found is not None  # observed hosts are the inventory's
+        return found
+
+
+async def _observe(directory: Path, runtime: Runtime, executor: Executor) -> _Seen:
+    require_applied(directory)
+    with reading(directory) as store:
+        state = store.load()
+        desired = read_desired(store, directory)
+    observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
+    names = tuple(s.name for s in desired.cluster.services)
+    return _Seen(desired.inventory, names, observed, all_secrets(state))
+
+
+def _known(seen: _Seen, service: str) -> None:
+    if service not in seen.services:
+        raise _unknown(seen, service)
+
+
+def _unknown(seen: _Seen, service: str) -> BadInput:
+    known = ", ".join(seen.services) or "none"
+    return BadInput(f"unknown service {service!r}; known services: {known}")
+
+
+def _unreachable(seen: _Seen) -> tuple[HostProblem, ...]:
+    return tuple(
+        HostProblem(name, redact(o.error or "unreachable", seen.secrets))
+        for name, o in sorted(seen.observed.hosts.items())
+        if not o.ok
+    )
+
+
+def _missed(seen: _Seen) -> str:
+    """ " (not observed: host3, host4)" when some hosts could not be seen, else ""."""
+    names = [p.host for p in _unreachable(seen)]
+    return f" (not observed: {', '.join(names)})" if names else ""
+
+
+async def ps(directory: Path, runtime: Runtime, service: str | None = None) -> PsOutcome:
+    """Every task of the cluster (or of one service) on the hosts, observed now."""
+    async with connected(runtime) as executor:
+        seen = await _observe(directory, runtime, executor)
+    if service is not None:
+        _known(seen, service)
+    rows = tuple(
+        TaskRow(
+            c.id,
+            c.name,
+            c.service,
+            c.slot,
+            c.host,
+            c.image,
+            c.state,
+            c.health,
+            c.host_ports,
+            c.exit_code,
+        )
+        for c in seen.tasks(service)
+    )
+    return PsOutcome(rows, _unreachable(seen))
+
+
+async def logs(
+    service: str,
+    directory: Path,
+    runtime: Runtime,
+    on_line: OnLogLine,
+    *,
+    slot: int | None = None,
+    follow: bool = False,
+    tail: int | None = None,
+    since: float | None = None,
+) -> LogsOutcome:
+    """`docker logs` of each task of SERVICE (or of one slot), each line handed to
+    `on_line` with its task's name, secrets masked. Task by task; with `follow`, all at
+    once as the lines come, until every task's log ends or the caller cancels."""
+    async with connected(runtime) as executor:
+        seen = await _observe(directory, runtime, executor)
+        _known(seen, service)
+        tasks = seen.tasks(service, slot)
+        if not tasks:
+            which = f"{service}.{slot}" if slot is not None else service
+            raise UseCaseError(f"no task of {which} on the reachable hosts{_missed(seen)}")
+
+        async def one(c: Container) -> str | None:
+            def masked(line: OutputLine) -> None:
+                on_line(LogLine(c.name, line.stream, redact(line.text, seen.secrets)))
+
+            argv = task_logs_argv(c.id, tail=tail, since=since, follow=follow)
+            try:
+                status = await executor.follow(seen.host(c.host), argv, masked)
+            except (Unreachable, CommandTimeout) as exc:
+                return redact(f"{c.name}: {exc}", seen.secrets)
+            return None if status == 0 else f"{c.name}: docker logs exited {status}"
+
+        if follow:
+            results = await asyncio.gather(*(one(c) for c in tasks))
+        else:
+            results = [await one(c) for c in tasks]
+    failed = tuple(r for r in results if r is not None)
+    return LogsOutcome(tuple(c.name for c in tasks), failed)
+
+
+def _target(seen: _Seen, target: str) -> tuple[str, int | None]:
+    """SERVICE or SERVICE.SLOT: a known service name wins (names may hold dots)."""
+    if target in seen.services:
+        return target, None
+    service, dot, slot = target.rpartition(".")
+    if not (dot and slot.isdigit() and int(slot) > 0):
+        raise _unknown(seen, target)
+    _known(seen, service)
+    return service, int(slot)
+
+
+async def exec_task(
+    target: str,
+    command: Sequence[str],
+    directory: Path,
+    runtime: Runtime,
+    on_line: OnLogLine,
+    *,
+    terminal: Terminal | None = None,
+) -> ExecOutcome:
+    """Run COMMAND in one running task of SERVICE[.SLOT] (the lowest slot when none is
+    given). Without `terminal` its output comes line by line, masked; with one, the
+    command is joined to it (`-i`: stdin, `-t`: a PTY), bytes as they are."""
+    if not command:
+        raise BadInput("exec: give the command after --, e.g. minidock exec web -- sh -c 'env'")
+    async with connected(runtime) as executor:
+        seen = await _observe(directory, runtime, executor)
+        service, slot = _target(seen, target)
+        running = [c for c in seen.tasks(service, slot) if c.state == "running"]
+        if not running:
+            raise UseCaseError(f"no running task of {target} on the reachable hosts{_missed(seen)}")
+        task = running[0]
+        host = seen.host(task.host)
+        try:
+            if terminal is None:
+
+                def masked(line: OutputLine) -> None:
+                    on_line(LogLine(task.name, line.stream, redact(line.text, seen.secrets)))
+
+                status = await executor.follow(host, exec_argv(task.id, command), masked)
+            else:
+                argv = exec_argv(
+                    task.id, command, interactive=terminal.interactive, tty=terminal.tty
+                )
+                status = await executor.attach(host, argv, terminal)
+        except (Unreachable, CommandTimeout) as exc:
+            raise UseCaseError(redact(f"{task.name}: {exc}", seen.secrets)) from None
+    return ExecOutcome(task.name, task.host, status)

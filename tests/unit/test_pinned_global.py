@@ -1,0 +1,185 @@
+"""Real workloads (issue 15), the core's part, pure: a named volume pins a slot to
+the host that holds its data; global services run one task on every eligible host."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from minidock.commands import run_argv, volume_name
+from minidock.core import set_drained
+from minidock.model import Constraint, HealthCheck, PortMapping, UpdatePolicy, Volume
+from tests.sim import World, assert_results, host, hosts, svc
+
+PGDATA = (Volume("pgdata", "/var/lib/postgresql/data"),)
+HC = HealthCheck(("true",))
+
+
+def db(image: str = "pg:16", **kw: object):  # type: ignore[no-untyped-def]
+    return svc("db", image=image, volumes=PGDATA, **kw)
+
+
+def where(w: World, service: str = "db") -> dict[int, str]:
+    return {c.slot: c.host for c in w.live(service)}
+
+
+# -- volumes ----------------------------------------------------------------------------------
+def test_a_named_volume_is_the_slots_own_and_a_bind_mount_goes_as_is() -> None:
+    s = svc("db", volumes=(*PGDATA, Volume("/srv/conf", "/etc/app", read_only=True)))
+    argv, _ = run_argv(s, "prod", 2, "t1", s.spec_hash())
+    mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
+    assert mounts == ["prod_db.2_pgdata:/var/lib/postgresql/data", "/srv/conf:/etc/app:ro"]
+    assert volume_name("prod", "db", 2, "pgdata") == "prod_db.2_pgdata"
+    assert s.pinned
+    assert not svc("web", volumes=(Volume("/srv/conf", "/etc/app"),)).pinned
+    assert replace(s, volumes=PGDATA).spec_hash() != s.spec_hash()  # a change rolls out
+
+
+def test_a_pinned_slot_is_never_replaced_elsewhere_while_its_host_is_lost() -> None:
+    w = World(hosts(3))
+    w.apply(db(replicas=2))
+    w.converge()
+    lost = where(w)[1]
+    w.kill_host(lost)
+    for _ in range(5):
+        plan = w.step()
+        assert [r for r in plan.run if r.slot == 1] == []
+    assert plan.degraded()  # exit 4: it waits for its host, and says so
+    w.revive_host(lost)
+    w.converge()
+    assert where(w)[1] == lost
+
+
+def test_a_pinned_slot_restarts_on_its_own_host_and_updates_there_stop_first() -> None:
+    w = World(hosts(3))
+    w.apply(db(replicas=1, health=HC, update=UpdatePolicy(order="start-first", monitor=0)))
+    w.converge()
+    home = where(w)[1]
+    (c,) = w.live("db")
+    w.containers[home] = [replace(c, state="exited", exit_code=1, finished_at=w.now)]
+    w.step()  # the exit is seen: its backoff starts
+    w.now += 10
+    restart = w.step()
+    assert [r.host for r in restart.run] == [home]
+    w.converge()
+    w.apply(db(replicas=1, image="pg:17", health=HC, update=UpdatePolicy(order="start-first")))
+    plan = w.step()
+    (run,) = plan.run
+    assert (run.host, run.replaces is not None) == (home, True)  # never two on one volume
+    w.converge()
+    assert where(w) == {1: home}
+
+
+def test_draining_a_pinned_host_keeps_the_task_unless_told_to_move_it() -> None:
+    w = World(hosts(2))
+    w.apply(db(replicas=1), svc("web", replicas=1))
+    w.converge()
+    home = where(w)[1]
+    w.state = set_drained(w.state, home, True)
+    plan = w.step()
+    (pending,) = [p for p in plan.pending if p.service == "db"]
+    assert "--move-volumes-unsafe" in pending.reason
+    assert where(w) == {1: home}
+    w.state = set_drained(w.state, home, True, move_volumes=True)
+    w.converge()
+    assert where(w)[1] != home
+
+
+def test_a_shrunk_host_does_not_evict_a_pinned_task() -> None:
+    w = World([host("h1", cpus=2), host("h2", cpus=4)])
+    w.apply(db(replicas=1, cpus=2.0), svc("web", replicas=1, cpus=1.0, constraints=()))
+    w.converge()
+    home = where(w)[1]
+    w.hosts = [host(h.name, cpus=1 if h.name == home else 4) for h in w.hosts]
+    plan = w.step()
+    assert [r.service.name for r in plan.run] in ([], ["web"])
+    assert where(w)[1] == home
+
+
+def test_ports_and_volumes_do_not_block_each_other() -> None:
+    w = World(hosts(2))
+    w.apply(db(replicas=2, ports=(PortMapping(5432, 5432),)))
+    plan = w.step()
+    assert_results(plan, run=2)
+    assert {r.host for r in plan.run} == {"host1", "host2"}
+
+
+# -- global services --------------------------------------------------------------------------
+def exporter(image: str = "node-exporter:1", **kw: object):  # type: ignore[no-untyped-def]
+    return svc("exporter", image=image, mode="global", replicas=0, **kw)
+
+
+def per_host(w: World) -> dict[str, int]:
+    return {c.host: c.slot for c in w.live("exporter")}
+
+
+def test_a_global_service_runs_one_task_on_every_eligible_host() -> None:
+    w = World([host("h1", zone="a"), host("h2", zone="a"), host("h3", zone="b")])
+    w.apply(exporter(ports=(PortMapping(9100, 9100),)))
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h2": 2, "h3": 3}
+    assert w.state.services["exporter"].wanted() == 3
+
+
+def test_a_global_service_follows_hosts_in_and_out() -> None:
+    w = World([host("h1"), host("h2")])
+    w.apply(exporter())
+    w.converge()
+    w.hosts = [host("h1"), host("h2"), host("h3")]  # a host joins
+    w.containers["h3"] = []
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h2": 2, "h3": 3}
+    w.state = set_drained(w.state, "h2", True)  # drained: its task is removed, not moved
+    plan = w.step()
+    assert [s.container.host for s in plan.stop] == ["h2"]
+    assert plan.run == ()
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h3": 3}
+    w.state = set_drained(w.state, "h3", True)  # to leave the inventory, a host is drained
+    w.state = set_drained(w.state, "h2", False)
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h2": 2}
+    w.hosts = [host("h1"), host("h2")]
+    assert w.converge().state.services["exporter"].global_slots == {"h1": 1, "h2": 2}
+
+
+def test_a_global_service_honours_constraints_and_a_lost_host_is_not_refilled_elsewhere() -> None:
+    w = World([host("h1", zone="a"), host("h2", zone="a"), host("h3", zone="b")])
+    w.apply(exporter(constraints=(Constraint("zone", "==", "a"),)))
+    w.converge()
+    assert per_host(w) == {"h1": 1, "h2": 2}
+    w.kill_host("h1")
+    for _ in range(4):
+        plan = w.step()
+        assert all(r.host != "h3" for r in plan.run)
+    assert "h1 down" in plan.degraded()
+    assert [p.slot for p in plan.pending] == [1]  # its host is down: pending there, exit 4
+
+
+def test_a_global_service_updates_in_place_per_host() -> None:
+    w = World(hosts(3))
+    w.apply(exporter(health=HC, update=UpdatePolicy(parallelism=1, monitor=0)))
+    w.converge()
+    before = per_host(w)
+    w.apply(exporter(image="node-exporter:2", health=HC, update=UpdatePolicy(monitor=0)))
+    plan = w.step()
+    (run,) = plan.run
+    assert run.replaces is not None
+    assert run.host == run.replaces.host
+    w.converge()
+    assert per_host(w) == before
+    assert {c.image for c in w.live("exporter")} == {"node-exporter:2"}
+
+
+# -- several clusters on one fleet -------------------------------------------------------------
+def test_other_clusters_tasks_hold_capacity_and_ports_but_are_never_touched() -> None:
+    w = World([host("h1", cpus=2), host("h2", cpus=2)])
+    w.apply(svc("web", replicas=1, cpus=2.0, ports=(PortMapping(80, 80),)))
+    w.converge()
+    (ours,) = w.live()
+    theirs = replace(ours, id="x1", cluster="other", host="h2", task="o1")
+    w.containers["h2"].append(theirs)
+    w.apply(svc("web", replicas=2, cpus=2.0, ports=(PortMapping(80, 80),)))
+    plan = w.step()
+    (pending,) = plan.pending
+    assert "h2: needs 2 cpus, 0 free" in pending.reason
+    assert theirs not in [s.container for s in plan.stop]

@@ -3,7 +3,9 @@
 The decision (the Plan and the next controller state) is committed *before* acting, so a
 crash mid-act leaves a state that the next pass converges from: every act is either seen
 on the hosts by the next observation or simply decided again. Act results (failures, log
-tails of failed tasks) are committed after. The caller holds the state lock.
+tails of failed tasks) are committed after. The caller holds the state lock; every remote
+command is preceded by `store.fence()`, so a controller that lost the lock mid-pass (etcd:
+its lease) issues no further command, and its commits fail (docs/ha.md).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from minidock.core import (
 from minidock.model import Cluster, Event, Inventory, Observed
 from minidock.observe import observe
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
-from minidock.state import Store
+from minidock.store import Store
 
 STOP_TIMEOUT = 10  # seconds docker waits after SIGTERM before SIGKILL
 
@@ -65,8 +67,10 @@ class _Acts:
         cluster: str,
         now: float,
         secrets: Sequence[str],
+        fence: Callable[[], None] = lambda: None,
     ):
         self.executor = executor
+        self.fence = fence
         self.secrets = secrets
         self.hosts = {h.name: h for h in inventory.hosts}
         self.cluster = cluster
@@ -77,6 +81,9 @@ class _Acts:
         self.notes: list[Callable[[ControllerState], ControllerState]] = []
 
     async def sh(self, host: str, argv: Sequence[str], stdin: str | None = None) -> Result:
+        """One remote command, only while this controller still holds the writer lock
+        (`Store.fence` raises LeaseLost otherwise: a deposed controller acts no more)."""
+        self.fence()
         return await self.executor.run(self.hosts[host], argv, input=stdin)
 
     def record(self, kind: str, line: str, where: _Where) -> None:
@@ -187,7 +194,7 @@ async def run_pass(
     plan = redacted(result.plan, secrets)
     result.plan = plan
     store.commit(plan.state, plan.events)
-    acts = _Acts(executor, inventory, cluster.name, now, secrets)
+    acts = _Acts(executor, inventory, cluster.name, now, secrets, store.fence)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     if acts.events or acts.notes:

@@ -8,14 +8,17 @@ nothing. The writer lock and its patience live here (`access.Writer`). Dependenc
 inward: cli -> usecases -> runner, store, spec, status -> the core.
 """
 
-from minidock.usecases.access import Writer, patience
+from minidock.store import StateLocation
+from minidock.usecases.access import Writer, patience, state_location
 from minidock.usecases.desired import apply, plan, validate
 from minidock.usecases.intents import activate, drain, reset, rollback
+from minidock.usecases.migrate import migrate
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
     Busy,
     ConvergeOutcome,
+    Deposed,
     Ending,
     EventsOutcome,
     ExitCode,
@@ -23,12 +26,14 @@ from minidock.usecases.outcomes import (
     GenerationStored,
     IntentOutcome,
     IntentRecorded,
+    MigrateOutcome,
     PassDone,
     PassSkipped,
     PlanOutcome,
     Progress,
     Report,
     StatusOutcome,
+    StoreDown,
     UseCaseError,
     ValidateOutcome,
     ignore,
@@ -44,6 +49,7 @@ __all__ = [
     "Busy",
     "Clock",
     "ConvergeOutcome",
+    "Deposed",
     "Ending",
     "EventsOutcome",
     "ExecutorFactory",
@@ -52,13 +58,16 @@ __all__ = [
     "GenerationStored",
     "IntentOutcome",
     "IntentRecorded",
+    "MigrateOutcome",
     "PassDone",
     "PassSkipped",
     "PlanOutcome",
     "Progress",
     "Report",
     "Runtime",
+    "StateLocation",
     "StatusOutcome",
+    "StoreDown",
     "UseCaseError",
     "ValidateOutcome",
     "Writer",
@@ -68,11 +77,13 @@ __all__ = [
     "drain",
     "events",
     "ignore",
+    "migrate",
     "patience",
     "plan",
     "reconcile",
     "reset",
     "rollback",
+    "state_location",
     "status",
     "validate",
     "verdict",

@@ -9,8 +9,8 @@ from minidock.core import ControllerState, admit, failed_updates, rollouts_start
 from minidock.model import Event
 from minidock.runner import all_secrets, decide, redacted
 from minidock.spec import SpecError, load, load_inventory
-from minidock.state import DB_NAME
-from minidock.usecases.access import Writer, load_spec, reading, writing
+from minidock.store import StateLocation
+from minidock.usecases.access import Writer, has_state, load_spec, reading, writing
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
@@ -43,12 +43,12 @@ def validate(file: Path) -> ValidateOutcome:
     )
 
 
-async def plan(file: Path, directory: Path, runtime: Runtime) -> PlanOutcome:
+async def plan(file: Path, directory: StateLocation, runtime: Runtime) -> PlanOutcome:
     """What `apply FILE` would do now: observe, admit in memory, decide. Writes nothing,
     takes no lock, creates no state directory."""
     desired = load_spec(file)
     current, generation = ControllerState(), 1
-    if (directory / DB_NAME).exists():
+    if has_state(directory):
         with reading(directory) as store:
             current, generation = store.load(), store.next_generation_id()
     admitted = admit(current, desired.cluster, generation)
@@ -61,7 +61,7 @@ async def plan(file: Path, directory: Path, runtime: Runtime) -> PlanOutcome:
 
 async def apply(
     file: Path,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,

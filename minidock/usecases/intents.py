@@ -4,11 +4,11 @@ record it with an `intent` event, then converge. A refused word changes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from minidock import core
 from minidock.core import ControllerState
 from minidock.model import Event, Inventory
+from minidock.store import StateLocation
 from minidock.usecases.access import Desired, Writer, read_desired, require_applied, writing
 from minidock.usecases.outcomes import BadInput, IntentOutcome, IntentRecorded, Report
 from minidock.usecases.passes import converge_passes
@@ -18,7 +18,7 @@ Change = Callable[[ControllerState, Desired], ControllerState]  # may raise BadI
 
 
 async def _intent(
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     change: Change,
@@ -53,7 +53,7 @@ def _known_service(state: ControllerState, service: str) -> None:
 
 async def drain(
     host: str,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,
@@ -71,7 +71,9 @@ async def drain(
     )
 
 
-async def activate(host: str, directory: Path, runtime: Runtime, report: Report) -> IntentOutcome:
+async def activate(
+    host: str, directory: StateLocation, runtime: Runtime, report: Report
+) -> IntentOutcome:
     """Let a drained HOST take tasks again (running tasks are not moved back); one pass."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
@@ -85,7 +87,7 @@ async def activate(host: str, directory: Path, runtime: Runtime, report: Report)
 
 async def rollback(
     service: str,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,
@@ -108,7 +110,7 @@ async def rollback(
 
 async def reset(
     service: str,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,

@@ -13,6 +13,7 @@ from minidock.core import Plan
 from minidock.model import Event
 from minidock.runner import PassResult
 from minidock.status import StatusDocument
+from minidock.store import StateLocation
 
 
 class ExitCode(enum.IntEnum):
@@ -44,6 +45,21 @@ class Busy(UseCaseError):
     exit_code = ExitCode.LOCKED
 
 
+class Deposed(UseCaseError):
+    """This controller lost the writer lock in the middle of its work (etcd: its lease
+    expired while it was paused or cut off): it committed nothing more and stopped acting;
+    another controller may be acting now. Exit 75, like a taken lock."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class StoreDown(UseCaseError):
+    """The state store does not answer (no etcd endpoint answers, or etcd has no quorum):
+    nothing was decided or done. Exit 1: an operator must look."""
+
+    exit_code = ExitCode.FAILED
+
+
 def verdict(result: PassResult) -> ExitCode:
     """A pass's exit code: 1 an act failed, the mass-loss guard held the pass, a service
     has Failed slots or a paused rollout (1 wins over 3); 0 converged; else 3 (backoff,
@@ -62,7 +78,7 @@ class GenerationStored:
     generation: int
     cluster: str
     services: int
-    directory: Path
+    directory: StateLocation  # the state directory, or the etcd URL
 
 
 @dataclass(frozen=True)
@@ -82,9 +98,11 @@ class PassDone:
 
 @dataclass(frozen=True)
 class PassSkipped:
-    """A `watch` pass found another writer at work; the next pass sees its result."""
+    """A `watch` pass found another writer at work (or lost the lock to one mid-way:
+    `deposed`); the next pass sees its result."""
 
     reason: str
+    deposed: bool = False
 
 
 Progress = GenerationStored | IntentRecorded | PassDone | PassSkipped
@@ -164,6 +182,18 @@ class StatusOutcome:
 @dataclass(frozen=True)
 class EventsOutcome:
     events: tuple[Event, ...]
+    exit_code: ExitCode = ExitCode.OK
+
+
+@dataclass(frozen=True)
+class MigrateOutcome:
+    """A state copied whole from `source` to `target` (`replaced`: over a state there)."""
+
+    source: StateLocation
+    target: StateLocation
+    generations: int
+    events: int
+    replaced: bool = False
     exit_code: ExitCode = ExitCode.OK
 
 

@@ -3,16 +3,16 @@ timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import NoReturn
 
 from minidock.runner import run_pass
 from minidock.ssh import Executor
-from minidock.state import Store
+from minidock.store import StateLocation, Store
 from minidock.usecases.access import Desired, Writer, read_desired, require_applied, writing
 from minidock.usecases.outcomes import (
     Busy,
     ConvergeOutcome,
+    Deposed,
     Ending,
     ExitCode,
     PassDone,
@@ -66,7 +66,7 @@ async def converge_passes(
 
 
 async def converge(
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,
@@ -85,7 +85,7 @@ async def converge(
 
 
 async def reconcile(
-    directory: Path, runtime: Runtime, report: Report, *, force_down: bool = False
+    directory: StateLocation, runtime: Runtime, report: Report, *, force_down: bool = False
 ) -> ConvergeOutcome:
     """Cron's entry point: one pass; a taken lock is `Busy` (exit 75) at once. With
     `force_down`, the mass-loss guard does not hold this pass."""
@@ -95,7 +95,7 @@ async def reconcile(
 
 
 async def watch_step(
-    directory: Path, executor: Executor, runtime: Runtime
+    directory: StateLocation, executor: Executor, runtime: Runtime
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works.
     The latest generation is read afresh, so an apply made meanwhile counts."""
@@ -107,10 +107,14 @@ async def watch_step(
             )
     except Busy as exc:
         return PassSkipped(str(exc))
+    except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
+        return PassSkipped(str(exc), deposed=True)
     return PassDone(result, verdict(result))
 
 
-async def watch(directory: Path, runtime: Runtime, report: Report, *, interval: float) -> NoReturn:
+async def watch(
+    directory: StateLocation, runtime: Runtime, report: Report, *, interval: float
+) -> NoReturn:
     """Passes `interval` apart, reusing one executor's connections, until cancelled (Ctrl-C).
     The lock is held for each pass, not between passes, so other writers get their turn."""
     require_applied(directory)

@@ -3,16 +3,15 @@ take no lock, so they answer while `watch` or another writer works."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from minidock.runner import all_secrets, decide, redacted
 from minidock.status import status_document
+from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.outcomes import EventsOutcome, StatusOutcome
 from minidock.usecases.runtime import Runtime, connected
 
 
-async def status(directory: Path, runtime: Runtime) -> StatusOutcome:
+async def status(directory: StateLocation, runtime: Runtime) -> StatusOutcome:
     """Services, tasks and hosts: the stored state, a fresh observation and the plan a
     pass would make of it (pending reasons, what it waits for), secrets masked."""
     require_applied(directory)
@@ -27,7 +26,7 @@ async def status(directory: Path, runtime: Runtime) -> StatusOutcome:
     return StatusOutcome(status_document(current, desired.inventory, result.observed, plan))
 
 
-def events(directory: Path, *, limit: int = 50) -> EventsOutcome:
+def events(directory: StateLocation, *, limit: int = 50) -> EventsOutcome:
     """The newest `limit` events, oldest first (0: all of them)."""
     require_applied(directory)
     with reading(directory) as store:

@@ -7,6 +7,8 @@
 #   - docker-compose:     Compose v1 (1.29), which pytest-docker and `minidock lab` drive
 #   - mmdebstrap:         builds the lab host image (sshd + dockerd) without a registry
 #   - busybox-static:     the one binary inside every lab workload image
+#   - etcd-server etcd-client: etcd 3.4 and etcdctl, for the etcd store's tests (the test
+#                         fixtures start their own members on free 127.0.0.1 ports)
 set -euo pipefail
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
@@ -28,7 +30,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-tool_pkgs=(docker-compose mmdebstrap busybox-static)
+tool_pkgs=(docker-compose mmdebstrap busybox-static etcd-server etcd-client)
 pkgs=("${tool_pkgs[@]}")
 if ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")

@@ -227,7 +227,8 @@ class EtcdCluster:
 
     def signal_member(self, i: int, sig: signal.Signals) -> None:
         process = self.members[i].process
-        assert process is not None and process.poll() is None
+        assert process is not None
+        assert process.poll() is None
         process.send_signal(sig)
 
     def ensure_all(self) -> None:

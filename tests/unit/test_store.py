@@ -155,7 +155,8 @@ def test_events_of_many_commits_page_alike_at_every_window(store: PortableStore)
     flat = store.events(limit=0)
     assert [e.message for _, e in flat] == [f"commit {k}" for k in range(1, sum(sizes) + 1)]
     ids = [i for i, _ in flat]
-    assert len(set(ids)) == len(ids) and ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
     for limit in (1, 2, 3, 5, 100):
         assert store.events(limit=limit) == flat[-limit:]
         for since in [ids[0] - 1 if ids[0] > 1 else 0, *ids]:
@@ -174,7 +175,9 @@ def test_event_ids_keep_growing_across_writers(backend: Backend) -> None:
     _, second = backend.writer()
     second.commit(ControllerState(), [_event(3)])
     ids = [i for i, _ in second.events(limit=0)]
-    assert len(ids) == 3 and ids == sorted(ids) and len(set(ids)) == 3
+    assert len(ids) == 3
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 3
 
 
 # -- one writer -----------------------------------------------------------------------------

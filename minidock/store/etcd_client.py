@@ -32,7 +32,7 @@ __all__ = ["EtcdClient", "compare_create", "compare_mod", "delete", "get", "put"
 STATUS_TIMEOUT = 1.0  # seconds each endpoint has to say how it is, when a request failed
 MAX_MESSAGE = 64 << 20  # a snapshot of a long history can exceed grpc's 4 MiB default
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-_NO_LEADER = ("no leader", "request timed out", "leader changed", "not capable")
+_NO_LEADER = ("no leader", "timed out", "leader changed", "not capable", "deadline exceeded")
 
 Invoke = Callable[["_Member", float, Sequence[tuple[str, str]]], Any]
 
@@ -166,7 +166,7 @@ class EtcdClient:
         if leaders == 0:
             return StoreUnavailable(
                 f"{self.url}: etcd has no quorum: {answering} of {total} endpoints answer "
-                "and none has a leader; nothing was changed by this request"
+                "and none has a leader"
             )
         seen = "; ".join(f"{e}: {why}" for e, why in failures.items()) or "no answer"
         return StoreUnavailable(

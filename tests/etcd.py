@@ -290,3 +290,41 @@ class EtcdCluster:
             return []
         t = self.tls
         return [f"--cacert={t.ca}", f"--cert={t.client_cert}", f"--key={t.client_key}"]
+
+
+def history(endpoint: str, key: bytes, since: int = 0) -> list[tuple[int, bytes]]:
+    """Every value `key` had from revision `since` on, oldest first: (mod revision, value),
+    read back through etcd's MVCC history (the test clusters never compact)."""
+    import grpc
+    from aetcd import rpc  # type: ignore[import-untyped]
+
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        kv = rpc.KVStub(channel)
+        found: list[tuple[int, bytes]] = []
+        revision = 0  # 0: the newest
+        while True:
+            reply = kv.Range(rpc.RangeRequest(key=key, revision=revision), timeout=5)
+            if not reply.kvs or reply.kvs[0].mod_revision < max(since, 1):
+                break
+            found.append((int(reply.kvs[0].mod_revision), bytes(reply.kvs[0].value)))
+            revision = int(reply.kvs[0].mod_revision) - 1
+            if revision <= 0:
+                break
+        return found[::-1]
+    finally:
+        channel.close()
+
+
+def revision(endpoint: str) -> int:
+    """The cluster's current revision."""
+    import grpc
+    from aetcd import rpc
+
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        return int(
+            rpc.KVStub(channel).Range(rpc.RangeRequest(key=b"\0"), timeout=5).header.revision
+        )
+    finally:
+        channel.close()

@@ -244,3 +244,44 @@ def test_a_pass_that_loses_its_lease_is_deposed_exit_75_and_acts_no_more(
     late = [argv for at, argv in executor.sent if at >= took_over]
     assert len(late) == 1, late  # only the command held at the cut itself
     assert late[0][:3] == ["docker", "image", "inspect"]
+
+
+def test_a_watch_pass_that_loses_its_lease_is_skipped_as_deposed(ha: EtcdSetup) -> None:
+    """`watch` goes on after a deposed pass (the next passes contend for the lock again),
+    and says why once: the CLI prints a deposed skip's line."""
+    run(usecases.apply(ha.file, ha.location, ha.runtime(), ha.report))
+    assert isinstance(ha.location, EtcdURL)
+    url = ha.location
+    writers: list[EtcdWriter] = []
+    acquire = EtcdWriter.acquire
+
+    def recording(self: EtcdWriter) -> None:
+        acquire(self)
+        writers.append(self)
+
+    class Late:
+        """The executor of watch's pass: resolves the writer only when the pass acts."""
+
+        def __init__(self) -> None:
+            self.cut: CutOffAtRun | None = None
+
+        async def run(self, host: Host, argv: Sequence[str], **kw: object) -> Result:
+            if self.cut is None:
+                self.cut = CutOffAtRun(
+                    ha.docker, writers[-1], lambda: _take(url).release(), ("docker", "image")
+                )
+            return await self.cut.run(host, argv, **kw)  # type: ignore[arg-type]
+
+        async def close(self) -> None:
+            pass
+
+    ha.clock.t += 5
+    ha.docker.advance(5)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(EtcdWriter, "acquire", recording)
+        skipped = run(usecases.watch_step(url, Late(), ha.runtime()))  # type: ignore[arg-type]
+    assert isinstance(skipped, usecases.PassSkipped)
+    assert skipped.deposed
+    assert skipped.reason.startswith(f"lost the writer lease on {url}")
+    again = run(usecases.watch_step(url, ha.docker.executor(), ha.runtime()))
+    assert isinstance(again, PassDone)  # the next pass takes the lock afresh

@@ -12,6 +12,7 @@ minidock.store.etcd imports this module (docs/ha.md says why aetcd).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,9 @@ __all__ = ["EtcdClient", "compare_create", "compare_mod", "delete", "get", "put"
 STATUS_TIMEOUT = 1.0  # seconds each endpoint has to say how it is, when a request failed
 MAX_MESSAGE = 64 << 20  # a snapshot of a long history can exceed grpc's 4 MiB default
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_LAST_ERROR = re.compile(
+    r"last error: (?:[A-Z_]+: )?(?:ipv[46]:\S+: )?(?:Failed to connect to remote host: )?(.*)"
+)
 _NO_LEADER = ("no leader", "timed out", "leader changed", "not capable", "deadline exceeded")
 
 Invoke = Callable[["_Member", float, Sequence[tuple[str, str]]], Any]
@@ -123,7 +127,7 @@ class EtcdClient:
                     continue
                 if code not in _TRANSIENT and not _no_leader(details):
                     raise _refused(self.url, what, code, details) from None
-                failures[str(member.endpoint)] = details.splitlines()[0][:120]
+                failures[str(member.endpoint)] = _reason(details)
                 self._advance(member)
                 if len(failures) == len(self._members):
                     time.sleep(min(0.1, max(left, 0.0)))
@@ -155,7 +159,7 @@ class EtcdClient:
             try:
                 status = m.maintenance.Status(rpc.StatusRequest(), timeout=STATUS_TIMEOUT)
             except grpc.RpcError as exc:
-                failures.setdefault(str(m.endpoint), str(exc.details() or exc.code())[:120])
+                failures.setdefault(str(m.endpoint), _reason(str(exc.details() or exc.code())))
                 continue
             answering += 1
             leaders += 1 if status.leader else 0
@@ -172,6 +176,15 @@ class EtcdClient:
         return StoreUnavailable(
             f"{self.url}: etcd did not answer {what} within {self.url.timeout:g}s ({seen})"
         )
+
+
+def _reason(details: str) -> str:
+    """grpc's account of a failed call, as a few words: "connection refused", "Ssl
+    handshake failed ...", "Deadline Exceeded"."""
+    line = details.splitlines()[0] if details else "no answer"
+    found = _LAST_ERROR.search(line)
+    reason = found.group(1) if found else line
+    return reason[:1].lower() + reason[1:160] if reason.startswith("Connection") else reason[:160]
 
 
 def _no_leader(details: str) -> bool:

@@ -240,6 +240,49 @@ def test_two_controllers_act_once_and_a_killed_leaders_peer_converges_within_the
 
 
 # -- SIGSTOP the leader past its TTL, resume it ------------------------------------------------
+@dataclass
+class Paused:
+    """One pass paused past its lease and resumed: whose it was, and how it ended."""
+
+    pid: int
+    controller: Controller
+    revision: int  # etcd's revision when it was paused
+    ended: int  # the exit code of that pass
+
+
+def pause_a_pass(cluster: EtcdCluster, md: EtcdMinidock, a: Controller, b: Controller) -> Paused:
+    """SIGSTOP the controller whose reconcile holds the lock, past its TTL, until the other
+    took over; SIGCONT it and wait for that pass to end."""
+    pid = wait_for("a controller in a pass", lambda: in_a_pass(cluster, md, a, b), 30, 0.05)
+    assert isinstance(pid, int)
+    paused, other = (a, b) if a.owns(pid) else (b, a)
+    paused.signal(signal.SIGSTOP)
+    paused_at, paused_rev = time.time(), revision(cluster.endpoints[0])
+    time.sleep(TTL + 2)  # past its lease
+    wait_for(
+        "the other controller to take over",
+        lambda: any(t > paused_at + TTL and code != 75 for code, t in other.passes()),
+        30,
+    )
+    resumed_at = time.time()
+    paused.signal(signal.SIGCONT)
+    ends = wait_for(
+        "the paused pass to end",
+        lambda: [code for code, t in paused.passes() if t > resumed_at],
+        30,
+    )
+    assert isinstance(ends, list)
+    return Paused(pid, paused, paused_rev, ends[0])
+
+
+def commits_by(cluster: EtcdCluster, md: EtcdMinidock, pid: int, since: int) -> list[str]:
+    """Who committed (PREFIX/meta's writer) since etcd revision `since`, if `pid` did."""
+    meta = Keys("/" + md.url.split("/", 3)[3].split("?")[0]).meta
+    writers = [Meta.loads(value).writer for _, value in history(cluster.endpoints[0], meta, since)]
+    assert writers, "nobody committed since"
+    return [w for w in writers if w.startswith(f"pid {pid} ")]
+
+
 def test_a_leader_paused_past_its_ttl_commits_nothing_when_resumed_and_stops_with_one_line(
     ha: EtcdMinidock,
     etcd_cluster: EtcdCluster,
@@ -249,41 +292,19 @@ def test_a_leader_paused_past_its_ttl_commits_nothing_when_resumed_and_stops_wit
     a, b = controllers()
     update = ha("apply", str(ha.spec(SPEC.format(version=6))))  # a rolling update: many passes
     assert update.returncode in (0, 3), update.stderr
-    meta = Keys("/" + ha.url.split("/", 3)[3].split("?")[0]).meta
-    for _ in range(3):  # a pause after a pass's last commit leaves it nothing to lose: again
-        pid = wait_for(
-            "a controller in a pass", lambda: in_a_pass(etcd_cluster, ha, a, b), 30, 0.05
-        )
-        assert isinstance(pid, int)
-        paused, other = (a, b) if a.owns(pid) else (b, a)
-        paused.signal(signal.SIGSTOP)
-        paused_at, paused_rev = time.time(), revision(etcd_cluster.endpoints[0])
-        time.sleep(TTL + 2)  # past its lease
-        wait_for(
-            "the other controller to take over",
-            lambda: any(t > paused_at + TTL and code != 75 for code, t in other.passes()),
-            30,
-        )
-        resumed_at = time.time()
-        paused.signal(signal.SIGCONT)
-        wait_for(
-            "the paused pass to end", lambda: any(t > resumed_at for _, t in paused.passes()), 30
-        )
-        ended = next(code for code, t in paused.passes() if t > resumed_at)
-        since = history(etcd_cluster.endpoints[0], meta, paused_rev)
-        writers = [Meta.loads(value).writer for _, value in since]
-        assert writers, "nobody committed after the pause"
-        assert all(not w.startswith(f"pid {pid} ") for w in writers), writers
-        if ended == 75:
+    for _ in range(3):  # paused after its pass's last commit, it had nothing left: again
+        paused = pause_a_pass(etcd_cluster, ha, a, b)
+        assert commits_by(etcd_cluster, ha, paused.pid, paused.revision) == []
+        if paused.ended == 75:
             break
-    assert ended == 75, paused.lines()[-5:]
-    lost_lines = [line for line in paused.lines() if "lost the writer lease" in line]
-    assert len(lost_lines) == 1, paused.lines()
+    lines = paused.controller.lines()
+    assert paused.ended == 75, lines[-5:]
+    lost_lines = [line for line in lines if "lost the writer lease" in line]
+    assert len(lost_lines) == 1, lines
     assert lost_lines[0].startswith(f"minidock: lost the writer lease on {ha.url.split('?')[0]}")
 
     wait_for("the update to converge", lambda: converged(ha, 6), 120, every=1)
-    since = history(etcd_cluster.endpoints[0], meta, paused_rev)
-    assert all(not Meta.loads(v).writer.startswith(f"pid {pid} ") for _, v in since)
+    assert commits_by(etcd_cluster, ha, paused.pid, paused.revision) == []
 
 
 # -- etcd members down --------------------------------------------------------------------------

@@ -31,7 +31,7 @@ CHECKS: dict[str, list[list[str]]] = {
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
-    session.install("ruff", "import-linter", "-e", ".")
+    session.install("ruff", "import-linter", "-e", ".[etcd]")
     for command in CHECKS["lint"]:
         session.run(*command)
 
@@ -39,7 +39,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".", "mypy")
+    session.install("-e", ".[etcd]", "mypy", "types-grpcio")
     for command in CHECKS["typecheck"]:
         session.run(*command)
 

@@ -26,7 +26,7 @@ from minidock import usecases
 from minidock.model import Event
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
-from minidock.state import StateError, state_dir
+from minidock.state import StateError
 from minidock.status import HostSummary, ServiceSummary, StatusDocument
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
@@ -74,7 +74,11 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 StateOption = Annotated[
     str | None,
-    typer.Option("--state", help="State directory (default: $MINIDOCK_STATE, else .minidock/)."),
+    typer.Option(
+        "--state",
+        help="State directory, or etcd://host:2379[,host:2379]/prefix for several "
+        "controllers (default: $MINIDOCK_STATE, else .minidock/).",
+    ),
 ]
 WaitOption = Annotated[bool, typer.Option("--wait", help="Repeat passes until converged.")]
 TimeoutOption = Annotated[str, typer.Option("--timeout", help="How long --wait may take.")]
@@ -97,6 +101,11 @@ def seconds(value: str, option: str, *, at_least: float = 0.0) -> float:
         least = format_duration(at_least)
         fail(f"{option}: {value} is too short; use at least {least}, e.g. 2s")
     return parsed
+
+
+def state_dir(state: str | None) -> usecases.StateLocation:
+    """Where the state is (a directory or an etcd URL); a bad URL is exit 2."""
+    return checked(lambda: usecases.state_location(state))
 
 
 def runtime() -> usecases.Runtime:
@@ -143,6 +152,8 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
                 if summaries and line != last_why[0]:
                     err.print(f"minidock: {line}" if line else "minidock: converged")
                     last_why[0] = line
+            case usecases.PassSkipped(reason=reason, deposed=True):
+                err.print(f"minidock: {reason}", markup=False)  # another controller leads
             case usecases.PassSkipped():
                 pass  # another writer is at work: the next pass will see its result
             case _:
@@ -151,7 +162,7 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
     return report
 
 
-def cron_line(directory: Path) -> str:
+def cron_line(directory: usecases.StateLocation) -> str:
     """The crontab line for this state, with absolute paths (cron has no PATH to speak of)."""
     program = Path(sys.argv[0]).resolve()
     command = str(program) if program.name == "minidock" else f"{sys.executable} -m minidock"
@@ -767,6 +778,40 @@ class PushProgressBars:
         if progress.host not in self.tasks:
             self.tasks[progress.host] = self.bars.add_task(progress.host, total=progress.total)
         self.bars.update(self.tasks[progress.host], completed=progress.sent)
+
+
+state_app = typer.Typer(
+    name="state", help="The state store: move it between stores.", no_args_is_help=True
+)
+app.add_typer(state_app)
+
+
+@state_app.command("migrate")
+def state_migrate(
+    to: Annotated[str, typer.Option("--to", help="The new store: a directory or an etcd:// URL.")],
+    source: Annotated[
+        str | None,
+        typer.Option("--from", help="The store to copy (default: --state, $MINIDOCK_STATE)."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a state the new store already holds.")
+    ] = False,
+    state: StateOption = None,
+) -> None:
+    """Copy a whole state (generations, controller state, events) into another store."""
+    origin, target = state_dir(source or state), state_dir(to)
+    moved = run(usecases.migrate(origin, target, runtime().clock, force=force))
+    how = "replacing the state there" if moved.replaced else "an empty store"
+    out.print(
+        f"copied {moved.generations} generations, the controller state and {moved.events} "
+        f"events from {origin} to {target} ({how}); the copy reads back the same",
+        markup=False,
+    )
+    out.print(
+        f"point every controller at {target} now (--state or MINIDOCK_STATE); "
+        f"{origin} is left as it was",
+        markup=False,
+    )
 
 
 def main() -> None:

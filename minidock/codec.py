@@ -59,9 +59,20 @@ _upgrading(SlotState, _legacy_slot)
 
 def dumps(value: object) -> str:
     """Serialize a model value (dataclass tree) to compact, stable JSON."""
-    return json.dumps(_converter.unstructure(value), sort_keys=True, separators=(",", ":"))
+    return json.dumps(to_data(value), sort_keys=True, separators=(",", ":"))
 
 
 def loads(text: str, kind: type[T]) -> T:
     """Rebuild a model value of `kind` from `dumps` output."""
-    return _converter.structure(json.loads(text), kind)
+    return from_data(json.loads(text), kind)
+
+
+def to_data(value: object) -> Any:
+    """A model value as JSON-ready data (dicts, lists, numbers, strings), for a document
+    that holds several values (the etcd store's keys)."""
+    return _converter.unstructure(value)
+
+
+def from_data(data: Any, kind: type[T]) -> T:
+    """Rebuild a model value of `kind` from `to_data` output."""
+    return _converter.structure(data, kind)

@@ -3,7 +3,9 @@
 The decision (the Plan and the next controller state) is committed *before* acting, so a
 crash mid-act leaves a state that the next pass converges from: every act is either seen
 on the hosts by the next observation or simply decided again. Act results (failures, log
-tails of failed tasks) are committed after. The caller holds the state lock.
+tails of failed tasks) are committed after. The caller holds the state lock; every remote
+command is preceded by `store.fence()`, so a controller that lost the lock mid-pass (etcd:
+its lease) issues no further command, and its commits fail (docs/ha.md).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from minidock.model import (
 from minidock.observe import observe
 from minidock.push import ControllerEngine, LocalEngine, LocalImage, PushError, push_image
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
-from minidock.state import Store
+from minidock.store import Store
 
 STOP_TIMEOUT = int(Service.stop_grace_period)  # seconds from the stop signal to SIGKILL, by default
 
@@ -89,9 +91,11 @@ class _Acts:
         *,
         graces: Mapping[tuple[str, str], int] | None = None,
         engine: ControllerEngine | None = None,
+        fence: Callable[[], None] = lambda: None,
     ):
         self.executor = executor
         self.controller = controller  # labels every task this controller starts
+        self.fence = fence  # raises LeaseLost once this controller no longer holds the lock
         self.secrets = secrets
         self.hosts = {h.name: h for h in inventory.hosts}
         self.cluster = cluster
@@ -113,6 +117,9 @@ class _Acts:
         *,
         timeout: float | None = None,
     ) -> Result:
+        """One remote command, only while this controller still holds the writer lock
+        (`Store.fence` raises LeaseLost otherwise: a deposed controller acts no more)."""
+        self.fence()
         return await self.executor.run(self.hosts[host], argv, input=stdin, timeout=timeout)
 
     def record(self, kind: str, line: str, where: _Where) -> None:
@@ -330,6 +337,7 @@ async def run_pass(
         secrets,
         plan.state.controller,
         graces=stop_graces(plan.state),
+        fence=store.fence,
     )
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)

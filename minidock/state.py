@@ -5,7 +5,8 @@ the event log in one SQLite database, DIR/state.db, in WAL mode with synchronous
 every `commit` is one transaction, so a `kill -9` at any instant leaves either the old or
 the new state, never a mix. `StateLock` is an flock on DIR/lock that a writer holds for a
 whole reconcile pass; a second writer gets `Locked` at once (the CLI exits 75).
-The pure core never imports this module. See docs/state.md.
+It implements minidock.store.base's Store and is the embedded default; it never imports
+an etcd client. The pure core never imports this module. See docs/state.md.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Self
 from minidock import codec
 from minidock.core import ControllerState
 from minidock.model import Cluster, Event
+from minidock.store.base import StoreUnusable, WriterBusy
 
 __all__ = [
     "DB_NAME",
@@ -75,11 +77,11 @@ _SCHEMA = (
 _EVENT_COLUMNS = "id, at, kind, service, slot, host, task, message"
 
 
-class StateError(Exception):
+class StateError(StoreUnusable):
     """The state directory or database cannot be used (e.g. written by a newer MiniDock)."""
 
 
-class Locked(Exception):
+class Locked(WriterBusy):
     """Another process holds the state directory's lock (the use cases decide whether to
     wait; exit 75, EX_TEMPFAIL, when they give up: cron skips this run)."""
 
@@ -222,7 +224,7 @@ class Store:
         self._conn: sqlite3.Connection | None = conn
 
     @classmethod
-    def open(cls, directory: Path) -> Store:
+    def open(cls, directory: Path) -> Self:
         """Open (creating the directory, the database and its schema if needed).
 
         A directory or database this user may not use is a `StateError`, one line."""
@@ -352,6 +354,9 @@ class Store:
                 ((e.at, e.kind, e.service, e.slot, e.host, e.task, e.message) for e in events),
             )
         return gen_id
+
+    def fence(self) -> None:
+        """Nothing to check: a flock cannot be lost while its holder lives (a lease can)."""
 
     # -- internals ------------------------------------------------------------------------
     @property

@@ -10,6 +10,8 @@
 #   - docker-registry:    Debian's distribution registry (2.8), the integration tests'
 #                         private registry (tests/integration/registry.py)
 #   - apache2-utils:      htpasswd, for that registry's password file
+#   - etcd-server etcd-client: etcd 3.4 and etcdctl, for the etcd store's tests (the test
+#                         fixtures start their own members on free 127.0.0.1 ports)
 set -euo pipefail
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
@@ -31,7 +33,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils)
+tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client)
 pkgs=("${tool_pkgs[@]}")
 if ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")

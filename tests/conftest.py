@@ -1,12 +1,16 @@
-"""Shared pytest setup: options for the lab fleet, and the `integration` marker applied to
+"""Shared pytest setup: options for the lab fleet, the `integration` marker applied to
 everything under tests/integration (those tests need a Docker engine and fail without one;
-unit tests never touch the engine)."""
+unit tests never touch the engine), and the session's real etcd clusters (tests/etcd.py),
+which unit and integration tests share."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.etcd import EtcdCluster, make_tls
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
@@ -30,3 +34,54 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in item.path.parents:
             item.add_marker(pytest.mark.integration)
+
+
+# -- etcd: one three-member cluster for the session, each test under its own prefix ----------
+@pytest.fixture(scope="session")
+def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """Three etcd members on free 127.0.0.1 ports (tests/etcd.py), shared by every test
+    that needs etcd; a test that stops members has them started again by `etcd_url`."""
+    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"), size=3)
+    try:
+        cluster.start()
+    except RuntimeError as exc:
+        cluster.close()
+        pytest.fail(str(exc), pytrace=False)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def etcd_url(etcd_cluster: EtcdCluster) -> str:
+    """A state URL on the session's cluster under a prefix of this test's own, every
+    member running; the lease TTL is etcd's shortest (2s) so expiry tests are quick."""
+    etcd_cluster.ensure_all()
+    return etcd_cluster.url(ttl="2s")
+
+
+SECURE_USER, SECURE_PASSWORD = "minidock", "pa55-w0rd"
+
+
+@pytest.fixture(scope="session")
+def etcd_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """One etcd member serving TLS with client certificates and password auth: user
+    `minidock` may read and write keys under /secure/ only."""
+    root = tmp_path_factory.mktemp("etcd-secure")
+    cluster = EtcdCluster(root / "member", size=1, tls=make_tls(root / "tls"))
+    try:
+        cluster.start()
+    except RuntimeError as exc:
+        cluster.close()
+        pytest.fail(str(exc), pytrace=False)
+    for args in (
+        ("user", "add", "root", "--new-user-password=root-pw"),
+        ("role", "add", "minidock"),
+        ("role", "grant-permission", "minidock", "--prefix=true", "readwrite", "/secure/"),
+        ("user", "add", SECURE_USER, f"--new-user-password={SECURE_PASSWORD}"),
+        ("user", "grant-role", SECURE_USER, "minidock"),
+        ("auth", "enable"),
+    ):
+        done = cluster.etcdctl(*args)
+        assert done.returncode == 0, done.stderr
+    yield cluster
+    cluster.close()

@@ -9,15 +9,18 @@ inward: cli -> usecases -> runner, store, spec, status -> the core.
 """
 
 from minidock.ssh import Terminal  # what `exec -it` joins a task to: the CLI builds it
-from minidock.usecases.access import Writer, patience
+from minidock.store import StateLocation
+from minidock.usecases.access import Writer, patience, state_location
 from minidock.usecases.desired import apply, drain_plan, plan, scale, validate
 from minidock.usecases.images import push
 from minidock.usecases.intents import activate, drain, forget, rebalance, reset, rollback
+from minidock.usecases.migrate import migrate
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
     Busy,
     ConvergeOutcome,
+    Deposed,
     Ending,
     EventFilter,
     EventsOutcome,
@@ -30,6 +33,7 @@ from minidock.usecases.outcomes import (
     IntentRecorded,
     LogLine,
     LogsOutcome,
+    MigrateOutcome,
     OnLogLine,
     OnPushProgress,
     PassDone,
@@ -43,6 +47,7 @@ from minidock.usecases.outcomes import (
     Report,
     ScaleOutcome,
     StatusOutcome,
+    StoreDown,
     TaskRow,
     UseCaseError,
     ValidateOutcome,
@@ -62,6 +67,7 @@ __all__ = [
     "Busy",
     "Clock",
     "ConvergeOutcome",
+    "Deposed",
     "Ending",
     "EngineFactory",
     "EventFilter",
@@ -76,6 +82,7 @@ __all__ = [
     "IntentRecorded",
     "LogLine",
     "LogsOutcome",
+    "MigrateOutcome",
     "OnLogLine",
     "OnPushProgress",
     "PassDone",
@@ -89,7 +96,9 @@ __all__ = [
     "Report",
     "Runtime",
     "ScaleOutcome",
+    "StateLocation",
     "StatusOutcome",
+    "StoreDown",
     "TaskRow",
     "Terminal",
     "UseCaseError",
@@ -106,6 +115,7 @@ __all__ = [
     "forget",
     "ignore",
     "logs",
+    "migrate",
     "patience",
     "plan",
     "ps",
@@ -115,6 +125,7 @@ __all__ = [
     "reset",
     "rollback",
     "scale",
+    "state_location",
     "status",
     "validate",
     "verdict",

@@ -1,5 +1,6 @@
-"""How the use cases reach the state directory and the spec files: the one-writer lock and
-its patience policy, read-only opens, and the desired state, with typed refusals."""
+"""How the use cases reach the state store and the spec files: where the state is, the
+one-writer lock and its patience policy, read-only opens, and the desired state, with the
+store's refusals as typed ones (BadInput, Busy, Deposed, StoreDown)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from minidock import store as stores
 from minidock.core import ControllerState
 from minidock.core.departures import effective_inventory, refusal
 from minidock.model import Cluster, Inventory
 from minidock.spec import SpecError, load, load_inventory
-from minidock.state import DB_NAME, Locked, StateError, StateLock, Store, ensure_state_dir
-from minidock.usecases.outcomes import BadInput, Busy
+from minidock.store import StateLocation, Store
+from minidock.usecases.outcomes import BadInput, Busy, Deposed, StoreDown
 from minidock.usecases.runtime import Clock
 
 OPERATOR_PATIENCE = 30.0  # seconds an operator's command waits for another writer's pass
@@ -41,52 +43,90 @@ class Desired:
     inventory: Inventory
 
 
+def state_location(explicit: str | None) -> StateLocation:
+    """Where the state is: --state, else $MINIDOCK_STATE, else .minidock/ (a directory or an
+    etcd URL); a bad etcd URL is `BadInput`."""
+    with _translated():
+        return stores.state_location(explicit)
+
+
 @asynccontextmanager
-async def writing(directory: Path, clock: Clock, writer: Writer) -> AsyncIterator[Store]:
-    """The one-writer section: the lock (waiting as `writer` may), then the store."""
-    try:
-        ensure_state_dir(directory)
-    except StateError as exc:
-        raise BadInput(str(exc)) from None
-    lock = StateLock(directory)
-    deadline = clock.monotonic() + patience(writer)
-    while True:
+async def writing(
+    location: StateLocation, clock: Clock, writer: Writer
+) -> AsyncIterator[stores.PortableStore]:
+    """The one-writer section: the lock (waiting as `writer` may), then the store it guards.
+    A writer that loses the lock mid-way (etcd: its lease) is `Deposed`, committing nothing."""
+    with _translated():
+        stores.prepare(location)
+        lock = stores.writer_lock(location)
         try:
-            lock.acquire()
-            break
-        except Locked as exc:
-            if clock.monotonic() >= deadline:
-                raise Busy(str(exc)) from None
-        await clock.sleep(LOCK_RETRY)
-    try:
-        with reading(directory) as store:
-            yield store
-    finally:
-        lock.release()
+            deadline = clock.monotonic() + patience(writer)
+            while True:
+                try:
+                    lock.acquire()
+                    break
+                except stores.WriterBusy as exc:
+                    if clock.monotonic() >= deadline:
+                        raise Busy(str(exc)) from None
+                await clock.sleep(LOCK_RETRY)
+            guarded = lock.store()
+            try:
+                yield guarded
+            finally:
+                guarded.close()
+        finally:
+            lock.release()
 
 
 @contextmanager
-def reading(directory: Path) -> Iterator[Store]:
+def reading(location: StateLocation) -> Iterator[stores.PortableStore]:
     """The store, without the lock: readers see the last committed state."""
+    with _translated():
+        opened = stores.open_reader(location)
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+
+def has_state(location: StateLocation) -> bool:
+    """Whether anything was ever stored at `location` (creating nothing)."""
+    with _translated():
+        return stores.has_state(location)
+
+
+def controller_id(location: StateLocation) -> str:
+    """The location's controller id, made on first use (minidock.store.controller_id)."""
+    with _translated():
+        return stores.controller_id(location)
+
+
+def require_applied(location: StateLocation) -> None:
+    """Refuse (creating nothing) when no apply ever stored a generation at `location`."""
+    if not has_state(location):
+        raise BadInput(_nothing_applied(location))
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """The store's refusals as the use cases' (one line and an exit code each)."""
     try:
-        store = Store.open(directory)
-    except StateError as exc:
+        yield
+    except stores.LeaseLost as exc:
+        raise Deposed(str(exc)) from None
+    except stores.WriterBusy as exc:
+        raise Busy(str(exc)) from None
+    except stores.StoreUnusable as exc:
         raise BadInput(str(exc)) from None
-    with store:
-        yield store
+    except stores.StoreError as exc:  # StoreUnavailable, or a refusal etcd gave
+        raise StoreDown(str(exc)) from None
 
 
-def require_applied(directory: Path) -> None:
-    """Refuse (creating nothing) when no apply ever stored a generation in `directory`."""
-    if not (directory / DB_NAME).exists():
-        raise BadInput(_nothing_applied(directory))
-
-
-def read_desired(store: Store, directory: Path) -> Desired:
+def read_desired(store: Store, location: StateLocation) -> Desired:
     """The latest applied generation and its inventory, the inventory read afresh from disk."""
     latest = store.latest_generation()
     if latest is None:
-        raise BadInput(_nothing_applied(directory))
+        raise BadInput(_nothing_applied(location))
     _, cluster = latest
     try:
         return Desired(cluster, load_inventory(cluster.inventory_path))
@@ -112,5 +152,5 @@ def load_spec(path: Path) -> Desired:
         raise BadInput(str(exc)) from None
 
 
-def _nothing_applied(directory: Path) -> str:
-    return f"nothing applied yet in {directory}: run `minidock apply FILE` first"
+def _nothing_applied(location: StateLocation) -> str:
+    return f"nothing applied yet in {location}: run `minidock apply FILE` first"

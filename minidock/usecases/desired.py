@@ -22,11 +22,13 @@ from minidock.plandoc import plan_document
 from minidock.runner import all_secrets, decide, redacted
 from minidock.spec import SpecError, load, load_inventory
 from minidock.ssh import Executor
-from minidock.state import DB_NAME, Store, controller_id
+from minidock.store import StateLocation, Store
 from minidock.usecases.access import (
     Desired,
     Writer,
     admissible,
+    controller_id,
+    has_state,
     load_spec,
     read_desired,
     reading,
@@ -69,7 +71,7 @@ def validate(file: Path) -> ValidateOutcome:
 
 async def plan(
     file: Path,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     *,
     prune: bool = False,
@@ -82,7 +84,7 @@ async def plan(
     pending."""
     desired = load_spec(file)
     current, generation = ControllerState(), 1
-    if (directory / DB_NAME).exists():
+    if has_state(directory):
         with reading(directory) as store:
             current, generation = store.load(), store.next_generation_id()
     _same_cluster(current, file, desired.cluster, directory)
@@ -120,7 +122,7 @@ def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:
 
 async def apply(
     file: Path,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,
@@ -164,7 +166,7 @@ async def apply(
 
 
 def _refuse_removals(
-    state: ControllerState, file: Path, cluster: Cluster, directory: Path, *, prune: bool
+    state: ControllerState, file: Path, cluster: Cluster, directory: StateLocation, *, prune: bool
 ) -> None:
     """Refuse another cluster's file, and removing services without `prune`."""
     _same_cluster(state, file, cluster, directory)
@@ -227,7 +229,9 @@ def _count(per_controller: dict[str, int]) -> str:
     return f"{n} running task" + ("s" if n != 1 else "")
 
 
-def _same_cluster(state: ControllerState, file: Path, cluster: Cluster, directory: Path) -> None:
+def _same_cluster(
+    state: ControllerState, file: Path, cluster: Cluster, directory: StateLocation
+) -> None:
     """A store never silently switches cluster: the other one's tasks would run on,
     unseen by `status`, holding capacity and ports."""
     if state.cluster and state.cluster != cluster.name:
@@ -241,7 +245,7 @@ def _services(names: list[str]) -> str:
     return ("service " if len(names) == 1 else "services ") + ", ".join(names)
 
 
-async def drain_plan(host: str, directory: Path, runtime: Runtime) -> PlanOutcome:
+async def drain_plan(host: str, directory: StateLocation, runtime: Runtime) -> PlanOutcome:
     """`minidock drain HOST --plan`: where every task of HOST would land (or why it
     cannot), simulated from the stored desired state; nothing is changed. Exit 1 when
     something would stay pending or run below its replicas."""
@@ -275,7 +279,7 @@ async def drain_plan(host: str, directory: Path, runtime: Runtime) -> PlanOutcom
 async def scale(
     service: str,
     replicas: int,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,

@@ -12,6 +12,7 @@ from minidock.model import Host, Inventory
 from minidock.push import Pushed, PushError, push_image
 from minidock.spec import SpecError, load_inventory
 from minidock.ssh import CommandTimeout, Unreachable
+from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.outcomes import (
     BadInput,
@@ -25,7 +26,7 @@ from minidock.usecases.runtime import Runtime, connected
 PUSHES_AT_ONCE = 4  # hosts streamed to at the same time (each reads its own docker save)
 
 
-def _inventory(directory: Path, inventory: Path | None) -> Inventory:
+def _inventory(directory: StateLocation, inventory: Path | None) -> Inventory:
     if inventory is not None:
         try:
             return load_inventory(inventory)
@@ -51,7 +52,7 @@ def _hosts(inventory: Inventory, names: Sequence[str] | None) -> list[Host]:
 
 async def push(
     image: str,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     on_progress: OnPushProgress,
     *,

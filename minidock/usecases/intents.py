@@ -4,7 +4,6 @@ record it with an `intent` event, then converge. A refused word changes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from minidock import core
 from minidock.core import ControllerState, HostPhase
@@ -12,6 +11,7 @@ from minidock.core.rebalance import moves as rebalance_moves
 from minidock.core.rebalance import record as record_moves
 from minidock.model import Event, Inventory
 from minidock.observe import observe
+from minidock.store import StateLocation
 from minidock.usecases.access import (
     Desired,
     Writer,
@@ -35,7 +35,7 @@ Forgets = Callable[[ControllerState, Desired], tuple[ControllerState, list[Event
 
 
 async def _intent(
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     change: Change | Forgets,
@@ -84,7 +84,7 @@ def _known_service(state: ControllerState, service: str) -> None:
 
 async def drain(
     host: str,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,
@@ -111,7 +111,9 @@ async def drain(
     )
 
 
-async def forget(host: str, directory: Path, runtime: Runtime, report: Report) -> IntentOutcome:
+async def forget(
+    host: str, directory: StateLocation, runtime: Runtime, report: Report
+) -> IntentOutcome:
     """HOST is gone for good: its tasks are recorded as lost and refilled elsewhere (those
     of `on_host_loss = "wait"` services too), and the inventory may drop it. A host the
     inventory lists that still answers is refused: drain it instead."""
@@ -131,7 +133,9 @@ async def forget(host: str, directory: Path, runtime: Runtime, report: Report) -
     )
 
 
-async def activate(host: str, directory: Path, runtime: Runtime, report: Report) -> IntentOutcome:
+async def activate(
+    host: str, directory: StateLocation, runtime: Runtime, report: Report
+) -> IntentOutcome:
     """Let a drained HOST take tasks again (running tasks are not moved back); one pass."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
@@ -145,7 +149,7 @@ async def activate(host: str, directory: Path, runtime: Runtime, report: Report)
 
 async def rollback(
     service: str,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,
@@ -170,7 +174,7 @@ async def rollback(
 
 async def reset(
     service: str,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,
@@ -189,7 +193,7 @@ async def reset(
 
 
 async def rebalance(
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,

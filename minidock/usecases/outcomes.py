@@ -16,6 +16,7 @@ from minidock.plandoc import PlanDocument
 from minidock.push import Pushed
 from minidock.runner import PassResult
 from minidock.status import StatusDocument
+from minidock.store import StateLocation
 
 
 class ExitCode(enum.IntEnum):
@@ -45,6 +46,21 @@ class Busy(UseCaseError):
     """Another writer kept the state directory's lock past this command's patience: exit 75."""
 
     exit_code = ExitCode.LOCKED
+
+
+class Deposed(UseCaseError):
+    """This controller lost the writer lock in the middle of its work (etcd: its lease
+    expired while it was paused or cut off): it committed nothing more and stopped acting;
+    another controller may be acting now. Exit 75, like a taken lock."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class StoreDown(UseCaseError):
+    """The state store does not answer (no etcd endpoint answers, or etcd has no quorum):
+    nothing was decided or done. Exit 1: an operator must look."""
+
+    exit_code = ExitCode.FAILED
 
 
 def verdict(result: PassResult) -> ExitCode:
@@ -94,7 +110,7 @@ class GenerationStored:
     generation: int
     cluster: str
     services: int
-    directory: Path
+    directory: StateLocation  # the state directory, or the etcd URL
     changed: bool = True  # False: the file is what `generation` already holds ("no changes")
 
 
@@ -115,9 +131,11 @@ class PassDone:
 
 @dataclass(frozen=True)
 class PassSkipped:
-    """A `watch` pass found another writer at work; the next pass sees its result."""
+    """A `watch` pass found another writer at work (or lost the lock to one mid-way:
+    `deposed`); the next pass sees its result."""
 
     reason: str
+    deposed: bool = False
 
 
 Progress = GenerationStored | IntentRecorded | PassDone | PassSkipped
@@ -231,6 +249,18 @@ class EventFilter:
             and (not self.host or e.host == self.host)
             and e.at >= self.since
         )
+
+
+@dataclass(frozen=True)
+class MigrateOutcome:
+    """A state copied whole from `source` to `target` (`replaced`: over a state there)."""
+
+    source: StateLocation
+    target: StateLocation
+    generations: int
+    events: int
+    replaced: bool = False
+    exit_code: ExitCode = ExitCode.OK
 
 
 @dataclass(frozen=True)

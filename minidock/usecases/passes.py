@@ -3,12 +3,11 @@ timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import NoReturn
 
 from minidock.runner import run_pass
 from minidock.ssh import Executor
-from minidock.state import Store
+from minidock.store import StateLocation, Store
 from minidock.usecases.access import (
     Desired,
     Writer,
@@ -20,6 +19,7 @@ from minidock.usecases.access import (
 from minidock.usecases.outcomes import (
     Busy,
     ConvergeOutcome,
+    Deposed,
     Ending,
     ExitCode,
     PassDone,
@@ -94,7 +94,7 @@ def _ending(code: ExitCode, wait: bool, out_of_time: bool) -> Ending | None:
 
 
 async def converge(
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     report: Report,
     *,
@@ -113,7 +113,7 @@ async def converge(
 
 
 async def reconcile(
-    directory: Path, runtime: Runtime, report: Report, *, force_down: bool = False
+    directory: StateLocation, runtime: Runtime, report: Report, *, force_down: bool = False
 ) -> ConvergeOutcome:
     """Cron's entry point: one pass; a taken lock is `Busy` (exit 75) at once. With
     `force_down`, the mass-loss guard does not hold this pass."""
@@ -123,7 +123,7 @@ async def reconcile(
 
 
 async def watch_step(
-    directory: Path, executor: Executor, runtime: Runtime
+    directory: StateLocation, executor: Executor, runtime: Runtime
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works.
     The latest generation is read afresh, so an apply made meanwhile counts."""
@@ -135,10 +135,14 @@ async def watch_step(
             )
     except Busy as exc:
         return PassSkipped(str(exc))
+    except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
+        return PassSkipped(str(exc), deposed=True)
     return PassDone(result, verdict(result))
 
 
-async def watch(directory: Path, runtime: Runtime, report: Report, *, interval: float) -> NoReturn:
+async def watch(
+    directory: StateLocation, runtime: Runtime, report: Report, *, interval: float
+) -> NoReturn:
     """Passes `interval` apart, reusing one executor's connections, until cancelled (Ctrl-C).
     The lock is held for each pass, not between passes, so other writers get their turn."""
     require_applied(directory)

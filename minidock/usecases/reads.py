@@ -4,11 +4,11 @@ take no lock, so they answer while `watch` or another writer works."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from minidock.model import Event
 from minidock.runner import all_secrets, decide, redacted
 from minidock.status import status_document
+from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.outcomes import EventFilter, EventsOutcome, StatusOutcome
 from minidock.usecases.runtime import Runtime, connected
@@ -16,7 +16,7 @@ from minidock.usecases.runtime import Runtime, connected
 EVERY = EventFilter()  # no filter: every event
 
 
-async def status(directory: Path, runtime: Runtime) -> StatusOutcome:
+async def status(directory: StateLocation, runtime: Runtime) -> StatusOutcome:
     """Services, tasks and hosts: the stored state, a fresh observation and the plan a
     pass would make of it (pending reasons, what it waits for), secrets masked."""
     require_applied(directory)
@@ -31,7 +31,9 @@ async def status(directory: Path, runtime: Runtime) -> StatusOutcome:
     return StatusOutcome(status_document(current, desired.inventory, result.observed, plan))
 
 
-def events(directory: Path, *, limit: int = 50, where: EventFilter = EVERY) -> EventsOutcome:
+def events(
+    directory: StateLocation, *, limit: int = 50, where: EventFilter = EVERY
+) -> EventsOutcome:
     """The newest `limit` events that `where` keeps, oldest first (0: all of them)."""
     require_applied(directory)
     with reading(directory) as store:
@@ -41,7 +43,7 @@ def events(directory: Path, *, limit: int = 50, where: EventFilter = EVERY) -> E
 
 
 async def follow_events(
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     seen: Callable[[int, Event], None],
     *,

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from minidock.commands import exec_argv, redact, task_logs_argv
 from minidock.model import Container, Host, Inventory, Observed
 from minidock.observe import observe
 from minidock.runner import all_secrets
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Terminal, Unreachable
+from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.outcomes import (
     BadInput,
@@ -54,7 +54,7 @@ class _Seen:
         return found
 
 
-async def _observe(directory: Path, runtime: Runtime, executor: Executor) -> _Seen:
+async def _observe(directory: StateLocation, runtime: Runtime, executor: Executor) -> _Seen:
     require_applied(directory)
     with reading(directory) as store:
         state = store.load()
@@ -88,7 +88,7 @@ def _missed(seen: _Seen) -> str:
     return f" (not observed: {', '.join(names)})" if names else ""
 
 
-async def ps(directory: Path, runtime: Runtime, service: str | None = None) -> PsOutcome:
+async def ps(directory: StateLocation, runtime: Runtime, service: str | None = None) -> PsOutcome:
     """Every task of the cluster (or of one service) on the hosts, observed now."""
     async with connected(runtime) as executor:
         seen = await _observe(directory, runtime, executor)
@@ -114,7 +114,7 @@ async def ps(directory: Path, runtime: Runtime, service: str | None = None) -> P
 
 async def logs(
     service: str,
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     on_line: OnLogLine,
     *,
@@ -167,7 +167,7 @@ def _target(seen: _Seen, target: str) -> tuple[str, int | None]:
 async def exec_task(
     target: str,
     command: Sequence[str],
-    directory: Path,
+    directory: StateLocation,
     runtime: Runtime,
     on_line: OnLogLine,
     *,

@@ -1,0 +1,565 @@
+"""The etcd v3 backend: the state of one cluster under a key prefix, and the writer lock
+as an etcd lease plus a key (etcd's concurrency recipe: client/v3/concurrency).
+
+Keys under PREFIX (docs/ha.md has the layout and the fencing argument):
+
+    PREFIX/meta                    {"schema", "generation", "event", "writer", "commit"}
+    PREFIX/controller              codec.dumps(ControllerState)
+    PREFIX/controller-id           this store's controller id (made once, random)
+    PREFIX/generations/<20 digits> {"id", "applied_at", "source_path", "cluster"}
+    PREFIX/events/<20 digits>      the events of one commit, keyed by the last one's id
+    PREFIX/lock/<lease id, hex>    a writer waiting for or holding the lock (lease-owned)
+
+The lock is held by the lock key with the lowest create revision. Every commit is one
+transaction guarded by the holder's key (`create_revision == the holder's`) and by
+`PREFIX/meta`'s mod revision, so a writer whose lease expired commits nothing. A thread
+renews the lease every TTL/3 while it is held; `fence()` says when it can no longer be
+sure that it holds it, before the lease can have expired on etcd's side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from minidock import codec
+from minidock.core import ControllerState
+from minidock.model import Cluster, Event
+from minidock.store.base import (
+    GenerationRecord,
+    LeaseLost,
+    Snapshot,
+    StoreError,
+    StoreUnusable,
+    WriterBusy,
+)
+from minidock.store.etcd_client import (
+    EtcdClient,
+    compare_create,
+    compare_mod,
+    delete,
+    get,
+    put,
+    rpc,
+)
+from minidock.store.location import EtcdURL
+
+__all__ = ["SCHEMA_VERSION", "EtcdStore", "EtcdWriter", "Keys", "Meta", "has_state"]
+
+SCHEMA_VERSION = 1
+_ID_DIGITS = 20  # zero-padded ids: the keys' byte order is the ids' order
+
+
+class Keys:
+    """The key layout of one state under its prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        base = prefix.rstrip("/")
+        self.root = f"{base}/".encode()
+        self.meta = f"{base}/meta".encode()
+        self.controller = f"{base}/controller".encode()
+        self.controller_id = f"{base}/controller-id".encode()
+        self.generations = f"{base}/generations/".encode()
+        self.events = f"{base}/events/".encode()
+        self.lock = f"{base}/lock/".encode()
+
+    def generation(self, gen_id: int) -> bytes:
+        return self.generations + f"{gen_id:0{_ID_DIGITS}d}".encode()
+
+    def event_batch(self, last_id: int) -> bytes:
+        return self.events + f"{last_id:0{_ID_DIGITS}d}".encode()
+
+    def lock_key(self, lease_id: int) -> bytes:
+        return self.lock + f"{lease_id:x}".encode()
+
+
+def range_end(prefix: bytes) -> bytes:
+    """The end of the key range of every key that starts with `prefix`."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+@dataclass(frozen=True)
+class Meta:
+    """PREFIX/meta: the schema, the last ids given out, and who committed last."""
+
+    schema: int = SCHEMA_VERSION
+    generation: int = 0  # the newest generation's id
+    event: int = 0  # the newest event's id
+    writer: str = ""  # "pid N on HOST" of the last commit
+    commit: str = ""  # that commit's token: tells a retried commit that its first try landed
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, raw: bytes) -> Meta:
+        data = json.loads(raw)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def holder_text() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+class EtcdStore:
+    """The state under one prefix: reads for anyone, commits for the lock's holder."""
+
+    def __init__(self, url: EtcdURL, client: EtcdClient, writer: EtcdWriter | None) -> None:
+        self.url = url
+        self.keys = Keys(url.prefix)
+        self._client: EtcdClient | None = client
+        self._writer = writer
+
+    @classmethod
+    def open(cls, url: EtcdURL) -> EtcdStore:
+        """A reader's store (no lock): its commits are refused."""
+        client = EtcdClient(url)
+        try:
+            client.check_quorum()
+            store = cls(url, client, None)
+            store.meta()  # refuses a newer schema
+        except BaseException:
+            client.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        if self._client is not None and self._writer is None:
+            self._client.close()  # a writer's store shares its lock's client
+        self._client = None
+
+    @property
+    def client(self) -> EtcdClient:
+        if self._client is None:
+            raise StoreUnusable(f"store {self.url} is closed")
+        return self._client
+
+    # -- reads --------------------------------------------------------------------------------
+    def kvs(self, key: bytes, end: bytes = b"", **options: Any) -> list[Any]:
+        request = rpc.RangeRequest(key=key, range_end=end, **options)
+        return list(self.client.range(request).kvs)
+
+    def meta(self) -> tuple[Meta, int]:
+        """PREFIX/meta and its mod revision (0: nothing was ever committed here)."""
+        found = self.kvs(self.keys.meta)
+        if not found:
+            return Meta(), 0
+        meta = Meta.loads(found[0].value)
+        if meta.schema > SCHEMA_VERSION:
+            raise StoreUnusable(
+                f"{self.url} has schema version {meta.schema}; this minidock knows up to "
+                f"{SCHEMA_VERSION}: upgrade minidock"
+            )
+        return meta, int(found[0].mod_revision)
+
+    def load(self) -> ControllerState:
+        found = self.kvs(self.keys.controller)
+        return codec.loads(found[0].value.decode(), ControllerState) if found else ControllerState()
+
+    def latest_generation(self) -> tuple[int, Cluster] | None:
+        end = range_end(self.keys.generations)
+        found = self.kvs(self.keys.generations, end, limit=1, sort_order=rpc.RangeRequest.DESCEND)
+        if not found:
+            return None
+        doc = json.loads(found[0].value)
+        return int(doc["id"]), codec.from_data(doc["cluster"], Cluster)
+
+    def generation(self, gen_id: int) -> Cluster | None:
+        found = self.kvs(self.keys.generation(gen_id))
+        return codec.from_data(json.loads(found[0].value)["cluster"], Cluster) if found else None
+
+    def next_generation_id(self) -> int:
+        if self._writer is not None:
+            return self._writer.meta.generation + 1
+        return self.meta()[0].generation + 1
+
+    def events(self, limit: int = 100, since_id: int = 0) -> list[tuple[int, Event]]:
+        """As the SQLite store's: batches are keyed by their last id, so the batches from
+        key(since_id + 1) on hold every event after since_id, and `limit` batches hold at
+        least `limit` events."""
+        end = range_end(self.keys.events)
+        n = max(limit, 0)
+        if since_id > 0:
+            kvs = self.kvs(self.keys.event_batch(since_id + 1), end, limit=n)
+            found = [(i, e) for kv in kvs for i, e in event_batch(kv.value) if i > since_id]
+            return found[:limit] if limit > 0 else found
+        kvs = self.kvs(self.keys.events, end, limit=n, sort_order=rpc.RangeRequest.DESCEND)
+        found = [(i, e) for kv in reversed(kvs) for i, e in event_batch(kv.value)]
+        return found[-limit:] if limit > 0 else found
+
+    # -- the one write ------------------------------------------------------------------------
+    def commit(
+        self,
+        state: ControllerState,
+        events: Sequence[Event] = (),
+        generation: Cluster | None = None,
+        source_path: str = "",
+    ) -> int | None:
+        """One transaction, guarded by the writer's lock key and by PREFIX/meta."""
+        writer = self._holder()
+        before = writer.meta
+        new = replace(before, writer=holder_text(), commit=uuid.uuid4().hex)
+        ops: list[Any] = []
+        gen_id: int | None = None
+        if generation is not None:
+            gen_id = before.generation + 1
+            if state.generation != gen_id:
+                raise ValueError(
+                    f"state.generation is {state.generation}, "
+                    f"but the new generation's id is {gen_id}"
+                )
+            doc = generation_doc(gen_id, time.time(), source_path, generation)
+            ops.append(put(self.keys.generation(gen_id), doc))
+            new = replace(new, generation=gen_id)
+        listed = list(events)
+        if listed:
+            last = before.event + len(listed)
+            batch = batch_doc(range(before.event + 1, last + 1), listed)
+            ops.append(put(self.keys.event_batch(last), batch))
+            new = replace(new, event=last)
+        ops += [
+            put(self.keys.controller, codec.dumps(state).encode()),
+            put(self.keys.meta, new.dumps().encode()),
+        ]
+        writer.fenced_txn(ops, new)
+        return gen_id
+
+    def fence(self) -> None:
+        if self._writer is not None:
+            self._writer.fence()
+
+    # -- a migration's copy -------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """Everything under the prefix, read at one revision."""
+        return read_snapshot(self)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace everything under the prefix with `snapshot` (the holder only)."""
+        write_snapshot(self, self._holder(), snapshot)
+
+    def _holder(self) -> EtcdWriter:
+        if self._writer is None:
+            raise StoreUnusable(f"{self.url}: only the writer lock's holder may commit")
+        return self._writer
+
+
+def generation_doc(gen_id: int, applied_at: float, source_path: str, cluster: Cluster) -> bytes:
+    doc = {"id": gen_id, "applied_at": applied_at, "source_path": source_path}
+    doc["cluster"] = codec.to_data(cluster)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def batch_doc(ids: Sequence[int], events: Sequence[Event]) -> bytes:
+    docs = [{"id": i, **codec.to_data(e)} for i, e in zip(ids, events, strict=True)]
+    return json.dumps(docs, sort_keys=True, separators=(",", ":")).encode()
+
+
+def event_batch(raw: bytes) -> list[tuple[int, Event]]:
+    found = []
+    for doc in json.loads(raw):
+        event_id = int(doc.pop("id"))
+        found.append((event_id, codec.from_data(doc, Event)))
+    return found
+
+
+def has_state(url: EtcdURL) -> bool:
+    """Whether anything was ever committed under the URL's prefix."""
+    store = EtcdStore.open(url)
+    try:
+        return store.meta()[1] > 0
+    finally:
+        store.close()
+
+
+def controller_id(url: EtcdURL) -> str:
+    """This store's controller id, labelled on every task it starts: made once (random)
+    by the first to ask, kept under its own key (docs/state.md)."""
+    store = EtcdStore.open(url)
+    try:
+        key = store.keys.controller_id
+        new = os.urandom(6).hex().encode()
+        reply = store.client.txn(
+            rpc.TxnRequest(
+                compare=[compare_create(key, 0)], success=[put(key, new)], failure=[get(key)]
+            )
+        )
+        if reply.succeeded:
+            return new.decode()
+        return bytes(reply.responses[0].response_range.kvs[0].value).decode()
+    finally:
+        store.close()
+
+
+class EtcdWriter:
+    """The writer lock: a lease kept alive by a thread, and a key under PREFIX/lock/ owned
+    by it; the holder is the key with the lowest create revision (etcd's Mutex.TryLock)."""
+
+    def __init__(self, url: EtcdURL) -> None:
+        self.url = url
+        self.keys = Keys(url.prefix)
+        self.client = EtcdClient(url)
+        self.meta, self.meta_rev = Meta(), 0
+        self._keeper: LeaseKeeper | None = None
+        self._key: bytes | None = None
+        self._rev = 0  # the create revision of our key while we hold the lock
+
+    @property
+    def held(self) -> bool:
+        return self._key is not None
+
+    def acquire(self) -> None:
+        """Take the lock now or raise `WriterBusy` naming the holder; never waits."""
+        if self.held:
+            raise RuntimeError(f"the writer lock on {self.url} is already held by this writer")
+        self.client.check_quorum()
+        keeper = self._lease()
+        key = self.keys.lock_key(keeper.lease_id)
+        holder = json.dumps({"holder": holder_text(), "since": time.time()}).encode()
+        owner = get(
+            self.keys.lock,
+            range_end(self.keys.lock),
+            limit=1,
+            sort_order=rpc.RangeRequest.ASCEND,
+            sort_target=rpc.RangeRequest.CREATE,
+        )
+        reply = self.client.txn(
+            rpc.TxnRequest(
+                compare=[compare_create(key, 0)],
+                success=[put(key, holder, keeper.lease_id), owner],
+                failure=[get(key), owner],
+            )
+        )
+        mine = (
+            int(reply.header.revision)
+            if reply.succeeded
+            else int(reply.responses[0].response_range.kvs[0].create_revision)
+        )
+        first = list(reply.responses[1].response_range.kvs)
+        if first and int(first[0].create_revision) != mine:
+            self.client.txn(
+                rpc.TxnRequest(compare=[compare_create(key, mine)], success=[delete(key)])
+            )
+            raise WriterBusy(f"{self.url} is locked by another minidock process ({_who(first[0])})")
+        self._key, self._rev = key, mine
+        self.reload()
+
+    def store(self) -> EtcdStore:
+        if not self.held:
+            raise RuntimeError(f"the writer lock on {self.url} is not held")
+        return EtcdStore(self.url, self.client, self)
+
+    def fence(self) -> None:
+        if self._key is None:
+            raise LeaseLost(f"{self.url}: this writer does not hold the lock")
+        if self._keeper is not None:
+            self._keeper.check()
+
+    def fenced_txn(self, ops: list[Any], new: Meta) -> None:
+        """Commit `ops` only while our lock key is the one we created and PREFIX/meta is
+        as we last saw it; a lost lease is `LeaseLost` and nothing is written."""
+        if self.guarded_txn(ops, [compare_mod(self.keys.meta, self.meta_rev)], new):
+            return
+        seen, rev = EtcdStore(self.url, self.client, None).meta()
+        if seen.commit == new.commit:  # an earlier try of this very request landed
+            self.meta, self.meta_rev = new, rev
+            return
+        raise StoreError(
+            f"{self.url}: the state was changed by {seen.writer or 'another writer'} while "
+            "this writer held the lock; nothing was committed"
+        )
+
+    def guarded_txn(
+        self, ops: list[Any], compares: Sequence[Any] = (), new: Meta | None = None
+    ) -> bool:
+        """Run `ops` if we still hold the lock (and `compares` hold): False when only
+        `compares` failed; `LeaseLost` when our lock key is gone."""
+        self.fence()
+        assert self._key is not None
+        reply = self.client.txn(
+            rpc.TxnRequest(
+                compare=[compare_create(self._key, self._rev), *compares],
+                success=ops,
+                failure=[get(self._key)],
+            )
+        )
+        if reply.succeeded:
+            if new is not None:
+                self.meta, self.meta_rev = new, int(reply.header.revision)
+            return True
+        ours = list(reply.responses[0].response_range.kvs)
+        if not ours or int(ours[0].create_revision) != self._rev:
+            raise LeaseLost(_lost(self.url, "its lock key is gone: the lease expired"))
+        return False
+
+    def reload(self) -> None:
+        """Read PREFIX/meta afresh (after a restore wrote it)."""
+        self.meta, self.meta_rev = EtcdStore(self.url, self.client, self).meta()
+
+    def release(self) -> None:
+        """Delete our key and revoke the lease (idempotent; etcd down: it expires)."""
+        key, self._key = self._key, None
+        keeper, self._keeper = self._keeper, None
+        try:
+            if key is not None:
+                self.client.txn(
+                    rpc.TxnRequest(compare=[compare_create(key, self._rev)], success=[delete(key)])
+                )
+            if keeper is not None:
+                keeper.stop()
+                self.client.revoke(keeper.lease_id)
+        except StoreError:
+            pass  # unreachable or no quorum: the lease expires by itself within its TTL
+        finally:
+            if keeper is not None:
+                keeper.stop()
+            self.client.close()
+
+    def _delete(self, key: bytes, revision: int) -> None:
+        """Delete our lock key, if it is still the one created at `revision`."""
+        request = rpc.TxnRequest(compare=[compare_create(key, revision)], success=[delete(key)])
+        self.client.txn(request)
+
+    def _lease(self) -> LeaseKeeper:
+        if self._keeper is None:
+            sent = time.monotonic()
+            granted = self.client.grant(max(1, round(self.url.ttl)))
+            self._keeper = LeaseKeeper(self, int(granted.ID), float(granted.TTL), sent)
+            self._keeper.start()
+        return self._keeper
+
+
+def _who(kv: Any) -> str:
+    try:
+        return str(json.loads(kv.value)["holder"])
+    except (ValueError, KeyError, TypeError):
+        return "holder unknown"
+
+
+def _lost(url: EtcdURL, why: str) -> str:
+    return (
+        f"lost the writer lease on {url} ({why}): another controller may be acting now; "
+        "this one stops and commits nothing more"
+    )
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the writer's lease every TTL/3 (etcd's Session). Its deadline is when the
+    lease may expire at the latest as this process can know: the send time of the last
+    renewal that etcd answered, plus the TTL it granted; `check` fails a margin before."""
+
+    def __init__(self, writer: EtcdWriter, lease_id: int, ttl: float, sent: float) -> None:
+        super().__init__(name=f"minidock-lease-{lease_id:x}", daemon=True)
+        self.writer = writer
+        self.lease_id = lease_id
+        self.ttl = ttl
+        self.deadline = sent + ttl
+        self.lost: str | None = None
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        interval = self.ttl / 3
+        while not self._stopped.wait(interval) and self.lost is None:
+            sent = time.monotonic()
+            try:
+                granted = self.writer.client.keep_alive(
+                    self.lease_id,
+                    budget=max(min(self.writer.url.timeout, self.deadline - sent), 0.2),
+                )
+            except StoreError as exc:
+                if time.monotonic() >= self.deadline:
+                    self.lost = f"it could not be renewed in time: {exc}"
+                interval = min(0.5, self.ttl / 3)
+                continue
+            if granted <= 0:
+                self.lost = "it expired before it was renewed"
+                return
+            self.deadline, interval = sent + granted, self.ttl / 3
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def check(self) -> None:
+        margin = min(1.0, self.ttl / 10)
+        if self.lost is None and time.monotonic() >= self.deadline - margin:
+            self.lost = "it was not renewed in time"
+        if self.lost is not None:
+            raise LeaseLost(_lost(self.writer.url, self.lost))
+
+
+# -- a migration's copy -----------------------------------------------------------------------
+_PAGE = 500  # keys per range request while reading a whole store
+_OPS_PER_TXN = 100  # etcd refuses a transaction of more than 128 operations by default
+_EVENTS_PER_BATCH = 200
+
+
+def read_snapshot(store: EtcdStore) -> Snapshot:
+    """Generations, controller state and events, all read at one revision."""
+    revision = int(store.client.range(rpc.RangeRequest(key=store.keys.meta)).header.revision)
+    generations = []
+    for kv in _every(store, store.keys.generations, revision):
+        doc = json.loads(kv.value)
+        cluster = codec.from_data(doc["cluster"], Cluster)
+        generations.append(
+            GenerationRecord(int(doc["id"]), float(doc["applied_at"]), doc["source_path"], cluster)
+        )
+    found = store.kvs(store.keys.controller, revision=revision)
+    state = codec.loads(found[0].value.decode(), ControllerState) if found else ControllerState()
+    events = [
+        pair for kv in _every(store, store.keys.events, revision) for pair in event_batch(kv.value)
+    ]
+    return Snapshot(state, tuple(generations), tuple(events))
+
+
+def _every(store: EtcdStore, prefix: bytes, revision: int) -> Iterator[Any]:
+    start, end = prefix, range_end(prefix)
+    while True:
+        request = rpc.RangeRequest(key=start, range_end=end, limit=_PAGE, revision=revision)
+        reply = store.client.range(request)
+        yield from reply.kvs
+        if not reply.more or not reply.kvs:
+            return
+        start = bytes(reply.kvs[-1].key) + b"\0"
+
+
+def write_snapshot(store: EtcdStore, writer: EtcdWriter, snapshot: Snapshot) -> None:
+    """Clear the prefix (but the lock), then write the generations and events in
+    transactions of at most _OPS_PER_TXN operations, and PREFIX/meta last: until then the
+    prefix holds no state (`has_state` is false). Every step is guarded by the lock."""
+    keys = store.keys
+    clear = [
+        delete(keys.meta),
+        delete(keys.controller),
+        delete(keys.generations, range_end(keys.generations)),
+        delete(keys.events, range_end(keys.events)),
+    ]
+    writes = [
+        put(keys.generation(g.id), generation_doc(g.id, g.applied_at, g.source_path, g.cluster))
+        for g in snapshot.generations
+    ]
+    events = list(snapshot.events)
+    for at in range(0, len(events), _EVENTS_PER_BATCH):
+        chunk = events[at : at + _EVENTS_PER_BATCH]
+        ids, listed = [i for i, _ in chunk], [e for _, e in chunk]
+        writes.append(put(keys.event_batch(ids[-1]), batch_doc(ids, listed)))
+    meta = Meta(
+        generation=max((g.id for g in snapshot.generations), default=0),
+        event=max((i for i, _ in events), default=0),
+        writer=holder_text(),
+        commit=uuid.uuid4().hex,
+    )
+    final = [
+        put(keys.controller, codec.dumps(snapshot.state).encode()),
+        put(keys.meta, meta.dumps().encode()),
+    ]
+    writer.guarded_txn(clear)
+    for at in range(0, len(writes), _OPS_PER_TXN):
+        writer.guarded_txn(writes[at : at + _OPS_PER_TXN])
+    writer.guarded_txn(final)
+    writer.reload()

@@ -1,0 +1,341 @@
+"""Two controllers on one etcd state, on the real lab fleet and the session's real
+three-member etcd (tests/etcd.py): each runs `minidock reconcile` in a loop, as cron or a
+systemd timer would on two controller machines.
+
+Every action happens once; a kill -9 of the leader mid-pass leaves the other to converge
+the fleet within the lease TTL plus a pass; a leader paused (SIGSTOP) past its TTL commits
+nothing when it resumes and stops with one line; one etcd member of three down changes
+nothing for users, two down and the controllers refuse to act, saying "no quorum".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from minidock.store.etcd import Keys, Meta
+from tests.etcd import EtcdCluster, history, revision
+from tests.integration.conftest import Fleet, Minidock
+
+TTL = 3.0
+SPEC = """
+[services.web]
+image = "minidock-lab/web:{version}"
+replicas = 3
+update = {{ parallelism = 1, monitor = "1s", order = "start-first" }}
+
+[services.web.health]
+cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
+interval = "1s"
+timeout = "1s"
+retries = 2
+"""
+LOOP = (
+    'while :; do "$0" -m minidock reconcile; echo "== exit $? at $(date +%s.%N)"; sleep 0.3; done'
+)
+PASS = re.compile(r"^== exit (\d+) at ([0-9.]+)$")
+
+
+@dataclass
+class EtcdMinidock(Minidock):
+    """The real CLI with its state in etcd (MINIDOCK_STATE is the URL)."""
+
+    url: str = ""
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "MINIDOCK_STATE": self.url}
+
+
+@dataclass
+class Controller:
+    """One controller machine: `minidock reconcile` in a loop, in its own process group."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @classmethod
+    def start(cls, name: str, md: EtcdMinidock) -> Controller:
+        log = md.workdir / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                ["bash", "-c", LOOP, sys.executable],
+                env=md.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return cls(name, process, log)
+
+    def lines(self) -> list[str]:
+        return self.log.read_text(errors="replace").splitlines()
+
+    def passes(self) -> list[tuple[int, float]]:
+        """(exit code, wall time it ended) of each finished pass."""
+        return [(int(m[1]), float(m[2])) for line in self.lines() if (m := PASS.match(line))]
+
+    def owns(self, pid: int) -> bool:
+        try:
+            return os.getpgid(pid) == self.process.pid
+        except ProcessLookupError:
+            return False
+
+    def signal(self, sig: signal.Signals) -> None:
+        """To the whole controller (the loop and its reconcile), by the PID started here."""
+        os.killpg(self.process.pid, sig)
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def ha(fleet: Fleet, tmp_path: Path, etcd_cluster: EtcdCluster) -> EtcdMinidock:
+    etcd_cluster.ensure_all()
+    return EtcdMinidock(fleet, tmp_path, url=etcd_cluster.url(ttl=f"{TTL:g}s"))
+
+
+@pytest.fixture
+def controllers(ha: EtcdMinidock) -> Callable[[], tuple[Controller, Controller]]:
+    started: list[Controller] = []
+
+    def start() -> tuple[Controller, Controller]:
+        started.extend([Controller.start("a", ha), Controller.start("b", ha)])
+        return started[-2], started[-1]
+
+    yield start  # type: ignore[misc]
+    for c in started:
+        c.end()
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float, every: float = 0.1) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(every)
+
+
+def holder_pid(cluster: EtcdCluster, url: str) -> int | None:
+    """The pid named by the lock key with the lowest create revision (the holder)."""
+    prefix = "/" + url.split("/", 3)[3].split("?")[0]
+    lock = Keys(prefix).lock.decode()
+    done = cluster.etcdctl(
+        "get", "--prefix", lock, "--sort-by=CREATE", "--order=ASCEND", "--limit=1", "-w", "json"
+    )
+    kvs = json.loads(done.stdout or "{}").get("kvs") or []
+    if not kvs:
+        return None
+    import base64
+
+    holder = json.loads(base64.b64decode(kvs[0]["value"]))["holder"]
+    return int(holder.split()[1])
+
+
+def live(md: Minidock, hosts: list[str]) -> list[str]:
+    return [
+        f"{line.split()[0]}@{h}"
+        for h in hosts
+        for line in md.containers(h)
+        if line.endswith("running")
+    ]
+
+
+def every_container(md: Minidock, hosts: list[str]) -> list[str]:
+    return [f"{line.split()[0]}@{h}" for h in hosts for line in md.containers(h)]
+
+
+def slots(names: list[str]) -> Counter[int]:
+    return Counter(int(n.split(".")[1]) for n in names)
+
+
+def converged(md: EtcdMinidock, version: int = 5, replicas: int = 3) -> bool:
+    """What `status` reads (no pass of its own): every replica runs `version`, healthy."""
+    tasks = md.tasks("web")
+    return len(tasks) == replicas and all(
+        t["image"].endswith(f":{version}") and t["health"] == "healthy" for t in tasks
+    )
+
+
+def in_a_pass(cluster: EtcdCluster, md: EtcdMinidock, *among: Controller) -> int | None:
+    """The pid of the reconcile holding the lock, if it is one of `among`'s."""
+    pid = holder_pid(cluster, md.url)
+    return pid if pid is not None and any(c.owns(pid) for c in among) else None
+
+
+def deploy(md: EtcdMinidock, version: int = 5) -> subprocess.CompletedProcess[str]:
+    done = md("apply", str(md.spec(SPEC.format(version=version))), "--wait", "--timeout", "90s")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def acts(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith(("started ", "stopped "))]
+
+
+# -- every action once; kill -9 the leader mid-pass -----------------------------------------------
+def test_two_controllers_act_once_and_a_killed_leaders_peer_converges_within_the_ttl(
+    ha: EtcdMinidock,
+    fleet: Fleet,
+    etcd_cluster: EtcdCluster,
+    controllers: Callable[[], tuple[Controller, Controller]],
+) -> None:
+    deployed = deploy(ha)
+    assert len([line for line in deployed.stdout.splitlines() if line.startswith("started ")]) == 3
+    a, b = controllers()
+    wait_for("both to pass twice", lambda: min(len(a.passes()), len(b.passes())) >= 2, 60)
+    both = a.passes() + b.passes()
+    assert {code for code, _ in both} <= {0, 75}, both  # converged, or the other's turn
+    assert acts(a.lines() + b.lines()) == []  # nothing to do, done by nobody
+
+    before = Counter(n.split("@")[1] for n in live(ha, fleet.hosts))
+    lost = max(sorted(before), key=lambda h: before[h])
+    survivors = [h for h in fleet.hosts if h != lost]
+    fleet.kill(lost, "stop")
+    pid = wait_for("a controller in a pass", lambda: in_a_pass(etcd_cluster, ha, a, b), 30, 0.05)
+    assert isinstance(pid, int)
+    leader, other = (a, b) if a.owns(pid) else (b, a)
+    killed_at = time.time()
+    leader.signal(signal.SIGKILL)  # the whole controller machine dies mid-pass
+    leader.process.wait(timeout=10)
+
+    took_over = wait_for(
+        "the other controller to pass",
+        lambda: next((t for code, t in other.passes() if t > killed_at and code != 75), None),
+        TTL + 20,
+    )
+    assert isinstance(took_over, float)
+    assert took_over - killed_at <= TTL + 8, f"took over after {took_over - killed_at:.1f}s"
+    wait_for("the fleet to converge", lambda: converged(ha), 90, every=1)
+
+    running = live(ha, survivors)
+    assert slots(running) == Counter({1: 1, 2: 1, 3: 1}), running
+    assert len(every_container(ha, survivors)) == 3  # no duplicate left anywhere
+    started = [line for line in acts(other.lines()) if line.startswith("started ")]
+    assert len(started) <= before[lost], started
+    fleet.revive(lost)
+    wait_for(
+        "the revived host's stale tasks to go",
+        lambda: converged(ha) and len(live(ha, fleet.hosts)) == 3,
+        60,
+        every=1,
+    )
+
+
+# -- SIGSTOP the leader past its TTL, resume it ------------------------------------------------
+@dataclass
+class Paused:
+    """One pass paused past its lease and resumed: whose it was, and how it ended."""
+
+    pid: int
+    controller: Controller
+    revision: int  # etcd's revision when it was paused
+    ended: int  # the exit code of that pass
+
+
+def pause_a_pass(cluster: EtcdCluster, md: EtcdMinidock, a: Controller, b: Controller) -> Paused:
+    """SIGSTOP the controller whose reconcile holds the lock, past its TTL, until the other
+    took over; SIGCONT it and wait for that pass to end."""
+    pid = wait_for("a controller in a pass", lambda: in_a_pass(cluster, md, a, b), 30, 0.05)
+    assert isinstance(pid, int)
+    paused, other = (a, b) if a.owns(pid) else (b, a)
+    paused.signal(signal.SIGSTOP)
+    paused_at, paused_rev = time.time(), revision(cluster.endpoints[0])
+    time.sleep(TTL + 2)  # past its lease
+    wait_for(
+        "the other controller to take over",
+        lambda: any(t > paused_at + TTL and code != 75 for code, t in other.passes()),
+        30,
+    )
+    resumed_at = time.time()
+    paused.signal(signal.SIGCONT)
+    ends = wait_for(
+        "the paused pass to end",
+        lambda: [code for code, t in paused.passes() if t > resumed_at],
+        30,
+    )
+    assert isinstance(ends, list)
+    return Paused(pid, paused, paused_rev, ends[0])
+
+
+def commits_by(cluster: EtcdCluster, md: EtcdMinidock, pid: int, since: int) -> list[str]:
+    """Who committed (PREFIX/meta's writer) since etcd revision `since`, if `pid` did."""
+    meta = Keys("/" + md.url.split("/", 3)[3].split("?")[0]).meta
+    writers = [Meta.loads(value).writer for _, value in history(cluster.endpoints[0], meta, since)]
+    assert writers, "nobody committed since"
+    return [w for w in writers if w.startswith(f"pid {pid} ")]
+
+
+def test_a_leader_paused_past_its_ttl_commits_nothing_when_resumed_and_stops_with_one_line(
+    ha: EtcdMinidock,
+    etcd_cluster: EtcdCluster,
+    controllers: Callable[[], tuple[Controller, Controller]],
+) -> None:
+    deploy(ha, 5)
+    a, b = controllers()
+    update = ha("apply", str(ha.spec(SPEC.format(version=6))))  # a rolling update: many passes
+    assert update.returncode in (0, 3), update.stderr
+    for _ in range(3):  # paused after its pass's last commit, it had nothing left: again
+        paused = pause_a_pass(etcd_cluster, ha, a, b)
+        assert commits_by(etcd_cluster, ha, paused.pid, paused.revision) == []
+        if paused.ended == 75:
+            break
+    lines = paused.controller.lines()
+    assert paused.ended == 75, lines[-5:]
+    lost_lines = [line for line in lines if "lost the writer lease" in line]
+    assert len(lost_lines) == 1, lines
+    assert lost_lines[0].startswith(f"minidock: lost the writer lease on {ha.url.split('?')[0]}")
+
+    wait_for("the update to converge", lambda: converged(ha, 6), 120, every=1)
+    assert commits_by(etcd_cluster, ha, paused.pid, paused.revision) == []
+
+
+# -- etcd members down --------------------------------------------------------------------------
+def test_one_member_down_changes_nothing_two_down_and_controllers_refuse_saying_no_quorum(
+    ha: EtcdMinidock, fleet: Fleet, etcd_cluster: EtcdCluster
+) -> None:
+    deploy(ha)
+    etcd_cluster.stop_member(0)  # the URL's first endpoint
+    quiet = ha("reconcile")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert len(ha.tasks("web")) == 3
+    four = ha.spec(SPEC.format(version=5).replace("replicas = 3", "replicas = 4"))
+    scaled = ha("apply", str(four), "--wait", "--timeout", "60s")
+    assert scaled.returncode == 0, scaled.stderr
+    assert len(ha.tasks("web")) == 4
+
+    containers = every_container(ha, fleet.hosts)
+    etcd_cluster.stop_member(1)
+    for command in (("reconcile",), ("status",)):
+        start = time.monotonic()
+        refused = ha(*command)
+        took = time.monotonic() - start
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert refused.stdout == ""
+        (line,) = refused.stderr.splitlines()
+        assert line.startswith("minidock: ")
+        assert "etcd has no quorum: 1 of 3 endpoints answer and none has a leader" in line
+        assert took < 15, f"{command}: {took:.1f}s"
+    assert every_container(ha, fleet.hosts) == containers  # nothing was done
+
+    etcd_cluster.ensure_all()
+    back = ha("reconcile")
+    assert back.returncode == 0, back.stderr
+    assert every_container(ha, fleet.hosts) == containers

@@ -80,6 +80,14 @@ StateOption = Annotated[
         "controllers (default: $MINIDOCK_STATE, else .minidock/).",
     ),
 ]
+ClusterOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        help="Only this cluster, of a state that holds several (default: every one, or the "
+        "one with the service).",
+    ),
+]
 WaitOption = Annotated[bool, typer.Option("--wait", help="Repeat passes until converged.")]
 TimeoutOption = Annotated[str, typer.Option("--timeout", help="How long --wait may take.")]
 FileArg = Annotated[Path, typer.Argument(help="A cluster spec (TOML).", show_default=False)]
@@ -133,7 +141,7 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
     print nothing when nothing changed. A line printed once (a pending slot's reason) is
     not printed again; with `summaries` (watch), each pass's why-line when it changes."""
     seen: set[str] = set()
-    last_why = [""]
+    last_why: dict[str, str] = {}  # per cluster
 
     def report(progress: Progress) -> None:
         match progress:
@@ -146,12 +154,13 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
                 out.print(f"state: {where}; for cron: {cron_line(where)}", markup=False)
             case usecases.IntentRecorded(message=message):
                 out.print(message, markup=False)
-            case usecases.PassDone(result=result, exit_code=code):
-                print_pass(result, quiet=quiet, seen=seen)
+            case usecases.PassDone(result=result, exit_code=code, cluster=cluster):
+                print_pass(result, quiet=quiet, seen=seen, cluster=cluster)
                 line = usecases.why(result, code)
-                if summaries and line != last_why[0]:
-                    err.print(f"minidock: {line}" if line else "minidock: converged")
-                    last_why[0] = line
+                if summaries and line != last_why.get(cluster, ""):
+                    tag = f"[{cluster}] " if cluster else ""
+                    err.print(f"minidock: {tag}{line or 'converged'}", markup=False)
+                    last_why[cluster] = line
             case usecases.PassSkipped(reason=reason, deposed=True):
                 err.print(f"minidock: {reason}", markup=False)  # another controller leads
             case usecases.PassSkipped():
@@ -169,24 +178,28 @@ def cron_line(directory: usecases.StateLocation) -> str:
     return f"* * * * * MINIDOCK_STATE={directory} {command} reconcile"
 
 
-def print_pass(result: PassResult, *, quiet: bool = False, seen: set[str] | None = None) -> None:
+def print_pass(
+    result: PassResult, *, quiet: bool = False, seen: set[str] | None = None, cluster: str = ""
+) -> None:
     """Acts as they happened, then failures; nothing at all when quiet and nothing changed;
-    lines in `seen` (printed by an earlier pass) are not printed again."""
+    lines in `seen` (printed by an earlier pass) are not printed again. Each line starts
+    with `[CLUSTER] ` when the store holds several clusters."""
     seen = set() if seen is None else seen
+    tag = f"[{cluster}] " if cluster else ""
     for line in result.done:
-        out.print(line, markup=False)
+        out.print(tag + line, markup=False)
     for line in result.failures:
-        err.print(f"failed: {line}", markup=False)
+        err.print(f"{tag}failed: {line}", markup=False)
     if quiet and not (result.done or result.failures or result.plan.events):
         return
     for e in result.plan.events:
-        out.print(f"{e.kind}: {e.message}", markup=False)
-    for line in [f"pending {p.service}.{p.slot}: {p.reason}" for p in result.plan.pending]:
+        out.print(f"{tag}{e.kind}: {e.message}", markup=False)
+    for line in [f"{tag}pending {p.service}.{p.slot}: {p.reason}" for p in result.plan.pending]:
         if line not in seen:
             out.print(line, markup=False)
             seen.add(line)
     for name, slot, line in result.plan.failed_slots():
-        failed = f"FAILED {name}.{slot}: {line}"
+        failed = f"{tag}FAILED {name}.{slot}: {line}"
         if failed not in seen:
             err.print(failed, markup=False)
             seen.add(failed)
@@ -323,6 +336,7 @@ def plan(
 @app.command("reconcile")
 def reconcile_command(
     state: StateOption = None,
+    cluster: ClusterOption = None,
     force_down: Annotated[
         bool,
         typer.Option(
@@ -334,7 +348,7 @@ def reconcile_command(
 ) -> None:
     """One pass over the stored desired state: the cron entry point, quiet when idle."""
     work = usecases.reconcile(
-        state_dir(state), runtime(), printer(quiet=True), force_down=force_down
+        state_dir(state), runtime(), printer(quiet=True), force_down=force_down, cluster=cluster
     )
     outcome = run(work)
     print_convergence(outcome)
@@ -345,6 +359,7 @@ def reconcile_command(
 def watch(
     interval: Annotated[str, typer.Option("--interval", help="Time between passes.")] = "2s",
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Passes in a loop until interrupted, reusing SSH connections.
 
@@ -352,7 +367,7 @@ def watch(
     writers get their turn; a pass that finds the lock taken is skipped."""
     pause = seconds(interval, "--interval", at_least=MIN_INTERVAL)
     report = printer(quiet=True, summaries=True)
-    loop = usecases.watch(state_dir(state), runtime(), report, interval=pause)
+    loop = usecases.watch(state_dir(state), runtime(), report, interval=pause, cluster=cluster)
     try:
         run(loop)
     except KeyboardInterrupt:
@@ -363,13 +378,17 @@ def watch(
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
-    """Services, tasks and hosts, observed now."""
-    doc = run(usecases.status(state_dir(state), runtime())).document
+    """Services, tasks and hosts, observed now: of every cluster the state holds, or one.
+    With several, --json is {"clusters": [DOCUMENT, ...]}; --cluster gives one DOCUMENT."""
+    docs = run(usecases.status(state_dir(state), runtime(), cluster=cluster)).documents
     if as_json:
-        sys.stdout.write(json.dumps(doc.to_json(), indent=2, sort_keys=True) + "\n")
+        shown = docs[0].to_json() if len(docs) == 1 else {"clusters": [d.to_json() for d in docs]}
+        sys.stdout.write(json.dumps(shown, indent=2, sort_keys=True) + "\n")
         return
-    print_status(doc)
+    for doc in docs:
+        print_status(doc)
 
 
 def print_status(doc: StatusDocument) -> None:
@@ -456,10 +475,11 @@ def drain(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --plan: JSON.")] = False,
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Move every task off a host (replacements first) and keep it empty."""
     if plan_only:
-        planned = run(usecases.drain_plan(host, state_dir(state), runtime()))
+        planned = run(usecases.drain_plan(host, state_dir(state), runtime(), cluster=cluster))
         print_plan(planned, as_json=as_json)
         raise typer.Exit(planned.exit_code)
     limit = seconds(timeout, "--timeout")
@@ -471,6 +491,7 @@ def drain(
         wait=wait,
         timeout=limit,
         move_volumes=move_volumes_unsafe,
+        cluster=cluster,
     )
     drained = run(work)
     print_convergence(drained.convergence)
@@ -478,9 +499,11 @@ def drain(
 
 
 @app.command()
-def activate(host: str, state: StateOption = None) -> None:
+def activate(host: str, state: StateOption = None, cluster: ClusterOption = None) -> None:
     """Let a drained host take tasks again (running tasks are not moved back)."""
-    activated = run(usecases.activate(host, state_dir(state), runtime(), printer()))
+    activated = run(
+        usecases.activate(host, state_dir(state), runtime(), printer(), cluster=cluster)
+    )
     print_convergence(activated.convergence)
     raise typer.Exit(activated.exit_code)
 
@@ -494,6 +517,7 @@ def rebalance(
     ] = True,
     timeout: TimeoutOption = "10m",
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Move tasks to restore spread and bin-packing (after a host rejoins or joins): one at
     a time, start-first, health-gated. Never runs by itself."""
@@ -506,6 +530,7 @@ def rebalance(
         plan_only=plan_only,
         wait=wait,
         timeout=limit,
+        cluster=cluster,
     )
     done = run(work)
     for m in done.moves:
@@ -518,10 +543,10 @@ def rebalance(
 
 
 @app.command()
-def forget(host: str, state: StateOption = None) -> None:
+def forget(host: str, state: StateOption = None, cluster: ClusterOption = None) -> None:
     """A host gone for good: record its tasks as lost, so they are started elsewhere (and
     the inventory may drop it). A listed host that still answers is refused: drain it."""
-    forgot = run(usecases.forget(host, state_dir(state), runtime(), printer()))
+    forgot = run(usecases.forget(host, state_dir(state), runtime(), printer(), cluster=cluster))
     print_convergence(forgot.convergence)
     raise typer.Exit(forgot.exit_code)
 
@@ -535,11 +560,19 @@ def rollback(
         bool, typer.Option("--force", help="Even to a spec that was rolled back as failed.")
     ] = False,
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Go back to the service's previous spec, rolled out like an update."""
     limit = seconds(timeout, "--timeout")
     work = usecases.rollback(
-        service, state_dir(state), runtime(), printer(), wait=wait, timeout=limit, force=force
+        service,
+        state_dir(state),
+        runtime(),
+        printer(),
+        wait=wait,
+        timeout=limit,
+        force=force,
+        cluster=cluster,
     )
     rolled = run(work)
     print_convergence(rolled.convergence)
@@ -548,13 +581,18 @@ def rollback(
 
 @app.command()
 def reset(
-    service: str, wait: WaitOption = False, timeout: TimeoutOption = "5m", state: StateOption = None
+    service: str,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = "5m",
+    state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Clear a service's crash-loop Failed slots and backoff timers."""
     limit = seconds(timeout, "--timeout")
-    cleared = run(
-        usecases.reset(service, state_dir(state), runtime(), printer(), wait=wait, timeout=limit)
+    work = usecases.reset(
+        service, state_dir(state), runtime(), printer(), wait=wait, timeout=limit, cluster=cluster
     )
+    cleared = run(work)
     print_convergence(cleared.convergence)
     raise typer.Exit(cleared.exit_code)
 
@@ -568,11 +606,13 @@ def events(
     host: Annotated[str, typer.Option("--host", help="Only this host's.")] = "",
     since: Annotated[str, typer.Option("--since", help="Only the last DURATION, e.g. 10m.")] = "",
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """The event log: every change the controller made."""
     start = time.time() - seconds(since, "--since") if since else 0.0
     where = usecases.EventFilter(service=service, host=host, since=start)
-    log = checked(lambda: usecases.events(state_dir(state), limit=limit, where=where))
+    location = state_dir(state)
+    log = checked(lambda: usecases.events(location, limit=limit, where=where, cluster=cluster))
     if as_json and not follow:
         doc = [_event_json(i, e) for i, e in zip(log.ids, log.events, strict=True)]
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -582,25 +622,28 @@ def events(
         if as_json:  # with --follow, one JSON document per line
             print(json.dumps(_event_json(i, e)), flush=True)
         else:
-            out.print(_event_line(e), markup=False)
+            out.print(_event_line(e, several=log.several), markup=False)
 
     for i, e in zip(log.ids, log.events, strict=True):
         show(i, e)
     if follow:
-        after = log.ids[-1] if log.ids else _last_id(state)
-        work = usecases.follow_events(state_dir(state), runtime(), show, after=after, where=where)
+        after = None if log.several else log.ids[-1] if log.ids else _last_id(location, cluster)
+        work = usecases.follow_events(
+            location, runtime(), show, after=after, where=where, cluster=cluster
+        )
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends following
             run(work)
 
 
-def _last_id(state: str | None) -> int:
-    every = checked(lambda: usecases.events(state_dir(state), limit=1))
+def _last_id(location: usecases.StateLocation, cluster: str | None) -> int:
+    every = checked(lambda: usecases.events(location, limit=1, cluster=cluster))
     return every.ids[-1] if every.ids else 0
 
 
-def _event_line(e: Event) -> str:
+def _event_line(e: Event, *, several: bool = False) -> str:
     at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
-    return f"{at} {e.kind}: {e.message}"
+    tag = f"[{e.cluster}] " if several else ""
+    return f"{at} {tag}{e.kind}: {e.message}"
 
 
 def _event_json(i: int, e: Event) -> dict[str, object]:
@@ -613,9 +656,10 @@ def ps_command(
     service: Annotated[str | None, typer.Argument(help="Only this service's tasks.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Tasks observed now: where each runs, its state, health and host ports."""
-    listed = run(usecases.ps(state_dir(state), runtime(), service))
+    listed = run(usecases.ps(state_dir(state), runtime(), service, cluster=cluster))
     for problem in listed.unreachable:
         err.print(f"minidock: {problem.host} not observed: {problem.error}", markup=False)
     if as_json:
@@ -625,10 +669,15 @@ def ps_command(
         }
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return
-    table = Table("TASK", "HOST", "STATE", "HEALTH", "PORTS", "IMAGE", box=None, pad_edge=False)
+    several = len({t.cluster for t in listed.tasks}) > 1
+    heads = ("CLUSTER",) if several else ()
+    table = Table(
+        *heads, "TASK", "HOST", "STATE", "HEALTH", "PORTS", "IMAGE", box=None, pad_edge=False
+    )
     for t in listed.tasks:
         word = t.state if t.exit_code is None else f"{t.state} ({t.exit_code})"
-        table.add_row(t.name, t.host, word, t.health, ", ".join(t.ports), t.image)
+        named = (t.cluster,) if several else ()
+        table.add_row(*named, t.name, t.host, word, t.health, ", ".join(t.ports), t.image)
     out.print(table)
 
 
@@ -655,13 +704,14 @@ def logs(
         str | None, typer.Option("--since", help="Only lines of the last DURATION, e.g. 10m.")
     ] = None,
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """The output of a service's tasks (docker logs over SSH), each line prefixed by its task
     and secrets masked; with --follow, until Ctrl-C."""
     window = seconds(since, "--since") if since is not None else None
     work = usecases.logs(
         service, state_dir(state), runtime(), print_log_line,
-        slot=slot, follow=follow, tail=tail, since=window,
+        slot=slot, follow=follow, tail=tail, since=window, cluster=cluster,
     )  # fmt: skip
     try:
         shown = run(work)
@@ -683,6 +733,7 @@ def exec_command(
     ] = False,
     tty: Annotated[bool, typer.Option("--tty", "-t", help="Run it on a terminal (a PTY).")] = False,
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Run a command in one running task (docker exec over SSH); its exit status is ours.
     `-it` gives an interactive terminal, e.g. `minidock exec -it web.1 -- sh`."""
@@ -691,7 +742,7 @@ def exec_command(
     terminal = usecases.Terminal(interactive=interactive, tty=tty) if interactive or tty else None
     work = usecases.exec_task(
         target, command, state_dir(state), runtime(),
-        lambda line: print_log_line(line, prefix=False), terminal=terminal,
+        lambda line: print_log_line(line, prefix=False), terminal=terminal, cluster=cluster,
     )  # fmt: skip
     try:
         done = run(work)
@@ -706,6 +757,7 @@ def scale(
     wait: WaitOption = False,
     timeout: TimeoutOption = "5m",
     state: StateOption = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Give a service a new replica count: the stored spec with N replicas, stored as a new
     generation and converged (the cluster file is not changed)."""
@@ -714,8 +766,9 @@ def scale(
         fail(f"scale: use SERVICE=N with N a number of replicas, e.g. web=3 (got {assignment!r})")
     limit = seconds(timeout, "--timeout")
     work = usecases.scale(
-        service, int(count), state_dir(state), runtime(), printer(), wait=wait, timeout=limit
-    )
+        service, int(count), state_dir(state), runtime(), printer(),
+        wait=wait, timeout=limit, cluster=cluster,
+    )  # fmt: skip
     scaled = run(work)
     out.print(f"scaled {scaled.service} from {scaled.before} to {scaled.replicas}", markup=False)
     print_convergence(scaled.convergence)

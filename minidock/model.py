@@ -400,3 +400,4 @@ class Event:
     slot: int = 0
     host: str = ""
     task: str = ""
+    cluster: str = ""  # whose log it is in: set when read from a store, never stored

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from minidock.store.base import (
@@ -44,7 +45,9 @@ __all__ = [
     "StoreUnusable",
     "WriterBusy",
     "WriterLock",
+    "cluster_location",
     "controller_id",
+    "further_clusters",
     "has_state",
     "open_reader",
     "parse_location",
@@ -66,6 +69,31 @@ def state_location(explicit: str | None) -> StateLocation:
     from minidock.state import state_dir
 
     return state_dir(explicit)
+
+
+CLUSTERS = "clusters"  # under a store: one sub-store per further cluster it holds
+
+
+def cluster_location(root: StateLocation, name: str) -> StateLocation:
+    """Where a store keeps a cluster other than the one it holds itself (the first
+    applied): DIR/clusters/NAME, or PREFIX/clusters/NAME, a whole store of its own."""
+    if isinstance(root, EtcdURL):
+        return replace(root, prefix=f"{root.prefix.rstrip('/')}/{CLUSTERS}/{name}")
+    return root / CLUSTERS / name
+
+
+def further_clusters(root: StateLocation) -> list[str]:
+    """The names of the clusters a store keeps beside its own, each with a state."""
+    if isinstance(root, EtcdURL):
+        with _needs_etcd():
+            from minidock.store import etcd
+        return etcd.further_clusters(root, CLUSTERS)
+    from minidock.store import sqlite
+
+    below = root / CLUSTERS
+    if not below.is_dir():
+        return []
+    return sorted(p.name for p in below.iterdir() if sqlite.has_state(p))
 
 
 def parse_location(text: str) -> StateLocation:

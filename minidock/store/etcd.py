@@ -278,6 +278,18 @@ def has_state(url: EtcdURL) -> bool:
         store.close()
 
 
+def further_clusters(url: EtcdURL, below: str) -> list[str]:
+    """The names NAME of the states at PREFIX/BELOW/NAME that hold a commit (a meta key)."""
+    base = f"{url.prefix.rstrip('/')}/{below}/".encode()
+    store = EtcdStore.open(url)
+    try:
+        keys = [bytes(kv.key)[len(base) :] for kv in _every(store, base, 0, keys_only=True)]
+    finally:
+        store.close()
+    names = {k.removesuffix(b"/meta") for k in keys if k.endswith(b"/meta")}
+    return sorted(n.decode() for n in names if b"/" not in n)
+
+
 def controller_id(url: EtcdURL) -> str:
     """This store's controller id, labelled on every task it starts: made once (random)
     by the first to ask, kept under its own key (docs/state.md)."""
@@ -517,10 +529,14 @@ def read_snapshot(store: EtcdStore) -> Snapshot:
     return Snapshot(state, tuple(generations), tuple(events))
 
 
-def _every(store: EtcdStore, prefix: bytes, revision: int) -> Iterator[Any]:
+def _every(
+    store: EtcdStore, prefix: bytes, revision: int, *, keys_only: bool = False
+) -> Iterator[Any]:
     start, end = prefix, range_end(prefix)
     while True:
-        request = rpc.RangeRequest(key=start, range_end=end, limit=_PAGE, revision=revision)
+        request = rpc.RangeRequest(
+            key=start, range_end=end, limit=_PAGE, revision=revision, keys_only=keys_only
+        )
         reply = store.client.range(request)
         yield from reply.kvs
         if not reply.more or not reply.kvs:

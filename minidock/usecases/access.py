@@ -101,6 +101,12 @@ def controller_id(location: StateLocation) -> str:
         return stores.controller_id(location)
 
 
+def further_clusters(location: StateLocation) -> list[str]:
+    """The clusters a store keeps beside its own (minidock.store.further_clusters)."""
+    with _translated():
+        return stores.further_clusters(location)
+
+
 def require_applied(location: StateLocation) -> None:
     """Refuse (creating nothing) when no apply ever stored a generation at `location`."""
     if not has_state(location):

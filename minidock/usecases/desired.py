@@ -35,6 +35,7 @@ from minidock.usecases.access import (
     require_applied,
     writing,
 )
+from minidock.usecases.clusters import home, knowing_host, one
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
@@ -83,11 +84,12 @@ async def plan(
     (a what-if), those hosts are lost first; it exits 1 when something would stay
     pending."""
     desired = load_spec(file)
+    location = home(directory, desired.cluster.name)
     current, generation = ControllerState(), 1
-    if has_state(directory):
-        with reading(directory) as store:
+    if has_state(location):
+        with reading(location) as store:
             current, generation = store.load(), store.next_generation_id()
-    _same_cluster(current, file, desired.cluster, directory)
+    _same_cluster(current, file, desired.cluster, location)
     gone = tuple(removals(current, desired.cluster))
     admitted = admit(current, desired.cluster, generation, prune=prune)
     desired = admissible(admitted, desired)
@@ -135,15 +137,17 @@ async def apply(
     then converge. An update this generation started that was rolled back fails it.
     Refused (nothing stored): a file of another cluster than the store's; removing
     services without `prune`; a new store finding another store's tasks running, without
-    `adopt`. The file the latest generation already holds stores nothing new."""
+    `adopt`. The file the latest generation already holds stores nothing new. A store
+    that holds another cluster keeps this one beside it (minidock.usecases.clusters)."""
     desired = load_spec(file)
     cluster = desired.cluster
+    location = home(directory, cluster.name)
     async with (
-        writing(directory, runtime.clock, Writer.OPERATOR) as store,
+        writing(location, runtime.clock, Writer.OPERATOR) as store,
         connected(runtime) as executor,
     ):
         before = store.load()
-        _refuse_removals(before, file, cluster, directory, prune=prune)
+        _refuse_removals(before, file, cluster, location, prune=prune)
         latest = store.latest_generation()
         unchanged = latest is not None and latest[1] == cluster
         generation = latest[0] if unchanged and latest else store.next_generation_id()
@@ -232,12 +236,12 @@ def _count(per_controller: dict[str, int]) -> str:
 def _same_cluster(
     state: ControllerState, file: Path, cluster: Cluster, directory: StateLocation
 ) -> None:
-    """A store never silently switches cluster: the other one's tasks would run on,
-    unseen by `status`, holding capacity and ports."""
+    """A cluster's store never switches cluster (an apply of another cluster's file that
+    raced this one to an empty store): the other one's tasks would run on, unseen."""
     if state.cluster and state.cluster != cluster.name:
         raise BadInput(
-            f"{directory} holds cluster {state.cluster!r}, but {file} is cluster "
-            f"{cluster.name!r}: give it its own state (--state DIR or MINIDOCK_STATE)"
+            f"{directory} now holds cluster {state.cluster!r}, applied meanwhile; {file} is "
+            f"cluster {cluster.name!r}: apply it again and it goes beside it"
         )
 
 
@@ -245,11 +249,19 @@ def _services(names: list[str]) -> str:
     return ("service " if len(names) == 1 else "services ") + ", ".join(names)
 
 
-async def drain_plan(host: str, directory: StateLocation, runtime: Runtime) -> PlanOutcome:
+async def drain_plan(
+    host: str, directory: StateLocation, runtime: Runtime, *, cluster: str | None = None
+) -> PlanOutcome:
     """`minidock drain HOST --plan`: where every task of HOST would land (or why it
     cannot), simulated from the stored desired state; nothing is changed. Exit 1 when
-    something would stay pending or run below its replicas."""
+    something would stay pending or run below its replicas. One cluster's plan: with
+    several that know HOST, `cluster` names it."""
     require_applied(directory)
+    knowing = knowing_host(directory, cluster, host)
+    if len(knowing) > 1:
+        names = ", ".join(h.name for h in knowing)
+        raise BadInput(f"{host} is a host of clusters {names}: plan one with --cluster NAME")
+    directory = knowing[0].location
     with reading(directory) as store:
         state = store.load()
         desired = admissible(state, read_desired(store, directory))
@@ -285,6 +297,7 @@ async def scale(
     *,
     wait: bool = False,
     timeout: float = 0.0,
+    cluster: str | None = None,
 ) -> ScaleOutcome:
     """`scale SERVICE=N`: the stored spec with SERVICE's new replica count, stored as the
     next generation (as an apply of it would be), then converged. The cluster file is not
@@ -292,13 +305,14 @@ async def scale(
     if replicas < 0:
         raise BadInput(f"scale {service}={replicas}: replicas must be 0 or more")
     require_applied(directory)
+    store_root, directory = directory, one(directory, cluster, service)
     async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
         desired = read_desired(store, directory)
         old = desired.cluster.service(service)
         if old is None:
             known = ", ".join(s.name for s in desired.cluster.services) or "none"
             raise BadInput(f"unknown service {service!r}; known services: {known}")
-        cluster = replace(
+        scaled = replace(
             desired.cluster,
             services=tuple(
                 replace(s, replicas=replicas) if s.name == service else s
@@ -306,12 +320,13 @@ async def scale(
             ),
         )
         generation = store.next_generation_id()
-        admitted = admit(store.load(), cluster, generation)
+        admitted = admit(store.load(), scaled, generation)
         message = f"scaled {service} from {old.replicas} to {replicas} as generation {generation}"
         event = Event(runtime.clock.now(), "scale", message, service)
-        store.commit(admitted, [event], generation=cluster, source_path=f"scale {service}")
-        report(GenerationStored(generation, cluster.name, len(cluster.services), directory))
+        store.commit(admitted, [event], generation=scaled, source_path=f"scale {service}")
+        services = len(scaled.services)
+        report(GenerationStored(generation, scaled.name, services, store_root))
         convergence = await converge_passes(
-            store, Desired(cluster, desired.inventory), runtime, report, wait=wait, timeout=timeout
+            store, Desired(scaled, desired.inventory), runtime, report, wait=wait, timeout=timeout
         )
     return ScaleOutcome(service, old.replicas, replicas, generation, convergence)

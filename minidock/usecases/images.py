@@ -14,6 +14,7 @@ from minidock.spec import SpecError, load_inventory
 from minidock.ssh import CommandTimeout, Unreachable
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
+from minidock.usecases.clusters import chosen
 from minidock.usecases.outcomes import (
     BadInput,
     HostProblem,
@@ -33,8 +34,14 @@ def _inventory(directory: StateLocation, inventory: Path | None) -> Inventory:
         except SpecError as exc:
             raise BadInput(str(exc)) from None
     require_applied(directory)
-    with reading(directory) as store:
-        return read_desired(store, directory).inventory
+    hosts: dict[str, Host] = {}
+    paths = []
+    for h in chosen(directory, None):  # every cluster's hosts, a host named twice once
+        with reading(h.location) as store:
+            found = read_desired(store, h.location).inventory
+        paths.append(found.path)
+        hosts.update((host.name, host) for host in found.hosts if host.name not in hosts)
+    return Inventory(", ".join(dict.fromkeys(paths)), tuple(hosts.values()))
 
 
 def _hosts(inventory: Inventory, names: Sequence[str] | None) -> list[Host]:

@@ -20,12 +20,14 @@ from minidock.usecases.access import (
     require_applied,
     writing,
 )
+from minidock.usecases.clusters import Held, each_intent, knowing_host, one, tagged
 from minidock.usecases.outcomes import (
     BadInput,
     IntentOutcome,
     IntentRecorded,
     RebalanceOutcome,
     Report,
+    labelled,
 )
 from minidock.usecases.passes import converge_passes
 from minidock.usecases.runtime import Runtime, connected
@@ -35,7 +37,7 @@ Forgets = Callable[[ControllerState, Desired], tuple[ControllerState, list[Event
 
 
 async def _intent(
-    directory: StateLocation,
+    targets: list[Held],
     runtime: Runtime,
     report: Report,
     change: Change | Forgets,
@@ -44,18 +46,36 @@ async def _intent(
     wait: bool,
     timeout: float,
 ) -> IntentOutcome:
+    """Record the operator's `change` in each target cluster and converge it there."""
+
+    async def one_cluster(h: Held) -> IntentOutcome:
+        require_applied(h.location)
+        shown = labelled(report, tagged(h, len(targets)))
+        async with writing(h.location, runtime.clock, Writer.OPERATOR) as store:
+            desired = read_desired(store, h.location)
+            changed = change(store.load(), desired)
+            changed, events = changed if isinstance(changed, tuple) else (changed, [])
+            desired = admissible(changed, desired)  # e.g. a drain lets an unlisted host go
+            store.commit(changed, [Event(runtime.clock.now(), "intent", message), *events])
+            shown(IntentRecorded(message))
+            convergence = await converge_passes(
+                store, desired, runtime, shown, wait=wait, timeout=timeout
+            )
+        return IntentOutcome(message, convergence)
+
+    return await each_intent(targets, one_cluster)
+
+
+def _of_host(directory: StateLocation, cluster: str | None, host: str) -> list[Held]:
+    """The clusters an intent about HOST acts in: every one that knows it."""
     require_applied(directory)
-    async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
-        desired = read_desired(store, directory)
-        changed = change(store.load(), desired)
-        changed, events = changed if isinstance(changed, tuple) else (changed, [])
-        desired = admissible(changed, desired)  # e.g. a drain lets an unlisted host go
-        store.commit(changed, [Event(runtime.clock.now(), "intent", message), *events])
-        report(IntentRecorded(message))
-        convergence = await converge_passes(
-            store, desired, runtime, report, wait=wait, timeout=timeout
-        )
-    return IntentOutcome(message, convergence)
+    return knowing_host(directory, cluster, host)
+
+
+def _of_service(directory: StateLocation, cluster: str | None, service: str) -> list[Held]:
+    """The one cluster an intent about SERVICE acts in."""
+    require_applied(directory)
+    return [Held("", one(directory, cluster, service))]
 
 
 def _known_host(inventory: Inventory, host: str, state: ControllerState) -> None:
@@ -91,6 +111,7 @@ async def drain(
     wait: bool = True,
     timeout: float = 0.0,
     move_volumes: bool = False,
+    cluster: str | None = None,
 ) -> IntentOutcome:
     """Move every task off HOST (replacements first) and keep it empty. Tasks pinned there
     by a named volume are refused (their data stays) unless `move_volumes`."""
@@ -107,12 +128,23 @@ async def drain(
         return core.set_drained(state, host, True, move_volumes=move_volumes)
 
     return await _intent(
-        directory, runtime, report, change, f"draining {host}", wait=wait, timeout=timeout
+        _of_host(directory, cluster, host),
+        runtime,
+        report,
+        change,
+        f"draining {host}",
+        wait=wait,
+        timeout=timeout,
     )
 
 
 async def forget(
-    host: str, directory: StateLocation, runtime: Runtime, report: Report
+    host: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    cluster: str | None = None,
 ) -> IntentOutcome:
     """HOST is gone for good: its tasks are recorded as lost and refilled elsewhere (those
     of `on_host_loss = "wait"` services too), and the inventory may drop it. A host the
@@ -129,12 +161,23 @@ async def forget(
         return core.forget(state, host, runtime.clock.now())
 
     return await _intent(
-        directory, runtime, report, change, f"forgot {host}", wait=False, timeout=0.0
+        _of_host(directory, cluster, host),
+        runtime,
+        report,
+        change,
+        f"forgot {host}",
+        wait=False,
+        timeout=0.0,
     )
 
 
 async def activate(
-    host: str, directory: StateLocation, runtime: Runtime, report: Report
+    host: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    cluster: str | None = None,
 ) -> IntentOutcome:
     """Let a drained HOST take tasks again (running tasks are not moved back); one pass."""
 
@@ -143,7 +186,13 @@ async def activate(
         return core.set_drained(state, host, False)
 
     return await _intent(
-        directory, runtime, report, change, f"activated {host}", wait=False, timeout=0.0
+        _of_host(directory, cluster, host),
+        runtime,
+        report,
+        change,
+        f"activated {host}",
+        wait=False,
+        timeout=0.0,
     )
 
 
@@ -156,6 +205,7 @@ async def rollback(
     wait: bool = False,
     timeout: float = 0.0,
     force: bool = False,
+    cluster: str | None = None,
 ) -> IntentOutcome:
     """Go back to SERVICE's previous spec, rolled out like an update; never to a spec that
     was itself rolled back as failed, unless `force`."""
@@ -168,7 +218,13 @@ async def rollback(
             raise BadInput(str(exc)) from None
 
     return await _intent(
-        directory, runtime, report, change, f"rolling back {service}", wait=wait, timeout=timeout
+        _of_service(directory, cluster, service),
+        runtime,
+        report,
+        change,
+        f"rolling back {service}",
+        wait=wait,
+        timeout=timeout,
     )
 
 
@@ -180,6 +236,7 @@ async def reset(
     *,
     wait: bool = False,
     timeout: float = 0.0,
+    cluster: str | None = None,
 ) -> IntentOutcome:
     """Clear SERVICE's crash-loop Failed slots and backoff timers."""
 
@@ -188,7 +245,13 @@ async def reset(
         return core.reset(state, service)
 
     return await _intent(
-        directory, runtime, report, change, f"reset {service}", wait=wait, timeout=timeout
+        _of_service(directory, cluster, service),
+        runtime,
+        report,
+        change,
+        f"reset {service}",
+        wait=wait,
+        timeout=timeout,
     )
 
 
@@ -201,11 +264,13 @@ async def rebalance(
     plan_only: bool = False,
     wait: bool = True,
     timeout: float = 0.0,
+    cluster: str | None = None,
 ) -> RebalanceOutcome:
     """Moves that restore spread and bin-packing (after a host rejoins or joins), carried
     out one at a time, start-first and health-gated; with `plan_only`, only listed. Never
-    runs by itself."""
+    runs by itself. In one cluster: `cluster`, else the one with SERVICE, else the only."""
     require_applied(directory)
+    directory = one(directory, cluster, service or None)
     async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
         state = store.load()
         if service:

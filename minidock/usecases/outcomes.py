@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from minidock.core import Plan
@@ -127,6 +127,7 @@ class PassDone:
 
     result: PassResult
     exit_code: ExitCode
+    cluster: str = ""  # which cluster's pass, when the store holds several
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,24 @@ class PassSkipped:
 
     reason: str
     deposed: bool = False
+    cluster: str = ""  # which cluster's pass, when the store holds several
 
 
 Progress = GenerationStored | IntentRecorded | PassDone | PassSkipped
 Report = Callable[[Progress], None]
+
+
+def labelled(report: Report, cluster: str) -> Report:
+    """`report`, with the passes it is told of named by `cluster` (when it is not "")."""
+    if not cluster:
+        return report
+
+    def named(progress: Progress) -> None:
+        if isinstance(progress, PassDone | PassSkipped):
+            progress = replace(progress, cluster=cluster)
+        report(progress)
+
+    return named
 
 
 def ignore(progress: Progress) -> None:
@@ -224,15 +239,21 @@ class PlanOutcome:
 
 @dataclass(frozen=True)
 class StatusOutcome:
-    document: StatusDocument
+    documents: tuple[StatusDocument, ...]  # one per cluster, the store's own first
     exit_code: ExitCode = ExitCode.OK
+
+    @property
+    def document(self) -> StatusDocument:
+        """The first cluster's (a store's only one, mostly)."""
+        return self.documents[0]
 
 
 @dataclass(frozen=True)
 class EventsOutcome:
     events: tuple[Event, ...]
     exit_code: ExitCode = ExitCode.OK
-    ids: tuple[int, ...] = ()  # each event's id in the log (they only grow)
+    ids: tuple[int, ...] = ()  # each event's id in its cluster's log (they only grow)
+    several: bool = False  # the events are of several clusters (each names its own)
 
 
 @dataclass(frozen=True)
@@ -289,6 +310,7 @@ class TaskRow:
     health: Health
     ports: tuple[str, ...]  # published host ports, "8080/tcp"
     exit_code: int | None = None
+    cluster: str = ""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from minidock.usecases.access import (
     require_applied,
     writing,
 )
+from minidock.usecases.clusters import Held, chosen, each, tagged
 from minidock.usecases.outcomes import (
     Busy,
     ConvergeOutcome,
@@ -25,6 +26,7 @@ from minidock.usecases.outcomes import (
     PassDone,
     PassSkipped,
     Report,
+    labelled,
     verdict,
     waited_for,
     why,
@@ -102,28 +104,51 @@ async def converge(
     timeout: float = 0.0,
     writer: Writer = Writer.OPERATOR,
     force_down: bool = False,
+    cluster: str | None = None,
 ) -> ConvergeOutcome:
-    """Passes over the stored desired state, holding the lock as `writer`."""
+    """Passes over the stored desired state of every cluster the store holds (or of
+    `cluster`), one cluster after another, each under its lock as `writer`."""
     require_applied(directory)
-    async with writing(directory, runtime.clock, writer) as store:
-        desired = admissible(store.load(), read_desired(store, directory))
-        return await converge_passes(
-            store, desired, runtime, report, wait=wait, timeout=timeout, force_down=force_down
-        )
+    targets = chosen(directory, cluster)
+
+    async def one_cluster(h: Held) -> ConvergeOutcome:
+        async with writing(h.location, runtime.clock, writer) as store:
+            desired = admissible(store.load(), read_desired(store, h.location))
+            return await converge_passes(
+                store,
+                desired,
+                runtime,
+                labelled(report, tagged(h, len(targets))),
+                wait=wait,
+                timeout=timeout,
+                force_down=force_down,
+            )
+
+    return await each(targets, one_cluster)
 
 
 async def reconcile(
-    directory: StateLocation, runtime: Runtime, report: Report, *, force_down: bool = False
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    force_down: bool = False,
+    cluster: str | None = None,
 ) -> ConvergeOutcome:
-    """Cron's entry point: one pass; a taken lock is `Busy` (exit 75) at once. With
-    `force_down`, the mass-loss guard does not hold this pass."""
+    """Cron's entry point: one pass per cluster; a taken lock is `Busy` (exit 75) at once.
+    With `force_down`, the mass-loss guard does not hold this pass."""
     return await converge(
-        directory, runtime, report, writer=Writer.SCHEDULED, force_down=force_down
+        directory,
+        runtime,
+        report,
+        writer=Writer.SCHEDULED,
+        force_down=force_down,
+        cluster=cluster,
     )
 
 
 async def watch_step(
-    directory: StateLocation, executor: Executor, runtime: Runtime
+    directory: StateLocation, executor: Executor, runtime: Runtime, cluster: str = ""
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works.
     The latest generation is read afresh, so an apply made meanwhile counts."""
@@ -134,19 +159,29 @@ async def watch_step(
                 desired.cluster, desired.inventory, store, executor, clock=runtime.clock.now
             )
     except Busy as exc:
-        return PassSkipped(str(exc))
+        return PassSkipped(str(exc), cluster=cluster)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
-        return PassSkipped(str(exc), deposed=True)
-    return PassDone(result, verdict(result))
+        return PassSkipped(str(exc), deposed=True, cluster=cluster)
+    return PassDone(result, verdict(result), cluster)
 
 
 async def watch(
-    directory: StateLocation, runtime: Runtime, report: Report, *, interval: float
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    interval: float,
+    cluster: str | None = None,
 ) -> NoReturn:
-    """Passes `interval` apart, reusing one executor's connections, until cancelled (Ctrl-C).
-    The lock is held for each pass, not between passes, so other writers get their turn."""
+    """Passes `interval` apart, reusing one executor's connections, until cancelled (Ctrl-C):
+    each round a pass for every cluster (or `cluster`), a cluster applied meanwhile
+    included. The lock is held for each pass, not between passes, so other writers get
+    their turn."""
     require_applied(directory)
     async with connected(runtime) as executor:
         while True:
-            report(await watch_step(directory, executor, runtime))
+            targets = chosen(directory, cluster)
+            for h in targets:
+                name = tagged(h, len(targets))
+                report(await watch_step(h.location, executor, runtime, name))
             await runtime.clock.sleep(interval)

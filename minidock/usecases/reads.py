@@ -3,43 +3,67 @@ take no lock, so they answer while `watch` or another writer works."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
+from dataclasses import replace
 
 from minidock.model import Event
 from minidock.runner import all_secrets, decide, redacted
-from minidock.status import status_document
+from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
+from minidock.usecases.clusters import Held, chosen
 from minidock.usecases.outcomes import EventFilter, EventsOutcome, StatusOutcome
 from minidock.usecases.runtime import Runtime, connected
 
 EVERY = EventFilter()  # no filter: every event
 
 
-async def status(directory: StateLocation, runtime: Runtime) -> StatusOutcome:
-    """Services, tasks and hosts: the stored state, a fresh observation and the plan a
-    pass would make of it (pending reasons, what it waits for), secrets masked."""
+async def status(
+    directory: StateLocation, runtime: Runtime, *, cluster: str | None = None
+) -> StatusOutcome:
+    """Services, tasks and hosts of every cluster the store holds (or of `cluster`): the
+    stored state, a fresh observation and the plan a pass would make of it (pending
+    reasons, what it waits for), secrets masked."""
     require_applied(directory)
-    with reading(directory) as store:
+    documents = [await _status(h.location, runtime) for h in chosen(directory, cluster)]
+    return StatusOutcome(tuple(documents))
+
+
+async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:
+    require_applied(location)
+    with reading(location) as store:
         current = store.load()
-        desired = read_desired(store, directory)
+        desired = read_desired(store, location)
     async with connected(runtime) as executor:
         result = await decide(
             desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
         )
     plan = redacted(result.plan, all_secrets(result.plan.state))
-    return StatusOutcome(status_document(current, desired.inventory, result.observed, plan))
+    return status_document(current, desired.inventory, result.observed, plan)
 
 
 def events(
-    directory: StateLocation, *, limit: int = 50, where: EventFilter = EVERY
+    directory: StateLocation,
+    *,
+    limit: int = 50,
+    where: EventFilter = EVERY,
+    cluster: str | None = None,
 ) -> EventsOutcome:
-    """The newest `limit` events that `where` keeps, oldest first (0: all of them)."""
+    """The newest `limit` events that `where` keeps, oldest first (0: all of them), of
+    every cluster the store holds (or of `cluster`), each named by its cluster."""
     require_applied(directory)
-    with reading(directory) as store:
-        found = [(i, e) for i, e in store.events(limit=0) if where.keeps(e)]
+    logs: list[list[tuple[int, Event]]] = []
+    targets = chosen(directory, cluster)
+    for h in targets:
+        with reading(h.location) as store:
+            logged = store.events(limit=0)
+        logs.append([(i, replace(e, cluster=h.name)) for i, e in logged if where.keeps(e)])
+    # interleaved by time; each log's own order is kept
+    found = list(heapq.merge(*logs, key=lambda pair: pair[1].at))
     shown = found[-limit:] if limit > 0 else found
-    return EventsOutcome(tuple(e for _, e in shown), ids=tuple(i for i, _ in shown))
+    events_shown = tuple(e for _, e in shown)
+    return EventsOutcome(events_shown, ids=tuple(i for i, _ in shown), several=len(targets) > 1)
 
 
 async def follow_events(
@@ -47,18 +71,32 @@ async def follow_events(
     runtime: Runtime,
     seen: Callable[[int, Event], None],
     *,
-    after: int,
+    after: int | None = None,
     where: EventFilter = EVERY,
     interval: float = 1.0,
+    cluster: str | None = None,
 ) -> None:
     """`events --follow`: every new event `where` keeps, as it is committed, until
-    cancelled (Ctrl-C). Reads only: no lock, so it runs beside `watch` or cron."""
+    cancelled (Ctrl-C), of every cluster (or of `cluster`), a cluster applied meanwhile
+    included. `after` is the id already seen of a store with one cluster; else each log
+    is followed from its end. Reads only: no lock, so it runs beside `watch` or cron."""
     require_applied(directory)
+    first = chosen(directory, cluster)
+    last = {first[0].name: after} if after is not None and len(first) == 1 else {}
     while True:
-        with reading(directory) as store:
-            new = store.events(limit=0, since_id=after)
-        for i, e in new:
-            after = i
-            if where.keeps(e):
-                seen(i, e)
+        for h in chosen(directory, cluster):
+            if h.name not in last:
+                last[h.name] = _last_id(h)
+            with reading(h.location) as store:
+                new = store.events(limit=0, since_id=last[h.name])
+            for i, e in new:
+                last[h.name] = i
+                if where.keeps(e):
+                    seen(i, replace(e, cluster=h.name))
         await runtime.clock.sleep(interval)
+
+
+def _last_id(h: Held) -> int:
+    with reading(h.location) as store:
+        newest = store.events(limit=1)
+    return newest[-1][0] if newest else 0

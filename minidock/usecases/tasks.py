@@ -16,6 +16,8 @@ from minidock.runner import all_secrets
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Terminal, Unreachable
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
+from minidock.usecases.clusters import chosen
+from minidock.usecases.clusters import one as one_cluster
 from minidock.usecases.outcomes import (
     BadInput,
     ExecOutcome,
@@ -34,6 +36,7 @@ from minidock.usecases.runtime import Runtime, connected
 class _Seen:
     """What a read-only command starts from: the fleet observed now, and the masks."""
 
+    cluster: str
     inventory: Inventory
     services: tuple[str, ...]
     observed: Observed
@@ -61,7 +64,7 @@ async def _observe(directory: StateLocation, runtime: Runtime, executor: Executo
         desired = read_desired(store, directory)
     observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
     names = tuple(s.name for s in desired.cluster.services)
-    return _Seen(desired.inventory, names, observed, all_secrets(state))
+    return _Seen(desired.cluster.name, desired.inventory, names, observed, all_secrets(state))
 
 
 def _known(seen: _Seen, service: str) -> None:
@@ -88,28 +91,46 @@ def _missed(seen: _Seen) -> str:
     return f" (not observed: {', '.join(names)})" if names else ""
 
 
-async def ps(directory: StateLocation, runtime: Runtime, service: str | None = None) -> PsOutcome:
-    """Every task of the cluster (or of one service) on the hosts, observed now."""
-    async with connected(runtime) as executor:
-        seen = await _observe(directory, runtime, executor)
+async def ps(
+    directory: StateLocation,
+    runtime: Runtime,
+    service: str | None = None,
+    *,
+    cluster: str | None = None,
+) -> PsOutcome:
+    """Every task of every cluster the store holds (or of `cluster`, or of one service's
+    cluster), observed now; each row names its cluster."""
+    require_applied(directory)
     if service is not None:
-        _known(seen, service)
-    rows = tuple(
-        TaskRow(
-            c.id,
-            c.name,
-            c.service,
-            c.slot,
-            c.host,
-            c.image,
-            c.state,
-            c.health,
-            c.host_ports,
-            c.exit_code,
-        )
-        for c in seen.tasks(service)
+        locations = [one_cluster(directory, cluster, service)]
+    else:
+        locations = [h.location for h in chosen(directory, cluster)]
+    rows: list[TaskRow] = []
+    problems: dict[str, HostProblem] = {}
+    async with connected(runtime) as executor:
+        for location in locations:
+            seen = await _observe(location, runtime, executor)
+            if service is not None:
+                _known(seen, service)
+            rows += [_row(c, seen.cluster) for c in seen.tasks(service)]
+            problems.update((p.host, p) for p in _unreachable(seen))
+    return PsOutcome(tuple(rows), tuple(problems[name] for name in sorted(problems)))
+
+
+def _row(c: Container, cluster: str) -> TaskRow:
+    return TaskRow(
+        c.id,
+        c.name,
+        c.service,
+        c.slot,
+        c.host,
+        c.image,
+        c.state,
+        c.health,
+        c.host_ports,
+        c.exit_code,
+        cluster,
     )
-    return PsOutcome(rows, _unreachable(seen))
 
 
 async def logs(
@@ -122,10 +143,13 @@ async def logs(
     follow: bool = False,
     tail: int | None = None,
     since: float | None = None,
+    cluster: str | None = None,
 ) -> LogsOutcome:
     """`docker logs` of each task of SERVICE (or of one slot), each line handed to
     `on_line` with its task's name, secrets masked. Task by task; with `follow`, all at
     once as the lines come, until every task's log ends or the caller cancels."""
+    require_applied(directory)
+    directory = one_cluster(directory, cluster, service)
     async with connected(runtime) as executor:
         seen = await _observe(directory, runtime, executor)
         _known(seen, service)
@@ -153,6 +177,17 @@ async def logs(
     return LogsOutcome(tuple(c.name for c in tasks), failed)
 
 
+def _cluster_of(directory: StateLocation, cluster: str | None, target: str) -> StateLocation:
+    """The cluster of SERVICE or SERVICE.SLOT (a known service name wins)."""
+    try:
+        return one_cluster(directory, cluster, target)
+    except BadInput:
+        service, dot, slot = target.rpartition(".")
+        if not (dot and slot.isdigit()):
+            raise
+        return one_cluster(directory, cluster, service)
+
+
 def _target(seen: _Seen, target: str) -> tuple[str, int | None]:
     """SERVICE or SERVICE.SLOT: a known service name wins (names may hold dots)."""
     if target in seen.services:
@@ -172,12 +207,15 @@ async def exec_task(
     on_line: OnLogLine,
     *,
     terminal: Terminal | None = None,
+    cluster: str | None = None,
 ) -> ExecOutcome:
     """Run COMMAND in one running task of SERVICE[.SLOT] (the lowest slot when none is
     given). Without `terminal` its output comes line by line, masked; with one, the
     command is joined to it (`-i`: stdin, `-t`: a PTY), bytes as they are."""
     if not command:
         raise BadInput("exec: give the command after --, e.g. minidock exec web -- sh -c 'env'")
+    require_applied(directory)
+    directory = _cluster_of(directory, cluster, target)
     async with connected(runtime) as executor:
         seen = await _observe(directory, runtime, executor)
         service, slot = _target(seen, target)

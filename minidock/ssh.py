@@ -351,6 +351,7 @@ class SSHExecutor:
         command = _command(host, argv)
         limit = host.command_timeout if timeout is None else timeout
         async with self._host_limit(host), self._limit:
+            await self._pool.connection(host)  # bounded by host.connect_timeout: Unreachable
             loop = asyncio.get_running_loop()
             start = loop.time()
             opening = self._open(host, command, encoding="utf-8", errors="replace")

@@ -200,7 +200,10 @@ class World(FleetDouble):
                 else HostObservation(
                     h.name,
                     True,
-                    tuple(self.containers[h.name]),
+                    tuple(c for c in self.containers[h.name] if c.cluster == self.cluster_name),
+                    others=tuple(
+                        c for c in self.containers[h.name] if c.cluster != self.cluster_name
+                    ),
                     ports_in_use=self.held_ports.get(h.name, frozenset()),
                 )
                 for h in self.hosts

@@ -153,6 +153,17 @@ class View:
         return Run(target, slot, host, tid, reason, **kw)  # type: ignore[arg-type]
 
 
+def _counted(c: Container, cluster: str) -> Container:
+    """A live task as the scheduler counts it: another cluster's under its own name, so it
+    fills capacity and ports but never counts toward this cluster's spread."""
+    return c if c.cluster == cluster else replace(c, service=f"{c.cluster}/{c.service}")
+
+
+def _published(others: Sequence[Container]) -> frozenset[str]:
+    """The host ports other clusters' live tasks publish: MiniDock's, not foreign."""
+    return frozenset(p for c in others if c.live for p in c.host_ports)
+
+
 # -- the pass ---------------------------------------------------------------------------------
 def reconcile(
     desired: Cluster,
@@ -174,9 +185,9 @@ def reconcile(
         held = replace(state, hosts=hosts, guard=guard)
         return Plan(state=held, waiting=fx.waiting, events=fx.events, guard=guard)
     view = _view(desired, inventory, observed, hosts, now, state)
-    live = [c for c in observed.load() if c.host in hosts and c.live]  # every cluster's
+    live = [_counted(c, desired.name) for c in observed.load() if c.host in hosts and c.live]
     eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
-    foreign = {h: o.ports_in_use for h, o in observed.hosts.items() if o.ok}
+    foreign = {h: o.ports_in_use - _published(o.others) for h, o in observed.hosts.items() if o.ok}
     fleet = Fleet.build(inventory.hosts, eligible, live, foreign)
     services, decided, wants, updates = _decide_services(view, state)
     for s in decided.stops:

@@ -183,3 +183,31 @@ def test_other_clusters_tasks_hold_capacity_and_ports_but_are_never_touched() ->
     (pending,) = plan.pending
     assert "h2: needs 2 cpus, 0 free" in pending.reason
     assert theirs not in [s.container for s in plan.stop]
+
+
+def test_another_clusters_published_port_is_minidocks_not_held_outside() -> None:
+    w = World([host("h1"), host("h2")])
+    w.apply(svc("web", replicas=1, ports=(PortMapping(80, 80),)))
+    w.converge()
+    (ours,) = w.live()
+    other = "h2" if ours.host == "h1" else "h1"
+    theirs = replace(ours, id="x1", cluster="other", host=other, task="o1")
+    w.containers[other].append(theirs)
+    w.held_ports[other] = frozenset({"80/tcp"})  # the probe sees it bound, as on a real host
+    w.apply(svc("web", replicas=2, ports=(PortMapping(80, 80),)))
+    (pending,) = w.step().pending
+    assert f"{other}: host port 80/tcp in use" in pending.reason
+    assert "held outside MiniDock" not in pending.reason
+
+
+def test_another_clusters_tasks_of_the_same_name_do_not_count_toward_spread() -> None:
+    w = World([host("h1"), host("h2")])
+    w.apply(svc("web", replicas=1))
+    w.converge()
+    (ours,) = w.live()
+    other = "h2" if ours.host == "h1" else "h1"
+    theirs = [replace(ours, id=f"x{n}", cluster="other", host=other, task=f"o{n}") for n in (1, 2)]
+    w.containers[other].extend(theirs)  # two of another cluster's `web` on the other host
+    w.apply(svc("web", replicas=2))
+    (run,) = w.step().run
+    assert run.host == other  # spread counts this cluster's web alone

@@ -4,19 +4,21 @@ an apply of the stored spec with one service's replica count changed."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from minidock.commands import redact
 from minidock.core import (
     ControllerState,
+    Plan,
     admit,
     failed_updates,
     foreign_controllers,
     removals,
     rollouts_started,
 )
-from minidock.core.simulate import simulate
+from minidock.core.simulate import Simulation, simulate
 from minidock.model import Cluster, Event
 from minidock.plandoc import plan_document
 from minidock.runner import all_secrets, decide, redacted
@@ -94,25 +96,32 @@ async def plan(
     admitted = admit(current, desired.cluster, generation, prune=prune)
     desired = admissible(admitted, desired)
     _known_hosts(desired, lose)
+    plan, sim, mask = await _simulated(desired, admitted, runtime, lose=lose)
+    document = plan_document(current, desired.cluster, sim, lost=lose, removals=gone, mask=mask)
+    code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
+    return PlanOutcome(plan, code, removals=gone, pruned=prune, document=document)
+
+
+async def _simulated(
+    desired: Desired,
+    state: ControllerState,
+    runtime: Runtime,
+    *,
+    lose: tuple[str, ...] = (),
+    drain: tuple[str, ...] = (),
+) -> tuple[Plan, Simulation, Callable[[str], str]]:
+    """Observe the fleet, then simulate every pass from `state` (with the what-ifs): the
+    first pass's plan (masked), the simulation, and the mask of the state's secrets."""
     async with connected(runtime) as executor:
         result = await decide(
-            desired.cluster, desired.inventory, admitted, executor, clock=runtime.clock.now
+            desired.cluster, desired.inventory, state, executor, clock=runtime.clock.now
         )
-    secrets = all_secrets(admitted)
+    secrets = all_secrets(state)
+    now = runtime.clock.now()
     sim = simulate(
-        desired.cluster,
-        desired.inventory,
-        result.observed,
-        admitted,
-        runtime.clock.now(),
-        lose=lose,
+        desired.cluster, desired.inventory, result.observed, state, now, lose=lose, drain=drain
     )
-    document = plan_document(
-        current, desired.cluster, sim, lost=lose, removals=gone, mask=lambda t: redact(t, secrets)
-    )
-    code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
-    plan = redacted(result.plan, secrets)
-    return PlanOutcome(plan, code, removals=gone, pruned=prune, document=document)
+    return redacted(result.plan, secrets), sim, lambda text: redact(text, secrets)
 
 
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:
@@ -268,24 +277,10 @@ async def drain_plan(
     if desired.inventory.host(host) is None and state.host(host).last_known is None:
         known = ", ".join(h.name for h in desired.inventory.hosts)
         raise BadInput(f"{desired.inventory.path}: unknown host {host!r}; known hosts: {known}")
-    async with connected(runtime) as executor:
-        result = await decide(
-            desired.cluster, desired.inventory, state, executor, clock=runtime.clock.now
-        )
-    secrets = all_secrets(state)
-    sim = simulate(
-        desired.cluster,
-        desired.inventory,
-        result.observed,
-        state,
-        runtime.clock.now(),
-        drain=(host,),
-    )
-    document = plan_document(
-        state, desired.cluster, sim, drained=(host,), mask=lambda t: redact(t, secrets)
-    )
+    plan, sim, mask = await _simulated(desired, state, runtime, drain=(host,))
+    document = plan_document(state, desired.cluster, sim, drained=(host,), mask=mask)
     code = ExitCode.OK if document.converged else ExitCode.FAILED
-    return PlanOutcome(redacted(result.plan, secrets), code, document=document)
+    return PlanOutcome(plan, code, document=document)
 
 
 async def scale(

@@ -16,9 +16,8 @@ from minidock.state import StateLock, Store
 from minidock.usecases import BadInput, Busy, ConvergeOutcome, Ending, ExitCode, PassDone
 from minidock.usecases.clusters import combined, held, home
 from minidock.usecases.desired import _same_cluster
-from tests.behaviour import Clock
 from tests.fakes import FakeDocker
-from tests.unit.test_usecases import INVENTORY, STACK, FakeClock, Setup, Stop, run
+from tests.unit.test_usecases import INVENTORY, STACK, FakeClock, Setup, Stop, make_setup, run
 
 OTHER = (
     STACK.replace('cluster = "uc"', 'cluster = "other"').replace("8080:8080", "9090:9090")
@@ -29,13 +28,8 @@ OTHER = (
 @pytest.fixture
 def two(tmp_path: Path) -> Setup:
     """Clusters `uc` (db, web) and `other` (db, web, api) applied to one store, converged."""
-    (tmp_path / "inventory.toml").write_text(INVENTORY)
-    (tmp_path / "cluster.toml").write_text(STACK)
+    setup = make_setup(tmp_path)
     (tmp_path / "other.toml").write_text(OTHER)
-    clock = FakeClock()
-    docker = FakeDocker(clock=Clock(clock.t))
-    clock.engines = docker
-    setup = Setup(tmp_path, docker, clock)
     setup.converged()
     other = run(
         usecases.apply(

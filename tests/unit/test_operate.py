@@ -14,7 +14,7 @@ from minidock.state import Store
 from minidock.usecases import BadInput, ExitCode, LogLine, PushProgress, UseCaseError
 from tests.behaviour import Clock
 from tests.fakes import FakeDocker, FakeEngine
-from tests.unit.test_usecases import INVENTORY, STACK, FakeClock, Setup, run
+from tests.unit.test_usecases import INVENTORY, STACK, FakeClock, Setup, make_setup, run
 
 SECRET = "s3cr3t-token-value"
 STACK_WITH_SECRET = STACK.replace(
@@ -25,12 +25,8 @@ STACK_WITH_SECRET = STACK.replace(
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Setup:
-    (tmp_path / "inventory.toml").write_text(INVENTORY)
-    (tmp_path / "cluster.toml").write_text(STACK_WITH_SECRET)
-    clock = FakeClock()
-    docker = FakeDocker(clock=Clock(clock.t))
-    clock.engines = docker
-    up = Setup(tmp_path, docker, clock)
+    up = make_setup(tmp_path)
+    up.file.write_text(STACK_WITH_SECRET)
     up.converged()
     return up
 

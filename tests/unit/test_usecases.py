@@ -139,14 +139,19 @@ def run(work: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(work)
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> Setup:
-    (tmp_path / "inventory.toml").write_text(INVENTORY)
-    (tmp_path / "cluster.toml").write_text(STACK)
+def make_setup(root: Path) -> Setup:
+    """INVENTORY and STACK files in `root`, engines and a clock that moves them."""
+    (root / "inventory.toml").write_text(INVENTORY)
+    (root / "cluster.toml").write_text(STACK)
     clock = FakeClock()
     docker = FakeDocker(clock=Clock(clock.t))
     clock.engines = docker
-    return Setup(tmp_path, docker, clock)
+    return Setup(root, docker, clock)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return make_setup(tmp_path)
 
 
 # -- the exit codes ---------------------------------------------------------------------------

@@ -141,8 +141,7 @@ def rollout_progress(r: Rollout, parallelism: int) -> str:
 def _moves(ss: ServiceState) -> str:
     line = rollout_progress(ss.rollout, ss.spec.update.parallelism)
     if not line and ss.rebalance:
-        n = len(ss.rebalance)
-        line = f"rebalancing: {n} move{'s' if n > 1 else ''} left"
+        line = f"rebalancing: {_count(len(ss.rebalance), 'move')} left"
     return line
 
 
@@ -160,7 +159,9 @@ def host_lines(result: PassResult) -> list[str]:
                 for c in result.observed.containers()
                 if c.host == name and c.cluster == state.cluster and c.live and c.id not in gone
             ]
-            lines.append(f"{name}: drained, {len(left)} tasks left" if left else f"{name}: drained")
+            lines.append(
+                f"{name}: drained, {_count(len(left), 'task')} left" if left else f"{name}: drained"
+            )
     return lines
 
 
@@ -207,8 +208,13 @@ def summary_line(
     if outcome.exit_code == 0:
         services = service_progress(last) if last is not None else ()
         healthy = sum(s.healthy for s in services)
-        return f"converged: {len(services)} services, {healthy} tasks healthy in {took}"
+        counted = f"{_count(len(services), 'service')}, {_count(healthy, 'task')} healthy"
+        return f"converged: {counted} in {took}"
     return f"{outcome.why or 'not converged'} (after {outcome.passes} passes, {took})"
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
 def _few(items: Sequence[str], most: int = 3) -> str:

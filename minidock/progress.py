@@ -41,7 +41,6 @@ from minidock.usecases import (
     PassDone,
     Progress,
     Report,
-    waited_for,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +57,7 @@ __all__ = [
 ]
 
 ASSIGNED = (SlotPhase.STARTING, SlotPhase.RUNNING, SlotPhase.UNREACHABLE)
+ROLLOUT_COUNTS = ("updating ", "rolling back ")  # the core's wait line of a rollout
 MOST_WAITS = 8  # waiting lines the view shows; the rest are counted
 STATE_STYLES = {"converged": "green", "failed": "bold red", "paused": "red", "degraded": "yellow"}
 
@@ -165,6 +165,20 @@ def host_lines(result: PassResult) -> list[str]:
     return lines
 
 
+def waiting_lines(result: PassResult) -> list[str]:
+    """What the pass waits for: its waits, then its pending slots with their reasons. A
+    rolling update's own count (`web: updating 2/6`) is left to the table's rollout
+    column, which says it better (done, batch, in flight)."""
+    plan = result.plan
+    rolling = {n for n, ss in plan.state.services.items() if ss.rollout.active}
+    waits = [
+        w
+        for w in plan.waiting
+        if not (w.subject in rolling and w.reason.startswith(ROLLOUT_COUNTS))
+    ]
+    return [*waits, *(f"{p.service}.{p.slot} pending: {p.reason}" for p in plan.pending)]
+
+
 def progress_table(result: PassResult, passes: int, elapsed: float) -> RenderableType:
     """The live view of one pass: the services' table, the hosts that take no tasks and
     what the pass waits for (the first MOST_WAITS of it)."""
@@ -182,7 +196,7 @@ def progress_table(result: PassResult, passes: int, elapsed: float) -> Renderabl
     lines += [
         Text(line, "yellow", no_wrap=True, overflow="ellipsis") for line in host_lines(result)
     ]
-    waits = waited_for(result)
+    waits = waiting_lines(result)
     for line in waits[:MOST_WAITS]:
         lines.append(Text(f"waiting for {line}", "dim", no_wrap=True, overflow="ellipsis"))
     if len(waits) > MOST_WAITS:

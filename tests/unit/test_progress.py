@@ -204,6 +204,7 @@ def test_the_live_view_redraws_each_pass_and_prints_acts_above_it_once(
         assert any(line.startswith(f"pass {n}, {n}s") for line in lines), n  # one frame each
     assert re.search(r"^web +6 +6 +4 +updating +updating 2/6, batch 2 of 3", screen, re.M)
     assert "rollout-completed: web: rollout completed" in lines  # an event, above
+    assert not [line for line in lines if line.startswith("waiting for web: updating")]
     # the last frame stays on the screen, then exactly one summary line
     *_, header, web_row, summary = screen.rstrip("\n").split("\n")
     assert header.split() == ["service", "wanted", "placed", "healthy", "state", "rollout"]

@@ -31,6 +31,7 @@ from rich.text import Text
 
 from minidock.core import ControllerState, Rollout, ServiceState, SlotPhase
 from minidock.core.supervise import ready
+from minidock.model import Container
 from minidock.runner import PassResult
 from minidock.status import service_state
 from minidock.units import format_duration
@@ -67,7 +68,10 @@ STATE_STYLES = {"converged": "green", "failed": "bold red", "paused": "red", "de
 class ServiceProgress:
     """One service after a pass. `placed`: wanted slots with a task on a host (started,
     running or held by an unreachable host); `healthy`: slots whose task is ready (running,
-    and healthy where it has a health check), as `status` counts them."""
+    and healthy where it has a health check), as `status` counts them. `state`: status's
+    word for a stopped, Failed, paused or rolling service, else converged, moving (all
+    healthy, a replacement starting elsewhere: a drain, a rebalance), starting (placed,
+    not all healthy yet) or degraded (a slot no host can take)."""
 
     name: str
     wanted: int
@@ -90,32 +94,36 @@ def service_progress(result: PassResult) -> tuple[ServiceProgress, ...]:
     shown = []
     for name in state.order:
         ss = state.services.get(name)
-        if ss is None:
-            continue
-        wanted = set(ss.slot_numbers()) if ss.spec.desired == "running" else set()
-        tasks = [c for c in mine if c.service == name and c.slot in wanted]
-        done = {n for n in wanted if ss.slot(n).complete}
-        healthy = {c.slot for c in tasks if ready(c)} | done
-        placed = {n for n in wanted if ss.slot(n).phase in ASSIGNED} | healthy
-        placed |= {c.slot for c in tasks}
-        unplaced = any(p.service == name and not p.dependency for p in result.plan.pending)
-        word = _word(ss, len(wanted), len(placed), len(healthy), unplaced=unplaced)
-        shown.append(
-            ServiceProgress(name, len(wanted), len(placed), len(healthy), word, _moves(ss))
-        )
+        if ss is not None:
+            unplaced = any(p.service == name and not p.dependency for p in result.plan.pending)
+            tasks = [c for c in mine if c.service == name]
+            shown.append(_service_row(name, ss, tasks, unplaced=unplaced))
     return tuple(shown)
 
 
-def _word(ss: ServiceState, wanted: int, placed: int, healthy: int, *, unplaced: bool) -> str:
-    """status's word for a stopped, Failed or rolling service; else converged (all
-    healthy), degraded (a slot no host can take) or starting (placed, not all healthy)."""
-    failed = sum(ss.slot(n).failed for n in ss.slot_numbers())
-    word = service_state(ss, placed, healthy, failed)
-    if word not in ("converged", "degraded", "starting"):
-        return word
-    if healthy >= wanted:
-        return "converged"
-    return "degraded" if unplaced else "starting"
+def _service_row(
+    name: str, ss: ServiceState, mine: Sequence[Container], *, unplaced: bool
+) -> ServiceProgress:
+    """One service's row from its next state and its live tasks (those this pass left)."""
+    wanted = set(ss.slot_numbers()) if ss.spec.desired == "running" else set()
+    tasks = [c for c in mine if c.slot in wanted]
+    done = {n for n in wanted if ss.slot(n).complete}
+    healthy = {c.slot for c in tasks if ready(c)} | done
+    placed = {n for n in wanted if ss.slot(n).phase in ASSIGNED} | healthy
+    placed |= {c.slot for c in tasks}
+    # a drain's or rebalance's move: the old task serves while its replacement starts
+    moving = any(
+        ready(c) and ss.slot(c.slot).phase is SlotPhase.STARTING and c.task != ss.slot(c.slot).task
+        for c in tasks
+    )
+    failed = sum(ss.slot(n).failed for n in wanted)
+    word: str = service_state(ss, len(placed), len(healthy), failed)
+    if word in ("converged", "degraded", "starting"):  # status's words for these counts
+        if len(healthy) >= len(wanted):
+            word = "moving" if moving else "converged"
+        else:
+            word = "degraded" if unplaced else "starting"
+    return ServiceProgress(name, len(wanted), len(placed), len(healthy), word, _moves(ss))
 
 
 def rollout_progress(r: Rollout, parallelism: int) -> str:

@@ -126,9 +126,13 @@ def checked(work: Callable[[], T]) -> T:
         fail(str(exc), exc.exit_code)
 
 
-def run(work: Coroutine[Any, Any, T]) -> T:
-    """Run an async use case to its outcome (or its refusal, as `checked`)."""
-    return checked(lambda: asyncio.run(work))
+def run(
+    work: Coroutine[Any, Any, T], view: contextlib.AbstractContextManager[Any] | None = None
+) -> T:
+    """Run an async use case to its outcome (or its refusal, as `checked`), inside `view`
+    when given (a live progress view: ended, the cursor back, whatever happens)."""
+    with view or contextlib.nullcontext():
+        return checked(lambda: asyncio.run(work))
 
 
 # -- printing ---------------------------------------------------------------------------------
@@ -293,19 +297,19 @@ def apply(
         print_plan(run(usecases.plan(file, directory, runtime(), prune=prune)))
         return
     view = live_view(wait, quiet)
-    with view:
-        applied = run(
-            usecases.apply(
-                file,
-                directory,
-                runtime(),
-                view.report,
-                wait=wait,
-                timeout=limit,
-                prune=prune,
-                adopt=adopt,
-            )
-        )
+    applied = run(
+        usecases.apply(
+            file,
+            directory,
+            runtime(),
+            view.report,
+            wait=wait,
+            timeout=limit,
+            prune=prune,
+            adopt=adopt,
+        ),
+        view,
+    )
     view.finish(applied.convergence, applied.failed_updates)
     raise typer.Exit(applied.exit_code)
 
@@ -485,8 +489,7 @@ def drain(
         timeout=limit,
         move_volumes=move_volumes_unsafe,
     )
-    with view:
-        drained = run(work)
+    drained = run(work, view)
     view.finish(drained.convergence)
     raise typer.Exit(drained.exit_code)
 
@@ -523,8 +526,7 @@ def rebalance(
         wait=wait,
         timeout=limit,
     )
-    with view:
-        done = run(work)
+    done = run(work, view)
     for m in done.moves:
         out.print(f"move {m.service}.{m.slot} ({m.task}) {m.source} -> {m.target}", markup=False)
     if not done.moves:

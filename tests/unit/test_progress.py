@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+import minidock.cli
 from minidock.core import RolloutPhase, set_drained
 from minidock.core.rebalance import moves, record
 from minidock.core.rollout import Rollout
@@ -317,3 +318,23 @@ def test_the_live_view_is_for_a_terminal_only() -> None:
     with plain:
         plain.finish(outcome)
     assert ending == [outcome]  # the CLI's own ending, unchanged
+
+
+def test_an_interrupted_view_ends_and_gives_the_cursor_back(make: MakeRunner) -> None:
+    """The CLI runs the use case inside the view (minidock.cli.run): Ctrl-C in the middle
+    of the passes ends the live region and shows the cursor again."""
+    w = make(2)
+    w.apply(svc(replicas=2))
+    w.step()
+    console, screen = terminal()
+    view = LiveProgress(console, console, print, clock=lambda: 0.0)
+
+    async def a_pass_then_ctrl_c() -> None:
+        view.report(PassDone(w.results[0], verdict(w.results[0])))
+        assert view.live is not None
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        minidock.cli.run(a_pass_then_ctrl_c(), view)
+    assert view.live is None
+    assert screen.getvalue().count("\x1b[?25l") == screen.getvalue().count("\x1b[?25h") == 1

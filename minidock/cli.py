@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 
 from minidock import usecases
 from minidock.model import Event
+from minidock.progress import LiveProgress, PlainProgress, progress_view
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.state import StateError
@@ -91,6 +92,9 @@ ClusterOption = Annotated[
 WaitOption = Annotated[bool, typer.Option("--wait", help="Repeat passes until converged.")]
 TimeoutOption = Annotated[str, typer.Option("--timeout", help="How long --wait may take.")]
 FileArg = Annotated[Path, typer.Argument(help="A cluster spec (TOML).", show_default=False)]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Plain lines, no live view (as on a pipe).")
+]
 
 
 # -- wiring -----------------------------------------------------------------------------------
@@ -130,9 +134,13 @@ def checked(work: Callable[[], T]) -> T:
         fail(str(exc), exc.exit_code)
 
 
-def run(work: Coroutine[Any, Any, T]) -> T:
-    """Run an async use case to its outcome (or its refusal, as `checked`)."""
-    return checked(lambda: asyncio.run(work))
+def run(
+    work: Coroutine[Any, Any, T], view: contextlib.AbstractContextManager[Any] | None = None
+) -> T:
+    """Run an async use case to its outcome (or its refusal, as `checked`), inside `view`
+    when given (a live progress view: ended, the cursor back, whatever happens)."""
+    with view or contextlib.nullcontext():
+        return checked(lambda: asyncio.run(work))
 
 
 # -- printing ---------------------------------------------------------------------------------
@@ -169,6 +177,12 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
                 assert_never(progress)
 
     return report
+
+
+def live_view(wait: bool, quiet: bool = False) -> LiveProgress | PlainProgress:
+    """Progress of passes: a live view on a terminal while they are waited for, else (a
+    pipe, `-q`, no wait) the plain lines of `printer` (minidock/progress.py)."""
+    return progress_view(out, err, printer(), print_convergence, live=wait and not quiet)
 
 
 def cron_line(directory: usecases.StateLocation) -> str:
@@ -286,6 +300,7 @@ def apply(
             "--adopt", help="A new state store takes over tasks another store's controller runs."
         ),
     ] = False,
+    quiet: QuietOption = False,
     state: StateOption = None,
 ) -> None:
     """Validate, store as the next desired-state generation, reconcile."""
@@ -294,21 +309,21 @@ def apply(
     if dry_run:
         print_plan(run(usecases.plan(file, directory, runtime(), prune=prune)))
         return
+    view = live_view(wait, quiet)
     applied = run(
         usecases.apply(
             file,
             directory,
             runtime(),
-            printer(),
+            view.report,
             wait=wait,
             timeout=limit,
             prune=prune,
             adopt=adopt,
-        )
+        ),
+        view,
     )
-    print_convergence(applied.convergence)
-    for failed in applied.failed_updates:
-        err.print(f"{failed.service}: {failed.reason}", markup=False)
+    view.finish(applied.convergence, applied.failed_updates)
     raise typer.Exit(applied.exit_code)
 
 
@@ -474,6 +489,7 @@ def drain(
         bool, typer.Option("--plan", help="Where its tasks would land; change nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --plan: JSON.")] = False,
+    quiet: QuietOption = False,
     state: StateOption = None,
     cluster: ClusterOption = None,
 ) -> None:
@@ -483,18 +499,19 @@ def drain(
         print_plan(planned, as_json=as_json)
         raise typer.Exit(planned.exit_code)
     limit = seconds(timeout, "--timeout")
+    view = live_view(wait, quiet)
     work = usecases.drain(
         host,
         state_dir(state),
         runtime(),
-        printer(),
+        view.report,
         wait=wait,
         timeout=limit,
         move_volumes=move_volumes_unsafe,
         cluster=cluster,
     )
-    drained = run(work)
-    print_convergence(drained.convergence)
+    drained = run(work, view)
+    view.finish(drained.convergence)
     raise typer.Exit(drained.exit_code)
 
 
@@ -516,29 +533,31 @@ def rebalance(
         bool, typer.Option("--wait/--no-wait", help="Until the moves are done.")
     ] = True,
     timeout: TimeoutOption = "10m",
+    quiet: QuietOption = False,
     state: StateOption = None,
     cluster: ClusterOption = None,
 ) -> None:
     """Move tasks to restore spread and bin-packing (after a host rejoins or joins): one at
     a time, start-first, health-gated. Never runs by itself."""
     limit = seconds(timeout, "--timeout")
+    view = live_view(wait and not plan_only, quiet)
     work = usecases.rebalance(
         state_dir(state),
         runtime(),
-        printer(),
+        view.report,
         service=service,
         plan_only=plan_only,
         wait=wait,
         timeout=limit,
         cluster=cluster,
     )
-    done = run(work)
+    done = run(work, view)
     for m in done.moves:
         out.print(f"move {m.service}.{m.slot} ({m.task}) {m.source} -> {m.target}", markup=False)
     if not done.moves:
         out.print("nothing to move: spread and packing are as the scheduler would choose")
     if done.convergence is not None:
-        print_convergence(done.convergence)
+        view.finish(done.convergence)
     raise typer.Exit(done.exit_code)
 
 

@@ -10,8 +10,10 @@ seam): apply, status --json, a quiet reconcile, drain, activate, update, rollbac
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -22,6 +24,7 @@ from typing import Any
 import asyncssh
 import pytest
 import typer
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
 import minidock.cli
@@ -805,6 +808,76 @@ def test_apply_wait_converges_and_says_so(fleet: Fleet) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout.endswith("converged\n")
     assert len(fleet.tasks()) == 3
+
+
+def test_apply_wait_on_a_pipe_prints_each_line_once_and_no_escapes(fleet: Fleet) -> None:
+    """Live progress is for terminals: on a pipe (cron's mail), one plain line per event,
+    a pending slot's reason once however many passes see it, and the one why-line."""
+    fleet.cluster.write_text(STACK.replace("replicas = 2", "replicas = 4"))  # 3 hosts, 1 port
+    result = fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "30s")
+    assert result.exit_code == 4, result.output  # degraded: web.4 fits nowhere
+    assert "\x1b" not in result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(set(lines)), lines
+    no_port = [line for line in lines if line.startswith("pending web.4: host1: host port")]
+    assert len(no_port) == 1, lines  # seen by the last two passes, printed once
+    assert sum(line.startswith("started ") for line in lines) == 4  # db.1, web.1-3
+    assert result.stderr == "minidock: degraded: web.4 pending\n"
+
+
+def on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """minidock.cli's stdout and stderr consoles on one terminal (what it got, as text)."""
+    screen = io.StringIO()
+    for name in ("out", "err"):
+        tty = Console(file=screen, force_terminal=True, width=100, highlight=False, soft_wrap=True)
+        monkeypatch.setattr(minidock.cli, name, tty)
+    return screen
+
+
+def test_apply_wait_on_a_terminal_shows_the_live_view_and_q_prints_plain_lines(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    screen = on_a_terminal(monkeypatch)
+    result = fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "30s")
+    assert result.exit_code == 0, result.output
+    drawn = screen.getvalue()
+    assert "\x1b[?25l" in drawn  # a live region hides the cursor ...
+    assert drawn.count("\x1b[?25h") == 1  # ... and shows it again once, when it ends
+    redrawn = re.sub(r"\x1b\[[0-9]*[AK]|\r", "\n", drawn)  # each redraw: a line break
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", redrawn)
+    assert re.search(r"^web +2 +2 +2 +converged", text, re.M), text
+    assert re.search(r"^pass 2, ", text, re.M), text
+    assert "started db.1." in text
+    assert re.search(r"\nconverged: 2 services, 3 tasks healthy in [0-9hms.]+\n$", text), text
+
+    screen.seek(0)
+    screen.truncate()
+    fleet.cluster.write_text(STACK.replace("web:5", "web:6"))
+    quiet = fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "30s", "-q")
+    assert quiet.exit_code == 0, quiet.output
+    plain = screen.getvalue()
+    assert "\x1b" not in plain
+    assert plain.startswith("generation 2: e2e (2 services)\n")
+    assert plain.endswith("\nconverged\n")
+
+
+def test_drain_and_rebalance_on_a_terminal(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "30s").exit_code == 0
+    busy = next(h for h in ("host1", "host2", "host3") if fleet.tasks(h))
+    screen = on_a_terminal(monkeypatch)
+    drained = fleet.run("drain", busy, "--timeout", "30s")
+    assert drained.exit_code == 0, drained.output
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "\n", screen.getvalue())
+    assert text.startswith(f"draining {busy}\n")
+    assert re.search(rf"^{busy}: drained, [0-9] tasks? left$", text, re.M), text
+    assert re.search(r"\nconverged: 2 services, 3 tasks healthy in [0-9hms.]+\n$", text), text
+    screen.seek(0)
+    screen.truncate()
+    moved = fleet.run("rebalance", "-q")  # plain lines, though on a terminal
+    assert moved.exit_code == 0, moved.output
+    assert screen.getvalue() == (
+        "nothing to move: spread and packing are as the scheduler would choose\n"
+    )
 
 
 def test_apply_dry_run_and_plan_change_nothing(fleet: Fleet) -> None:

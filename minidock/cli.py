@@ -160,8 +160,8 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
             ):
                 out.print(f"generation {gen}: {cluster} ({n} services)", markup=False)
                 out.print(f"state: {where}; for cron: {cron_line(where)}", markup=False)
-            case usecases.IntentRecorded(message=message):
-                out.print(message, markup=False)
+            case usecases.IntentRecorded(message=message, cluster=cluster):
+                out.print(f"[{cluster}] {message}" if cluster else message, markup=False)
             case usecases.PassDone(result=result, exit_code=code, cluster=cluster):
                 print_pass(result, quiet=quiet, seen=seen, cluster=cluster)
                 line = usecases.why(result, code)

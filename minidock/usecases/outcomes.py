@@ -119,6 +119,7 @@ class IntentRecorded:
     """An operator's word (drain, activate, rollback, reset) is recorded; passes follow."""
 
     message: str
+    cluster: str = ""  # which cluster recorded it, when the intent acts in several
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def labelled(report: Report, cluster: str) -> Report:
         return report
 
     def named(progress: Progress) -> None:
-        if isinstance(progress, PassDone | PassSkipped):
+        if isinstance(progress, IntentRecorded | PassDone | PassSkipped):
             progress = replace(progress, cluster=cluster)
         report(progress)
 

@@ -106,7 +106,8 @@ def test_one_more_task_than_free_ports_stays_pending_and_a_drain_empties_both(
     target = both[0] if both else sorted(hosts_of(first, "web"))[0]
     drained = md("drain", target, "--timeout", "60s")
     assert drained.returncode == 0, drained.stdout + drained.stderr
-    assert f"draining {target} in clusters itest, second" in drained.stdout
+    assert f"[itest] draining {target}\n" in drained.stdout
+    assert f"[second] draining {target}\n" in drained.stdout
     left = fleet.docker(target, "ps", "-aq", "--filter", "label=minidock.cluster", check=True)
     assert left.stdout == ""
     first, second = statuses(md)

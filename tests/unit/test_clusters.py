@@ -13,7 +13,15 @@ from minidock import store as stores
 from minidock import usecases
 from minidock.model import Cluster
 from minidock.state import StateLock, Store
-from minidock.usecases import BadInput, Busy, ConvergeOutcome, Ending, ExitCode, PassDone
+from minidock.usecases import (
+    BadInput,
+    Busy,
+    ConvergeOutcome,
+    Ending,
+    ExitCode,
+    IntentRecorded,
+    PassDone,
+)
 from minidock.usecases.clusters import combined, held, home
 from minidock.usecases.desired import _same_cluster
 from tests.fakes import FakeDocker
@@ -203,6 +211,10 @@ def test_ps_lists_every_clusters_tasks_each_named(two: Setup) -> None:
 def test_a_drain_acts_in_every_cluster_that_knows_the_host(two: Setup) -> None:
     drained = run(usecases.drain("host1", two.state, two.runtime(), two.report, timeout=60))
     assert drained.message == "draining host1 in clusters uc, other"
+    assert [p for p in two.reports if isinstance(p, IntentRecorded)] == [
+        IntentRecorded("draining host1", cluster="uc"),
+        IntentRecorded("draining host1", cluster="other"),
+    ]  # each cluster's lines are named by it
     assert drained.exit_code is ExitCode.OK
     assert two.docker.names("host1", "running") == []
     assert len(two.running()) == 7  # every task moved, none lost

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from minidock import codec
 from minidock.cli import app
 from minidock.model import Host, Jump
 from minidock.spec import SpecError, load_inventory
@@ -369,3 +370,17 @@ def test_validate_reports_a_config_error_as_one_line_and_exit_2(
         "minidock: inventory.toml: hosts[0]: the ssh config sets ProxyCommand for h, which "
         "MiniDock does not run: use ProxyJump (or proxy_jump in the inventory)"
     ]
+
+
+def test_a_resolved_route_survives_the_state_store_and_old_state_still_loads() -> None:
+    host = Host(
+        "web1",
+        "10.0.0.11",
+        identity_files=("/k",),
+        identities_only=True,
+        identity_agent="none",
+        proxy_jump=(Jump("192.0.2.10", 2222, "jump", identity_files=("/j",)),),
+    )
+    assert codec.loads(codec.dumps(host), Host) == host
+    before = {"name": "web1", "address": "10.0.0.11", "port": 22, "user": "root"}
+    assert codec.from_data(before, Host) == Host("web1", "10.0.0.11")

@@ -261,3 +261,15 @@ def test_the_agent_logs_in_to_both_hops(
             f"minidock: {host} not observed: authentication failed for user root at jump host "
             f"127.0.0.1:{port}"
         ) in ps.stderr.splitlines()
+
+
+def test_a_host_off_behind_the_bastion_fails_alone(fleet: Fleet) -> None:
+    hosts = load_inventory(fleet.lab.bastion_inventory_path).hosts
+    off = hosts[-1]
+    fleet.kill(off.name, "stop")
+    found, opened = run_on(list(hosts), ["hostname"])
+    assert [getattr(r, "stdout", None) for r in found[:-1]] == [f"{h.name}\n" for h in hosts[:-1]]
+    assert isinstance(found[-1], Unreachable)
+    port = fleet.lab.bastion().port
+    assert found[-1].reason.startswith(f"{off.address}:22 via jump host 127.0.0.1:{port}: ")
+    assert opened == len(hosts)  # the others' connections and the bastion's, still shared

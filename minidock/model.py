@@ -57,8 +57,34 @@ def image_registry(image: str) -> str:
 
 # -- inventory --------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Jump:
+    """One jump host (an OpenSSH `ProxyJump` hop) on the way to a host, as resolved from the
+    inventory and the SSH config: reached first, then the next hop or the host through it.
+
+    `identity_files` are offered besides the agent's keys (OpenSSH's `IdentityFile`);
+    `identities_only` limits the agent to them; `identity_agent` is the agent socket (None:
+    $SSH_AUTH_SOCK; "none": no agent). Its host key is verified against `known_hosts`.
+    """
+
+    address: str
+    port: int = 22
+    user: str = "root"
+    identity_files: tuple[str, ...] = ()
+    identities_only: bool = False
+    identity_agent: str | None = None
+    known_hosts: str | None = None
+    host_key_policy: HostKeyPolicy = "strict"
+
+
+@dataclass(frozen=True)
 class Host:
-    """One machine the controller reaches over SSH. cpus/memory None means unlimited."""
+    """One machine the controller reaches over SSH. cpus/memory None means unlimited.
+
+    `identity_file` (the inventory's key) is the only key offered when set, without the
+    agent. Otherwise the keys of the SSH config's `IdentityFile` (`identity_files`), the
+    agent (`identity_agent`, `identities_only` as on `Jump`) and the default keys are.
+    `proxy_jump` are the hops connected through, first to last (empty: direct).
+    """
 
     name: str
     address: str
@@ -74,6 +100,10 @@ class Host:
     labels: tuple[tuple[str, str], ...] = ()
     cpus: float | None = None
     memory: int | None = None
+    identity_files: tuple[str, ...] = ()
+    identities_only: bool = False
+    identity_agent: str | None = None
+    proxy_jump: tuple[Jump, ...] = ()
 
     def label(self, key: str) -> str | None:
         return dict(self.labels).get(key)

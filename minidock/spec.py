@@ -18,7 +18,6 @@ import json
 import math
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,7 @@ from typing import Any, Literal
 from jsonschema import validators  # type: ignore[import-untyped]
 from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]
 
-from minidock import units
+from minidock import sshconfig, units
 from minidock.model import (
     Cluster,
     Constraint,
@@ -487,6 +486,7 @@ _RUN_HINTS = {
     "hostname": "use letters, digits and '-', in parts separated by '.'",
     "registry": "use HOST or HOST:PORT, e.g. 'registry.example:5000', or 'docker.io'",
     "registry user": "must be non-empty, without whitespace or ':', not starting with '-'",
+    "proxy_jump": "use [user@]host[:port], comma-separated, or 'none'",
 }
 
 
@@ -538,7 +538,6 @@ def _render(parts: Iterable[Part]) -> str:
 
 # -- inventory --------------------------------------------------------------------------------
 _PATH_KEYS = ("identity_file", "known_hosts")
-_PLAIN_KEYS = ("user", "port", "host_key_policy", "down_after")
 _DURATION_KEYS = ("connect_timeout", "command_timeout", "probe_timeout")
 
 
@@ -560,8 +559,14 @@ def _build_inventory(doc: dict[str, Any], abs_path: str, display: str) -> Invent
         for key in _DURATION_KEYS:
             if key in section and units.parse_duration(section[key]) <= 0:
                 raise fail((*where, key), f"must be greater than 0, got {_show(section[key])}")
+        if "proxy_jump" in section:
+            try:
+                sshconfig.check_proxy_jump(section["proxy_jump"])
+            except sshconfig.SSHConfigError as exc:
+                raise fail((*where, "proxy_jump"), str(exc)) from None
 
     _check_identity_files(sections, base, fail)
+    configs = _SSHConfigs(base, defaults, fail)
     hosts: list[Host] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(doc["hosts"]):
@@ -571,25 +576,67 @@ def _build_inventory(doc: dict[str, Any], abs_path: str, display: str) -> Invent
                 ("hosts", i, "name"), f"duplicate host name {name!r} (also hosts[{seen[name]}])"
             )
         seen[name] = i
-        merged = {**defaults, **entry}
-        kwargs: dict[str, Any] = {k: merged[k] for k in _PLAIN_KEYS if k in merged}
-        kwargs |= {k: _resolve(base, merged[k]) for k in _PATH_KEYS if k in merged}
-        kwargs |= {k: units.parse_duration(merged[k]) for k in _DURATION_KEYS if k in merged}
-        if "cpus" in entry:
-            kwargs["cpus"] = float(entry["cpus"])
-        if "memory" in entry:
-            kwargs["memory"] = units.parse_size(entry["memory"])
-        labels: dict[str, str] = entry.get("labels", {})
-        hosts.append(
-            Host(
-                name=name,
-                address=entry["address"],
-                labels=tuple(sorted(labels.items())),
-                **kwargs,
-            )
-        )
+        try:
+            hosts.append(_build_host(entry, {**defaults, **entry}, base, configs.files(i, entry)))
+        except sshconfig.SSHConfigError as exc:
+            raise fail(("hosts", i), str(exc)) from None
     fraction = float(defaults.get("max_down_fraction", Inventory.max_down_fraction))
     return Inventory(path=abs_path, hosts=tuple(hosts), max_down_fraction=fraction)
+
+
+def _build_host(
+    entry: dict[str, Any], merged: dict[str, Any], base: str, config_files: tuple[str, ...]
+) -> Host:
+    """One host: its own keys over [defaults], then the SSH config for what neither gives
+    (minidock.sshconfig: the inventory is to the config what ssh's command line is)."""
+    paths = {k: _resolve(base, merged[k]) for k in _PATH_KEYS if k in merged}
+    durations = {k: units.parse_duration(merged[k]) for k in _DURATION_KEYS if k in merged}
+    given = sshconfig.Given(
+        alias=entry.get("address", entry["name"]),
+        user=merged.get("user"),
+        port=merged.get("port"),
+        identity_file=paths.get("identity_file"),
+        known_hosts=paths.get("known_hosts"),
+        host_key_policy=merged.get("host_key_policy"),
+        connect_timeout=durations.get("connect_timeout"),
+        proxy_jump=merged.get("proxy_jump"),
+    )
+    kwargs: dict[str, Any] = {k: merged[k] for k in ("down_after",) if k in merged}
+    kwargs |= durations | sshconfig.resolve(given, config_files)
+    if "cpus" in entry:
+        kwargs["cpus"] = float(entry["cpus"])
+    if "memory" in entry:
+        kwargs["memory"] = units.parse_size(entry["memory"])
+    labels: dict[str, str] = entry.get("labels", {})
+    return Host(name=entry["name"], labels=tuple(sorted(labels.items())), **kwargs)
+
+
+class _SSHConfigs:
+    """The SSH config files each host reads (`ssh_config`, own or [defaults], else
+    $MINIDOCK_SSH_CONFIG, else OpenSSH's), checked once per distinct setting; a problem is
+    the error of the key that named the file."""
+
+    def __init__(self, base: str, defaults: dict[str, Any], fail: _Fail) -> None:
+        self._base = base
+        self._defaults = defaults
+        self._fail = fail
+        self._found: dict[str | None, tuple[str, ...]] = {}
+
+    def files(self, index: int, entry: dict[str, Any]) -> tuple[str, ...]:
+        where: tuple[Part, ...] = ("hosts", index, "ssh_config")
+        setting = entry.get("ssh_config")
+        if setting is None:
+            where, setting = ("defaults", "ssh_config"), self._defaults.get("ssh_config")
+        if setting is not None and setting.lower() != "none":
+            setting = _resolve(self._base, setting)
+        if setting not in self._found:
+            try:
+                self._found[setting] = sshconfig.config_files(setting)
+            except sshconfig.SSHConfigError as exc:
+                if setting is None:
+                    where, exc = (), sshconfig.SSHConfigError(f"${sshconfig.CONFIG_ENV}: {exc}")
+                raise self._fail(where, str(exc)) from None
+        return self._found[setting]
 
 
 def _check_identity_files(
@@ -601,21 +648,9 @@ def _check_identity_files(
     for where, section in sections:
         if "identity_file" not in section:
             continue
-        key = _resolve(base, section["identity_file"])
-        try:
-            mode = stat.S_IMODE(os.stat(key).st_mode)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise fail(
-                (*where, "identity_file"), f"cannot read private key {key}: {exc.strerror or exc}"
-            ) from None
-        if mode & 0o077:
-            raise fail(
-                (*where, "identity_file"),
-                f"private key {key} is accessible by group or others (mode {mode:04o}): "
-                f"run chmod 600 {key}",
-            )
+        problem = sshconfig.key_problem(_resolve(base, section["identity_file"]))
+        if problem is not None:
+            raise fail((*where, "identity_file"), problem)
 
 
 # -- cluster ----------------------------------------------------------------------------------

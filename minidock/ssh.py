@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 
 import asyncssh
 
-from minidock.model import Host
+from minidock.model import Host, Jump
 from minidock.terminal import Terminal, pump, terminal_type
 
 __all__ = [
@@ -191,13 +191,35 @@ class _HostKeyClient(asyncssh.SSHClient):
         )
 
 
-def _reason(exc: BaseException, host: Host, known_hosts: Path) -> str:
-    """One line saying why the host could not be reached."""
-    where = f"{host.address}:{host.port}"
+class _Endpoint(Protocol):
+    """What connecting needs of a host or a jump host (`Host` and `Jump` both are one)."""
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def identity_files(self) -> tuple[str, ...]: ...
+    @property
+    def identities_only(self) -> bool: ...
+    @property
+    def identity_agent(self) -> str | None: ...
+    @property
+    def known_hosts(self) -> str | None: ...
+    @property
+    def host_key_policy(self) -> str: ...
+
+
+def _reason(
+    exc: BaseException, end: _Endpoint, timeout: float, known_hosts: Path, where: str
+) -> str:
+    """One line saying why `end` (named `where` in it) could not be reached."""
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         return f"host key of {where} not verifiable (unknown or changed) in {known_hosts}"
     if isinstance(exc, asyncssh.PermissionDenied):
-        return f"authentication failed for user {host.user} at {where}"
+        return f"authentication failed for user {end.user} at {where}"
     if isinstance(exc, asyncssh.ConnectionLost):
         return f"connection to {where} lost"
     if isinstance(exc, asyncssh.DisconnectError | asyncssh.ChannelOpenError):
@@ -207,31 +229,129 @@ def _reason(exc: BaseException, host: Host, known_hosts: Path) -> str:
     if isinstance(exc, ConnectionResetError | BrokenPipeError):
         return f"connection to {where} reset"
     if isinstance(exc, TimeoutError):
-        return f"connecting to {where} timed out after {host.connect_timeout:g}s"
+        return f"connecting to {where} timed out after {timeout:g}s"
     if isinstance(exc, socket.gaierror):
-        return f"cannot resolve {host.address}: {exc.strerror}"
+        return f"cannot resolve {end.address}: {exc.strerror}"
     if isinstance(exc, OSError):
         return f"{where}: {exc.strerror or exc}"
     return f"{where}: {type(exc).__name__}: {exc}"
 
 
-class _Pool:
-    """One asyncssh connection per host, opened on first use and kept; a connection found
-    closed, or whose host changed in the inventory, is dropped and reopened."""
+def _where(host: Host) -> str:
+    """How messages name the host's sshd: `addr:port`, plus the last jump host if any."""
+    where = f"{host.address}:{host.port}"
+    if host.proxy_jump:
+        last = host.proxy_jump[-1]
+        where += f" via jump host {last.address}:{last.port}"
+    return where
+
+
+def _jump_where(jump: Jump) -> str:
+    return f"jump host {jump.address}:{jump.port}"
+
+
+class _Connector:
+    """Opens one SSH connection to a host or a jump host (through `tunnel`, the connection
+    to the previous hop, when given): host key verified against its known_hosts (accept-new
+    appends a first-contact key), its user and keys, errors as Unreachable of the host."""
 
     def __init__(self, keepalive_interval: float) -> None:
         self._keepalive_interval = keepalive_interval
+        self._known_hosts_lock = asyncio.Lock()
+        self.opened = 0  # how many SSH connections were made (jump hosts included)
+
+    async def connect(
+        self,
+        host: Host,
+        end: _Endpoint,
+        where: str,
+        tunnel: asyncssh.SSHClientConnection | None = None,
+    ) -> asyncssh.SSHClientConnection:
+        known_hosts = _known_hosts_path(end)
+        accept_new = end.host_key_policy == "accept-new"
+        _check_known_hosts(host.name, known_hosts, accept_new)
+        client = _HostKeyClient(known_hosts, accept_new)
+        identity = _identity_path(host) if end is host else None
+        if identity and not os.path.isfile(identity):
+            raise Unreachable(host.name, f"identity file {identity} not found")
+        try:
+            conn = await asyncssh.connect(
+                end.address,
+                **_endpoint_options(end, identity, host.connect_timeout),
+                tunnel=tunnel if tunnel is not None else (),
+                client_factory=lambda: client,
+                keepalive_interval=self._keepalive_interval,
+                keepalive_count_max=3,
+            )
+        except (asyncssh.Error, OSError, ValueError) as exc:
+            refused = client.refusal(where)
+            if refused is not None and isinstance(exc, asyncssh.HostKeyNotVerifiable):
+                raise Unreachable(host.name, refused) from None
+            reason = _reason(exc, end, host.connect_timeout, known_hosts, where)
+            raise Unreachable(host.name, reason) from None
+        self.opened += 1
+        if client.accepted is not None:
+            await self._remember(known_hosts, host.name, end, client.accepted)
+        return conn
+
+    async def _remember(
+        self, known_hosts: Path, name: str, end: _Endpoint, key: asyncssh.SSHKey
+    ) -> None:
+        """accept-new: append the first-contact key to known_hosts."""
+        line = known_hosts_line(end.address, end.port, key)
+        async with self._known_hosts_lock:
+            text = known_hosts.read_text() if known_hosts.exists() else ""
+            with known_hosts.open("a") as f:
+                f.write(("\n" if text and not text.endswith("\n") else "") + line)
+        log.warning("%s: accepted new host key %s", name, line.strip())
+
+
+def _check_known_hosts(name: str, known_hosts: Path, accept_new: bool) -> None:
+    """A known_hosts file to verify against: a regular file (never /dev/null, which would
+    make every key unknown and, under accept-new, every key accepted); missing only under
+    accept-new, which creates it."""
+    if known_hosts.exists() and not known_hosts.is_file():
+        raise Unreachable(
+            name, f"known_hosts {known_hosts} is not a regular file: host keys unverifiable"
+        )
+    if known_hosts.is_file():
+        return
+    if not accept_new:
+        raise Unreachable(name, f"known_hosts file {known_hosts} not found: host key unverifiable")
+    known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    known_hosts.touch(mode=0o600)
+
+
+_Route = tuple[Jump, ...]
+
+
+class _Pool:
+    """One asyncssh connection per host, opened on first use and kept; a connection found
+    closed, or whose host changed in the inventory, is dropped and reopened. Jump hosts
+    have one connection per route (the hops up to them), shared by every host behind them:
+    one login to a bastion carries the sessions to all the hosts it leads to."""
+
+    def __init__(self, keepalive_interval: float) -> None:
+        self._connector = _Connector(keepalive_interval)
         self._pool: dict[str, tuple[Host, asyncssh.SSHClientConnection]] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
-        self._known_hosts_lock = asyncio.Lock()
-        self.opened = 0  # how many SSH connections were made: pooling shows here
+        self._jumps: dict[_Route, asyncssh.SSHClientConnection] = {}
+        self._jump_locks: dict[_Route, asyncio.Lock] = {}
+
+    @property
+    def opened(self) -> int:
+        """How many SSH connections were made: pooling shows here."""
+        return self._connector.opened
 
     async def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection, the hosts' first, then the jump hosts'."""
         pool, self._pool = self._pool, {}
-        for _, conn in pool.values():
+        jumps, self._jumps = self._jumps, {}
+        conns = [conn for _, conn in pool.values()]
+        conns += [jumps[route] for route in sorted(jumps, key=len, reverse=True)]
+        for conn in conns:
             conn.close()
-        for _, conn in pool.values():
+        for conn in conns:
             with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
                 await asyncio.wait_for(conn.wait_closed(), 5.0)
 
@@ -239,7 +359,9 @@ class _Pool:
         pooled = self._pool.get(host.name)
         if pooled is not None and pooled[1].is_closed():
             self.drop(host.name, pooled[1])
-        return Unreachable(host.name, _reason(exc, host, _known_hosts_path(host)))
+        known_hosts = _known_hosts_path(host)
+        reason = _reason(exc, host, host.connect_timeout, known_hosts, _where(host))
+        return Unreachable(host.name, reason)
 
     def disconnect(self, name: str) -> None:
         pooled = self._pool.get(name)
@@ -262,50 +384,26 @@ class _Pool:
                 if known == host and not conn.is_closed():
                     return conn, True
                 self.drop(host.name, conn)  # closed, or the inventory changed the host
-            conn = await self._connect(host)
+            tunnel = None
+            for hop in range(1, len(host.proxy_jump) + 1):
+                tunnel = await self._jump(host, host.proxy_jump[:hop], tunnel)
+            conn = await self._connector.connect(host, host, _where(host), tunnel)
             self._pool[host.name] = (host, conn)
             return conn, False
 
-    async def _connect(self, host: Host) -> asyncssh.SSHClientConnection:
-        known_hosts = _known_hosts_path(host)
-        accept_new = host.host_key_policy == "accept-new"
-        if not known_hosts.is_file():
-            if not accept_new:
-                raise Unreachable(
-                    host.name, f"known_hosts file {known_hosts} not found: host key unverifiable"
-                )
-            known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            known_hosts.touch(mode=0o600)
-        client = _HostKeyClient(known_hosts, accept_new)
-        identity = _identity_path(host)
-        if identity and not os.path.isfile(identity):
-            raise Unreachable(host.name, f"identity file {identity} not found")
-        try:
-            conn = await asyncssh.connect(
-                host.address,
-                **connect_options(host),
-                client_factory=lambda: client,
-                keepalive_interval=self._keepalive_interval,
-                keepalive_count_max=3,
-            )
-        except (asyncssh.Error, OSError, ValueError) as exc:
-            refused = client.refusal(f"{host.address}:{host.port}")
-            if refused is not None and isinstance(exc, asyncssh.HostKeyNotVerifiable):
-                raise Unreachable(host.name, refused) from None
-            raise Unreachable(host.name, _reason(exc, host, known_hosts)) from None
-        self.opened += 1
-        if client.accepted is not None:
-            await self._remember(known_hosts, host, client.accepted)
-        return conn
-
-    async def _remember(self, known_hosts: Path, host: Host, key: asyncssh.SSHKey) -> None:
-        """accept-new: append the first-contact key to known_hosts."""
-        line = known_hosts_line(host.address, host.port, key)
-        async with self._known_hosts_lock:
-            text = known_hosts.read_text() if known_hosts.exists() else ""
-            with known_hosts.open("a") as f:
-                f.write(("\n" if text and not text.endswith("\n") else "") + line)
-        log.warning("%s: accepted new host key %s", host.name, line.strip())
+    async def _jump(
+        self, host: Host, route: _Route, tunnel: asyncssh.SSHClientConnection | None
+    ) -> asyncssh.SSHClientConnection:
+        """The pooled connection to the last hop of `route` (opened through `tunnel`)."""
+        lock = self._jump_locks.setdefault(route, asyncio.Lock())
+        async with lock:
+            conn = self._jumps.get(route)
+            if conn is not None and not conn.is_closed():
+                return conn
+            jump = route[-1]
+            conn = await self._connector.connect(host, jump, _jump_where(jump), tunnel)
+            self._jumps[route] = conn
+            return conn
 
 
 class SSHExecutor:
@@ -522,27 +620,51 @@ async def _lines(
         on_line(OutputLine(name, line.rstrip("\r\n")))
 
 
-def _known_hosts_path(host: Host) -> Path:
-    return Path(os.path.expanduser(host.known_hosts or DEFAULT_KNOWN_HOSTS))
+def _known_hosts_path(end: _Endpoint) -> Path:
+    return Path(os.path.expanduser(end.known_hosts or DEFAULT_KNOWN_HOSTS))
 
 
 def _identity_path(host: Host) -> str | None:
     return os.path.expanduser(host.identity_file) if host.identity_file else None
 
 
+def _endpoint_options(end: _Endpoint, identity: str | None, timeout: float) -> dict[str, Any]:
+    """asyncssh.connect keyword arguments for a host or a jump host: everything resolved
+    already (minidock.sshconfig), so asyncssh reads no config file itself.
+
+    Keys, as OpenSSH offers them: `identity` (the inventory's key) alone, without the
+    agent; else the agent's keys (all, or with IdentitiesOnly those of the files that have
+    a .pub beside them) and the config's IdentityFile keys that exist (a missing one is
+    skipped, as OpenSSH skips it), or the default keys (~/.ssh/id_*) when none does.
+    """
+    options: dict[str, Any] = {
+        "port": end.port,
+        "username": end.user,
+        "known_hosts": str(_known_hosts_path(end)),
+        "config": [],
+        "connect_timeout": timeout,
+        "login_timeout": timeout,
+    }
+    if identity:
+        return options | {"client_keys": [identity], "agent_path": None}
+    keys = [key for key in end.identity_files if os.path.isfile(key)]
+    agent: str | tuple[()] | None = ()  # (): $SSH_AUTH_SOCK, as asyncssh reads it
+    if end.identity_agent == "none":
+        agent = None
+    elif end.identity_agent is not None:
+        agent = end.identity_agent
+    options |= {"client_keys": keys or (), "agent_path": agent}
+    if end.identities_only:
+        public = [f"{key}.pub" for key in keys if os.path.isfile(f"{key}.pub")]
+        options |= {"agent_identities": public} if public else {"agent_path": None}
+    return options
+
+
 def connect_options(host: Host) -> dict[str, Any]:
     """The `asyncssh.connect` keyword arguments (all but the address) with which the
-    executor reaches a host: its port, user, identity file (no agent then), known_hosts
-    and timeouts, and nothing from ~/.ssh/config (the inventory is the whole truth).
-    Tools that need a raw asyncssh session to a host (the lab's tests) start from these."""
-    identity = _identity_path(host)
-    return {
-        "port": host.port,
-        "username": host.user,
-        "known_hosts": str(_known_hosts_path(host)),
-        "client_keys": [identity] if identity else (),
-        "agent_path": None if identity else (),
-        "config": [],
-        "connect_timeout": host.connect_timeout,
-        "login_timeout": host.connect_timeout,
-    }
+    executor reaches a host directly: its port, user, keys and agent, known_hosts and
+    timeouts, as resolved from the inventory and the SSH config when it was loaded
+    (asyncssh reads no config file itself). Jump hosts are not in them: the executor opens
+    those itself. Tools that need a raw asyncssh session to a host (the lab's tests) start
+    from these."""
+    return _endpoint_options(host, _identity_path(host), host.connect_timeout)

@@ -12,6 +12,8 @@
 #   - apache2-utils:      htpasswd, for that registry's password file
 #   - etcd-server etcd-client: etcd 3.4 and etcdctl, for the etcd store's tests (the test
 #                         fixtures start their own members on free 127.0.0.1 ports)
+#   - openssh-client:     ssh-agent, ssh-add and ssh-keygen, for the SSH tests (a real
+#                         agent through the lab's bastion; fingerprints as OpenSSH prints them)
 set -euo pipefail
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
@@ -33,7 +35,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client)
+tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client openssh-client)
 pkgs=("${tool_pkgs[@]}")
 if ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")

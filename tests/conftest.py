@@ -1,10 +1,15 @@
 """Shared pytest setup: options for the lab fleet, the `integration` marker applied to
 everything under tests/integration (those tests need a Docker engine and fail without one;
 unit tests never touch the engine), and the session's real etcd clusters (tests/etcd.py),
-which unit and integration tests share."""
+which unit and integration tests share.
+
+No test reads the real user's SSH config: $MINIDOCK_SSH_CONFIG is "none" for the whole
+session (and every `minidock` subprocess it starts); tests of the SSH config name their
+own files."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +18,10 @@ import pytest
 from tests.etcd import EtcdCluster, make_tls
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["MINIDOCK_SSH_CONFIG"] = "none"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

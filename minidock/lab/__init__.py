@@ -6,6 +6,7 @@ other commands never import this package. The modules, one duty each:
 - `directory`: the lab's files under its root (`.lab/`, `inventory/lab.toml`), its hosts
 - `images`: the host image and the workload images, built locally and cached by recipe
 - `compose`: the host containers' compose document (JSON) and their DinD rights
+- `bastion`: the optional bastion (`up --bastion`), its SSH config and inventory
 - `fleet`: `Lab`, up / down / status / provision / reset
 - `faults`: the `kill` modes and how `revive` heals them
 - `ownership`: which lab owns a compose project and a root's files (every command checks)

@@ -70,6 +70,13 @@ RootOption = Annotated[
 ]
 ProjectOption = Annotated[str, typer.Option("--project", help="Compose project name.")]
 HostsOption = Annotated[int, typer.Option("--hosts", min=1, max=20, help="How many hosts.")]
+BastionOption = Annotated[
+    bool,
+    typer.Option(
+        "--bastion",
+        help="Also a bastion, and inventory/lab-bastion.toml reaching the hosts only through it.",
+    ),
+]
 HostArgument = Annotated[str, typer.Argument(help="A lab host, e.g. host2.")]
 ModeOption = Annotated[Mode, typer.Option("--mode", help="Which fault to make.")]
 
@@ -83,15 +90,19 @@ def _lab_options(
 
 
 @lab_app.command("up")
-def up_command(ctx: typer.Context, hosts: HostsOption = 3) -> None:
+def up_command(ctx: typer.Context, hosts: HostsOption = 3, bastion: BastionOption = False) -> None:
     """Build the images if needed, start host1..hostN, write inventory/lab.toml."""
     lab = _lab(ctx)
     try:
-        lab.up(hosts)
+        lab.up(hosts, bastion=bastion)
     except LabError as exc:
         raise _fail(exc) from exc
     rel = os.path.relpath(lab.inventory_path)
     _console.print(f"lab up: {hosts} hosts in {lab.timings['up']:.1f}s; inventory: {rel}")
+    if bastion:
+        through = os.path.relpath(lab.bastion_inventory_path)
+        config = os.path.relpath(lab.ssh_config_path)
+        _console.print(f"through the bastion: inventory {through}, ssh config {config}")
 
 
 @lab_app.command("down")

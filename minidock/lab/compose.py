@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from minidock.lab import docker, local
-from minidock.lab.directory import LabHost
+from minidock.lab.bastion import BASTION, bastion_service
+from minidock.lab.directory import LabBastion, LabHost
 from minidock.lab.images import LAB_LABEL, WEB5_IMAGE, data
 
 __all__ = ["DindMode", "compose_document", "compose_text", "detect_dind_mode", "dind_options"]
@@ -50,10 +51,16 @@ def dind_options(dind: str) -> tuple[dict[str, Any], list[str]]:
 
 
 def compose_document(
-    project: str, hosts: Sequence[LabHost], image: str, dind: str, extra_labels: dict[str, str]
+    project: str,
+    hosts: Sequence[LabHost],
+    image: str,
+    dind: str,
+    extra_labels: dict[str, str],
+    bastion: LabBastion | None = None,
 ) -> dict[str, Any]:
     """The compose document for these hosts: one service per host, sshd on a pinned
-    loopback port, /var/lib/docker on a named volume, PID 1 the lab's init script."""
+    loopback port, /var/lib/docker on a named volume, PID 1 the lab's init script; and
+    the bastion's service when there is one (minidock.lab.bastion)."""
     init = data("host-init.sh").decode()
     options, dind_volumes = dind_options(dind)
     services: dict[str, Any] = {}
@@ -72,6 +79,8 @@ def compose_document(
             "volumes": [f"{host.name}-docker:/var/lib/docker", *dind_volumes],
         }
         volumes[f"{host.name}-docker"] = {"labels": {LAB_LABEL: project}}
+    if bastion is not None:
+        services[BASTION] = bastion_service(project, bastion, image, extra_labels)
     return {
         "version": COMPOSE_FORMAT,
         "x-generated-by": "minidock lab (minidock/lab/compose.py); do not edit",

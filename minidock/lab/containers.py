@@ -48,8 +48,9 @@ class HostContainers(LabDir):
         check: bool = True,
         timeout: float | None = 60.0,
     ) -> subprocess.CompletedProcess[str]:
-        """Run argv inside the host container (docker exec), for setup and assertions."""
-        container = self.host(host).container
+        """Run argv inside the host container (docker exec), for setup and assertions
+        ("bastion" names the bastion's container)."""
+        container = self.container(host)
         command = docker.exec_argv(container, argv, stdin=input is not None)
         proc = local.run(command, input=input, check=check, timeout=timeout)
         return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)

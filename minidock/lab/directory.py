@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_PROJECT",
     "LOOPBACK",
     "SSH_USER",
+    "LabBastion",
     "LabDir",
     "LabHost",
     "inventory_document",
@@ -56,6 +57,14 @@ class LabHost:
     name: str
     port: int
     zone: str
+    container: str
+
+
+@dataclass(frozen=True)
+class LabBastion:
+    """The lab's bastion (`lab up --bastion`) as lab.json records it."""
+
+    port: int
     container: str
 
 
@@ -151,6 +160,16 @@ class LabDir:
     def state_path(self) -> Path:
         return self.lab_dir / "lab.json"
 
+    @property
+    def ssh_config_path(self) -> Path:
+        """The SSH config of the route through the bastion (`lab up --bastion`)."""
+        return self.lab_dir / "ssh_config"
+
+    @property
+    def bastion_inventory_path(self) -> Path:
+        """The inventory naming the hosts by their aliases in `ssh_config_path`."""
+        return self.root / "inventory" / "lab-bastion.toml"
+
     def command(self, verb: str) -> str:
         """The command line that runs `minidock lab VERB` on this lab from here."""
         return lab_command(verb, root=self.root, project=self.project)
@@ -183,18 +202,33 @@ class LabDir:
         known = ", ".join(h.name for h in self.hosts()) or f"none: run `{self.command('up')}`"
         raise UnknownHostError(f"no lab host {name!r} (hosts: {known})")
 
+    def bastion(self) -> LabBastion | None:
+        """The lab's bastion, if it has one."""
+        state = self._state()
+        found = state.get("bastion") if state.get("project") == self.project else None
+        return LabBastion(**found) if isinstance(found, dict) else None
+
+    def container(self, name: str) -> str:
+        """The container of a lab host, or of the bastion (name "bastion")."""
+        bastion = self.bastion() if name == "bastion" else None
+        return bastion.container if bastion is not None else self.host(name).container
+
     def dind_mode(self) -> str:
         """The DinD mode this lab was set up with ("" when none yet)."""
         state = self._state()
         return str(state.get("dind", "")) if state.get("project") == self.project else ""
 
-    def write_state(self, hosts: Sequence[LabHost], dind: str, image: str) -> None:
-        state = {
+    def write_state(
+        self, hosts: Sequence[LabHost], dind: str, image: str, bastion: LabBastion | None = None
+    ) -> None:
+        state: dict[str, Any] = {
             "project": self.project,
             "dind": dind,
             "image": image,
             "hosts": [asdict(h) for h in hosts],
         }
+        if bastion is not None:
+            state["bastion"] = asdict(bastion)
         write_atomic(self.state_path, json.dumps(state, indent=2).encode())
 
     # -- the other files
@@ -207,8 +241,12 @@ class LabDir:
         write_atomic(self.key_path, key.export_private_key(), mode=0o600)
         write_atomic(public, key.export_public_key(), mode=0o644)
 
-    def write_known_hosts(self, hosts: Sequence[LabHost], host_keys: Mapping[str, str]) -> None:
-        write_atomic(self.known_hosts_path, known_hosts_text(hosts, host_keys).encode())
+    def write_known_hosts(
+        self, hosts: Sequence[LabHost], host_keys: Mapping[str, str], extra: str = ""
+    ) -> None:
+        """Pin each host's key at its loopback port; `extra` lines follow (the bastion's)."""
+        text = known_hosts_text(hosts, host_keys) + extra
+        write_atomic(self.known_hosts_path, text.encode())
 
     def write_inventory(self, hosts: Sequence[LabHost]) -> None:
         base = self.inventory_path.parent
@@ -220,7 +258,9 @@ class LabDir:
         write_atomic(self.inventory_path, (INVENTORY_HEADER + tomli_w.dumps(document)).encode())
 
     def remove_files(self) -> None:
-        """Remove the inventory, known_hosts and lab.json (`down`, for their owner only)."""
-        for path in (self.inventory_path, self.known_hosts_path, self.state_path):
+        """Remove the inventories, known_hosts, the SSH config and lab.json (`down`, for
+        their owner only)."""
+        paths = (self.inventory_path, self.bastion_inventory_path, self.known_hosts_path)
+        for path in (*paths, self.ssh_config_path, self.state_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

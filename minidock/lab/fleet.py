@@ -24,9 +24,15 @@ from typing import Any
 import asyncssh
 
 from minidock.lab import docker, faults, images, local, probe
+from minidock.lab.bastion import (
+    BASTION,
+    INSTALL_KEY,
+    provision_bastion,
+    wait_through_bastion,
+)
 from minidock.lab.compose import compose_document, compose_text, detect_dind_mode
 from minidock.lab.containers import HostContainers
-from minidock.lab.directory import LabHost, zone_for
+from minidock.lab.directory import LabBastion, LabHost, zone_for
 from minidock.lab.errors import LabError, NotOwnedError
 from minidock.lab.faults import CLEAN_SCRIPT, KillMode
 from minidock.lab.local import parallel, run_coro, write_atomic
@@ -37,10 +43,6 @@ from minidock.model import Host
 __all__ = ["Lab", "project_dirs", "remove_project"]
 
 PORT_RANGE = (20000, 32000)  # below the kernel's ephemeral range, so pinned ports stay free
-INSTALL_KEY = (
-    "umask 077 && mkdir -p /root/.ssh && cat > /root/.ssh/authorized_keys.new"
-    " && mv /root/.ssh/authorized_keys.new /root/.ssh/authorized_keys"
-)
 
 
 def remove_project(project: str) -> None:
@@ -100,10 +102,11 @@ class Lab(HostContainers):
         return claim
 
     # -- lifecycle
-    def prepare(self, n: int = 3) -> Path:
+    def prepare(self, n: int = 3, bastion: bool = False) -> Path:
         """Everything before the containers start: images, key, DinD mode, ports, the
-        compose file. Returns the compose file's path. Keeps the ports of hosts whose
-        containers still exist, so re-running `up` leaves a running lab alone."""
+        compose file (with `bastion`, a bastion too). Returns the compose file's path.
+        Keeps the ports of hosts whose containers still exist, so re-running `up` leaves
+        a running lab alone."""
         if n < 1:
             raise LabError("a lab needs at least one host")
         if not local.engine_available():
@@ -127,11 +130,21 @@ class Lab(HostContainers):
                 port = _pick_port(taken)
             taken.add(port)
             hosts.append(LabHost(name, port, zone_for(i), f"{self.project}-{name}"))
+        jump = self._prepare_bastion(taken) if bastion else None
         image = images.host_image_tag()
-        document = compose_document(self.project, hosts, image, dind, self.labels)
+        document = compose_document(self.project, hosts, image, dind, self.labels, jump)
         write_atomic(self.compose_path, compose_text(document).encode())
-        self.write_state(hosts, dind, image)
+        self.write_state(hosts, dind, image, jump)
         return self.compose_path
+
+    def _prepare_bastion(self, taken: set[int]) -> LabBastion:
+        """The bastion's port: kept while its container exists, else a free one."""
+        old = self.bastion()
+        proc = local.run(docker.container_states_argv([f"{self.project}-{BASTION}"]), check=False)
+        exists = bool(docker.parse_container_states(proc.stdout))
+        port = old.port if old and exists and old.port not in taken else _pick_port(taken)
+        taken.add(port)
+        return LabBastion(port, f"{self.project}-{BASTION}")
 
     def provision(self, timeout: float = 90.0) -> None:
         """Everything after the containers start: authorized key, pinned known_hosts, the
@@ -149,7 +162,10 @@ class Lab(HostContainers):
             host_keys[host.name] = self.read_host_key(host.name, deadline=started + timeout)
 
         parallel(setup, hosts)
-        self.write_known_hosts(hosts, host_keys)
+        bastion, routes = self.bastion(), ""
+        if bastion is not None:
+            routes = provision_bastion(self, bastion, public, hosts, host_keys, started + timeout)
+        self.write_known_hosts(hosts, host_keys, routes)
         self.write_inventory(hosts)
         self.timings["keys"] = time.monotonic() - started
         names = [h.name for h in hosts]
@@ -162,12 +178,17 @@ class Lab(HostContainers):
         step = time.monotonic()
         self.wait_ready(names, timeout=max(1.0, started + timeout - step))
         self.timings["ssh ready"] = time.monotonic() - step
+        if bastion is not None:
+            step = time.monotonic()
+            wait_through_bastion(self, timeout=max(1.0, started + timeout - step))
+            self.timings["bastion ready"] = time.monotonic() - step
         self.timings["provision"] = time.monotonic() - started
 
-    def up(self, n: int = 3, timeout: float = 120.0) -> list[LabHost]:
-        """Start (or complete) a lab of n hosts and write its inventory. Idempotent."""
+    def up(self, n: int = 3, timeout: float = 120.0, bastion: bool = False) -> list[LabHost]:
+        """Start (or complete) a lab of n hosts (and, with `bastion`, a bastion) and write
+        its inventories. Idempotent."""
         started = time.monotonic()
-        self.prepare(n)
+        self.prepare(n, bastion)
         step = time.monotonic()
         local.run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
         self.timings["compose up"] = time.monotonic() - step

@@ -4,7 +4,10 @@ pytest-docker brings the host containers up and down (`docker_services`, on the 
 file the lab generates); minidock.lab does the rest (images, key, known_hosts, inventory,
 images inside the hosts, faults). Fixtures:
 
-- `lab`: the session's `Lab` (images built, compose file written; containers not yet up).
+- `lab`: the session's `Lab` (images built, compose file written; containers not yet up),
+  with a bastion (`Lab.prepare(bastion=True)`: one sshd-only container more, and
+  `inventory/lab-bastion.toml` reaching the hosts only through it; tests/integration/
+  test_bastion.py).
 - `lab_fleet`: session scope, a `Fleet` whose hosts answer SSH and docker.
 - `fleet`: function scope, the same `Fleet` after a reset: every host revived and every
   container labelled `minidock.cluster` removed from every host.
@@ -23,7 +26,7 @@ import os
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +138,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -
         project=f"{PROJECT_PREFIX}{os.getpid()}",
         labels={PID_LABEL: str(os.getpid()), HOSTNAME_LABEL: socket.gethostname()},
     )
-    the_lab.prepare(int(pytestconfig.getoption("--lab-hosts")))
+    the_lab.prepare(int(pytestconfig.getoption("--lab-hosts")), bastion=True)
     return the_lab
 
 
@@ -199,18 +202,22 @@ class Minidock:
     fleet: Fleet
     workdir: Path
     cluster: str = "itest"
+    inventory: Path | None = None  # the cluster files' inventory (default: the lab's)
+    extra_env: dict[str, str] = field(default_factory=dict)  # over os.environ
 
     @property
     def state(self) -> Path:
         return self.workdir / "state"
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "MINIDOCK_STATE": str(self.state), "COLUMNS": "200"}
+        env = {**os.environ, "MINIDOCK_STATE": str(self.state), "COLUMNS": "200"}
+        return env | self.extra_env
 
     def spec(self, body: str, name: str = "cluster.toml") -> Path:
         """A cluster file: `cluster` and `inventory` lines, then `body` (services TOML)."""
         path = self.workdir / name
-        head = f'cluster = "{self.cluster}"\ninventory = "{self.fleet.inventory}"\n\n'
+        inventory = self.inventory or self.fleet.inventory
+        head = f'cluster = "{self.cluster}"\ninventory = "{inventory}"\n\n'
         path.write_text(head + body)
         return path
 

@@ -71,7 +71,6 @@ def service_ports(service: Service) -> tuple[str, ...]:
     return tuple(f"{p.host_port}/{p.protocol}" for p in service.ports)
 
 
-_NOT_A_CANDIDATE = object()
 Entry = tuple[int, float, str, int]  # tasks of the service here, -fullness after, name, version
 
 
@@ -97,6 +96,9 @@ class Fleet:
         self._spread: dict[str, dict[str, dict[str | None, int]]] = {}  # service -> label -> counts
         self._candidates: dict[tuple[object, ...], _Candidates] = {}
         self._allowed: dict[tuple[Constraint, ...], list[Host]] = {}
+        self._groups: dict[tuple[tuple[Constraint, ...], str | None], dict[str, str | None]] = {}
+        self._templates: dict[tuple[object, ...], _Template] = {}
+        self._values: dict[str, tuple[str | None, ...]] = {}  # label -> the values hosts have
         self._nowhere: dict[tuple[object, ...], tuple[int, tuple[str, ...]]] = {}
         for name, load_ in self.load.items():
             for service, n in load_.tasks.items():
@@ -187,7 +189,12 @@ class Fleet:
         by_key = self._spread.setdefault(service, {})
         counts = by_key.get(key)
         if counts is None:
-            counts = by_key[key] = {self.labels[h.name].get(key): 0 for h in self.hosts}
+            values = self._values.get(key)
+            if values is None:  # every value of the label, in host name order
+                values = self._values[key] = tuple(
+                    dict.fromkeys(self.labels[h.name].get(key) for h in self.hosts)
+                )
+            counts = by_key[key] = dict.fromkeys(values, 0)
             for name, n in self.running(service).items():
                 counts[self.labels[name].get(key)] += n
         return counts
@@ -201,6 +208,28 @@ class Fleet:
                 h for h in self.hosts if eligible.get(h.name) is None and _allowed(h, constraints)
             ]
         return found
+
+    def groups(
+        self, constraints: tuple[Constraint, ...], spread: str | None
+    ) -> dict[str, str | None]:
+        """The hosts `allowed` under `constraints`, each with its `spread` label value."""
+        found = self._groups.get((constraints, spread))
+        if found is None:
+            hosts, labels = self.allowed(constraints), self.labels
+            found = self._groups[(constraints, spread)] = {
+                h.name: labels[h.name].get(spread) if spread else None for h in hosts
+            }
+        return found
+
+    def template(self, service: Service) -> _Template:
+        """The heaps a service of this shape starts from: made again once half as many
+        changes as there are hosts have happened since (catching up would cost more)."""
+        shape = _weighed(service)[1:]
+        known = self._templates.get(shape)
+        if known is None or len(self.changed) - known.position > len(self.hosts) // 2:
+            group = self.groups(service.constraints, service.spread)
+            known = self._templates[shape] = _ranked(self, service, group)
+        return known
 
     def candidates(self, service: Service) -> _Candidates:
         """The service's index, brought up to date with every change since its last use."""
@@ -244,6 +273,40 @@ def _allowed(host: Host, constraints: tuple[Constraint, ...]) -> bool:
     return all(c.allows(host) for c in constraints)
 
 
+@dataclass(frozen=True)
+class _Template:
+    """The candidate heaps of every service of one shape (what placement weighs of it but
+    its name), as the fleet was at `position` in its change log, counting no tasks of the
+    service on any host: a service's index starts as a copy, then catches up."""
+
+    position: int
+    heaps: dict[str | None, list[Entry]]
+
+
+def _ranked(fleet: Fleet, service: Service, group: Mapping[str, str | None]) -> _Template:
+    """Every candidate host that fits now, in its heap: `_Candidates.fits` and `entry`
+    written out in one loop (the same tests, the same arithmetic), as this runs for every
+    host. A host its resources or ports refuse now joins its heap when its load changes."""
+    loads, by_name = fleet.load, fleet.by_name
+    cpus, memory, ports = service.cpus, service.memory, service_ports(service)
+    heaps: dict[str | None, list[Entry]] = {value: [] for value in group.values()}
+    for name, value in group.items():
+        load, host = loads[name], by_name[name]
+        c, m, hc, hm = load.cpus + cpus, load.memory + memory, host.cpus, host.memory
+        if hc is not None and cpus > 0 and c > hc + 1e-9:
+            continue
+        if hm is not None and memory > 0 and m > hm:
+            continue
+        if ports and any(p in load.ports or p in load.foreign for p in ports):
+            continue
+        # `_fullness`: the mean of the declared parts
+        after = ((c / hc + m / hm) / 2 if hm else c / hc) if hc else (m / hm if hm else 0.0)
+        heaps[value].append((0, -after, name, 0))
+    for heap in heaps.values():
+        heapq.heapify(heap)
+    return _Template(len(fleet.changed), heaps)
+
+
 class _Candidates:
     """One service's candidate hosts (ready, constraints met), one heap per spread value,
     keyed by (tasks of the service on the host, -fullness after placement, name)."""
@@ -253,48 +316,20 @@ class _Candidates:
         self.name, self.cpus, self.memory = service.name, service.cpus, service.memory
         self.ports = service_ports(service)
         self.spread = service.spread
-        self.synced = len(fleet.changed)
-        hosts = fleet.allowed(service.constraints)
-        labels, spread = fleet.labels, self.spread
-        self.group: dict[str, str | None] = {
-            h.name: labels[h.name].get(spread) if spread else None for h in hosts
-        }  # candidate host -> its spread value
+        self.group = fleet.groups(service.constraints, self.spread)  # host -> spread value
         self.version = dict.fromkeys(self.group, 0)
-        self.heaps: dict[str | None, list[Entry]] = {value: [] for value in self.group.values()}
-        self._build(hosts)
-
-    def _build(self, hosts: Sequence[Host]) -> None:
-        """Every candidate host that fits now into its heap: `fits` and `entry` written
-        out in one loop (the same tests and arithmetic), as this runs for every host. A
-        host its resources or ports refuse now joins its heap when its load changes."""
-        loads, group, heaps = self.fleet.load, self.group, self.heaps
-        name, cpus, memory, ports = self.name, self.cpus, self.memory, self.ports
-        for host in hosts:
-            load = loads[host.name]
-            c, m, hc, hm = load.cpus + cpus, load.memory + memory, host.cpus, host.memory
-            if hc is not None and cpus > 0 and c > hc + 1e-9:
-                continue
-            if hm is not None and memory > 0 and m > hm:
-                continue
-            if ports and any(p in load.ports or p in load.foreign for p in ports):
-                continue
-            if hc:
-                after = (c / hc + m / hm) / 2 if hm else c / hc
-            else:
-                after = m / hm if hm else 0.0
-            heaps[group[host.name]].append((load.tasks.get(name, 0), -after, host.name, 0))
-        for heap in heaps.values():
-            heapq.heapify(heap)
+        template = fleet.template(service)
+        self.heaps = {value: list(heap) for value, heap in template.heaps.items()}
+        self.synced = template.position
+        for name in fleet.running(self.name):  # the template counts no task of its own
+            if name in self.group:
+                self.push(name)
+        self.sync()
 
     def entry(self, host: Host, version: int) -> Entry:
-        """The host's key: `_fullness` written out (the same arithmetic, in the same order:
-        the sum of the declared parts, over their number), as this runs for every host."""
+        """The host's key as its load is now."""
         load = self.fleet.load[host.name]
-        cpus, memory = load.cpus + self.cpus, load.memory + self.memory
-        if host.cpus:
-            after = (cpus / host.cpus + memory / host.memory) / 2 if host.memory else cpus / host.cpus
-        else:
-            after = memory / host.memory if host.memory else 0.0
+        after = _fullness(host, load.cpus + self.cpus, load.memory + self.memory)
         return (load.tasks.get(self.name, 0), -after, host.name, version)
 
     def sync(self) -> None:
@@ -302,12 +337,17 @@ class _Candidates:
         changed = self.fleet.changed
         if self.synced == len(changed):
             return
+        group = self.group
         for name in set(changed[self.synced :]):
-            value = self.group.get(name, _NOT_A_CANDIDATE)
-            if value is not _NOT_A_CANDIDATE:
-                version = self.version[name] = self.version[name] + 1
-                heapq.heappush(self.heaps[value], self.entry(self.fleet.by_name[name], version))
+            if name in group:
+                self.push(name)
         self.synced = len(changed)
+
+    def push(self, name: str) -> None:
+        """A fresh entry for a candidate host; its older ones are stale from now on."""
+        version = self.version[name] = self.version[name] + 1
+        entry = self.entry(self.fleet.by_name[name], version)
+        heapq.heappush(self.heaps[self.group[name]], entry)
 
     def fits(self, name: str) -> bool:
         """The resource and port filters, on the host's current load."""

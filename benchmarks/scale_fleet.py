@@ -107,6 +107,7 @@ AllowTcpForwarding no
 MaxSessions 32
 MaxStartups 200:30:400
 LogLevel ERROR
+Subsystem sftp internal-sftp
 SetEnv PATH={path} STANDIN_HOST={host} HOME={host}
 """
 
@@ -325,6 +326,20 @@ class ScaleFleet:
             for f in (self.host_dir(name) / "state").iterdir():
                 f.unlink()
 
+    def snapshot(self) -> None:
+        """Keep every host's containers as they are now, for `restore`."""
+        for name in self.hosts:
+            d = self.host_dir(name)
+            shutil.rmtree(d / "state.snap", ignore_errors=True)
+            shutil.copytree(d / "state", d / "state.snap")
+
+    def restore(self) -> None:
+        """Every host's containers as at the last `snapshot`."""
+        for name in self.hosts:
+            d = self.host_dir(name)
+            shutil.rmtree(d / "state")
+            shutil.copytree(d / "state.snap", d / "state")
+
     def docker(self, name: str, *argv: str, input: str = "") -> subprocess.CompletedProcess[str]:
         """The host's docker stand-in, run here (to seed state or look at it)."""
         env = {**os.environ, "STANDIN_HOST": str(self.host_dir(name))}
@@ -337,7 +352,7 @@ class ScaleFleet:
             check=False,
         )
 
-    def seed(self, per_host: int, cluster: str = "bench", foreign: bool = True) -> None:
+    def seed(self, per_host: int, cluster: str = "seeded", foreign: bool = True) -> None:
         """`per_host` running tasks of `cluster` on every host (as MiniDock would label them),
         and one container MiniDock does not manage."""
 
@@ -402,6 +417,7 @@ def main() -> None:
     elif args.command == "seed":
         fleet.clear()
         fleet.seed(args.per_host)
+        fleet.snapshot()
     else:
         fleet.clear()
 

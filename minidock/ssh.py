@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import shlex
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import asyncssh
 
@@ -27,10 +28,12 @@ from minidock.model import Host
 
 __all__ = [
     "DEFAULT_KNOWN_HOSTS",
+    "BatchExecutor",
     "CommandTimeout",
     "Executor",
     "Result",
     "SSHExecutor",
+    "Step",
     "Unreachable",
     "connect_options",
     "known_hosts_line",
@@ -39,6 +42,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# asyncssh's default ciphers, AES-GCM first: per packet, asyncssh's ChaCha20-Poly1305 costs
+# the controller about a third more CPU than AES-GCM (one AEAD call), and sshd less too
+ENCRYPTION = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+)
 _MAX_REASON = 300
 
 
@@ -96,6 +109,85 @@ class Executor(Protocol):
         """Drop any pooled connection to host: the next call connects afresh."""
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a batch (`SSHExecutor.run_batch`). With `ids_from`, the command is
+    given, as its last arguments, the container ids (the hex words) that step printed, and
+    runs only when that step succeeded and printed some: else it is skipped (None)."""
+
+    argv: tuple[str, ...]
+    ids_from: int | None = None
+
+
+@runtime_checkable
+class BatchExecutor(Executor, Protocol):
+    """An executor that can run several commands in one round trip to a host."""
+
+    async def run_batch(
+        self, host: Host, steps: Sequence[Step], *, timeout: float | None = None
+    ) -> list[Result | None]: ...
+
+
+_BATCH_PRELUDE = r"""set -f
+b() { printf '
+%s %s
+' "$m" "$1"; printf '
+%s %s
+' "$m" "$1" >&2; }
+e() { printf '
+%s %s %s
+' "$m" "$1" "$2"; }"""
+
+
+def batch_script(steps: Sequence[Step], marker: str) -> str:
+    """The POSIX sh script of a batch, each argv quoted once (`shlex.join`). Every step's
+    output is framed by marker lines on stdout (begin, then end with the exit status or
+    "-" when skipped) and on stderr (begin), so each step's stdout, stderr and status are
+    told apart without temporary files."""
+    captured = {s.ids_from for s in steps if s.ids_from is not None}
+    lines = [f"m={marker}", _BATCH_PRELUDE]
+    for i, step in enumerate(steps):
+        command = shlex.join(step.argv)
+        if step.ids_from is not None:
+            k = step.ids_from
+            lines.append(
+                f'w=; if [ "$s{k}" = 0 ]; then for x in $o{k}; do case $x in *[!0-9a-f]*) ;;'
+                f' *) w="$w $x" ;; esac; done; fi'
+            )
+            lines.append(f'b {i}; if [ -n "$w" ]; then {command} $w; e {i} $?; else e {i} -; fi')
+        elif i in captured:  # its output is kept for a later step (and printed)
+            lines.append(
+                f'b {i}; o{i}=$({command}; r=$?; echo x; exit $r); s{i}=$?; o{i}=${{o{i}%x}};'
+                f' printf %s "$o{i}"; e {i} $s{i}'
+            )
+        else:
+            lines.append(f"b {i}; {command}; e {i} $?")
+    return "\n".join(lines) + "\n"
+
+
+def parse_batch(stdout: str, stderr: str, marker: str, n: int) -> list[Result | None] | None:
+    """Each step's Result (None: skipped) from a batch's framed output; None when the
+    framing is not all there (the script did not run)."""
+    found: list[Result | None] = []
+    out_at = err_at = 0
+    for i in range(n):
+        begin = f"\n{marker} {i}\n"
+        out_at, err_at = stdout.find(begin, out_at), stderr.find(begin, err_at)
+        if out_at < 0 or err_at < 0:
+            return None
+        out_at, err_at = out_at + len(begin), err_at + len(begin)
+        end = stdout.find(f"\n{marker} {i} ", out_at)
+        status_end = stdout.find("\n", end + 1) if end >= 0 else -1
+        status = stdout[end + len(marker) + len(str(i)) + 3 : status_end]
+        if end < 0 or status_end < 0 or not (status == "-" or status.isdigit()):
+            return None
+        next_err = stderr.find(f"\n{marker} {i + 1}\n", err_at) if i + 1 < n else len(stderr)
+        err = stderr[err_at : next_err if next_err >= 0 else len(stderr)]
+        found.append(None if status == "-" else Result(int(status), stdout[out_at:end], err))
+        out_at = status_end
+    return found
 
 
 def known_hosts_line(address: str, port: int, key: asyncssh.SSHKey) -> str:
@@ -189,13 +281,16 @@ class SSHExecutor:
     A connection is opened on first use and kept for later calls and passes; a connection
     found closed is dropped and reopened on the next call (and a session that cannot open
     on a reused connection is retried once on a fresh one). At most `max_concurrency`
-    commands run at once overall and `max_sessions_per_host` per host (sshd's MaxSessions
-    defaults to 10). Use one executor per event loop and `close()` it at the end.
+    commands (and the connections they open) run at once overall, and
+    `max_sessions_per_host` per host (sshd's MaxSessions defaults to 10): 128 keeps a
+    thousand-host pass busy on two cores while every connect still meets its
+    `connect_timeout` (docs/benchmarks.md). Use one executor per event loop and `close()`
+    it at the end.
     """
 
     def __init__(
         self,
-        max_concurrency: int = 16,
+        max_concurrency: int = 128,
         max_sessions_per_host: int = 8,
         keepalive_interval: float = 15.0,
     ) -> None:
@@ -205,7 +300,7 @@ class SSHExecutor:
         self._pool: dict[str, tuple[Host, asyncssh.SSHClientConnection]] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._host_limits: dict[str, asyncio.Semaphore] = {}
-        self._known_hosts_lock = asyncio.Lock()
+        self._trust = _TrustStore()
         self.connections_opened = 0  # how many SSH connections were made: pooling shows here
 
     async def run(
@@ -225,7 +320,27 @@ class SSHExecutor:
         if not argv:
             raise ValueError("empty argv")
         command = shlex.join(argv)  # the one place an argv becomes a remote command line
-        argv0 = " ".join(argv[:2])
+        return await self._command(host, command, " ".join(argv[:2]), input, timeout)
+
+    async def run_batch(
+        self, host: Host, steps: Sequence[Step], *, timeout: float | None = None
+    ) -> list[Result | None]:
+        """Run the steps in order in one session (one round trip, one remote shell): each
+        gets its own Result, None for a skipped step (see `Step`). The timeout bounds the
+        whole batch; a timeout is a CommandTimeout naming the first step's command."""
+        if not steps or not all(s.argv for s in steps):
+            raise ValueError("empty batch or argv")
+        marker = f"@@minidock-{secrets.token_hex(8)}"
+        script = batch_script(steps, marker)
+        ran = await self._command(host, script, " ".join(steps[0].argv[:2]), None, timeout)
+        found = parse_batch(ran.stdout, ran.stderr, marker, len(steps))
+        if found is None:  # the remote shell did not run the script: its own failure
+            return [ran, *([None] * (len(steps) - 1))]
+        return found
+
+    async def _command(
+        self, host: Host, command: str, argv0: str, input: str | None, timeout: float | None
+    ) -> Result:
         limit = host.command_timeout if timeout is None else timeout
         host_limit = self._host_limits.setdefault(
             host.name, asyncio.Semaphore(self._max_sessions_per_host)
@@ -348,7 +463,7 @@ class SSHExecutor:
         try:
             conn = await asyncssh.connect(
                 host.address,
-                **connect_options(host),
+                **(connect_options(host) | {"known_hosts": self._trust.known(known_hosts)}),
                 client_factory=lambda: client,
                 keepalive_interval=self._keepalive_interval,
                 keepalive_count_max=3,
@@ -360,13 +475,33 @@ class SSHExecutor:
             raise Unreachable(host.name, _reason(exc, host, known_hosts)) from None
         self.connections_opened += 1
         if client.accepted is not None:
-            await self._remember(known_hosts, host, client.accepted)
+            await self._trust.remember(known_hosts, host, client.accepted)
         return conn
 
-    async def _remember(self, known_hosts: Path, host: Host, key: asyncssh.SSHKey) -> None:
+
+class _TrustStore:
+    """The known_hosts files the executor verifies host keys against: each parsed once per
+    version of the file (its mtime and size), not once per connection, since with a line
+    per host, parsing it for each of N connections costs O(N^2) (at 100 hosts, half of a
+    cold pass's CPU); and the first-contact keys accept-new appends (which change the
+    file, so the next connection reads it again)."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[Path, tuple[tuple[int, int], asyncssh.SSHKnownHosts]] = {}
+        self._lock = asyncio.Lock()
+
+    def known(self, path: Path) -> asyncssh.SSHKnownHosts:
+        stat = path.stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+        found = self._parsed.get(path)
+        if found is None or found[0] != version:
+            found = self._parsed[path] = (version, asyncssh.read_known_hosts(str(path)))
+        return found[1]
+
+    async def remember(self, known_hosts: Path, host: Host, key: asyncssh.SSHKey) -> None:
         """accept-new: append the first-contact key to known_hosts."""
         line = known_hosts_line(host.address, host.port, key)
-        async with self._known_hosts_lock:
+        async with self._lock:
             text = known_hosts.read_text() if known_hosts.exists() else ""
             with known_hosts.open("a") as f:
                 f.write(("\n" if text and not text.endswith("\n") else "") + line)
@@ -383,8 +518,8 @@ def _identity_path(host: Host) -> str | None:
 
 def connect_options(host: Host) -> dict[str, Any]:
     """The `asyncssh.connect` keyword arguments (all but the address) with which the
-    executor reaches a host: its port, user, identity file (no agent then), known_hosts
-    and timeouts, and nothing from ~/.ssh/config (the inventory is the whole truth).
+    executor reaches a host: its port, user, identity file (no agent then), known_hosts,
+    timeouts and ciphers, and nothing from ~/.ssh/config (the inventory is the whole truth).
     Tools that need a raw asyncssh session to a host (the lab's tests) start from these."""
     identity = _identity_path(host)
     return {
@@ -396,4 +531,5 @@ def connect_options(host: Host) -> dict[str, Any]:
         "config": [],
         "connect_timeout": host.connect_timeout,
         "login_timeout": host.connect_timeout,
+        "encryption_algs": list(ENCRYPTION),
     }

@@ -1,56 +1,146 @@
-"""How long the pure decision core takes, by fleet size.
+"""How long the pure decision core takes, by fleet size: whole `reconcile()` calls.
 
-    .venv/bin/python benchmarks/bench_reconcile.py
+    .venv/bin/python benchmarks/bench_reconcile.py [--sizes 1000x200x50] [--runs 5]
+    .venv/bin/python benchmarks/bench_reconcile.py --profile 1000x200x50 --case place
 
-Prints a Markdown table (docs/benchmarks.md keeps the latest): for each fleet, the time
-of one reconcile pass over a converged fleet (the cron case: nothing to do) and of the
-pass after losing a fifth of the hosts (the replacement case). Best of 5 runs.
+For each fleet (HOSTSxSERVICESxREPLICAS), three passes, each one whole `reconcile()` call
+on an in-memory fleet (tests/sim.py's World; the observation is built before the clock
+starts, so only the decision is timed):
+
+- *place all*: the first pass after `apply`, which places every task on an empty fleet;
+- *converged*: the cron case, nothing to do;
+- *lose 20%*: the pass after a fifth of the hosts went down, which places every
+  replacement.
+
+The fleet mixes what the scheduler weighs: three host sizes, a `zone` label with five
+values, services with and without `spread = "zone"`, cpus and memory reservations, some
+with a host port, some with a constraint. Median (min-max) of `--runs` runs. Prints a
+Markdown table (docs/benchmarks.md keeps the latest); `--profile` prints a pyinstrument
+profile of one case instead (pyinstrument is not a dependency: pip install it).
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from minidock.core import Plan, reconcile
+from minidock.model import Constraint, PortMapping, Service
 from tests.sim import World, host, svc
 
-SIZES = [(10, 5, 4), (50, 20, 10), (200, 50, 20), (500, 100, 25)]  # hosts, services, replicas
+SIZES = ["10x5x4", "100x20x10", "500x100x25", "1000x200x50"]  # hosts x services x replicas
+ZONES = "abcde"
+GIB = 1 << 30
 
 
-def best(fn: object, runs: int = 5) -> float:
-    times = []
+def fleet(n_hosts: int) -> World:
+    """Hosts of three sizes over five zones."""
+    sizes = [(8, 32 * GIB), (16, 64 * GIB), (32, 128 * GIB)]
+    return World(
+        [
+            host(f"h{i:04d}", cpus=sizes[i % 3][0], memory=sizes[i % 3][1], zone=ZONES[i % 5])
+            for i in range(n_hosts)
+        ]
+    )
+
+
+def services(n_services: int, replicas: int) -> list[Service]:
+    """Every other service spread over zones, every 5th kept off zone e, every 10th with a
+    host port; reservations from 0.25 cpus / 256 MiB to 1 cpu / 1 GiB."""
+    out = []
+    for i in range(n_services):
+        out.append(
+            svc(
+                f"s{i:03d}",
+                replicas=replicas,
+                cpus=(0.25, 0.5, 1.0)[i % 3],
+                memory=(256 << 20) * (1 + i % 4),
+                spread="zone" if i % 2 == 0 else None,
+                constraints=(Constraint("zone", "!=", "e"),) if i % 5 == 0 else (),
+                ports=(PortMapping(20000 + i, 8080),) if i % 10 == 0 else (),
+            )
+        )
+    return out
+
+
+def timed(fn: Callable[[], Plan], runs: int) -> tuple[list[float], Plan]:
+    times, plan = [], None
     for _ in range(runs):
         start = time.perf_counter()
-        fn()  # type: ignore[operator]
+        plan = fn()
         times.append(time.perf_counter() - start)
-    return min(times)
+    assert plan is not None
+    return times, plan
+
+
+def decide(w: World) -> Callable[[], Plan]:
+    """One reconcile() of the world as it is now (the observation made beforehand)."""
+    assert w.cluster is not None
+    cluster, inventory, observed, state, now = w.cluster, w.inventory, w.observe(), w.state, w.now
+    return lambda: reconcile(cluster, inventory, observed, state, now)
+
+
+def cases(size: str) -> dict[str, tuple[World, int]]:
+    """The three worlds of one size, ready for their pass: name -> (world, tasks placed)."""
+    n_hosts, n_services, replicas = (int(x) for x in size.split("x"))
+    w = fleet(n_hosts)
+    w.apply(*services(n_services, replicas))
+    out = {"place": (w, n_services * replicas)}
+    converged = fleet(n_hosts)
+    converged.apply(*services(n_services, replicas))
+    converged.converge(limit=5)
+    out["converged"] = (converged, 0)
+    lost = fleet(n_hosts)
+    lost.apply(*services(n_services, replicas))
+    lost.converge(limit=5)
+    for h in lost.hosts[::5]:  # a fifth of the hosts, across the fleet
+        lost.kill_host(h.name)
+    lost.step()  # the first failed probe: unreachable; the next pass finds them down
+    out["lost"] = (lost, 0)
+    return out
+
+
+def cell(times: list[float]) -> str:
+    ms = [t * 1000 for t in times]
+    return f"{statistics.median(ms):.1f} ms ({min(ms):.1f}-{max(ms):.1f})"
 
 
 def main() -> None:
-    print(
-        "| hosts | services | tasks | converged pass | after losing 20% of hosts | replacements |"
-    )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for n_hosts, n_services, replicas in SIZES:
-        zones = "abc"
-        w = World([host(f"h{i}", cpus=64, memory=None, zone=zones[i % 3]) for i in range(n_hosts)])
-        w.apply(
-            *(svc(f"s{i}", replicas=replicas, cpus=0.1, spread="zone") for i in range(n_services))
-        )
-        w.converge(limit=5)
-        steady = best(w.plan)
-        for h in w.hosts[: n_hosts // 5]:
-            w.kill_host(h.name)
-        w.step()  # first failed probe
-        lost = best(w.plan)
-        runs = len(w.plan().run)
-        tasks = n_services * replicas
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default=",".join(SIZES))
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--profile", default="", help="one size: profile it with pyinstrument")
+    parser.add_argument("--case", default="place", choices=["place", "converged", "lost"])
+    args = parser.parse_args()
+    if args.profile:
+        from pyinstrument import Profiler
+
+        w, _ = cases(args.profile)[args.case]
+        run = decide(w)
+        with Profiler(interval=0.0005) as profiler:
+            run()
+        print(profiler.output_text(unicode=False, color=False, show_all=False))
+        return
+    print("| hosts | services | tasks | place all | converged | lose 20% | replacements |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for size in args.sizes.split(","):
+        n_hosts, n_services, replicas = (int(x) for x in size.split("x"))
+        worlds = cases(size)
+        place, placed = timed(decide(worlds["place"][0]), args.runs)
+        steady, still = timed(decide(worlds["converged"][0]), args.runs)
+        lost, replaced = timed(decide(worlds["lost"][0]), args.runs)
+        assert len(placed.run) == n_services * replicas, placed.pending[:3]
+        assert still.converged, still
         print(
-            f"| {n_hosts} | {n_services} | {tasks} | {steady * 1000:.1f} ms "
-            f"| {lost * 1000:.1f} ms | {runs} |"
+            f"| {n_hosts} | {n_services} | {n_services * replicas} | {cell(place)} "
+            f"| {cell(steady)} | {cell(lost)} | {len(replaced.run)} |",
+            flush=True,
         )
 
 

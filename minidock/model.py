@@ -285,7 +285,15 @@ class Service:
     def spec_hash(self) -> str:
         """Hash of everything that changes what a task runs: a new value means outdated.
         Options left at their defaults are not hashed, so adding an option to MiniDock
-        leaves the hashes of running tasks as they were (no rollout on upgrade)."""
+        leaves the hashes of running tasks as they were (no rollout on upgrade). Worked
+        out once per value (a pass asks it for every slot)."""
+        known = self.__dict__.get("_spec_hash")
+        if known is None:
+            known = self._hash_of_run()
+            object.__setattr__(self, "_spec_hash", known)
+        return str(known)
+
+    def _hash_of_run(self) -> str:
         run = {
             "image": self.image,
             "command": self.command,

@@ -7,6 +7,12 @@ probe command is bounded by `host.probe_timeout`; one that times out fails the p
 drops the host's pooled connection, so the next pass reconnects (bounded by
 `connect_timeout`) instead of waiting on a connection to a host that is cut off or hung.
 
+Over SSH (an executor that can batch: `ssh.BatchExecutor`), a probe is one round trip:
+its commands run in one session, in order, each read as if it had run alone, and
+`probe_timeout` bounds them together. At fleet size that is what a probe costs: one
+session per host, as a bare fan-out pays (docs/benchmarks.md). Other executors (the unit
+tests' fakes) get the commands one at a time, ps and the port reads at once.
+
 With `ports=True` the probe also reads which host ports are held outside the cluster
 (`HostObservation.ports_in_use`): listening sockets from /proc/net and other containers'
 published ports, read at the same time as `docker ps` on the same connection. That read
@@ -36,7 +42,7 @@ from minidock.commands import (
     published_ports_argv,
 )
 from minidock.model import Host, HostObservation, Observed
-from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
+from minidock.ssh import BatchExecutor, CommandTimeout, Executor, Result, Step, Unreachable
 
 __all__ = ["observe", "observe_host", "ports_in_use"]
 
@@ -57,38 +63,62 @@ def _only_vanished(result: Result) -> bool:
     return bool(lines) and all(_VANISHED.fullmatch(line) for line in lines)
 
 
+def _failed(host: Host, error: str) -> HostObservation:
+    return HostObservation(host=host.name, ok=False, error=" ".join(error.split()))
+
+
+def _seen(host: Host, cluster: str, ps: Result, inspect: Result | None) -> HostObservation:
+    """What `docker ps` and `docker inspect` of its ids said, as the host's observation
+    (raises ParseError on output that is not what the commands promise). `inspect` is None
+    when ps listed nothing."""
+    if ps.exit_status != 0:
+        return _failed(host, _failure(ps, "docker ps"))
+    if not parse_ids(ps.stdout):
+        return HostObservation(host=host.name, ok=True)
+    if inspect is None:
+        raise ParseError("docker inspect did not run")
+    if inspect.exit_status != 0 and not _only_vanished(inspect):
+        return _failed(host, _failure(inspect, "docker inspect"))
+    found = parse_inspect_all(host.name, inspect.stdout)
+    mine = tuple(c for c in found if c.cluster == cluster)
+    rest = tuple(c for c in found if c.cluster != cluster)
+    return HostObservation(host=host.name, ok=True, containers=mine, others=rest)
+
+
 async def _containers(
     executor: Executor, host: Host, cluster: str, *, others: bool = True
 ) -> HostObservation:
     """docker ps + docker inspect: this cluster's containers (and, with `others`, those of
     every other MiniDock cluster, which count against the host's capacity and ports), or
     why they could not be read."""
-
-    def failed(error: str) -> HostObservation:
-        return HostObservation(host=host.name, ok=False, error=" ".join(error.split()))
-
     try:
-        listed = ps_argv(None if others else cluster)
-        ps = await executor.run(host, listed, timeout=host.probe_timeout)
-        if ps.exit_status != 0:
-            return failed(_failure(ps, "docker ps"))
-        ids = parse_ids(ps.stdout)
-        if not ids:
-            return HostObservation(host=host.name, ok=True)
-        inspect = await executor.run(host, inspect_argv(ids), timeout=host.probe_timeout)
-        if inspect.exit_status != 0 and not _only_vanished(inspect):
-            return failed(_failure(inspect, "docker inspect"))
-        found = parse_inspect_all(host.name, inspect.stdout)
+        ps = await executor.run(
+            host, ps_argv(None if others else cluster), timeout=host.probe_timeout
+        )
+        ids = parse_ids(ps.stdout) if ps.exit_status == 0 else []
+        inspect = None
+        if ids:
+            inspect = await executor.run(host, inspect_argv(ids), timeout=host.probe_timeout)
+        return _seen(host, cluster, ps, inspect)
     except CommandTimeout as exc:
         executor.disconnect(host)  # a cut-off or hung host: reconnect next pass
-        return failed(exc.reason)
+        return _failed(host, exc.reason)
     except Unreachable as exc:
-        return failed(exc.reason)
+        return _failed(host, exc.reason)
     except ParseError as exc:
-        return failed(str(exc)[:_MAX_ERROR])
-    mine = tuple(c for c in found if c.cluster == cluster)
-    rest = tuple(c for c in found if c.cluster != cluster)
-    return HostObservation(host=host.name, ok=True, containers=mine, others=rest)
+        return _failed(host, str(exc)[:_MAX_ERROR])
+
+
+def _held(cluster: str, tcp: Result, udp: Result, published: Result) -> frozenset[str]:
+    """The host ports held outside the cluster, from the three reads (ParseError when one
+    failed or printed what it should not)."""
+    for result, what in ((tcp, "cat /proc/net/tcp"), (udp, "cat /proc/net/udp")):
+        if result.exit_status != 0 and not proc_net_missing_only(result.stderr):
+            raise ParseError(_failure(result, what))
+    if published.exit_status != 0:
+        raise ParseError(_failure(published, "docker ps"))
+    listening = parse_proc_net(tcp.stdout, "tcp") | parse_proc_net(udp.stdout, "udp")
+    return ports_held_outside(cluster, listening, parse_published_ports(published.stdout))
 
 
 async def ports_in_use(executor: Executor, host: Host, cluster: str) -> frozenset[str]:
@@ -109,13 +139,7 @@ async def ports_in_use(executor: Executor, host: Host, cluster: str) -> frozense
         if isinstance(read, BaseException):
             raise read
     tcp, udp, published = (r for r in reads if isinstance(r, Result))
-    for result, what in ((tcp, "cat /proc/net/tcp"), (udp, "cat /proc/net/udp")):
-        if result.exit_status != 0 and not proc_net_missing_only(result.stderr):
-            raise ParseError(_failure(result, what))
-    if published.exit_status != 0:
-        raise ParseError(_failure(published, "docker ps"))
-    listening = parse_proc_net(tcp.stdout, "tcp") | parse_proc_net(udp.stdout, "udp")
-    return ports_held_outside(cluster, listening, parse_published_ports(published.stdout))
+    return _held(cluster, tcp, udp, published)
 
 
 async def _ports_or_none(executor: Executor, host: Host, cluster: str) -> frozenset[str]:
@@ -135,6 +159,8 @@ async def observe_host(
     """One probe of one host: this cluster's containers (with `others`, the other MiniDock
     clusters' too; with `ports`, the host ports held outside MiniDock), or why the
     containers could not be read."""
+    if isinstance(executor, BatchExecutor):
+        return await _in_one_session(executor, host, cluster, ports=ports, others=others)
     if not ports:
         return await _containers(executor, host, cluster, others=others)
     seen, held = await asyncio.gather(
@@ -142,6 +168,42 @@ async def observe_host(
         _ports_or_none(executor, host, cluster),
     )
     return replace(seen, ports_in_use=held) if seen.ok else seen
+
+
+async def _in_one_session(
+    executor: BatchExecutor, host: Host, cluster: str, *, ports: bool, others: bool
+) -> HostObservation:
+    """`observe_host` in one round trip: ps, the port reads, then inspect of what ps
+    listed, as one batch bounded by `probe_timeout` (the same commands and the same reading
+    of their results as one command at a time)."""
+    steps = [Step(tuple(ps_argv(None if others else cluster)))]
+    if ports:
+        reads = (proc_net_argv("tcp"), proc_net_argv("udp"), published_ports_argv())
+        steps += [Step(tuple(argv)) for argv in reads]
+    steps.append(Step(tuple(inspect_argv([])), ids_from=0))
+    try:
+        results = await executor.run_batch(host, steps, timeout=host.probe_timeout)
+        ps = results[0]
+        assert ps is not None  # the first step always runs
+        seen = _seen(host, cluster, ps, results[-1])
+    except CommandTimeout as exc:
+        executor.disconnect(host)  # a cut-off or hung host: reconnect next pass
+        return _failed(host, exc.reason)
+    except Unreachable as exc:
+        return _failed(host, exc.reason)
+    except ParseError as exc:
+        return _failed(host, str(exc)[:_MAX_ERROR])
+    if not (ports and seen.ok):
+        return seen
+    tcp, udp, published = results[1:4]
+    try:
+        if tcp is None or udp is None or published is None:
+            raise ParseError("the port reads did not run")
+        held = _held(cluster, tcp, udp, published)
+    except ParseError as exc:
+        log.info("%s: host ports in use not read: %s", host.name, exc)
+        held = frozenset()
+    return replace(seen, ports_in_use=held)
 
 
 async def observe(

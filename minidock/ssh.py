@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import shlex
 import socket
 from collections.abc import AsyncIterable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import asyncssh
 
@@ -30,21 +31,34 @@ from minidock.terminal import Terminal, pump, terminal_type
 
 __all__ = [
     "DEFAULT_KNOWN_HOSTS",
+    "BatchExecutor",
     "CommandTimeout",
     "Executor",
     "OnLine",
     "OutputLine",
     "Result",
     "SSHExecutor",
+    "Step",
     "Terminal",
     "Unreachable",
     "connect_options",
     "known_hosts_line",
+    "quoted",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# asyncssh's default ciphers, AES-GCM first: per packet, asyncssh's ChaCha20-Poly1305 costs
+# the controller about a third more CPU than AES-GCM (one AEAD call), and sshd less too
+ENCRYPTION = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+)
 _MAX_REASON = 300
 
 
@@ -136,6 +150,85 @@ class Executor(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a batch (`SSHExecutor.run_batch`). With `ids_from`, the command is
+    given, as its last arguments, the container ids (the hex words) that step printed, and
+    runs only when that step succeeded and printed some: else it is skipped (None)."""
+
+    argv: tuple[str, ...]
+    ids_from: int | None = None
+
+
+@runtime_checkable
+class BatchExecutor(Executor, Protocol):
+    """An executor that can run several commands in one round trip to a host."""
+
+    async def run_batch(
+        self, host: Host, steps: Sequence[Step], *, timeout: float | None = None
+    ) -> list[Result | None]: ...
+
+
+_BATCH_PRELUDE = r"""set -f
+b() { printf '
+%s %s
+' "$m" "$1"; printf '
+%s %s
+' "$m" "$1" >&2; }
+e() { printf '
+%s %s %s
+' "$m" "$1" "$2"; }"""
+
+
+def batch_script(steps: Sequence[Step], marker: str) -> str:
+    """The POSIX sh script of a batch, each argv quoted once (`shlex.join`). Every step's
+    output is framed by marker lines on stdout (begin, then end with the exit status or
+    "-" when skipped) and on stderr (begin), so each step's stdout, stderr and status are
+    told apart without temporary files."""
+    captured = {s.ids_from for s in steps if s.ids_from is not None}
+    lines = [f"m={marker}", _BATCH_PRELUDE]
+    for i, step in enumerate(steps):
+        command = quoted(step.argv)
+        if step.ids_from is not None:
+            k = step.ids_from
+            lines.append(
+                f'w=; if [ "$s{k}" = 0 ]; then for x in $o{k}; do case $x in *[!0-9a-f]*) ;;'
+                f' *) w="$w $x" ;; esac; done; fi'
+            )
+            lines.append(f'b {i}; if [ -n "$w" ]; then {command} $w; e {i} $?; else e {i} -; fi')
+        elif i in captured:  # its output is kept for a later step (and printed)
+            lines.append(
+                f'b {i}; o{i}=$({command}; r=$?; echo x; exit $r); s{i}=$?; o{i}=${{o{i}%x}};'
+                f' printf %s "$o{i}"; e {i} $s{i}'
+            )
+        else:
+            lines.append(f"b {i}; {command}; e {i} $?")
+    return "\n".join(lines) + "\n"
+
+
+def parse_batch(stdout: str, stderr: str, marker: str, n: int) -> list[Result | None] | None:
+    """Each step's Result (None: skipped) from a batch's framed output; None when the
+    framing is not all there (the script did not run)."""
+    found: list[Result | None] = []
+    out_at = err_at = 0
+    for i in range(n):
+        begin = f"\n{marker} {i}\n"
+        out_at, err_at = stdout.find(begin, out_at), stderr.find(begin, err_at)
+        if out_at < 0 or err_at < 0:
+            return None
+        out_at, err_at = out_at + len(begin), err_at + len(begin)
+        end = stdout.find(f"\n{marker} {i} ", out_at)
+        status_end = stdout.find("\n", end + 1) if end >= 0 else -1
+        status = stdout[end + len(marker) + len(str(i)) + 3 : status_end]
+        if end < 0 or status_end < 0 or not (status == "-" or status.isdigit()):
+            return None
+        next_err = stderr.find(f"\n{marker} {i + 1}\n", err_at) if i + 1 < n else len(stderr)
+        err = stderr[err_at : next_err if next_err >= 0 else len(stderr)]
+        found.append(None if status == "-" else Result(int(status), stdout[out_at:end], err))
+        out_at = status_end
+    return found
 
 
 def known_hosts_line(address: str, port: int, key: asyncssh.SSHKey) -> str:
@@ -258,7 +351,20 @@ class _Connector:
     def __init__(self, keepalive_interval: float) -> None:
         self._keepalive_interval = keepalive_interval
         self._known_hosts_lock = asyncio.Lock()
+        self._parsed: dict[Path, tuple[tuple[int, int], asyncssh.SSHKnownHosts]] = {}
         self.opened = 0  # how many SSH connections were made (jump hosts included)
+
+    def _trusted(self, path: Path) -> asyncssh.SSHKnownHosts:
+        """known_hosts, parsed once per version of the file (its mtime and size), not once
+        per connection: with a line per host, parsing it for each of N connections costs
+        O(N^2) (at 100 hosts, half of a cold pass's CPU). An accept-new append changes the
+        file, so the next connection reads it again."""
+        stat = path.stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+        found = self._parsed.get(path)
+        if found is None or found[0] != version:
+            found = self._parsed[path] = (version, asyncssh.read_known_hosts(str(path)))
+        return found[1]
 
     async def connect(
         self,
@@ -278,6 +384,7 @@ class _Connector:
             conn = await asyncssh.connect(
                 end.address,
                 **_endpoint_options(end, identity, host.connect_timeout),
+                known_hosts=self._trusted(known_hosts),
                 tunnel=tunnel if tunnel is not None else (),
                 client_factory=lambda: client,
                 keepalive_interval=self._keepalive_interval,
@@ -412,13 +519,16 @@ class SSHExecutor:
     A connection is opened on first use and kept for later calls and passes; a connection
     found closed is dropped and reopened on the next call (and a session that cannot open
     on a reused connection is retried once on a fresh one). At most `max_concurrency`
-    commands run at once overall and `max_sessions_per_host` per host (sshd's MaxSessions
-    defaults to 10). Use one executor per event loop and `close()` it at the end.
+    commands (and the connections they open) run at once overall, and
+    `max_sessions_per_host` per host (sshd's MaxSessions defaults to 10): 128 keeps a
+    thousand-host pass busy on two cores while every connect still meets its
+    `connect_timeout` (docs/benchmarks.md). Use one executor per event loop and `close()`
+    it at the end.
     """
 
     def __init__(
         self,
-        max_concurrency: int = 16,
+        max_concurrency: int = 128,
         max_sessions_per_host: int = 8,
         keepalive_interval: float = 15.0,
     ) -> None:
@@ -446,7 +556,29 @@ class SSHExecutor:
         its own bound, `host.connect_timeout`). A session that does not even open in
         time means the connection is dead (a hung or cut-off host): it is dropped.
         """
-        command = _command(host, argv)
+        return await self._command(host, _command(host, argv), _argv0(argv), input, timeout)
+
+    async def run_batch(
+        self, host: Host, steps: Sequence[Step], *, timeout: float | None = None
+    ) -> list[Result | None]:
+        """Run the steps in order in one session (one round trip, one remote shell): each
+        gets its own Result, None for a skipped step (see `Step`). The timeout bounds the
+        whole batch; a timeout is a CommandTimeout naming the first step's command."""
+        if not steps or not all(s.argv for s in steps):
+            raise ValueError("empty batch or argv")
+        marker = f"@@minidock-{secrets.token_hex(8)}"
+        script = batch_script(steps, marker)
+        log.debug("%s: batch of %d: %s", host.name, len(steps), _argv0(steps[0].argv))
+        ran = await self._command(host, script, _argv0(steps[0].argv), None, timeout)
+        found = parse_batch(ran.stdout, ran.stderr, marker, len(steps))
+        if found is None:  # the remote shell did not run the script: its own failure
+            return [ran, *([None] * (len(steps) - 1))]
+        return found
+
+    async def _command(
+        self, host: Host, command: str, argv0: str, input: str | None, timeout: float | None
+    ) -> Result:
+        """Run a command line; see `run`."""
         limit = host.command_timeout if timeout is None else timeout
         async with self._host_limit(host), self._limit:
             await self._pool.connection(host)  # bounded by host.connect_timeout: Unreachable
@@ -457,12 +589,12 @@ class SSHExecutor:
                 conn, process = await asyncio.wait_for(opening, limit)
             except TimeoutError:
                 self.disconnect(host)  # no session opened: the connection is dead
-                raise CommandTimeout(host.name, _argv0(argv), limit) from None
+                raise CommandTimeout(host.name, argv0, limit) from None
             left = None if limit is None else max(0.0, limit - (loop.time() - start))
             try:
                 if input:
                     process.stdin.write(input)
-                return await self._finish(host, conn, process, _argv0(argv), left, limit)
+                return await self._finish(host, conn, process, argv0, left, limit)
             finally:
                 process.close()
 
@@ -593,11 +725,15 @@ class SSHExecutor:
         await self._pool.close()
 
 
-def _command(host: Host, argv: Sequence[str]) -> str:
-    """The one place an argv becomes a remote command line."""
+def quoted(argv: Sequence[str]) -> str:
+    """The one place an argv becomes a remote command line (a batch's steps too)."""
     if not argv:
         raise ValueError("empty argv")
-    command = shlex.join(argv)
+    return shlex.join(argv)
+
+
+def _command(host: Host, argv: Sequence[str]) -> str:
+    command = quoted(argv)
     log.debug("%s: %s", host.name, command)
     return command
 
@@ -644,6 +780,7 @@ def _endpoint_options(end: _Endpoint, identity: str | None, timeout: float) -> d
         "config": [],
         "connect_timeout": timeout,
         "login_timeout": timeout,
+        "encryption_algs": list(ENCRYPTION),
     }
     if identity:
         return options | {"client_keys": [identity], "agent_path": None}

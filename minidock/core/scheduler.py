@@ -3,61 +3,106 @@
 The orchestrator (core/reconcile.py) decides *that* a slot needs a task; this module decides
 *where*. Every filter answers `check(host)` and, when it refuses, `explain(host)`, so a task
 that fits nowhere says why for each host (SwarmKit's filter.go pattern).
+
+The choice is the host with the lowest `score` among those every filter passes, exactly as
+if every host were filtered and scored, but found in O(log hosts) amortised per task:
+
+- the fleet keeps its counts incrementally (per host: reservations, ports, tasks per
+  service; per service: the hosts that run it and its tasks per `spread` label value) and
+  logs every host whose load changes;
+- each service (what placement weighs of it: name, cpus, memory, ports, constraints,
+  spread) gets a `_Candidates` index on first use: the hosts its static filters pass (ready,
+  constraints), in one heap per spread value, keyed by the rest of the score (tasks of the
+  service on the host, fullness after placement, name). Before each use it re-keys only
+  the hosts changed since (a fresh, versioned entry; stale entries are skipped when they
+  surface);
+- resources and ports are checked lazily on the heap tops: a host they refuse leaves the
+  heap until its load changes again;
+- the per-host reasons of a task that fits nowhere are worked out, host by host, only then.
+
+Building a service's index costs O(hosts) once per pass; every placement after that costs
+O(log hosts) per host it changes, plus one comparison per spread value.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from minidock.model import Container, Host, Service
+from minidock.model import Constraint, Container, Host, Service
 from minidock.units import format_size
 
+__all__ = [
+    "FILTERS",
+    "Fleet",
+    "HostLoad",
+    "Placement",
+    "fullness",
+    "over_capacity",
+    "place",
+    "place_replacing",
+    "score",
+    "service_ports",
+    "spread_counts",
+]
 
-@dataclass(frozen=True)
+
 class HostLoad:
-    """What is reserved on one host: by live tasks, plus this plan's placements."""
+    """What is reserved on one host: by live tasks, plus this plan's placements. Changed
+    only through its `Fleet`, which keeps its indexes in step."""
 
-    cpus: float = 0.0
-    memory: int = 0
-    ports: frozenset[str] = frozenset()
-    tasks: tuple[str, ...] = ()  # service name per task, one entry each
-    foreign: frozenset[str] = frozenset()  # host ports held by what MiniDock does not manage
+    __slots__ = ("cpus", "foreign", "memory", "ports", "tasks")
 
-    def add(self, service: str, cpus: float, memory: int, ports: Iterable[str]) -> HostLoad:
-        return HostLoad(
-            self.cpus + cpus,
-            self.memory + memory,
-            self.ports | frozenset(ports),
-            (*self.tasks, service),
-            self.foreign,
-        )
+    def __init__(self, foreign: frozenset[str] = frozenset()) -> None:
+        self.cpus = 0.0
+        self.memory = 0
+        self.ports: set[str] = set()
+        self.tasks: dict[str, int] = {}  # service name -> its tasks here
+        self.foreign = foreign  # host ports held by what MiniDock does not manage
 
-    def release(self, service: str, cpus: float, memory: int, ports: Iterable[str]) -> HostLoad:
-        tasks = list(self.tasks)
-        if service in tasks:
-            tasks.remove(service)
-        return HostLoad(
-            max(0.0, self.cpus - cpus),
-            max(0, self.memory - memory),
-            self.ports - frozenset(ports),
-            tuple(tasks),
-            self.foreign,
-        )
+    def count(self, service: str) -> int:
+        """Tasks of `service` on the host."""
+        return self.tasks.get(service, 0)
 
 
 def service_ports(service: Service) -> tuple[str, ...]:
     return tuple(f"{p.host_port}/{p.protocol}" for p in service.ports)
 
 
-@dataclass
-class Fleet:
-    """The hosts a placement may choose from, with their current load; updated as we place."""
+Entry = tuple[int, float, str, int]  # tasks of the service here, -fullness after, name, version
 
-    hosts: tuple[Host, ...]
-    eligible: dict[str, str | None]  # host -> None if it may take tasks, else why not
-    load: dict[str, HostLoad] = field(default_factory=dict)
+
+class Fleet:
+    """The hosts a placement may choose from, with their current load; updated as we place.
+
+    `eligible` maps a host to None if it may take tasks, else why not; it is read when a
+    service's index is built, so it is not changed afterwards."""
+
+    def __init__(
+        self,
+        hosts: Sequence[Host],
+        eligible: Mapping[str, str | None],
+        load: Mapping[str, HostLoad] | None = None,
+    ) -> None:
+        self.hosts = tuple(hosts)
+        self.eligible = dict(eligible)
+        self.load: dict[str, HostLoad] = dict(load or {})
+        self.by_name = {h.name: h for h in self.hosts}
+        self.labels = {h.name: dict(h.labels) for h in self.hosts}
+        self.changed: list[str] = []  # every host whose load changed, in order
+        self._running: dict[str, dict[str, int]] = {}  # service -> host -> its tasks there
+        self._spread: dict[str, dict[str, dict[str | None, int]]] = {}  # service -> label -> counts
+        self._candidates: dict[tuple[object, ...], _Candidates] = {}
+        self._allowed: dict[tuple[Constraint, ...], list[Host]] = {}
+        self._groups: dict[tuple[tuple[Constraint, ...], str | None], dict[str, str | None]] = {}
+        self._templates: dict[tuple[object, ...], _Template] = {}
+        self._values: dict[str, tuple[str | None, ...]] = {}  # label -> the values hosts have
+        self._nowhere: dict[tuple[object, ...], tuple[int, tuple[str, ...]]] = {}
+        for name, load_ in self.load.items():
+            for service, n in load_.tasks.items():
+                self._running.setdefault(service, {})[name] = n
 
     @classmethod
     def build(
@@ -70,28 +115,287 @@ class Fleet:
         """The load of every host from its live tasks, and the host ports each probe found
         held outside MiniDock (`foreign`: another container, a process)."""
         held = foreign or {}
-        load = {h.name: HostLoad(foreign=held.get(h.name, frozenset())) for h in hosts}
-        for c in containers:
-            if c.live and c.host in load:
-                load[c.host] = load[c.host].add(c.service, c.cpus, c.memory, c.host_ports)
-        return cls(tuple(sorted(hosts, key=lambda h: h.name)), dict(eligible), load)
+        fleet = cls(sorted(hosts, key=lambda h: h.name), eligible)
+        loads = fleet.load = {h.name: HostLoad(held.get(h.name, frozenset())) for h in hosts}
+        running = fleet._running
+        for c in containers:  # `add` written out: nothing is indexed yet
+            load = loads.get(c.host) if c.live else None
+            if load is not None:
+                load.cpus = load.cpus + c.cpus
+                load.memory = load.memory + c.memory
+                load.ports.update(c.host_ports)
+                load.tasks[c.service] = load.tasks.get(c.service, 0) + 1
+                on = running.setdefault(c.service, {})
+                on[c.host] = on.get(c.host, 0) + 1
+        return fleet
 
     def reserve(self, host: str, service: Service) -> None:
-        self.load[host] = self.load[host].add(
-            service.name, service.cpus, service.memory, service_ports(service)
-        )
+        self.add(host, service.name, service.cpus, service.memory, service_ports(service))
 
     def unreserve(self, host: str, service: Service) -> None:
         """Undo one `reserve` of `service` on `host`."""
-        self.load[host] = self.load[host].release(
-            service.name, service.cpus, service.memory, service_ports(service)
-        )
+        self.release(host, service.name, service.cpus, service.memory, service_ports(service))
 
     def free(self, container: Container) -> None:
         if container.host in self.load:
-            self.load[container.host] = self.load[container.host].release(
-                container.service, container.cpus, container.memory, container.host_ports
-            )
+            c = container
+            self.release(c.host, c.service, c.cpus, c.memory, c.host_ports)
+
+    def add(self, host: str, service: str, cpus: float, memory: int, ports: Iterable[str]) -> None:
+        """One task's reservation more on `host`."""
+        load = self.load[host]
+        load.cpus = load.cpus + cpus
+        load.memory = load.memory + memory
+        load.ports.update(ports)
+        load.tasks[service] = load.tasks.get(service, 0) + 1
+        self._count(host, service, 1)
+
+    def release(
+        self, host: str, service: str, cpus: float, memory: int, ports: Iterable[str]
+    ) -> None:
+        """One task's reservation less on `host` (never below nothing)."""
+        load = self.load[host]
+        if load.tasks.get(service):
+            load.tasks[service] -= 1
+            if not load.tasks[service]:
+                del load.tasks[service]
+            self._count(host, service, -1)
+        else:
+            self.changed.append(host)
+        load.cpus = max(0.0, load.cpus - cpus)
+        load.memory = max(0, load.memory - memory)
+        load.ports.difference_update(ports)
+
+    def _count(self, host: str, service: str, delta: int) -> None:
+        running = self._running.setdefault(service, {})
+        running[host] = running.get(host, 0) + delta
+        if not running[host]:
+            del running[host]
+        spread = self._spread.get(service)
+        if spread:
+            labels = self.labels[host]
+            for key, counts in spread.items():
+                value = labels.get(key)
+                counts[value] = counts.get(value, 0) + delta
+        self.changed.append(host)
+
+    def running(self, service: str) -> Mapping[str, int]:
+        """The hosts that run tasks of `service`, with how many each."""
+        return self._running.get(service, {})
+
+    def spread(self, service: str, key: str) -> dict[str | None, int]:
+        """Tasks of `service` per value of label `key` (every value a host has, even at 0;
+        hosts without the label share None), kept up to date as the fleet changes."""
+        by_key = self._spread.setdefault(service, {})
+        counts = by_key.get(key)
+        if counts is None:
+            values = self._values.get(key)
+            if values is None:  # every value of the label, in host name order
+                values = self._values[key] = tuple(
+                    dict.fromkeys(self.labels[h.name].get(key) for h in self.hosts)
+                )
+            counts = by_key[key] = dict.fromkeys(values, 0)
+            for name, n in self.running(service).items():
+                counts[self.labels[name].get(key)] += n
+        return counts
+
+    def allowed(self, constraints: tuple[Constraint, ...]) -> list[Host]:
+        """The hosts that may take tasks (eligible) and meet `constraints`, in name order."""
+        found = self._allowed.get(constraints)
+        if found is None:
+            eligible = self.eligible
+            found = self._allowed[constraints] = [
+                h for h in self.hosts if eligible.get(h.name) is None and _allowed(h, constraints)
+            ]
+        return found
+
+    def groups(
+        self, constraints: tuple[Constraint, ...], spread: str | None
+    ) -> dict[str, str | None]:
+        """The hosts `allowed` under `constraints`, each with its `spread` label value."""
+        found = self._groups.get((constraints, spread))
+        if found is None:
+            hosts, labels = self.allowed(constraints), self.labels
+            found = self._groups[(constraints, spread)] = {
+                h.name: labels[h.name].get(spread) if spread else None for h in hosts
+            }
+        return found
+
+    def template(self, service: Service) -> _Template:
+        """The heaps a service of this shape starts from: made again once half as many
+        changes as there are hosts have happened since (catching up would cost more)."""
+        shape = _weighed(service)[1:]
+        known = self._templates.get(shape)
+        if known is None or len(self.changed) - known.position > len(self.hosts) // 2:
+            group = self.groups(service.constraints, service.spread)
+            known = self._templates[shape] = _ranked(self, service, group)
+        return known
+
+    def candidates(self, service: Service) -> _Candidates:
+        """The service's index, brought up to date with every change since its last use."""
+        key = _weighed(service)
+        index = self._candidates.get(key)
+        if index is None:
+            index = self._candidates[key] = _Candidates(self, service)
+        else:
+            index.sync()
+        return index
+
+    def nowhere(self, service: Service) -> tuple[str, ...]:
+        """Why no host takes `service`, host by host in name order (remembered while no
+        host's load changes)."""
+        key = _weighed(service)
+        known = self._nowhere.get(key)
+        if known is not None and known[0] == len(self.changed):
+            return known[1]
+        reasons: list[str] = []
+        for host in self.hosts:
+            refused = next((f for f in FILTERS if not f.check(host, service, self)), None)
+            if refused is not None:
+                reasons.append(f"{host.name}: {refused.explain(host, service, self)}")
+        self._nowhere[key] = (len(self.changed), tuple(reasons))
+        return tuple(reasons)
+
+
+def _weighed(service: Service) -> tuple[object, ...]:
+    """What placement weighs of a service: two services alike in these place alike."""
+    return (
+        service.name,
+        service.cpus,
+        service.memory,
+        service_ports(service),
+        service.constraints,
+        service.spread,
+    )
+
+
+def _allowed(host: Host, constraints: tuple[Constraint, ...]) -> bool:
+    return all(c.allows(host) for c in constraints)
+
+
+@dataclass(frozen=True)
+class _Template:
+    """The candidate heaps of every service of one shape (what placement weighs of it but
+    its name), as the fleet was at `position` in its change log, counting no tasks of the
+    service on any host: a service's index starts as a copy, then catches up."""
+
+    position: int
+    heaps: dict[str | None, list[Entry]]
+
+
+def _ranked(fleet: Fleet, service: Service, group: Mapping[str, str | None]) -> _Template:
+    """Every candidate host that fits now, in its heap: `_Candidates.fits` and `entry`
+    written out in one loop (the same tests, the same arithmetic), as this runs for every
+    host. A host its resources or ports refuse now joins its heap when its load changes."""
+    loads, by_name = fleet.load, fleet.by_name
+    cpus, memory, ports = service.cpus, service.memory, service_ports(service)
+    heaps: dict[str | None, list[Entry]] = {value: [] for value in group.values()}
+    for name, value in group.items():
+        load, host = loads[name], by_name[name]
+        c, m, hc, hm = load.cpus + cpus, load.memory + memory, host.cpus, host.memory
+        if hc is not None and cpus > 0 and c > hc + 1e-9:
+            continue
+        if hm is not None and memory > 0 and m > hm:
+            continue
+        if ports and any(p in load.ports or p in load.foreign for p in ports):
+            continue
+        # `_fullness`: the mean of the declared parts
+        after = ((c / hc + m / hm) / 2 if hm else c / hc) if hc else (m / hm if hm else 0.0)
+        heaps[value].append((0, -after, name, 0))
+    for heap in heaps.values():
+        heapq.heapify(heap)
+    return _Template(len(fleet.changed), heaps)
+
+
+class _Candidates:
+    """One service's candidate hosts (ready, constraints met), one heap per spread value,
+    keyed by (tasks of the service on the host, -fullness after placement, name)."""
+
+    def __init__(self, fleet: Fleet, service: Service) -> None:
+        self.fleet = fleet
+        self.name, self.cpus, self.memory = service.name, service.cpus, service.memory
+        self.ports = service_ports(service)
+        self.spread = service.spread
+        self.group = fleet.groups(service.constraints, self.spread)  # host -> spread value
+        self.version = dict.fromkeys(self.group, 0)
+        template = fleet.template(service)
+        self.heaps = {value: list(heap) for value, heap in template.heaps.items()}
+        self.synced = template.position
+        for name in fleet.running(self.name):  # the template counts no task of its own
+            if name in self.group:
+                self.push(name)
+        self.sync()
+
+    def entry(self, host: Host, version: int) -> Entry:
+        """The host's key as its load is now."""
+        load = self.fleet.load[host.name]
+        after = _fullness(host, load.cpus + self.cpus, load.memory + self.memory)
+        return (load.tasks.get(self.name, 0), -after, host.name, version)
+
+    def sync(self) -> None:
+        """A fresh entry for every candidate host whose load changed since the last use."""
+        changed = self.fleet.changed
+        if self.synced == len(changed):
+            return
+        group = self.group
+        for name in set(changed[self.synced :]):
+            if name in group:
+                self.push(name)
+        self.synced = len(changed)
+
+    def push(self, name: str) -> None:
+        """A fresh entry for a candidate host; its older ones are stale from now on."""
+        version = self.version[name] = self.version[name] + 1
+        entry = self.entry(self.fleet.by_name[name], version)
+        heapq.heappush(self.heaps[self.group[name]], entry)
+
+    def fits(self, name: str) -> bool:
+        """The resource and port filters, on the host's current load."""
+        host, load = self.fleet.by_name[name], self.fleet.load[name]
+        if host.cpus is not None and self.cpus > 0 and load.cpus + self.cpus > host.cpus + 1e-9:
+            return False
+        if host.memory is not None and self.memory > 0 and load.memory + self.memory > host.memory:
+            return False
+        return not any(p in load.ports or p in load.foreign for p in self.ports)
+
+    def best(self, avoid: frozenset[str]) -> str | None:
+        """The host with the lowest score that every filter passes, outside `avoid` if any
+        such host fits; None when none fits."""
+        counts = self.fleet.spread(self.name, self.spread) if self.spread else {}
+        chosen: tuple[int, int, float, str] | None = None
+        fallback: tuple[int, int, float, str] | None = None
+        aside: list[tuple[str | None, Entry]] = []
+        for value, heap in self.heaps.items():
+            top = self._top(value, heap, avoid, aside)
+            if top is not None:
+                ranked = (top[0], counts.get(value, 0), top[1], top[2])
+                chosen = ranked if chosen is None or ranked < chosen else chosen
+        for value, e in aside:
+            ranked = (e[0], counts.get(value, 0), e[1], e[2])
+            fallback = ranked if fallback is None or ranked < fallback else fallback
+            heapq.heappush(self.heaps[value], e)
+        winner = chosen or fallback
+        return None if winner is None else winner[3]
+
+    def _top(
+        self,
+        value: str | None,
+        heap: list[Entry],
+        avoid: frozenset[str],
+        aside: list[tuple[str | None, Entry]],
+    ) -> Entry | None:
+        """The heap's best current entry that fits and is not avoided; stale entries and
+        refused hosts leave the heap, avoided ones that fit are put `aside`."""
+        while heap:
+            top = heap[0]
+            name = top[2]
+            if top[3] != self.version[name] or not self.fits(name):
+                heapq.heappop(heap)
+            elif name in avoid:
+                aside.append((value, heapq.heappop(heap)))
+            else:
+                return top
+        return None
 
 
 class Filter(Protocol):
@@ -111,7 +415,7 @@ class ReadyFilter:
 
 class ConstraintFilter:
     def check(self, host: Host, service: Service, fleet: Fleet) -> bool:
-        return all(c.allows(host) for c in service.constraints)
+        return _allowed(host, service.constraints)
 
     def explain(self, host: Host, service: Service, fleet: Fleet) -> str:
         failed = [str(c) for c in service.constraints if not c.allows(host)]
@@ -127,7 +431,7 @@ class ResourceFilter:
 
     @staticmethod
     def _shortfall(host: Host, service: Service, fleet: Fleet) -> list[str]:
-        load = fleet.load.get(host.name, HostLoad())
+        load = fleet.load.get(host.name) or HostLoad()
         short = []
         cpus, memory = service.cpus, service.memory
         if host.cpus is not None and cpus > 0 and load.cpus + cpus > host.cpus + 1e-9:
@@ -149,7 +453,7 @@ class PortFilter:
 
     @staticmethod
     def _taken(host: Host, service: Service, fleet: Fleet) -> list[str]:
-        load = fleet.load.get(host.name, HostLoad())
+        load = fleet.load.get(host.name) or HostLoad()
         return [
             p if p not in load.foreign else f"{p} (held outside MiniDock)"
             for p in service_ports(service)
@@ -160,24 +464,23 @@ class PortFilter:
 FILTERS: tuple[Filter, ...] = (ReadyFilter(), ConstraintFilter(), ResourceFilter(), PortFilter())
 
 
-def fullness(host: Host, load: HostLoad) -> float:
-    """Mean fraction of capacity reserved; hosts without declared capacity count as empty."""
+def _fullness(host: Host, cpus: float, memory: int) -> float:
     parts = []
     if host.cpus:
-        parts.append(load.cpus / host.cpus)
+        parts.append(cpus / host.cpus)
     if host.memory:
-        parts.append(load.memory / host.memory)
+        parts.append(memory / host.memory)
     return sum(parts) / len(parts) if parts else 0.0
+
+
+def fullness(host: Host, load: HostLoad) -> float:
+    """Mean fraction of capacity reserved; hosts without declared capacity count as empty."""
+    return _fullness(host, load.cpus, load.memory)
 
 
 def spread_counts(service: Service, fleet: Fleet) -> dict[str | None, int]:
     """Tasks of the service per value of its `spread` label (hosts without it share None)."""
-    counts: dict[str | None, int] = {}
-    if service.spread is not None:
-        for h in fleet.hosts:
-            value = h.label(service.spread)
-            counts[value] = counts.get(value, 0) + fleet.load[h.name].tasks.count(service.name)
-    return counts
+    return dict(fleet.spread(service.name, service.spread)) if service.spread else {}
 
 
 def score(
@@ -186,10 +489,10 @@ def score(
     """Lower is better: fewest of this service on the host, then in its spread value,
     then the fullest host after placement (bin-packing), then the name."""
     load = fleet.load[host.name]
-    on_host = load.tasks.count(service.name)
+    on_host = load.count(service.name)
     in_spread = spread.get(host.label(service.spread), 0) if service.spread else 0
-    after = load.add(service.name, service.cpus, service.memory, ())
-    return (on_host, in_spread, -fullness(host, after), host.name)
+    after = _fullness(host, load.cpus + service.cpus, load.memory + service.memory)
+    return (on_host, in_spread, -after, host.name)
 
 
 @dataclass(frozen=True)
@@ -211,26 +514,25 @@ def place(
     drained from is never in the candidate set at all, but a start-first replacement prefers
     another host than the old task's). With `only`, that host or none (a slot pinned to
     the host that holds its volume, a global service's task on its host)."""
-    avoided = set(avoid)
-    fitting: list[Host] = []
-    reasons: list[str] = []
-    for host in fleet.hosts:
-        if only and host.name != only:
-            continue
-        refused = next((f for f in FILTERS if not f.check(host, service, fleet)), None)
-        if refused is None:
-            fitting.append(host)
-        else:
-            reasons.append(f"{host.name}: {refused.explain(host, service, fleet)}")
-    if not fitting:
-        return Placement(
-            None, tuple(reasons) or ((f"{only}: not in the inventory",) if only else ())
-        )
-    preferred = [h for h in fitting if h.name not in avoided] or fitting
-    spread = spread_counts(service, fleet)
-    best = min(preferred, key=lambda h: score(h, service, fleet, spread))
-    fleet.reserve(best.name, service)
-    return Placement(best.name)
+    if only:
+        return _place_on(service, fleet, only)
+    best = fleet.candidates(service).best(frozenset(avoid))
+    if best is None:
+        return Placement(None, fleet.nowhere(service))
+    fleet.reserve(best, service)
+    return Placement(best)
+
+
+def _place_on(service: Service, fleet: Fleet, only: str) -> Placement:
+    """`place` with `only`: that one host, if every filter passes it."""
+    host = fleet.by_name.get(only)
+    if host is None:
+        return Placement(None, (f"{only}: not in the inventory",))
+    refused = next((f for f in FILTERS if not f.check(host, service, fleet)), None)
+    if refused is not None:
+        return Placement(None, (f"{host.name}: {refused.explain(host, service, fleet)}",))
+    fleet.reserve(host.name, service)
+    return Placement(host.name)
 
 
 def over_capacity(
@@ -276,7 +578,5 @@ def place_replacing(service: Service, fleet: Fleet, old: Container, *, only: str
     fleet.free(old)
     where = place(service, fleet, only=only)
     if where.host is None and old.live and old.host in fleet.load:
-        fleet.load[old.host] = fleet.load[old.host].add(
-            old.service, old.cpus, old.memory, old.host_ports
-        )
+        fleet.add(old.host, old.service, old.cpus, old.memory, old.host_ports)
     return where

@@ -130,7 +130,11 @@ def unplaced(slot: SlotState) -> SlotState:
 def observe_task(slot: SlotState, c: Container, *, ready: bool) -> SlotState:
     """The slot's live task as this pass sees it (a task no record explains is adopted)."""
     given = SlotInput.READY if ready else SlotInput.NOT_READY
-    return _step(slot, given, task=c.task, host=c.host, avoid="" if ready else slot.avoid)
+    avoid = "" if ready else slot.avoid
+    unchanged = (slot.task, slot.host, slot.avoid) == (c.task, c.host, avoid)
+    if unchanged and TABLE[(slot.phase, given)] is slot.phase:
+        return slot  # what `_step` would return, equal, without building it again
+    return _step(slot, given, task=c.task, host=c.host, avoid=avoid)
 
 
 def start_failed(

@@ -17,6 +17,9 @@ from minidock.model import Service
 __all__ = ["ControllerState", "ServiceState"]
 
 
+_EMPTY_SLOT = SlotState()
+
+
 @dataclass(frozen=True)
 class ServiceState:
     """The effective spec of a service (after any rollback) and its bookkeeping."""
@@ -33,7 +36,8 @@ class ServiceState:
     previous_failed: str = ""  # why `previous` was rolled back as failed ("" if it was not)
 
     def slot(self, n: int) -> SlotState:
-        return self.slots.get(n, SlotState())
+        found = self.slots.get(n)
+        return _EMPTY_SLOT if found is None else found
 
     def slot_numbers(self) -> tuple[int, ...]:
         """The slots the service wants filled: 1..replicas, or a global service's one per

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,16 +92,17 @@ class Sample:
         return statistics.median(getattr(self, what))
 
 
-async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, float, Any]:
+async def timed(work: Awaitable[Any]) -> tuple[float, float, Any]:
+    """Wall and CPU seconds of awaiting `work`, and its result."""
     wall, cpu = time.perf_counter(), time.process_time()
-    out = await fn()
+    out = await work
     return time.perf_counter() - wall, time.process_time() - cpu, out
 
 
 # -- MiniDock ---------------------------------------------------------------------------------
 async def mini_cold(hosts: Sequence[Host]) -> tuple[float, float]:
     executor = SSHExecutor()
-    wall, cpu, seen = await timed(lambda: observe(executor, hosts, CLUSTER))
+    wall, cpu, seen = await timed(observe(executor, hosts, CLUSTER))
     await executor.close()
     _check(seen.hosts.values(), len(hosts))
     return wall, cpu
@@ -197,8 +198,18 @@ def ansible_run(
     }
     # docker's {{.ID}} is not Jinja's; and args that start with "{" would be read as JSON
     raw = f"{PROBE[0]} {{% raw %}}{_join(PROBE[1:])}{{% endraw %}}"
-    cmd = [str(venv / "bin" / "ansible"), "all", "-i", str(inventory), "-m", "command",
-           "-a", raw, "-f", str(n)]
+    cmd = [
+        str(venv / "bin" / "ansible"),
+        "all",
+        "-i",
+        str(inventory),
+        "-m",
+        "command",
+        "-a",
+        raw,
+        "-f",
+        str(n),
+    ]
     return _measured(cmd, env)
 
 
@@ -299,17 +310,17 @@ class Bench:
         for _ in range(self.runs):
             row.sample("observe cold").add(*await mini_cold(hosts))
             floor = Floor(hosts)
-            wall, cpu, _ = await timed(lambda: floor.run({h.name: [(PROBE, None)] for h in hosts}))
+            wall, cpu, _ = await timed(floor.run({h.name: [(PROBE, None)] for h in hosts}))
             row.sample("floor cold").add(wall, cpu)
             await floor.close()
         executor, floor = SSHExecutor(), Floor(hosts)
         await observe(executor, hosts, CLUSTER)
         await floor.run({h.name: [(PROBE, None)] for h in hosts})
         for _ in range(self.runs):
-            wall, cpu, seen = await timed(lambda: observe(executor, hosts, CLUSTER))
+            wall, cpu, seen = await timed(observe(executor, hosts, CLUSTER))
             _check(seen.hosts.values(), len(hosts))
             row.sample("observe warm").add(wall, cpu)
-            wall, cpu, _ = await timed(lambda: floor.run({h.name: [(PROBE, None)] for h in hosts}))
+            wall, cpu, _ = await timed(floor.run({h.name: [(PROBE, None)] for h in hosts}))
             row.sample("floor warm").add(wall, cpu)
         await executor.close()
         await floor.close()
@@ -356,7 +367,7 @@ class Bench:
                 source_path="bench.toml",
             )
             recorder = Recorder(SSHExecutor())
-            wall, cpu, result = await timed(lambda: run_pass(cluster, inventory, store, recorder))
+            wall, cpu, result = await timed(run_pass(cluster, inventory, store, recorder))
             await recorder.close()
             store.close()
             if len(result.done) != n or result.failures:
@@ -365,7 +376,7 @@ class Bench:
             recorded = recorder.calls
             self.fleet.restore()
             floor = Floor(hosts)
-            wall, cpu, _ = await timed(lambda: floor.run(recorded))
+            wall, cpu, _ = await timed(floor.run(recorded))
             row.sample("act floor").add(wall, cpu)
             await floor.close()
         row.commands = sum(len(v) for v in recorded.values()) / n
@@ -383,7 +394,7 @@ class Bench:
         await usecases.watch_step(state, executor, runtime)  # starts every task
         await usecases.watch_step(state, executor, runtime)  # converged, connections pooled
         for _ in range(self.runs):
-            wall, cpu, done = await timed(lambda: usecases.watch_step(state, executor, runtime))
+            wall, cpu, _ = await timed(usecases.watch_step(state, executor, runtime))
             row.sample("watch").add(wall, cpu)
         await executor.close()
 
@@ -455,17 +466,18 @@ def report(rows: list[Row]) -> str:
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        g = r.results.get
-        if not g("act") and not g("cli reconcile"):
+        if not r.results.get("act") and not r.results.get("cli reconcile"):
             continue
 
-        def c(k: str, what: str = "wall") -> str:
-            return g(k).cell(what) if g(k) else "-"
+        def c(k: str, what: str = "wall", r: Row = r) -> str:
+            found = r.results.get(k)
+            return found.cell(what) if found else "-"
 
         out.append(
             f"| {r.n} | {c('act')} | {c('act floor')} | {ratio(r, 'act', 'act floor')} "
             f"| {r.commands:g} | {c('watch')} | {c('watch', 'cpu')} | {c('cli reconcile')} "
-            f"| {c('cli reconcile', 'cpu')} | {c('cli reconcile', 'rss')} | {c('cli watch', 'rss')} |"
+            f"| {c('cli reconcile', 'cpu')} | {c('cli reconcile', 'rss')} "
+            f"| {c('cli watch', 'rss')} |"
         )
     return "\n".join(out)
 

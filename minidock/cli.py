@@ -15,22 +15,23 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
 
 import typer
-from rich.console import Console
-from rich.table import Table
 from typer.core import TyperGroup
 
 from minidock import usecases
 from minidock.model import Event
-from minidock.progress import LiveProgress, PlainProgress, progress_view
+from minidock.output import Output, Printer, rich_console
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.state import StateError
 from minidock.status import HostSummary, ServiceSummary, StatusDocument
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
+
+if TYPE_CHECKING:
+    from minidock.progress import LiveProgress, PlainProgress
 
 MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
 T = TypeVar("T")
@@ -70,8 +71,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     cls=LazyGroup,
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out: Printer = Output()  # plain lines on a pipe (cron's path imports no rich), rich on a tty
+err: Printer = Output(stderr=True)
 
 StateOption = Annotated[
     str | None,
@@ -182,7 +183,13 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
 def live_view(wait: bool, quiet: bool = False) -> LiveProgress | PlainProgress:
     """Progress of passes: a live view on a terminal while they are waited for, else (a
     pipe, `-q`, no wait) the plain lines of `printer` (minidock/progress.py)."""
-    return progress_view(out, err, printer(), print_convergence, live=wait and not quiet)
+    if wait and not quiet and out.is_terminal:
+        from minidock.progress import LiveProgress
+
+        return LiveProgress(rich_console(out), rich_console(err), printer())
+    from minidock.progress import PlainProgress
+
+    return PlainProgress(printer(), print_convergence, err)
 
 
 def cron_line(directory: usecases.StateLocation) -> str:
@@ -411,6 +418,8 @@ def print_status(doc: StatusDocument) -> None:
         err.print(f"minidock: {doc.guard}", markup=False)
     if doc.rebuilt:
         out.print(f"note: {doc.rebuilt}", markup=False)
+    from rich.table import Table
+
     services = Table(
         "service",
         "desired",
@@ -690,6 +699,8 @@ def ps_command(
         return
     several = len({t.cluster for t in listed.tasks}) > 1
     heads = ("CLUSTER",) if several else ()
+    from rich.table import Table
+
     table = Table(
         *heads, "TASK", "HOST", "STATE", "HEALTH", "PORTS", "IMAGE", box=None, pad_edge=False
     )
@@ -824,11 +835,12 @@ def push(
 class PushProgressBars:
     """A progress bar per host on a terminal (stderr); nothing when it is not one."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, printer: Printer) -> None:
         from rich import progress as bars  # only `push` draws bars: cron's path skips it
 
         self.bars: bars.Progress | None = None
-        if console.is_terminal:
+        if printer.is_terminal:
+            console = rich_console(printer)
             self.bars = bars.Progress(
                 bars.TextColumn("{task.description}"), bars.BarColumn(), bars.DownloadColumn(),
                 bars.TransferSpeedColumn(), console=console, transient=True,

@@ -10,7 +10,8 @@ event, a line already printed not again, so cron mail stays short.
 
 An adapter beside `minidock.cli`, reading the values a pass returns (`PassResult`: the
 observation and the plan with the next controller state); the decision core never
-imports rich. Both views are used the same way: `with view: ...report(...)...`, then
+imports rich, and neither does this module until a live view draws (a pipe's passes never
+load it). Both views are used the same way: `with view: ...report(...)...`, then
 `view.finish(outcome)`.
 """
 
@@ -23,11 +24,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from rich.console import Console, Group, RenderableType
-from rich.constrain import Constrain
-from rich.table import Table
-from rich.text import Text
 
 from minidock.core import ControllerState, Rollout, ServiceState, SlotPhase
 from minidock.core.supervise import ready
@@ -45,7 +41,10 @@ from minidock.usecases import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
     from rich.live import Live
+
+    from minidock.output import Printer
 
 __all__ = [
     "LiveProgress",
@@ -193,6 +192,10 @@ def progress_table(
     """The live view of one pass: the services' table, the hosts that take no tasks and
     what the pass waits for (the first MOST_WAITS of it); titled by `cluster` when the
     store holds several."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     title = f"pass {passes}, {format_duration(round(elapsed))}"
     title = f"cluster {cluster}, {title}" if cluster else title
     table = Table(
@@ -294,9 +297,12 @@ class LiveProgress:
         tables = [
             progress_table(r, self.passes, self._elapsed(), name) for name, r in self.last.items()
         ]
+        from rich.console import Group
+        from rich.constrain import Constrain
+
         frame = Constrain(Group(*tables), _width(self.console))
         if self.live is None:
-            from rich.live import Live  # only a terminal draws it: cron's path skips it
+            from rich.live import Live
 
             self.live = Live(frame, console=self.console, auto_refresh=False)
             self.live.start(refresh=True)
@@ -337,7 +343,7 @@ class PlainProgress:
     """A pipe's (or `-q`'s) view: the CLI's own line printer and ending, unchanged."""
 
     def __init__(
-        self, report: Report, ending: Callable[[ConvergeOutcome], None], errors: Console
+        self, report: Report, ending: Callable[[ConvergeOutcome], None], errors: Printer
     ) -> None:
         self.report, self.ending, self.errors = report, ending, errors
 

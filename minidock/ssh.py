@@ -7,7 +7,7 @@ stream its output line by line (`follow`), and `exec -it` joins it to the local 
 reused across calls and passes; connect and command timeouts; a global concurrency bound;
 host keys verified against known_hosts (with an opt-in accept-new for first contact). This
 module is the one place where an argv becomes a command string (`shlex.join` in
-`_command`), and stdin (where env secrets and registry passwords travel) is never logged.
+`quoted`), and stdin (where env secrets and registry passwords travel) is never logged.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ e() { printf '
 
 
 def batch_script(steps: Sequence[Step], marker: str) -> str:
-    """The POSIX sh script of a batch, each argv quoted once (`shlex.join`). Every step's
+    """The POSIX sh script of a batch, each argv quoted once (`quoted`). Every step's
     output is framed by marker lines on stdout (begin, then end with the exit status or
     "-" when skipped) and on stderr (begin), so each step's stdout, stderr and status are
     told apart without temporary files."""
@@ -200,7 +200,7 @@ def batch_script(steps: Sequence[Step], marker: str) -> str:
             lines.append(f'b {i}; if [ -n "$w" ]; then {command} $w; e {i} $?; else e {i} -; fi')
         elif i in captured:  # its output is kept for a later step (and printed)
             lines.append(
-                f'b {i}; o{i}=$({command}; r=$?; echo x; exit $r); s{i}=$?; o{i}=${{o{i}%x}};'
+                f"b {i}; o{i}=$({command}; r=$?; echo x; exit $r); s{i}=$?; o{i}=${{o{i}%x}};"
                 f' printf %s "$o{i}"; e {i} $s{i}'
             )
         else:

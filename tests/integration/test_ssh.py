@@ -23,7 +23,7 @@ import asyncssh
 import pytest
 
 from minidock.model import Host, Inventory
-from minidock.ssh import CommandTimeout, SSHExecutor, Unreachable, known_hosts_line
+from minidock.ssh import CommandTimeout, Result, SSHExecutor, Step, Unreachable, known_hosts_line
 
 pytestmark = pytest.mark.integration
 
@@ -117,6 +117,30 @@ def test_lab_command_timeout(lab_inventory: Inventory) -> None:
             assert (await executor.run(host, ["true"])).exit_status == 0  # still usable
         finally:
             await executor.close()
+
+    go(main())
+
+
+def test_lab_a_probe_batch_is_one_session_with_a_result_per_step(lab_inventory: Inventory) -> None:
+    host = lab_inventory.hosts[0]
+
+    async def main() -> None:
+        executor = SSHExecutor()
+        try:
+            steps = [
+                Step(("docker", "ps", "-aq", "--no-trunc")),
+                Step(("sh", "-c", "echo no >&2; exit 7")),
+                Step(("docker", "inspect", "--format", "{{.Id}}"), ids_from=0),
+            ]
+            ps, failed, inspected = await executor.run_batch(host, steps)
+            listed = await executor.run(host, ["docker", "ps", "-aq", "--no-trunc"])
+        finally:
+            await executor.close()
+        assert executor.connections_opened == 1
+        assert ps == listed  # the same command, the same result, inside the batch
+        assert failed == Result(7, "", "no\n")
+        ids = ps.stdout.split() if ps else []
+        assert (inspected.stdout.split() if inspected else []) == ids  # None when no ids
 
     go(main())
 

@@ -1,12 +1,16 @@
 """`minidock reconcile` (and every command but `lab`) never imports the lab package: the
-CLI registers `lab` lazily (minidock/cli.py LazyGroup). Checked in fresh interpreters."""
+CLI registers `lab` lazily (minidock/cli.py LazyGroup); and on a pipe it never imports rich
+(minidock/output.py). Checked in fresh interpreters."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+
+from minidock.output import RICH_SAYS
 
 PROBE = """
 import sys
@@ -16,19 +20,30 @@ try:
     main()
 except SystemExit:
     pass
-loaded = sorted(m for m in sys.modules if m == "minidock.lab" or m.startswith("minidock.lab."))
-print("LAB-MODULES:" + " ".join(loaded))
+packages = ("minidock.lab", "rich")
+loaded = sorted(m for m in sys.modules if m in packages or m.startswith(("minidock.lab.", "rich.")))
+print("LOADED:" + " ".join(loaded))
 """
 
 
-def lab_modules_after(*args: str) -> list[str]:
-    """The minidock.lab modules loaded by `minidock ARGS` in a fresh interpreter."""
+def modules_after(*args: str, package: str = "minidock.lab") -> list[str]:
+    """The modules of `package` (minidock.lab or rich) that `minidock ARGS` loads in a
+    fresh interpreter, its output on pipes."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k not in RICH_SAYS},
     )
-    marker = [line for line in done.stdout.splitlines() if line.startswith("LAB-MODULES:")]
+    marker = [line for line in done.stdout.splitlines() if line.startswith("LOADED:")]
     assert len(marker) == 1, done.stdout + done.stderr
-    return marker[0].removeprefix("LAB-MODULES:").split()
+    found = marker[0].removeprefix("LOADED:").split()
+    return [m for m in found if m == package or m.startswith(package + ".")]
+
+
+def lab_modules_after(*args: str) -> list[str]:
+    return modules_after(*args, package="minidock.lab")
 
 
 def test_importing_the_cli_loads_no_lab_module() -> None:
@@ -57,3 +72,9 @@ def test_lab_commands_load_the_lab() -> None:
     """The check above can fail: `lab --help` does load the package."""
     loaded = lab_modules_after("lab", "--help")
     assert {"minidock.lab", "minidock.lab.cli", "minidock.lab.fleet"} <= set(loaded)
+
+
+def test_reconcile_on_a_pipe_loads_no_rich_and_its_help_does() -> None:
+    """A cron run prints plain lines; help is rendered by rich, so the check can fail."""
+    assert modules_after("reconcile", "--state", "/nonexistent/state", package="rich") == []
+    assert "rich.console" in modules_after("reconcile", "--help", package="rich")  # typer's help

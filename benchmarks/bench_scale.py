@@ -132,14 +132,20 @@ class Floor:
         self.conns[host.name] = conn
         return conn
 
-    async def run(self, argvs: dict[str, list[tuple[list[str], str | None]]]) -> None:
-        """On every host at once, its commands in order (on its connection, made if none)."""
+    async def run(
+        self,
+        argvs: dict[str, list[tuple[list[str], str | None]]],
+        statuses: dict[str, list[int]] | None = None,
+    ) -> None:
+        """On every host at once, its commands in order (on its connection, made if none),
+        each expected to exit as `statuses` says (0 when not given)."""
 
         async def one(host: Host) -> None:
             conn = self.conns.get(host.name) or await self.connect(host)
-            for argv, stdin in argvs[host.name]:
+            expected = (statuses or {}).get(host.name) or [0] * len(argvs[host.name])
+            for (argv, stdin), status in zip(argvs[host.name], expected, strict=True):
                 done = await conn.run(_join(argv), input=stdin, check=False)
-                if done.exit_status != 0:
+                if done.exit_status != status:
                     raise RuntimeError(
                         f"{host.name}: {argv[:2]} exit {done.exit_status}: {done.stderr}"
                     )
@@ -240,6 +246,7 @@ class Recorder:
     def __init__(self, inner: Executor) -> None:
         self.inner = inner
         self.calls: dict[str, list[tuple[list[str], str | None]]] = {}
+        self.statuses: dict[str, list[int]] = {}  # each call's exit status, as it ran
 
     async def run(
         self,
@@ -250,7 +257,9 @@ class Recorder:
         timeout: float | None = None,
     ) -> Result:
         self.calls.setdefault(host.name, []).append((list(argv), input))
-        return await self.inner.run(host, argv, input=input, timeout=timeout)
+        done = await self.inner.run(host, argv, input=input, timeout=timeout)
+        self.statuses.setdefault(host.name, []).append(done.exit_status)
+        return done
 
     def disconnect(self, host: Host) -> None:
         self.inner.disconnect(host)
@@ -376,7 +385,7 @@ class Bench:
             recorded = recorder.calls
             self.fleet.restore()
             floor = Floor(hosts)
-            wall, cpu, _ = await timed(floor.run(recorded))
+            wall, cpu, _ = await timed(floor.run(recorded, recorder.statuses))
             row.sample("act floor").add(wall, cpu)
             await floor.close()
         row.commands = sum(len(v) for v in recorded.values()) / n

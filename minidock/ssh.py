@@ -383,8 +383,10 @@ class _Connector:
         try:
             conn = await asyncssh.connect(
                 end.address,
-                **_endpoint_options(end, identity, host.connect_timeout),
-                known_hosts=self._trusted(known_hosts),
+                **(
+                    _endpoint_options(end, identity, host.connect_timeout)
+                    | {"known_hosts": self._trusted(known_hosts)}
+                ),
                 tunnel=tunnel if tunnel is not None else (),
                 client_factory=lambda: client,
                 keepalive_interval=self._keepalive_interval,

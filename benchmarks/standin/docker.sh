@@ -1,7 +1,7 @@
 #!/bin/sh
 # A `docker` stand-in for the scale fleet (benchmarks/scale_fleet.py). NOT Docker: it keeps
 # one host's containers as files in $STANDIN_HOST/state and answers the commands MiniDock
-# runs (ps, inspect, run, stop, rm, image inspect, logs, pull) in the real CLI's output
+# runs (ps, inspect, run, stop, rm, image inspect, logs, pull, network) in the real CLI's output
 # formats (tests/data/docker holds real recordings). A container runs nothing: `run`
 # records it running (a health check passes at once), `stop` records it exited (143).
 # Only POSIX sh builtins on the probe's path (ps, inspect): one `date` per run and stop,
@@ -189,6 +189,7 @@ run_() {
             --memory) memory=$2; shift ;;
             --health-cmd) hcmd=$2; health=healthy; shift ;;
             --health-interval|--health-timeout|--health-retries|--health-start-period|--restart) shift ;;
+            --network|--network-alias|--stop-timeout) shift ;;
             -*) echo "docker stand-in: unknown run flag $1" >&2; exit 125 ;;
             *) break ;;
         esac
@@ -295,6 +296,26 @@ pull_() {
     return 1
 }
 
+network_() { # inspect (the minidock.cluster label), create, connect: networks as files
+    sub=$1; shift
+    for last in "$@"; do last=$last; done
+    case $sub in
+        inspect)
+            if [ -f "$S/$last.network" ]; then cat "$S/$last.network"; return 0; fi
+            printf 'Error response from daemon: network %s not found\n' "$last" >&2; return 1 ;;
+        create)
+            label=
+            while [ $# -gt 1 ]; do
+                case $1 in --label) label=${2#minidock.cluster=}; shift ;; esac
+                shift
+            done
+            printf '%s\n' "$label" >"$S/$last.network"
+            printf '%064x\n' 1 ;;
+        connect) return 0 ;;
+        *) echo "docker stand-in: unknown network command $sub" >&2; exit 125 ;;
+    esac
+}
+
 verb=$1
 [ $# -gt 0 ] && shift
 case $verb in
@@ -306,5 +327,6 @@ case $verb in
     image) image_ "$@" ;;
     logs) exit 0 ;;
     pull) pull_ "$@" ;;
+    network) network_ "$@" ;;
     *) printf 'docker stand-in: unknown command: %s\n' "$verb" >&2; exit 125 ;;
 esac

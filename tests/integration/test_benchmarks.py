@@ -1,0 +1,58 @@
+"""The benchmarks of issue 12 run at a tiny size, so they cannot rot (docs/benchmarks.md
+has the figures). Benchmarks are not tests: nothing here asserts a time, only that each
+benchmark ran every case and printed its table.
+
+bench_scale starts its own scale fleet of real OpenSSH sshd processes (3 here) with
+docker stand-ins, under a temporary root; Ansible is left out of the smoke (its venv
+would be a download of its own on every CI run)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench(*args: str, timeout: float = 600) -> str:
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """The rows of the Markdown tables in `text` whose first cell is `first_cell`."""
+    rows = [line.strip().strip("|").split("|") for line in text.splitlines() if "|" in line]
+    return [[c.strip() for c in r] for r in rows if r and r[0].strip() == first_cell]
+
+
+def test_bench_reconcile_smoke() -> None:
+    out = bench("benchmarks/bench_reconcile.py", "--sizes", "10x5x4", "--runs", "1")
+    (row,) = table_rows(out, "10")
+    assert all(cell not in ("", "-") for cell in row), out
+
+
+def test_bench_scale_smoke_on_three_sshd_hosts(tmp_path: Path) -> None:
+    out = bench(
+        "benchmarks/bench_scale.py",
+        "--sizes", "3", "--runs", "1", "--ansible", "", "--act", "3", "--cli", "3",
+        "--watch-seconds", "3", "--root", str(tmp_path / "scale"),
+    )  # fmt: skip
+    observe, act = table_rows(out, "3")
+    ansible = {4, 8}  # the Ansible columns: not run in the smoke
+    assert all(c not in ("", "-") for i, c in enumerate(observe) if i not in ansible), out
+    assert all(c not in ("", "-") for c in act), out

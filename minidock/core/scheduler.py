@@ -68,7 +68,12 @@ class HostLoad:
 
 
 def service_ports(service: Service) -> tuple[str, ...]:
-    return tuple(f"{p.host_port}/{p.protocol}" for p in service.ports)
+    """The host ports a task of `service` holds ("8080/tcp"), worked out once per value."""
+    known: tuple[str, ...] | None = service.__dict__.get("_host_ports")
+    if known is None:
+        known = tuple(f"{p.host_port}/{p.protocol}" for p in service.ports)
+        object.__setattr__(service, "_host_ports", known)
+    return known
 
 
 Entry = tuple[int, float, str, int]  # tasks of the service here, -fullness after, name, version
@@ -258,15 +263,20 @@ class Fleet:
 
 
 def _weighed(service: Service) -> tuple[object, ...]:
-    """What placement weighs of a service: two services alike in these place alike."""
-    return (
-        service.name,
-        service.cpus,
-        service.memory,
-        service_ports(service),
-        service.constraints,
-        service.spread,
-    )
+    """What placement weighs of a service: two services alike in these place alike
+    (worked out once per value: every placement asks it)."""
+    known: tuple[object, ...] | None = service.__dict__.get("_weighed")
+    if known is None:
+        known = (
+            service.name,
+            service.cpus,
+            service.memory,
+            service_ports(service),
+            service.constraints,
+            service.spread,
+        )
+        object.__setattr__(service, "_weighed", known)
+    return known
 
 
 def _allowed(host: Host, constraints: tuple[Constraint, ...]) -> bool:

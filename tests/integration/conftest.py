@@ -21,11 +21,13 @@ Without a Docker engine these fixtures fail (never skip): run scripts/engine.sh.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,14 +134,30 @@ def lab(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -
             "(integration tests need the lab fleet and do not skip)",
             pytrace=False,
         )
-    _reap_stale_test_labs()
     the_lab = Lab(
         tmp_path_factory.mktemp("lab"),
         project=f"{PROJECT_PREFIX}{os.getpid()}",
         labels={PID_LABEL: str(os.getpid()), HOSTNAME_LABEL: socket.gethostname()},
     )
-    the_lab.prepare(int(pytestconfig.getoption("--lab-hosts")), bastion=True)
+    # pytest-xdist's workers (scripts/test.sh runs two) each have a lab of their own: one
+    # at a time reaps stale labs and builds the images they share (cached by tag)
+    with _one_worker_at_a_time(tmp_path_factory, "lab-images"):
+        _reap_stale_test_labs()
+        the_lab.prepare(int(pytestconfig.getoption("--lab-hosts")), bastion=True)
     return the_lab
+
+
+@contextlib.contextmanager
+def _one_worker_at_a_time(factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
+    """An exclusive lock shared by the xdist workers of this run (their base temporary
+    directories have one parent), held for the block."""
+    path = factory.getbasetemp().parent / f"{name}.lock"
+    with path.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 # -- pytest-docker: it runs `docker-compose up` / `down` on the lab's generated file ----------

@@ -12,8 +12,8 @@ import minidock
 PACKAGE = Path(minidock.__file__).parent
 
 # What cli.py may import from minidock besides the use cases: the lab's sub-app, the
-# state-directory rule, the real executor it wires in, the types it prints, and its live
-# progress view (an adapter beside it).
+# state-directory rule, the real executor it wires in, the types it prints, its live
+# progress view and its output streams (adapters beside it).
 CLI_MAY_IMPORT = {
     "minidock.lab": {"lab_app"},
     "minidock.state": {"StateError", "state_dir"},
@@ -24,6 +24,7 @@ CLI_MAY_IMPORT = {
     "minidock.model": {"Event"},
     "minidock.runner": {"PassResult"},
     "minidock.progress": {"LiveProgress", "PlainProgress", "progress_view"},
+    "minidock.output": {"Output", "Printer", "rich_console"},
 }
 
 

@@ -203,16 +203,13 @@ def reconcile(
         held = replace(state, hosts=hosts, guard=guard)
         return Plan(state=held, waiting=fx.waiting, events=fx.events, guard=guard)
     view = _view(desired, inventory, observed, hosts, now, state)
-    live = [_counted(c, desired.name) for c in observed.load() if c.host in hosts and c.live]
-    eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
-    foreign = {h: o.ports_in_use - _published(o.others) for h, o in observed.hosts.items() if o.ok}
-    fleet = Fleet.build(inventory.hosts, eligible, live, foreign)
     services, decided, wants, updates = _decide_services(view, state)
-    for s in decided.stops:
-        if s.container.live:
-            fleet.free(s.container)
-    services, placed = _place_wants(wants, services, fleet, view)
-    fx = fx + decided + placed
+    fx = fx + decided
+    fleet = None  # the scheduler's fleet, built only when something is to be placed
+    if wants or any(outdated or services[name].rollout.inflight for name, outdated, _ in updates):
+        fleet = _fleet(desired, inventory, observed, hosts, decided.stops)
+        services, placed = _place_wants(wants, services, fleet, view)
+        fx = fx + placed
     for name, outdated, complete in updates:
         ss, advanced = _advance_rollout(services[name], outdated, complete, services, fleet, view)
         services[name] = ss
@@ -235,6 +232,25 @@ def reconcile(
         waiting=fx.waiting,
         events=fx.events,
     )
+
+
+def _fleet(
+    desired: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    hosts: Mapping[str, HostState],
+    stops: Sequence[Stop],
+) -> Fleet:
+    """Every host's load as this pass leaves it once its stops are done: the live tasks
+    (other clusters' too), and the host ports held outside MiniDock."""
+    live = [_counted(c, desired.name) for c in observed.load() if c.host in hosts and c.live]
+    eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
+    foreign = {h: o.ports_in_use - _published(o.others) for h, o in observed.hosts.items() if o.ok}
+    fleet = Fleet.build(inventory.hosts, eligible, live, foreign)
+    for s in stops:
+        if s.container.live:
+            fleet.free(s.container)
+    return fleet
 
 
 def _guard(
@@ -532,7 +548,9 @@ def _steady(ss: ServiceState, n: int, here: list[Container], view: View) -> bool
     if c.state != "running" or not ready(c) or c.id in view.evict:
         return False
     record = ss.slot(n)
-    if slots.observe_task(record, c, ready=True) is not record or view.holders(ss, n):
+    if slots.observe_task(record, c, ready=True) is not record:
+        return False  # else its record names this task on this host, which answered:
+    if (ss.spec.name, n) in view.unseen and view.holders(ss, n):  # only an unseen host holds
         return False
     target = slot_target(ss, n)
     if c.spec != target.spec_hash() or view.hosts[c.host].drained:
@@ -865,7 +883,7 @@ def _advance_rollout(
     outdated: tuple[Outdated, ...],
     complete: bool,
     services: Mapping[str, ServiceState],
-    fleet: Fleet,
+    fleet: Fleet | None,
     view: View,
 ) -> tuple[ServiceState, Effects]:
     """Start the next replacements, `parallelism` in flight at a time, `delay` apart;
@@ -876,6 +894,7 @@ def _advance_rollout(
             r, event = rollout.settle(r, name, now)
             return replace(ss, rollout=r), Effects(events=(event,))
         return ss, Effects()
+    assert fleet is not None  # reconcile builds it whenever a rollout has tasks to place
     if r.paused:
         return ss, Effects()
     fx = Effects()

@@ -227,11 +227,11 @@ class Fleet:
         return found
 
     def template(self, service: Service) -> _Template:
-        """The heaps a service of this shape starts from: made again once half as many
+        """The heaps a service of this shape starts from: made again once as many
         changes as there are hosts have happened since (catching up would cost more)."""
         shape = _weighed(service)[1:]
         known = self._templates.get(shape)
-        if known is None or len(self.changed) - known.position > len(self.hosts) // 2:
+        if known is None or len(self.changed) - known.position > len(self.hosts):
             group = self.groups(service.constraints, service.spread)
             known = self._templates[shape] = _ranked(self, service, group)
         return known

@@ -546,6 +546,7 @@ def main() -> None:
             bench = Bench(fleet, hosts, Path(tmp), args.runs)
             for n in sizes(args.sizes):
                 rows.append(asyncio.run(bench_size(bench, n, args, venv)))
+                print(report(rows[-1:]), file=sys.stderr, flush=True)  # kept if a later size fails
     finally:
         if not args.keep:
             fleet.stop()

@@ -12,8 +12,9 @@ fleet size N (the first N hosts of the fleet):
   `minidock reconcile` pays); *warm*: again on the same executor (what `minidock watch`
   pays); every probe command included (ps, inspect, the host ports read);
 - *floor, cold / warm*: the minimal asyncssh fan-out, `asyncssh.connect` + `conn.run` of
-  the probe's `docker ps` + `asyncio.gather`, with the same keys and host-key checking
-  (known_hosts read once), no concurrency bound; warm reuses its connections;
+  MiniDock's probe (the same batch script: ps, the port reads, inspect of what ps listed)
+  + `asyncio.gather`, with the same keys and host-key checking (known_hosts read once),
+  no concurrency bound; warm reuses its connections;
 - *Ansible*: `ansible all -m command -a 'docker ps ...' -f N` from its own venv
   (ansible-core installed there by this script, never a MiniDock dependency), OpenSSH with
   host keys checked, `ansible_python_interpreter` set; cold (no ControlPersist sockets
@@ -60,13 +61,22 @@ from scale_fleet import ScaleFleet  # noqa: E402
 
 from minidock.commands import ps_argv  # noqa: E402
 from minidock.model import Cluster, Host, Inventory, Service  # noqa: E402
-from minidock.observe import observe  # noqa: E402
+from minidock.observe import observe, probe_steps  # noqa: E402
 from minidock.runner import run_pass  # noqa: E402
 from minidock.spec import load_inventory  # noqa: E402
-from minidock.ssh import Executor, Result, SSHExecutor, connect_options  # noqa: E402
+from minidock.ssh import (  # noqa: E402
+    Executor,
+    Result,
+    SSHExecutor,
+    batch_script,
+    connect_options,
+)
 
 CLUSTER = "bench"
-PROBE = ps_argv(None)  # what the floor and Ansible run: the probe's `docker ps`
+PROBE = ps_argv(None)  # what Ansible runs: the probe's `docker ps`
+# what the floor runs: MiniDock's whole probe, the same batch script (ps, the port reads,
+# inspect of what ps listed) as one command, so both do the same work on the hosts
+PROBE_BATCH = ["sh", "-c", batch_script(probe_steps(CLUSTER), "@@minidock-0123456789abcdef")]
 
 
 @dataclass
@@ -319,17 +329,17 @@ class Bench:
         for _ in range(self.runs):
             row.sample("observe cold").add(*await mini_cold(hosts))
             floor = Floor(hosts)
-            wall, cpu, _ = await timed(floor.run({h.name: [(PROBE, None)] for h in hosts}))
+            wall, cpu, _ = await timed(floor.run({h.name: [(PROBE_BATCH, None)] for h in hosts}))
             row.sample("floor cold").add(wall, cpu)
             await floor.close()
         executor, floor = SSHExecutor(), Floor(hosts)
         await observe(executor, hosts, CLUSTER)
-        await floor.run({h.name: [(PROBE, None)] for h in hosts})
+        await floor.run({h.name: [(PROBE_BATCH, None)] for h in hosts})
         for _ in range(self.runs):
             wall, cpu, seen = await timed(observe(executor, hosts, CLUSTER))
             _check(seen.hosts.values(), len(hosts))
             row.sample("observe warm").add(wall, cpu)
-            wall, cpu, _ = await timed(floor.run({h.name: [(PROBE, None)] for h in hosts}))
+            wall, cpu, _ = await timed(floor.run({h.name: [(PROBE_BATCH, None)] for h in hosts}))
             row.sample("floor warm").add(wall, cpu)
         await executor.close()
         await floor.close()

@@ -170,17 +170,24 @@ async def observe_host(
     return replace(seen, ports_in_use=held) if seen.ok else seen
 
 
+def probe_steps(cluster: str, *, ports: bool = True, others: bool = True) -> list[Step]:
+    """A probe as one batch: ps, the port reads (with `ports`), then inspect of what ps
+    listed."""
+    steps = [Step(tuple(ps_argv(None if others else cluster)))]
+    if ports:
+        reads = (proc_net_argv("tcp"), proc_net_argv("udp"), published_ports_argv())
+        steps += [Step(tuple(argv)) for argv in reads]
+    steps.append(Step(tuple(inspect_argv([])), ids_from=0))
+    return steps
+
+
 async def _in_one_session(
     executor: BatchExecutor, host: Host, cluster: str, *, ports: bool, others: bool
 ) -> HostObservation:
     """`observe_host` in one round trip: ps, the port reads, then inspect of what ps
     listed, as one batch bounded by `probe_timeout` (the same commands and the same reading
     of their results as one command at a time)."""
-    steps = [Step(tuple(ps_argv(None if others else cluster)))]
-    if ports:
-        reads = (proc_net_argv("tcp"), proc_net_argv("udp"), published_ports_argv())
-        steps += [Step(tuple(argv)) for argv in reads]
-    steps.append(Step(tuple(inspect_argv([])), ids_from=0))
+    steps = probe_steps(cluster, ports=ports, others=others)
     try:
         results = await executor.run_batch(host, steps, timeout=host.probe_timeout)
         ps = results[0]

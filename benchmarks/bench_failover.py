@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lab_spec import web_spec  # noqa: E402
+
 from minidock.lab import Lab  # noqa: E402
 from minidock.store import WriterBusy, parse_location  # noqa: E402
 from minidock.store.etcd import EtcdWriter, Keys  # noqa: E402
@@ -77,20 +79,6 @@ def lease_failover(
     return took
 
 
-SPEC = """cluster = "bench-ha"
-inventory = "{inventory}"
-
-[services.web]
-image = "minidock-lab/web:5"
-replicas = 4
-constraints = ["zone != c"]
-
-[services.web.health]
-cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
-interval = "1s"
-timeout = "1s"
-retries = 2
-"""
 LOOP = 'while :; do "$0" -m minidock reconcile; echo "== exit $? at $(date +%s.%N)"; sleep 1; done'
 
 
@@ -103,7 +91,7 @@ def lab_failover(cluster: EtcdCluster, rounds: int) -> list[tuple[float, float]]
             url = cluster.url()  # the default lease: 10 s
             env = {**os.environ, "MINIDOCK_STATE": url}
             spec = Path(tmp) / "ha.toml"
-            spec.write_text(SPEC.format(inventory=lab.inventory_path))
+            spec.write_text(web_spec("bench-ha", lab.inventory_path))
             md = [sys.executable, "-m", "minidock"]
             subprocess.run(
                 [*md, "apply", str(spec), "--wait"], env=env, check=True, capture_output=True

@@ -23,22 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lab_spec import web_spec  # noqa: E402
+
 from minidock.lab import Lab  # noqa: E402
 
-SPEC = """cluster = "bench"
-inventory = "{inventory}"
-
-[services.web]
-image = "minidock-lab/web:{version}"
-replicas = 4
-constraints = ["zone != c"]
-
-[services.web.health]
-cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
-interval = "1s"
-timeout = "1s"
-retries = 2
-
+UPDATE = """
 [services.web.update]
 parallelism = {parallelism}
 monitor = "1s"
@@ -59,7 +48,9 @@ class Bench:
     def spec(self, version: int, parallelism: int = 1) -> str:
         path = self.workdir / "bench.toml"
         inventory = self.lab.inventory_path
-        path.write_text(SPEC.format(inventory=inventory, version=version, parallelism=parallelism))
+        path.write_text(
+            web_spec("bench", inventory, str(version), UPDATE.format(parallelism=parallelism))
+        )
         return str(path)
 
     def until_converged(self) -> None:

@@ -34,24 +34,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lab_spec import web_spec  # noqa: E402
+
 from minidock.lab import KILL_MODES, Lab  # noqa: E402
 
 CLUSTER = "bench"
 ELIGIBLE = ["host1", "host2", "host3"]
-SPEC = """cluster = "bench"
-inventory = "{inventory}"
-
-[services.web]
-image = "minidock-lab/web:5"
-replicas = 4
-constraints = ["zone != c"]
-
-[services.web.health]
-cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
-interval = "1s"
-timeout = "1s"
-retries = 2
-"""
 
 
 class Bench:
@@ -60,7 +48,7 @@ class Bench:
         self.lab = lab
         self.env = {**os.environ, "MINIDOCK_STATE": str(workdir / "state")}
         self.spec = workdir / "bench.toml"
-        self.spec.write_text(SPEC.format(inventory=lab.inventory_path))
+        self.spec.write_text(web_spec(CLUSTER, lab.inventory_path))
 
     def md(self, *args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "minidock", *args]

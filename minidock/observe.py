@@ -100,13 +100,20 @@ async def _containers(
         if ids:
             inspect = await executor.run(host, inspect_argv(ids), timeout=host.probe_timeout)
         return _seen(host, cluster, ps, inspect)
-    except CommandTimeout as exc:
-        executor.disconnect(host)  # a cut-off or hung host: reconnect next pass
+    except (CommandTimeout, Unreachable, ParseError) as exc:
+        return _failed_probe(executor, host, exc)
+
+
+def _failed_probe(
+    executor: Executor, host: Host, exc: CommandTimeout | Unreachable | ParseError
+) -> HostObservation:
+    """The failed probe an error makes; a timed-out command means a cut-off or hung host,
+    whose connection is dropped so the next pass connects afresh."""
+    if isinstance(exc, CommandTimeout):
+        executor.disconnect(host)
+    if isinstance(exc, CommandTimeout | Unreachable):
         return _failed(host, exc.reason)
-    except Unreachable as exc:
-        return _failed(host, exc.reason)
-    except ParseError as exc:
-        return _failed(host, str(exc)[:_MAX_ERROR])
+    return _failed(host, str(exc)[:_MAX_ERROR])
 
 
 def _held(cluster: str, tcp: Result, udp: Result, published: Result) -> frozenset[str]:
@@ -193,13 +200,8 @@ async def _in_one_session(
         ps = results[0]
         assert ps is not None  # the first step always runs
         seen = _seen(host, cluster, ps, results[-1])
-    except CommandTimeout as exc:
-        executor.disconnect(host)  # a cut-off or hung host: reconnect next pass
-        return _failed(host, exc.reason)
-    except Unreachable as exc:
-        return _failed(host, exc.reason)
-    except ParseError as exc:
-        return _failed(host, str(exc)[:_MAX_ERROR])
+    except (CommandTimeout, Unreachable, ParseError) as exc:
+        return _failed_probe(executor, host, exc)
     if not (ports and seen.ok):
         return seen
     tcp, udp, published = results[1:4]

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
+from typing import Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
 
 import typer
 from typer.core import TyperGroup
@@ -23,15 +23,13 @@ from typer.core import TyperGroup
 from minidock import usecases
 from minidock.model import Event
 from minidock.output import Output, Printer, rich_console
+from minidock.progress import LiveProgress, PlainProgress, progress_view
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.state import StateError
 from minidock.status import HostSummary, ServiceSummary, StatusDocument
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
-
-if TYPE_CHECKING:
-    from minidock.progress import LiveProgress, PlainProgress
 
 MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
 T = TypeVar("T")
@@ -183,13 +181,7 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
 def live_view(wait: bool, quiet: bool = False) -> LiveProgress | PlainProgress:
     """Progress of passes: a live view on a terminal while they are waited for, else (a
     pipe, `-q`, no wait) the plain lines of `printer` (minidock/progress.py)."""
-    if wait and not quiet and out.is_terminal:
-        from minidock.progress import LiveProgress
-
-        return LiveProgress(rich_console(out), rich_console(err), printer())
-    from minidock.progress import PlainProgress
-
-    return PlainProgress(printer(), print_convergence, err)
+    return progress_view(out, err, printer(), print_convergence, live=wait and not quiet)
 
 
 def cron_line(directory: usecases.StateLocation) -> str:

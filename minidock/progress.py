@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from minidock.core import ControllerState, Rollout, ServiceState, SlotPhase
 from minidock.core.supervise import ready
 from minidock.model import Container
+from minidock.output import Printer, rich_console
 from minidock.runner import PassResult
 from minidock.status import service_state
 from minidock.units import format_duration
@@ -43,8 +44,6 @@ from minidock.usecases import (
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
-
-    from minidock.output import Printer
 
 __all__ = [
     "LiveProgress",
@@ -365,17 +364,18 @@ class PlainProgress:
 
 
 def progress_view(
-    console: Console,
-    errors: Console,
+    console: Printer,
+    errors: Printer,
     plain: Report,
     ending: Callable[[ConvergeOutcome], None],
     *,
     live: bool,
 ) -> LiveProgress | PlainProgress:
     """The live view when `live` is asked for and stdout is a terminal (as rich detects
-    it: FORCE_COLOR and TTY_COMPATIBLE count, NO_COLOR only drops colour), else plain."""
+    it: FORCE_COLOR and TTY_COMPATIBLE count, NO_COLOR only drops colour), else plain
+    (which never makes a rich Console: a pipe's passes import no rich)."""
     if live and console.is_terminal:
-        return LiveProgress(console, errors, plain)
+        return LiveProgress(rich_console(console), rich_console(errors), plain)
     return PlainProgress(plain, ending, errors)
 
 

@@ -438,7 +438,9 @@ class _Pool:
     """One asyncssh connection per host, opened on first use and kept; a connection found
     closed, or whose host changed in the inventory, is dropped and reopened. Jump hosts
     have one connection per route (the hops up to them), shared by every host behind them:
-    one login to a bastion carries the sessions to all the hosts it leads to."""
+    one login to a bastion carries the sessions to all the hosts it leads to. Sessions are
+    opened on these connections here too (`session`, with one fresh try on a connection
+    found closed), and a finished one's exit read (`finish`, `status`)."""
 
     def __init__(self, keepalive_interval: float) -> None:
         self._connector = _Connector(keepalive_interval)
@@ -499,6 +501,56 @@ class _Pool:
             conn = await self._connector.connect(host, host, _where(host), tunnel)
             self._pool[host.name] = (host, conn)
             return conn, False
+
+    async def session(
+        self, host: Host, command: str, **options: Any
+    ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[Any]]:
+        """A session running `command` on the pooled connection; a stale pooled connection
+        (closed under us) gets one fresh try."""
+        conn, reused = await self.connection(host)
+        try:
+            return conn, await conn.create_process(command, **options)
+        except (asyncssh.Error, OSError) as exc:
+            if not (reused and conn.is_closed()):
+                raise self.unreachable(host, exc) from None
+        self.drop(host.name, conn)
+        conn, _ = await self.connection(host)
+        try:
+            return conn, await conn.create_process(command, **options)
+        except (asyncssh.Error, OSError) as exc:
+            raise self.unreachable(host, exc) from None
+
+    async def finish(
+        self,
+        host: Host,
+        conn: asyncssh.SSHClientConnection,
+        process: asyncssh.SSHClientProcess[Any],
+        argv0: str,
+        limit: float | None,
+        shown: float | None = None,
+    ) -> Result:
+        """Close the command's stdin, wait (up to `limit`) for its output and exit; a
+        timeout names `shown` (the command's whole bound), else `limit`."""
+        try:
+            process.stdin.write_eof()
+            stdout, stderr = await asyncio.wait_for(process.communicate(), limit)
+        except TimeoutError:
+            raise CommandTimeout(host.name, argv0, limit if shown is None else shown) from None
+        except (asyncssh.Error, OSError) as exc:
+            raise self.unreachable(host, exc) from None
+        return Result(self.status(host, conn, process), _text(stdout), _text(stderr))
+
+    def status(
+        self,
+        host: Host,
+        conn: asyncssh.SSHClientConnection,
+        process: asyncssh.SSHClientProcess[Any],
+    ) -> int:
+        status = process.returncode
+        if status is None:  # the channel closed without an exit status: connection lost
+            self.drop(host.name, conn)
+            raise Unreachable(host.name, f"connection to {host.address}:{host.port} lost")
+        return 128 - status if status < 0 else status  # killed by a signal, as a shell says
 
     async def _jump(
         self, host: Host, route: _Route, tunnel: asyncssh.SSHClientConnection | None
@@ -586,7 +638,7 @@ class SSHExecutor:
             await self._pool.connection(host)  # bounded by host.connect_timeout: Unreachable
             loop = asyncio.get_running_loop()
             start = loop.time()
-            opening = self._open(host, command, encoding="utf-8", errors="replace")
+            opening = self._pool.session(host, command, encoding="utf-8", errors="replace")
             try:
                 conn, process = await asyncio.wait_for(opening, limit)
             except TimeoutError:
@@ -596,7 +648,7 @@ class SSHExecutor:
             try:
                 if input:
                     process.stdin.write(input)
-                return await self._finish(host, conn, process, argv0, left, limit)
+                return await self._pool.finish(host, conn, process, argv0, left, limit)
             finally:
                 process.close()
 
@@ -613,12 +665,12 @@ class SSHExecutor:
         command = _command(host, argv)
         limit = host.command_timeout if timeout is None else timeout
         async with self._host_limit(host), self._limit:
-            conn, process = await self._open(host, command, encoding=None)
+            conn, process = await self._pool.session(host, command, encoding=None)
             try:
                 async for chunk in source:
                     process.stdin.write(chunk)
                     await asyncio.wait_for(process.stdin.drain(), limit)
-                return await self._finish(host, conn, process, _argv0(argv), limit)
+                return await self._pool.finish(host, conn, process, _argv0(argv), limit)
             except TimeoutError:
                 raise CommandTimeout(host.name, _argv0(argv), limit) from None
             except (asyncssh.Error, OSError) as exc:
@@ -630,7 +682,7 @@ class SSHExecutor:
         """Run argv with no time limit, each output line to `on_line` as it comes. A
         long-lived session: it counts against the host's sessions, not the global bound."""
         async with self._host_limit(host):
-            conn, process = await self._open(
+            conn, process = await self._pool.session(
                 host, _command(host, argv), encoding="utf-8", errors="replace"
             )
             try:
@@ -644,7 +696,7 @@ class SSHExecutor:
                 raise self._pool.unreachable(host, exc) from None
             finally:
                 process.close()
-            return self._status(host, conn, process)
+            return self._pool.status(host, conn, process)
 
     async def attach(self, host: Host, argv: Sequence[str], terminal: Terminal) -> int:
         """Run argv joined to a local terminal: with `terminal.tty`, on a PTY the size of
@@ -653,69 +705,21 @@ class SSHExecutor:
         if terminal.tty:
             pty = {"term_type": terminal_type(), "term_size": terminal.size()}
         async with self._host_limit(host):
-            conn, process = await self._open(host, _command(host, argv), encoding=None, **pty)
+            conn, process = await self._pool.session(
+                host, _command(host, argv), encoding=None, **pty
+            )
             try:
                 await pump(process, terminal)
             except (asyncssh.Error, OSError) as exc:
                 raise self._pool.unreachable(host, exc) from None
             finally:
                 process.close()
-            return self._status(host, conn, process)
+            return self._pool.status(host, conn, process)
 
     def _host_limit(self, host: Host) -> asyncio.Semaphore:
         return self._host_limits.setdefault(
             host.name, asyncio.Semaphore(self._max_sessions_per_host)
         )
-
-    async def _open(
-        self, host: Host, command: str, **options: Any
-    ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[Any]]:
-        """A session running `command` on the pooled connection; a stale pooled connection
-        (closed under us) gets one fresh try."""
-        conn, reused = await self._pool.connection(host)
-        try:
-            return conn, await conn.create_process(command, **options)
-        except (asyncssh.Error, OSError) as exc:
-            if not (reused and conn.is_closed()):
-                raise self._pool.unreachable(host, exc) from None
-        self._pool.drop(host.name, conn)
-        conn, _ = await self._pool.connection(host)
-        try:
-            return conn, await conn.create_process(command, **options)
-        except (asyncssh.Error, OSError) as exc:
-            raise self._pool.unreachable(host, exc) from None
-
-    async def _finish(
-        self,
-        host: Host,
-        conn: asyncssh.SSHClientConnection,
-        process: asyncssh.SSHClientProcess[Any],
-        argv0: str,
-        limit: float | None,
-        shown: float | None = None,
-    ) -> Result:
-        """Close the command's stdin, wait (up to `limit`) for its output and exit; a
-        timeout names `shown` (the command's whole bound), else `limit`."""
-        try:
-            process.stdin.write_eof()
-            stdout, stderr = await asyncio.wait_for(process.communicate(), limit)
-        except TimeoutError:
-            raise CommandTimeout(host.name, argv0, limit if shown is None else shown) from None
-        except (asyncssh.Error, OSError) as exc:
-            raise self._pool.unreachable(host, exc) from None
-        return Result(self._status(host, conn, process), _text(stdout), _text(stderr))
-
-    def _status(
-        self,
-        host: Host,
-        conn: asyncssh.SSHClientConnection,
-        process: asyncssh.SSHClientProcess[Any],
-    ) -> int:
-        status = process.returncode
-        if status is None:  # the channel closed without an exit status: connection lost
-            self._pool.drop(host.name, conn)
-            raise Unreachable(host.name, f"connection to {host.address}:{host.port} lost")
-        return 128 - status if status < 0 else status  # killed by a signal, as a shell says
 
     def disconnect(self, host: Host) -> None:
         """Drop the pooled connection to host, if any: the next call connects afresh (with

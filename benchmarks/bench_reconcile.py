@@ -5,7 +5,10 @@
 
 For each fleet (HOSTSxSERVICESxREPLICAS), three passes, each one whole `reconcile()` call
 on an in-memory fleet (tests/sim.py's World; the observation is built before the clock
-starts, so only the decision is timed):
+starts, so only the decision is timed). The call is the controller's (`runner.decision`:
+the observation and state out of the cyclic GC's view while it decides); `--plain` times
+the bare `reconcile()` instead. One world lives in the process at a time, as in the
+controller:
 
 - *place all*: the first pass after `apply`, which places every task on an empty fleet;
 - *converged*: the cron case, nothing to do;
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from minidock.core import Plan, reconcile
 from minidock.model import Constraint, PortMapping, Service
+from minidock.runner import decision
 from tests.sim import World, host, svc
 
 SIZES = ["10x5x4", "100x20x10", "500x100x25", "1000x200x50"]  # hosts x services x replicas
@@ -79,31 +83,30 @@ def timed(fn: Callable[[], Plan], runs: int) -> tuple[list[float], Plan]:
     return times, plan
 
 
-def decide(w: World) -> Callable[[], Plan]:
-    """One reconcile() of the world as it is now (the observation made beforehand)."""
+def decide(w: World, *, plain: bool = False) -> Callable[[], Plan]:
+    """One decision on the world as it is now (the observation made beforehand)."""
     assert w.cluster is not None
     cluster, inventory, observed, state, now = w.cluster, w.inventory, w.observe(), w.state, w.now
-    return lambda: reconcile(cluster, inventory, observed, state, now)
+    call = reconcile if plain else decision
+    return lambda: call(cluster, inventory, observed, state, now)
 
 
-def cases(size: str) -> dict[str, tuple[World, int]]:
-    """The three worlds of one size, ready for their pass: name -> (world, tasks placed)."""
+CASES = ("place", "converged", "lost")
+
+
+def world(size: str, case: str) -> World:
+    """One of the three worlds of one size, ready for its pass."""
     n_hosts, n_services, replicas = (int(x) for x in size.split("x"))
     w = fleet(n_hosts)
     w.apply(*services(n_services, replicas))
-    out = {"place": (w, n_services * replicas)}
-    converged = fleet(n_hosts)
-    converged.apply(*services(n_services, replicas))
-    converged.converge(limit=5)
-    out["converged"] = (converged, 0)
-    lost = fleet(n_hosts)
-    lost.apply(*services(n_services, replicas))
-    lost.converge(limit=5)
-    for h in lost.hosts[::5]:  # a fifth of the hosts, across the fleet
-        lost.kill_host(h.name)
-    lost.step()  # the first failed probe: unreachable; the next pass finds them down
-    out["lost"] = (lost, 0)
-    return out
+    if case == "place":
+        return w
+    w.converge(limit=5)
+    if case == "lost":
+        for h in w.hosts[::5]:  # a fifth of the hosts, across the fleet
+            w.kill_host(h.name)
+        w.step()  # the first failed probe: unreachable; the next pass finds them down
+    return w
 
 
 def cell(times: list[float]) -> str:
@@ -116,13 +119,13 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(SIZES))
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--profile", default="", help="one size: profile it with pyinstrument")
-    parser.add_argument("--case", default="place", choices=["place", "converged", "lost"])
+    parser.add_argument("--case", default="place", choices=CASES)
+    parser.add_argument("--plain", action="store_true", help="time the bare reconcile()")
     args = parser.parse_args()
     if args.profile:
         from pyinstrument import Profiler
 
-        w, _ = cases(args.profile)[args.case]
-        run = decide(w)
+        run = decide(world(args.profile, args.case), plain=args.plain)
         with Profiler(interval=0.0005) as profiler:
             run()
         print(profiler.output_text(unicode=False, color=False, show_all=False))
@@ -131,10 +134,10 @@ def main() -> None:
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for size in args.sizes.split(","):
         n_hosts, n_services, replicas = (int(x) for x in size.split("x"))
-        worlds = cases(size)
-        place, placed = timed(decide(worlds["place"][0]), args.runs)
-        steady, still = timed(decide(worlds["converged"][0]), args.runs)
-        lost, replaced = timed(decide(worlds["lost"][0]), args.runs)
+        results = {
+            case: timed(decide(world(size, case), plain=args.plain), args.runs) for case in CASES
+        }  # each world is dropped once timed
+        (place, placed), (steady, still), (lost, replaced) = (results[c] for c in CASES)
         assert len(placed.run) == n_services * replicas, placed.pending[:3]
         assert still.converged, still
         print(

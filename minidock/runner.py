@@ -11,6 +11,7 @@ its lease) issues no further command, and its commits fail (docs/ha.md).
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -305,8 +306,29 @@ async def decide(
 ) -> PassResult:
     """Observe every host and decide; nothing is recorded or done (plan, status)."""
     observed = await observe(executor, inventory.hosts, cluster.name)
-    plan = reconcile(cluster, inventory, observed, state, clock(), force_down=force_down)
+    plan = decision(cluster, inventory, observed, state, clock(), force_down=force_down)
     return PassResult(plan, observed)
+
+
+def decision(
+    cluster: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    state: ControllerState,
+    now: float,
+    *,
+    force_down: bool = False,
+) -> Plan:
+    """`reconcile`, with what already lives in the process (the observation, the state)
+    out of the cyclic garbage collector's view while it runs (`gc.freeze`): the decision
+    frees what it makes by reference counting, and a full collection in the middle of it
+    would walk every task and slot of the fleet again (20-45 ms a time at 1,000 hosts and
+    10,000 tasks, docs/benchmarks.md)."""
+    gc.freeze()
+    try:
+        return reconcile(cluster, inventory, observed, state, now, force_down=force_down)
+    finally:
+        gc.unfreeze()
 
 
 async def run_pass(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from minidock.core.evolve import evolve
 from minidock.model import Event, Host
 
 __all__ = [
@@ -143,13 +144,13 @@ def probe_step(
     While the mass-loss guard holds, a failed probe never takes a host down."""
     if answered is not None:
         phase, kind = PROBE_TABLE[(old.phase, Probe.ANSWERED)]
-        new = replace(old, phase=phase, failures=0, last_seen=now, last_error=None, tasks=answered)
+        new = evolve(old, phase=phase, failures=0, last_seen=now, last_error=None, tasks=answered)
     else:
         failures = old.failures + 1
         probe = Probe.FAILED_LIMIT if failures >= down_after else Probe.FAILED
         probe = Probe.FAILED_HELD if guard_holds else probe
         phase, kind = PROBE_TABLE[(old.phase, probe)]
-        new = replace(old, phase=phase, failures=failures, last_error=error)
+        new = evolve(old, phase=phase, failures=failures, last_error=error)
     if kind == "host-down":
         message = f"{name} down after {new.failures} failed probes: {error}"
         return new, Event(now, kind, message, host=name)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
+from minidock.core.evolve import evolve
 from minidock.core.hosts import HostState, SeenTask
 from minidock.core.plan import Pending, Plan, Run, Stop, Waiting
 from minidock.core.scheduler import (
@@ -32,7 +33,13 @@ from minidock.core.scheduler import (
     place_replacing,
     service_ports,
 )
-from minidock.core.service import back_to_previous, failure_action, slot_target, with_slot
+from minidock.core.service import (
+    back_to_previous,
+    failure_action,
+    slot_target,
+    with_slot,
+    with_slots,
+)
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import exit_line, health_gate, ready
 from minidock.model import Cluster, Container, Event, Host, Inventory, Observed, Service
@@ -302,28 +309,36 @@ def _probe_hosts(
     waiting: list[Waiting] = []
     for host in inventory.hosts:
         obs = observed.hosts.get(host.name)
-        answered = None
-        if obs is not None and obs.ok:
-            answered = tuple(
-                SeenTask(c.service, c.slot, c.task, c.spec) for c in obs.containers if c.live
-            )
+        old = state.host(host.name)
+        answered = _seen(old.tasks, obs.containers) if obs is not None and obs.ok else None
         error = obs.error if obs is not None else "not probed"
         new, event = host_machine.probe_step(
             host.name,
-            state.host(host.name),
+            old,
             answered=answered,
             error=error,
             down_after=host.down_after,
             now=now,
             guard_holds=guard_holds,
         )
-        new = replace(new, last_known=host)
+        new = evolve(new, last_known=host)
         if new.unreachable:
             reason = f"unreachable ({new.failures}/{host.down_after} failed probes)"
             waiting.append(Waiting(host.name, f"{reason}: {new.last_error}"))
         events += [event] if event else []
         hosts[host.name] = new
     return hosts, Effects(waiting=tuple(waiting), events=tuple(events))
+
+
+def _seen(before: tuple[SeenTask, ...], containers: Sequence[Container]) -> tuple[SeenTask, ...]:
+    """The live tasks a host answered with, as its record keeps them: the record's own
+    tuple when they are the same as last time (the case of almost every host on a pass)."""
+    live = [c for c in containers if c.live]
+    same = len(live) == len(before) and all(
+        t.task == c.task and t.service == c.service and t.slot == c.slot and t.spec == c.spec
+        for t, c in zip(before, live, strict=True)
+    )
+    return before if same else tuple(SeenTask(c.service, c.slot, c.task, c.spec) for c in live)
 
 
 def _view(
@@ -468,7 +483,11 @@ def _decide_service(
     for n in wanted:
         if len(handled) != len(fx.stops):  # ids stopped so far (a container stops once)
             handled = {s.container.id for s in fx.stops}
-        here = [c for c in by_slot.get(n, ()) if c.id not in handled]
+        here = by_slot.get(n, [])
+        if handled:
+            here = [c for c in here if c.id not in handled]
+        if _steady(ss, n, here, view):
+            continue
         ss, slot_fx, want, stale = _decide_slot(ss, n, here, services, view)
         fx = fx + slot_fx
         wants += [want] if want else []
@@ -507,9 +526,8 @@ def _decide_slot(
     view: View,
 ) -> tuple[ServiceState, Effects, Want | None, Container | None]:
     """One slot: what its tasks did, and whether it wants a task, a move, or an update.
-    Returns the service state, the effects, a want, and the slot's task when outdated."""
-    if _steady(ss, n, here, view):
-        return ss, _NOTHING, None, None
+    Returns the service state, the effects, a want, and the slot's task when outdated.
+    (A `_steady` slot never gets here: it changes nothing and decides nothing.)"""
     live = [c for c in here if c.live and c.state != "created"]
     dead = [c for c in here if not (c.live and c.state != "created")]
     held = view.holders(ss, n)
@@ -530,9 +548,6 @@ def _decide_slot(
         ss, filled, want = _fill(ss, n, target, True, services, view)
         return ss, fx + filled, want, None
     return _slot_with_tasks(ss, n, live, target, view, fx)
-
-
-_NOTHING = Effects()
 
 
 def _steady(ss: ServiceState, n: int, here: list[Container], view: View) -> bool:
@@ -823,23 +838,27 @@ def _place_wants(
     wants: Sequence[Want], services: dict[str, ServiceState], fleet: Fleet, view: View
 ) -> tuple[dict[str, ServiceState], Effects]:
     """Place every want in priority order (due restarts, new tasks, drain moves), so lost
-    capacity comes back before anything new takes the room."""
+    capacity comes back before anything new takes the room. A slot has one want at most:
+    its records are written back once per service, at the end."""
     parts: list[Effects] = []
+    records: dict[str, dict[int, slots.SlotState]] = defaultdict(dict)
     for want in sorted(wants, key=lambda w: w.kind):
         ss = services[want.service]
+        record = ss.slot(want.slot)
         if want.kind is WantKind.MOVE:
             run, placed = _move(want, services, fleet, view)
         else:
-            run, placed = _place_one(want, ss.slot(want.slot).avoid, fleet, view)
+            run, placed = _place_one(want, record.avoid, fleet, view)
         parts.append(placed)
         if run is None:
-            services[want.service] = with_slot(ss, want.slot, slots.unplaced(ss.slot(want.slot)))
+            records[want.service][want.slot] = slots.unplaced(record)
             continue
-        ss = with_slot(ss, want.slot, slots.assign(ss.slot(want.slot), run.task, run.host))
+        records[want.service][want.slot] = slots.assign(record, run.task, run.host)
         r = ss.rollout
         if want.kind is not WantKind.MOVE and r.active and want.slot not in r.done + r.inflight:
-            ss = replace(ss, rollout=rollout.started(r, [want.slot]))
-        services[want.service] = ss
+            services[want.service] = replace(ss, rollout=rollout.started(r, [want.slot]))
+    for name, changed in records.items():
+        services[name] = with_slots(services[name], changed)
     return services, Effects.joined(parts)
 
 

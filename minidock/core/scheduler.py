@@ -77,6 +77,8 @@ def service_ports(service: Service) -> tuple[str, ...]:
 
 
 Entry = tuple[int, float, str, int]  # tasks of the service here, -fullness after, name, version
+Member = tuple[str, str | None, HostLoad, float | None, int | None]  # name, spread value,
+# load, declared cpus and memory of a host a service may use
 
 
 class Fleet:
@@ -103,6 +105,7 @@ class Fleet:
         self._allowed: dict[tuple[Constraint, ...], list[Host]] = {}
         self._groups: dict[tuple[tuple[Constraint, ...], str | None], dict[str, str | None]] = {}
         self._templates: dict[tuple[object, ...], _Template] = {}
+        self._members: dict[tuple[tuple[Constraint, ...], str | None], list[Member]] = {}
         self._values: dict[str, tuple[str | None, ...]] = {}  # label -> the values hosts have
         self._nowhere: dict[tuple[object, ...], tuple[int, tuple[str, ...]]] = {}
         for name, load_ in self.load.items():
@@ -228,13 +231,26 @@ class Fleet:
 
     def template(self, service: Service) -> _Template:
         """The heaps a service of this shape starts from: made again once as many
-        changes as there are hosts have happened since (catching up would cost more)."""
-        shape = _weighed(service)[1:]
+        changes as there are hosts have happened since (catching up would cost more).
+        Host ports are not part of the shape: `_Candidates.fits` checks them on every
+        heap top, so services alike but for their ports share one template."""
+        shape = (service.cpus, service.memory, service.constraints, service.spread)
         known = self._templates.get(shape)
         if known is None or len(self.changed) - known.position > len(self.hosts):
-            group = self.groups(service.constraints, service.spread)
-            known = self._templates[shape] = _ranked(self, service, group)
+            known = self._templates[shape] = _ranked(self, service)
         return known
+
+    def members(self, constraints: tuple[Constraint, ...], spread: str | None) -> list[Member]:
+        """`groups` with what `_ranked` reads of each host, in one tuple per host."""
+        key = (constraints, spread)
+        found = self._members.get(key)
+        if found is None:
+            load, by_name = self.load, self.by_name
+            found = self._members[key] = [
+                (name, value, load[name], by_name[name].cpus, by_name[name].memory)
+                for name, value in self.groups(constraints, spread).items()
+            ]
+        return found
 
     def candidates(self, service: Service) -> _Candidates:
         """The service's index, brought up to date with every change since its last use."""
@@ -293,23 +309,21 @@ class _Template:
     heaps: dict[str | None, list[Entry]]
 
 
-def _ranked(fleet: Fleet, service: Service, group: Mapping[str, str | None]) -> _Template:
-    """Every candidate host that fits now, in its heap: `_Candidates.fits` and `entry`
-    written out in one loop (the same tests, the same arithmetic), as this runs for every
-    host. A host its resources or ports refuse now joins its heap when its load changes."""
-    loads, by_name = fleet.load, fleet.by_name
-    cpus, memory, ports = service.cpus, service.memory, service_ports(service)
-    heaps: dict[str | None, list[Entry]] = {value: [] for value in group.values()}
-    for name, value in group.items():
-        load, host = loads[name], by_name[name]
-        c, m, hc, hm = load.cpus + cpus, load.memory + memory, host.cpus, host.memory
+def _ranked(fleet: Fleet, service: Service) -> _Template:
+    """Every candidate host whose resources fit now, in its heap: the resource half of
+    `_Candidates.fits` and `entry` written out in one loop (the same tests, the same
+    arithmetic), as this runs for every host. A host its resources refuse now joins its
+    heap when its load changes."""
+    cpus, memory = service.cpus, service.memory
+    members = fleet.members(service.constraints, service.spread)
+    heaps: dict[str | None, list[Entry]] = {m[1]: [] for m in members}
+    for name, value, load, hc, hm in members:
+        c, m = load.cpus + cpus, load.memory + memory
         if hc is not None and cpus > 0 and c > hc + 1e-9:
             continue
         if hm is not None and memory > 0 and m > hm:
             continue
-        if ports and any(p in load.ports or p in load.foreign for p in ports):
-            continue
-        # `_fullness`: the mean of the declared parts
+        # `_fullness`, written out
         after = ((c / hc + m / hm) / 2 if hm else c / hc) if hc else (m / hm if hm else 0.0)
         heaps[value].append((0, -after, name, 0))
     for heap in heaps.values():
@@ -331,16 +345,7 @@ class _Candidates:
         template = fleet.template(service)
         self.heaps = {value: list(heap) for value, heap in template.heaps.items()}
         self.synced = template.position
-        for name in fleet.running(self.name):  # the template counts no task of its own
-            if name in self.group:
-                self.push(name)
         self.sync()
-
-    def entry(self, host: Host, version: int) -> Entry:
-        """The host's key as its load is now."""
-        load = self.fleet.load[host.name]
-        after = _fullness(host, load.cpus + self.cpus, load.memory + self.memory)
-        return (load.tasks.get(self.name, 0), -after, host.name, version)
 
     def sync(self) -> None:
         """A fresh entry for every candidate host whose load changed since the last use."""
@@ -354,9 +359,14 @@ class _Candidates:
         self.synced = len(changed)
 
     def push(self, name: str) -> None:
-        """A fresh entry for a candidate host; its older ones are stale from now on."""
+        """A fresh entry for a candidate host, keyed by its load now; its older ones are
+        stale from now on."""
         version = self.version[name] = self.version[name] + 1
-        entry = self.entry(self.fleet.by_name[name], version)
+        load = self.fleet.load[name]
+        after = _fullness(
+            self.fleet.by_name[name], load.cpus + self.cpus, load.memory + self.memory
+        )
+        entry = (load.tasks.get(self.name, 0), -after, name, version)
         heapq.heappush(self.heaps[self.group[name]], entry)
 
     def fits(self, name: str) -> bool:
@@ -395,12 +405,19 @@ class _Candidates:
         aside: list[tuple[str | None, Entry]],
     ) -> Entry | None:
         """The heap's best current entry that fits and is not avoided; stale entries and
-        refused hosts leave the heap, avoided ones that fit are put `aside`."""
+        refused hosts leave the heap, avoided ones that fit are put `aside`.
+
+        A template's entry counts no task of the service: on a host that runs some, the
+        host's key is worse than the entry says, so it is keyed afresh when it surfaces
+        (every other entry is exact: a host whose load changes gets a fresh one)."""
+        tasks = self.name
         while heap:
             top = heap[0]
             name = top[2]
             if top[3] != self.version[name] or not self.fits(name):
                 heapq.heappop(heap)
+            elif top[0] != self.fleet.load[name].tasks.get(tasks, 0):
+                self.push(name)  # the template's entry is stale from now on
             elif name in avoid:
                 aside.append((value, heapq.heappop(heap)))
             else:
@@ -475,12 +492,11 @@ FILTERS: tuple[Filter, ...] = (ReadyFilter(), ConstraintFilter(), ResourceFilter
 
 
 def _fullness(host: Host, cpus: float, memory: int) -> float:
-    parts = []
-    if host.cpus:
-        parts.append(cpus / host.cpus)
-    if host.memory:
-        parts.append(memory / host.memory)
-    return sum(parts) / len(parts) if parts else 0.0
+    """The mean of the declared parts (none declared: empty)."""
+    hc, hm = host.cpus, host.memory
+    if hc:
+        return (cpus / hc + memory / hm) / 2 if hm else cpus / hc
+    return memory / hm if hm else 0.0
 
 
 def fullness(host: Host, load: HostLoad) -> float:

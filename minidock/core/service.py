@@ -3,15 +3,24 @@ does to the rollout, and a rollback's swap of specs. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from minidock.core import rollout, slots
+from minidock.core.evolve import evolve
 from minidock.core.rollout import RolloutInput, RolloutPhase
 from minidock.core.slots import SlotState
 from minidock.core.state import ServiceState
 from minidock.model import Event, Service
 
-__all__ = ["back_to_previous", "failure_action", "rolled_back", "slot_target", "with_slot"]
+__all__ = [
+    "back_to_previous",
+    "failure_action",
+    "rolled_back",
+    "slot_target",
+    "with_slot",
+    "with_slots",
+]
 
 
 def slot_target(ss: ServiceState, slot: int) -> Service:
@@ -26,7 +35,14 @@ def slot_target(ss: ServiceState, slot: int) -> Service:
 def with_slot(ss: ServiceState, n: int, state: SlotState) -> ServiceState:
     if ss.slot(n) == state:
         return ss
-    return replace(ss, slots={**ss.slots, n: state})
+    return evolve(ss, slots={**ss.slots, n: state})
+
+
+def with_slots(ss: ServiceState, changed: Mapping[int, SlotState]) -> ServiceState:
+    """`with_slot` for many slots at once."""
+    if all(ss.slot(n) == state for n, state in changed.items()):
+        return ss
+    return evolve(ss, slots={**ss.slots, **changed})
 
 
 def back_to_previous(ss: ServiceState, failed: list[int]) -> ServiceState:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from minidock.core.evolve import evolve
 from minidock.core.supervise import backoff, exit_line, should_restart
 from minidock.model import Container, RestartPolicy
 
@@ -115,7 +116,7 @@ class SlotState:
 
 
 def _step(slot: SlotState, given: SlotInput, **changes: object) -> SlotState:
-    return replace(slot, phase=TABLE[(slot.phase, given)], **changes)  # type: ignore[arg-type]
+    return evolve(slot, phase=TABLE[(slot.phase, given)], **changes)
 
 
 def assign(slot: SlotState, task: str, host: str) -> SlotState:

@@ -465,11 +465,10 @@ def _decide_service(
     wanted = ss.slot_numbers()
     wanted_set = set(wanted)
     spec_before = ss.spec.spec_hash()
+    unwanted = [c for c in found if c.slot not in wanted_set]
     fx = Effects(
         stops=tuple(
-            Stop(c, _unwanted(ss, c))
-            for c in sorted(found, key=lambda c: (c.live, -c.slot))
-            if c.slot not in wanted_set
+            Stop(c, _unwanted(ss, c)) for c in sorted(unwanted, key=lambda c: (c.live, -c.slot))
         )
     )
     ss, gated = _gate_rollout(ss, [c for c in found if c.slot in wanted_set], view)

@@ -341,9 +341,10 @@ class _Candidates:
         self.ports = service_ports(service)
         self.spread = service.spread
         self.group = fleet.groups(service.constraints, self.spread)  # host -> spread value
-        self.version = dict.fromkeys(self.group, 0)
+        self.version: dict[str, int] = {}  # host -> its entries' version (none yet: 0)
         template = fleet.template(service)
         self.heaps = {value: list(heap) for value, heap in template.heaps.items()}
+        self.tops: dict[str | None, Entry | None] = {}  # each heap's `_top`, until it changes
         self.synced = template.position
         self.sync()
 
@@ -361,13 +362,15 @@ class _Candidates:
     def push(self, name: str) -> None:
         """A fresh entry for a candidate host, keyed by its load now; its older ones are
         stale from now on."""
-        version = self.version[name] = self.version[name] + 1
+        version = self.version[name] = self.version.get(name, 0) + 1
         load = self.fleet.load[name]
         after = _fullness(
             self.fleet.by_name[name], load.cpus + self.cpus, load.memory + self.memory
         )
         entry = (load.tasks.get(self.name, 0), -after, name, version)
-        heapq.heappush(self.heaps[self.group[name]], entry)
+        value = self.group[name]
+        heapq.heappush(self.heaps[value], entry)
+        self.tops.pop(value, None)
 
     def fits(self, name: str) -> bool:
         """The resource and port filters, on the host's current load."""
@@ -385,8 +388,11 @@ class _Candidates:
         chosen: tuple[int, int, float, str] | None = None
         fallback: tuple[int, int, float, str] | None = None
         aside: list[tuple[str | None, Entry]] = []
+        tops = self.tops
         for value, heap in self.heaps.items():
-            top = self._top(value, heap, avoid, aside)
+            if avoid or value not in tops:  # else no entry came or went since it was found
+                tops[value] = self._top(value, heap, avoid, aside)
+            top = tops[value]
             if top is not None:
                 ranked = (top[0], counts.get(value, 0), top[1], top[2])
                 chosen = ranked if chosen is None or ranked < chosen else chosen
@@ -394,6 +400,8 @@ class _Candidates:
             ranked = (e[0], counts.get(value, 0), e[1], e[2])
             fallback = ranked if fallback is None or ranked < fallback else fallback
             heapq.heappush(self.heaps[value], e)
+        if avoid:
+            tops.clear()  # found with entries put aside
         winner = chosen or fallback
         return None if winner is None else winner[3]
 
@@ -414,7 +422,7 @@ class _Candidates:
         while heap:
             top = heap[0]
             name = top[2]
-            if top[3] != self.version[name] or not self.fits(name):
+            if top[3] != self.version.get(name, 0) or not self.fits(name):
                 heapq.heappop(heap)
             elif top[0] != self.fleet.load[name].tasks.get(tasks, 0):
                 self.push(name)  # the template's entry is stale from now on

@@ -1,0 +1,419 @@
+"""The cluster file into the model: services, their run options, secrets and registries.
+
+Semantic checks the schema cannot express live here: unknown or cyclic dependencies,
+port ranges and clashes, volume targets, backoff bounds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import heapq
+import ipaddress
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+from typing import Any, Literal
+
+from minidock import units
+from minidock.model import (
+    Cluster,
+    Constraint,
+    HealthCheck,
+    Inventory,
+    LogConfig,
+    PortMapping,
+    RegistryAuth,
+    RestartPolicy,
+    Service,
+    Ulimit,
+    UpdatePolicy,
+    Volume,
+    cluster_network,
+    image_registry,
+)
+from minidock.spec.errors import Fail, Part, SpecError, StrPath
+from minidock.spec.inventory import read_inventory
+from minidock.spec.messages import render, show
+from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
+
+__all__ = ["load", "load_cluster", "topo_order"]
+
+
+def load_cluster(path: StrPath) -> Cluster:
+    """Read, validate and convert a cluster file; the inventory it names is not read."""
+    return _load_cluster(Path(path), os.fspath(path))[0]
+
+
+def load(path: StrPath) -> tuple[Cluster, Inventory]:
+    """Load a cluster file and the inventory it names; errors name the file at fault."""
+    display = os.fspath(path)
+    cluster, inventory_display = _load_cluster(Path(path), display)
+    target = Path(cluster.inventory_path)
+    if not target.exists():
+        raise SpecError(display, "inventory", f"inventory file not found: {inventory_display}")
+    if not target.is_file():
+        raise SpecError(display, "inventory", f"inventory is not a file: {inventory_display}")
+    return cluster, read_inventory(target, inventory_display)
+
+
+def topo_order(services: Sequence[Service]) -> list[str]:
+    """Service names with every dependency before its dependents, else in the given order.
+
+    Names in `depends_on` that are not among `services` are ignored; a cycle raises
+    graphlib.CycleError (load_cluster never returns one).
+    """
+    index = {s.name: i for i, s in enumerate(services)}
+    sorter = TopologicalSorter({s.name: [d for d in s.depends_on if d in index] for s in services})
+    sorter.prepare()
+    ready = [(index[n], n) for n in sorter.get_ready()]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        order.append(name)
+        sorter.done(name)
+        for n in sorter.get_ready():
+            heapq.heappush(ready, (index[n], n))
+    return order
+
+
+def _load_cluster(path: Path, display: str) -> tuple[Cluster, str]:
+    """The cluster, and how to name its inventory file in messages."""
+    doc = read_toml(path, display)
+    check_schema("cluster", doc, display)
+    abs_path = os.path.abspath(path)
+    inventory: str = doc["inventory"]
+    base = os.path.dirname(abs_path)
+    registries = _registries(doc.get("registries", {}), display, base)
+    services = _build_services(doc.get("services", {}), display, base, doc["cluster"])
+    cluster = Cluster(
+        name=doc["cluster"],
+        path=abs_path,
+        inventory_path=resolve(base, inventory),
+        services=tuple(_with_registry_auth(s, registries) for s in services),
+    )
+    inventory_display = os.path.normpath(
+        os.path.join(os.path.dirname(display), os.path.expanduser(inventory))
+    )
+    return cluster, inventory_display
+
+
+def _service_pattern(*keys: str) -> re.Pattern[str]:
+    node: Any = shipped_schema("cluster")["$defs"]["service"]["properties"]
+    for key in keys:
+        node = node[key]
+    return compile_pattern(node["pattern"])
+
+
+def _build_services(
+    table: dict[str, Any], display: str, base: str, cluster: str
+) -> tuple[Service, ...]:
+    def fail(parts: Sequence[Part], message: str) -> SpecError:
+        return SpecError(display, render(parts), message)
+
+    services = tuple(
+        _build_service(name, body, fail, base, cluster) for name, body in table.items()
+    )
+    names = list(table)
+    for s in services:
+        for i, dep in enumerate(s.depends_on):
+            where = ("services", s.name, "depends_on", i)
+            if dep == s.name:
+                raise fail(where, f"service {dep!r} depends on itself")
+            if dep not in table:
+                close = difflib.get_close_matches(dep, names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise fail(where, f"unknown service {dep!r}{hint}")
+    try:
+        TopologicalSorter({s.name: s.depends_on for s in services}).prepare()
+    except CycleError as exc:
+        # graphlib walks from a service to its dependents; reverse to read "depends on".
+        ring: list[str] = list(reversed(exc.args[1]))[:-1]
+        start = min(range(len(ring)), key=lambda k: names.index(ring[k]))
+        ring = ring[start:] + ring[:start]
+        raise fail(
+            ("services", ring[0], "depends_on"),
+            f"dependency cycle: {' -> '.join([*ring, ring[0]])}",
+        ) from None
+    return services
+
+
+def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, cluster: str) -> Service:
+    at: tuple[Part, ...] = ("services", name)
+    ports = _ports(body.get("ports", []), at, fail)
+    constraint_re = _service_pattern("constraints", "items")
+    constraints = []
+    for text in body.get("constraints", []):
+        found = constraint_re.match(text)
+        assert found is not None  # the schema checked the pattern
+        op: Literal["==", "!="] = "==" if found[2] == "==" else "!="
+        constraints.append(Constraint(key=found[1], op=op, value=found[3]))
+    command = body.get("command")
+    env: dict[str, str] = body.get("env", {})
+    return Service(
+        name=name,
+        image=body["image"],
+        replicas=body.get("replicas", 1),
+        command=tuple(command) if command is not None else None,
+        env=tuple(sorted(env.items())),
+        ports=ports,
+        cpus=float(body.get("cpus", 0.0)),
+        memory=units.parse_size(body.get("memory", 0)),
+        constraints=tuple(constraints),
+        spread=body.get("spread"),
+        depends_on=tuple(body.get("depends_on", ())),
+        desired=body.get("desired", "running"),
+        on_host_loss=body.get("on_host_loss", "replace"),
+        health=_health(body["health"], (*at, "health"), fail) if "health" in body else None,
+        update=_update(body.get("update", {})),
+        restart=_restart(body.get("restart", {}), (*at, "restart"), fail),
+        secrets=_secrets(body.get("secrets", {}), env, (*at, "secrets"), fail, base),
+        volumes=_volumes(body.get("volumes", []), (*at, "volumes"), fail),
+        mode=_mode(body, at, fail),
+        image_source=body.get("image_source", "registry"),
+        **_run_options(body, at, fail, cluster),
+    )
+
+
+def _mode(
+    body: dict[str, Any], at: tuple[Part, ...], fail: Fail
+) -> Literal["replicated", "global"]:
+    mode: Literal["replicated", "global"] = body.get("mode", "replicated")
+    if mode == "global" and "replicas" in body:
+        raise fail((*at, "replicas"), "a global service runs one task per host: remove replicas")
+    return mode
+
+
+_VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _volumes(items: list[str], at: tuple[Part, ...], fail: Fail) -> tuple[Volume, ...]:
+    """Named volumes and bind mounts: absolute paths without '..', one mount per target."""
+    volumes: list[Volume] = []
+    targets: dict[str, int] = {}
+    for i, text in enumerate(items):
+        source, target, *mode = text.split(":")
+        where = (*at, i)
+        if not source.startswith("/") and not _VOLUME_NAME.fullmatch(source):
+            raise fail(
+                where,
+                f"invalid volume {text!r}: a host path must be absolute "
+                f"(/srv/...), a volume name must match {_VOLUME_NAME.pattern}",
+            )
+        for path in [target, *([source] if source.startswith("/") else [])]:
+            if not path.startswith("/") or ".." in path.split("/"):
+                raise fail(
+                    where,
+                    f"invalid volume {text!r}: {path!r} must be an absolute path without '..'",
+                )
+        if target in targets:
+            raise fail(where, f"{target} is already mounted by volumes[{targets[target]}]")
+        targets[target] = i
+        volumes.append(Volume(source, target, read_only=mode == ["ro"]))
+    return tuple(volumes)
+
+
+def _secrets(
+    table: dict[str, dict[str, str]],
+    env: dict[str, str],
+    at: tuple[Part, ...],
+    fail: Fail,
+    base: str,
+) -> tuple[tuple[str, str], ...]:
+    """Read every secret on the controller now (apply time); errors never show a value."""
+    values: list[tuple[str, str]] = []
+    for key, source in table.items():
+        where = (*at, key)
+        if key in env:
+            raise fail(where, f"{key} is also set in env: give it in one of env or secrets")
+        values.append((key, _secret_value(source, where, fail, base)))
+    return tuple(sorted(values))
+
+
+def _secret_value(source: dict[str, str], where: tuple[Part, ...], fail: Fail, base: str) -> str:
+    """The value of one secret source, `{ file = "path" }` or `{ env = "NAME" }`, read now."""
+    if "file" in source:
+        value = _secret_file(resolve(base, source["file"]), (*where, "file"), fail)
+    else:
+        name = source["env"]
+        if name not in os.environ:
+            raise fail((*where, "env"), f"{name} is not set in the controller's environment")
+        value = os.environ[name]
+    if any(c in value for c in "\n\r\0"):
+        raise fail(where, "the secret's value must not contain a line break or NUL")
+    return value
+
+
+def _registries(table: dict[str, Any], display: str, base: str) -> dict[str, RegistryAuth]:
+    """Credentials per registry, each password read now from its file or environment."""
+
+    def fail(parts: Sequence[Part], message: str) -> SpecError:
+        return SpecError(display, render(parts), message)
+
+    found: dict[str, RegistryAuth] = {}
+    for registry, body in table.items():
+        where = ("registries", registry, "password")
+        password = _secret_value(body["password"], where, fail, base)
+        if not password:
+            raise fail(where, "the password is empty")
+        found[registry] = RegistryAuth(registry, body["username"], password)
+    return found
+
+
+def _with_registry_auth(service: Service, registries: Mapping[str, RegistryAuth]) -> Service:
+    """The service with the credentials of the registry its image is pulled from, if any."""
+    auth = registries.get(image_registry(service.image))
+    if auth is None or service.image_source != "registry":
+        return service
+    return replace(service, registry_auth=auth)
+
+
+# Networks a task cannot join beside its cluster's user-defined bridge network.
+_UNJOINABLE_NETWORKS = ("host", "none")
+
+
+def _run_options(
+    body: dict[str, Any], at: tuple[Part, ...], fail: Fail, cluster: str
+) -> dict[str, Any]:
+    """The keyword arguments of Service for the docker run surface (labels ... networks)."""
+    labels: dict[str, str] = body.get("labels", {})
+    for key in labels:
+        if key.startswith("minidock."):
+            raise fail(
+                (*at, "labels", key),
+                "the 'minidock.' label prefix is MiniDock's own: use another prefix, e.g. 'app.'",
+            )
+    options: dict[str, Any] = {"labels": tuple(sorted(labels.items()))}
+    options |= {
+        k: body[k] for k in ("user", "workdir", "stop_signal", "init", "read_only") if k in body
+    }
+    options |= {k: tuple(body[k]) for k in ("entrypoint", "cap_add", "cap_drop") if k in body}
+    if "stop_grace_period" in body:
+        options["stop_grace_period"] = float(
+            math.ceil(units.parse_duration(body["stop_grace_period"]))
+        )
+    options["ulimits"] = _ulimits(body.get("ulimits", {}), (*at, "ulimits"), fail)
+    if "log" in body:
+        log_options: dict[str, str] = body["log"].get("options", {})
+        options["log"] = LogConfig(body["log"]["driver"], tuple(sorted(log_options.items())))
+    hosts: dict[str, str] = body.get("extra_hosts", {})
+    for name, address in hosts.items():
+        if address != "host-gateway":
+            _ip((*at, "extra_hosts", name), address, fail, ", or 'host-gateway'")
+    options["extra_hosts"] = tuple(sorted(hosts.items()))
+    for i, address in enumerate(body.get("dns", [])):
+        _ip((*at, "dns", i), address, fail, "")
+    options["dns"] = tuple(body.get("dns", ()))
+    options["networks"] = _networks(body.get("networks", []), (*at, "networks"), fail, cluster)
+    return options
+
+
+def _ip(where: tuple[Part, ...], address: str, fail: Fail, alternative: str) -> None:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        raise fail(
+            where, f"invalid IP address {show(address)}: use an IPv4 or IPv6 address{alternative}"
+        ) from None
+
+
+def _ulimits(table: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> tuple[Ulimit, ...]:
+    limits: list[Ulimit] = []
+    for name, value in table.items():
+        soft, hard = (value, value) if isinstance(value, int) else (value["soft"], value["hard"])
+        if hard != -1 and (soft == -1 or soft > hard):
+            shown = "unlimited" if soft == -1 else str(soft)
+            raise fail((*at, name), f"soft limit {shown} is above the hard limit {hard}")
+        limits.append(Ulimit(name, soft, hard))
+    return tuple(sorted(limits, key=lambda u: u.name))
+
+
+def _networks(names: list[str], at: tuple[Part, ...], fail: Fail, cluster: str) -> tuple[str, ...]:
+    own = cluster_network(cluster)
+    for i, name in enumerate(names):
+        if name in _UNJOINABLE_NETWORKS:
+            raise fail(
+                (*at, i),
+                f"network {name!r} cannot be joined beside the cluster's network {own}: "
+                "list user-defined or bridge networks",
+            )
+        if name == own:
+            raise fail((*at, i), f"every task is on its cluster's network {own} already: remove it")
+    return tuple(names)
+
+
+def _secret_file(path: str, where: tuple[Part, ...], fail: Fail) -> str:
+    """A secret file's value (one trailing newline dropped); refused when others may read it."""
+    try:
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            raise fail(where, f"{path} is readable or writable by others: chmod 600 {path}")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise fail(where, f"secret file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(where, f"cannot read secret file {path}: {type(exc).__name__}") from None
+    return text[:-1] if text.endswith("\n") else text
+
+
+def _ports(items: list[str], at: tuple[Part, ...], fail: Fail) -> tuple[PortMapping, ...]:
+    port_re = _service_pattern("ports", "items")
+    ports: list[PortMapping] = []
+    taken: dict[tuple[int, str], int] = {}
+    for i, text in enumerate(items):
+        found = port_re.match(text)
+        assert found is not None  # the schema checked the pattern
+        host_port, container_port = int(found[1]), int(found[2])
+        for port in (host_port, container_port):
+            if not 1 <= port <= 65535:
+                raise fail((*at, "ports", i), f"port {port} out of range 1..65535 in {text!r}")
+        protocol: Literal["tcp", "udp"] = "udp" if found[3] == "udp" else "tcp"
+        if (host_port, protocol) in taken:
+            first = taken[(host_port, protocol)]
+            raise fail(
+                (*at, "ports", i),
+                f"host port {host_port}/{protocol} is already published by ports[{first}]",
+            )
+        taken[(host_port, protocol)] = i
+        ports.append(PortMapping(host_port, container_port, protocol))
+    return tuple(ports)
+
+
+def _durations(body: dict[str, Any], keys: Iterable[str]) -> dict[str, float]:
+    return {k: units.parse_duration(body[k]) for k in keys if k in body}
+
+
+def _health(body: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> HealthCheck:
+    times: dict[str, Any] = _durations(body, ("interval", "timeout", "start_period"))
+    for key in ("interval", "timeout"):
+        if key in times and times[key] <= 0:
+            raise fail((*at, key), f"must be greater than 0, got {show(body[key])}")
+    extra = {"retries": body["retries"]} if "retries" in body else {}
+    return HealthCheck(cmd=tuple(body["cmd"]), **times, **extra)
+
+
+def _update(body: dict[str, Any]) -> UpdatePolicy:
+    kwargs: dict[str, Any] = _durations(body, ("delay", "monitor"))
+    kwargs |= {k: body[k] for k in ("parallelism", "order", "failure_action") if k in body}
+    if "max_failure_ratio" in body:
+        kwargs["max_failure_ratio"] = float(body["max_failure_ratio"])
+    return UpdatePolicy(**kwargs)
+
+
+def _restart(body: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> RestartPolicy:
+    kwargs: dict[str, Any] = _durations(body, ("delay", "max_delay", "window"))
+    kwargs |= {k: body[k] for k in ("condition", "max_attempts") if k in body}
+    policy = RestartPolicy(**kwargs)
+    if policy.max_delay < policy.delay:
+        delay, max_delay = (units.format_duration(t) for t in (policy.delay, policy.max_delay))
+        if "max_delay" in body:
+            raise fail((*at, "max_delay"), f"must be at least delay ({delay}), got {max_delay}")
+        raise fail(
+            (*at, "delay"), f"must be at most max_delay ({max_delay}, the default), got {delay}"
+        )
+    return policy

@@ -4,6 +4,7 @@ when `minidock lab ...` runs (or the top-level help lists the commands)."""
 from __future__ import annotations
 
 import enum
+import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -115,25 +116,38 @@ def down_command(ctx: typer.Context) -> None:
     _console.print("lab down")
 
 
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document (docs/lab.md).")]
+
+
 @lab_app.command("status")
-def status_command(ctx: typer.Context) -> None:
-    """Each host: container state, SSH port, and whether SSH + `docker ps` work."""
+def status_command(ctx: typer.Context, json_output: JsonOption = False) -> None:
+    """Each host: container state, its loopback ports (SSH, HTTP, HTTPS), its private
+    address, and whether SSH + `docker ps` work."""
     lab = _lab(ctx)
     try:
         rows = lab.status()
     except LabError as exc:
         raise _fail(exc) from exc
+    if json_output:
+        # `acme` (the lab's ACME server) comes with TLS; until then there is none
+        document = {"hosts": [row.document() for row in rows], "acme": None}
+        typer.echo(json.dumps(document, indent=2))
+        raise typer.Exit(0 if rows else 1)
     if not rows:
         _console.print(f"no lab here (run `{lab.command('up')}`)", markup=False)
         raise typer.Exit(1)
     table = Table(title=f"lab {lab.project} ({os.path.relpath(lab.inventory_path)})")
-    for column in ("host", "container", "ssh port", "ssh", "docker ps", "running", "error"):
+    columns = ("host", "container", "ssh port", "http", "https", "private address")
+    for column in (*columns, "ssh", "docker ps", "running", "error"):
         table.add_column(column)
     for row in rows:
         table.add_row(
             row.name,
             row.state,
             str(row.port),
+            str(row.http_port or "-"),
+            str(row.https_port or "-"),
+            row.private_address or "-",
             "yes" if row.ssh else "[red]no[/red]",
             "yes" if row.docker else "[red]no[/red]",
             "-" if row.running is None else str(row.running),

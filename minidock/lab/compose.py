@@ -58,8 +58,8 @@ def compose_document(
     extra_labels: dict[str, str],
     bastion: LabBastion | None = None,
 ) -> dict[str, Any]:
-    """The compose document for these hosts: one service per host, sshd on a pinned
-    loopback port, /var/lib/docker on a named volume, PID 1 the lab's init script; and
+    """The compose document for these hosts: one service per host, sshd and the ingress
+    ports 80 and 443 on pinned loopback ports, /var/lib/docker on a named volume, PID 1 the lab's init script; and
     the bastion's service when there is one (minidock.lab.bastion)."""
     init = data("host-init.sh").decode()
     options, dind_volumes = dind_options(dind)
@@ -71,7 +71,11 @@ def compose_document(
             "container_name": host.container,
             "hostname": host.name,
             "entrypoint": ["/bin/sh", "-c", init],
-            "ports": [f"127.0.0.1:{host.port}:22"],
+            "ports": [
+                f"127.0.0.1:{host.port}:22",
+                *([f"127.0.0.1:{host.http_port}:80"] if host.http_port else []),
+                *([f"127.0.0.1:{host.https_port}:443"] if host.https_port else []),
+            ],
             "stop_grace_period": "5s",
             "tmpfs": ["/run"],
             "labels": {LAB_LABEL: project, HOST_LABEL: host.name, **extra_labels},

@@ -35,6 +35,16 @@ class HostContainers(LabDir):
     def container_state(self, host: str) -> str:
         return self.container_states().get(host, "missing")
 
+    def container_addresses(self) -> dict[str, str]:
+        """Each running host container's address on the lab's docker network, by host name:
+        the address the other hosts (and their tasks) reach it on."""
+        hosts = self.hosts()
+        if not hosts:
+            return {}
+        argv = docker.container_addresses_argv([h.container for h in hosts])
+        found = docker.parse_container_addresses(local.run(argv, check=False).stdout)
+        return {h.name: found[h.container] for h in hosts if h.container in found}
+
     def container_port(self, host: str) -> int | None:
         """The loopback port docker publishes the host's sshd on (None when not running)."""
         proc = local.run(docker.port_argv(self.host(host).container), check=False)
@@ -84,7 +94,7 @@ class HostContainers(LabDir):
                 raise LabError(f"{host}: no ssh host key: {proc.stderr.strip()}")
             time.sleep(0.1)
 
-    def load_images(self, host: str, wanted: Sequence[str] = images.WORKLOAD_IMAGES) -> list[str]:
+    def load_images(self, host: str, wanted: Sequence[str] = images.HOST_IMAGES) -> list[str]:
         """Copy images into a host unless it has the same image id already. Returns the
         images that were loaded."""
         return images.load_images(self.host(host).container, wanted, hint=self.command("up"))

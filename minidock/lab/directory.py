@@ -13,7 +13,7 @@ import json
 import os
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +52,18 @@ INVENTORY_HEADER = (
 
 @dataclass(frozen=True)
 class LabHost:
-    """One host of the lab as written to the inventory."""
+    """One host of the lab as written to the inventory: its sshd's loopback port, and
+    (from `lab up` on) the loopback ports its ingress ports 80 and 443 are published on,
+    and its address on the lab's docker network, which the other hosts reach it on
+    (empty until the container has started)."""
 
     name: str
     port: int
     zone: str
     container: str
+    http_port: int = 0
+    https_port: int = 0
+    private_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,18 @@ class LabDir:
         """The DinD mode this lab was set up with ("" when none yet)."""
         state = self._state()
         return str(state.get("dind", "")) if state.get("project") == self.project else ""
+
+    def record_addresses(self, addresses: Mapping[str, str]) -> list[LabHost]:
+        """Write each host's private address (host name -> address) into lab.json; returns
+        the hosts as now recorded."""
+        state = self._state()
+        hosts = [
+            replace(h, private_address=addresses.get(h.name, h.private_address))
+            for h in self.hosts()
+        ]
+        state["hosts"] = [asdict(h) for h in hosts]
+        write_atomic(self.state_path, json.dumps(state, indent=2).encode())
+        return hosts
 
     def write_state(
         self, hosts: Sequence[LabHost], dind: str, image: str, bastion: LabBastion | None = None

@@ -18,6 +18,7 @@ __all__ = [
     "COMPOSE_PROJECT_LABEL",
     "compose_down_argv",
     "compose_up_argv",
+    "container_addresses_argv",
     "container_states_argv",
     "exec_argv",
     "image_id_argv",
@@ -26,6 +27,7 @@ __all__ = [
     "import_argv",
     "info_argv",
     "load_argv",
+    "parse_container_addresses",
     "parse_container_states",
     "parse_image_tags",
     "parse_lines",
@@ -159,6 +161,30 @@ def parse_container_states(stdout: str) -> dict[str, str]:
         if name and status:
             states[name] = status
     return states
+
+
+def container_addresses_argv(containers: Sequence[str]) -> list[str]:
+    """`/NAME ADDRESS...` per running container: its addresses on its docker networks."""
+    template = "{{.Name}}{{range .NetworkSettings.Networks}} {{.IPAddress}}{{end}}"
+    return [
+        "docker",
+        "inspect",
+        "--type",
+        "container",
+        "-f",
+        template,
+        *_operands(containers, "container"),
+    ]
+
+
+def parse_container_addresses(stdout: str) -> dict[str, str]:
+    """Container name -> its first network address (containers without one left out)."""
+    found: dict[str, str] = {}
+    for line in stdout.splitlines():
+        name, *addresses = line.strip().lstrip("/").split() or [""]
+        if name and addresses:
+            found[name] = addresses[0]
+    return found
 
 
 def port_argv(container: str, port: str = "22/tcp") -> list[str]:

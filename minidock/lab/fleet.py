@@ -79,6 +79,14 @@ def _pick_port(taken: set[int]) -> int:
     raise LabError(f"no free port on 127.0.0.1 in {PORT_RANGE}")
 
 
+def _keep_or_pick(previous: int, kept: bool, taken: set[int]) -> int:
+    """A host's loopback port: its previous one while its container exists, else a free
+    one; added to `taken`."""
+    port = previous if kept and previous and previous not in taken else _pick_port(taken)
+    taken.add(port)
+    return port
+
+
 @dataclass
 class Lab(HostContainers):
     """A lab fleet rooted at `root` (default: the working directory), compose project
@@ -124,12 +132,13 @@ class Lab(HostContainers):
         for i in range(1, n + 1):
             name = f"host{i}"
             old = existing.get(name)
-            if old and states.get(name, "missing") != "missing" and old.port not in taken:
-                port = old.port
-            else:
-                port = _pick_port(taken)
-            taken.add(port)
-            hosts.append(LabHost(name, port, zone_for(i), f"{self.project}-{name}"))
+            kept = old is not None and states.get(name, "missing") != "missing"
+            ports = [_keep_or_pick(old.port if old else 0, kept, taken)]
+            for previous in (old.http_port, old.https_port) if old else (0, 0):
+                ports.append(_keep_or_pick(previous, kept, taken))
+            ssh, http, https = ports
+            container = f"{self.project}-{name}"
+            hosts.append(LabHost(name, ssh, zone_for(i), container, http, https))
         jump = self._prepare_bastion(taken) if bastion else None
         image = images.host_image_tag()
         document = compose_document(self.project, hosts, image, dind, self.labels, jump)
@@ -162,6 +171,7 @@ class Lab(HostContainers):
             host_keys[host.name] = self.read_host_key(host.name, deadline=started + timeout)
 
         parallel(setup, hosts)
+        hosts = self.record_addresses(self.container_addresses())
         bastion, routes = self.bastion(), ""
         if bastion is not None:
             routes = provision_bastion(self, bastion, public, hosts, host_keys, started + timeout)
@@ -248,7 +258,16 @@ class Lab(HostContainers):
         states = self.container_states()
         found = run_coro(probe.probe_hosts([self.ssh_host(h.name) for h in hosts]))
         return [
-            HostStatus(h.name, h.container, states[h.name], h.port, *astuple(p))
+            HostStatus(
+                h.name,
+                h.container,
+                states[h.name],
+                h.port,
+                *astuple(p),
+                http_port=h.http_port,
+                https_port=h.https_port,
+                private_address=h.private_address,
+            )
             for h, p in zip(hosts, found, strict=True)
         ]
 

@@ -26,19 +26,23 @@ from minidock.lab.errors import LabError
 
 __all__ = [
     "CRASH_IMAGE",
+    "HOST_IMAGES",
     "IMAGE_REPO",
     "LAB_LABEL",
+    "PROXY_IMAGE",
     "WEB5_IMAGE",
     "WEB6_IMAGE",
     "WEB_BROKEN_IMAGE",
     "WORKLOAD_IMAGES",
     "build_host_image",
+    "build_proxy_image",
     "build_images",
     "build_workload_image",
     "data",
     "host_image_tag",
     "image_id",
     "load_images",
+    "proxy_image_tag",
 ]
 
 IMAGE_REPO = "minidock-lab"
@@ -47,11 +51,16 @@ WEB6_IMAGE = f"{IMAGE_REPO}/web:6"
 WEB_BROKEN_IMAGE = f"{IMAGE_REPO}/web:broken"
 CRASH_IMAGE = f"{IMAGE_REPO}/crash:1"
 WORKLOAD_IMAGES = (WEB5_IMAGE, WEB6_IMAGE, WEB_BROKEN_IMAGE, CRASH_IMAGE)
+# The ingress proxy's default image name (minidock.model.Ingress.image): the lab's own
+# build of Debian's caddy is loaded into every host under it (no registry here).
+PROXY_IMAGE = "caddy:2"
+HOST_IMAGES = (*WORKLOAD_IMAGES, PROXY_IMAGE)  # what `lab up` loads into every host
 RECIPE_LABEL = "minidock.lab.recipe"
 LAB_LABEL = "minidock.lab"
 
 HOST_SUITE = "bookworm"
 HOST_PACKAGES = ("openssh-server", "docker.io", "iptables", "procps", "iproute2")
+PROXY_PACKAGES = ("caddy", "ca-certificates")
 BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = (
     "sh", "sleep", "httpd", "wget", "cat", "echo", "ls", "ps", "kill", "true", "false",
@@ -162,7 +171,15 @@ def build_workload_image(work: Workload) -> bool:
     return True
 
 
-# -- the host image ---------------------------------------------------------------------------
+# -- the host image and the proxy image (mmdebstrap minbase roots) ----------------------------
+_SLIM = (
+    '--aptopt=Acquire::Retries "3"',
+    "--dpkgopt=path-exclude=/usr/share/man/*",
+    "--dpkgopt=path-exclude=/usr/share/locale/*",
+    "--dpkgopt=path-exclude=/usr/share/doc/*",
+)
+
+
 def host_recipe() -> tuple[str, list[str], dict[str, bytes]]:
     """(recipe hash, mmdebstrap argv with {dir} for the uploads dir, files to upload)."""
     files = {"sshd_config": data("sshd_config"), "daemon.json": data("daemon.json")}
@@ -171,10 +188,7 @@ def host_recipe() -> tuple[str, list[str], dict[str, bytes]]:
         "--quiet",
         "--variant=minbase",
         f"--include={','.join(HOST_PACKAGES)}",
-        '--aptopt=Acquire::Retries "3"',
-        "--dpkgopt=path-exclude=/usr/share/man/*",
-        "--dpkgopt=path-exclude=/usr/share/locale/*",
-        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        *_SLIM,
         # every host makes its own host key at first start (see host-init.sh)
         '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
         "--customize-hook=upload {dir}/sshd_config /etc/ssh/sshd_config.d/minidock-lab.conf",
@@ -183,10 +197,14 @@ def host_recipe() -> tuple[str, list[str], dict[str, bytes]]:
         HOST_SUITE,
         "-",
     ]
-    digest = hashlib.sha256(json.dumps(argv).encode())
+    return _recipe_hash(argv, files), argv, files
+
+
+def _recipe_hash(argv: Sequence[str], files: dict[str, bytes], extra: Sequence[str] = ()) -> str:
+    digest = hashlib.sha256(json.dumps([*argv, *extra]).encode())
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + files[name])
-    return digest.hexdigest()[:12], argv, files
+    return digest.hexdigest()[:12]
 
 
 def host_image_tag() -> str:
@@ -194,22 +212,55 @@ def host_image_tag() -> str:
     return f"{IMAGE_REPO}/host:{host_recipe()[0]}"
 
 
-def build_host_image() -> bool:
-    """Build the host image (mmdebstrap | docker import) unless it exists. True if built.
+# What `docker import` sets on the proxy image: the official caddy image's layout (config
+# and data under /config and /data), so MiniDock runs either image the same way.
+PROXY_CHANGES = (
+    "ENV XDG_CONFIG_HOME=/config",
+    "ENV XDG_DATA_HOME=/data",
+    "WORKDIR /srv",
+    'CMD ["caddy", "run", "--resume"]',
+    "EXPOSE 80 443",
+)
+
+
+def proxy_recipe() -> tuple[str, list[str]]:
+    """(recipe hash, mmdebstrap argv) of the lab's ingress proxy image: Debian's caddy on
+    a minbase root (the binary links libc and libzstd: FLEET-NOTES)."""
+    argv = [
+        "mmdebstrap",
+        "--quiet",
+        "--variant=minbase",
+        f"--include={','.join(PROXY_PACKAGES)}",
+        *_SLIM,
+        '--customize-hook=mkdir -p "$1"/config "$1"/data "$1"/srv',
+        HOST_SUITE,
+        "-",
+    ]
+    return _recipe_hash(argv, {}, PROXY_CHANGES), argv
+
+
+def proxy_image_tag() -> str:
+    """The proxy image's cache tag (recipe-derived); it is also tagged PROXY_IMAGE."""
+    return f"{IMAGE_REPO}/proxy:{proxy_recipe()[0]}"
+
+
+def _build_root_image(
+    tag: str, recipe: str, argv: Sequence[str], changes: Sequence[str], files: dict[str, bytes]
+) -> bool:
+    """mmdebstrap | docker import into `tag` unless it holds `recipe`. True if built.
     It is imported under a temporary tag and tagged only when both steps succeeded."""
-    recipe, argv, files = host_recipe()
-    tag = host_image_tag()
     if image_recipe(tag) == recipe:
         return False
     if shutil.which("mmdebstrap") is None:
         raise LabError("mmdebstrap not installed (run scripts/engine.sh)")
-    staging = f"{IMAGE_REPO}/host:building-{os.getpid()}"
+    repo = tag.rpartition(":")[0]
+    staging = f"{repo}:building-{os.getpid()}"
     with tempfile.TemporaryDirectory(prefix="minidock-lab-") as tmp:
         for name, content in files.items():
             Path(tmp, name).write_bytes(content)
         debs, imported = local.pipe(
             [arg.replace("{dir}", tmp) for arg in argv],
-            docker.import_argv(staging, [_labels(recipe), 'CMD ["/bin/sh"]']),
+            docker.import_argv(staging, [_labels(recipe), *changes]),
             timeout=900,
         )
     if debs.returncode != 0 or imported.returncode != 0:
@@ -217,10 +268,25 @@ def build_host_image() -> bool:
         detail = (debs.stderr or imported.stderr).strip()
         if len(detail) > 3000:  # mmdebstrap: the error comes first, then its usage text
             detail = f"{detail[:1500]}\n...\n{detail[-1500:]}"
-        raise LabError(f"building the host image failed: {detail}")
+        raise LabError(f"building {tag} failed: {detail}")
     local.run(docker.tag_argv(staging, tag))
     local.run(docker.rmi_argv(staging), check=False)
     return True
+
+
+def build_host_image() -> bool:
+    """Build the host image (mmdebstrap | docker import) unless it exists. True if built."""
+    recipe, argv, files = host_recipe()
+    return _build_root_image(host_image_tag(), recipe, argv, ['CMD ["/bin/sh"]'], files)
+
+
+def build_proxy_image() -> bool:
+    """Build the proxy image unless it exists, and tag it PROXY_IMAGE. True if built."""
+    recipe, argv = proxy_recipe()
+    built = _build_root_image(proxy_image_tag(), recipe, argv, PROXY_CHANGES, {})
+    if built or image_id(PROXY_IMAGE) != image_id(proxy_image_tag()):
+        local.run(docker.tag_argv(proxy_image_tag(), PROXY_IMAGE))
+    return built
 
 
 def build_images() -> dict[str, float]:
@@ -233,6 +299,9 @@ def build_images() -> dict[str, float]:
     started = time.monotonic()
     if build_host_image():
         timings[host_image_tag()] = time.monotonic() - started
+    started = time.monotonic()
+    if build_proxy_image():
+        timings[proxy_image_tag()] = time.monotonic() - started
     return timings
 
 

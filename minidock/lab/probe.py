@@ -42,6 +42,25 @@ class HostStatus:
     docker: bool  # `docker ps` over that session succeeded
     running: int | None  # containers running on the host (None when docker did not answer)
     error: str = ""
+    http_port: int = 0  # loopback port of the host's port 80 (0: not published)
+    https_port: int = 0  # loopback port of the host's port 443
+    private_address: str = ""  # the address other hosts reach it on (the lab network's)
+
+    def document(self) -> dict[str, object]:
+        """This host in `lab status --json` (docs/lab.md)."""
+        return {
+            "name": self.name,
+            "ssh_port": self.port,
+            "http_port": self.http_port,
+            "https_port": self.https_port,
+            "private_address": self.private_address,
+            "container": self.container,
+            "state": self.state,
+            "ssh": self.ssh,
+            "docker": self.docker,
+            "running": self.running,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True)

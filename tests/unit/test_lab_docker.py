@@ -111,3 +111,15 @@ def test_parsers() -> None:
     }
     assert docker.parse_lines("/a b/.lab\n\n/c/.lab\n") == ["/a b/.lab", "/c/.lab"]
     assert docker.parse_words("id1\nid2 id3\n") == ["id1", "id2", "id3"]
+
+
+def test_container_addresses() -> None:
+    assert docker.container_addresses_argv(["p-host1"]) == [
+        "docker", "inspect", "--type", "container", "-f",
+        "{{.Name}}{{range .NetworkSettings.Networks}} {{.IPAddress}}{{end}}", "p-host1",
+    ]  # fmt: skip
+    out = "/p-host1 172.18.0.2\n/p-host2\n\n/p-host3 172.18.0.4 10.0.0.9\n"
+    assert docker.parse_container_addresses(out) == {
+        "p-host1": "172.18.0.2",
+        "p-host3": "172.18.0.4",
+    }

@@ -101,3 +101,22 @@ def test_dind_options() -> None:
     assert "privileged" not in options
     assert options["device_cgroup_rules"] == ["a *:* rwm"]
     assert volumes == ["/sys/fs/cgroup:/sys/fs/cgroup:rw"]
+
+
+def test_a_host_publishes_its_ingress_ports_on_loopback() -> None:
+    edge = LabHost("host1", 23001, "a", "p-host1", http_port=23101, https_port=23102)
+    document = compose_document("p", [edge], "minidock-lab/host:x", "caps", {})
+    assert document["services"]["host1"]["ports"] == [
+        "127.0.0.1:23001:22",
+        "127.0.0.1:23101:80",
+        "127.0.0.1:23102:443",
+    ]
+
+
+def test_lab_json_records_each_hosts_private_address(tmp_path: Path) -> None:
+    lab = LabDir(tmp_path, "p")
+    lab.write_state(HOSTS, "caps", "img")
+    hosts = lab.record_addresses({"host2": "172.18.0.3"})
+    assert [h.private_address for h in hosts] == ["", "172.18.0.3"]
+    assert lab.host("host2").private_address == "172.18.0.3"
+    assert LabDir(tmp_path, "p").hosts() == hosts

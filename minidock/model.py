@@ -104,6 +104,12 @@ class Host:
     identities_only: bool = False
     identity_agent: str | None = None
     proxy_jump: tuple[Jump, ...] = ()
+    private_address: str = ""  # where the other hosts reach it ("": its address)
+
+    @property
+    def reached_at(self) -> str:
+        """The address other hosts (and their ingress proxies) reach this host on."""
+        return self.private_address or self.address
 
     def label(self, key: str) -> str | None:
         return dict(self.labels).get(key)

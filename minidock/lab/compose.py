@@ -59,8 +59,9 @@ def compose_document(
     bastion: LabBastion | None = None,
 ) -> dict[str, Any]:
     """The compose document for these hosts: one service per host, sshd and the ingress
-    ports 80 and 443 on pinned loopback ports, /var/lib/docker on a named volume, PID 1 the lab's init script; and
-    the bastion's service when there is one (minidock.lab.bastion)."""
+    ports 80 and 443 on pinned loopback ports, /var/lib/docker on a named volume, PID 1
+    the lab's init script; and the bastion's service when there is one
+    (minidock.lab.bastion)."""
     init = data("host-init.sh").decode()
     options, dind_volumes = dind_options(dind)
     services: dict[str, Any] = {}

@@ -114,6 +114,7 @@ def inventory_document(
                 "name": h.name,
                 "address": LOOPBACK,
                 "port": h.port,
+                **({"private_address": h.private_address} if h.private_address else {}),
                 "labels": {"zone": h.zone},
                 "cpus": HOST_CPUS,
                 "memory": HOST_MEMORY,

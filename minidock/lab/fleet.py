@@ -17,7 +17,7 @@ import random
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -263,7 +263,10 @@ class Lab(HostContainers):
                 h.container,
                 states[h.name],
                 h.port,
-                *astuple(p),
+                p.ssh,
+                p.docker,
+                p.running,
+                p.error,
                 http_port=h.http_port,
                 https_port=h.https_port,
                 private_address=h.private_address,

@@ -87,6 +87,8 @@ def _build_host(
         proxy_jump=merged.get("proxy_jump"),
     )
     kwargs: dict[str, Any] = {k: merged[k] for k in ("down_after",) if k in merged}
+    if "private_address" in entry:
+        kwargs["private_address"] = entry["private_address"]
     kwargs |= durations | sshconfig.resolve(given, config_files)
     if "cpus" in entry:
         kwargs["cpus"] = float(entry["cpus"])

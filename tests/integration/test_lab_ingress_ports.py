@@ -42,7 +42,7 @@ def test_status_json_names_each_hosts_ports_and_private_address(fleet: Fleet) ->
         assert {"name", "ssh_port", "http_port", "https_port", "private_address"} <= set(h)
         assert h["ssh_port"] == fleet.port(h["name"])
         ports |= {h["ssh_port"], h["http_port"], h["https_port"]}
-        assert h["ssh"] and h["docker"], h
+        assert (h["ssh"], h["docker"]) == (True, True), h
     assert len(ports) == 3 * len(hosts)  # every port its own
     assert len({h["private_address"] for h in hosts}) == len(hosts)
 
@@ -50,27 +50,58 @@ def test_status_json_names_each_hosts_ports_and_private_address(fleet: Fleet) ->
 def test_port_80_of_a_host_is_reached_on_its_loopback_port(fleet: Fleet) -> None:
     host = lab_status(fleet)["hosts"][0]  # type: ignore[index]
     name = host["name"]
-    fleet.docker(name, "run", "-d", "--name", "smoke-80", "--label", SMOKE, "-p", "80:8080",
-                 WEB5_IMAGE, check=True)  # fmt: skip
-    fleet.docker(name, "exec", "smoke-80", "sh", "-c",
-                 "until wget -qO- http://127.0.0.1:8080/; do sleep 0.1; done", check=True)  # fmt: skip
+    fleet.docker(
+        name,
+        "run",
+        "-d",
+        "--name",
+        "smoke-80",
+        "--label",
+        SMOKE,
+        "-p",
+        "80:8080",
+        WEB5_IMAGE,
+        check=True,
+    )
+    fleet.docker(
+        name,
+        "exec",
+        "smoke-80",
+        "sh",
+        "-c",
+        "until wget -qO- http://127.0.0.1:8080/; do sleep 0.1; done",
+        check=True,
+    )
     with urllib.request.urlopen(f"http://127.0.0.1:{host['http_port']}/", timeout=5) as reply:
         assert reply.read() == b"web 5\n"
 
 
 def test_hosts_reach_each_other_on_private_addresses(fleet: Fleet) -> None:
     first, second = lab_status(fleet)["hosts"][:2]  # type: ignore[index]
-    fleet.docker(second["name"], "run", "-d", "--name", "smoke-private", "--label", SMOKE,
-                 "-p", f"{second['private_address']}:28080:8080", WEB5_IMAGE, check=True)  # fmt: skip
+    fleet.docker(
+        second["name"],
+        "run",
+        "-d",
+        "--name",
+        "smoke-private",
+        "--label",
+        SMOKE,
+        "-p",
+        f"{second['private_address']}:28080:8080",
+        WEB5_IMAGE,
+        check=True,
+    )
     url = f"http://{second['private_address']}:28080/"
     script = f"for i in 1 2 3 4 5 6 7 8 9 10; do wget -qO- {url} && exit 0; sleep 0.5; done; exit 1"
-    page = fleet.docker(first["name"], "run", "--rm", "--label", SMOKE, WEB5_IMAGE,
-                        "sh", "-c", script, check=True).stdout  # fmt: skip
+    page = fleet.docker(
+        first["name"], "run", "--rm", "--label", SMOKE, WEB5_IMAGE, "sh", "-c", script, check=True
+    ).stdout
     assert page == "web 5\n"
 
 
 def test_the_proxy_image_is_on_every_host_under_its_default_name(fleet: Fleet) -> None:
     for name in fleet.hosts:
-        version = fleet.docker(name, "run", "--rm", "--label", SMOKE, PROXY_IMAGE,
-                               "caddy", "version", check=True).stdout  # fmt: skip
-        assert version.startswith("v2."), (name, version)
+        version = fleet.docker(
+            name, "run", "--rm", "--label", SMOKE, PROXY_IMAGE, "caddy", "version", check=True
+        ).stdout
+        assert version.lstrip("v").startswith("2."), (name, version)  # Debian's: "2.6.2"

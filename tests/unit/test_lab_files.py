@@ -120,3 +120,12 @@ def test_lab_json_records_each_hosts_private_address(tmp_path: Path) -> None:
     assert [h.private_address for h in hosts] == ["", "172.18.0.3"]
     assert lab.host("host2").private_address == "172.18.0.3"
     assert LabDir(tmp_path, "p").hosts() == hosts
+
+
+def test_the_inventory_gives_each_hosts_private_address(tmp_path: Path) -> None:
+    lab = LabDir(tmp_path, "p")
+    hosts = [HOSTS[0], LabHost("host2", 23002, "b", "p-host2", private_address="172.18.0.3")]
+    lab.write_inventory(hosts)
+    first, second = load_inventory(lab.inventory_path).hosts
+    assert (first.private_address, first.reached_at) == ("", "127.0.0.1")  # default: address
+    assert (second.private_address, second.reached_at) == ("172.18.0.3", "172.18.0.3")

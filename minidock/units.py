@@ -15,6 +15,8 @@ from fractions import Fraction
 
 __all__ = [
     "DURATION_PATTERN",
+    "MAX_DURATION",
+    "MAX_SIZE",
     "SIZE_PATTERN",
     "approx_size",
     "format_duration",
@@ -34,6 +36,12 @@ _DURATION_UNITS = (Fraction(3600), Fraction(60), Fraction(1), Fraction(1, 1000))
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DURATION_HINT = "use a number of seconds or a string like '500ms', '2s', '1m30s', '1h'"
 _SIZE_HINT = "use a number of bytes or a string like '512KiB', '256MiB', '8GiB', '100M'"
+# Docker's limits (Go's time.Duration and int64 byte counts), to the millisecond for
+# durations, so that every value read here can be handed to Docker as it was written.
+MAX_DURATION = Fraction(9_223_372_036_854, 1000)
+MAX_SIZE = (1 << 63) - 1
+_TOO_LONG = "too long: at most 2562047h47m16.854s (about 292 years, Docker's limit)"
+_TOO_LARGE = "too large: at most 9223372036854775807 bytes (8EiB, Docker's limit)"
 
 
 def parse_duration(value: str | int | float) -> float:
@@ -41,10 +49,12 @@ def parse_duration(value: str | int | float) -> float:
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}: {_DURATION_HINT}")
     if isinstance(value, int | float):
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"invalid duration {value!r}: must be a finite number")
         if value < 0:
             raise ValueError(f"invalid duration {value!r}: must not be negative")
+        if value > MAX_DURATION:
+            raise ValueError(f"invalid duration: {_TOO_LONG}")
         return float(value)
     if not isinstance(value, str):
         raise ValueError(f"invalid duration {value!r}: {_DURATION_HINT}")
@@ -61,6 +71,8 @@ def parse_duration(value: str | int | float) -> float:
         ),
         Fraction(0),
     )
+    if total > MAX_DURATION:
+        raise ValueError(f"invalid duration: {_TOO_LONG}")
     return float(total)
 
 
@@ -71,6 +83,8 @@ def parse_size(value: str | int) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"invalid size {value!r}: must not be negative")
+        if value > MAX_SIZE:
+            raise ValueError(f"invalid size: {_TOO_LARGE}")
         return value
     if not isinstance(value, str):
         raise ValueError(f"invalid size {value!r}: {_SIZE_HINT}")
@@ -78,7 +92,10 @@ def parse_size(value: str | int) -> int:
     if match is None:
         raise ValueError(f"invalid size {value!r}: {_SIZE_HINT}")
     number, unit = match.group(1), match.group(2) or ""
-    return int(number) * _SIZE_UNITS[unit[:1].upper()]
+    size = int(number) * _SIZE_UNITS[unit[:1].upper()]
+    if size > MAX_SIZE:
+        raise ValueError(f"invalid size: {_TOO_LARGE}")
+    return size
 
 
 def format_duration(seconds: float) -> str:

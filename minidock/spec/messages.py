@@ -34,7 +34,8 @@ def key_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
         noun = "service name" if parts == ("services",) else "name"
         return _name_message(error, noun)
     if kind == "env name":
-        return f"invalid environment variable name {show(key)}: {_ENV_NAME_HINT}"
+        name = key.split("=", 1)[0] + "=..." if "=" in key else key  # no value after '='
+        return f"invalid environment variable name {show(name)}: {_ENV_NAME_HINT}"
     if kind == "label key":
         return f"invalid label key {show(key)}: {_LABEL_KEY_HINT}"
     if kind == "ulimit name":
@@ -96,7 +97,7 @@ def value_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
         if parts == ("hosts",) and isinstance(value, dict):
             message += " (write one [[hosts]] table per host)"
         return message
-    if kind in ("duration", "size") and keyword in ("pattern", "minimum"):
+    if kind in ("duration", "size") and keyword in ("pattern", "minimum", "x-parse"):
         try:
             (units.parse_duration if kind == "duration" else units.parse_size)(value)
         except ValueError as exc:
@@ -131,11 +132,11 @@ def value_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
 
 
 def _secret_bearing(parts: tuple[Part, ...]) -> bool:
-    """Under services.NAME.env or .secrets, or a registry's password: a value there may be
-    a secret, never echoed."""
-    if len(parts) >= 3 and parts[0] == "registries" and parts[2] == "password":
+    """Services.NAME.env or .secrets (or under them), a registry's table or its password: a
+    value there may be a secret (`env = "DB_PASSWORD=..."` too), never echoed."""
+    if parts[:1] == ("registries",) and (len(parts) <= 2 or parts[2] == "password"):
         return True
-    return len(parts) >= 4 and parts[0] == "services" and parts[2] in ("env", "secrets")
+    return len(parts) >= 3 and parts[0] == "services" and parts[2] in ("env", "secrets")
 
 
 def _secret_message(kind: str | None, keyword: str, limit: Any, value: Any) -> str:
@@ -162,6 +163,9 @@ def _secret_message(kind: str | None, keyword: str, limit: Any, value: Any) -> s
 def _type_message(kind: str | None, expected: str | list[str], value: Any) -> str:
     types = [expected] if isinstance(expected, str) else list(expected)
     want = _KIND_WORDS.get(kind or "") or " or ".join(_TYPE_WORDS.get(t, t) for t in types)
+    if types == ["object"] and isinstance(value, str):
+        # A string where a table belongs may be a setting written inline ("KEY=secret").
+        return f"expected {want}, got a string"
     message = f"expected {want}, got {_describe(value)}"
     if kind not in _KIND_WORDS and types == ["string"] and isinstance(value, int | float):
         message += f' (write it in quotes: "{show(value)}")'
@@ -225,6 +229,8 @@ def show(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return repr(value if len(value) <= 60 else value[:57] + "...")
+    if isinstance(value, int) and value.bit_length() > 63:
+        return "an integer beyond 64 bits"
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, list):
@@ -238,7 +244,7 @@ def show(value: Any) -> str:
 
 def _describe(value: Any) -> str:
     """A value with its TOML type: "string 'x'", "integer 3", "a table"."""
-    if isinstance(value, list | dict):
+    if isinstance(value, list | dict) or (isinstance(value, int) and value.bit_length() > 63):
         return show(value)
     kinds: list[tuple[type | tuple[type, ...], str]] = [
         (bool, "boolean"),

@@ -21,8 +21,16 @@ from typing import Any
 from jsonschema import validators  # type: ignore[import-untyped]
 from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]
 
+from minidock import units
 from minidock.spec.errors import Part, SpecError
 from minidock.spec.messages import key_message, render, show, unknown_key, value_message
+
+# MiniDock's files nest a handful of levels (services.web.ulimits.nofile.soft); anything
+# deeper is a mistake, refused before the schema walks it.
+MAX_DEPTH = 32
+_TOO_DEEP = "arrays or tables nested too deeply"
+_TOO_LONG_NUMBER = "a number too long to read (TOML integers are 64-bit)"
+_INT64 = range(-(1 << 63), 1 << 63)
 
 _TOML_AT = re.compile(
     r"^(?P<msg>.*) \((?:at line (?P<line>\d+), column (?P<col>\d+)|at end of document)\)$"
@@ -42,24 +50,44 @@ def read_toml(path: Path, display: str) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise SpecError(display, "", f"not UTF-8 text (bad byte at offset {exc.start})") from None
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
+    except RecursionError:
+        raise SpecError(display, "", f"invalid TOML: {_TOO_DEEP}") from None
     except tomllib.TOMLDecodeError as exc:
-        found = _TOML_AT.match(str(exc))
-        if found is None:
-            raise SpecError(display, "", f"invalid TOML: {exc}") from None
-        msg = found["msg"][:1].lower() + found["msg"][1:]
-        if msg.startswith("cannot overwrite a value"):
-            msg += " (is a key set twice?)"
-        if found["line"] is None:
-            raise SpecError(display, "", f"invalid TOML at end of document: {msg}") from None
-        line, col = int(found["line"]), int(found["col"])
-        raise SpecError(
-            display,
-            "",
-            f"invalid TOML at line {line}, column {col}: {msg}",
-            line=line,
-            column=col,
-        ) from None
+        raise _toml_error(exc, display) from None
+    except ValueError:  # an integer past Python's digit limit for int()
+        raise SpecError(display, "", f"invalid TOML: {_TOO_LONG_NUMBER}") from None
+    _check_depth(doc, display)
+    return doc
+
+
+def _toml_error(exc: tomllib.TOMLDecodeError, display: str) -> SpecError:
+    """The SpecError for a TOML syntax error, with its line and column."""
+    found = _TOML_AT.match(str(exc))
+    if found is None:
+        return SpecError(display, "", f"invalid TOML: {exc}")
+    msg = found["msg"][:1].lower() + found["msg"][1:]
+    if msg.startswith("cannot overwrite a value"):
+        msg += " (is a key set twice?)"
+    if found["line"] is None:
+        return SpecError(display, "", f"invalid TOML at end of document: {msg}")
+    line, col = int(found["line"]), int(found["col"])
+    return SpecError(
+        display, "", f"invalid TOML at line {line}, column {col}: {msg}", line=line, column=col
+    )
+
+
+def _check_depth(doc: dict[str, Any], display: str) -> None:
+    """Refuse values nested deeper than MAX_DEPTH, naming the outermost few keys."""
+    stack: list[tuple[tuple[Part, ...], Any]] = [((), doc)]
+    while stack:
+        parts, node = stack.pop()
+        if len(parts) > MAX_DEPTH:
+            raise SpecError(display, render(parts[:4]), f"{_TOO_DEEP} (at most {MAX_DEPTH} levels)")
+        if isinstance(node, dict):
+            stack += [((*parts, k), v) for k, v in node.items()]
+        elif isinstance(node, list):
+            stack += [((*parts, i), v) for i, v in enumerate(node)]
 
 
 def resolve(base_dir: str, value: str) -> str:
@@ -85,7 +113,25 @@ def _pattern_keyword(
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-_Validator = validators.extend(validators.Draft202012Validator, {"pattern": _pattern_keyword})
+def _parse_keyword(
+    validator: Any, kind: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    """`x-parse`: a duration or size that passes its type, pattern and minimum must also
+    parse (so within Docker's limits); the other keywords word the other problems."""
+    if validator.is_type(instance, "string"):
+        if not compile_pattern(schema.get("pattern", "")).search(instance):
+            return
+    elif not validator.is_type(instance, "number") or not 0 <= instance < math.inf:
+        return  # NaN and infinity are reported whatever their key
+    try:
+        (units.parse_duration if kind == "duration" else units.parse_size)(instance)
+    except ValueError as exc:
+        yield ValidationError(str(exc))
+
+
+_Validator = validators.extend(
+    validators.Draft202012Validator, {"pattern": _pattern_keyword, "x-parse": _parse_keyword}
+)
 
 
 @functools.cache
@@ -119,13 +165,25 @@ def check_schema(kind: str, doc: dict[str, Any], display: str) -> None:
     """Raise the first JSON Schema problem in `doc`, in document order."""
     issues = [i for e in _validator(kind).iter_errors(doc) for i in _issues(e, doc)]
     issues += [
-        _Issue(_position(doc, parts), parts, f"must be a finite number, got {show(value)}")
+        _Issue(_position(doc, parts), parts, message)
         for parts, value in _walk(doc, ())
-        if isinstance(value, float) and not math.isfinite(value)
+        if (message := _unrepresentable(value)) is not None
     ]
     if issues:
         first = min(issues)
         raise SpecError(display, render(first.path), first.message)
+
+
+def _unrepresentable(value: Any) -> str | None:
+    """What makes a value unusable whatever its key: NaN or infinity, an integer beyond
+    64 bits (TOML's range), a NUL byte (no path, argument or label can carry one)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {show(value)}"
+    if isinstance(value, int) and not isinstance(value, bool) and value not in _INT64:
+        return "must be a 64-bit integer (-9223372036854775808..9223372036854775807)"
+    if isinstance(value, str) and "\0" in value:
+        return "must not contain a NUL byte"
+    return None
 
 
 def _walk(node: Any, parts: tuple[Part, ...]) -> Iterator[tuple[tuple[Part, ...], Any]]:

@@ -59,7 +59,7 @@ def validate(file: Path) -> ValidateOutcome:
         with file.open("rb") as fh:
             doc = tomllib.load(fh)
         is_inventory = "hosts" in doc or ("defaults" in doc and "services" not in doc)
-    except (OSError, ValueError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+    except (OSError, ValueError, RecursionError):  # TOMLDecodeError is a ValueError
         is_inventory = False  # let the loader say what is wrong, in its own words
     try:
         if is_inventory:

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidock.units import format_duration, format_size, parse_duration, parse_size
+from minidock.units import (
+    MAX_DURATION,
+    MAX_SIZE,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+)
 
 
 @pytest.mark.parametrize(
@@ -156,3 +163,24 @@ def test_duration_format_parses_back_within_a_millisecond(seconds: float) -> Non
 @given(st.integers(min_value=0, max_value=1 << 60))
 def test_size_round_trip(size: int) -> None:
     assert parse_size(format_size(size)) == size
+
+
+@pytest.mark.parametrize(
+    "value", ["9" * 400 + "h", 10**400, 1e300, "2562047h47m16.855s", 9_223_372_037]
+)
+def test_a_duration_past_dockers_limit_is_refused_not_overflowed(value: str | float) -> None:
+    with pytest.raises(ValueError, match=r"too long: at most 2562047h47m16\.854s"):
+        parse_duration(value)
+
+
+def test_the_longest_duration_is_docker_s_and_reads_back() -> None:
+    longest = parse_duration("2562047h47m16.854s")
+    assert longest == float(MAX_DURATION)
+    assert parse_duration(format_duration(longest)) == longest
+
+
+@pytest.mark.parametrize("value", ["9" * 400 + "GiB", "8388608TiB", 1 << 63, 10**400])
+def test_a_size_past_int64_is_refused(value: str | int) -> None:
+    with pytest.raises(ValueError, match="too large: at most 9223372036854775807 bytes"):
+        parse_size(value)
+    assert parse_size(MAX_SIZE) == MAX_SIZE

@@ -419,7 +419,7 @@ def redacted(plan: Plan, secrets: Sequence[str]) -> Plan:
         stop=tuple(replace(s, reason=redact(s.reason, secrets)) for s in plan.stop),
         pending=tuple(replace(p, reason=redact(p.reason, secrets)) for p in plan.pending),
         waiting=tuple(
-            Waiting(w.subject, redact(w.reason, secrets), w.degraded) for w in plan.waiting
+            Waiting(w.subject, redact(w.reason, secrets), w.kind, w.service) for w in plan.waiting
         ),
     )
     services = {

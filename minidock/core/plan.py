@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from minidock.core.state import ControllerState
 from minidock.model import Container, Event, Service, task_name
 
-__all__ = ["Pending", "Plan", "Run", "Stop", "Waiting"]
+__all__ = ["Pending", "Plan", "Run", "Stop", "WaitKind", "Waiting"]
 
 
 @dataclass(frozen=True)
@@ -45,25 +46,61 @@ class Pending:
     service: str
     slot: int
     reason: str
-    dependency: bool = False  # waits for a dependency (progress), not for a host (degraded)
+    dependency: str = ""  # the dependency it waits for ("": it waits for a host to take it)
+
+
+class WaitKind(enum.Enum):
+    """What a wait waits on. `moves`: passes resolve it with no change of the world (time
+    passes, a task starts, a host's failed probes count to `down_after`); the others wait
+    on the world (core/progress_rule.py decides the exit code from these)."""
+
+    HOST_PROBES = "host probes"  # a host failed its probes, not yet down_after times
+    BACKOFF = "backoff"  # a restart backoff that will expire
+    STARTING = "starting"  # a task starting, its health check not settled yet
+    REPLACEMENT = "replacement"  # a slot's new task starting while the old one serves
+    GATE = "gate"  # a rollout's new task in its health gate or monitor
+    DELAY = "delay"  # a rollout's `update.delay` between batches
+    STOPPING = "stopping"  # dependents stopping first (desired stopped)
+    ROLLOUT = "rollout"  # a rollout's count line: it moves when its slots do
+    HELD_DOWN = "held down"  # a task held on a host that is down (on_host_loss = wait)
+    PINNED = "pinned"  # a task held where its named volume is, though misplaced
+    STALLED = "stalled"  # a task paused by hand: it waits for someone to unpause it
+
+    @property
+    def moves(self) -> bool:
+        return self not in _STILL
+
+    @property
+    def degraded(self) -> bool:
+        """No pass changes it by itself, and it says so on its own (exit 4)."""
+        return self in (WaitKind.HELD_DOWN, WaitKind.PINNED)
+
+
+_STILL = frozenset({WaitKind.ROLLOUT, WaitKind.HELD_DOWN, WaitKind.PINNED, WaitKind.STALLED})
 
 
 class Waiting(str):
     """Progress not possible yet (a backoff, a health gate, an unreachable host), as its one
-    display line `SUBJECT: REASON`, with its parts kept for whoever formats it. `degraded`:
-    no pass will change it by itself (a task held on a host that is down)."""
+    display line `SUBJECT: REASON`, with its parts kept for whoever formats it: what it waits
+    on (`kind`), and the service it holds back ("" for a host's own line)."""
 
     subject: str
     reason: str
-    degraded: bool
+    kind: WaitKind
+    service: str
 
-    def __new__(cls, subject: str, reason: str, degraded: bool = False) -> Waiting:
+    def __new__(cls, subject: str, reason: str, kind: WaitKind, service: str = "") -> Waiting:
         line = super().__new__(cls, f"{subject}: {reason}")
-        line.subject, line.reason, line.degraded = subject, reason, degraded
+        line.subject, line.reason, line.kind, line.service = subject, reason, kind, service
         return line
 
-    def __reduce__(self) -> tuple[type[Waiting], tuple[str, str, bool]]:  # copy and pickle
-        return Waiting, (self.subject, self.reason, self.degraded)
+    @property
+    def degraded(self) -> bool:
+        """No pass will change it by itself (a task held on a host that is down)."""
+        return self.kind.degraded
+
+    def __reduce__(self) -> tuple[type[Waiting], tuple[str, str, WaitKind, str]]:
+        return Waiting, (self.subject, self.reason, self.kind, self.service)  # copy, pickle
 
 
 @dataclass(frozen=True)
@@ -84,16 +121,6 @@ class Plan:
     def converged(self) -> bool:
         """Nothing to do and nothing to wait for (a degraded fleet can be converged)."""
         return not (self.run or self.stop or self.pending or self.waiting or self.guard)
-
-    @property
-    def progressing(self) -> bool:
-        """Acts, or waits that passes resolve by themselves (exit 3, not yet converged)."""
-        return bool(
-            self.run
-            or self.stop
-            or any(p.dependency for p in self.pending)
-            or any(not w.degraded for w in self.waiting)
-        )
 
     def degraded(self) -> list[str]:
         """What runs less than wanted and no pass will fix alone: hosts down, tasks that no

@@ -25,7 +25,7 @@ from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
 from minidock.core.evolve import evolve
 from minidock.core.hosts import HostState, SeenTask
-from minidock.core.plan import Pending, Plan, Run, Stop, Waiting
+from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
 from minidock.core.scheduler import (
     Fleet,
     over_capacity,
@@ -324,7 +324,7 @@ def _probe_hosts(
         new = evolve(new, last_known=host)
         if new.unreachable:
             reason = f"unreachable ({new.failures}/{host.down_after} failed probes)"
-            waiting.append(Waiting(host.name, f"{reason}: {new.last_error}"))
+            waiting.append(Waiting(host.name, f"{reason}: {new.last_error}", WaitKind.HOST_PROBES))
         events += [event] if event else []
         hosts[host.name] = new
     return hosts, Effects(waiting=tuple(waiting), events=tuple(events))
@@ -433,25 +433,28 @@ def _stop_service(
     ]
     blocking = sorted({c.service for c in view.mine if c.service in dependents and c.live})
     if blocking and any(c.live for c in found):
-        return Effects(waiting=(Waiting(name, f"waiting for {', '.join(blocking)} to stop"),))
+        why = f"waiting for {', '.join(blocking)} to stop"
+        return Effects(waiting=(Waiting(name, why, WaitKind.STOPPING, name),))
     reason = f"service {name} is desired stopped"
     return Effects(
         stops=tuple(Stop(c, reason) for c in sorted(found, key=lambda c: (c.live, c.slot)))
     )
 
 
-def deps_block(services: Mapping[str, ServiceState], view: View, ss: ServiceState) -> str | None:
+def deps_block(
+    services: Mapping[str, ServiceState], view: View, ss: ServiceState
+) -> tuple[str, str] | None:
     """None when every dependency has all replicas running and healthy and is not rolling
-    (updating or rolling back); else why not."""
+    (updating or rolling back); else the first dependency that blocks, and why."""
     for dep in ss.spec.depends_on:
         dss = services.get(dep)
         if dss is None or dss.spec.desired != "running":
-            return f"waiting for dependency {dep} (not running)"
+            return dep, f"waiting for dependency {dep} (not running)"
         if dss.rollout.active:
-            return f"waiting for dependency {dep} to finish its rollout"
+            return dep, f"waiting for dependency {dep} to finish its rollout"
         healthy = {c.slot for c in view.mine if c.service == dep and ready(c)}
         if len(healthy & set(dss.slot_numbers())) < dss.wanted():
-            return f"waiting for dependency {dep} to be healthy"
+            return dep, f"waiting for dependency {dep} to be healthy"
     return None
 
 
@@ -580,7 +583,8 @@ def _held_waiting(ss: ServiceState, n: int, held: tuple[str, ...], view: View) -
         return Effects()
     h = down[0]
     why = f"on_host_loss = wait: stays on {h}, which is down (drain or forget {h} to move it)"
-    return Effects(waiting=(Waiting(f"{ss.spec.name}.{n}", why, degraded=True),))
+    name = ss.spec.name
+    return Effects(waiting=(Waiting(f"{name}.{n}", why, WaitKind.HELD_DOWN, name),))
 
 
 def _slot_without_task(
@@ -641,7 +645,7 @@ def _slot_with_tasks(
     if len(live) > 1:
         keep = _survivor(ss, n, live, spec, view)
         if keep is None:  # the assigned task is still starting: the others serve till then
-            wait = Waiting(f"{name}.{n}", "replacement starting")
+            wait = Waiting(f"{name}.{n}", "replacement starting", WaitKind.REPLACEMENT, name)
             return ss, fx + Effects(waiting=(wait,)), None, None
         reason = _fence_reason(ss, n, keep)
         fx = fx + Effects(stops=tuple(Stop(c, reason) for c in live if c is not keep))
@@ -658,11 +662,13 @@ def _slot_with_tasks(
     misplaced = view.misplaced(target, task)
     if misplaced and target.pinned and task.spec == spec:
         why = f"{misplaced}, but it holds its named volume there (drain --move-volumes-unsafe)"
-        return ss, fx + Effects(waiting=(Waiting(f"{name}.{n}", why, degraded=True),)), None, None
+        held = Waiting(f"{name}.{n}", why, WaitKind.PINNED, name)
+        return ss, fx + Effects(waiting=(held,)), None, None
     if task.spec != spec or misplaced:
         return ss, fx, None, task  # outdated: the rollout replaces it (constraints too)
     if not ready(task):
-        line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})")
+        kind = WaitKind.STARTING if task.state == "running" else WaitKind.STALLED
+        line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})", kind, name)
         fx = fx + Effects(waiting=(line,))
     return ss, fx, None, None
 
@@ -756,11 +762,12 @@ def _fill(
         return ss, Effects(), None
     if view.now < state.next_start:
         left = f"restart backoff, {state.next_start - view.now:.0f}s left"
-        return ss, Effects(waiting=(Waiting(f"{name}.{n}", left),)), None
+        return ss, Effects(waiting=(Waiting(f"{name}.{n}", left, WaitKind.BACKOFF, name),)), None
     blocked = deps_block(services, view, ss)
     if blocked:
         ss = with_slot(ss, n, slots.unplaced(state))
-        return ss, Effects(pending=(Pending(name, n, blocked, dependency=True),)), None
+        dep, why = blocked
+        return ss, Effects(pending=(Pending(name, n, why, dependency=dep),)), None
     kind = WantKind.RESTART if restart else WantKind.NEW
     only = ss.host_of(n) or (state.host if target.pinned else "")  # its host, its data
     return with_slot(ss, n, slots.vanish(state)), Effects(), Want(kind, name, n, target, only=only)
@@ -804,12 +811,12 @@ def _gate_rollout(
             fx = fx + Effects(stops=(Stop(newest, why, failure=True),), events=events)
         elif newest is None and view.holders(ss, n):
             inflight.append(n)  # on a host that did not answer: still counts in flight
-            fx = fx + Effects(waiting=(Waiting(f"{name}.{n}", "its host is unreachable"),))
+            fx = fx + Effects(waiting=(_unseen_gate(ss, n, view),))
         elif newest is None:
             since.pop(n, None)  # its run never happened: the slot is decided afresh
         else:
             inflight.append(n)
-            fx = fx + Effects(waiting=(Waiting(f"{name}.{n}", why),))
+            fx = fx + Effects(waiting=(Waiting(f"{name}.{n}", why, WaitKind.GATE, name),))
     r = replace(
         r,
         done=tuple(sorted(set(done))),
@@ -824,6 +831,15 @@ def _gate_rollout(
         ss = back_to_previous(ss, failed)
         fx = fx + Effects(events=(event,))
     return ss, fx
+
+
+def _unseen_gate(ss: ServiceState, n: int, view: View) -> Waiting:
+    """An in-flight task on a host that did not answer: it waits for the host's probes to
+    count (moves), or, held on a host that is down, for the operator (does not)."""
+    name, held = ss.spec.name, view.holders(ss, n)
+    if any(view.hosts[h].unreachable for h in held):
+        return Waiting(f"{name}.{n}", "its host is unreachable", WaitKind.HOST_PROBES, name)
+    return Waiting(f"{name}.{n}", f"its host {held[0]} is down", WaitKind.HELD_DOWN, name)
 
 
 def _gate_task(ss: ServiceState, n: int, new: list[Container]) -> Container | None:
@@ -885,8 +901,8 @@ def _move(
         return None, Effects(pending=(Pending(want.service, want.slot, why),))
     blocked = deps_block(services, view, services[want.service])
     if blocked is not None:
-        why = f"{want.why}: {blocked}"
-        return None, Effects(pending=(Pending(want.service, want.slot, why, dependency=True),))
+        dep, why = blocked[0], f"{want.why}: {blocked[1]}"
+        return None, Effects(pending=(Pending(want.service, want.slot, why, dependency=dep),))
     where = place(want.target, fleet, avoid=[want.old.host])
     if where.host is None:
         why = f"{want.why}: {where.why}"
@@ -927,16 +943,18 @@ def _advance_rollout(
         fx = fx + Effects(events=(started_event,))
     room = _room(ss.spec, r, now)
     if not r.inflight and now < r.last_batch_at + ss.spec.update.delay:
-        fx = fx + Effects(waiting=(Waiting(name, "update delay"),))
+        fx = fx + Effects(waiting=(Waiting(name, "update delay", WaitKind.DELAY, name),))
     blocked = deps_block(services, view, ss)
     # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
     # after slots not tried yet: the rollout moves on rather than retry one every pass
     due = [o for o in outdated if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed]
     due.sort(key=lambda o: len(ss.slot(o.slot).attempts))
+    fx = fx + _backing_off(ss, outdated, due, now)
     started: list[int] = []
     for o in due[: max(0, room)]:
         if blocked:
-            fx = fx + Effects(pending=(Pending(name, o.slot, blocked, dependency=True),))
+            waits = Pending(name, o.slot, blocked[1], dependency=blocked[0])
+            fx = fx + Effects(pending=(waits,))
             break
         run, replaced = _start_replacement(ss.spec, o, fleet, view)
         fx = fx + replaced
@@ -946,8 +964,23 @@ def _advance_rollout(
     if len(outdated) > len(started) or started or r.inflight:
         verb = "rolling back" if r.rollback else "updating"
         total = r.total or ss.wanted()
-        fx = fx + Effects(waiting=(Waiting(name, f"{verb} {len(r.done) + len(started)}/{total}"),))
+        count = f"{verb} {len(r.done) + len(started)}/{total}"
+        fx = fx + Effects(waiting=(Waiting(name, count, WaitKind.ROLLOUT, name),))
     return replace(ss, rollout=rollout.started(r, started)), fx
+
+
+def _backing_off(
+    ss: ServiceState, outdated: Sequence[Outdated], due: Sequence[Outdated], now: float
+) -> Effects:
+    """The outdated slots whose failed replacement waits out its backoff: the rollout goes
+    on when it expires."""
+    name, later = ss.spec.name, [o.slot for o in outdated if o not in due]
+    lines = (
+        Waiting(f"{name}.{n}", f"restart backoff, {left:.0f}s left", WaitKind.BACKOFF, name)
+        for n in later
+        if (left := ss.slot(n).next_start - now) > 0 and not ss.slot(n).failed
+    )
+    return Effects(waiting=tuple(lines))
 
 
 def _room(spec: Service, r: rollout.Rollout, now: float) -> int:

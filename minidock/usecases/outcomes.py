@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from minidock.core import Plan
+from minidock.core.progress_rule import outlook
 from minidock.core.rebalance import Move
 from minidock.model import ContainerState, Event, Health
 from minidock.plandoc import PlanDocument
@@ -65,14 +66,16 @@ class StoreDown(UseCaseError):
 
 def verdict(result: PassResult) -> ExitCode:
     """A pass's exit code: 1 an act failed, the mass-loss guard held the pass, a service
-    has Failed slots or a paused rollout (1 wins over 3); 0 converged; else 3 (backoff,
-    rollout, health gates, unplaced tasks)."""
+    has Failed slots or a paused rollout (1 wins over 3); 3 when something moves on by
+    itself (core/progress_rule.py); 4 when what remains waits on a change of the world
+    (hosts down, tasks no host takes, dependencies that cannot progress); else 0."""
     plan = result.plan
     if result.failures or plan.guard or plan.failed_slots() or plan.paused():
         return ExitCode.FAILED
-    if plan.progressing:
+    seen = outlook(plan)
+    if seen.progressing:
         return ExitCode.NOT_CONVERGED
-    return ExitCode.DEGRADED if plan.degraded() else ExitCode.OK
+    return ExitCode.DEGRADED if seen.stuck else ExitCode.OK
 
 
 def why(result: PassResult, code: ExitCode) -> str:
@@ -84,10 +87,11 @@ def why(result: PassResult, code: ExitCode) -> str:
         reasons += [f"{s}.{n} Failed" for s, n, _ in plan.failed_slots()]
         reasons += [f"{s} rollout paused" for s in plan.paused()]
         return "failed: " + _few(reasons)
+    seen = outlook(plan)
     if code is ExitCode.DEGRADED:
-        return "degraded: " + _few(plan.degraded())
+        return "degraded: " + _few(list(seen.stuck))
     if code is ExitCode.NOT_CONVERGED:
-        return "not converged: " + _few(list(waited_for(result)) or ["tasks are starting"])
+        return "not converged: " + _few([*seen.moving, *seen.stuck])
     return ""
 
 

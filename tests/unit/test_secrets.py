@@ -10,6 +10,7 @@ import pytest
 
 from minidock.commands import redact, run_argv, secrets_of
 from minidock.core import Waiting
+from minidock.core.plan import WaitKind
 from minidock.runner import all_secrets, redacted
 from minidock.spec import SpecError, load
 from tests.sim import World, host, svc
@@ -135,7 +136,7 @@ def test_a_plan_carries_no_secret_in_any_line() -> None:
         plan.state,
         stop=(),
         pending=(type(pending)("db", 1, pending.reason + " abc"),),
-        waiting=(Waiting("db.1", "abc"),),
+        waiting=(Waiting("db.1", "abc", WaitKind.STARTING, "db"),),
     )
     masked = redacted(leaky, all_secrets(plan.state))
     assert "abc" not in repr(masked.pending) + repr(masked.waiting)

@@ -3,21 +3,31 @@
 State written by MiniDock before the core had phase enums (hosts with `down`/`drained`
 booleans, slots with `failed`/`complete`) is read into today's phases, so an upgrade keeps
 every drain and every Failed slot.
+
+`Codec(box)` is what the stores use: the same JSON, with every secret value of a service
+(`model.secret_values`: its `secrets`, its registry password, env values under
+secret-looking keys) sealed by the box on the way out and opened on the way in
+(minidock.store.sealing); a clear value an older MiniDock wrote is read as it is. The
+module's own functions seal nothing: they are for values that hold no secret.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cattrs
-from cattrs.gen import make_dict_structure_fn
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from minidock.core.hosts import Availability, HostPhase, HostState
 from minidock.core.slots import SlotPhase, SlotState
+from minidock.model import Service, looks_secret
 
-_converter = cattrs.Converter()
+if TYPE_CHECKING:
+    from minidock.store.sealing import SecretBox
+
 T = TypeVar("T")
 
 
@@ -48,17 +58,85 @@ def _legacy_slot(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def _upgrading(cls: type[T], upgrade: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    base = make_dict_structure_fn(cls, _converter)
-    _converter.register_structure_hook(cls, lambda d, _: base(upgrade(d), cls))
+def _upgrading(
+    converter: cattrs.Converter, cls: type[T], upgrade: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    base = make_dict_structure_fn(cls, converter)
+    converter.register_structure_hook(cls, lambda d, _: base(upgrade(d), cls))
 
 
-_upgrading(HostState, _legacy_host)
-_upgrading(SlotState, _legacy_slot)
+_BOX: ContextVar[SecretBox | None] = ContextVar("minidock_codec_box", default=None)
+
+
+def _seal(value: str) -> str:
+    box = _BOX.get()
+    return value if box is None else box.seal(value)
+
+
+def _open(value: str) -> str:
+    box = _BOX.get()
+    return value if box is None else box.open(value)
+
+
+def _sealing(converter: cattrs.Converter) -> None:
+    """Service values with their secret values sealed out and opened in by the box of
+    the `Codec` call under way (none: as they are). One converter for the process: its
+    hooks are compiled once, not per store."""
+    unstructure = make_dict_unstructure_fn(Service, converter)
+    converter.register_unstructure_hook(
+        Service, lambda service: _secret_fields(unstructure(service), _seal)
+    )
+    _upgrading(converter, Service, lambda d: _secret_fields(d, _open))
+
+
+def _secret_fields(d: dict[str, Any], change: Callable[[str], str]) -> dict[str, Any]:
+    """A service's data with `change` applied to each secret value (model.secret_values)."""
+    d = dict(d)
+    d["env"] = [[k, change(v) if looks_secret(k) and v else v] for k, v in d.get("env", ())]
+    d["secrets"] = [[k, change(v) if v else v] for k, v in d.get("secrets", ())]
+    auth = d.get("registry_auth")
+    if auth is not None and auth.get("password"):
+        d["registry_auth"] = {**auth, "password": change(auth["password"])}
+    return d
+
+
+_converter = cattrs.Converter(detailed_validation=False)  # a KeyProblem comes out as it is
+_upgrading(_converter, HostState, _legacy_host)
+_upgrading(_converter, SlotState, _legacy_slot)
+_sealing(_converter)
+
+
+class Codec:
+    """JSON round-trips for a store: secret values sealed with `box` (see the module)."""
+
+    def __init__(self, box: SecretBox) -> None:
+        self.box = box
+
+    def dumps(self, value: object) -> str:
+        """`value` as compact, stable JSON, its secret values sealed."""
+        return json.dumps(self.to_data(value), sort_keys=True, separators=(",", ":"))
+
+    def loads(self, text: str, kind: type[T]) -> T:
+        """A value of `kind` from `dumps` output (or an older store's clear JSON)."""
+        return self.from_data(json.loads(text), kind)
+
+    def to_data(self, value: object) -> Any:
+        token = _BOX.set(self.box)
+        try:
+            return _converter.unstructure(value)
+        finally:
+            _BOX.reset(token)
+
+    def from_data(self, data: Any, kind: type[T]) -> T:
+        token = _BOX.set(self.box)
+        try:
+            return _converter.structure(data, kind)
+        finally:
+            _BOX.reset(token)
 
 
 def dumps(value: object) -> str:
-    """Serialize a model value (dataclass tree) to compact, stable JSON."""
+    """Serialize a model value (dataclass tree) to compact, stable JSON (nothing sealed)."""
     return json.dumps(to_data(value), sort_keys=True, separators=(",", ":"))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
@@ -355,6 +356,27 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     return value
+
+
+# env keys whose values are secrets whatever they say (PRODUCT.md): masked like `secrets`,
+# sealed at rest, and `validate`/`apply` say to move them to `secrets`
+SECRET_LOOKING = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL|PRIVATE|_KEY$", re.IGNORECASE)
+
+
+def looks_secret(key: str) -> bool:
+    """Whether an env key looks like it names a secret (`*PASSWORD*`, `*SECRET*`,
+    `*TOKEN*`, `*_KEY`, `*CREDENTIAL*`, `*PRIVATE*`, in any case)."""
+    return SECRET_LOOKING.search(key) is not None
+
+
+def secret_values(service: Service) -> tuple[str, ...]:
+    """A service's values that are secrets, whatever their length: every `secrets` value,
+    its registry password, and its env values under secret-looking keys. Other env values
+    are configuration, shown as they are."""
+    env = (value for key, value in service.env if looks_secret(key))
+    auth = service.registry_auth
+    registry = (auth.password,) if auth is not None else ()
+    return tuple(v for v in (*env, *(value for _, value in service.secrets), *registry) if v)
 
 
 @dataclass(frozen=True)

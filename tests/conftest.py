@@ -5,7 +5,8 @@ which unit and integration tests share.
 
 No test reads the real user's SSH config: $MINIDOCK_SSH_CONFIG is "none" for the whole
 session (and every `minidock` subprocess it starts); tests of the SSH config name their
-own files."""
+own files. Every etcd state of the session is sealed with one key file, as each
+controller of an etcd state is given one: $MINIDOCK_KEY_FILE (docs/ha.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from minidock.store.sealing import KEY_ENV
 from tests.etcd import EtcdCluster, make_tls
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
@@ -22,6 +24,15 @@ INTEGRATION_DIR = Path(__file__).parent / "integration"
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ["MINIDOCK_SSH_CONFIG"] = "none"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def etcd_key_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """$MINIDOCK_KEY_FILE for the session (made on first use by the first etcd store)."""
+    path = tmp_path_factory.mktemp("keys") / "etcd-secrets.key"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KEY_ENV, str(path))
+        yield path
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

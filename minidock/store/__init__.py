@@ -1,14 +1,14 @@
 """The state store: one interface (`Store`, `WriterLock`), two backends.
 
-A directory is the embedded SQLite store (minidock.state, the default); an
+A directory is the embedded SQLite store (minidock.store.sqlite, the default); an
 `etcd://host:2379[,host:2379]/prefix` URL is the etcd v3 store that several controllers
 share, one acting at a time (minidock.store.etcd). Both keep the same things with the same
 semantics: generations, the controller's state, the event log, one writer.
 
-The functions here pick the backend by the location's type. The etcd backend (and its
-client library) is imported only for an etcd location, so the SQLite path never loads it;
-the SQLite adapter is imported when first used, since minidock.state imports
-minidock.store.base. See docs/state.md and docs/ha.md.
+`backend(location)` is the one place that looks at the location's type; it gives a
+`Backend`, and the functions here each ask it. The etcd backend (and its client library)
+is imported only for an etcd location, so the SQLite path never loads it. See
+docs/state.md and docs/ha.md.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from minidock.store.base import (
     GenerationRecord,
@@ -31,9 +31,11 @@ from minidock.store.base import (
     WriterBusy,
     WriterLock,
 )
-from minidock.store.location import SCHEMES, EtcdURL, parse_etcd_url
+from minidock.store.location import CLUSTERS, SCHEMES, EtcdURL, StateLocation, parse_etcd_url
 
 __all__ = [
+    "CLUSTERS",
+    "Backend",
     "GenerationRecord",
     "LeaseLost",
     "PortableStore",
@@ -45,6 +47,7 @@ __all__ = [
     "StoreUnusable",
     "WriterBusy",
     "WriterLock",
+    "backend",
     "cluster_location",
     "controller_id",
     "further_clusters",
@@ -56,44 +59,69 @@ __all__ = [
     "writer_lock",
 ]
 
-StateLocation = Path | EtcdURL
 ENV_STATE = "MINIDOCK_STATE"
+
+
+class Backend(Protocol):
+    """One state location and what can be done with it, whatever keeps it: the SQLite
+    backend (minidock.store.sqlite) for a directory, the etcd one (minidock.store.etcd)."""
+
+    @property
+    def location(self) -> StateLocation:
+        """Where the state is."""
+        ...
+
+    def open_reader(self) -> PortableStore:
+        """The store without the lock: readers see the last committed state."""
+        ...
+
+    def writer_lock(self) -> WriterLock:
+        """The location's one-writer lock (not yet taken)."""
+        ...
+
+    def has_state(self) -> bool:
+        """Whether anything was ever stored there (reading it creates nothing)."""
+        ...
+
+    def controller_id(self) -> str:
+        """The location's controller id (made once, random), labelled on every task."""
+        ...
+
+    def prepare(self) -> None:
+        """Make the location ready for a writer (a state directory is created, 0700)."""
+        ...
+
+    def cluster_location(self, name: str) -> StateLocation:
+        """Where the store keeps a cluster other than its own (the first applied):
+        DIR/clusters/NAME, or PREFIX/clusters/NAME, a whole store of its own."""
+        ...
+
+    def further_clusters(self) -> list[str]:
+        """The names of the clusters the store keeps beside its own, each with a state."""
+        ...
+
+
+def backend(location: StateLocation) -> Backend:
+    """The backend of a location: the one place that looks at what kind it is. The etcd
+    backend (and its client library) is imported only for an etcd location."""
+    if isinstance(location, EtcdURL):
+        with _needs_etcd():
+            from minidock.store.etcd import EtcdBackend
+        return EtcdBackend(location)
+    from minidock.store.sqlite import SQLiteBackend
+
+    return SQLiteBackend(location)
 
 
 def state_location(explicit: str | None) -> StateLocation:
     """--state, else $MINIDOCK_STATE, else .minidock/ in the working directory
-    (minidock.state.state_dir); an etcd URL in either is an etcd store."""
+    (minidock.store.directory.state_dir); an etcd URL in either is an etcd store."""
     named = explicit or os.environ.get(ENV_STATE)
     if named and named.startswith(SCHEMES):
         return parse_etcd_url(named)
-    from minidock.state import state_dir
+    from minidock.store.directory import state_dir
 
     return state_dir(explicit)
-
-
-CLUSTERS = "clusters"  # under a store: one sub-store per further cluster it holds
-
-
-def cluster_location(root: StateLocation, name: str) -> StateLocation:
-    """Where a store keeps a cluster other than the one it holds itself (the first
-    applied): DIR/clusters/NAME, or PREFIX/clusters/NAME, a whole store of its own."""
-    if isinstance(root, EtcdURL):
-        return replace(root, prefix=f"{root.prefix.rstrip('/')}/{CLUSTERS}/{name}")
-    return root / CLUSTERS / name
-
-
-def further_clusters(root: StateLocation) -> list[str]:
-    """The names of the clusters a store keeps beside its own, each with a state."""
-    if isinstance(root, EtcdURL):
-        with _needs_etcd():
-            from minidock.store import etcd
-        return etcd.further_clusters(root, CLUSTERS)
-    from minidock.store import sqlite
-
-    below = root / CLUSTERS
-    if not below.is_dir():
-        return []
-    return sorted(p.name for p in below.iterdir() if sqlite.has_state(p))
 
 
 def parse_location(text: str) -> StateLocation:
@@ -103,56 +131,39 @@ def parse_location(text: str) -> StateLocation:
     return Path(text).expanduser().absolute()
 
 
-def open_reader(location: StateLocation) -> PortableStore:
-    """The store without the lock: readers see the last committed state."""
-    if isinstance(location, EtcdURL):
-        with _needs_etcd():
-            from minidock.store.etcd import EtcdStore
-        return EtcdStore.open(location)
-    from minidock.store.sqlite import SQLiteStore
+def cluster_location(root: StateLocation, name: str) -> StateLocation:
+    """`Backend.cluster_location` of `root`."""
+    return backend(root).cluster_location(name)
 
-    return SQLiteStore.open(location)
+
+def further_clusters(root: StateLocation) -> list[str]:
+    """`Backend.further_clusters` of `root`."""
+    return backend(root).further_clusters()
+
+
+def open_reader(location: StateLocation) -> PortableStore:
+    """`Backend.open_reader` of `location`."""
+    return backend(location).open_reader()
 
 
 def writer_lock(location: StateLocation) -> WriterLock:
-    """The location's one-writer lock (not yet taken)."""
-    if isinstance(location, EtcdURL):
-        with _needs_etcd():
-            from minidock.store.etcd import EtcdWriter
-        return EtcdWriter(location)
-    from minidock.store.sqlite import SQLiteWriter
-
-    return SQLiteWriter(location)
+    """`Backend.writer_lock` of `location`."""
+    return backend(location).writer_lock()
 
 
 def has_state(location: StateLocation) -> bool:
-    """Whether anything was ever stored there (reading it creates nothing)."""
-    if isinstance(location, EtcdURL):
-        with _needs_etcd():
-            from minidock.store import etcd
-        return etcd.has_state(location)
-    from minidock.store import sqlite
-
-    return sqlite.has_state(location)
+    """`Backend.has_state` of `location`."""
+    return backend(location).has_state()
 
 
 def controller_id(location: StateLocation) -> str:
-    """The location's controller id (made once, random), labelled on every task it starts."""
-    if isinstance(location, EtcdURL):
-        with _needs_etcd():
-            from minidock.store import etcd
-        return etcd.controller_id(location)
-    from minidock.state import controller_id as directory_id
-
-    return directory_id(location)
+    """`Backend.controller_id` of `location`."""
+    return backend(location).controller_id()
 
 
 def prepare(location: StateLocation) -> None:
-    """Make the location ready for a writer: a state directory is created (0700)."""
-    if isinstance(location, Path):
-        from minidock.store import sqlite
-
-        sqlite.prepare(location)
+    """`Backend.prepare` of `location`."""
+    backend(location).prepare()
 
 
 @contextmanager

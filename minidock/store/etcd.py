@@ -27,9 +27,11 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from minidock import codec
+from minidock.codec import Codec
 from minidock.core import ControllerState
 from minidock.model import Cluster, Event
 from minidock.store.base import (
@@ -49,11 +51,21 @@ from minidock.store.etcd_client import (
     put,
     rpc,
 )
-from minidock.store.location import EtcdURL
+from minidock.store.location import CLUSTERS, EtcdURL, StateLocation
+from minidock.store.sealing import KEY_ENV, SEALED, KeyProblem, key_box
 
-__all__ = ["SCHEMA_VERSION", "EtcdStore", "EtcdWriter", "Keys", "Meta", "has_state"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "EtcdBackend",
+    "EtcdStore",
+    "EtcdWriter",
+    "Keys",
+    "Meta",
+    "has_state",
+    "seal_at_rest",
+]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1: secrets in clear (sealed by the first writer); 2: sealed
 _ID_DIGITS = 20  # zero-padded ids: the keys' byte order is the ids' order
 
 
@@ -116,6 +128,29 @@ class EtcdStore:
         self.keys = Keys(url.prefix)
         self._client: EtcdClient | None = client
         self._writer = writer
+        self._codec: Codec | None = None
+
+    @property
+    def codec(self) -> Codec:
+        """JSON with the secrets sealed by $MINIDOCK_KEY_FILE's key (read on first use;
+        made if missing while nothing here is sealed): without it, one line, exit 2."""
+        if self._codec is None:
+            named = os.environ.get(KEY_ENV)
+            if not named:
+                raise KeyProblem(
+                    f"{self.url}: no key for the state's secrets: set {KEY_ENV} to the key "
+                    "file every controller of this state is given (docs/ha.md)"
+                )
+            self._codec = Codec(key_box(Path(named).expanduser(), holds_sealed=self._sealed()))
+        return self._codec
+
+    def _sealed(self) -> bool:
+        """Whether the controller state or any generation holds a sealed value."""
+        marker = SEALED.encode()
+        found = self.kvs(self.keys.controller)
+        if found and marker in bytes(found[0].value):
+            return True
+        return any(marker in bytes(kv.value) for kv in _every(self, self.keys.generations, 0))
 
     @classmethod
     def open(cls, url: EtcdURL) -> EtcdStore:
@@ -161,7 +196,9 @@ class EtcdStore:
 
     def load(self) -> ControllerState:
         found = self.kvs(self.keys.controller)
-        return codec.loads(found[0].value.decode(), ControllerState) if found else ControllerState()
+        if not found:
+            return ControllerState()
+        return self.codec.loads(found[0].value.decode(), ControllerState)
 
     def latest_generation(self) -> tuple[int, Cluster] | None:
         end = range_end(self.keys.generations)
@@ -169,11 +206,13 @@ class EtcdStore:
         if not found:
             return None
         doc = json.loads(found[0].value)
-        return int(doc["id"]), codec.from_data(doc["cluster"], Cluster)
+        return int(doc["id"]), self.codec.from_data(doc["cluster"], Cluster)
 
     def generation(self, gen_id: int) -> Cluster | None:
         found = self.kvs(self.keys.generation(gen_id))
-        return codec.from_data(json.loads(found[0].value)["cluster"], Cluster) if found else None
+        if not found:
+            return None
+        return self.codec.from_data(json.loads(found[0].value)["cluster"], Cluster)
 
     def next_generation_id(self) -> int:
         if self._writer is not None:
@@ -215,7 +254,7 @@ class EtcdStore:
                     f"state.generation is {state.generation}, "
                     f"but the new generation's id is {gen_id}"
                 )
-            doc = generation_doc(gen_id, time.time(), source_path, generation)
+            doc = generation_doc(self.codec, gen_id, time.time(), source_path, generation)
             ops.append(put(self.keys.generation(gen_id), doc))
             new = replace(new, generation=gen_id)
         listed = list(events)
@@ -225,7 +264,7 @@ class EtcdStore:
             ops.append(put(self.keys.event_batch(last), batch))
             new = replace(new, event=last)
         ops += [
-            put(self.keys.controller, codec.dumps(state).encode()),
+            put(self.keys.controller, self.codec.dumps(state).encode()),
             put(self.keys.meta, new.dumps().encode()),
         ]
         writer.fenced_txn(ops, new)
@@ -250,9 +289,11 @@ class EtcdStore:
         return self._writer
 
 
-def generation_doc(gen_id: int, applied_at: float, source_path: str, cluster: Cluster) -> bytes:
+def generation_doc(
+    sealing: Codec, gen_id: int, applied_at: float, source_path: str, cluster: Cluster
+) -> bytes:
     doc = {"id": gen_id, "applied_at": applied_at, "source_path": source_path}
-    doc["cluster"] = codec.to_data(cluster)
+    doc["cluster"] = sealing.to_data(cluster)
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -363,9 +404,13 @@ class EtcdWriter:
         self.reload()
 
     def store(self) -> EtcdStore:
+        """The holder's store, an older state's clear secrets sealed first."""
         if not self.held:
             raise RuntimeError(f"the writer lock on {self.url} is not held")
-        return EtcdStore(self.url, self.client, self)
+        store = EtcdStore(self.url, self.client, self)
+        if 0 < self.meta.schema < SCHEMA_VERSION and self.meta_rev > 0:
+            seal_at_rest(store, self)
+        return store
 
     def fence(self) -> None:
         if self._key is None:
@@ -517,12 +562,14 @@ def read_snapshot(store: EtcdStore) -> Snapshot:
     generations = []
     for kv in _every(store, store.keys.generations, revision):
         doc = json.loads(kv.value)
-        cluster = codec.from_data(doc["cluster"], Cluster)
+        cluster = store.codec.from_data(doc["cluster"], Cluster)
         generations.append(
             GenerationRecord(int(doc["id"]), float(doc["applied_at"]), doc["source_path"], cluster)
         )
     found = store.kvs(store.keys.controller, revision=revision)
-    state = codec.loads(found[0].value.decode(), ControllerState) if found else ControllerState()
+    state = (
+        store.codec.loads(found[0].value.decode(), ControllerState) if found else ControllerState()
+    )
     events = [
         pair for kv in _every(store, store.keys.events, revision) for pair in event_batch(kv.value)
     ]
@@ -556,7 +603,10 @@ def write_snapshot(store: EtcdStore, writer: EtcdWriter, snapshot: Snapshot) -> 
         delete(keys.events, range_end(keys.events)),
     ]
     writes = [
-        put(keys.generation(g.id), generation_doc(g.id, g.applied_at, g.source_path, g.cluster))
+        put(
+            keys.generation(g.id),
+            generation_doc(store.codec, g.id, g.applied_at, g.source_path, g.cluster),
+        )
         for g in snapshot.generations
     ]
     events = list(snapshot.events)
@@ -571,7 +621,7 @@ def write_snapshot(store: EtcdStore, writer: EtcdWriter, snapshot: Snapshot) -> 
         commit=uuid.uuid4().hex,
     )
     final = [
-        put(keys.controller, codec.dumps(snapshot.state).encode()),
+        put(keys.controller, store.codec.dumps(snapshot.state).encode()),
         put(keys.meta, meta.dumps().encode()),
     ]
     writer.guarded_txn(clear)
@@ -579,3 +629,57 @@ def write_snapshot(store: EtcdStore, writer: EtcdWriter, snapshot: Snapshot) -> 
         writer.guarded_txn(writes[at : at + _OPS_PER_TXN])
     writer.guarded_txn(final)
     writer.reload()
+
+
+def seal_at_rest(store: EtcdStore, writer: EtcdWriter) -> None:
+    """A schema-1 state (secrets in clear): every generation and the controller state
+    rewritten sealed, PREFIX/meta last (schema 2), each step guarded by the lock; then the
+    history before it compacted, so no earlier revision still holds a clear value."""
+    snapshot = read_snapshot(store)
+    keys = store.keys
+    writes = [
+        put(
+            keys.generation(g.id),
+            generation_doc(store.codec, g.id, g.applied_at, g.source_path, g.cluster),
+        )
+        for g in snapshot.generations
+    ]
+    for at in range(0, len(writes), _OPS_PER_TXN):
+        writer.guarded_txn(writes[at : at + _OPS_PER_TXN])
+    new = replace(writer.meta, schema=SCHEMA_VERSION, writer=holder_text(), commit=uuid.uuid4().hex)
+    final = [
+        put(keys.controller, store.codec.dumps(snapshot.state).encode()),
+        put(keys.meta, new.dumps().encode()),
+    ]
+    writer.fenced_txn(final, new)
+    store.client.compact(writer.meta_rev)
+
+
+class EtcdBackend:
+    """An etcd prefix as minidock.store's `Backend`."""
+
+    def __init__(self, url: EtcdURL) -> None:
+        self.location = url
+
+    def open_reader(self) -> EtcdStore:
+        return EtcdStore.open(self.location)
+
+    def writer_lock(self) -> EtcdWriter:
+        return EtcdWriter(self.location)
+
+    def has_state(self) -> bool:
+        return has_state(self.location)
+
+    def controller_id(self) -> str:
+        return controller_id(self.location)
+
+    def prepare(self) -> None:
+        """Nothing to make: a prefix exists once something is written under it."""
+
+    def cluster_location(self, name: str) -> StateLocation:
+        return replace(
+            self.location, prefix=f"{self.location.prefix.rstrip('/')}/{CLUSTERS}/{name}"
+        )
+
+    def further_clusters(self) -> list[str]:
+        return further_clusters(self.location, CLUSTERS)

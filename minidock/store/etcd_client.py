@@ -75,6 +75,12 @@ class EtcdClient:
     def txn(self, request: Any) -> Any:
         return self._call("Txn", lambda m, t, md: m.kv.Txn(request, timeout=t, metadata=md))
 
+    def compact(self, revision: int) -> None:
+        """Drop every key's history before `revision` (the whole etcd keyspace's, as etcd's
+        own auto-compaction does), waiting until it is gone from the members' disks."""
+        request = rpc.CompactionRequest(revision=revision, physical=True)
+        self._call("Compact", lambda m, t, md: m.kv.Compact(request, timeout=t, metadata=md))
+
     def grant(self, ttl: int) -> Any:
         request = rpc.LeaseGrantRequest(TTL=ttl)
         return self._call(

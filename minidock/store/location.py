@@ -29,7 +29,16 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from minidock.store.base import StoreUnusable
 from minidock.units import format_duration, parse_duration
 
-__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_TTL", "SCHEMES", "Endpoint", "EtcdURL", "parse_etcd_url"]
+__all__ = [
+    "CLUSTERS",
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_TTL",
+    "SCHEMES",
+    "Endpoint",
+    "EtcdURL",
+    "StateLocation",
+    "parse_etcd_url",
+]
 
 SCHEMES = ("etcd://", "etcds://")
 DEFAULT_PORT = 2379
@@ -75,6 +84,10 @@ class EtcdURL:
     def describe(self) -> str:
         """The URL and its lease TTL, for the docs' and the tests' messages."""
         return f"{self} (lease ttl {format_duration(self.ttl)})"
+
+
+StateLocation = Path | EtcdURL  # where a state is: a directory, or a prefix in etcd
+CLUSTERS = "clusters"  # under a store: one sub-store per further cluster it holds
 
 
 def parse_etcd_url(text: str, environ: Mapping[str, str] | None = None) -> EtcdURL:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
+from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput
 from minidock.core.service import failure_action, rolled_back
 from minidock.core.state import ControllerState, ServiceState
@@ -145,27 +146,37 @@ def set_drained(
 
 
 def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerState, list[Event]]:
-    """`minidock forget HOST`: a host gone for good. Its tasks are recorded as lost, so
-    their slots (`on_host_loss = "wait"` ones too) are refilled elsewhere, and nothing is
-    left that would hold the host in the inventory."""
+    """`minidock forget HOST`: a host gone for good. The tasks that ran on it are recorded
+    as lost, so their slots (`on_host_loss = "wait"` ones too) are refilled elsewhere, and
+    nothing is left that would hold the host in the inventory. A slot whose record names a
+    task on another host (a replacement, made while HOST was down) keeps its record: only
+    the stale task HOST last ran for it is lost."""
     old = state.host(host)
     lost: list[Event] = []
     services = dict(state.services)
     for name, ss in state.services.items():
         for n, record in sorted(ss.slots.items()):
-            seen_there = any(t.service == name and t.slot == n for t in old.tasks)
-            if record.host == host or seen_there:
-                message = f"{name}.{n}: task {record.task or '?'} lost with {host}"
-                lost.append(Event(now, "task-lost", message, service=name, slot=n, host=host))
-                ss = replace(ss, slots={**ss.slots, n: slots.lose(record)})
+            if not _ran_on(record, name, n, host, old):
+                continue
+            message = f"{name}.{n}: task {record.task or '?'} lost with {host}"
+            lost.append(Event(now, "task-lost", message, service=name, slot=n, host=host))
+            ss = replace(ss, slots={**ss.slots, n: slots.lose(record)})
         services[name] = ss
-    for t in old.tasks:  # seen there, with no slot record (e.g. a rebuilt state)
+    for t in old.tasks:  # seen there, and no record of it lost above (stale, or rebuilt state)
         if not any(e.service == t.service and e.slot == t.slot for e in lost):
             message = f"{t.service}.{t.slot}: task {t.task} lost with {host}"
             lost.append(Event(now, "task-lost", message, service=t.service, slot=t.slot, host=host))
     hosts = {**state.hosts, host: host_machine.forgotten(old)}
     summary = Event(now, "host-forgotten", f"{host} forgotten: {len(lost)} tasks lost", host=host)
     return replace(state, hosts=hosts, services=services), [summary, *lost]
+
+
+def _ran_on(record: slots.SlotState, service: str, n: int, host: str, old: HostState) -> bool:
+    """Whether the slot's recorded task is the one HOST ran: the record says HOST, or it
+    names no host and HOST last answered with a task of the slot."""
+    if record.host:
+        return record.host == host
+    return any(t.service == service and t.slot == n for t in old.tasks)
 
 
 def note_failure(

@@ -3,14 +3,14 @@ record it with an `intent` event, then converge. A refused word changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from minidock import core
-from minidock.core import ControllerState, HostPhase
+from minidock.core import ControllerState
 from minidock.core.rebalance import moves as rebalance_moves
 from minidock.core.rebalance import record as record_moves
 from minidock.model import Event, Inventory
-from minidock.observe import observe
+from minidock.observe import observe, observe_host
 from minidock.store import StateLocation
 from minidock.usecases.access import (
     Desired,
@@ -34,6 +34,7 @@ from minidock.usecases.runtime import Runtime, connected
 
 Change = Callable[[ControllerState, Desired], ControllerState]  # may raise BadInput
 Forgets = Callable[[ControllerState, Desired], tuple[ControllerState, list[Event]]]
+Check = Callable[[ControllerState, Desired], Awaitable[None]]  # may raise BadInput
 
 
 async def _intent(
@@ -45,14 +46,18 @@ async def _intent(
     *,
     wait: bool,
     timeout: float,
+    check: Check | None = None,
 ) -> IntentOutcome:
-    """Record the operator's `change` in each target cluster and converge it there."""
+    """Record the operator's `change` in each target cluster and converge it there; `check`
+    (when given) looks at the world first, under the lock, and may refuse."""
 
     async def one_cluster(h: Held) -> IntentOutcome:
         require_applied(h.location)
         shown = labelled(report, tagged(h, len(targets)))
         async with writing(h.location, runtime.clock, Writer.OPERATOR) as store:
             desired = read_desired(store, h.location)
+            if check is not None:
+                await check(store.load(), desired)
             changed = change(store.load(), desired)
             changed, events = changed if isinstance(changed, tuple) else (changed, [])
             desired = admissible(changed, desired)  # e.g. a drain lets an unlisted host go
@@ -146,18 +151,24 @@ async def forget(
     *,
     cluster: str | None = None,
 ) -> IntentOutcome:
-    """HOST is gone for good: its tasks are recorded as lost and refilled elsewhere (those
-    of `on_host_loss = "wait"` services too), and the inventory may drop it. A host the
-    inventory lists that still answers is refused: drain it instead."""
+    """HOST is gone for good: the tasks that ran on it are recorded as lost and refilled
+    elsewhere (those of `on_host_loss = "wait"` services too), and the inventory may drop
+    it. HOST is probed first (by the inventory's details, else its last known ones): a
+    host that answers now is refused, whatever the stored state says: drain it instead."""
 
-    def change(state: ControllerState, desired: Desired) -> tuple[ControllerState, list[Event]]:
+    async def answers_now(state: ControllerState, desired: Desired) -> None:
         _known_host(desired.inventory, host, state)
-        hs = state.host(host)
-        if desired.inventory.host(host) is not None and hs.phase is HostPhase.READY:
+        details = desired.inventory.host(host) or state.host(host).last_known
+        assert details is not None  # _known_host: listed, or known to the state
+        async with connected(runtime) as executor:
+            probe = await observe_host(executor, details, desired.cluster.name, ports=False)
+        if probe.ok:
             raise BadInput(
-                f"{host} answers its probes: `minidock drain {host}` moves its tasks; "
+                f"{host} answered now: `minidock drain {host}` moves its tasks; "
                 "forget is for a host that is gone for good"
             )
+
+    def change(state: ControllerState, desired: Desired) -> tuple[ControllerState, list[Event]]:
         return core.forget(state, host, runtime.clock.now())
 
     return await _intent(
@@ -168,6 +179,7 @@ async def forget(
         f"forgot {host}",
         wait=False,
         timeout=0.0,
+        check=answers_now,
     )
 
 

@@ -3,6 +3,9 @@ causes carried to the top, `forget` that probes first, interrupts that lose no e
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from tests.integration.conftest import Fleet, Minidock
 
 HEALTH = """
@@ -52,3 +55,62 @@ def test_a_paused_host_that_leaves_nothing_able_to_progress_exits_4_every_pass(
     assert line.count("\n") == 1, line
     status = md.status()
     assert {s["name"]: s["state"] for s in status["services"]}["web"] == "degraded"
+
+
+WEB = """
+[services.web]
+image = "minidock-lab/web:5"
+replicas = 3
+constraints = ["zone != c"]
+""" + HEALTH.format(name="web")
+
+
+def events(md: Minidock, kind: str) -> list[dict[str, Any]]:
+    res = md("events", "--json")
+    assert res.returncode == 0, res.stderr
+    return [e for e in json.loads(res.stdout) if e["kind"] == kind]
+
+
+def test_forget_probes_the_host_first(md: Minidock, fleet: Fleet) -> None:
+    """A host that answers is refused, saying it answered now; right after `lab kill host2
+    --mode stop` (no pass has seen it fail, the state still says ready) forget probes it,
+    finds it gone and writes off the task it ran (it said "host2 answers its probes")."""
+    res = md("apply", str(md.spec(WEB)), "--wait", "--timeout", "90s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    refused = md("forget", "host2")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("minidock: host2 answered now: `minidock drain host2`")
+    on_host2 = {t["slot"]: t["id"] for t in md.tasks("web") if t["host"] == "host2"}
+    fleet.kill("host2", "stop")
+    forgot = md("forget", "host2")
+    assert forgot.returncode in (0, 3), forgot.stdout + forgot.stderr
+    lost = [(e["slot"], e["message"]) for e in events(md, "task-lost")]
+    assert lost == [(n, f"web.{n}: task {t} lost with host2") for n, t in on_host2.items()]
+
+
+def test_forget_of_a_host_whose_slots_were_refilled_keeps_their_records(
+    md: Minidock, fleet: Fleet
+) -> None:
+    """Once host3 is down and its slot refilled on another host, forget host3 writes off only
+    the stale task host3 ran; the replacement keeps its slot (it logged task-lost for the
+    healthy replacements and cleared their records), so nothing starts or stops after."""
+    res = md("apply", str(md.spec(WEB)), "--wait", "--timeout", "90s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    stale = {t["slot"]: t["id"] for t in md.tasks("web") if t["host"] == "host3"}
+    fleet.kill("host3", "stop")
+    for _ in range(6):
+        if md("reconcile").returncode == 4:  # degraded: host3 down, every slot refilled
+            break
+    replacements = {t["slot"]: (t["id"], t["host"]) for t in md.tasks("web")}
+    assert sorted(replacements) == [1, 2, 3]
+    assert all(host != "host3" for _, host in replacements.values())
+    forgot = md("forget", "host3")
+    assert forgot.returncode == 4, forgot.stdout + forgot.stderr  # host3 still down
+    assert "started " not in forgot.stdout
+    assert "stopped " not in forgot.stdout
+    lost = [(e["slot"], e["message"]) for e in events(md, "task-lost")]
+    assert lost == [(n, f"web.{n}: task {t} lost with host3") for n, t in stale.items()]
+    after = md("reconcile")
+    assert after.returncode == 4, after.stdout + after.stderr
+    assert after.stdout == ""
+    assert {t["slot"]: (t["id"], t["host"]) for t in md.tasks("web")} == replacements

@@ -90,6 +90,27 @@ def test_forgetting_the_lost_host_records_its_tasks_lost_and_moves_them() -> Non
     assert lost not in {r.host for r in plan.run}
 
 
+def test_forgetting_a_host_whose_slots_were_refilled_keeps_the_replacements_records() -> None:
+    """Issue 27: once host1 was down and its slots refilled on the other hosts, forget
+    host1 loses only the stale tasks host1 ran (by their own ids); every slot keeps the
+    record of its replacement, and the next pass changes nothing."""
+    w = fleet(3)
+    w.apply(svc("web", replicas=3))
+    w.converge()
+    stale = {c.slot: c.task for c in w.live("web") if c.host == "host1"}
+    w.kill_host("host1")
+    w.converge()
+    records = {n: (r.task, r.host) for n, r in w.state.services["web"].slots.items()}
+    assert all(host != "host1" for _, host in records.values())
+    state, events = forget(w.state, "host1", w.now)
+    lost = [(e.slot, e.message) for e in events if e.kind == "task-lost"]
+    assert lost == [(n, f"web.{n}: task {t} lost with host1") for n, t in sorted(stale.items())]
+    after = {n: (r.task, r.host) for n, r in state.services["web"].slots.items()}
+    assert after == records
+    w.state = state
+    assert_results(w.step())
+
+
 def test_an_unreachable_host_holds_its_slots_by_the_controllers_record() -> None:
     """A task started by this pass's decision on a host that then stops answering holds
     its slot, though the host never reported it: the slot's record says where it is."""

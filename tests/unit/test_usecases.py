@@ -576,7 +576,29 @@ def test_forget_refuses_a_listed_host_that_answers(setup: Setup) -> None:
     setup.converged()
     with pytest.raises(BadInput) as caught:
         run(usecases.forget("host1", setup.state, setup.runtime(), setup.report))
-    assert "host1 answers its probes: `minidock drain host1` moves its tasks" in str(caught.value)
+    assert "host1 answered now: `minidock drain host1` moves its tasks" in str(caught.value)
+
+
+def test_forget_probes_the_host_rather_than_read_the_stored_state(setup: Setup) -> None:
+    """Issue 27: right after a host stops, the stored state still says ready; forget
+    probes it, finds it gone and forgets it. A host the state calls down that answers now
+    is refused, and nothing is recorded."""
+    setup.converged()
+    gone = _carrier(setup)
+    setup.docker.down.add(gone)  # stopped just now: no pass has seen it fail yet
+    forgot = run(usecases.forget(gone, setup.state, setup.runtime(), setup.report))
+    assert forgot.message == f"forgot {gone}"
+    setup.docker.down.discard(gone)
+    setup.docker.down.add("host3" if gone != "host3" else "host2")
+    for _ in range(2):  # down_after = 2: the state now calls it down
+        run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
+    down = next(iter(setup.docker.down))
+    setup.docker.down.clear()  # ... and it answers again before the operator's forget
+    before = _db_bytes(setup)
+    with pytest.raises(BadInput) as caught:
+        run(usecases.forget(down, setup.state, setup.runtime(), setup.report))
+    assert f"{down} answered now" in str(caught.value)
+    assert _db_bytes(setup) == before
 
 
 def test_forget_lets_an_inventory_drop_a_dead_host_and_its_tasks_start_elsewhere(

@@ -65,12 +65,10 @@ __all__ = [
     "ps_argv",
     "published_ports_argv",
     "pull_argv",
-    "redact",
     "rm_argv",
     "run_argv",
     "run_options_args",
     "save_argv",
-    "secrets_of",
     "start_argv",
     "stop_argv",
     "task_logs_argv",
@@ -79,7 +77,9 @@ __all__ = [
 ]
 
 ENV_FILE_STDIN = "/dev/stdin"
-HEALTH_LOG_MAX = 200
+# a health check's output as Docker keeps it (4096 bytes): whole, so the masker sees every
+# secret in it before a line is cut (minidock.masking)
+HEALTH_LOG_MAX = 4096
 REDACTED = "***"
 
 _CONTAINER_STATES: frozenset[str] = frozenset(get_args(ContainerState))
@@ -641,33 +641,3 @@ def exec_argv(
     flags = ["-i"] if interactive else []
     flags += ["-t"] if tty else []
     return ["docker", "exec", *flags, _operand(id, "container"), *command]
-
-
-# -- secrets ----------------------------------------------------------------------------------
-SECRET_KEY = re.compile(r"PASS|SECRET|TOKEN|KEY|CREDENTIAL|AUTH|PRIVATE|CERT|SALT", re.I)
-SECRET_MIN = 4  # shortest value masked under a secret-looking key
-ANY_MIN = 8  # shortest value masked under any key
-
-
-def secrets_of(service: Service) -> tuple[str, ...]:
-    """The values of a service to mask in output: every value given by `secrets` and its
-    registry password, whatever their length; and of the inline `env`, every value under a
-    secret-looking key (PASSWORD, TOKEN, API_KEY, ...) of 4 or more characters and every
-    value of 8 or more characters.
-    Short ordinary env values (ROLE=db, PORT=8080) stay readable: masking them would
-    garble names and numbers in every message; a short secret belongs in `secrets`."""
-    inline = (
-        value
-        for key, value in service.env
-        if len(value) >= ANY_MIN or (SECRET_KEY.search(key) and len(value) >= SECRET_MIN)
-    )
-    auth = service.registry_auth
-    registry = (auth.password,) if auth is not None and auth.password else ()
-    return (*inline, *(value for _, value in service.secrets if value), *registry)
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of each secret with "***" (longest secrets first)."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text

@@ -26,10 +26,8 @@ from minidock.commands import (
     network_create_argv,
     network_owner_argv,
     pull_argv,
-    redact,
     rm_argv,
     run_argv,
-    secrets_of,
     start_argv,
     stop_argv,
 )
@@ -38,12 +36,12 @@ from minidock.core import (
     Plan,
     Run,
     Stop,
-    Waiting,
     note_exit,
     note_failure,
     reconcile,
     rollout_changes,
 )
+from minidock.masking import Masker, masker_for
 from minidock.model import (
     Cluster,
     Container,
@@ -87,7 +85,7 @@ class _Acts:
         inventory: Inventory,
         cluster: str,
         now: float,
-        secrets: Sequence[str],
+        mask: Masker,
         controller: str = "",
         *,
         graces: Mapping[tuple[str, str], int] | None = None,
@@ -97,7 +95,7 @@ class _Acts:
         self.executor = executor
         self.controller = controller  # labels every task this controller starts
         self.fence = fence  # raises LeaseLost once this controller no longer holds the lock
-        self.secrets = secrets
+        self.mask = mask  # the pass's masker: every line it records goes through it
         self.hosts = {h.name: h for h in inventory.hosts}
         self.cluster = cluster
         self.now = now
@@ -124,7 +122,7 @@ class _Acts:
         return await self.executor.run(self.hosts[host], argv, input=stdin, timeout=timeout)
 
     def record(self, kind: str, line: str, where: _Where) -> None:
-        line = redact(line, self.secrets)
+        line = self.mask(line)
         service, slot, host, task = where
         self.events.append(Event(self.now, kind, line, service, slot, host, task))
         (self.failures if kind == "act-failed" else self.done).append(line)
@@ -137,7 +135,7 @@ class _Acts:
                 logs = await self.sh(c.host, logs_argv(c.id))
                 tail = " | ".join((logs.stdout + logs.stderr).strip().splitlines()[-3:])
                 line = f"{s.reason}; log: {tail}" if tail else s.reason
-                line = redact(line, self.secrets)[:300]
+                line = self.mask.line(line)
                 self.notes.append(lambda st: note_exit(st, c.service, c.slot, line, s.reason))
             await self._stop_and_remove(c)
             verb = "stopped" if c.live else "removed"  # an exited task was never stopped here
@@ -164,7 +162,7 @@ class _Acts:
             else:
                 self.record("adopt", f"{r.name} already exists on {r.host}: adopted", where)
         except (_ActFailed, PushError, Unreachable, CommandTimeout) as exc:
-            line = redact(f"{r.name} on {r.host}: {exc}", self.secrets)
+            line = self.mask(f"{r.name} on {r.host}: {exc}")
             self.notes.append(lambda st: note_failure(st, svc.name, r.slot, r.task, line, self.now))
             self.record("act-failed", f"run {line}", where)
 
@@ -347,8 +345,8 @@ async def run_pass(
     result = await decide(
         cluster, inventory, state, executor, clock=lambda: now, force_down=force_down
     )
-    secrets = all_secrets(result.plan.state)
-    plan = redacted(result.plan, secrets)
+    mask = masker_for(store, result.plan.state, result.observed)
+    plan = mask.plan(result.plan)
     result.plan = plan
     store.commit(plan.state, plan.events)
     acts = _Acts(
@@ -356,7 +354,7 @@ async def run_pass(
         inventory,
         cluster.name,
         now,
-        secrets,
+        mask,
         plan.state.controller,
         graces=stop_graces(plan.state),
         fence=store.fence,
@@ -369,6 +367,7 @@ async def run_pass(
             final = note(final)
         events = acts.events + newly_failed(plan.state, final, now)
         events += rollout_changes(plan.state, final, now)
+        events = [replace(e, message=mask.line(e.message)) for e in events]
         store.commit(final, events)
         result.plan = Plan(final, plan.run, plan.stop, plan.pending, plan.waiting, plan.events)
     result.done, result.failures = acts.done, acts.failures
@@ -396,45 +395,6 @@ def stop_graces(state: ControllerState) -> dict[tuple[str, str], int]:
                 graces[(name, spec.spec_hash())] = grace_seconds(spec)
         graces[(name, "")] = grace_seconds(ss.spec)
     return graces
-
-
-def all_secrets(state: ControllerState) -> tuple[str, ...]:
-    """Every env value of every service spec the controller keeps (current and previous)."""
-    found: set[str] = set()
-    for ss in state.services.values():
-        for spec in (ss.spec, ss.previous):
-            if spec is not None:
-                found.update(secrets_of(spec))
-    return tuple(sorted(found, key=len, reverse=True))
-
-
-def redacted(plan: Plan, secrets: Sequence[str]) -> Plan:
-    """The plan with secrets masked in every line it carries: events, every slot's failure
-    line and the rollout's reason (log tails and health output can echo the environment),
-    and the reasons of its stops, pending slots and waits."""
-    if not secrets:
-        return plan
-    plan = replace(
-        plan,
-        stop=tuple(replace(s, reason=redact(s.reason, secrets)) for s in plan.stop),
-        pending=tuple(replace(p, reason=redact(p.reason, secrets)) for p in plan.pending),
-        waiting=tuple(
-            Waiting(w.subject, redact(w.reason, secrets), w.kind, w.service) for w in plan.waiting
-        ),
-    )
-    services = {
-        name: replace(
-            ss,
-            slots={
-                n: replace(slot, last_exit=redact(slot.last_exit, secrets))
-                for n, slot in ss.slots.items()
-            },
-            rollout=replace(ss.rollout, reason=redact(ss.rollout.reason, secrets)),
-        )
-        for name, ss in plan.state.services.items()
-    }
-    events = tuple(replace(e, message=redact(e.message, secrets)) for e in plan.events)
-    return replace(plan, state=replace(plan.state, services=services), events=events)
 
 
 async def _by_host(runs: Sequence[Run], act: Callable[[Run], Awaitable[None]]) -> None:

@@ -201,7 +201,8 @@ def _shown(value: object) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(_shown(v) for v in value) + "]"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return ", ".join(
-            f"{f.name}={_shown(getattr(value, f.name))}" for f in dataclasses.fields(value)
+        return ", ".join(  # a field kept out of repr (a registry password) is never shown
+            f"{f.name}={_shown(getattr(value, f.name)) if f.repr else '***'}"
+            for f in dataclasses.fields(value)
         )
     return "none" if value is None else str(value)

@@ -4,11 +4,9 @@ an apply of the stored spec with one service's replica count changed."""
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from minidock.commands import redact
 from minidock.core import (
     ControllerState,
     Plan,
@@ -19,9 +17,10 @@ from minidock.core import (
     rollouts_started,
 )
 from minidock.core.simulate import Simulation, simulate
+from minidock.masking import NO_SECRETS, Masker, masker_for
 from minidock.model import Cluster, Event
 from minidock.plandoc import plan_document
-from minidock.runner import all_secrets, decide, redacted
+from minidock.runner import decide
 from minidock.spec import SpecError, load, load_inventory
 from minidock.ssh import Executor
 from minidock.store import StateLocation, Store
@@ -87,16 +86,18 @@ async def plan(
     pending."""
     desired = load_spec(file)
     location = home(directory, desired.cluster.name)
-    current, generation = ControllerState(), 1
+    current, generation, mask = ControllerState(), 1, NO_SECRETS
     if has_state(location):
         with reading(location) as store:
             current, generation = store.load(), store.next_generation_id()
+            mask = masker_for(store, current)
+    mask = mask.also(desired.cluster.services)  # the file's secrets, new ones included
     _same_cluster(current, file, desired.cluster, location)
     gone = tuple(removals(current, desired.cluster))
     admitted = admit(current, desired.cluster, generation, prune=prune)
     desired = admissible(admitted, desired)
     _known_hosts(desired, lose)
-    plan, sim, mask = await _simulated(desired, admitted, runtime, lose=lose)
+    plan, sim = await _simulated(desired, admitted, runtime, mask, lose=lose)
     document = plan_document(current, desired.cluster, sim, lost=lose, removals=gone, mask=mask)
     code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
     return PlanOutcome(plan, code, removals=gone, pruned=prune, document=document)
@@ -106,22 +107,22 @@ async def _simulated(
     desired: Desired,
     state: ControllerState,
     runtime: Runtime,
+    mask: Masker,
     *,
     lose: tuple[str, ...] = (),
     drain: tuple[str, ...] = (),
-) -> tuple[Plan, Simulation, Callable[[str], str]]:
+) -> tuple[Plan, Simulation]:
     """Observe the fleet, then simulate every pass from `state` (with the what-ifs): the
-    first pass's plan (masked), the simulation, and the mask of the state's secrets."""
+    first pass's plan (masked) and the simulation."""
     async with connected(runtime) as executor:
         result = await decide(
             desired.cluster, desired.inventory, state, executor, clock=runtime.clock.now
         )
-    secrets = all_secrets(state)
     now = runtime.clock.now()
     sim = simulate(
         desired.cluster, desired.inventory, result.observed, state, now, lose=lose, drain=drain
     )
-    return redacted(result.plan, secrets), sim, lambda text: redact(text, secrets)
+    return mask.plan(result.plan), sim
 
 
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:
@@ -274,10 +275,11 @@ async def drain_plan(
     with reading(directory) as store:
         state = store.load()
         desired = admissible(state, read_desired(store, directory))
+        mask = masker_for(store, state)
     if desired.inventory.host(host) is None and state.host(host).last_known is None:
         known = ", ".join(h.name for h in desired.inventory.hosts)
         raise BadInput(f"{desired.inventory.path}: unknown host {host!r}; known hosts: {known}")
-    plan, sim, mask = await _simulated(desired, state, runtime, drain=(host,))
+    plan, sim = await _simulated(desired, state, runtime, mask, drain=(host,))
     document = plan_document(state, desired.cluster, sim, drained=(host,), mask=mask)
     code = ExitCode.OK if document.converged else ExitCode.FAILED
     return PlanOutcome(plan, code, document=document)

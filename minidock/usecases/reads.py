@@ -7,8 +7,9 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
+from minidock.masking import masker_for
 from minidock.model import Event
-from minidock.runner import all_secrets, decide, redacted
+from minidock.runner import decide
 from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
@@ -35,11 +36,11 @@ async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:
     with reading(location) as store:
         current = store.load()
         desired = read_desired(store, location)
-    async with connected(runtime) as executor:
-        result = await decide(
-            desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
-        )
-    plan = redacted(result.plan, all_secrets(result.plan.state))
+        async with connected(runtime) as executor:
+            result = await decide(
+                desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
+            )
+        plan = masker_for(store, result.plan.state, result.observed).plan(result.plan)
     return status_document(current, desired.inventory, result.observed, plan)
 
 

@@ -9,10 +9,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from minidock.commands import exec_argv, redact, task_logs_argv
+from minidock.commands import exec_argv, task_logs_argv
+from minidock.masking import Masker, masker_for
 from minidock.model import Container, Host, Inventory, Observed
 from minidock.observe import observe
-from minidock.runner import all_secrets
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Terminal, Unreachable
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
@@ -40,7 +40,7 @@ class _Seen:
     inventory: Inventory
     services: tuple[str, ...]
     observed: Observed
-    secrets: tuple[str, ...]
+    mask: Masker  # every generation in use's secrets (minidock.masking)
 
     def tasks(self, service: str | None = None, slot: int | None = None) -> list[Container]:
         """This cluster's tasks (any state), by service, slot and creation."""
@@ -62,9 +62,10 @@ async def _observe(directory: StateLocation, runtime: Runtime, executor: Executo
     with reading(directory) as store:
         state = store.load()
         desired = read_desired(store, directory)
-    observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
+        observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
+        mask = masker_for(store, state, observed)
     names = tuple(s.name for s in desired.cluster.services)
-    return _Seen(desired.cluster.name, desired.inventory, names, observed, all_secrets(state))
+    return _Seen(desired.cluster.name, desired.inventory, names, observed, mask)
 
 
 def _known(seen: _Seen, service: str) -> None:
@@ -79,7 +80,7 @@ def _unknown(seen: _Seen, service: str) -> BadInput:
 
 def _unreachable(seen: _Seen) -> tuple[HostProblem, ...]:
     return tuple(
-        HostProblem(name, redact(o.error or "unreachable", seen.secrets))
+        HostProblem(name, seen.mask(o.error or "unreachable"))
         for name, o in sorted(seen.observed.hosts.items())
         if not o.ok
     )
@@ -160,13 +161,13 @@ async def logs(
 
         async def one(c: Container) -> str | None:
             def masked(line: OutputLine) -> None:
-                on_line(LogLine(c.name, line.stream, redact(line.text, seen.secrets)))
+                on_line(LogLine(c.name, line.stream, seen.mask(line.text)))
 
             argv = task_logs_argv(c.id, tail=tail, since=since, follow=follow)
             try:
                 status = await executor.follow(seen.host(c.host), argv, masked)
             except (Unreachable, CommandTimeout) as exc:
-                return redact(f"{c.name}: {exc}", seen.secrets)
+                return seen.mask(f"{c.name}: {exc}")
             return None if status == 0 else f"{c.name}: docker logs exited {status}"
 
         if follow:
@@ -228,7 +229,7 @@ async def exec_task(
             if terminal is None:
 
                 def masked(line: OutputLine) -> None:
-                    on_line(LogLine(task.name, line.stream, redact(line.text, seen.secrets)))
+                    on_line(LogLine(task.name, line.stream, seen.mask(line.text)))
 
                 status = await executor.follow(host, exec_argv(task.id, command), masked)
             else:
@@ -237,5 +238,5 @@ async def exec_task(
                 )
                 status = await executor.attach(host, argv, terminal)
         except (Unreachable, CommandTimeout) as exc:
-            raise UseCaseError(redact(f"{task.name}: {exc}", seen.secrets)) from None
+            raise UseCaseError(seen.mask(f"{task.name}: {exc}")) from None
     return ExecOutcome(task.name, task.host, status)

@@ -32,16 +32,24 @@ from minidock.commands import (
     parse_time,
     ps_argv,
     pull_argv,
-    redact,
     rm_argv,
     run_argv,
     save_argv,
-    secrets_of,
     start_argv,
     stop_argv,
     task_logs_argv,
 )
-from minidock.model import Container, HealthCheck, LogConfig, PortMapping, Service, Ulimit
+from minidock.masking import Masker
+from minidock.model import (
+    Container,
+    HealthCheck,
+    LogConfig,
+    PortMapping,
+    Service,
+    Ulimit,
+    looks_secret,
+    secret_values,
+)
 
 DATA = Path(__file__).parent.parent / "data" / "docker"
 
@@ -360,7 +368,9 @@ def test_operands_that_look_like_flags_are_refused(bad: str) -> None:
 
 
 # -- secrets ------------------------------------------------------------------------------------
-def test_secrets_and_redact() -> None:
+def test_secret_values_are_secrets_registry_passwords_and_secret_looking_env() -> None:
+    """27.7: env is configuration (shown as it is, whatever its length); values of
+    secret-looking keys are secrets, whatever their length."""
     env = (
         ("TOKEN", "s3cr3t"),
         ("LONG", "s3cr3t-more"),
@@ -370,10 +380,19 @@ def test_secrets_and_redact() -> None:
         ("DB_PASSWORD", "xyz"),
         ("MODE", "production"),
     )
-    svc = Service(name="a", image="i", env=env)
-    assert secrets_of(svc) == ("s3cr3t", "s3cr3t-more", "abcd", "production")
-    assert redact("got s3cr3t-more and s3cr3t", secrets_of(svc)) == "got *** and ***"
-    assert redact("nothing here", ()) == "nothing here"
+    svc = Service(name="a", image="i", env=env, secrets=(("S", "q"),))
+    assert secret_values(svc) == ("s3cr3t", "abcd", "xyz", "q")
+    mask = Masker(secret_values(svc))
+    assert mask("got s3cr3t-more and s3cr3t, mode production") == (
+        "got ***-more and ***, mode production"
+    )
+    assert Masker(())("nothing here") == "nothing here"
+    assert [looks_secret(k) for k in ("db_password", "GH_TOKEN", "SSH_PRIVATE", "KEYBOARD")] == [
+        True,
+        True,
+        True,
+        False,
+    ]
 
 
 # -- parsers ------------------------------------------------------------------------------------
@@ -508,11 +527,12 @@ def test_containers_without_valid_labels_are_ignored(labels: object) -> None:
     assert parse_inspect("h1", "rec", json.dumps(data)) == ()
 
 
-def test_health_log_is_the_last_entry_stripped_and_truncated() -> None:
+def test_health_log_is_the_last_entry_stripped_and_kept_whole() -> None:
+    """Whole (Docker keeps 4096 bytes): the masker sees every secret before a line is cut."""
     data = json.loads(recorded("unhealthy.json"))
     data[0]["State"]["Health"]["Log"].append({"ExitCode": 1, "Output": "  " + "x" * 300 + "\n"})
     (c,) = parse_inspect("h1", "rec", json.dumps(data))
-    assert c.health_log == "x" * 200
+    assert c.health_log == "x" * 300
 
 
 def test_vanished_container_output_still_parses() -> None:

@@ -34,6 +34,7 @@ from minidock.core import (
     slot_target,
 )
 from minidock.core.supervise import health_gate, ready
+from minidock.masking import NO_SECRETS
 from minidock.model import (
     Constraint,
     Container,
@@ -695,7 +696,7 @@ def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
         return ok()
 
     ex = FakeExecutor(handler)
-    acts = _Acts(ex, w.inventory, "test", w.now, ())
+    acts = _Acts(ex, w.inventory, "test", w.now, NO_SECRETS)
     asyncio.run(acts.run(run))
     assert [a[:2] for a in ex.argvs()] == [["docker", "image"], ["docker", "pull"]]
     state = plan.state

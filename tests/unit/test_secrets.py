@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from minidock.commands import redact, run_argv, secrets_of
+from minidock.commands import run_argv
 from minidock.core import Waiting
 from minidock.core.plan import WaitKind
-from minidock.runner import all_secrets, redacted
+from minidock.masking import Masker, kept_masker
+from minidock.model import secret_values
 from minidock.spec import SpecError, load
 from tests.sim import World, host, svc
 
@@ -121,12 +122,12 @@ def test_a_secret_travels_on_stdin_and_rolls_out_when_it_changes() -> None:
 
 def test_every_secret_is_masked_whatever_its_length_short_env_values_stay_readable() -> None:
     s = svc("db", env=(("ROLE", "db"),), secrets=(("K", "abc"), ("Q", "z")))
-    assert set(secrets_of(s)) == {"abc", "z"}
-    assert redact("role db, key abc, q z", secrets_of(s)) == "role db, key ***, q ***"
+    assert set(secret_values(s)) == {"abc", "z"}
+    assert Masker(secret_values(s))("role db, key abc, q z") == "role db, key ***, q ***"
 
 
 def test_a_plan_carries_no_secret_in_any_line() -> None:
-    """Stops, pending reasons, waits, events, slot lines: all masked by `redacted`."""
+    """Stops, pending reasons, waits, events, slot lines: all masked by `Masker.plan`."""
     w = World([host("h1", cpus=1)])
     db = svc("db", image="crash:1", cpus=2.0, secrets=(("K", "abc"),))
     w.apply(db)
@@ -138,6 +139,6 @@ def test_a_plan_carries_no_secret_in_any_line() -> None:
         pending=(type(pending)("db", 1, pending.reason + " abc"),),
         waiting=(Waiting("db.1", "abc", WaitKind.STARTING, "db"),),
     )
-    masked = redacted(leaky, all_secrets(plan.state))
+    masked = kept_masker(plan.state).plan(leaky)
     assert "abc" not in repr(masked.pending) + repr(masked.waiting)
     assert masked.waiting[0] == "db.1: ***"

@@ -18,6 +18,7 @@ import pytest
 from minidock.core import Plan, SlotState, reconcile, reset
 from minidock.core.slots import account_exit, count_failure
 from minidock.core.supervise import backoff, should_restart
+from minidock.masking import kept_masker
 from minidock.model import (
     Container,
     HealthCheck,
@@ -27,7 +28,7 @@ from minidock.model import (
     Service,
     UpdatePolicy,
 )
-from minidock.runner import PassResult, all_secrets, redacted
+from minidock.runner import PassResult
 from minidock.state import Store
 from minidock.usecases import ExitCode, verdict
 from tests.sim import MakeWorld, World, host, hosts, svc
@@ -637,7 +638,7 @@ def test_an_ordinary_env_value_does_not_mask_the_service_name_in_events() -> Non
     at(w, 1000.0)
     w.now = 1001.0
     exit_task(w, "db", 1)
-    plan = redacted(w.plan(), all_secrets(w.state))
+    plan = kept_masker(w.state).plan(w.plan())
     (failed,) = [e for e in plan.events if e.kind == "failed"]
     assert failed.message.startswith("db.1 failed")
 

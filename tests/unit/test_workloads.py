@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from minidock.commands import secrets_of
 from minidock.core import Run, Stop
+from minidock.masking import Masker, kept_masker
 from minidock.model import (
     Container,
     Inventory,
@@ -23,8 +23,9 @@ from minidock.model import (
     Ulimit,
     cluster_network,
     image_registry,
+    secret_values,
 )
-from minidock.runner import STOP_TIMEOUT, _Acts, all_secrets, stop_graces
+from minidock.runner import STOP_TIMEOUT, _Acts, stop_graces
 from minidock.spec import SpecError, load
 from tests.fakes import Call, FakeDocker, FakeEngine, FakeExecutor
 from tests.sim import World, host
@@ -151,7 +152,7 @@ def test_registry_credentials_go_to_the_services_pulling_from_that_registry(
     assert hub.registry_auth == RegistryAuth("docker.io", "me", "hub-tok")
     assert pushed.registry_auth is None  # the controller pushes it: no pull, no login
     assert "s3cr3t-pw" not in repr(app)
-    assert "s3cr3t-pw" in secrets_of(app)
+    assert "s3cr3t-pw" in secret_values(app)
     assert app.spec_hash() == Service(name="app", image=app.image).spec_hash()
 
 
@@ -172,7 +173,7 @@ def test_registry_passwords_are_masked_with_every_kept_spec(tmp_path: Path) -> N
     auth = RegistryAuth("reg.example:5000", "ci", "pw")  # short: masked all the same
     w = World([host("h1")])
     w.apply(Service(name="app", image="reg.example:5000/app:1", registry_auth=auth))
-    assert "pw" in all_secrets(w.state)
+    assert kept_masker(w.state)("login pw") == "login ***"
 
 
 # -- the runner's acts -----------------------------------------------------------------------
@@ -184,7 +185,7 @@ def acts(
     graces: dict[tuple[str, str], int] | None = None,
 ) -> _Acts:
     executor = docker.executor()
-    return _Acts(executor, inventory, "prod", 1000.0, ("pw",), graces=graces, engine=engine)
+    return _Acts(executor, inventory, "prod", 1000.0, Masker(("pw",)), graces=graces, engine=engine)
 
 
 def inventory(*names: str) -> Inventory:

@@ -1,0 +1,122 @@
+"""One masker per command: every secret value the command may meet, replaced by `***` at
+its output boundary, before anything is cut short.
+
+`masker_for(store, state, observed)` gathers the secrets (`model.secret_values`: `secrets`
+values, registry passwords, env values under secret-looking keys; plain env values are
+configuration and stay as they are) of every generation still in use: the controller's
+current and previous spec of each service, and every stored generation a task still runs
+(a task's `minidock.spec` label matched against each generation's spec hashes, newest
+first, until every live task is accounted for). The masker then masks the plan the runner
+commits and reports (`plan`), each act's line, the lines of `logs` and `exec`, errors,
+status and plans; a line that may be long (a health check's output, a log tail) is masked
+whole and only then cut (`line`), so a secret at the cut cannot show its first characters.
+See docs/ssh.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+
+from minidock.core import ControllerState, Plan, Waiting
+from minidock.model import Observed, Service, secret_values
+from minidock.store import Store
+
+__all__ = ["LINE_MAX", "MASK", "NO_SECRETS", "Masker", "kept_masker", "masker_for"]
+
+MASK = "***"
+LINE_MAX = 300  # characters a slot's failure line, a rollout reason or an event keeps
+
+
+class Masker:
+    """Replaces each of its secrets (and their JSON-escaped forms) with `***`, longest
+    first, in one pass over the text."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        found = {s for s in secrets if s}
+        found |= {json.dumps(s)[1:-1] for s in found}  # as a --json document shows them
+        self.secrets = tuple(sorted(found, key=lambda s: (-len(s), s)))
+        self._pattern = re.compile("|".join(map(re.escape, self.secrets))) if found else None
+
+    def __call__(self, text: str) -> str:
+        if self._pattern is None or not text:
+            return text
+        return self._pattern.sub(MASK, text)
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def line(self, text: str, limit: int = LINE_MAX) -> str:
+        """`text` masked, then cut to `limit` characters (an ellipsis says so)."""
+        masked = self(text)
+        return masked if len(masked) <= limit else masked[: limit - 3] + "..."
+
+    def also(self, services: Iterable[Service]) -> Masker:
+        """This masker with the secrets of `services` too (a file about to be applied)."""
+        return Masker((*self.secrets, *(v for s in services for v in secret_values(s))))
+
+    def plan(self, plan: Plan) -> Plan:
+        """The plan with every line it carries masked: its events, every slot's failure
+        line and each rollout's reason (masked, then cut), and the reasons of its stops,
+        pending slots and waits."""
+        plan = replace(
+            plan,
+            stop=tuple(replace(s, reason=self(s.reason)) for s in plan.stop),
+            pending=tuple(replace(p, reason=self(p.reason)) for p in plan.pending),
+            waiting=tuple(
+                Waiting(w.subject, self(w.reason), w.kind, w.service) for w in plan.waiting
+            ),
+        )
+        services = {
+            name: replace(
+                ss,
+                slots={
+                    n: replace(slot, last_exit=self.line(slot.last_exit))
+                    for n, slot in ss.slots.items()
+                },
+                rollout=replace(ss.rollout, reason=self.line(ss.rollout.reason)),
+            )
+            for name, ss in plan.state.services.items()
+        }
+        events = tuple(replace(e, message=self.line(e.message)) for e in plan.events)
+        return replace(plan, state=replace(plan.state, services=services), events=events)
+
+
+NO_SECRETS = Masker(())
+
+
+def kept_masker(state: ControllerState) -> Masker:
+    """The masker of the specs `state` keeps: each service's current and previous."""
+    return Masker(v for s in _kept(state) for v in secret_values(s))
+
+
+def _kept(state: ControllerState) -> list[Service]:
+    return [s for ss in state.services.values() for s in (ss.spec, ss.previous) if s]
+
+
+def masker_for(store: Store, state: ControllerState, observed: Observed | None = None) -> Masker:
+    """The masker of everything in use: the current and previous spec of every service in
+    `state`, and every stored generation that a task seen in `observed` (or recorded on
+    an unreachable host in `state`) still runs."""
+    specs = _kept(state)
+    known = {(s.name, s.spec_hash()) for s in specs}
+    running = set(_tasks(state, observed)) - known
+    gen_id = store.next_generation_id() - 1
+    while running and gen_id > 0:
+        cluster = store.generation(gen_id)
+        for svc in cluster.services if cluster is not None else ():
+            if (svc.name, svc.spec_hash()) in running:
+                running.discard((svc.name, svc.spec_hash()))
+                specs.append(svc)
+        gen_id -= 1
+    return Masker(v for s in specs for v in secret_values(s))
+
+
+def _tasks(state: ControllerState, observed: Observed | None) -> Iterable[tuple[str, str]]:
+    """(service, spec hash) of every task seen now, or recorded on an unreachable host."""
+    if observed is not None:
+        yield from ((c.service, c.spec) for c in observed.containers())
+    for host in state.hosts.values():
+        yield from ((t.service, t.spec) for t in host.tasks)

@@ -1,0 +1,166 @@
+"""A Compose file parsed as Compose reads it, with the line of every key and list item.
+
+PyYAML's safe loader (anchors, aliases, `<<` merge keys) with YAML 1.2's core schema for
+plain scalars, as Compose's Go YAML library reads them: `yes`, `no`, `on`, `off` are strings
+(`restart: no`), `8080:80` is a string (YAML 1.1 made it a base-60 integer), dates are
+strings. Mappings load as `YDict` and sequences as `YList`, which remember the 1-based line
+of each key and item, so an error can name the line it is about.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+__all__ = ["Part", "YDict", "YList", "YAMLProblem", "line_of", "parse", "render"]
+
+Part = str | int
+
+
+class YAMLProblem(Exception):
+    """The text is not a YAML mapping Compose could read; `line` 1-based when known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+class YDict(dict[Any, Any]):
+    """A YAML mapping; `lines[key]` is the line its key is written on."""
+
+    lines: dict[Any, int]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines = {}
+
+
+class YList(list[Any]):
+    """A YAML sequence; `lines[i]` is the line item i starts on."""
+
+    lines: list[int]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines = []
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core-schema booleans, integers and floats."""
+
+
+_DROPPED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+_DROPPED.add("tag:yaml.org,2002:timestamp")
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _DROPPED]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    list("-+0123456789"),
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+.0123456789"),
+)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    return int(text, 0) if text.startswith("0x") else int(text, 10)
+
+
+def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> YDict:
+    own: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+            key = key_node.value
+            if key in own:
+                raise YAMLProblem(
+                    f"duplicate key {key!r} (also on line {own[key]})", key_node.start_mark.line + 1
+                )
+            own[key] = key_node.start_mark.line + 1
+    loader.flatten_mapping(node)
+    data = YDict()
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            raise YAMLProblem("a mapping key must be a plain value", key_node.start_mark.line + 1)
+        data[key] = loader.construct_object(value_node, deep=True)
+        data.lines[key] = key_node.start_mark.line + 1
+    return data
+
+
+def _construct_seq(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> YList:
+    data = YList()
+    for item in node.value:
+        data.append(loader.construct_object(item, deep=True))
+        data.lines.append(item.start_mark.line + 1)
+    return data
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+def parse(text: str) -> YDict:
+    """The document in `text`, a mapping; YAMLProblem names what is wrong, and where."""
+    try:
+        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 -- _Loader is a SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "cannot parse"
+        if mark is None:
+            raise YAMLProblem(f"invalid YAML: {problem}") from None
+        raise YAMLProblem(
+            f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}",
+            mark.line + 1,
+        ) from None
+    except yaml.YAMLError as exc:
+        raise YAMLProblem(f"invalid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(doc, YDict):
+        raise YAMLProblem("a Compose file is a mapping with a services key")
+    return doc
+
+
+def line_of(doc: Any, parts: Sequence[Part]) -> int | None:
+    """The line of the deepest key or item of `parts` that `doc` has."""
+    line: int | None = None
+    node = doc
+    for part in parts:
+        if isinstance(node, YDict) and part in node:
+            line = node.lines.get(part, line)
+            node = node[part]
+        elif isinstance(node, YList) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.lines[part]
+            node = node[part]
+        else:
+            break
+    return line
+
+
+def render(parts: Sequence[Part]) -> str:
+    """A key path as Compose users read it: services.web.deploy.replicas, ports[1]."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            key = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else repr(part)
+            out += f".{key}" if out else key
+    return out

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import logging
 import os
 import sys
 import time
@@ -90,13 +91,27 @@ ClusterOption = Annotated[
 ]
 WaitOption = Annotated[bool, typer.Option("--wait", help="Repeat passes until converged.")]
 TimeoutOption = Annotated[str, typer.Option("--timeout", help="How long --wait may take.")]
-FileArg = Annotated[Path, typer.Argument(help="A cluster spec (TOML).", show_default=False)]
+FileArg = Annotated[
+    Path, typer.Argument(help="A cluster spec (TOML) or a Compose file.", show_default=False)
+]
 QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="Plain lines, no live view (as on a pipe).")
 ]
 
 
 # -- wiring -----------------------------------------------------------------------------------
+class WarningLines(logging.Handler):
+    """Warnings from reading files (a Compose key MiniDock ignores): one stderr line each."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(f"minidock: warning: {record.getMessage()}", markup=False)
+
+
+_COMPOSE_LOG = logging.getLogger("minidock.spec.compose")
+_COMPOSE_LOG.addHandler(WarningLines())
+_COMPOSE_LOG.propagate = False
+
+
 def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
     err.print(f"minidock: {message}", markup=False)
     raise typer.Exit(code)
@@ -271,7 +286,9 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
 
 # -- commands ---------------------------------------------------------------------------------
 @app.command()
-def validate(file: Annotated[Path, typer.Argument(help="A cluster spec or an inventory.")]) -> None:
+def validate(
+    file: Annotated[Path, typer.Argument(help="A cluster spec, a Compose file or an inventory.")],
+) -> None:
     """Check a cluster spec (and its inventory) or an inventory; print OK or the error."""
     checked_file = checked(lambda: usecases.validate(file))
     if checked_file.cluster is None:
@@ -282,6 +299,14 @@ def validate(file: Annotated[Path, typer.Argument(help="A cluster spec or an inv
             f"{checked_file.hosts} hosts",
             markup=False,
         )
+
+
+@app.command()
+def convert(
+    file: Annotated[Path, typer.Argument(help="A Compose file.", show_default=False)],
+) -> None:
+    """Print the TOML cluster spec a Compose file is (checked as apply checks it)."""
+    out.print(checked(lambda: usecases.convert(file)).toml.rstrip("\n"), markup=False)
 
 
 @app.command()

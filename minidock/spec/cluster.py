@@ -35,29 +35,32 @@ from minidock.model import (
     cluster_network,
     image_registry,
 )
+from minidock.spec.compose import is_compose_file
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
 from minidock.spec.inventory import read_inventory
 from minidock.spec.messages import render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
 
-__all__ = ["load", "load_cluster", "topo_order"]
+__all__ = ["cluster_document", "load", "load_cluster", "topo_order"]
 
 
 def load_cluster(path: StrPath) -> Cluster:
-    """Read, validate and convert a cluster file; the inventory it names is not read."""
-    return _load_cluster(Path(path), os.fspath(path))[0]
+    """Read, validate and convert a cluster file (TOML, or Compose: `minidock.spec.compose`);
+    the inventory it names is not read."""
+    return _read_cluster(Path(path), os.fspath(path), with_inventory=False)[0]
 
 
 def load(path: StrPath) -> tuple[Cluster, Inventory]:
     """Load a cluster file and the inventory it names; errors name the file at fault."""
     display = os.fspath(path)
-    cluster, inventory_display = _load_cluster(Path(path), display)
-    target = Path(cluster.inventory_path)
-    if not target.exists():
-        raise SpecError(display, "inventory", f"inventory file not found: {inventory_display}")
-    if not target.is_file():
-        raise SpecError(display, "inventory", f"inventory is not a file: {inventory_display}")
-    return cluster, read_inventory(target, inventory_display)
+    cluster, _, inventory_display = _read_cluster(Path(path), display, with_inventory=True)
+    return cluster, read_inventory(Path(cluster.inventory_path), inventory_display)
+
+
+def cluster_document(path: StrPath) -> dict[str, Any]:
+    """The TOML document of a cluster file (a Compose file's translation), after every
+    check `load_cluster` makes: what `minidock convert` prints."""
+    return _read_cluster(Path(path), os.fspath(path), with_inventory=False)[1]
 
 
 def topo_order(services: Sequence[Service]) -> list[str]:
@@ -81,9 +84,36 @@ def topo_order(services: Sequence[Service]) -> list[str]:
     return order
 
 
-def _load_cluster(path: Path, display: str) -> tuple[Cluster, str]:
-    """The cluster, and how to name its inventory file in messages."""
-    doc = read_toml(path, display)
+def _read_cluster(
+    path: Path, display: str, *, with_inventory: bool
+) -> tuple[Cluster, dict[str, Any], str]:
+    """The cluster, its TOML document, and how to name its inventory file in messages; a
+    Compose file's problems name its own keys and lines."""
+    if not is_compose_file(path):
+        doc = read_toml(path, display)
+        found = _load_cluster(doc, path, display, with_inventory=with_inventory)
+        return _with_document(found, doc)
+    from minidock.spec.compose.translation import translate_file  # PyYAML only when needed
+
+    translation = translate_file(path, display)
+    try:
+        found = _load_cluster(translation.document, path, display, with_inventory=with_inventory)
+    except SpecError as exc:
+        raise translation.locate(exc) from None
+    return _with_document(found, translation.document)
+
+
+def _with_document(
+    found: tuple[Cluster, str], doc: dict[str, Any]
+) -> tuple[Cluster, dict[str, Any], str]:
+    return found[0], doc, found[1]
+
+
+def _load_cluster(
+    doc: dict[str, Any], path: Path, display: str, *, with_inventory: bool
+) -> tuple[Cluster, str]:
+    """The cluster, and how to name its inventory file in messages (which, with
+    `with_inventory`, must be a file)."""
     check_schema("cluster", doc, display)
     abs_path = os.path.abspath(path)
     inventory: str = doc["inventory"]
@@ -99,6 +129,12 @@ def _load_cluster(path: Path, display: str) -> tuple[Cluster, str]:
     inventory_display = os.path.normpath(
         os.path.join(os.path.dirname(display), os.path.expanduser(inventory))
     )
+    if with_inventory:
+        target = Path(cluster.inventory_path)
+        if not target.exists():
+            raise SpecError(display, "inventory", f"inventory file not found: {inventory_display}")
+        if not target.is_file():
+            raise SpecError(display, "inventory", f"inventory is not a file: {inventory_display}")
     return cluster, inventory_display
 
 

@@ -11,6 +11,7 @@ inward: cli -> usecases -> runner, store, spec, status -> the core.
 from minidock.ssh import Terminal  # what `exec -it` joins a task to: the CLI builds it
 from minidock.store import StateLocation
 from minidock.usecases.access import Writer, patience, state_location
+from minidock.usecases.convert import ConvertOutcome, convert
 from minidock.usecases.desired import apply, drain_plan, plan, scale, validate
 from minidock.usecases.images import push
 from minidock.usecases.intents import activate, drain, forget, rebalance, reset, rollback
@@ -67,6 +68,7 @@ __all__ = [
     "Busy",
     "Clock",
     "ConvergeOutcome",
+    "ConvertOutcome",
     "Deposed",
     "Ending",
     "EngineFactory",
@@ -107,6 +109,7 @@ __all__ = [
     "activate",
     "apply",
     "converge",
+    "convert",
     "drain",
     "drain_plan",
     "events",

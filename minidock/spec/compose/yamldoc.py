@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Part", "YDict", "YList", "YAMLProblem", "line_of", "parse", "render"]
+__all__ = ["Part", "YAMLProblem", "YDict", "YList", "line_of", "parse", "render"]
 
 Part = str | int
 

@@ -88,7 +88,9 @@ def _replacement(
     """The value one `$...` stands for, and whether a `${...}` operator consumed it."""
     found = _PATTERN.fullmatch(text) or _PATTERN.match(text)
     if found is None or found["invalid"] is not None:
-        raise InterpolationError(f"invalid interpolation format in {text!r}: write $$ for a $")
+        raise InterpolationError(
+            "invalid interpolation format (a '${' without a name and '}'): write $$ for a $"
+        )
     if found["escaped"]:
         return "$", True
     name = found["named"] or found["braced"]
@@ -101,9 +103,7 @@ def _replacement(
     return lookup.get(name, ""), False
 
 
-def _operator(
-    body: str, lookup: Mapping[str, str], on_unset: Callable[[str], None]
-) -> str | None:
+def _operator(body: str, lookup: Mapping[str, str], on_unset: Callable[[str], None]) -> str | None:
     """The value of `NAME<op>word`, or None when `body` is a bare name."""
     places = [(body.find(op), op) for op in _OPERATORS if op in body]
     if not places:

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from minidock.compose.context import Context, describe
-from minidock.compose.values import mapping
-from minidock.compose.yamldoc import Part, YDict, YList
+from minidock.spec.compose.context import Context, describe
+from minidock.spec.compose.values import mapping
+from minidock.spec.compose.yamldoc import Part, YDict, YList
 
 __all__ = ["Service", "TopLevel"]
 

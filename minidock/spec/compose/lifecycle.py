@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from minidock.compose.context import describe
-from minidock.compose.service_base import Service
-from minidock.compose.values import boolean, duration, integer, mapping, string_list, text
-from minidock.compose.yamldoc import Part, YDict, YList
+from minidock.spec.compose.context import describe
+from minidock.spec.compose.service_base import Service
+from minidock.spec.compose.values import boolean, duration, integer, mapping, string_list, text
+from minidock.spec.compose.yamldoc import Part, YDict, YList
 
 __all__ = ["depends_on", "healthcheck", "restart", "secrets_and_configs"]
 
@@ -147,7 +147,7 @@ def _restart_policy(s: Service, body: YDict) -> None:
 def secrets_and_configs(s: Service) -> None:
     """A service's `secrets` would be files in /run/secrets, its `configs` files too: MiniDock
     gives secrets as environment variables and has no configs yet."""
-    if "secrets" in s.body and s.body["secrets"]:
+    if s.body.get("secrets"):
         example = _first_secret(s.body["secrets"])
         raise s.ctx.fail(
             (*s.at, "secrets"),
@@ -155,7 +155,7 @@ def secrets_and_configs(s: Service) -> None:
             f"/run/secrets: write x-minidock: {{secrets: {{{example.upper()}: {example}}}}} "
             "on the service (ENV_NAME: the top-level secret)",
         )
-    if "configs" in s.body and s.body["configs"]:
+    if s.body.get("configs"):
         raise s.ctx.fail(
             (*s.at, "configs"),
             "MiniDock does not support configs (files put into tasks) yet: remove them, or "

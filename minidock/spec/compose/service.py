@@ -6,10 +6,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 
-from minidock.compose import deploy, lifecycle, mounts, runopts
-from minidock.compose.context import Context
-from minidock.compose.service_base import Service, TopLevel
-from minidock.compose.yamldoc import YDict
+from minidock.spec.compose import deploy, lifecycle, mounts, runopts
+from minidock.spec.compose.context import Context
+from minidock.spec.compose.service_base import Service, TopLevel
+from minidock.spec.compose.yamldoc import YDict
+from minidock.spec.reading import shipped_schema
 
 __all__ = ["COMPOSE_SERVICE_KEYS", "IGNORED", "REFUSED", "translate_service"]
 
@@ -135,4 +136,7 @@ def translate_service(ctx: Context, name: str, body: YDict, top: TopLevel) -> di
     for build in _BUILDERS:
         build(s)
     runopts.extension(s)
-    return s.out
+    order = {
+        key: i for i, key in enumerate(shipped_schema("cluster")["$defs"]["service"]["properties"])
+    }
+    return dict(sorted(s.out.items(), key=lambda kv: order.get(kv[0], len(order))))

@@ -8,10 +8,10 @@ import re
 from typing import Any
 
 from minidock import units
-from minidock.compose.context import describe
-from minidock.compose.service_base import Service
-from minidock.compose.values import duration, integer, mapping, number, seconds, size, text
-from minidock.compose.yamldoc import Part, YDict
+from minidock.spec.compose.context import describe
+from minidock.spec.compose.service_base import Service
+from minidock.spec.compose.values import duration, integer, mapping, number, seconds, size, text
+from minidock.spec.compose.yamldoc import Part, YDict
 
 __all__ = ["deploy", "resources"]
 
@@ -173,20 +173,22 @@ def resources(s: Service) -> None:
     """cpus and memory: MiniDock reserves what a task may use, so one value is both the
     limit and the reservation; given both, the limit is used."""
     at = (*s.at, "deploy", "resources")
-    body = s.section("deploy", "resources")
-    s.known_keys(body, at, ("limits", "reservations"))
-    limits, reservations = s.section("deploy", "resources", "limits"), {}
-    if "reservations" in body:
-        reservations = s.section("deploy", "resources", "reservations")
+    s.known_keys(s.section("deploy", "resources"), at, ("limits", "reservations"))
+    limits = s.section("deploy", "resources", "limits")
+    reservations = s.section("deploy", "resources", "reservations")
     s.known_keys(limits, (*at, "limits"), ("cpus", "memory", "pids"))
     s.known_keys(reservations, (*at, "reservations"), ("cpus", "memory", "devices"))
-    for section, key in (("limits", "pids"), ("reservations", "devices")):
-        if key in (limits if section == "limits" else reservations):
-            raise s.ctx.fail((*at, section, key), "not supported by MiniDock: remove it")
-    for toml, legacy_limit, legacy_reserve in (("cpus", "cpus", None), ("memory", "mem_limit", "mem_reservation")):  # fmt: skip
-        limit = _amount(s, toml, limits, (*at, "limits"), legacy_limit)
-        reserve = _amount(s, toml, reservations, (*at, "reservations"), legacy_reserve)
+    for section, key in ((limits, "pids"), (reservations, "devices")):
+        if key in section:
+            part = "limits" if section is limits else "reservations"
+            raise s.ctx.fail((*at, part, key), "not supported by MiniDock: remove it")
+    for toml, own_limit, own_reserve in _OWN_KEYS:
+        limit = _amount(s, toml, limits, (*at, "limits"), own_limit)
+        reserve = _amount(s, toml, reservations, (*at, "reservations"), own_reserve)
         _resource(s, toml, limit, reserve)
+
+
+_OWN_KEYS = (("cpus", "cpus", None), ("memory", "mem_limit", "mem_reservation"))
 
 
 def _amount(

@@ -12,8 +12,8 @@ from fractions import Fraction
 from typing import Any
 
 from minidock import units
-from minidock.compose.context import Context, describe
-from minidock.compose.yamldoc import Part, YDict, YList
+from minidock.spec.compose.context import Context, describe
+from minidock.spec.compose.yamldoc import Part, YDict, YList
 
 __all__ = [
     "boolean",
@@ -60,7 +60,9 @@ def _number_text(value: int | float) -> str:
     return str(value)
 
 
-def string_list(ctx: Context, value: Any, parts: Sequence[Part], *, split: bool = False) -> list[str]:
+def string_list(
+    ctx: Context, value: Any, parts: Sequence[Part], *, split: bool = False
+) -> list[str]:
     """A list of strings; one string is a list of one (or of its words, with `split`)."""
     if isinstance(value, str):
         return value.split() if split else [value]
@@ -159,7 +161,9 @@ def seconds(ctx: Context, value: Any, parts: Sequence[Part]) -> float:
             total = sum(Fraction(p["num"]) * _GO_UNITS[p["unit"]] for p in pieces)
             return float(total)
     shown = describe(value)
-    raise ctx.fail(parts, f"invalid duration ({shown}): use a duration like '10s', '1m30s', '500ms'")
+    raise ctx.fail(
+        parts, f"invalid duration ({shown}): use a duration like '10s', '1m30s', '500ms'"
+    )
 
 
 def duration(ctx: Context, value: Any, parts: Sequence[Part]) -> str | float:

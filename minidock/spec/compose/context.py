@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from minidock.compose.yamldoc import Part, YDict, line_of, render
-from minidock.spec import SpecError
+from minidock.spec.compose.yamldoc import Part, YDict, line_of, render
+from minidock.spec.errors import SpecError
 
 __all__ = ["ComposeError", "Context", "TomlPath"]
 

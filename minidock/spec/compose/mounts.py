@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from minidock.compose.context import describe
-from minidock.compose.service_base import Service
-from minidock.compose.values import boolean, items, mapping, text
-from minidock.compose.yamldoc import Part, YDict
+from minidock.spec.compose.context import describe
+from minidock.spec.compose.service_base import Service
+from minidock.spec.compose.values import boolean, items, mapping, text
+from minidock.spec.compose.yamldoc import Part, YDict
 
 __all__ = ["networks", "ports", "volumes"]
 
@@ -13,6 +13,7 @@ _NO_HOST_PORT = (
     "MiniDock publishes fixed host ports: write HOST:CONTAINER, e.g. '8080:80' "
     "(tasks on one host reach each other on any port without publishing)"
 )
+_EVERY_ADDRESS = ("", "0.0.0.0")  # noqa: S104 -- what MiniDock publishes on, as written
 _PORT_KEYS = ("target", "published", "protocol", "mode", "host_ip", "name", "app_protocol")
 
 
@@ -42,7 +43,7 @@ def _short_port(s: Service, spec: str, where: tuple[Part, ...]) -> list[str]:
     fields = body.split(":")
     if len(fields) > 3 or len(fields) == 1 or not fields[-2]:
         raise s.ctx.fail(where, _NO_HOST_PORT if len(fields) <= 3 else f"invalid port {spec!r}")
-    if len(fields) == 3 and fields[0] not in ("", "0.0.0.0"):
+    if len(fields) == 3 and fields[0] not in _EVERY_ADDRESS:
         raise s.ctx.fail(where, _address_message(fields[0]))
     hosts, containers = _port_range(s, fields[-2], where), _port_range(s, fields[-1], where)
     if len(hosts) != len(containers):
@@ -81,7 +82,7 @@ def _long_port(s: Service, item: YDict, where: tuple[Part, ...]) -> str:
     if item.get("published") in (None, ""):
         raise s.ctx.fail(where, _NO_HOST_PORT)
     host_ip = item.get("host_ip")
-    if host_ip not in (None, "", "0.0.0.0"):
+    if host_ip not in (None, *_EVERY_ADDRESS):
         raise s.ctx.fail((*where, "host_ip"), _address_message(str(host_ip)))
     published = text(s.ctx, item["published"], (*where, "published"))
     target = text(s.ctx, item["target"], (*where, "target"))

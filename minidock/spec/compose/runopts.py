@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from minidock.compose.context import describe
-from minidock.compose.envfiles import EnvFileProblem, read_env_file
-from minidock.compose.service_base import Service
-from minidock.compose.values import (
+from minidock.spec.compose.context import describe
+from minidock.spec.compose.envfiles import EnvFileProblem, read_env_file
+from minidock.spec.compose.service_base import Service
+from minidock.spec.compose.values import (
     boolean,
     duration,
     integer,
@@ -20,7 +20,7 @@ from minidock.compose.values import (
     string_list,
     text,
 )
-from minidock.compose.yamldoc import Part, YDict, YList
+from minidock.spec.compose.yamldoc import Part, YDict, YList
 
 __all__ = ["commands", "environment", "expose", "extension", "image", "labels", "links"]
 
@@ -162,7 +162,9 @@ def _ulimits(s: Service) -> dict[str, Any]:
     for name, value in mapping(s.ctx, s.body["ulimits"], at).items():
         if isinstance(value, YDict):
             s.known_keys(value, (*at, name), ("soft", "hard"))
-            found[name] = {k: integer(s.ctx, value.get(k), (*at, name, k)) for k in ("soft", "hard")}
+            found[name] = {
+                k: integer(s.ctx, value.get(k), (*at, name, k)) for k in ("soft", "hard")
+            }
         else:
             found[name] = integer(s.ctx, value, (*at, name))
     return found
@@ -228,7 +230,9 @@ def extension(s: Service) -> None:
         if key == "secrets" and isinstance(plain, dict):
             plain = {k: _secret_source(s, v, (*at, key, k)) for k, v in plain.items()}
         old = s.out.get(key)
-        s.out[key] = {**old, **plain} if isinstance(old, dict) and isinstance(plain, dict) else plain
+        s.out[key] = (
+            {**old, **plain} if isinstance(old, dict) and isinstance(plain, dict) else plain
+        )
         s.ctx.origins[("services", s.name, key)] = (*at, key)
         if isinstance(plain, dict):
             for sub in plain:

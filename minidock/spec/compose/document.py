@@ -1,0 +1,242 @@
+"""A whole Compose file into the cluster spec's TOML document: the environment and
+interpolation, the top-level keys (name, x-minidock, volumes, networks, secrets, configs),
+profiles, then each service."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from minidock.spec.compose.context import ComposeError, Context
+from minidock.spec.compose.envfiles import EnvFileProblem, read_env_file
+from minidock.spec.compose.interpolate import InterpolationError, Substitution
+from minidock.spec.compose.runopts import to_toml
+from minidock.spec.compose.service import translate_service
+from minidock.spec.compose.service_base import TopLevel
+from minidock.spec.compose.values import boolean, mapping, string_list, text
+from minidock.spec.compose.yamldoc import Part, YAMLProblem, YDict, YList, parse
+
+__all__ = ["read_document", "translate"]
+
+_TOP_KEYS = ("version", "name", "services", "networks", "volumes", "secrets", "configs")
+_TOP_REFUSED = {
+    "include": "not supported: put the services in this file",
+    "models": "not supported by MiniDock: remove it",
+}
+_OWN = "x-minidock"
+
+
+def read_document(path: Path, display: str) -> Context:
+    """The Compose file at `path` parsed and interpolated, in a fresh Context; raises
+    ComposeError naming the key and line at fault."""
+    raw = _read_text(path, display)
+    try:
+        source = parse(raw)
+    except YAMLProblem as exc:
+        raise ComposeError(display, "", exc.message, line=exc.line) from None
+    base = os.path.dirname(os.path.abspath(path))
+    lookup = _environment(base, display)
+    ctx = Context(display, base, source, lookup)
+    substitution = Substitution(lookup)
+    ctx.doc = _interpolated(ctx, source, (), substitution)
+    for name in dict.fromkeys(substitution.unset):
+        ctx.warnings.append(f"{display}: variable {name} is not set: it is taken as empty")
+    return ctx
+
+
+def _read_text(path: Path, display: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ComposeError(display, "", "file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ComposeError(
+            display, "", f"not UTF-8 text (bad byte at offset {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise ComposeError(display, "", f"cannot read file: {exc.strerror or exc}") from None
+
+
+def _environment(base: str, display: str) -> dict[str, str]:
+    """Variables for interpolation: the controller's environment over `.env` beside the file."""
+    dotenv = os.path.join(base, ".env")
+    found: dict[str, str] = {}
+    if os.path.isfile(dotenv):
+        try:
+            found = read_env_file(dotenv, os.environ)
+        except EnvFileProblem as exc:
+            raise ComposeError(display, "", f".env: {exc}") from None
+    return found | dict(os.environ)
+
+
+def _interpolated(ctx: Context, node: Any, parts: tuple[Part, ...], sub: Substitution) -> Any:
+    """`node` with every string value interpolated (keys are not), lines kept."""
+    if isinstance(node, YDict):
+        out = YDict()
+        for key, value in node.items():
+            out[key] = _interpolated(ctx, value, (*parts, key), sub)
+        out.lines = dict(node.lines)
+        return out
+    if isinstance(node, YList):
+        items = YList()
+        items.extend(_interpolated(ctx, v, (*parts, i), sub) for i, v in enumerate(node))
+        items.lines = list(node.lines)
+        return items
+    if isinstance(node, str):
+        try:
+            return sub(node)
+        except InterpolationError as exc:
+            raise ctx.fail(parts, str(exc)) from None
+    return node
+
+
+def translate(ctx: Context) -> dict[str, Any]:
+    """The cluster spec's TOML document for the (interpolated) Compose file in `ctx`."""
+    doc = ctx.doc
+    for key in doc:
+        if isinstance(key, str) and (key in _TOP_KEYS or key.startswith("x-")):
+            continue
+        if key in _TOP_REFUSED:
+            raise ctx.fail((key,), _TOP_REFUSED[key])
+        raise ctx.fail((key,), f"unknown Compose key {key!r} (allowed: {', '.join(_TOP_KEYS)})")
+    out: dict[str, Any] = _own_top(ctx, mapping(ctx, doc.get(_OWN), (_OWN,)))
+    top = TopLevel(
+        volumes=_volumes(ctx),
+        networks=_networks(ctx),
+        secrets=_secrets(ctx),
+    )
+    _configs(ctx)
+    services = mapping(ctx, doc.get("services"), ("services",))
+    top.skipped = _skipped(ctx, services)
+    out["services"] = {}
+    ctx.came_from(("services",), ("services",))
+    for name, body in services.items():
+        if name in top.skipped:
+            continue
+        ctx.came_from(("services", name), ("services", name))
+        service = mapping(ctx, body, ("services", name))
+        out["services"][name] = translate_service(ctx, name, service, top)
+    return out
+
+
+def _own_top(ctx: Context, own: YDict) -> dict[str, Any]:
+    """cluster (x-minidock.cluster, else name) and inventory first, then the other
+    top-level MiniDock keys of x-minidock (registries, ...) as they are."""
+    cluster = own.get("cluster", ctx.doc.get("name"))
+    if cluster is None:
+        raise ctx.fail((), "missing name: set name (the cluster: MiniDock's label namespace)")
+    where = (_OWN, "cluster") if "cluster" in own else ("name",)
+    out: dict[str, Any] = {"cluster": text(ctx, cluster, where)}
+    ctx.came_from(("cluster",), where)
+    if "inventory" not in own:
+        raise ctx.fail(
+            (_OWN,) if _OWN in ctx.doc else (),
+            "missing x-minidock.inventory: name the inventory file, e.g. "
+            "x-minidock: {inventory: inventory/prod.toml}",
+        )
+    out["inventory"] = text(ctx, own["inventory"], (_OWN, "inventory"))
+    ctx.came_from(("inventory",), (_OWN, "inventory"))
+    for key, value in own.items():
+        if key in ("cluster", "inventory"):
+            continue
+        if key == "services":
+            raise ctx.fail((_OWN, key), "give a service's MiniDock keys in its own x-minidock")
+        out[key] = to_toml(ctx, value, (_OWN, key))
+        ctx.came_from((key,), (_OWN, key))
+    return out
+
+
+def _volumes(ctx: Context) -> dict[str, YDict]:
+    """The declared named volumes: MiniDock's own, one per slot, on the local driver."""
+    declared: dict[str, YDict] = {}
+    for name, body in mapping(ctx, ctx.doc.get("volumes"), ("volumes",)).items():
+        at: tuple[Part, ...] = ("volumes", name)
+        options = mapping(ctx, body, at)
+        for key, value in options.items():
+            where = (*at, key)
+            if key == "labels":
+                ctx.warn(where, "ignored: MiniDock labels its volumes itself")
+            elif str(key).startswith("x-") or (key == "driver" and value == "local"):
+                continue
+            elif key != "external" or boolean(ctx, value, where):
+                raise ctx.fail(where, _VOLUME_REFUSALS.get(key, "not supported: remove it"))
+        declared[name] = options
+    return declared
+
+
+_VOLUME_REFUSALS = {
+    "external": "an existing volume cannot be used: MiniDock makes a volume per slot on its "
+    "host (CLUSTER_SERVICE.SLOT_NAME); remove external",
+    "name": "MiniDock names volumes per slot (CLUSTER_SERVICE.SLOT_NAME): remove name",
+    "driver": "only the local driver is supported: remove driver",
+    "driver_opts": "volume driver options are not supported: remove them",
+}
+
+
+def _networks(ctx: Context) -> dict[str, str]:
+    """Each declared network: the name joined for an external one, else "" (the cluster's
+    own network, which MiniDock creates; it does not create Compose's networks)."""
+    declared: dict[str, str] = {}
+    for name, body in mapping(ctx, ctx.doc.get("networks"), ("networks",)).items():
+        at: tuple[Part, ...] = ("networks", name)
+        options = mapping(ctx, body, at)
+        if "external" in options and boolean(ctx, options["external"], (*at, "external")):
+            declared[name] = text(ctx, options.get("name", name), (*at, "name"))
+            continue
+        if "internal" in options and boolean(ctx, options["internal"], (*at, "internal")):
+            raise ctx.fail(
+                (*at, "internal"),
+                "internal networks are not supported: tasks are on the cluster's network, "
+                "which reaches outside",
+            )
+        declared[name] = ""
+        if name != "default":
+            ctx.warn(
+                at,
+                "not created: its services are on the cluster's network (minidock-CLUSTER), "
+                "shared with every service of the cluster on a host; use external: true to "
+                "join a network that exists on the hosts",
+            )
+    return declared
+
+
+def _secrets(ctx: Context) -> dict[str, dict[str, str]]:
+    """Each declared secret as a TOML secret source: {file = ...} or {env = ...}."""
+    declared: dict[str, dict[str, str]] = {}
+    for name, body in mapping(ctx, ctx.doc.get("secrets"), ("secrets",)).items():
+        at: tuple[Part, ...] = ("secrets", name)
+        options = mapping(ctx, body, at)
+        if "name" in options:
+            ctx.warn((*at, "name"), "ignored: MiniDock has no secret store to name it in")
+        for key in options:
+            if key not in ("file", "environment", "name") and not str(key).startswith("x-"):
+                raise ctx.fail(
+                    (*at, key),
+                    "MiniDock has no secret store: give the secret's file or environment",
+                )
+        if "file" in options:
+            declared[name] = {"file": text(ctx, options["file"], (*at, "file"))}
+        elif "environment" in options:
+            declared[name] = {"env": text(ctx, options["environment"], (*at, "environment"))}
+        else:
+            raise ctx.fail(at, "give the secret's file or environment")
+    return declared
+
+
+def _configs(ctx: Context) -> None:
+    if mapping(ctx, ctx.doc.get("configs"), ("configs",)):
+        ctx.warn(("configs",), "ignored: MiniDock does not support configs yet")
+
+
+def _skipped(ctx: Context, services: Mapping[str, Any]) -> set[str]:
+    """Services whose profiles are all inactive (COMPOSE_PROFILES), as Compose leaves them."""
+    active = {p.strip() for p in ctx.lookup.get("COMPOSE_PROFILES", "").split(",") if p.strip()}
+    skipped: set[str] = set()
+    for name, body in services.items():
+        if isinstance(body, YDict) and "profiles" in body:
+            profiles = string_list(ctx, body["profiles"], ("services", name, "profiles"))
+            if "*" not in active and not active.intersection(profiles):
+                skipped.add(name)
+    return skipped

@@ -1,0 +1,52 @@
+"""A Compose file translated, and its problems located in it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minidock.spec.compose.context import ComposeError, Context
+from minidock.spec.compose.document import read_document, translate
+from minidock.spec.compose.yamldoc import line_of, render
+from minidock.spec.errors import SpecError
+from minidock.spec.messages import render as render_toml
+
+__all__ = ["ComposeError", "Translation", "translate_file"]
+
+log = logging.getLogger("minidock.spec.compose")
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A Compose file as the cluster spec's TOML document, with where each key came from."""
+
+    document: dict[str, Any]
+    warnings: tuple[str, ...]
+    context: Context
+
+    def locate(self, error: SpecError) -> SpecError:
+        """`error` (about a TOML key path) told about the Compose key that key came from."""
+        if isinstance(error, ComposeError):
+            return error
+        best, found = -1, None
+        for toml, parts in self.context.origins.items():
+            key = render_toml(toml)
+            covers = error.path == key or error.path.startswith((f"{key}.", f"{key}["))
+            if covers and len(key) > best:
+                best, found = len(key), parts
+        if found is None:
+            return ComposeError(error.file, "", error.message)
+        line = line_of(self.context.doc, found)
+        return ComposeError(error.file, render(found), error.message, line=line)
+
+
+def translate_file(path: Path, display: str) -> Translation:
+    """Read the Compose file at `path` (named `display` in messages) into the TOML
+    document; each warning is logged once. Raises ComposeError."""
+    context = read_document(path, display)
+    document = translate(context)
+    for warning in context.warnings:
+        log.warning("%s", warning)
+    return Translation(document, tuple(context.warnings), context)

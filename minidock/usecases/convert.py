@@ -28,7 +28,9 @@ def convert(file: Path) -> ConvertOutcome:
     stay relative to the Compose file's directory (save it beside the Compose file);
     interpolated values are written as they came out."""
     if not is_compose_file(file):
-        raise BadInput(f"{file}: not a Compose file (*.yaml, *.yml or compose*): nothing to convert")
+        raise BadInput(
+            f"{file}: not a Compose file (*.yaml, *.yml or compose*): nothing to convert"
+        )
     try:
         document = cluster_document(file)
     except SpecError as exc:

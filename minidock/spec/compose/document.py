@@ -35,7 +35,8 @@ def read_document(path: Path, display: str) -> Context:
     try:
         source = parse(raw)
     except YAMLProblem as exc:
-        raise ComposeError(display, "", exc.message, line=exc.line) from None
+        line = None if exc.message.startswith("invalid YAML") else exc.line  # said already
+        raise ComposeError(display, "", exc.message, line=line) from None
     base = os.path.dirname(os.path.abspath(path))
     lookup = _environment(base, display)
     ctx = Context(display, base, source, lookup)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,16 +31,24 @@ class Translation:
         """`error` (about a TOML key path) told about the Compose key that key came from."""
         if isinstance(error, ComposeError):
             return error
+        path = error.path
+        unknown = re.match(r"unknown key '([^']+)'", error.message)
+        if unknown and (*self._parts(path), unknown[1]) in self.context.origins:
+            path = render_toml((*self._parts(path), unknown[1]))
         best, found = -1, None
         for toml, parts in self.context.origins.items():
             key = render_toml(toml)
-            covers = error.path == key or error.path.startswith((f"{key}.", f"{key}["))
+            covers = path == key or path.startswith((f"{key}.", f"{key}["))
             if covers and len(key) > best:
                 best, found = len(key), parts
         if found is None:
             return ComposeError(error.file, "", error.message)
         line = line_of(self.context.doc, found)
         return ComposeError(error.file, render(found), error.message, line=line)
+
+    def _parts(self, rendered: str) -> tuple[Any, ...]:
+        """The TOML key path whose rendering is `rendered` (() when none is known)."""
+        return next((t for t in self.context.origins if render_toml(t) == rendered), ())
 
 
 def translate_file(path: Path, display: str) -> Translation:

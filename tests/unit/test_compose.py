@@ -1,0 +1,279 @@
+"""Compose files read as cluster specs (minidock.spec.compose), over the corpus in
+tests/data/compose/: each realistic file gives, value for value, the model its hand-written
+TOML twin gives; `minidock convert` prints TOML that loads to the same model; every bad
+file gets its one-line error at the command line (exit 2, no SSH, no state)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import tomli_w
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minidock.model import Cluster
+from minidock.spec import SpecError, load_cluster
+from minidock.spec.compose import is_compose_file
+from minidock.spec.compose.interpolate import InterpolationError, substitute
+from minidock.spec.compose.translation import translate_file
+from minidock.spec.compose.yamldoc import parse
+from tests.unit.test_cli import in_tmp, invoke, one_line_error, ssh_calls
+
+__all__ = ["in_tmp", "ssh_calls"]  # fixtures used here, defined with the CLI tests
+
+CORPUS = Path(__file__).parent.parent / "data" / "compose"
+GOOD = ["webapp", "agent", "secrets", "deploy", "syntax", "interpolation"]
+BAD = sorted(p.stem for p in (CORPUS / "bad").glob("*.yaml"))
+
+# The controller's environment the corpus is read in: set, and unset.
+ENVIRONMENT = {
+    "STACK_NAME": "interp",
+    "REGION": "eu-from-env",
+    "FROM_CONTROLLER": "from the controller",
+    "BILLING_STRIPE_KEY": "sk_test_51",
+    "BILLING_REGISTRY_TOKEN": "registry-token-9",
+}
+UNSET = (
+    "TAG", "WEB_TAG", "INVENTORY", "WEB_REPLICAS", "UNSET_VAR", "HOME_TOWN", "EMPTY_VAR",
+    "COMPOSE_PROFILES", "NOT_SET_ANYWHERE",
+)  # fmt: skip
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the corpus (secret files 0600, as MiniDock requires; git keeps no modes),
+    read in ENVIRONMENT."""
+    copy = tmp_path / "compose"
+    shutil.copytree(CORPUS, copy)
+    for secret in ("db_password.txt", "session.txt"):
+        os.chmod(copy / "secrets" / secret, 0o600)
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+    for name in UNSET:
+        monkeypatch.delenv(name, raising=False)
+    return copy
+
+
+def comparable(cluster: Cluster) -> Cluster:
+    """The cluster without the path of the file it was read from."""
+    return replace(cluster, path="")
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_a_compose_file_is_the_model_its_toml_spec_is(corpus: Path, name: str) -> None:
+    from_compose = load_cluster(corpus / name / "compose.yaml")
+    from_toml = load_cluster(corpus / name / "cluster.toml")
+    assert [s.name for s in from_compose.services] == [s.name for s in from_toml.services]
+    for mine, theirs in zip(from_compose.services, from_toml.services, strict=True):
+        assert mine == theirs
+        assert mine.secrets == theirs.secrets  # not in the dataclass's repr: checked apart
+        assert mine.registry_auth == theirs.registry_auth
+        assert mine.spec_hash() == theirs.spec_hash()
+    assert comparable(from_compose) == comparable(from_toml)
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_convert_prints_toml_that_loads_to_the_same_model(corpus: Path, name: str) -> None:
+    result = invoke("convert", str(corpus / name / "compose.yaml"))
+    assert result.exit_code == 0, result.output
+    converted = corpus / name / "converted.toml"
+    converted.write_text(result.stdout)
+    assert result.stdout.startswith("# The cluster spec of compose.yaml")
+    assert comparable(load_cluster(converted)) == comparable(
+        load_cluster(corpus / name / "compose.yaml")
+    )
+
+
+def test_the_corpus_warns_of_what_it_cannot_apply(corpus: Path) -> None:
+    def warnings(name: str) -> list[str]:
+        path = corpus / name / "compose.yaml"
+        return [w.removeprefix(f"{path}: ") for w in translate_file(path, str(path)).warnings]
+
+    shared = (
+        "not created: its services are on the cluster's network (minidock-CLUSTER), shared "
+        "with every service of the cluster on a host; use external: true to join a network "
+        "that exists on the hosts"
+    )
+    assert warnings("webapp") == [
+        f"networks.frontend (line 113): {shared}",
+        f"networks.backend (line 114): {shared}",
+    ]
+    assert warnings("secrets") == [
+        "configs (line 28): ignored: MiniDock does not support configs yet"
+    ]
+    assert warnings("deploy") == [
+        "services.api.deploy.endpoint_mode (line 21): ignored: a service name resolves to "
+        "its tasks on the same host (as dnsrr)",
+        "services.api.deploy.resources.reservations.memory (line 35): MiniDock reserves what "
+        "a task may use: the limit (1G) is reserved",
+    ]
+    assert warnings("interpolation") == []
+    assert warnings("agent") == []
+
+
+@pytest.mark.parametrize("name", BAD)
+@pytest.mark.parametrize("command", ["validate", "plan", "apply"])
+def test_a_bad_compose_file_is_one_line_at_exit_2(
+    corpus: Path, name: str, command: str, in_tmp: Path, ssh_calls: list[str]
+) -> None:
+    path = corpus / "bad" / f"{name}.yaml"
+    expected = path.read_text().splitlines()[0].removeprefix("# expect: ")
+    expected = expected.replace("/CORPUS", str(corpus))
+    assert one_line_error(invoke(command, str(path))) == f"{path}: {expected}"
+    assert ssh_calls == []
+    assert not (in_tmp / ".minidock").exists()
+
+
+def test_convert_refuses_a_toml_file_and_a_bad_compose_file(corpus: Path) -> None:
+    toml = corpus / "webapp" / "cluster.toml"
+    assert one_line_error(invoke("convert", str(toml))) == (
+        f"{toml}: not a Compose file (*.yaml, *.yml or compose*): nothing to convert"
+    )
+    bad = corpus / "bad" / "build.yaml"
+    assert one_line_error(invoke("convert", str(bad))).startswith(f"{bad}: services.web.build")
+
+
+def test_warnings_reach_the_command_line_on_stderr(corpus: Path) -> None:
+    result = invoke("validate", str(corpus / "deploy" / "compose.yaml"))
+    assert result.exit_code == 0
+    assert result.stdout.startswith("OK: ")
+    warned = result.stderr.splitlines()
+    assert len(warned) == 2
+    assert all(line.startswith("minidock: warning: ") for line in warned)
+    assert "endpoint_mode" in warned[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "compose"),
+    [
+        ("compose.yaml", True),
+        ("docker-compose.yml", True),
+        ("stack.YAML", True),
+        ("compose.prod", True),
+        ("compose.toml", False),
+        ("cluster.toml", False),
+        ("prod", False),
+    ],
+)
+def test_which_files_are_read_as_compose(name: str, compose: bool) -> None:
+    assert is_compose_file(Path(name)) is compose
+
+
+# -- YAML as Compose reads it -------------------------------------------------------------------
+def test_yaml_12_scalars_as_compose_reads_them() -> None:
+    doc = parse("a: no\nb: 8080:80\nc: on\nd: 2024-01-02\ne: true\nf: 010\ng: 0x1f\nh: 1.5\ni: ~\n")
+    assert doc == {
+        "a": "no",
+        "b": "8080:80",
+        "c": "on",
+        "d": "2024-01-02",
+        "e": True,
+        "f": 10,
+        "g": 31,
+        "h": 1.5,
+        "i": None,
+    }
+
+
+def test_merge_keys_keep_the_line_where_each_key_is_written() -> None:
+    doc = parse("base: &b\n  x: 1\n  y: 2\nthing:\n  <<: *b\n  y: 3\n")
+    assert doc["thing"] == {"x": 1, "y": 3}
+    assert doc["thing"].lines == {"x": 2, "y": 6}
+
+
+# -- interpolation, as compose-go's template package --------------------------------------------
+LOOKUP = {"A": "alpha", "EMPTY": "", "N": "3"}
+
+
+@pytest.mark.parametrize(
+    ("template", "result"),
+    [
+        ("$A", "alpha"),
+        ("${A}", "alpha"),
+        ("x${A}y$A", "xalphayalpha"),
+        ("$$A", "$A"),
+        ("$${A}", "${A}"),
+        ("${B:-dflt}", "dflt"),
+        ("${EMPTY:-dflt}", "dflt"),
+        ("${EMPTY-dflt}", ""),
+        ("${B-dflt}", "dflt"),
+        ("${A:-dflt}", "alpha"),
+        ("${A:+alt}", "alt"),
+        ("${EMPTY:+alt}", ""),
+        ("${EMPTY+alt}", "alt"),
+        ("${B+alt}", ""),
+        ("${B:-${A}-${N}}", "alpha-3"),
+        ("${B:-a}}", "a}"),
+        ("${B:-x} and ${A}", "x and alpha"),
+        ("$1 and $ alone", "$1 and $ alone"),
+        ("${EMPTY?must be set}", ""),
+        ("${a}", ""),
+    ],
+)
+def test_interpolation(template: str, result: str) -> None:
+    assert substitute(template, LOOKUP) == result
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("${B:?give B}", "required variable B is missing a value: give B"),
+        ("${EMPTY:?}", "required variable EMPTY is missing a value"),
+        ("${B?}", "required variable B is missing a value"),
+        ("${", "invalid interpolation format"),
+        ("${1x}", "invalid interpolation format"),
+    ],
+)
+def test_interpolation_errors(template: str, message: str) -> None:
+    with pytest.raises(InterpolationError, match=message.replace("?", r"\?")):
+        substitute(template, LOOKUP)
+
+
+def test_an_unset_variable_is_empty_and_reported() -> None:
+    unset: list[str] = []
+    assert substitute("[$NOPE][${NOPE2}][${NOPE3:-d}]", {}, unset.append) == "[][][d]"
+    assert unset == ["NOPE", "NOPE2"]
+
+
+@given(st.text(alphabet=st.sampled_from("ab$${}:-?+ _x")))
+def test_a_template_without_dollar_signs_is_itself_and_escapes_round_trip(text: str) -> None:
+    escaped = text.replace("$", "$$")
+    assert substitute(escaped, LOOKUP) == text
+
+
+# -- the TOML document: what other keys flow through ----------------------------------------------
+def test_x_minidock_passes_minidock_keys_through(tmp_path: Path) -> None:
+    (tmp_path / "inventory.toml").write_text('[[hosts]]\nname = "h1"\n')
+    (tmp_path / "compose.yaml").write_text(
+        "name: c\nx-minidock:\n  inventory: inventory.toml\nservices:\n  web:\n"
+        "    image: web:5\n    x-minidock:\n      image_source: controller\n"
+        '      desired: stopped\n      health: {cmd: ["true"], interval: 1s}\n'
+    )
+    doc = translate_file(tmp_path / "compose.yaml", "compose.yaml").document
+    assert doc["services"]["web"] == {
+        "image": "web:5",
+        "desired": "stopped",
+        "health": {"cmd": ["true"], "interval": "1s"},
+        "image_source": "controller",
+    }
+    assert tomli_w.dumps(doc)
+    service = load_cluster(tmp_path / "compose.yaml").services[0]
+    assert (service.image_source, service.desired, service.health is not None) == (
+        "controller",
+        "stopped",
+        True,
+    )
+
+
+def test_a_missing_name_or_inventory_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "compose.yaml"
+    path.write_text("x-minidock: {inventory: i.toml}\nservices: {}\n")
+    with pytest.raises(SpecError, match="missing name: set name"):
+        load_cluster(path)
+    path.write_text("name: c\nservices: {}\n")
+    with pytest.raises(SpecError, match=r"missing x-minidock\.inventory"):
+        load_cluster(path)

@@ -277,3 +277,79 @@ def test_a_missing_name_or_inventory_is_refused(tmp_path: Path) -> None:
     path.write_text("name: c\nservices: {}\n")
     with pytest.raises(SpecError, match=r"missing x-minidock\.inventory"):
         load_cluster(path)
+
+
+WARNED = """\
+name: warned
+x-minidock: {inventory: inventory.toml}
+services:
+  web:
+    image: web:5
+    build: .
+    pull_policy: always
+    platform: linux/amd64
+    links: [db]
+    expose: ["8080"]
+    restart: always
+    init: yes
+    command: ["echo", "$NOT_SET"]
+    healthcheck:
+      test: ["NONE"]
+    deploy:
+      restart_policy: {condition: on-failure}
+      resources:
+        reservations: {cpus: "0.25"}
+  db:
+    image: postgres:16
+    volumes: [pg:/data:cached]
+    healthcheck:
+      test: pg_isready
+      start_interval: 1s
+volumes:
+  pg:
+    labels: {team: data}
+secrets:
+  token:
+    name: prod_token
+    environment: TOKEN
+"""
+
+
+def test_keys_that_change_nothing_are_warnings_each_naming_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOT_SET", raising=False)
+    path = tmp_path / "compose.yaml"
+    path.write_text(WARNED)
+    (tmp_path / "inventory.toml").write_text('[[hosts]]\nname = "h1"\n')
+    warned = [w.removeprefix("compose.yaml: ") for w in translate_file(path, path.name).warnings]
+    assert warned == [
+        "variable NOT_SET is not set: it is taken as empty",
+        "volumes.pg.labels (line 28): ignored: MiniDock labels its volumes itself",
+        "secrets.token.name (line 31): ignored: MiniDock has no secret store to name it in",
+        "services.web.platform (line 8): ignored: each host pulls the image for its own platform",
+        "services.web.build (line 6): ignored: build the image and `minidock push` it",
+        "services.web.pull_policy (line 7): ignored: a host pulls an image only when it lacks "
+        "it; give each build a new tag",
+        "services.web.expose (line 10): ignored: tasks on one host reach each other by service "
+        "name on any port; publish a port (ports) to reach a service from other hosts",
+        "services.web.healthcheck (line 14): no health check is set; an image's own "
+        "HEALTHCHECK, if it has one, runs",
+        "services.web.restart (line 11): ignored: deploy.restart_policy is used",
+        "services.web.init (line 12): 'yes' for a boolean is not YAML 1.2: write true",
+        "services.web.links (line 9): ignored: tasks on one host reach each other by service name",
+        "services.web.deploy.resources.reservations.cpus (line 19): MiniDock also limits a task "
+        "to what it reserves",
+        "services.db.volumes[0] (line 22): 'cached' is ignored (it changes nothing on Linux)",
+        "services.db.healthcheck.start_interval (line 25): ignored: checks run every interval "
+        "from the start",
+    ]
+    web, db = load_cluster(path).services
+    assert (web.health, web.restart.condition, web.cpus, web.init) == (
+        None,
+        "on-failure",
+        0.25,
+        True,
+    )
+    assert db.health is not None
+    assert db.health.cmd == ("/bin/sh", "-c", "pg_isready")

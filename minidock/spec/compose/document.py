@@ -26,6 +26,7 @@ _TOP_REFUSED = {
     "models": "not supported by MiniDock: remove it",
 }
 _OWN = "x-minidock"
+MAX_DEPTH = 32  # as the TOML reader's: MiniDock's keys nest a handful of levels
 
 
 def read_document(path: Path, display: str) -> Context:
@@ -74,6 +75,8 @@ def _environment(base: str, display: str) -> dict[str, str]:
 
 def _interpolated(ctx: Context, node: Any, parts: tuple[Part, ...], sub: Substitution) -> Any:
     """`node` with every string value interpolated (keys are not), lines kept."""
+    if len(parts) > MAX_DEPTH:
+        raise ctx.fail(parts[:4], f"nested too deeply (at most {MAX_DEPTH} levels)")
     if isinstance(node, YDict):
         out = YDict()
         for key, value in node.items():

@@ -54,7 +54,7 @@ def _required(s: Service, name: str, options: YDict, where: tuple[Part, ...]) ->
             "MiniDock does not restart a service when one it depends on is updated: remove it",
         )
     required = boolean(s.ctx, options.get("required", True), (*where, "required"))
-    return required or name in s.ctx.doc.get("services", {})
+    return required or (name in s.ctx.doc.get("services", {}) and name not in s.top.skipped)
 
 
 def healthcheck(s: Service) -> None:

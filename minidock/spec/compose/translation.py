@@ -54,8 +54,11 @@ class Translation:
 def translate_file(path: Path, display: str) -> Translation:
     """Read the Compose file at `path` (named `display` in messages) into the TOML
     document; each warning is logged once. Raises ComposeError."""
-    context = read_document(path, display)
-    document = translate(context)
+    try:
+        context = read_document(path, display)
+        document = translate(context)
+    except RecursionError:
+        raise ComposeError(display, "", "nested too deeply to be a Compose file") from None
     for warning in context.warnings:
         log.warning("%s", warning)
     return Translation(document, tuple(context.warnings), context)

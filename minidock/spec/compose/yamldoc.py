@@ -133,6 +133,10 @@ def parse(text: str) -> YDict:
         ) from None
     except yaml.YAMLError as exc:
         raise YAMLProblem(f"invalid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise YAMLProblem("invalid YAML: nested too deeply") from None
+    except ValueError:  # an integer past Python's digit limit for int()
+        raise YAMLProblem("invalid YAML: a number too long to read") from None
     if not isinstance(doc, YDict):
         raise YAMLProblem("a Compose file is a mapping with a services key")
     return doc

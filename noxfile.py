@@ -39,7 +39,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[etcd]", "mypy", "types-grpcio")
+    session.install("-e", ".[etcd]", "mypy", "types-grpcio", "types-PyYAML")
     for command in CHECKS["typecheck"]:
         session.run(*command)
 

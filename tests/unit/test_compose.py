@@ -353,3 +353,9 @@ def test_keys_that_change_nothing_are_warnings_each_naming_its_line(
     )
     assert db.health is not None
     assert db.health.cmd == ("/bin/sh", "-c", "pg_isready")
+
+
+def test_the_example_compose_stack_is_the_example_toml_stack() -> None:
+    playbooks = Path(__file__).parent.parent.parent / "playbooks"
+    from_compose = load_cluster(playbooks / "stack.compose.yaml")
+    assert comparable(from_compose) == comparable(load_cluster(playbooks / "stack.toml"))

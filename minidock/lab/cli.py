@@ -158,7 +158,8 @@ def status_command(ctx: typer.Context, json_output: JsonOption = False) -> None:
 
 @lab_app.command("kill")
 def kill_command(ctx: typer.Context, host: HostArgument, mode: ModeOption = Mode.STOP) -> None:
-    """Make a fault: stop (host off), pause (hung), sshd, dockerd (daemon dead), partition."""
+    """Make a fault: stop (host off), pause (hung), sshd, dockerd (daemon dead), partition
+    (port 22 dropped; tasks keep running), disk (full: no new container can be created)."""
     try:
         _lab(ctx).kill(host, _MODES[mode])
     except LabError as exc:

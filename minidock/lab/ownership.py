@@ -62,17 +62,17 @@ def _root_of(directory: str) -> Path:
 
 def refusal(claim: Claim, verb: Verb, args: str = "", cwd: Path | None = None) -> str | None:
     """Why `minidock lab VERB ARGS` must not act on this lab (one line), or None when it
-    may. The line names the command that does reach the lab in question."""
+    may. A command the line names reaches only a lab this root owns: a lab another
+    checkout owns is named as such, with nothing to operate it from here."""
     command = f"{verb} {args}".strip()
     foreign = claim.foreign_dirs()
     if foreign:
-        there = _root_of(foreign[0])
         where = ", ".join(str(_root_of(d)) for d in foreign)
-        head = f"compose project {claim.project!r} belongs to the lab in {where}"
-        if verb == "up":
-            down = lab_command("down", root=there, project=claim.project, cwd=cwd)
-            return f"{head}: `{down}` first, or pick another --project"
-        return f"{head}: use `{lab_command(command, root=there, project=claim.project, cwd=cwd)}`"
+        head = (
+            f"compose project {claim.project!r} belongs to another checkout's lab"
+            f" (in {where}), not to this one ({claim.root})"
+        )
+        return f"{head}; {_own_lab_hint(claim, verb, command, cwd)}"
     recorded = claim.recorded
     if recorded is None or recorded == claim.project:
         return None
@@ -91,3 +91,14 @@ def refusal(claim: Claim, verb: Verb, args: str = "", cwd: Path | None = None) -
         f"{claim.root} holds the lab of compose project {recorded!r}, not"
         f" {claim.project!r}: use `{other}`"
     )
+
+
+def _own_lab_hint(claim: Claim, verb: Verb, command: str, cwd: Path | None) -> str:
+    """What this root may do instead: its own lab's command (the project its lab.json
+    names), or start one under another project name."""
+    recorded = claim.recorded
+    if recorded is not None and recorded != claim.project and verb != "up":
+        own = lab_command(command, root=claim.root, project=recorded, cwd=cwd)
+        return f"this checkout's lab is project {recorded!r}: `{own}`"
+    start = lab_command("up", root=claim.root, project="NAME", cwd=cwd)
+    return f"this checkout's own lab takes another project name: `{start}`"

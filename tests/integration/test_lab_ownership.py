@@ -59,13 +59,19 @@ def test_a_lab_command_with_the_other_labs_project_is_refused_and_deletes_nothin
         assert {mine.inventory_path, mine.known_hosts_path, mine.state_path} <= set(before)
 
         down = lab_command(mine.root, "--project", other.project, "down")
+        # issue 27 item 5: the other lab is named as another checkout's, with no command
+        # to operate it; the command given reaches this checkout's own lab
         assert_refused(
             down,
-            f"compose project '{other.project}' belongs to the lab in {other.root}",
-            f"`minidock lab --root {other.root} --project {other.project} down`",
+            f"compose project '{other.project}' belongs to another checkout's lab"
+            f" (in {other.root})",
+            f"this checkout's lab is project '{mine.project}':"
+            f" `minidock lab --project {mine.project} down`",
         )
+        assert "--root" not in down.stderr
         kill = lab_command(mine.root, "--project", other.project, "kill", "host1")
-        assert_refused(kill, f"--root {other.root} --project {other.project} kill host1`")
+        assert_refused(kill, f"`minidock lab --project {mine.project} kill host1`")
+        assert "--root" not in kill.stderr
         # from lab A's root, the default project is not lab A's: the hint names A's project
         assert_refused(
             lab_command(mine.root, "down"), f"`minidock lab --project {mine.project} down`"

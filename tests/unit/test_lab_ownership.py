@@ -101,20 +101,30 @@ def two_labs(tmp_path: Path, engine: FakeEngine) -> tuple[Path, Path]:
         ("kill host1", lambda lab: lab.kill("host1")),
         ("kill host1 --mode pause", lambda lab: lab.kill("host1", "pause")),
         ("revive host1", lambda lab: lab.revive("host1")),
-        ("down", lambda lab: lab.prepare(2)),  # up: `down` there first
+        ("up", lambda lab: lab.prepare(2)),
     ],
 )
 def test_a_command_for_another_roots_project_is_refused_and_changes_nothing(
     two_labs: tuple[Path, Path], engine: FakeEngine, verb: str, act: object
 ) -> None:
+    """Issue 27 item 5: the line names the other checkout's lab as such and gives no
+    command that operates it; the command it gives reaches this checkout's own lab."""
     a, b = two_labs
     before = files_under(a.parent)
     with pytest.raises(NotOwnedError) as refused:
         act(Lab(a, project="lab-b"))  # type: ignore[operator]
     message = str(refused.value)
-    assert f"compose project 'lab-b' belongs to the lab in {b.resolve()}" in message
-    assert f"`minidock lab --root {b.resolve()} --project lab-b {verb}`" in message
-    assert "\n" not in message
+    head = (
+        f"compose project 'lab-b' belongs to another checkout's lab (in {b.resolve()}),"
+        f" not to this one ({a})"
+    )
+    own = f"minidock lab --root {a} --project"
+    if verb == "up":
+        tail = f"this checkout's own lab takes another project name: `{own} NAME up`"
+    else:
+        tail = f"this checkout's lab is project 'lab-a': `{own} lab-a {verb}`"
+    assert message == f"{head}; {tail}"
+    assert f"--root {b}" not in message
     assert refused.value.exit_code == 2
     assert engine.changes == []
     assert files_under(a.parent) == before
@@ -131,7 +141,7 @@ def test_cli_down_with_the_other_labs_project_exits_2_with_one_line(
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("lab: compose project 'lab-b' belongs to the lab in ")
+    assert lines[0].startswith("lab: compose project 'lab-b' belongs to another checkout's lab")
     assert files_under(a.parent) == before
     assert engine.changes == []
 
@@ -247,8 +257,14 @@ def test_refusal_rules() -> None:
         "/r/a holds the lab of compose project 'q', not 'p': use `minidock lab --project q status`"
     )
     assert refusal(claim(project_dirs=["/r/b/.lab"]), "up", cwd=cwd) == (
-        "compose project 'p' belongs to the lab in /r/b:"
-        " `minidock lab --root /r/b --project p down` first, or pick another --project"
+        "compose project 'p' belongs to another checkout's lab (in /r/b), not to this one"
+        " (/r/a); this checkout's own lab takes another project name:"
+        " `minidock lab --project NAME up`"
+    )
+    # the issue's case: this checkout's lab is another project; another checkout runs p
+    assert refusal(claim(recorded="ux", project_dirs=["/r/b/.lab"]), "status", cwd=cwd) == (
+        "compose project 'p' belongs to another checkout's lab (in /r/b), not to this one"
+        " (/r/a); this checkout's lab is project 'ux': `minidock lab --project ux status`"
     )
     # the project's containers come from two dirs, one of them ours: still refused
     mixed = claim(project_dirs=["/r/a/.lab", "/r/b/.lab"])

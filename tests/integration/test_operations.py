@@ -1,14 +1,27 @@
 """The one canonical operator set-up (docs/operations.md), run as documented: the cron line
-under `env -i` (cron's empty environment) against the lab fleet."""
+under `env -i` (cron's empty environment) against the lab fleet, and the whole set-up from
+an empty machine (user, directories, clone, venv with the system's Python) as a user of
+its own."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.conftest import Minidock
+import pytest
+import tomli_w
+
+from tests.integration.conftest import Fleet, Minidock
 
 DOCS = Path(__file__).parents[2] / "docs" / "operations.md"
 DOC_STATE = "/var/lib/minidock"
@@ -50,3 +63,132 @@ def test_the_systemd_unit_runs_what_the_cron_line_runs() -> None:
     assert f"Environment=MINIDOCK_STATE={DOC_STATE}" in unit
     assert cron == f"MINIDOCK_STATE={DOC_STATE} {DOC_BINARY} reconcile"
     assert "User=minidock" in unit
+
+
+# -- the set-up from an empty machine (issue 27), as a user of its own --------------------------
+DOC_PATHS = {  # the documented paths, and where under the test's root each goes
+    "/opt/minidock": "opt",
+    "/var/lib/minidock": "state",
+    "/etc/minidock": "etc",
+    "/home/minidock": "home",
+}
+DOC_CLONE_URL = "https://git.example.org/minidock.git"
+REPO = Path(__file__).parents[2]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where the documented set-up goes: the test's root (its paths under it, readable by
+    the new user: not pytest's tmp_path, which is root's alone) and the user's name."""
+
+    root: Path
+    user: str
+
+    def line(self, command: str) -> str:
+        """A documented line with this machine's paths, user and clone URL."""
+        for doc, here in DOC_PATHS.items():
+            command = command.replace(doc, str(self.root / here))
+        command = command.replace(DOC_CLONE_URL, str(REPO))
+        command = re.sub(r"(?<=-[ugo] )minidock\b", self.user, command)
+        return re.sub(r"(?<=useradd )(.*) minidock$", rf"\1 {self.user}", command)
+
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        """A documented `$ ...` line, under `env -i` as cron would start it: this machine
+        has no sudo, and the test is root, so `sudo -u U CMD` is runuser's and `sudo CMD`
+        is CMD itself."""
+        words = shlex.split(self.line(command))
+        if words[:2] == ["sudo", "-u"]:
+            words = ["/usr/sbin/runuser", "-u", words[2], "--", "/usr/bin/env", *words[3:]]
+        elif words[:1] == ["sudo"]:
+            words = words[1:]
+        return subprocess.run(
+            ["env", "-i", "PATH=/usr/bin:/bin:/usr/sbin:/sbin", *words],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+
+@pytest.fixture
+def machine() -> Iterator[Machine]:
+    root = Path(tempfile.mkdtemp(prefix="md-ops-", dir="/tmp"))
+    root.chmod(0o755)
+    made = Machine(root, f"mdops{os.getpid()}")
+    try:
+        yield made
+    finally:
+        subprocess.run(["/usr/sbin/userdel", made.user], capture_output=True, check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def console_lines(marker: str) -> list[str]:
+    """The `$ ` commands of a documented console block."""
+    return [line[2:] for line in documented(marker).splitlines() if line.startswith("$ ")]
+
+
+def give_the_lab(machine: Machine, fleet: Fleet) -> None:
+    """What the docs leave to the operator (the user's key and known_hosts, the files in
+    /etc/minidock): the lab's key and pinned keys, an inventory of the lab and a spec."""
+    account = pwd.getpwnam(machine.user)
+    ssh = machine.root / "home" / ".ssh"
+    ssh.mkdir(mode=0o700)
+    shutil.copy(fleet.lab.key_path, ssh / "id_ed25519")
+    shutil.copy(fleet.lab.known_hosts_path, ssh / "known_hosts")
+    for path in (ssh, *ssh.iterdir()):
+        os.chown(path, account.pw_uid, account.pw_gid)
+    (ssh / "id_ed25519").chmod(0o600)
+    inventory = tomllib.loads(fleet.inventory.read_text())
+    inventory["defaults"] |= {
+        "identity_file": str(ssh / "id_ed25519"),
+        "known_hosts": str(ssh / "known_hosts"),
+    }
+    etc = machine.root / "etc"
+    (etc / "inventory.toml").write_text(tomli_w.dumps(inventory))
+    (etc / "cluster.toml").write_text(
+        'cluster = "ops"\ninventory = "inventory.toml"\n\n'
+        '[services.web]\nimage = "minidock-lab/web:5"\nreplicas = 2\n'
+    )
+    for name in ("inventory.toml", "cluster.toml"):
+        os.chown(etc / name, 0, account.pw_gid)
+        (etc / name).chmod(0o640)
+
+
+def test_the_documented_set_up_runs_as_its_own_user_and_converges(
+    fleet: Fleet, machine: Machine
+) -> None:
+    for command in console_lines("setup"):
+        if command.startswith("sudo apt-get install"):
+            packages = [w for w in shlex.split(command)[3:] if not w.startswith("-")]
+            assert subprocess.run(["dpkg", "-s", *packages], capture_output=True).returncode == 0
+            continue
+        done = machine.run(command)
+        assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
+    venv_python = (machine.root / "opt" / ".venv" / "bin" / "python3").resolve()
+    assert not venv_python.is_relative_to("/root"), venv_python  # the system's Python
+    assert (machine.root / "state").stat().st_mode & 0o777 == 0o700
+    give_the_lab(machine, fleet)
+
+    (apply_line,) = console_lines("apply")
+    applied = machine.run(apply_line)
+    assert applied.returncode in (0, 3), applied.stdout + applied.stderr
+    assert applied.stdout.startswith("generation 1: ops (1 services)\n")
+    cron = machine.line(" ".join(documented("cron-line").split()[5:]))
+    ran = subprocess.run(
+        ["env", "-i", "/usr/sbin/runuser", "-u", machine.user, "--", "/bin/sh", "-c", cron],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (ran.returncode, ran.stderr) == (0, ""), ran.stdout
+    state = machine.root / "state"
+    assert state.stat().st_uid == pwd.getpwnam(machine.user).pw_uid
+    running = [
+        line
+        for host in fleet.hosts
+        for line in fleet.docker(
+            host, "ps", "--filter", "label=minidock.cluster=ops", "--format", "{{.Names}}"
+        ).stdout.split()
+    ]
+    assert sorted(name.split(".")[:2] for name in running) == [["web", "1"], ["web", "2"]]

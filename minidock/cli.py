@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from minidock import usecases
 from minidock.model import Event
@@ -34,6 +36,17 @@ from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Pr
 
 MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
 T = TypeVar("T")
+GLOBAL_STATE: contextvars.ContextVar[str | None] = contextvars.ContextVar("state", default=None)
+
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """The help's type column, left empty for a flag (typer shows `<bool>` beside every
+    flag, `--help` included: noise, a flag takes no value)."""
+    return None if self.is_flag else _typed(self, ctx)
+
+
+_typed = TyperOption.display_type_rich
+setattr(TyperOption, "display_type_rich", _flag_type)  # noqa: B010 (a method of typer's)
 
 
 class LazyGroup(TyperGroup):
@@ -48,7 +61,9 @@ class LazyGroup(TyperGroup):
         return [*loaded, *(name for name in self.LAZY if name not in loaded)]
 
     def invoke(self, ctx: Any) -> Any:  # ctx: the click Context that typer vendors
-        """Every command: an unusable state directory (StateError) is one line, exit 2."""
+        """Every command: the global options (`minidock --state DIR CMD`) set for it; an
+        unusable state directory (StateError) is one line, exit 2."""
+        GLOBAL_STATE.set(ctx.params.get("state"))
         try:
             return super().invoke(ctx)
         except StateError as exc:
@@ -99,6 +114,25 @@ QuietOption = Annotated[
 ]
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        out.print(f"minidock {importlib.metadata.version('minidock')}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def global_options(
+    state: StateOption = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Options before the command (`minidock --state DIR status`) count for it, as after."""
+
+
 # -- wiring -----------------------------------------------------------------------------------
 class WarningLines(logging.Handler):
     """Warnings from reading files (a Compose key MiniDock ignores): one stderr line each."""
@@ -130,14 +164,24 @@ def seconds(value: str, option: str, *, at_least: float = 0.0) -> float:
 
 
 def state_dir(state: str | None) -> usecases.StateLocation:
-    """Where the state is (a directory or an etcd URL); a bad URL is exit 2."""
-    return checked(lambda: usecases.state_location(state))
+    """Where the state is (a directory or an etcd URL): the command's --state, or the one
+    given before the command; a bad URL, or two different ones, is exit 2."""
+    before = GLOBAL_STATE.get()
+    if state is not None and before is not None and state != before:
+        fail(f"--state given twice, {before} before the command and {state} after it: give one")
+    chosen = state if state is not None else before
+    return checked(lambda: usecases.state_location(chosen))
 
 
 def runtime() -> usecases.Runtime:
     """The real world: SSH to the hosts, the system clock."""
     clock = usecases.Clock(now=time.time, monotonic=time.monotonic, sleep=asyncio.sleep)
-    return usecases.Runtime(executor=SSHExecutor, clock=clock)
+    return usecases.Runtime(executor=SSHExecutor, clock=clock, notice=notify)
+
+
+def notify(line: str) -> None:
+    """A line the command prints before it waits: on stderr, at once."""
+    err.print(f"minidock: {line}", markup=False)
 
 
 def checked(work: Callable[[], T]) -> T:
@@ -263,7 +307,7 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         how = "needs --prune" if s.change == "removed" and not planned.pruned else s.change
         out.print(f"service {s.name}: {how}", markup=False)
         for f in s.diff:
-            out.print(f"  {f.field}: {f.old} -> {f.new}", markup=False)
+            out.print(f"  {f.field}: {field_change(f.field, f.old, f.new)}", markup=False)
     for step in doc.steps:
         out.print(f"pass {step.number}:", markup=False)
         for st in step.stop:
@@ -281,7 +325,19 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
     lost = f" after losing {', '.join(doc.lost)}" if doc.lost else ""
     drained = f" after draining {', '.join(doc.drained)}" if doc.drained else ""
     end = "converges" if doc.converged else "does not converge"
-    out.print(f"{end}{lost}{drained} (assumes {doc.assumption})", markup=False)
+    out.print(f"{end}{lost}{drained}, assuming {doc.assumption}", markup=False)
+
+
+KEY_CHANGES = {"+": "added", "-": "removed", "~": "changed"}
+
+
+def field_change(field: str, old: str, new: str) -> str:
+    """`image: web:5 -> web:6`; for `env` and `secrets`, whose values are not shown, what
+    happened to each key: `A changed, C added` (the plan document's `+C ~A`)."""
+    if field not in ("env", "secrets"):
+        return f"{old} -> {new}"
+    words = [f"{key[1:]} {KEY_CHANGES[key[0]]}" for key in new.split() if key[:1] in KEY_CHANGES]
+    return ", ".join(words) or f"{old} -> {new}"
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -482,9 +538,8 @@ def service_row(s: ServiceSummary) -> tuple[str, ...]:
     rollout: str = r.status if r.status != "none" else ""
     if r.active:
         rollout += f" {r.done}/{r.total}"
-    word = s.state.upper() if s.state == "failed" else s.state
     desired = f"{s.desired} x{s.replicas}"
-    return (s.name, desired, str(s.running), str(s.healthy), word, s.image, rollout)
+    return (s.name, desired, str(s.running), str(s.healthy), s.state, s.image, rollout)
 
 
 def host_row(h: HostSummary) -> tuple[str, ...]:
@@ -520,6 +575,8 @@ def drain(
     cluster: ClusterOption = None,
 ) -> None:
     """Move every task off a host (replacements first) and keep it empty."""
+    if as_json and not plan_only:
+        fail("drain --json: only with --plan (a drain prints its acts as lines)")
     if plan_only:
         planned = run(usecases.drain_plan(host, state_dir(state), runtime(), cluster=cluster))
         print_plan(planned, as_json=as_json)
@@ -604,23 +661,25 @@ def rollback(
     force: Annotated[
         bool, typer.Option("--force", help="Even to a spec that was rolled back as failed.")
     ] = False,
+    quiet: QuietOption = False,
     state: StateOption = None,
     cluster: ClusterOption = None,
 ) -> None:
     """Go back to the service's previous spec, rolled out like an update."""
     limit = seconds(timeout, "--timeout")
+    view = live_view(wait, quiet)
     work = usecases.rollback(
         service,
         state_dir(state),
         runtime(),
-        printer(),
+        view.report,
         wait=wait,
         timeout=limit,
         force=force,
         cluster=cluster,
     )
-    rolled = run(work)
-    print_convergence(rolled.convergence)
+    rolled = run(work, view)
+    view.finish(rolled.convergence)
     raise typer.Exit(rolled.exit_code)
 
 
@@ -709,7 +768,7 @@ def ps_command(
         err.print(f"minidock: {problem.host} not observed: {problem.error}", markup=False)
     if as_json:
         doc = {
-            "tasks": [dataclasses.asdict(t) for t in listed.tasks],
+            "tasks": [dataclasses.asdict(t) for t in listed.tasks],  # id: the task id
             "unreachable": [dataclasses.asdict(u) for u in listed.unreachable],
         }
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")

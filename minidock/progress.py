@@ -357,10 +357,12 @@ class PlainProgress:
 
     def finish(self, outcome: ConvergeOutcome, failed_updates: Sequence[FailedUpdate] = ()) -> None:
         """The CLI's ending (`converged`, what a timed-out wait waits for, the why-line),
-        then each rolled-back update's reason on stderr."""
-        self.ending(outcome)
+        then each rolled-back update's reason on stderr, `minidock: web: rolled back: ...`;
+        a rolled-back update did not converge to what was applied: no `converged` then."""
+        if not (failed_updates and outcome.ending is Ending.CONVERGED):
+            self.ending(outcome)
         for f in failed_updates:
-            self.errors.print(f"{f.service}: {f.reason}", markup=False)
+            self.errors.print(f"minidock: {f.service}: {f.reason}", markup=False)
 
 
 def progress_view(

@@ -435,7 +435,8 @@ def _stop_service(
     if blocking and any(c.live for c in found):
         why = f"waiting for {', '.join(blocking)} to stop"
         return Effects(waiting=(Waiting(name, why, WaitKind.STOPPING, name),))
-    reason = f"service {name} is desired stopped"
+    pruned = services[name].removed if name in services else False
+    reason = f"service {name} was pruned" if pruned else f"service {name} is desired stopped"
     return Effects(
         stops=tuple(Stop(c, reason) for c in sorted(found, key=lambda c: (c.live, c.slot)))
     )

@@ -6,7 +6,6 @@ port ranges and clashes, volume targets, backoff bounds.
 
 from __future__ import annotations
 
-import difflib
 import heapq
 import ipaddress
 import math
@@ -38,7 +37,7 @@ from minidock.model import (
 from minidock.spec.compose import is_compose_file
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
 from minidock.spec.inventory import read_inventory
-from minidock.spec.messages import render, show
+from minidock.spec.messages import did_you_mean, render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
 
 __all__ = ["cluster_document", "load", "load_cluster", "topo_order"]
@@ -161,9 +160,7 @@ def _build_services(
             if dep == s.name:
                 raise fail(where, f"service {dep!r} depends on itself")
             if dep not in table:
-                close = difflib.get_close_matches(dep, names, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise fail(where, f"unknown service {dep!r}{hint}")
+                raise fail(where, f"unknown service {dep!r}{did_you_mean(dep, names)}")
     try:
         TopologicalSorter({s.name: s.depends_on for s in services}).prepare()
     except CycleError as exc:

@@ -19,10 +19,24 @@ from minidock import units
 from minidock.spec.errors import Part
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """` (did you mean 'web'?)` for the closest of `known` to a mistyped `name`, else ""
+    (none close, or two as close): the one suggestion rule of the file loader and of the
+    commands' operands."""
+    options = sorted({str(k) for k in known})
+    close = difflib.get_close_matches(name, options, n=2)
+    if not close:
+        return ""
+    scores = [difflib.SequenceMatcher(None, name, c).ratio() for c in close]
+    if len(close) > 1 and scores[0] == scores[1]:
+        return ""  # host9 is as close to host1 as to host2: a guess would mislead
+    return f" (did you mean {close[0]!r}?)"
+
+
 def unknown_key(key: str, allowed: Sequence[str]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=1)
-    if close:
-        return f"unknown key {key!r} (did you mean {close[0]!r}?)"
+    hint = did_you_mean(key, allowed)
+    if hint:
+        return f"unknown key {key!r}{hint}"
     return f"unknown key {key!r} (allowed: {', '.join(allowed)})"
 
 
@@ -108,10 +122,7 @@ def value_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
         return _pattern_message(kind, value, limit)
     if keyword == "enum":
         options = ", ".join(show(o) for o in limit)
-        hint = ""
-        if isinstance(value, str):
-            close = difflib.get_close_matches(value, [str(o) for o in limit], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(value, limit) if isinstance(value, str) else ""
         return f"expected one of {options}, got {show(value)}{hint}"
     if keyword == "minimum":
         return f"must be at least {show(limit)}, got {show(value)}"

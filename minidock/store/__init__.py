@@ -50,6 +50,7 @@ __all__ = [
     "backend",
     "cluster_location",
     "controller_id",
+    "existing_controller_id",
     "further_clusters",
     "has_state",
     "open_reader",
@@ -85,6 +86,11 @@ class Backend(Protocol):
 
     def controller_id(self) -> str:
         """The location's controller id (made once, random), labelled on every task."""
+        ...
+
+    def existing_controller_id(self) -> str | None:
+        """The controller id if one was ever made there, else None, creating nothing (a
+        command that may still refuse looks with this); an unusable location is refused."""
         ...
 
     def prepare(self) -> None:
@@ -159,6 +165,11 @@ def has_state(location: StateLocation) -> bool:
 def controller_id(location: StateLocation) -> str:
     """`Backend.controller_id` of `location`."""
     return backend(location).controller_id()
+
+
+def existing_controller_id(location: StateLocation) -> str | None:
+    """`Backend.existing_controller_id` of `location`."""
+    return backend(location).existing_controller_id()
 
 
 def prepare(location: StateLocation) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pwd
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -89,9 +90,11 @@ def check_state_dir(directory: Path) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise StateError(f"state path {directory} exists and is not a directory")
     if st.st_uid != os.geteuid():
+        owner, me = _user(st.st_uid), _user(os.geteuid())
         raise StateError(
-            f"state directory {directory} is owned by uid {st.st_uid}, not by this user "
-            f"(uid {os.geteuid()}): use your own --state DIR"
+            f"state directory {directory} is owned by {_shown(owner, st.st_uid)}, not by this "
+            f"user ({_shown(me, os.geteuid())}): run MiniDock as its owner, "
+            f"`sudo -u {owner or f'#{st.st_uid}'} minidock ...`"
         )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
@@ -99,6 +102,18 @@ def check_state_dir(directory: Path) -> None:
             f"state directory {directory} is accessible by group or others "
             f"(mode {mode:04o}): run chmod 700 {directory}"
         )
+
+
+def _user(uid: int) -> str:
+    """The user name of `uid`, or "" when the passwd database has none."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
+
+
+def _shown(name: str, uid: int) -> str:
+    return f"{name} (uid {uid})" if name else f"uid {uid}"
 
 
 def ensure_state_dir(directory: Path) -> Path:

@@ -331,6 +331,16 @@ def further_clusters(url: EtcdURL, below: str) -> list[str]:
     return sorted(n.decode() for n in names if b"/" not in n)
 
 
+def existing_controller_id(url: EtcdURL) -> str | None:
+    """The store's controller id when one was made (None: none yet), making none."""
+    store = EtcdStore.open(url)
+    try:
+        found = store.kvs(store.keys.controller_id)
+        return bytes(found[0].value).decode() if found else None
+    finally:
+        store.close()
+
+
 def controller_id(url: EtcdURL) -> str:
     """This store's controller id, labelled on every task it starts: made once (random)
     by the first to ask, kept under its own key (docs/state.md)."""
@@ -672,6 +682,9 @@ class EtcdBackend:
 
     def controller_id(self) -> str:
         return controller_id(self.location)
+
+    def existing_controller_id(self) -> str | None:
+        return existing_controller_id(self.location)
 
     def prepare(self) -> None:
         """Nothing to make: a prefix exists once something is written under it."""

@@ -27,9 +27,11 @@ from minidock.core import ControllerState
 from minidock.model import Cluster, Event
 from minidock.store.base import GenerationRecord, Snapshot
 from minidock.store.directory import (
+    CONTROLLER_ID_NAME,
     DB_NAME,
     StateError,
     StateLock,
+    check_state_dir,
     controller_id,
     ensure_state_dir,
     private_file,
@@ -417,6 +419,13 @@ class SQLiteBackend:
 
     def controller_id(self) -> str:
         return controller_id(self.location)
+
+    def existing_controller_id(self) -> str | None:
+        check_state_dir(self.location)  # a path that is a file, another user's: refused
+        try:
+            return (self.location / CONTROLLER_ID_NAME).read_text().strip() or None
+        except FileNotFoundError:
+            return None
 
     def prepare(self) -> None:
         prepare(self.location)

@@ -5,7 +5,7 @@ store's refusals as typed ones (BadInput, Busy, Deposed, StoreDown)."""
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,8 +16,9 @@ from minidock.core.departures import effective_inventory, refusal
 from minidock.model import Cluster, Inventory
 from minidock.spec import SpecError, load, load_inventory
 from minidock.store import StateLocation, Store
+from minidock.units import format_duration
 from minidock.usecases.outcomes import BadInput, Busy, Deposed, StoreDown
-from minidock.usecases.runtime import Clock
+from minidock.usecases.runtime import Clock, unheard
 
 OPERATOR_PATIENCE = 30.0  # seconds an operator's command waits for another writer's pass
 LOCK_RETRY = 0.2  # seconds between attempts while waiting
@@ -52,15 +53,20 @@ def state_location(explicit: str | None) -> StateLocation:
 
 @asynccontextmanager
 async def writing(
-    location: StateLocation, clock: Clock, writer: Writer
+    location: StateLocation,
+    clock: Clock,
+    writer: Writer,
+    notice: Callable[[str], None] = unheard,
 ) -> AsyncIterator[stores.PortableStore]:
-    """The one-writer section: the lock (waiting as `writer` may), then the store it guards.
-    A writer that loses the lock mid-way (etcd: its lease) is `Deposed`, committing nothing."""
+    """The one-writer section: the lock (waiting as `writer` may, having told `notice`
+    once why), then the store it guards. A writer that loses the lock mid-way (etcd: its
+    lease) is `Deposed`, committing nothing."""
     with _translated():
         stores.prepare(location)
         lock = stores.writer_lock(location)
         try:
             deadline = clock.monotonic() + patience(writer)
+            told = False
             while True:
                 try:
                     lock.acquire()
@@ -68,6 +74,10 @@ async def writing(
                 except stores.WriterBusy as exc:
                     if clock.monotonic() >= deadline:
                         raise Busy(str(exc)) from None
+                    if not told:
+                        wait = format_duration(patience(writer))
+                        notice(f"waiting up to {wait} for the lock: {exc}")
+                        told = True
                 await clock.sleep(LOCK_RETRY)
             guarded = lock.store()
             try:
@@ -99,6 +109,12 @@ def controller_id(location: StateLocation) -> str:
     """The location's controller id, made on first use (minidock.store.controller_id)."""
     with _translated():
         return stores.controller_id(location)
+
+
+def existing_controller_id(location: StateLocation) -> str | None:
+    """The location's controller id if one was made, creating nothing."""
+    with _translated():
+        return stores.existing_controller_id(location)
 
 
 def further_clusters(location: StateLocation) -> list[str]:

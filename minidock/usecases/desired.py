@@ -29,6 +29,7 @@ from minidock.usecases.access import (
     Writer,
     admissible,
     controller_id,
+    existing_controller_id,
     has_state,
     load_spec,
     read_desired,
@@ -47,6 +48,7 @@ from minidock.usecases.outcomes import (
     Report,
     ScaleOutcome,
     ValidateOutcome,
+    unknown,
 )
 from minidock.usecases.passes import converge_passes
 from minidock.usecases.runtime import Runtime, connected
@@ -128,8 +130,8 @@ async def _simulated(
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:
     for name in hosts:
         if desired.inventory.host(name) is None:
-            known = ", ".join(h.name for h in desired.inventory.hosts)
-            raise BadInput(f"--lose {name}: not a host of the inventory; known hosts: {known}")
+            known = [h.name for h in desired.inventory.hosts]
+            raise unknown("host", name, known, where=f"--lose {name}")
 
 
 async def apply(
@@ -152,28 +154,31 @@ async def apply(
     desired = load_spec(file)
     cluster = desired.cluster
     location = home(directory, cluster.name)
-    async with (
-        writing(location, runtime.clock, Writer.OPERATOR) as store,
-        connected(runtime) as executor,
-    ):
-        before = store.load()
-        _refuse_removals(before, file, cluster, location, prune=prune)
-        latest = store.latest_generation()
-        unchanged = latest is not None and latest[1] == cluster
-        generation = latest[0] if unchanged and latest else store.next_generation_id()
-        admitted = admit(before, cluster, generation, prune=prune)
-        admitted = replace(admitted, controller=admitted.controller or controller_id(directory))
-        desired = admissible(admitted, desired)
-        if latest is None:  # a new store: what runs may be another store's
-            admitted = await _adoption(admitted, desired, executor, runtime, file, adopt=adopt)
-        now = runtime.clock.now()
-        _store_generation(store, before, admitted, file, cluster, now, unchanged=unchanged)
-        services = len(cluster.services)
-        report(GenerationStored(generation, cluster.name, services, directory, not unchanged))
-        convergence = await converge_passes(
-            store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
-        )
-        failed = failed_updates(store.load(), generation)
+    fresh = not adopt and not has_state(location)
+    own = (existing_controller_id(location) or NO_ID_YET) if fresh else ""  # a bad path: refused
+    async with connected(runtime) as executor:
+        if fresh:
+            await _look_first(desired, executor, runtime, file, own)
+        async with writing(location, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
+            before = store.load()
+            _refuse_removals(before, file, cluster, location, prune=prune)
+            latest = store.latest_generation()
+            unchanged = latest is not None and latest[1] == cluster
+            generation = latest[0] if unchanged and latest else store.next_generation_id()
+            admitted = admit(before, cluster, generation, prune=prune)
+            own = admitted.controller or controller_id(directory)
+            admitted = replace(admitted, controller=own)
+            desired = admissible(admitted, desired)
+            if latest is None:  # a new store: what runs may be another store's
+                admitted = await _adoption(admitted, desired, executor, runtime, file, adopt=adopt)
+            now = runtime.clock.now()
+            _store_generation(store, before, admitted, file, cluster, now, unchanged=unchanged)
+            services = len(cluster.services)
+            report(GenerationStored(generation, cluster.name, services, directory, not unchanged))
+            convergence = await converge_passes(
+                store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
+            )
+            failed = failed_updates(store.load(), generation)
     return ApplyOutcome(
         generation, convergence, tuple(FailedUpdate(name, why) for name, why in failed)
     )
@@ -238,6 +243,18 @@ async def _adoption(
     return replace(admitted, adopted=tuple(sorted({*admitted.adopted, *foreign})))
 
 
+NO_ID_YET = "-"  # the controller id of a store that has none yet: no task carries it
+
+
+async def _look_first(
+    desired: Desired, executor: Executor, runtime: Runtime, file: Path, own: str
+) -> None:
+    """Before a new store is created (its directory, its controller id `own`), the
+    adoption check it would make: a refused apply leaves nothing behind."""
+    state = replace(admit(ControllerState(), desired.cluster, 1), controller=own)
+    await _adoption(state, desired, executor, runtime, file, adopt=False)
+
+
 def _count(per_controller: dict[str, int]) -> str:
     n = sum(per_controller.values())
     return f"{n} running task" + ("s" if n != 1 else "")
@@ -277,8 +294,8 @@ async def drain_plan(
         desired = admissible(state, read_desired(store, directory))
         mask = masker_for(store, state)
     if desired.inventory.host(host) is None and state.host(host).last_known is None:
-        known = ", ".join(h.name for h in desired.inventory.hosts)
-        raise BadInput(f"{desired.inventory.path}: unknown host {host!r}; known hosts: {known}")
+        known = [h.name for h in desired.inventory.hosts]
+        raise unknown("host", host, known, where=str(desired.inventory.path))
     plan, sim = await _simulated(desired, state, runtime, mask, drain=(host,))
     document = plan_document(state, desired.cluster, sim, drained=(host,), mask=mask)
     code = ExitCode.OK if document.converged else ExitCode.FAILED
@@ -303,12 +320,11 @@ async def scale(
         raise BadInput(f"scale {service}={replicas}: replicas must be 0 or more")
     require_applied(directory)
     store_root, directory = directory, one(directory, cluster, service)
-    async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
+    async with writing(directory, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
         desired = read_desired(store, directory)
         old = desired.cluster.service(service)
         if old is None:
-            known = ", ".join(s.name for s in desired.cluster.services) or "none"
-            raise BadInput(f"unknown service {service!r}; known services: {known}")
+            raise unknown("service", service, [s.name for s in desired.cluster.services])
         scaled = replace(
             desired.cluster,
             services=tuple(

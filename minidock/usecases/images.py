@@ -21,6 +21,7 @@ from minidock.usecases.outcomes import (
     OnPushProgress,
     PushOutcome,
     PushProgress,
+    unknown,
 )
 from minidock.usecases.runtime import Runtime, connected
 
@@ -51,8 +52,8 @@ def _hosts(inventory: Inventory, names: Sequence[str] | None) -> list[Host]:
     for name in names:
         host = inventory.host(name)
         if host is None:
-            known = ", ".join(h.name for h in inventory.hosts)
-            raise BadInput(f"{inventory.path}: unknown host {name!r}; known hosts: {known}")
+            known = [h.name for h in inventory.hosts]
+            raise unknown("host", name, known, where=str(inventory.path))
         chosen.append(host)
     return chosen
 

@@ -17,6 +17,7 @@ from minidock.usecases.access import (
     Writer,
     admissible,
     read_desired,
+    reading,
     require_applied,
     writing,
 )
@@ -28,6 +29,7 @@ from minidock.usecases.outcomes import (
     RebalanceOutcome,
     Report,
     labelled,
+    unknown,
 )
 from minidock.usecases.passes import converge_passes
 from minidock.usecases.runtime import Runtime, connected
@@ -54,7 +56,7 @@ async def _intent(
     async def one_cluster(h: Held) -> IntentOutcome:
         require_applied(h.location)
         shown = labelled(report, tagged(h, len(targets)))
-        async with writing(h.location, runtime.clock, Writer.OPERATOR) as store:
+        async with writing(h.location, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
             desired = read_desired(store, h.location)
             if check is not None:
                 await check(store.load(), desired)
@@ -86,8 +88,7 @@ def _of_service(directory: StateLocation, cluster: str | None, service: str) -> 
 def _known_host(inventory: Inventory, host: str, state: ControllerState) -> None:
     """A host of the inventory, or one it no longer lists that the state still knows."""
     if inventory.host(host) is None and state.host(host).last_known is None:
-        known = ", ".join(h.name for h in inventory.hosts)
-        raise BadInput(f"{inventory.path}: unknown host {host!r}; known hosts: {known}")
+        raise unknown("host", host, [h.name for h in inventory.hosts], where=str(inventory.path))
 
 
 def _pinned_on(state: ControllerState, host: str) -> list[str]:
@@ -103,8 +104,7 @@ def _pinned_on(state: ControllerState, host: str) -> list[str]:
 
 def _known_service(state: ControllerState, service: str) -> None:
     if service not in state.services:
-        known = ", ".join(state.services) or "none"
-        raise BadInput(f"unknown service {service!r}; known services: {known}")
+        raise unknown("service", service, list(state.services))
 
 
 async def drain(
@@ -191,21 +191,22 @@ async def activate(
     *,
     cluster: str | None = None,
 ) -> IntentOutcome:
-    """Let a drained HOST take tasks again (running tasks are not moved back); one pass."""
+    """Let a drained HOST take tasks again (running tasks are not moved back); one pass.
+    A host that no cluster has drained is said to be so (and stays as it was)."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
         _known_host(desired.inventory, host, state)
         return core.set_drained(state, host, False)
 
-    return await _intent(
-        _of_host(directory, cluster, host),
-        runtime,
-        report,
-        change,
-        f"activated {host}",
-        wait=False,
-        timeout=0.0,
-    )
+    targets = _of_host(directory, cluster, host)
+    drained = any(_drained(h.location, host) for h in targets)
+    message = f"activated {host}" if drained else f"{host} was not drained: nothing to activate"
+    return await _intent(targets, runtime, report, change, message, wait=False, timeout=0.0)
+
+
+def _drained(location: StateLocation, host: str) -> bool:
+    with reading(location) as store:
+        return store.load().host(host).drained
 
 
 async def rollback(
@@ -283,7 +284,7 @@ async def rebalance(
     runs by itself. In one cluster: `cluster`, else the one with SERVICE, else the only."""
     require_applied(directory)
     directory = one(directory, cluster, service or None)
-    async with writing(directory, runtime.clock, Writer.OPERATOR) as store:
+    async with writing(directory, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
         state = store.load()
         if service:
             _known_service(state, service)
@@ -295,7 +296,11 @@ async def rebalance(
                 return RebalanceOutcome(planned, None)
             changed, events = record_moves(state, planned, runtime.clock.now())
             store.commit(changed, events)
-            report(IntentRecorded(f"rebalancing: {len(planned)} moves"))
+            report(
+                IntentRecorded(
+                    f"rebalancing: {len(planned)} move{'' if len(planned) == 1 else 's'}"
+                )
+            )
             convergence = await converge_passes(
                 store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
             )

@@ -5,7 +5,7 @@ records and frozen outcomes. No I/O; the CLI turns these into lines, tables and 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from minidock.model import ContainerState, Event, Health
 from minidock.plandoc import PlanDocument
 from minidock.push import Pushed
 from minidock.runner import PassResult
+from minidock.spec.messages import did_you_mean
 from minidock.status import StatusDocument
 from minidock.store import StateLocation
 
@@ -41,6 +42,17 @@ class BadInput(UseCaseError):
     """A bad file, an unknown host or service, nothing applied yet: exit 2."""
 
     exit_code = ExitCode.USAGE
+
+
+def unknown(noun: str, name: str, known: Sequence[str], *, where: str = "") -> BadInput:
+    """The refusal of a name that is not there (`noun` is "host", "service", ...): the
+    file loader's did-you-mean, then every known one, e.g. `unknown service 'wbe' (did
+    you mean 'web'?); known services: db, web`; `where` (a file) goes first."""
+    head = f"{where}: " if where else ""
+    listed = ", ".join(known) or "none"
+    return BadInput(
+        f"{head}unknown {noun} {name!r}{did_you_mean(name, known)}; known {noun}s: {listed}"
+    )
 
 
 class Busy(UseCaseError):
@@ -83,7 +95,7 @@ def why(result: PassResult, code: ExitCode) -> str:
     plan = result.plan
     if code is ExitCode.FAILED:
         reasons = [plan.guard] if plan.guard else []
-        reasons += [f"{len(result.failures)} acts failed"] if result.failures else []
+        reasons += [f"{_count(len(result.failures), 'act')} failed"] if result.failures else []
         reasons += [f"{s}.{n} Failed" for s, n, _ in plan.failed_slots()]
         reasons += [f"{s} rollout paused" for s in plan.paused()]
         return "failed: " + _few(reasons)
@@ -93,6 +105,10 @@ def why(result: PassResult, code: ExitCode) -> str:
     if code is ExitCode.NOT_CONVERGED:
         return "not converged: " + _few([*seen.moving, *seen.stuck])
     return ""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def waited_for(result: PassResult) -> tuple[str, ...]:
@@ -303,7 +319,8 @@ class ValidateOutcome:
 # -- operator commands on tasks and images (ps, logs, exec, scale, push) ----------------------
 @dataclass(frozen=True)
 class TaskRow:
-    """One task as `minidock ps` shows it: where it runs, its state and its host ports."""
+    """One task as `minidock ps` shows it: where it runs, its state and its host ports.
+    `id` is the task id (as `status --json` gives it), `container` Docker's id."""
 
     id: str
     name: str
@@ -316,6 +333,7 @@ class TaskRow:
     ports: tuple[str, ...]  # published host ports, "8080/tcp"
     exit_code: int | None = None
     cluster: str = ""
+    container: str = ""
 
 
 @dataclass(frozen=True)

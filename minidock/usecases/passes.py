@@ -112,7 +112,7 @@ async def converge(
     targets = chosen(directory, cluster)
 
     async def one_cluster(h: Held) -> ConvergeOutcome:
-        async with writing(h.location, runtime.clock, writer) as store:
+        async with writing(h.location, runtime.clock, writer, runtime.notice) as store:
             desired = admissible(store.load(), read_desired(store, h.location))
             return await converge_passes(
                 store,

@@ -14,7 +14,7 @@ from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.clusters import Held, chosen
-from minidock.usecases.outcomes import EventFilter, EventsOutcome, StatusOutcome
+from minidock.usecases.outcomes import EventFilter, EventsOutcome, StatusOutcome, unknown
 from minidock.usecases.runtime import Runtime, connected
 
 EVERY = EventFilter()  # no filter: every event
@@ -52,14 +52,24 @@ def events(
     cluster: str | None = None,
 ) -> EventsOutcome:
     """The newest `limit` events that `where` keeps, oldest first (0: all of them), of
-    every cluster the store holds (or of `cluster`), each named by its cluster."""
+    every cluster the store holds (or of `cluster`), each named by its cluster. A filter
+    on a service or host that neither the state nor any event names is `BadInput`."""
     require_applied(directory)
     logs: list[list[tuple[int, Event]]] = []
     targets = chosen(directory, cluster)
+    services: set[str] = set()
+    hosts: set[str] = set()
     for h in targets:
         with reading(h.location) as store:
             logged = store.events(limit=0)
+            state = store.load()
         logs.append([(i, replace(e, cluster=h.name)) for i, e in logged if where.keeps(e)])
+        services |= {*state.services, *(e.service for _, e in logged if e.service)}
+        hosts |= {*state.hosts, *(e.host for _, e in logged if e.host)}
+    if where.service and where.service not in services:
+        raise unknown("service", where.service, sorted(services))
+    if where.host and where.host not in hosts:
+        raise unknown("host", where.host, sorted(hosts))
     # interleaved by time; each log's own order is kept
     found = list(heapq.merge(*logs, key=lambda pair: pair[1].at))
     shown = found[-limit:] if limit > 0 else found

@@ -25,11 +25,19 @@ class Clock:
     sleep: Callable[[float], Awaitable[None]]
 
 
+def unheard(notice: str) -> None:
+    """A `Runtime.notice` that tells no one."""
+
+
 @dataclass(frozen=True)
 class Runtime:
+    """`notice` gets the one line a command prints before it waits (for another
+    writer's lock): the CLI sends it to stderr, so no wait is silent."""
+
     executor: ExecutorFactory
     clock: Clock
     engine: EngineFactory = LocalEngine
+    notice: Callable[[str], None] = unheard
 
 
 @asynccontextmanager

@@ -6,7 +6,7 @@ of a task's output is masked with the secrets of the specs the controller keeps.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from minidock.commands import exec_argv, task_logs_argv
@@ -28,6 +28,7 @@ from minidock.usecases.outcomes import (
     PsOutcome,
     TaskRow,
     UseCaseError,
+    unknown,
 )
 from minidock.usecases.runtime import Runtime, connected
 
@@ -41,6 +42,7 @@ class _Seen:
     services: tuple[str, ...]
     observed: Observed
     mask: Masker  # every generation in use's secrets (minidock.masking)
+    slots: Mapping[str, tuple[int, ...]]  # the slots each service wants filled
 
     def tasks(self, service: str | None = None, slot: int | None = None) -> list[Container]:
         """This cluster's tasks (any state), by service, slot and creation."""
@@ -65,17 +67,23 @@ async def _observe(directory: StateLocation, runtime: Runtime, executor: Executo
         observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
         mask = masker_for(store, state, observed)
     names = tuple(s.name for s in desired.cluster.services)
-    return _Seen(desired.cluster.name, desired.inventory, names, observed, mask)
+    slots = {name: ss.slot_numbers() for name, ss in state.services.items()}
+    return _Seen(desired.cluster.name, desired.inventory, names, observed, mask, slots)
 
 
-def _known(seen: _Seen, service: str) -> None:
+def _known(seen: _Seen, service: str, slot: int | None = None) -> None:
+    """A service of the spec and, when given, one of its slots: a slot it wants filled or
+    one a task was observed in (a scale-down's leftover); else `BadInput`."""
     if service not in seen.services:
         raise _unknown(seen, service)
+    wanted = seen.slots.get(service, ())
+    if slot is not None and slot not in wanted and not seen.tasks(service, slot):
+        listed = ", ".join(map(str, wanted)) or "none"
+        raise BadInput(f"{service} has no slot {slot}; its slots: {listed}")
 
 
 def _unknown(seen: _Seen, service: str) -> BadInput:
-    known = ", ".join(seen.services) or "none"
-    return BadInput(f"unknown service {service!r}; known services: {known}")
+    return unknown("service", service, seen.services)
 
 
 def _unreachable(seen: _Seen) -> tuple[HostProblem, ...]:
@@ -120,7 +128,7 @@ async def ps(
 
 def _row(c: Container, cluster: str) -> TaskRow:
     return TaskRow(
-        c.id,
+        c.task,
         c.name,
         c.service,
         c.slot,
@@ -131,6 +139,7 @@ def _row(c: Container, cluster: str) -> TaskRow:
         c.host_ports,
         c.exit_code,
         cluster,
+        c.id,
     )
 
 
@@ -153,7 +162,7 @@ async def logs(
     directory = one_cluster(directory, cluster, service)
     async with connected(runtime) as executor:
         seen = await _observe(directory, runtime, executor)
-        _known(seen, service)
+        _known(seen, service, slot)
         tasks = seen.tasks(service, slot)
         if not tasks:
             which = f"{service}.{slot}" if slot is not None else service
@@ -196,7 +205,7 @@ def _target(seen: _Seen, target: str) -> tuple[str, int | None]:
     service, dot, slot = target.rpartition(".")
     if not (dot and slot.isdigit() and int(slot) > 0):
         raise _unknown(seen, target)
-    _known(seen, service)
+    _known(seen, service, int(slot))
     return service, int(slot)
 
 

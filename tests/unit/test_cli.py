@@ -10,6 +10,7 @@ seam): apply, status --json, a quiet reconcile, drain, activate, update, rollbac
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import io
 import json
 import os
@@ -29,13 +30,14 @@ from typer.testing import CliRunner, Result
 
 import minidock.cli
 import minidock.usecases.access
-from minidock.cli import app
+from minidock.cli import app, field_change, service_row
 from minidock.core import admit
 from minidock.model import Event, Host
 from minidock.spec import load
 from minidock.ssh import Result as SSHResult
 from minidock.ssh import SSHExecutor
 from minidock.state import ENV_STATE, StateLock, Store
+from minidock.status import RolloutSummary, ServiceSummary
 from tests.fakes import FakeDocker, FakeExecutor
 
 CLUSTER = 'cluster = "prod"\ninventory = "inventory.toml"\n'
@@ -397,7 +399,7 @@ def test_unknown_service_lists_the_known_ones(
 ) -> None:
     db = (state / "state.db").read_bytes()
     error = one_line_error(invoke(command, "wbe", "--state", str(state)))
-    assert error == "unknown service 'wbe'; known services: web"
+    assert error == "unknown service 'wbe' (did you mean 'web'?); known services: web"
     assert (state / "state.db").read_bytes() == db
 
 
@@ -464,11 +466,17 @@ def test_reconcile_exits_75_at_once_when_another_writer_holds_the_lock(
 def test_operator_commands_exit_75_when_the_lock_stays_taken(
     state: Path, ssh_calls: list[str], monkeypatch: pytest.MonkeyPatch, args: list[str]
 ) -> None:
+    """One line says it waits (and for what) before the wait, one line why it gave up."""
     monkeypatch.setattr(minidock.usecases.access, "OPERATOR_PATIENCE", 0.2)
     db = (state / "state.db").read_bytes()
     with StateLock(state):
-        error = one_line_error(invoke(*args, "--state", str(state)), 75)
-    assert error == LOCKED.format(state, os.getpid())
+        result = invoke(*args, "--state", str(state))
+    locked = LOCKED.format(state, os.getpid())
+    assert (result.exit_code, result.stdout) == (75, "")
+    assert result.stderr.splitlines() == [
+        f"minidock: waiting up to 200ms for the lock: {locked}",
+        f"minidock: {locked}",
+    ]
     assert (state / "state.db").read_bytes() == db
 
 
@@ -971,7 +979,7 @@ def test_watch_skips_a_pass_while_another_writer_holds_the_lock(fleet: Fleet) ->
     [
         (["scale", "web"], "scale: use SERVICE=N with N a number of replicas, e.g. web=3"),
         (["scale", "web=many"], "scale: use SERVICE=N with N a number of replicas, e.g. web=3"),
-        (["scale", "wbe=2"], "unknown service 'wbe'; known services: web"),
+        (["scale", "wbe=2"], "unknown service 'wbe' (did you mean 'web'?); known services: web"),
         (["logs", "web", "--since", "5"], "--since: invalid duration '5': "),
         (["logs", "wbe"], "unknown service 'wbe'"),
         (["exec", "-t", "web", "--", "sh"], "exec -t: stdin is not a terminal"),
@@ -1043,3 +1051,184 @@ def test_push_progress_bars_draw_on_a_terminal_and_stay_silent_elsewhere() -> No
     with PushProgressBars(Console(file=piped, force_terminal=False)) as quiet:
         quiet.update(PushProgress("host1", "web:5", 1, 2))
     assert piped.getvalue() == ""
+
+
+# == the operator's words (issue 27, items 6 and 8) ============================================
+# `--version`, global options before the command, help without `<bool>`, usage errors that
+# are exit 2 (`drain --json` without `--plan`, `events --service nosuch`, `logs --slot 9`),
+# did-you-mean for operands, `rollback -q`, task ids in `ps --json`, `activate` of a host
+# that was never drained, plan lines that read plainly, a rolled-back `apply --wait` that
+# does not say `converged`, pruned and stale tasks' removals said as such.
+# -- the top level ----------------------------------------------------------------------------
+def test_version_prints_the_package_version(in_tmp: Path, ssh_calls: list[str]) -> None:
+    result = invoke("--version")
+    assert (result.exit_code, result.stdout) == (
+        0,
+        f"minidock {importlib.metadata.version('minidock')}\n",
+    )
+    assert not (in_tmp / ".minidock").exists()
+
+
+def test_state_given_before_the_command_counts_as_after_it(
+    state: Path, ssh_calls: list[str]
+) -> None:
+    before = invoke("--state", str(state), "events")
+    after = invoke("events", "--state", str(state))
+    assert before.exit_code == after.exit_code == 0, before.output
+    assert "apply: applied" in before.stdout
+    assert before.stdout == after.stdout
+    both = invoke("--state", str(state), "events", "--state", str(state))
+    assert both.exit_code == 0
+    assert not (state.parent / ".minidock").exists()
+
+
+def test_two_different_states_are_a_usage_error(state: Path, ssh_calls: list[str]) -> None:
+    error = one_line_error(invoke("--state", str(state), "status", "--state", "elsewhere"))
+    assert error == (
+        f"--state given twice, {state} before the command and elsewhere after it: give one"
+    )
+    assert not Path("elsewhere").exists()
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p) or "top")
+def test_help_shows_no_type_beside_a_flag(in_tmp: Path, path: list[str]) -> None:
+    result = invoke(*path, "--help")
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.stdout
+    assert re.search(r"--help\s+Show this message and exit", result.stdout)
+
+
+# -- usage errors: exit 2, one line, nothing changed ------------------------------------------
+def test_drain_json_without_plan_is_a_usage_error_and_drains_nothing(
+    state: Path, ssh_calls: list[str]
+) -> None:
+    before = snapshot(state)
+    error = one_line_error(invoke("drain", "host1", "--json", "--state", str(state)))
+    assert error == "drain --json: only with --plan (a drain prints its acts as lines)"
+    assert snapshot(state) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--service", "nosuch"], "unknown service 'nosuch'; known services: web"),
+        (["--service", "wbe"], "unknown service 'wbe' (did you mean 'web'?); known services: web"),
+        (["--host", "nosuch"], "unknown host 'nosuch'; known hosts: none"),
+    ],
+)
+def test_events_of_an_unknown_service_or_host_is_exit_2(
+    state: Path, ssh_calls: list[str], args: list[str], expected: str
+) -> None:
+    assert one_line_error(invoke("events", *args, "--state", str(state))) == expected
+
+
+def test_did_you_mean_for_hosts_in_commands(state: Path, ssh_calls: list[str]) -> None:
+    error = one_line_error(invoke("drain", "hots1", "--state", str(state)))
+    assert error.endswith("unknown host 'hots1' (did you mean 'host1'?); known hosts: host1, host2")
+    # as close to host1 as to host2: no guess
+    error = one_line_error(invoke("activate", "host9", "--state", str(state)))
+    assert error.endswith("unknown host 'host9'; known hosts: host1, host2")
+
+
+def test_rollback_takes_q(state: Path, ssh_calls: list[str]) -> None:
+    error = one_line_error(invoke("rollback", "web", "-q", "--state", str(state)))
+    assert "no previous spec" in error  # the use case's refusal, not the parser's
+
+
+# -- over the fake fleet ------------------------------------------------------------------------
+def test_ps_json_gives_the_task_id_as_status_json_does(fleet: Fleet) -> None:
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle()
+    ps = json.loads(fleet.run("ps", "--json").stdout)["tasks"]
+    status = fleet.status()["tasks"]
+    assert sorted(t["id"] for t in ps) == sorted(t["id"] for t in status)
+    assert all(len(t["id"]) == 10 and t["name"].endswith("." + t["id"]) for t in ps)
+    assert all(len(t["container"]) == 64 for t in ps)  # Docker's id, under its own name
+
+
+def test_logs_of_a_slot_the_service_does_not_have_is_exit_2(fleet: Fleet) -> None:
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle()
+    assert one_line_error(fleet.run("logs", "web", "--slot", "9")) == (
+        "web has no slot 9; its slots: 1, 2"
+    )
+
+
+def test_activate_says_when_the_host_was_never_drained(fleet: Fleet) -> None:
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle()
+    never = fleet.run("activate", "host3")
+    assert never.exit_code == 0, never.output
+    assert never.stdout.splitlines()[0] == "host3 was not drained: nothing to activate"
+    assert fleet.run("drain", "host3", "--no-wait").exit_code in (0, 3)
+    again = fleet.run("activate", "host3")
+    assert again.stdout.splitlines()[0] == "activated host3"
+
+
+def test_plan_lines_read_plainly(fleet: Fleet) -> None:
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle()
+    changed = fleet.cluster.read_text().replace(
+        'env = { TOKEN = "s3cret-value" }', 'env = { TOKEN = "other-value", MODE = "b" }'
+    )
+    fleet.cluster.write_text(changed.replace("web:5", "web:6"))
+    planned = fleet.run("plan", str(fleet.cluster))
+    lines = planned.stdout.splitlines()
+    assert "  env: MODE added, TOKEN changed" in lines
+    assert "  image: web:5 -> web:6" in lines
+    assert lines[-1].startswith("converges, assuming every new task becomes healthy")
+    assert not re.search(r"\([^)]*\(", lines[-1])  # no parenthesis inside another
+
+
+def test_a_rolled_back_apply_wait_says_so_and_not_converged(fleet: Fleet) -> None:
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle()
+    broken = fleet.cluster.read_text().replace("web:5", "web:broken")
+    fleet.cluster.write_text(
+        broken.replace('update = { monitor = "0s" }', 'update = { failure_action = "rollback" }')
+    )
+    applied = fleet.run("apply", str(fleet.cluster), "--wait", "--timeout", "2m")
+    assert applied.exit_code == 1, applied.output
+    assert "converged" not in applied.stdout.splitlines()
+    last = applied.stderr.splitlines()[-1]
+    assert last.startswith("minidock: web: rolled back: "), applied.stderr
+
+
+# -- printing, pure -------------------------------------------------------------------------------
+def test_env_and_secrets_changes_name_each_key_and_what_happened_to_it() -> None:
+    assert field_change("env", "A, B", "~A") == "A changed"
+    assert field_change("secrets", "K", "+L -K") == "L added, K removed"
+    assert field_change("image", "web:5", "web:6") == "web:5 -> web:6"
+
+
+def test_the_service_table_says_failed_as_the_docs_do() -> None:
+    rollout = RolloutSummary("none", 0, 0, 0, "", active=False)
+    summary = ServiceSummary(
+        "web", "running", 2, 1, 1, "failed", 0, "web:5", 1, rollout, (), (), ""
+    )
+    assert service_row(summary)[4] == "failed"
+
+
+def test_a_pruned_services_tasks_are_removed_as_pruned(fleet: Fleet) -> None:
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle()
+    only_db = fleet.root / "db-only.toml"
+    only_db.write_text(fleet.cluster.read_text().split("[services.web]")[0])
+    pruned = fleet.run("apply", str(only_db), "--prune", "--wait", "--timeout", "1m")
+    assert pruned.exit_code == 0, pruned.output
+    stops = [line for line in pruned.stdout.splitlines() if line.startswith("stopped web.")]
+    assert len(stops) == 2
+    assert all(line.endswith(": service web was pruned") for line in stops), stops
+
+
+def test_removing_stale_tasks_is_not_called_starting(fleet: Fleet) -> None:
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle()
+    fleet.docker.down.add("host1")
+    fleet.settle(settled=4)  # host1 down, its tasks replaced where they fit
+    fleet.docker.down.discard("host1")
+    back = fleet.run("reconcile")
+    assert back.exit_code == 3, back.output
+    assert "stopped " in back.stdout
+    assert back.stderr.splitlines()[-1].startswith("minidock: not converged: ")
+    assert "tasks are starting" not in back.stderr, back.stderr

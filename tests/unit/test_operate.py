@@ -17,6 +17,7 @@ from tests.fakes import FakeDocker, FakeEngine
 from tests.unit.test_usecases import INVENTORY, STACK, FakeClock, Setup, make_setup, run
 
 SECRET = "s3cr3t-token-value"
+WBE = r"unknown service 'wbe' \(did you mean 'web'\?\); known services: db, web"
 STACK_WITH_SECRET = STACK.replace(
     '[services.db]\nimage = "db:1"\n',
     f'[services.db]\nimage = "db:1"\nenv = {{ TOKEN = "{SECRET}" }}\n',
@@ -55,7 +56,9 @@ def test_ps_says_which_hosts_it_could_not_see(setup: Setup) -> None:
 
 
 def test_ps_of_an_unknown_service_is_bad_input(setup: Setup) -> None:
-    with pytest.raises(BadInput, match="unknown service 'wbe'; known services: db, web"):
+    with pytest.raises(
+        BadInput, match=r"unknown service 'wbe' \(did you mean 'web'\?\); known services: db, web"
+    ):
         run(usecases.ps(setup.state, setup.runtime(), "wbe"))
 
 
@@ -84,9 +87,15 @@ def test_logs_of_one_slot_follow_all_tasks_and_since(setup: Setup) -> None:
     assert argv[2:5] == ["--follow", "--since", "600s"]
 
 
-def test_logs_of_a_slot_without_tasks_is_a_one_line_failure(setup: Setup) -> None:
-    with pytest.raises(UseCaseError, match=r"no task of web\.7 on the reachable hosts"):
+def test_logs_of_a_slot_the_service_does_not_have_is_bad_input(setup: Setup) -> None:
+    with pytest.raises(BadInput, match=r"^web has no slot 7; its slots: 1, 2$"):
         run(usecases.logs("web", setup.state, setup.runtime(), print, slot=7))
+
+
+def test_logs_of_a_slot_without_tasks_is_a_one_line_failure(setup: Setup) -> None:
+    setup.docker.down.update(("host1", "host2", "host3"))  # web.1's host among them
+    with pytest.raises(UseCaseError, match=r"no task of web\.1 on the reachable hosts"):
+        run(usecases.logs("web", setup.state, setup.runtime(), print, slot=1))
 
 
 def test_exec_runs_in_the_lowest_running_slot_and_masks_its_output(setup: Setup) -> None:
@@ -112,8 +121,16 @@ def test_exec_passes_the_commands_exit_status_through(setup: Setup) -> None:
 @pytest.mark.parametrize(
     ("target", "command", "error"),
     [
-        ("wbe", ["true"], "unknown service 'wbe'; known services: db, web"),
-        ("wbe.1", ["true"], "unknown service 'wbe'; known services: db, web"),
+        (
+            "wbe",
+            ["true"],
+            r"unknown service 'wbe' \(did you mean 'web'\?\); known services: db, web",
+        ),
+        (
+            "wbe.1",
+            ["true"],
+            r"unknown service 'wbe' \(did you mean 'web'\?\); known services: db, web",
+        ),
         ("web", [], "exec: give the command after --"),
     ],
 )
@@ -124,8 +141,8 @@ def test_exec_refuses_bad_targets(
         run(usecases.exec_task(target, command, setup.state, setup.runtime(), print))
 
 
-def test_exec_in_a_slot_without_a_running_task_fails(setup: Setup) -> None:
-    with pytest.raises(UseCaseError, match=r"no running task of web\.5"):
+def test_exec_in_a_slot_the_service_does_not_have_is_bad_input(setup: Setup) -> None:
+    with pytest.raises(BadInput, match=r"^web has no slot 5; its slots: 1, 2$"):
         run(usecases.exec_task("web.5", ["true"], setup.state, setup.runtime(), print))
 
 

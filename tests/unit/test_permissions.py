@@ -8,6 +8,7 @@ and the fix, exit 2, never a traceback (OpenSSH's "UNPROTECTED PRIVATE KEY FILE"
 from __future__ import annotations
 
 import os
+import pwd
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,10 +115,23 @@ def test_a_state_directory_of_another_user_is_refused(
     monkeypatch.setattr(os, "geteuid", lambda: me + 1)
     with pytest.raises(StateError) as err:
         Store.open(d)
+    owner, other = pwd.getpwuid(me).pw_name, pwd.getpwuid(me + 1).pw_name
     assert str(err.value) == (
-        f"state directory {d} is owned by uid {me}, not by this user (uid {me + 1}): "
-        "use your own --state DIR"
+        f"state directory {d} is owned by {owner} (uid {me}), not by this user "
+        f"({other} (uid {me + 1})): run MiniDock as its owner, `sudo -u {owner} minidock ...`"
     )
+
+
+def test_the_owner_without_a_passwd_entry_is_named_by_uid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = tmp_path / "state"
+    Store.open(d).close()
+    me = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: me + 1)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: (_ for _ in ()).throw(KeyError(uid)))
+    with pytest.raises(StateError, match=rf"owned by uid {me}, .* `sudo -u #{me} minidock"):
+        Store.open(d)
 
 
 @pytest.mark.parametrize("name", [DB_NAME, LOCK_NAME])
@@ -174,7 +188,9 @@ def test_cli_refuses_the_default_state_directory_of_another_user(
     me = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: me + 1)
     line = one_line_exit_2(CliRunner().invoke(app, ["apply", "cluster.toml"]))
-    assert line.startswith(f"state directory {files / '.minidock'} is owned by uid {me}, not")
+    owner = pwd.getpwuid(me).pw_name
+    assert line.startswith(f"state directory {files / '.minidock'} is owned by {owner} (uid {me})")
+    assert line.endswith(f"`sudo -u {owner} minidock ...`")
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])

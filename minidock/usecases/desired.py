@@ -297,9 +297,18 @@ async def drain_plan(
         known = [h.name for h in desired.inventory.hosts]
         raise unknown("host", host, known, where=str(desired.inventory.path))
     plan, sim = await _simulated(desired, state, runtime, mask, drain=(host,))
-    document = plan_document(state, desired.cluster, sim, drained=(host,), mask=mask)
+    running = _as_running(state, desired.cluster)
+    document = plan_document(state, running, sim, drained=(host,), mask=mask)
     code = ExitCode.OK if document.converged else ExitCode.FAILED
     return PlanOutcome(plan, code, document=document)
+
+
+def _as_running(state: ControllerState, cluster: Cluster) -> Cluster:
+    """The cluster with each service's spec as the state runs it (after an automatic
+    rollback, the rolled-back spec, not the generation's): a drain changes no spec, so
+    its plan shows no spec change."""
+    specs = {name: ss.spec for name, ss in state.services.items()}
+    return replace(cluster, services=tuple(specs.get(s.name, s) for s in cluster.services))
 
 
 async def scale(

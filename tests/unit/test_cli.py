@@ -1192,6 +1192,11 @@ def test_a_rolled_back_apply_wait_says_so_and_not_converged(fleet: Fleet) -> Non
     assert "converged" not in applied.stdout.splitlines()
     last = applied.stderr.splitlines()[-1]
     assert last.startswith("minidock: web: rolled back: "), applied.stderr
+    # the rolled-back spec is what runs: a drain's plan shows no spec change against it
+    planned = fleet.run("drain", "host1", "--plan")
+    assert planned.exit_code == 0, planned.output
+    assert "service web" not in planned.stdout
+    assert "image:" not in planned.stdout
 
 
 # -- printing, pure -------------------------------------------------------------------------------

@@ -210,6 +210,9 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
     last_why: dict[str, str] = {}  # per cluster
 
     def report(progress: Progress) -> None:
+        if isinstance(progress, usecases.GenerationStored):
+            for line in progress.warnings:
+                err.print(f"minidock: warning: {line}", markup=False)
         match progress:
             case usecases.GenerationStored(changed=False, generation=gen, directory=where):
                 out.print(f"no changes: generation {gen} is current (state: {where})")
@@ -347,6 +350,8 @@ def validate(
 ) -> None:
     """Check a cluster spec (and its inventory) or an inventory; print OK or the error."""
     checked_file = checked(lambda: usecases.validate(file))
+    for line in checked_file.warnings:
+        err.print(f"minidock: warning: {line}", markup=False)
     if checked_file.cluster is None:
         out.print(f"OK: {file}: inventory with {checked_file.hosts} hosts", markup=False)
     else:

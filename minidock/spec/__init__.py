@@ -11,8 +11,22 @@ Modules: `errors` (SpecError), `reading` (TOML and JSON Schema), `messages` (the
 wording), `inventory` and `cluster` (each file into the model, with its semantic checks).
 """
 
-from minidock.spec.cluster import cluster_document, load, load_cluster, topo_order
+from minidock.spec.cluster import (
+    cluster_document,
+    load,
+    load_cluster,
+    secret_env_warnings,
+    topo_order,
+)
 from minidock.spec.errors import SpecError
 from minidock.spec.inventory import load_inventory
 
-__all__ = ["SpecError", "cluster_document", "load", "load_cluster", "load_inventory", "topo_order"]
+__all__ = [
+    "SpecError",
+    "cluster_document",
+    "load",
+    "load_cluster",
+    "load_inventory",
+    "secret_env_warnings",
+    "topo_order",
+]

@@ -33,6 +33,7 @@ from minidock.model import (
     Volume,
     cluster_network,
     image_registry,
+    looks_secret,
 )
 from minidock.spec.compose import is_compose_file
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
@@ -40,7 +41,7 @@ from minidock.spec.inventory import read_inventory
 from minidock.spec.messages import did_you_mean, render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
 
-__all__ = ["cluster_document", "load", "load_cluster", "topo_order"]
+__all__ = ["cluster_document", "load", "load_cluster", "secret_env_warnings", "topo_order"]
 
 
 def load_cluster(path: StrPath) -> Cluster:
@@ -60,6 +61,20 @@ def cluster_document(path: StrPath) -> dict[str, Any]:
     """The TOML document of a cluster file (a Compose file's translation), after every
     check `load_cluster` makes: what `minidock convert` prints."""
     return _read_cluster(Path(path), os.fspath(path), with_inventory=False)[1]
+
+
+def secret_env_warnings(cluster: Cluster, display: str) -> tuple[str, ...]:
+    """One line per `env` key that looks like a secret (`model.looks_secret`): it is
+    masked and sealed like one, but belongs in `secrets` (what `validate` and `apply` say,
+    once per command)."""
+    return tuple(
+        f"{display}: services.{s.name}.env.{key}: looks like a secret; it is masked and "
+        f'sealed as one, but move it to secrets = {{ {key} = {{ file = "PATH" }} }} '
+        "so the cluster file holds no secret"
+        for s in cluster.services
+        for key, _ in s.env
+        if looks_secret(key)
+    )
 
 
 def topo_order(services: Sequence[Service]) -> list[str]:

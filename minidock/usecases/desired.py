@@ -21,7 +21,7 @@ from minidock.masking import NO_SECRETS, Masker, masker_for
 from minidock.model import Cluster, Event
 from minidock.plandoc import plan_document
 from minidock.runner import decide
-from minidock.spec import SpecError, load, load_inventory
+from minidock.spec import SpecError, load, load_inventory, secret_env_warnings
 from minidock.ssh import Executor
 from minidock.store import StateLocation, Store
 from minidock.usecases.access import (
@@ -69,7 +69,11 @@ def validate(file: Path) -> ValidateOutcome:
     except SpecError as exc:
         raise BadInput(str(exc)) from None
     return ValidateOutcome(
-        file, len(inventory.hosts), cluster=cluster.name, services=len(cluster.services)
+        file,
+        len(inventory.hosts),
+        cluster=cluster.name,
+        services=len(cluster.services),
+        warnings=secret_env_warnings(cluster, str(file)),
     )
 
 
@@ -174,7 +178,11 @@ async def apply(
             now = runtime.clock.now()
             _store_generation(store, before, admitted, file, cluster, now, unchanged=unchanged)
             services = len(cluster.services)
-            report(GenerationStored(generation, cluster.name, services, directory, not unchanged))
+            warned = secret_env_warnings(cluster, str(file))
+            stored = GenerationStored(
+                generation, cluster.name, services, directory, not unchanged, warned
+            )
+            report(stored)
             convergence = await converge_passes(
                 store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
             )

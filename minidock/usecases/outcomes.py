@@ -132,6 +132,7 @@ class GenerationStored:
     services: int
     directory: StateLocation  # the state directory, or the etcd URL
     changed: bool = True  # False: the file is what `generation` already holds ("no changes")
+    warnings: tuple[str, ...] = ()  # the file's secret-looking env keys (spec, once each)
 
 
 @dataclass(frozen=True)
@@ -314,6 +315,7 @@ class ValidateOutcome:
     cluster: str | None = None  # None: the file is an inventory
     services: int = 0
     exit_code: ExitCode = ExitCode.OK
+    warnings: tuple[str, ...] = ()  # secret-looking env keys: move them to `secrets`
 
 
 # -- operator commands on tasks and images (ps, logs, exec, scale, push) ----------------------

@@ -142,3 +142,32 @@ def test_a_plan_carries_no_secret_in_any_line() -> None:
     masked = kept_masker(plan.state).plan(leaky)
     assert "abc" not in repr(masked.pending) + repr(masked.waiting)
     assert masked.waiting[0] == "db.1: ***"
+
+
+def test_validate_and_apply_warn_once_per_secret_looking_env_key(tmp_path: Path) -> None:
+    """27.7: an env key that looks secret stays masked (and sealed), and `validate` and
+    `apply` say once to move it to `secrets`; plain env keys draw no warning."""
+    from typer.testing import CliRunner
+
+    from minidock.cli import app
+
+    path = spec(tmp_path, 'env = { DB_PASSWORD = "pw-7", UPSTREAM = "http://web:8080/" }\n')
+    # apply's pass goes to loopback only: a port nothing listens on refuses at once
+    (tmp_path / "inventory.toml").write_text(
+        '[[hosts]]\nname = "host1"\naddress = "127.0.0.1"\nport = 1\n'
+    )
+    warning = (
+        f"minidock: warning: {path}: services.db.env.DB_PASSWORD: looks like a secret; it is "
+        "masked and sealed as one, but move it to secrets = { DB_PASSWORD = { file = "
+        '"PATH" } } so the cluster file holds no secret'
+    )
+    checked = CliRunner().invoke(app, ["validate", str(path)])
+    assert checked.exit_code == 0, checked.output
+    assert checked.stderr.splitlines() == [warning]
+    assert "pw-7" not in checked.output
+    state = tmp_path / "state"
+    applied = CliRunner().invoke(app, ["apply", str(path), "--state", str(state)])
+    assert applied.stderr.splitlines()[0] == warning
+    assert applied.stderr.count("looks like a secret") == 1
+    plain = spec(tmp_path, 'env = { UPSTREAM = "http://web:8080/" }\n')
+    assert CliRunner().invoke(app, ["validate", str(plain)]).stderr == ""

@@ -227,7 +227,7 @@ class SQLiteStore:
         db = self._db
         db.execute("BEGIN")
         try:
-            generations = tuple(self._generations(db))
+            generations = tuple(_generations(db, self.codec))
             state = self.load()
             events = self.events(limit=0, since_id=0)
         finally:
@@ -239,7 +239,7 @@ class SQLiteStore:
         with self._transaction() as db:
             for table in ("generations", "controller", "events"):
                 db.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
-            self._put_generations(db, snapshot.generations)
+            _put_generations(db, self.codec, snapshot.generations)
             if snapshot.state != ControllerState() or snapshot.generations:
                 _put_state(db, self.codec.dumps(snapshot.state))
             _append(db, snapshot.events)
@@ -253,7 +253,7 @@ class SQLiteStore:
         with self._transaction() as db:
             if _schema_version(db) != 1:
                 return
-            self._put_generations(db, self._generations(db), replace=True)
+            _put_generations(db, self.codec, _generations(db, self.codec), replace=True)
             row = db.execute("SELECT state_json FROM controller WHERE id = 1").fetchone()
             if row is not None:
                 _put_state(db, self.codec.dumps(self.codec.loads(row[0], ControllerState)))
@@ -261,25 +261,6 @@ class SQLiteStore:
         self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- internals ------------------------------------------------------------------------
-    def _generations(self, db: sqlite3.Connection) -> list[GenerationRecord]:
-        rows = db.execute(
-            "SELECT id, applied_at, source_path, cluster_json FROM generations ORDER BY id"
-        ).fetchall()
-        return [
-            GenerationRecord(int(g[0]), float(g[1]), str(g[2]), self.codec.loads(g[3], Cluster))
-            for g in rows
-        ]
-
-    def _put_generations(
-        self, db: sqlite3.Connection, records: Sequence[GenerationRecord], *, replace: bool = False
-    ) -> None:
-        verb = "INSERT OR REPLACE" if replace else "INSERT"
-        db.executemany(
-            f"{verb} INTO generations (id, applied_at, source_path, cluster_json)"
-            " VALUES (?, ?, ?, ?)",
-            ((g.id, g.applied_at, g.source_path, self.codec.dumps(g.cluster)) for g in records),
-        )
-
     @property
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -298,6 +279,30 @@ class SQLiteStore:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+
+def _generations(db: sqlite3.Connection, codec: Codec) -> list[GenerationRecord]:
+    rows = db.execute(
+        "SELECT id, applied_at, source_path, cluster_json FROM generations ORDER BY id"
+    ).fetchall()
+    return [
+        GenerationRecord(int(g[0]), float(g[1]), str(g[2]), codec.loads(g[3], Cluster))
+        for g in rows
+    ]
+
+
+def _put_generations(
+    db: sqlite3.Connection,
+    codec: Codec,
+    records: Sequence[GenerationRecord],
+    *,
+    replace: bool = False,
+) -> None:
+    verb = "INSERT OR REPLACE" if replace else "INSERT"
+    db.executemany(
+        f"{verb} INTO generations (id, applied_at, source_path, cluster_json) VALUES (?, ?, ?, ?)",
+        ((g.id, g.applied_at, g.source_path, codec.dumps(g.cluster)) for g in records),
+    )
 
 
 def _put_state(db: sqlite3.Connection, state_json: str) -> None:

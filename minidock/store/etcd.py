@@ -141,7 +141,7 @@ class EtcdStore:
                     f"{self.url}: no key for the state's secrets: set {KEY_ENV} to the key "
                     "file every controller of this state is given (docs/ha.md)"
                 )
-            self._codec = Codec(key_box(Path(named).expanduser(), holds_sealed=self._sealed()))
+            self._codec = Codec(key_box(Path(named).expanduser(), holds_sealed=self._sealed))
         return self._codec
 
     def _sealed(self) -> bool:

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,14 +99,14 @@ class SecretBox:
         return plain.decode()
 
 
-def key_box(path: Path, *, holds_sealed: bool) -> SecretBox:
+def key_box(path: Path, *, holds_sealed: Callable[[], bool]) -> SecretBox:
     """The key at `path`; made (0600, atomically) when missing, unless the store it is for
-    `holds_sealed` values already: a new key could open none of them."""
+    `holds_sealed()` values already (asked only then): a new key could open none of them."""
     try:
         return _read(path)
     except FileNotFoundError:
         pass
-    if holds_sealed:
+    if holds_sealed():
         raise KeyProblem(
             f"the state holds sealed secrets but the key file {path} is missing: restore it "
             "(from a backup or another controller); a new key cannot open them"

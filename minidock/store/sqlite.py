@@ -109,7 +109,7 @@ class SQLiteStore:
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.execute("PRAGMA secure_delete=ON")  # a replaced row leaves no copy
                 _migrate(conn, path)
-                box = key_box(directory / KEY_NAME, holds_sealed=_holds_sealed(conn))
+                box = key_box(directory / KEY_NAME, holds_sealed=lambda: _holds_sealed(conn))
                 store = cls(directory, conn, Codec(box))
                 tighten_sidecars(path)
             except BaseException:

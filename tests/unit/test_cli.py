@@ -595,7 +595,7 @@ image = "db:1"
 image = "web:5"
 replicas = 2
 ports = ["8080:8080"]
-env = { TOKEN = "s3cret-value" }
+secrets = { TOKEN = { env = "E2E_TOKEN" } }
 cpus = 0.5
 memory = "256MiB"
 spread = "zone"
@@ -674,6 +674,7 @@ class Fleet:
 def fleet(in_tmp: Path, monkeypatch: pytest.MonkeyPatch, ssh_calls: list[str]) -> Fleet:
     (in_tmp / "inventory.toml").write_text(FLEET)
     (in_tmp / "cluster.toml").write_text(STACK)
+    monkeypatch.setenv("E2E_TOKEN", "s3cret-value")  # a secret, read at apply
     docker = FakeDocker()
     executors: list[FakeExecutor] = []
 

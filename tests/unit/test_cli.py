@@ -1166,16 +1166,20 @@ def test_activate_says_when_the_host_was_never_drained(fleet: Fleet) -> None:
     assert again.stdout.splitlines()[0] == "activated host3"
 
 
-def test_plan_lines_read_plainly(fleet: Fleet) -> None:
+def test_plan_lines_read_plainly(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
     fleet.run("apply", str(fleet.cluster))
     fleet.settle()
     changed = fleet.cluster.read_text().replace(
-        'env = { TOKEN = "s3cret-value" }', 'env = { TOKEN = "other-value", MODE = "b" }'
+        'secrets = { TOKEN = { env = "E2E_TOKEN" } }',
+        'secrets = { TOKEN = { env = "E2E_TOKEN" } }\nenv = { MODE = "b" }',
     )
+    monkeypatch.setenv("E2E_TOKEN", "other-value")
     fleet.cluster.write_text(changed.replace("web:5", "web:6"))
     planned = fleet.run("plan", str(fleet.cluster))
     lines = planned.stdout.splitlines()
-    assert "  env: MODE added, TOKEN changed" in lines
+    assert "  env: MODE added" in lines
+    assert "  secrets: TOKEN changed" in lines
+    assert "other-value" not in planned.output
     assert "  image: web:5 -> web:6" in lines
     assert lines[-1].startswith("converges, assuming every new task becomes healthy")
     assert not re.search(r"\([^)]*\(", lines[-1])  # no parenthesis inside another

@@ -325,6 +325,10 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         out.print(f"pending {p.service}.{p.slot}: {p.reason}", markup=False)
     for b in doc.below:
         out.print(f"below: {b.service} would run {b.running} of {b.wanted}", markup=False)
+    if planned.plan.guard:
+        out.print(f"now: {planned.plan.guard}", markup=False)
+    for line in planned.failed_probes:
+        out.print(f"probes failed: {line}", markup=False)
     lost = f" after losing {', '.join(doc.lost)}" if doc.lost else ""
     drained = f" after draining {', '.join(doc.drained)}" if doc.drained else ""
     end = "converges" if doc.converged else "does not converge"
@@ -423,12 +427,18 @@ def plan(
         typer.Option("--lose", help="What if this host were lost (repeatable)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+    adopt: Annotated[
+        bool,
+        typer.Option("--adopt", help="Plan as `apply --adopt`: take over another store's tasks."),
+    ] = False,
     state: StateOption = None,
 ) -> None:
-    """What apply would do, every step until convergence; changes nothing. With --lose,
-    where the lost hosts' tasks would land, or why they cannot (exit 1)."""
+    """What apply would do, every step until convergence; changes nothing; refuses what
+    apply refuses. With --lose, where the lost hosts' tasks would land, or why they cannot
+    (exit 1)."""
     lost = tuple(lose or ())
-    planned = run(usecases.plan(file, state_dir(state), runtime(), prune=prune, lose=lost))
+    directory = state_dir(state)
+    planned = run(usecases.plan(file, directory, runtime(), prune=prune, lose=lost, adopt=adopt))
     print_plan(planned, as_json=as_json)
     raise typer.Exit(planned.exit_code)
 

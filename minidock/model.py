@@ -437,6 +437,14 @@ class HostObservation:
     # host ports held by anything but this cluster's containers ("8080/tcp", "53/udp"):
     # listening processes and other containers' published ports; empty when not read
     ports_in_use: frozenset[str] = frozenset()
+    # why it could not be seen, without what names this host (its address, its key): the
+    # same words for every host it happens to, so failures group by it; "" when ok
+    cause: str = ""
+
+    @property
+    def why_not(self) -> str:
+        """The failure's host-independent cause, else its own line ("" when it answered)."""
+        return "" if self.ok else (self.cause or self.error or "no answer")
 
 
 @dataclass(frozen=True)

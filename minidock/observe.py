@@ -63,8 +63,11 @@ def _only_vanished(result: Result) -> bool:
     return bool(lines) and all(_VANISHED.fullmatch(line) for line in lines)
 
 
-def _failed(host: Host, error: str) -> HostObservation:
-    return HostObservation(host=host.name, ok=False, error=" ".join(error.split()))
+def _failed(host: Host, error: str, cause: str = "") -> HostObservation:
+    """A failed probe; `cause` kept where it says it without naming the host (else the
+    error is its own cause: HostObservation.why_not)."""
+    error, cause = " ".join(error.split()), " ".join(cause.split())
+    return HostObservation(host.name, False, error=error, cause="" if cause == error else cause)
 
 
 def _seen(host: Host, cluster: str, ps: Result, inspect: Result | None) -> HostObservation:
@@ -111,7 +114,9 @@ def _failed_probe(
     whose connection is dropped so the next pass connects afresh."""
     if isinstance(exc, CommandTimeout):
         executor.disconnect(host)
-    if isinstance(exc, CommandTimeout | Unreachable):
+    if isinstance(exc, Unreachable):
+        return _failed(host, exc.reason, exc.cause)
+    if isinstance(exc, CommandTimeout):
         return _failed(host, exc.reason)
     return _failed(host, str(exc)[:_MAX_ERROR])
 

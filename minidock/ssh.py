@@ -82,17 +82,23 @@ class OutputLine:
 OnLine = Callable[[OutputLine], None]
 
 
+SSHD = "the host's sshd"  # how a failure's cause names the host (Unreachable.cause)
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:_MAX_REASON]
 
 
 class Unreachable(Exception):
     """The host could not be reached or logged into: refused, timed out, reset, auth
-    failed, host key unknown or changed. Counts as a failed probe of the host."""
+    failed, host key unknown or changed. Counts as a failed probe of the host. `cause` is
+    the reason without what names this host (its address, its key), the same for every
+    host it happens to, so that many hosts' failures group by it."""
 
-    def __init__(self, host: str, reason: str) -> None:
+    def __init__(self, host: str, reason: str, cause: str = "") -> None:
         self.host = host
         self.reason = _one_line(reason)
+        self.cause = _one_line(cause) if cause else self.reason
         super().__init__(f"{host}: {self.reason}")
 
 
@@ -266,13 +272,16 @@ class _HostKeyClient(asyncssh.SSHClient):
         self.refused = (key, listed)
         return False
 
-    def refusal(self, where: str) -> str | None:
+    def refusal(self, where: str, *, key: bool = True) -> str | None:
         """Why the host key was refused, naming the presented key's SHA256 fingerprint as
-        OpenSSH prints it; None when no key was refused."""
+        OpenSSH prints it (not with `key=False`); None when no key was refused."""
         if self.refused is None:
             return None
-        key, listed = self.refused
-        presented = f"{key.get_algorithm()} key {key.get_fingerprint('sha256')}"
+        shown, listed = self.refused
+        if not key:
+            verb = "does not match" if listed else "is not in"
+            return f"host key {'changed' if listed else 'unknown'}: {verb} {self._known_hosts}"
+        presented = f"{shown.get_algorithm()} key {shown.get_fingerprint('sha256')}"
         if listed:
             return (
                 f"host key of {where} not verifiable (changed): presented {presented} "
@@ -395,9 +404,12 @@ class _Connector:
         except (asyncssh.Error, OSError, ValueError) as exc:
             refused = client.refusal(where)
             if refused is not None and isinstance(exc, asyncssh.HostKeyNotVerifiable):
-                raise Unreachable(host.name, refused) from None
+                raise Unreachable(
+                    host.name, refused, client.refusal(SSHD, key=False) or refused
+                ) from None
             reason = _reason(exc, end, host.connect_timeout, known_hosts, where)
-            raise Unreachable(host.name, reason) from None
+            cause = _reason(exc, end, host.connect_timeout, known_hosts, SSHD)
+            raise Unreachable(host.name, reason, cause) from None
         self.opened += 1
         if client.accepted is not None:
             await self._remember(known_hosts, host.name, end, client.accepted)
@@ -472,7 +484,8 @@ class _Pool:
             self.drop(host.name, pooled[1])
         known_hosts = _known_hosts_path(host)
         reason = _reason(exc, host, host.connect_timeout, known_hosts, _where(host))
-        return Unreachable(host.name, reason)
+        cause = _reason(exc, host, host.connect_timeout, known_hosts, SSHD)
+        return Unreachable(host.name, reason, cause)
 
     def disconnect(self, name: str) -> None:
         pooled = self._pool.get(name)
@@ -549,7 +562,10 @@ class _Pool:
         status = process.returncode
         if status is None:  # the channel closed without an exit status: connection lost
             self.drop(host.name, conn)
-            raise Unreachable(host.name, f"connection to {host.address}:{host.port} lost")
+            where = f"{host.address}:{host.port}"
+            raise Unreachable(
+                host.name, f"connection to {where} lost", f"connection to {SSHD} lost"
+            )
         return 128 - status if status < 0 else status  # killed by a signal, as a shell says
 
     async def _jump(

@@ -16,9 +16,10 @@ from minidock.core import (
     removals,
     rollouts_started,
 )
+from minidock.core.causes import failed_probes
 from minidock.core.simulate import Simulation, simulate
 from minidock.masking import NO_SECRETS, Masker, masker_for
-from minidock.model import Cluster, Event
+from minidock.model import Cluster, Event, Observed
 from minidock.plandoc import plan_document
 from minidock.runner import decide
 from minidock.spec import SpecError, load, load_inventory, secret_env_warnings
@@ -84,29 +85,36 @@ async def plan(
     *,
     prune: bool = False,
     lose: tuple[str, ...] = (),
+    adopt: bool = False,
 ) -> PlanOutcome:
     """What `apply FILE` would do, every step until convergence: observe, admit in memory,
     simulate the passes. Writes nothing, takes no lock, creates no state directory.
-    Removed services are listed, and planned (dependents first) with `prune`. With `lose`
-    (a what-if), those hosts are lost first; it exits 1 when something would stay
-    pending."""
+    Refuses (exit 2) exactly what `apply` refuses, by the same checks: another cluster's
+    file, removed services without `prune`, another store's tasks without `adopt`.
+    Removed services are planned (dependents first) with `prune`. With `lose` (a what-if),
+    those hosts are lost first; it exits 1 when something would stay pending."""
     desired = load_spec(file)
     location = home(directory, desired.cluster.name)
-    current, generation, mask = ControllerState(), 1, NO_SECRETS
+    current, generation, mask, new = ControllerState(), 1, NO_SECRETS, True
     if has_state(location):
         with reading(location) as store:
             current, generation = store.load(), store.next_generation_id()
             mask = masker_for(store, current)
+            new = store.latest_generation() is None
     mask = mask.also(desired.cluster.services)  # the file's secrets, new ones included
-    _same_cluster(current, file, desired.cluster, location)
     gone = tuple(removals(current, desired.cluster))
-    admitted = admit(current, desired.cluster, generation, prune=prune)
+    admitted = _admitted(current, file, desired.cluster, location, generation, prune=prune)
     desired = admissible(admitted, desired)
     _known_hosts(desired, lose)
-    plan, sim = await _simulated(desired, admitted, runtime, mask, lose=lose)
+    plan, sim, observed = await _simulated(desired, admitted, runtime, mask, lose=lose)
+    if new:  # a new store: what runs may be another store's (its own id, if kept, owns)
+        own = admitted.controller or existing_controller_id(location) or NO_ID_YET
+        known = replace(admitted, controller=own)
+        _refuse_foreign(known, observed, desired.cluster, file, adopt=adopt)
     document = plan_document(current, desired.cluster, sim, lost=lose, removals=gone, mask=mask)
     code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
-    return PlanOutcome(plan, code, removals=gone, pruned=prune, document=document)
+    probes = failed_probes(observed)
+    return PlanOutcome(plan, code, gone, prune, document, tuple(mask(p) for p in probes))
 
 
 async def _simulated(
@@ -117,9 +125,9 @@ async def _simulated(
     *,
     lose: tuple[str, ...] = (),
     drain: tuple[str, ...] = (),
-) -> tuple[Plan, Simulation]:
+) -> tuple[Plan, Simulation, Observed]:
     """Observe the fleet, then simulate every pass from `state` (with the what-ifs): the
-    first pass's plan (masked) and the simulation."""
+    first pass's plan (masked), the simulation, and what was observed."""
     async with connected(runtime) as executor:
         result = await decide(
             desired.cluster, desired.inventory, state, executor, clock=runtime.clock.now
@@ -128,7 +136,7 @@ async def _simulated(
     sim = simulate(
         desired.cluster, desired.inventory, result.observed, state, now, lose=lose, drain=drain
     )
-    return mask.plan(result.plan), sim
+    return mask.plan(result.plan), sim, result.observed
 
 
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:
@@ -165,11 +173,10 @@ async def apply(
             await _look_first(desired, executor, runtime, file, own)
         async with writing(location, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
             before = store.load()
-            _refuse_removals(before, file, cluster, location, prune=prune)
             latest = store.latest_generation()
             unchanged = latest is not None and latest[1] == cluster
             generation = latest[0] if unchanged and latest else store.next_generation_id()
-            admitted = admit(before, cluster, generation, prune=prune)
+            admitted = _admitted(before, file, cluster, location, generation, prune=prune)
             own = admitted.controller or controller_id(directory)
             admitted = replace(admitted, controller=own)
             desired = admissible(admitted, desired)
@@ -190,6 +197,21 @@ async def apply(
     return ApplyOutcome(
         generation, convergence, tuple(FailedUpdate(name, why) for name, why in failed)
     )
+
+
+def _admitted(
+    state: ControllerState,
+    file: Path,
+    cluster: Cluster,
+    directory: StateLocation,
+    generation: int,
+    *,
+    prune: bool,
+) -> ControllerState:
+    """The state `apply FILE` would store, after what both `apply` and `plan` refuse (one
+    code for both): another cluster's file, removing services without `prune`."""
+    _refuse_removals(state, file, cluster, directory, prune=prune)
+    return admit(state, cluster, generation, prune=prune)
 
 
 def _refuse_removals(
@@ -241,14 +263,23 @@ async def _adoption(
     result = await decide(
         desired.cluster, desired.inventory, admitted, executor, clock=runtime.clock.now
     )
-    foreign = foreign_controllers(admitted, result.observed, desired.cluster.name)
+    foreign = _refuse_foreign(admitted, result.observed, desired.cluster, file, adopt=adopt)
+    return replace(admitted, adopted=tuple(sorted({*admitted.adopted, *foreign})))
+
+
+def _refuse_foreign(
+    admitted: ControllerState, observed: Observed, cluster: Cluster, file: Path, *, adopt: bool
+) -> dict[str, int]:
+    """A new store's refusal (for `apply` and `plan` alike) of tasks of its cluster that
+    another store's controller runs, unless `adopt`; the count per controller."""
+    foreign = foreign_controllers(admitted, observed, cluster.name)
     if foreign and not adopt:
         raise BadInput(
-            f"{_count(foreign)} of cluster {desired.cluster.name} belong to another state "
+            f"{_count(foreign)} of cluster {cluster.name} belong to another state "
             f"store's controller ({', '.join(sorted(foreign))}): `minidock apply {file} "
             "--adopt` takes them over; or use that store (--state DIR or MINIDOCK_STATE)"
         )
-    return replace(admitted, adopted=tuple(sorted({*admitted.adopted, *foreign})))
+    return foreign
 
 
 NO_ID_YET = "-"  # the controller id of a store that has none yet: no task carries it
@@ -304,7 +335,7 @@ async def drain_plan(
     if desired.inventory.host(host) is None and state.host(host).last_known is None:
         known = [h.name for h in desired.inventory.hosts]
         raise unknown("host", host, known, where=str(desired.inventory.path))
-    plan, sim = await _simulated(desired, state, runtime, mask, drain=(host,))
+    plan, sim, _ = await _simulated(desired, state, runtime, mask, drain=(host,))
     running = _as_running(state, desired.cluster)
     document = plan_document(state, running, sim, drained=(host,), mask=mask)
     code = ExitCode.OK if document.converged else ExitCode.FAILED

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from minidock.core import Plan
+from minidock.core.causes import failed_probes
 from minidock.core.progress_rule import outlook
 from minidock.core.rebalance import Move
 from minidock.model import ContainerState, Event, Health
@@ -93,15 +94,21 @@ def verdict(result: PassResult) -> ExitCode:
 def why(result: PassResult, code: ExitCode) -> str:
     """The one line a non-zero exit prints (short: cron mails it every pass)."""
     plan = result.plan
+    probes = "; ".join(failed_probes(result.observed))
     if code is ExitCode.FAILED:
-        reasons = [plan.guard] if plan.guard else []
+        reasons = []
+        if plan.guard:  # the hosts' own reasons, not only the guard's advice
+            reasons.append(f"{plan.guard}; probes failed: {probes}" if probes else plan.guard)
         reasons += [f"{_count(len(result.failures), 'act')} failed"] if result.failures else []
         reasons += [f"{s}.{n} Failed" for s, n, _ in plan.failed_slots()]
         reasons += [f"{s} rollout paused" for s in plan.paused()]
         return "failed: " + _few(reasons)
     seen = outlook(plan)
     if code is ExitCode.DEGRADED:
-        return "degraded: " + _few(list(seen.stuck))
+        down = probes and any(hs.down for hs in plan.state.hosts.values())
+        return (
+            "degraded: " + _few(list(seen.stuck)) + (f"; probes failed: {probes}" if down else "")
+        )
     if code is ExitCode.NOT_CONVERGED:
         return "not converged: " + _few([*seen.moving, *seen.stuck])
     return ""
@@ -112,9 +119,12 @@ def _count(n: int, noun: str) -> str:
 
 
 def waited_for(result: PassResult) -> tuple[str, ...]:
-    """What the pass still waits for: its waits, then its pending slots."""
+    """What the pass still waits for: the hosts' failed probes grouped by cause, its waits,
+    then its pending slots."""
     plan = result.plan
-    return (*plan.waiting, *(f"{p.service}.{p.slot} pending: {p.reason}" for p in plan.pending))
+    probes = tuple(f"probes failed: {line}" for line in failed_probes(result.observed))
+    pending = (f"{p.service}.{p.slot} pending: {p.reason}" for p in plan.pending)
+    return (*probes, *plan.waiting, *pending)
 
 
 def _few(items: list[str], most: int = 3) -> str:
@@ -255,8 +265,9 @@ class PlanOutcome:
     plan: Plan
     exit_code: ExitCode = ExitCode.OK
     removals: tuple[str, ...] = ()  # services the file no longer names
-    pruned: bool = False  # whether the plan removes them (`--prune`) or apply would refuse
+    pruned: bool = False  # whether the plan removes them (`--prune`)
     document: PlanDocument | None = None  # every step to convergence, simulated
+    failed_probes: tuple[str, ...] = ()  # hosts that did not answer, grouped by cause
 
 
 @dataclass(frozen=True)

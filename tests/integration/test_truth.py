@@ -4,7 +4,11 @@ causes carried to the top, `forget` that probes first, interrupts that lose no e
 from __future__ import annotations
 
 import json
+import tomllib
+from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from tests.integration.conftest import Fleet, Minidock
 
@@ -114,3 +118,29 @@ def test_forget_of_a_host_whose_slots_were_refilled_keeps_their_records(
     assert after.returncode == 4, after.stdout + after.stderr
     assert after.stdout == ""
     assert {t["slot"]: (t["id"], t["host"]) for t in md.tasks("web")} == replacements
+
+
+def test_an_empty_known_hosts_is_named_by_apply_and_plan(md: Minidock, tmp_path: Path) -> None:
+    """Issue 27 item 2: with an inventory whose known_hosts is empty, every probe fails on
+    the host key. apply printed only the mass-loss guard's line (pointing at --force-down)
+    and plan "does not converge" with no reason; both now carry the hosts' own reason,
+    grouped: "4 of 4 hosts (...): host key unknown: is not in .../known_hosts"."""
+    lab = tomllib.loads(md.fleet.inventory.read_text())
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    identity = (md.fleet.inventory.parent / lab["defaults"]["identity_file"]).resolve()
+    lab["defaults"] |= {"known_hosts": str(empty), "identity_file": str(identity)}
+    md.inventory = tmp_path / "inventory.toml"
+    md.inventory.write_text(tomli_w.dumps(lab))
+    spec = md.spec(WEB)
+    n = len(lab["hosts"])
+    named = f"host1, host2, host3, and {n - 3} more"
+    cause = f"{n} of {n} hosts ({named}): host key unknown: is not in {empty}"
+    applied = md("apply", str(spec))
+    assert applied.returncode == 1, applied.stdout + applied.stderr
+    why = applied.stderr.splitlines()[-1]
+    assert why.startswith("minidock: failed: mass-loss guard: ")
+    assert why.endswith(f"; probes failed: {cause}"), why
+    planned = md("plan", str(spec))
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert f"probes failed: {cause}" in planned.stdout.splitlines(), planned.stdout

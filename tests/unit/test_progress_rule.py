@@ -11,8 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidock.core import Plan
+from minidock.core.causes import failed_probes
 from minidock.core.progress_rule import outlook
-from minidock.model import HealthCheck, Observed, PortMapping, RestartPolicy, Service
+from minidock.model import (
+    HealthCheck,
+    HostObservation,
+    Observed,
+    PortMapping,
+    RestartPolicy,
+    Service,
+)
 from minidock.runner import PassResult
 from minidock.usecases.outcomes import ExitCode, verdict, why
 from tests.sim import World, host, hosts, svc
@@ -169,3 +177,33 @@ def test_exit_3_does_not_repeat_for_ever_on_a_frozen_world(w: World) -> None:
     progressing = codes.count(ExitCode.NOT_CONVERGED)
     assert progressing <= BOUND, codes
     assert codes[-1] is not ExitCode.NOT_CONVERGED, (codes, w.log[-1])
+
+
+# -- causes carried to the top (issue 27 item 2) ----------------------------------------------
+def test_failed_probes_group_by_cause_with_a_count() -> None:
+    key = "host key unknown: is not in /x/known_hosts"
+    observed = Observed(
+        {
+            "h1": HostObservation("h1", False, error="host key of 1:22 ...", cause=key),
+            "h2": HostObservation("h2", False, error="host key of 2:22 ...", cause=key),
+            "h3": HostObservation("h3", False, error="connection refused by 3:22"),
+            "h4": HostObservation("h4", True),
+        }
+    )
+    assert failed_probes(observed) == (
+        f"2 of 4 hosts (h1, h2): {key}",
+        "1 of 4 hosts (h3): connection refused by 3:22",
+    )
+
+
+def test_the_mass_loss_guards_line_carries_the_hosts_own_reasons() -> None:
+    w = World(hosts(3))
+    w.apply(svc("web"))
+    w.converge()
+    for h in ("host1", "host2"):
+        w.kill_host(h)  # the World's probes fail with "timed out"
+    result = PassResult(w.step(), w.observe())
+    assert verdict(result) is ExitCode.FAILED
+    line = why(result, ExitCode.FAILED)
+    assert line.startswith("failed: mass-loss guard: 2 of 3 hosts failed their probes")
+    assert line.endswith("; probes failed: 2 of 3 hosts (host1, host2): timed out")

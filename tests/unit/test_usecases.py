@@ -503,8 +503,11 @@ def test_removing_services_needs_prune_and_goes_dependents_first(setup: Setup) -
     assert "no longer names services db, web" in str(caught.value)
     assert "--prune" in str(caught.value)
     assert _db_bytes(setup) == before  # nothing was changed
-    planned = run(usecases.plan(setup.file, setup.state, setup.runtime()))
-    assert (planned.removals, planned.pruned) == (("db", "web"), False)
+    with pytest.raises(BadInput) as refused:  # plan refuses what apply refuses (issue 27)
+        run(usecases.plan(setup.file, setup.state, setup.runtime()))
+    assert str(refused.value) == str(caught.value)
+    planned = run(usecases.plan(setup.file, setup.state, setup.runtime(), prune=True))
+    assert (planned.removals, planned.pruned) == (("db", "web"), True)
     outcome = setup.apply(prune=True, wait=True, timeout=60.0)
     assert outcome.exit_code is ExitCode.OK
     stopped = [line for p in setup.passes() for line in p.result.done if "stopped" in line]
@@ -641,6 +644,11 @@ def test_a_new_store_refuses_another_stores_tasks_unless_adopting(setup: Setup) 
     )
     assert "--adopt" in str(caught.value)
     assert not other.exists()  # refused before anything was made: no directory, no id
+    with pytest.raises(BadInput) as refused:  # plan refuses what apply refuses (issue 27)
+        run(usecases.plan(setup.file, other, setup.runtime()))
+    assert str(refused.value) == str(caught.value)
+    planned = run(usecases.plan(setup.file, other, setup.runtime(), adopt=True))
+    assert planned.plan.run == ()
     setup.reports.clear()
     adopted = run(
         usecases.apply(

@@ -107,9 +107,10 @@ _sealing(_converter)
 
 
 class Codec:
-    """JSON round-trips for a store: secret values sealed with `box` (see the module)."""
+    """JSON round-trips for a store: secret values sealed with `box` (see the module;
+    None seals nothing, as an older MiniDock wrote)."""
 
-    def __init__(self, box: SecretBox) -> None:
+    def __init__(self, box: SecretBox | None) -> None:
         self.box = box
 
     def dumps(self, value: object) -> str:

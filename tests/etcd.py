@@ -294,7 +294,8 @@ class EtcdCluster:
 
 def history(endpoint: str, key: bytes, since: int = 0) -> list[tuple[int, bytes]]:
     """Every value `key` had from revision `since` on, oldest first: (mod revision, value),
-    read back through etcd's MVCC history (the test clusters never compact)."""
+    read back through etcd's MVCC history (only the test of sealing an older state
+    compacts, below its own revisions, which no other test reads)."""
     import grpc
     from aetcd import rpc  # type: ignore[import-untyped]
 

@@ -285,3 +285,51 @@ def test_an_etcd_controller_without_the_key_refuses(
     assert not other.exists()
     code, out = invoke("status", "--state", etcd_url, env={KEY_ENV: str(etcd_key_file)})
     assert code == 0, out
+
+
+def test_an_older_clear_etcd_state_is_sealed_by_its_first_writer_and_compacted(
+    fleet: Fleet, etcd_cluster: EtcdCluster, etcd_url: str
+) -> None:
+    from minidock.store.etcd import EtcdStore, EtcdWriter, Meta, generation_doc
+    from minidock.store.etcd_client import put
+
+    location = parse_location(etcd_url)
+    assert not isinstance(location, Path)
+    fleet.apply(location, 1, DB_SECRET)
+    writer = EtcdWriter(location)  # what an older MiniDock wrote: schema 1, values in clear
+    writer.acquire()
+    try:
+        store = writer.store()
+        snapshot = store.snapshot()
+        clear = codec.Codec(None)  # nothing sealed
+        ops = [
+            put(
+                store.keys.generation(g.id),
+                generation_doc(clear, g.id, g.applied_at, g.source_path, g.cluster),
+            )
+            for g in snapshot.generations
+        ]
+        old = Meta(**{**writer.meta.__dict__, "schema": 1})
+        ops += [
+            put(store.keys.controller, codec.dumps(snapshot.state).encode()),
+            put(store.keys.meta, old.dumps().encode()),
+        ]
+        writer.fenced_txn(ops, old)
+    finally:
+        writer.release()
+    prefix = "/" + etcd_url.split("/", 3)[3].partition("?")[0]
+    listed = etcd_cluster.etcdctl("get", prefix, "--prefix", "--print-value-only")
+    assert DB_SECRET in listed.stdout  # in clear, as an older MiniDock left it
+    fleet.reconcile(location)  # the first writer seals it, then compacts the history
+    listed = etcd_cluster.etcdctl("get", prefix, "--prefix", "--print-value-only")
+    assert listed.returncode == 0, listed.stderr
+    assert leaks(listed.stdout.encode()) == []
+    reader = EtcdStore.open(location)
+    try:
+        assert reader.meta()[0].schema == 2
+        assert reader.load().services["db"].spec.secrets == (("DB_PASSWORD", DB_SECRET),)
+    finally:
+        reader.close()
+    before = etcd_cluster.etcdctl("get", prefix + "/controller", "--rev=1")
+    assert before.returncode != 0
+    assert "compacted" in before.stderr

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field, replace
 
 from minidock.commands import (
     created_argv,
+    docker_error,
     grace_seconds,
     image_present_argv,
     login_argv,
     logs_argv,
+    name_conflict,
     network_connect_argv,
     network_create_argv,
     network_owner_argv,
@@ -178,7 +180,8 @@ class _Acts:
         if svc.networks:
             argv, verb = created_argv(argv), "docker create"
         res = await self.sh(r.host, argv, env or None)
-        if res.exit_status != 0 and "already in use" in res.stderr:
+        conflict = name_conflict(res.stderr) if res.exit_status != 0 else None
+        if conflict is not None and conflict.name == r.name:  # never a taken port
             return False
         if res.exit_status != 0:
             raise _ActFailed(f"{verb} failed: {_first_line(res)}")
@@ -254,9 +257,12 @@ class _ActFailed(Exception):
 
 
 def _first_line(res: Result, limit: int = 300) -> str:
-    """What the command said, on one line and whole up to its cause: Docker puts the cause
-    last ("...: Bind for 0.0.0.0:9 failed: port is already allocated"), so a long message
-    keeps its end."""
+    """What the command said, on one line and whole up to its cause: a cause that
+    commands.docker_error names, with Docker's words for it; else the message itself, whose
+    end a long one keeps (Docker puts the cause last)."""
+    known = docker_error(res.stderr)
+    if known is not None:
+        return f"{known.cause} ({known.said})"
     text = " ".join((res.stderr.strip() or res.stdout.strip()).split())
     if not text:
         return f"exit {res.exit_status}"

@@ -180,6 +180,10 @@ class FakeDocker:
         self.registry: set[str] = set()  # images a registry serves (pulled onto one host)
         self.logs: dict[str, str] = {}  # what `docker logs` prints, by service (else by image)
         self.host_images: dict[str, set[str]] = {}  # pulled or loaded onto one host
+        # per host: host ports ("8080/tcp") a process outside Docker listens on, unseen by
+        # the probe (taken after it looked): `docker run` publishing one fails as Docker's
+        # userland proxy does
+        self.held: dict[str, set[str]] = {}
 
     def advance(self, dt: float = TICK) -> None:
         """Move the clock on; every container on a reachable host acts by the table."""
@@ -372,6 +376,14 @@ class FakeDocker:
                 host_port, _, container = v.partition(":")
                 port, _, proto = container.partition("/")
                 key = f"{port}/{proto or 'tcp'}"
+                if f"{host_port}/{proto or 'tcp'}" in self.held.get(host, set()):
+                    return fail(
+                        "docker: Error response from daemon: driver failed programming external "
+                        f"connectivity on endpoint {name} (0123abcd): Error starting userland "
+                        f"proxy: listen {proto or 'tcp'}4 0.0.0.0:{host_port}: bind: address "
+                        "already in use\n\nRun 'docker run --help' for more information\n",
+                        125,
+                    )
                 if any(
                     b["HostPort"] == host_port and k.endswith("/" + (proto or "tcp"))
                     for doc in engine.values()

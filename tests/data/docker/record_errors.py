@@ -54,7 +54,9 @@ def free_port():
 
 def loopback(argv):
     """run_argv publishes on every address; the recordings publish on loopback only."""
-    return [f"127.0.0.1:{a}" if b == "-p" else a for b, a in zip(["", *argv], argv)]
+    return [
+        f"127.0.0.1:{a}" if b == "-p" else a for b, a in zip(["", *argv[:-1]], argv, strict=True)
+    ]
 
 
 def task(name, slot, tid, **kw):

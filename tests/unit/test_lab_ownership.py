@@ -176,6 +176,31 @@ def test_a_command_for_a_project_that_is_not_this_roots_names_the_right_project(
     assert files_under(a.parent) == before
 
 
+def test_with_the_default_project_running_from_another_root_this_roots_lab_is_named(
+    two_labs: tuple[Path, Path], engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19 item 10: the demo's lab (the default project) running from another
+    checkout must not take the hint away from the lab of the root the operator stands in."""
+    a, _ = two_labs
+    demo = a.parent / "demo"
+    make_lab_files(demo, "minidock-lab")
+    engine.add("minidock-lab", demo.resolve() / ".lab")
+    monkeypatch.chdir(a)
+    before = files_under(a.parent)
+    with pytest.raises(NotOwnedError) as refused:
+        Lab(a).down()  # the default project, minidock-lab: the demo's
+    message = str(refused.value)
+    assert (
+        f"compose project 'minidock-lab' belongs to another checkout's lab (in {demo.resolve()})"
+        in message
+    )
+    assert message.endswith(
+        "this checkout's lab is project 'lab-a': `minidock lab --project lab-a down`"
+    )
+    assert engine.changes == []
+    assert files_under(a.parent) == before
+
+
 def test_up_over_a_running_lab_of_another_project_is_refused(
     two_labs: tuple[Path, Path], engine: FakeEngine
 ) -> None:

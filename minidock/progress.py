@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from minidock.core import ControllerState, Rollout, ServiceState, SlotPhase
+from minidock.core.plan import WaitKind
 from minidock.core.supervise import ready
 from minidock.model import Container
 from minidock.output import Printer, rich_console
@@ -56,7 +57,6 @@ __all__ = [
 ]
 
 ASSIGNED = (SlotPhase.STARTING, SlotPhase.RUNNING, SlotPhase.UNREACHABLE)
-ROLLOUT_COUNTS = ("updating ", "rolling back ")  # the core's wait line of a rollout
 MOST_WAITS = 8  # waiting lines the view shows; the rest are counted
 STATE_STYLES = {"converged": "green", "failed": "bold red", "paused": "red", "degraded": "yellow"}
 
@@ -177,11 +177,7 @@ def waiting_lines(result: PassResult) -> list[str]:
     column, which says it better (done, batch, in flight)."""
     plan = result.plan
     rolling = {n for n, ss in plan.state.services.items() if ss.rollout.active}
-    waits = [
-        w
-        for w in plan.waiting
-        if not (w.subject in rolling and w.reason.startswith(ROLLOUT_COUNTS))
-    ]
+    waits = [w for w in plan.waiting if not (w.kind is WaitKind.ROLLOUT and w.subject in rolling)]
     return [*waits, *(f"{p.service}.{p.slot} pending: {p.reason}" for p in plan.pending)]
 
 

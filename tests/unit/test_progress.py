@@ -17,13 +17,15 @@ import re
 import struct
 import termios
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 import minidock.cli
-from minidock.core import RolloutPhase, set_drained
+from minidock.core import RolloutPhase, Waiting, set_drained
+from minidock.core.plan import WaitKind
 from minidock.core.rebalance import moves, record
 from minidock.core.rollout import Rollout
 from minidock.model import HealthCheck, PortMapping, RestartPolicy, Service, UpdatePolicy
@@ -35,6 +37,7 @@ from minidock.progress import (
     rollout_progress,
     service_progress,
     summary_line,
+    waiting_lines,
 )
 from minidock.runner import PassResult
 from minidock.usecases import (
@@ -144,6 +147,21 @@ def test_a_rolling_update_shows_its_batches(make: MakeRunner) -> None:
         (6, 6, 4, "updating", "updating 4/6, batch 3 of 3 (2 in flight)"),
         (6, 6, 6, "converged", ""),
     ]
+
+
+def test_the_view_leaves_out_a_rollouts_count_by_its_kind_not_its_words(
+    make: MakeRunner,
+) -> None:
+    """Issue 19 (Deliver 9): the view reads the wait's kind; a wait of another kind that
+    happens to read like a rollout's count is still shown."""
+    first = updated(make(3), svc(replicas=6, health=HC, update=BY_TWO))[0]
+    plan = first.plan
+    (count,) = [w for w in plan.waiting if w.kind is WaitKind.ROLLOUT]
+    assert count.startswith("web: updating ")
+    assert count not in waiting_lines(first)
+    lookalike = Waiting("web", count.reason, WaitKind.GATE, "web")
+    shown = PassResult(replace(plan, waiting=(*plan.waiting, lookalike)), first.observed)
+    assert waiting_lines(shown).count(count) == 1
 
 
 def test_a_rollout_between_batches_names_the_next_one() -> None:

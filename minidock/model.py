@@ -229,6 +229,44 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class Route:
+    """One ingress route of a service (docs/ingress.md): requests whose Host header is
+    `domain` ("" for any) and whose path is `path` or under it go to the service's tasks
+    that take traffic, on the container port `port`."""
+
+    domain: str
+    path: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.domain or '*'}{self.path} -> :{self.port}"
+
+
+@dataclass(frozen=True)
+class Ingress:
+    """The cluster's ingress (`[ingress]`): which hosts run a proxy (named in `hosts`, or
+    those meeting `constraints`; neither: every host), its HTTP port and image, and the
+    range of host ports MiniDock publishes routed tasks on."""
+
+    hosts: tuple[str, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    http_port: int = 80
+    image: str = "caddy:2"
+    task_ports: tuple[int, int] = (30000, 30999)  # first, last (inclusive)
+    admin_port: int = 2019  # the proxy's admin API, on the host's loopback only
+
+    def serves(self, host: Host) -> bool:
+        """Whether `host` runs one of this ingress's proxies."""
+        if self.hosts:
+            return host.name in self.hosts
+        return all(c.allows(host) for c in self.constraints)
+
+    def owns_port(self, port: int) -> bool:
+        """Whether a host port lies in the range MiniDock publishes routed tasks on."""
+        return self.task_ports[0] <= port <= self.task_ports[1]
+
+
+@dataclass(frozen=True)
 class RegistryAuth:
     """Credentials for the registry a service's image is pulled from: the runner logs a
     host in with them (password on stdin) before a pull. The password is masked everywhere
@@ -286,6 +324,8 @@ class Service:
     networks: tuple[str, ...] = ()  # existing networks joined besides the cluster's own
     # where hosts get the image: its registry (pulled), or this controller (pushed over SSH)
     image_source: ImageSource = "registry"
+    ingress: tuple[Route, ...] = ()  # routes from the cluster's ingress to its tasks
+    drain_timeout: float = 5.0  # out of every route this long before a routed task stops
     # credentials for the image's registry (from the spec's [registries]), not in the hash
     registry_auth: RegistryAuth | None = field(default=None, repr=False)
 
@@ -300,6 +340,10 @@ class Service:
             object.__setattr__(self, "_spec_hash", known)
         return str(known)
 
+    def routed_ports(self) -> list[int]:
+        """The container ports the service's routes send requests to, each once."""
+        return sorted({r.port for r in self.ingress})
+
     def _hash_of_run(self) -> str:
         run = {
             "image": self.image,
@@ -312,6 +356,8 @@ class Service:
         }
         if self.volumes:
             run["volumes"] = [str(v) for v in self.volumes]
+        if self.ingress:  # each routed container port is published (route names are not run)
+            run["ingress_ports"] = self.routed_ports()
         if self.secrets:  # a digest: a changed secret rolls out, and no hash reveals it
             values = json.dumps(sorted(self.secrets)).encode()
             run["secrets"] = hashlib.sha256(values).hexdigest()
@@ -385,6 +431,7 @@ class Cluster:
     path: str
     inventory_path: str
     services: tuple[Service, ...]
+    ingress: Ingress | None = None  # `[ingress]`, or its defaults when a service has routes
 
     def service(self, name: str) -> Service | None:
         return next((s for s in self.services if s.name == name), None)
@@ -418,6 +465,8 @@ class Container:
     cpus: float = 0.0
     memory: int = 0
     host_ports: tuple[str, ...] = ()  # "8080/tcp"
+    # (container port, host port) of each TCP port docker published: routed tasks' upstreams
+    published: tuple[tuple[int, int], ...] = ()
     controller: str = ""  # the controller id it is labelled with ("" before labels had one)
 
     @property

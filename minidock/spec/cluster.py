@@ -37,6 +37,13 @@ from minidock.model import (
 )
 from minidock.spec.compose import is_compose_file
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
+from minidock.spec.ingress import (
+    check_ingress_hosts,
+    check_routes,
+    ingress_of,
+    routes_of,
+    service_ingress,
+)
 from minidock.spec.inventory import read_inventory
 from minidock.spec.messages import did_you_mean, render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
@@ -54,7 +61,9 @@ def load(path: StrPath) -> tuple[Cluster, Inventory]:
     """Load a cluster file and the inventory it names; errors name the file at fault."""
     display = os.fspath(path)
     cluster, _, inventory_display = _read_cluster(Path(path), display, with_inventory=True)
-    return cluster, read_inventory(Path(cluster.inventory_path), inventory_display)
+    inventory = read_inventory(Path(cluster.inventory_path), inventory_display)
+    check_ingress_hosts(cluster, inventory, display)
+    return cluster, inventory
 
 
 def cluster_document(path: StrPath) -> dict[str, Any]:
@@ -139,7 +148,9 @@ def _load_cluster(
         path=abs_path,
         inventory_path=resolve(base, inventory),
         services=tuple(_with_registry_auth(s, registries) for s in services),
+        ingress=ingress_of(doc, display),
     )
+    check_routes(cluster, display)
     inventory_display = os.path.normpath(
         os.path.join(os.path.dirname(display), os.path.expanduser(inventory))
     )
@@ -224,6 +235,7 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         mode=_mode(body, at, fail),
         image_source=body.get("image_source", "registry"),
         **_run_options(body, at, fail, cluster),
+        **service_ingress(body, routes_of(body, at, fail, ports)),
     )
 
 

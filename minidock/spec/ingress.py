@@ -1,0 +1,152 @@
+"""The ingress in the cluster file into the model: `[ingress]` and each service's routes.
+
+Checks the schema cannot express: a route to a port the service does not say it listens
+on, two services claiming one host and path, `ports` in the range MiniDock publishes
+routed tasks on, an ingress that matches no host of the inventory, and TLS (not built
+yet: issue 22). docs/ingress.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from minidock import units
+from minidock.model import Cluster, Constraint, Ingress, Inventory, PortMapping, Route
+from minidock.spec.errors import Fail, Part, SpecError
+from minidock.spec.messages import render, show
+
+__all__ = ["check_ingress_hosts", "check_routes", "ingress_of", "routes_of", "service_ingress"]
+
+NO_TLS = 'TLS is not built yet (issue 22): use tls = "off" or leave it out'
+_CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9_./-]*)\s*(==|!=)\s*([^\s=!]\S*)\s*$")
+
+
+def ingress_of(doc: dict[str, Any], display: str) -> Ingress | None:
+    """`[ingress]`, or its defaults when a service has routes and the table is absent."""
+
+    def fail(parts: Sequence[Part], message: str) -> SpecError:
+        return SpecError(display, render(parts), message)
+
+    body: dict[str, Any] | None = doc.get("ingress")
+    if body is None:
+        routed = any("ingress" in s for s in doc.get("services", {}).values())
+        return Ingress() if routed else None
+    for key in ("https_port", "acme"):
+        if key in body:
+            raise fail(("ingress", key), NO_TLS.replace('use tls = "off" or leave', "leave"))
+    if "hosts" in body and "constraints" in body:
+        raise fail(("ingress", "constraints"), "give hosts or constraints, not both")
+    options: dict[str, Any] = {k: body[k] for k in ("http_port", "image") if k in body}
+    if "hosts" in body:
+        options["hosts"] = tuple(body["hosts"])
+    if "constraints" in body:
+        options["constraints"] = tuple(_constraint(text) for text in body["constraints"])
+    if "task_ports" in body:
+        options["task_ports"] = _task_ports(body["task_ports"], fail)
+    return Ingress(**options)
+
+
+def _constraint(text: str) -> Constraint:
+    found = _CONSTRAINT.match(text)
+    assert found is not None  # the schema checked the pattern
+    return Constraint(key=found[1], op="==" if found[2] == "==" else "!=", value=found[3])
+
+
+def _task_ports(text: str, fail: Fail) -> tuple[int, int]:
+    first, last = (int(part) for part in text.split("-"))
+    if not 1024 <= first <= last <= 65535:
+        raise fail(
+            ("ingress", "task_ports"),
+            f"must be FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, got {show(text)}",
+        )
+    return first, last
+
+
+def routes_of(
+    body: dict[str, Any], at: tuple[Part, ...], fail: Fail, ports: Sequence[PortMapping]
+) -> tuple[Route, ...]:
+    """A service's `ingress`: one route table or a list of them, each to a port the
+    service says it listens on (a container port of `ports`, or one its health check
+    names as `:PORT`)."""
+    given = body.get("ingress")
+    if given is None:
+        return ()
+    items: list[dict[str, Any]] = given if isinstance(given, list) else [given]
+    words = " ".join(body["health"]["cmd"]) if "health" in body else ""
+    routes: list[Route] = []
+    for i, item in enumerate(items):
+        where = (*at, "ingress", *([i] if isinstance(given, list) else []))
+        if item.get("tls", "off") != "off":
+            raise fail((*where, "tls"), NO_TLS)
+        port: int = item["port"]
+        declared = any(p.container_port == port for p in ports)
+        if not declared and not re.search(rf":{port}(?![0-9])", words):
+            raise fail(
+                (*where, "port"),
+                f"the service does not say it listens on {port}: route to a container port "
+                f"of its ports, or give it a health check on that port "
+                f"(e.g. wget -qO- http://127.0.0.1:{port}/)",
+            )
+        route = Route(item.get("host", ""), item.get("path", "/"), port)
+        if route in routes:
+            raise fail(where, f"route {route} is given twice")
+        routes.append(route)
+    return tuple(routes)
+
+
+def service_ingress(body: dict[str, Any], routes: tuple[Route, ...]) -> dict[str, Any]:
+    """Service keyword arguments for its routes and drain_timeout."""
+    options: dict[str, Any] = {"ingress": routes}
+    if "drain_timeout" in body:
+        options["drain_timeout"] = units.parse_duration(body["drain_timeout"])
+    return options
+
+
+def check_routes(cluster: Cluster, display: str) -> None:
+    """Two services may not claim one host and path; no service's `ports` may take a
+    port of the ingress's task range or its HTTP port."""
+    ingress = cluster.ingress
+    if ingress is None:
+        return
+    claimed: dict[tuple[str, str], str] = {}
+    for service in cluster.services:
+        for route in service.ingress:
+            key = (route.domain, route.path.rstrip("/") or "/")
+            other = claimed.setdefault(key, service.name)
+            if other != service.name:
+                raise SpecError(
+                    display,
+                    f"services.{service.name}.ingress",
+                    f"host {route.domain or '*'} path {route.path} is claimed by both "
+                    f"services {other} and {service.name}: give one another host or path",
+                )
+        for i, port in enumerate(service.ports):
+            if ingress.owns_port(port.host_port) or port.host_port == ingress.http_port:
+                first, last = ingress.task_ports
+                raise SpecError(
+                    display,
+                    f"services.{service.name}.ports[{i}]",
+                    f"host port {port.host_port} is the ingress's (http_port "
+                    f"{ingress.http_port}, task_ports {first}-{last}): publish another port",
+                )
+
+
+def check_ingress_hosts(cluster: Cluster, inventory: Inventory, display: str) -> None:
+    """The ingress names only inventory hosts and matches at least one."""
+    ingress = cluster.ingress
+    if ingress is None:
+        return
+    names = [h.name for h in inventory.hosts]
+    for i, name in enumerate(ingress.hosts):
+        if name not in names:
+            raise SpecError(
+                display, f"ingress.hosts[{i}]", f"unknown host {name!r} (inventory: {names})"
+            )
+    if not any(ingress.serves(h) for h in inventory.hosts):
+        raise SpecError(
+            display,
+            "ingress.constraints",
+            "matches no host of the inventory: no proxy would take traffic",
+        )

@@ -1,0 +1,129 @@
+"""`[ingress]`, routes, `drain_timeout` and `private_address`: what loads, and each error's
+one line (docs/ingress.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from minidock.model import Constraint, Ingress, Route
+from minidock.spec import SpecError, load
+
+INVENTORY = """
+[[hosts]]
+name = "host1"
+address = "10.0.0.1"
+private_address = "10.1.0.1"
+labels = { role = "edge" }
+
+[[hosts]]
+name = "host2"
+address = "10.0.0.2"
+"""
+HEAD = 'cluster = "prod"\ninventory = "inventory.toml"\n'
+HEALTH = 'health = { cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"] }\n'
+WEB = '[services.web]\nimage = "web:5"\n' + HEALTH
+
+
+def loaded(tmp_path: Path, body: str) -> tuple[object, object]:
+    (tmp_path / "inventory.toml").write_text(INVENTORY)
+    path = tmp_path / "cluster.toml"
+    path.write_text(HEAD + body)
+    return load(path)
+
+
+def test_routes_drain_timeout_and_the_ingress_load(tmp_path: Path) -> None:
+    cluster, inventory = loaded(
+        tmp_path,
+        '[ingress]\nconstraints = ["role == edge"]\nhttp_port = 8000\ntask_ports = "31000-31099"\n'
+        + WEB
+        + 'ingress = { host = "app.test", port = 8080 }\ndrain_timeout = "2s"\n'
+        + '[services.api]\nimage = "api:1"\nports = ["9001:9000"]\n'
+        + 'ingress = [{ host = "app.test", path = "/api", port = 9000, tls = "off" }]\n',
+    )
+    assert cluster.ingress == Ingress(  # type: ignore[attr-defined]
+        constraints=(Constraint("role", "==", "edge"),), http_port=8000, task_ports=(31000, 31099)
+    )
+    web, api = cluster.services  # type: ignore[attr-defined]
+    assert (web.ingress, web.drain_timeout) == ((Route("app.test", "/", 8080),), 2.0)
+    assert (api.ingress, api.drain_timeout) == ((Route("app.test", "/api", 9000),), 5.0)
+    host1, host2 = inventory.hosts  # type: ignore[attr-defined]
+    assert (host1.reached_at, host2.reached_at) == ("10.1.0.1", "10.0.0.2")
+
+
+def test_a_route_without_an_ingress_table_gets_every_host(tmp_path: Path) -> None:
+    cluster, _ = loaded(tmp_path, WEB + "ingress = { port = 8080 }\n")
+    assert cluster.ingress == Ingress()  # type: ignore[attr-defined]
+    assert cluster.services[0].ingress == (Route("", "/", 8080),)  # type: ignore[attr-defined]
+    plain, _ = loaded(tmp_path, WEB)
+    assert plain.ingress is None  # type: ignore[attr-defined]
+
+
+def test_routes_are_not_part_of_what_a_task_runs_but_their_ports_are(tmp_path: Path) -> None:
+    one, _ = loaded(tmp_path, WEB + 'ingress = { host = "a.test", port = 8080 }\n')
+    two, _ = loaded(tmp_path, WEB + 'ingress = { host = "b.test", port = 8080 }\n')
+    bare, _ = loaded(tmp_path, WEB)
+    hashes = [c.services[0].spec_hash() for c in (one, two, bare)]  # type: ignore[attr-defined]
+    assert hashes[0] == hashes[1] != hashes[2]
+
+
+ROUTE = WEB + 'ingress = { host = "app.test", port = 8080 }\n'
+BAD = [
+    (
+        ROUTE
+        + '[services.other]\nimage = "web:5"\n'
+        + HEALTH
+        + 'ingress = { host = "app.test", path = "/", port = 8080 }\n',
+        "services.other.ingress: host app.test path / is claimed by both services web and "
+        "other: give one another host or path",
+    ),
+    (
+        WEB + 'ingress = { host = "app.test", port = 9090 }\n',
+        "services.web.ingress.port: the service does not say it listens on 9090: route to a "
+        "container port of its ports, or give it a health check on that port "
+        "(e.g. wget -qO- http://127.0.0.1:9090/)",
+    ),
+    (
+        WEB + "ingress = [{ port = 8080 }, { port = 80 }]\n",
+        "services.web.ingress[1].port: the service does not say it listens on 80: route to a "
+        "container port of its ports, or give it a health check on that port "
+        "(e.g. wget -qO- http://127.0.0.1:80/)",
+    ),
+    (
+        WEB + 'ingress = { port = 8080, tls = "acme" }\n',
+        'services.web.ingress.tls: TLS is not built yet (issue 22): use tls = "off" or leave it out',
+    ),
+    (
+        "[ingress]\nhttps_port = 443\n" + ROUTE,
+        "ingress.https_port: TLS is not built yet (issue 22): leave it out",
+    ),
+    (
+        '[ingress]\nhosts = ["host9"]\n' + ROUTE,
+        "ingress.hosts[0]: unknown host 'host9' (inventory: ['host1', 'host2'])",
+    ),
+    (
+        '[ingress]\nconstraints = ["role == db"]\n' + ROUTE,
+        "ingress.constraints: matches no host of the inventory: no proxy would take traffic",
+    ),
+    (
+        '[ingress]\nhosts = ["host1"]\nconstraints = ["role == edge"]\n' + ROUTE,
+        "ingress.constraints: give hosts or constraints, not both",
+    ),
+    (
+        ROUTE + 'ports = ["30005:8080"]\n',
+        "services.web.ports[0]: host port 30005 is the ingress's (http_port 80, task_ports "
+        "30000-30999): publish another port",
+    ),
+    (
+        '[ingress]\ntask_ports = "900-1000"\n' + ROUTE,
+        "ingress.task_ports: must be FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, got '900-1000'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), BAD)
+def test_bad_ingress_is_one_line_naming_the_key(tmp_path: Path, body: str, expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        loaded(tmp_path, body)
+    assert str(err.value) == f"{tmp_path / 'cluster.toml'}: {expected}"

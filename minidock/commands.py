@@ -195,6 +195,20 @@ def _host_ports(bindings: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(f"{port}/{proto}" for port, proto in sorted(ports))
 
 
+def _published(bindings: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
+    """(container port, host port) of each published TCP port (routed tasks' upstreams)."""
+    pairs: set[tuple[int, int]] = set()
+    for key, binds in bindings.items():
+        port, _, proto = key.partition("/")
+        if (proto or "tcp") != "tcp" or not port.isdigit():
+            continue
+        for bind in binds if isinstance(binds, list) else []:
+            host_port = str(_mapping(bind).get("HostPort") or "")
+            if host_port.isdigit():
+                pairs.add((int(port), int(host_port)))
+    return tuple(sorted(pairs))
+
+
 def _health_log(health: Mapping[str, Any]) -> str:
     log = health.get("Log")
     if not isinstance(log, list) or not log:
@@ -240,6 +254,7 @@ def _container(host_name: str, cluster: str, raw: Mapping[str, Any]) -> Containe
         cpus=int(host_config.get("NanoCpus") or 0) / 1e9,
         memory=int(host_config.get("Memory") or 0),
         host_ports=_host_ports(_mapping(host_config.get("PortBindings"))),
+        published=_published(_mapping(host_config.get("PortBindings"))),
     )
 
 
@@ -429,6 +444,7 @@ def run_argv(
     controller: str = "",
     *,
     network: str | None = None,
+    routed: Sequence[tuple[str, int, int]] = (),
 ) -> tuple[list[str], str]:
     """`docker run -d` for one task, and the env-file text to send on its stdin.
 
@@ -437,6 +453,8 @@ def run_argv(
     Docker's own restart policy is off: restarts are the controller's decision. With
     `network` (the cluster's, `model.cluster_network`) the task joins it under its service
     name; the service's extra `networks` are joined after (`network_connect_argv`).
+    `routed` publishes each routed container port as (bind address, host port, container
+    port): where the ingress proxies reach the task (docs/ingress.md).
     """
     argv = [
         "docker",
@@ -462,6 +480,8 @@ def run_argv(
         argv += ["--env-file", ENV_FILE_STDIN]
     for port in service.ports:
         argv += ["-p", str(port)]
+    for address, host_port, container_port in routed:
+        argv += ["-p", f"{_operand(address, 'address')}:{host_port}:{container_port}"]
     for volume in service.volumes:
         argv += ["-v", volume_spec(volume, cluster, service.name, slot)]
     if service.cpus > 0:

@@ -253,7 +253,6 @@ class Ingress:
     http_port: int = 80
     image: str = "caddy:2"
     task_ports: tuple[int, int] = (30000, 30999)  # first, last (inclusive)
-    admin_port: int = 2019  # the proxy's admin API, on the host's loopback only
 
     def serves(self, host: Host) -> bool:
         """Whether `host` runs one of this ingress's proxies."""
@@ -497,8 +496,24 @@ class HostObservation:
 
 
 @dataclass(frozen=True)
+class ProxyObservation:
+    """One ingress host's proxy as a probe found it: whether it runs (and of which proxy
+    spec), and what its loaded config routes to: the config's digest and every upstream
+    address it dials. `ok` False: the host or its docker did not answer (`error` says)."""
+
+    host: str
+    ok: bool
+    running: bool = False
+    spec: str = ""  # the proxy container's spec label ("" when there is none)
+    digest: str = ""  # of the config it has loaded ("" when none is loaded)
+    upstreams: frozenset[str] = frozenset()  # "ADDRESS:PORT" its loaded routes send to
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Observed:
     hosts: dict[str, HostObservation]
+    proxies: dict[str, ProxyObservation] = field(default_factory=dict)  # by ingress host
 
     def containers(self) -> list[Container]:
         return [c for o in self.hosts.values() if o.ok for c in o.containers]

@@ -43,11 +43,15 @@ from minidock.core import (
     reconcile,
     rollout_changes,
 )
+from minidock.core.routes import ingress_hosts, route_table
+from minidock.core.traffic import gate
+from minidock.ingress import configs_for, converge_proxies, observe_proxies
 from minidock.masking import Masker, masker_for
 from minidock.model import (
     Cluster,
     Container,
     Event,
+    Ingress,
     Inventory,
     Observed,
     RegistryAuth,
@@ -93,6 +97,8 @@ class _Acts:
         graces: Mapping[tuple[str, str], int] | None = None,
         engine: ControllerEngine | None = None,
         fence: Callable[[], None] = lambda: None,
+        ingress: Ingress | None = None,
+        held_ports: Mapping[str, set[int]] | None = None,
     ):
         self.executor = executor
         self.controller = controller  # labels every task this controller starts
@@ -108,6 +114,8 @@ class _Acts:
         self.failures: list[str] = []
         self.notes: list[Callable[[ControllerState], ControllerState]] = []
         self.networked: set[str] = set()  # hosts where the cluster network is confirmed
+        self.ingress = ingress
+        self.held_ports = {h: set(p) for h, p in (held_ports or {}).items()}
         self.local_images: dict[str, LocalImage | None] = {}
 
     async def sh(
@@ -174,7 +182,14 @@ class _Acts:
         svc = r.service
         network = cluster_network(self.cluster)
         argv, env = run_argv(
-            svc, self.cluster, r.slot, r.task, svc.spec_hash(), self.controller, network=network
+            svc,
+            self.cluster,
+            r.slot,
+            r.task,
+            svc.spec_hash(),
+            self.controller,
+            network=network,
+            routed=self._routed(r),
         )
         verb = "docker run"
         if svc.networks:
@@ -188,6 +203,22 @@ class _Acts:
         if svc.networks:
             await self._connect_and_start(r)
         return True
+
+    def _routed(self, r: Run) -> list[tuple[str, int, int]]:
+        """A host port from the ingress's task range for each routed container port, bound
+        to the host's private address: the lowest one nothing on the host holds."""
+        if self.ingress is None or not r.service.ingress:
+            return []
+        first, last = self.ingress.task_ports
+        held = self.held_ports.setdefault(r.host, set())
+        routed: list[tuple[str, int, int]] = []
+        for port in r.service.routed_ports():
+            free = next((p for p in range(first, last + 1) if p not in held), None)
+            if free is None:
+                raise _ActFailed(f"no free host port left in task_ports {first}-{last}")
+            held.add(free)
+            routed.append((self.hosts[r.host].reached_at, free, port))
+        return routed
 
     async def _connect_and_start(self, r: Run) -> None:
         """Join the created task to its extra networks and start it; on a failure it is
@@ -308,8 +339,14 @@ async def decide(
     clock: Callable[[], float] = time.time,
     force_down: bool = False,
 ) -> PassResult:
-    """Observe every host and decide; nothing is recorded or done (plan, status)."""
-    observed = await observe(executor, inventory.hosts, cluster.name)
+    """Observe every host (and the ingress proxies) and decide; nothing is recorded or
+    done (plan, status)."""
+    edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
+    observed, proxies = await asyncio.gather(
+        observe(executor, inventory.hosts, cluster.name),
+        observe_proxies(executor, edges, cluster.name),
+    )
+    observed = replace(observed, proxies=proxies)
     plan = decision(cluster, inventory, observed, state, clock(), force_down=force_down)
     return PassResult(plan, observed)
 
@@ -330,7 +367,8 @@ def decision(
     10,000 tasks, docs/benchmarks.md)."""
     gc.freeze()
     try:
-        return reconcile(cluster, inventory, observed, state, now, force_down=force_down)
+        plan = reconcile(cluster, inventory, observed, state, now, force_down=force_down)
+        return gate(plan, cluster, inventory, observed, now)  # routed tasks drain first
     finally:
         gc.unfreeze()
 
@@ -364,7 +402,10 @@ async def run_pass(
         plan.state.controller,
         graces=stop_graces(plan.state),
         fence=store.fence,
+        ingress=cluster.ingress,
+        held_ports=held_ports(result.observed),
     )
+    await _route(acts, cluster, inventory, result.observed, plan.state, now)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     if acts.events or acts.notes:
@@ -378,6 +419,39 @@ async def run_pass(
         result.plan = Plan(final, plan.run, plan.stop, plan.pending, plan.waiting, plan.events)
     result.done, result.failures = acts.done, acts.failures
     return result
+
+
+async def _route(
+    acts: _Acts,
+    cluster: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    state: ControllerState,
+    now: float,
+) -> None:
+    """Load this pass's route table into every answering ingress proxy (before any stop:
+    a draining task leaves the routes in the pass that decides it)."""
+    if cluster.ingress is None or not observed.proxies:
+        return
+    config = configs_for(route_table(cluster, inventory, observed, state, now), cluster.ingress)
+    acts.fence()
+    outcome = await converge_proxies(
+        acts.sh, cluster.name, cluster.ingress, config, observed.proxies, now
+    )
+    for event in outcome.events:
+        acts.events.append(event)
+        (acts.failures if event.kind == "act-failed" else acts.done).append(event.message)
+
+
+def held_ports(observed: Observed) -> dict[str, set[int]]:
+    """Host ports held on each answering host: every MiniDock task's and anything else's."""
+    held: dict[str, set[int]] = {}
+    for name, seen in observed.hosts.items():
+        if seen.ok:
+            ports = {p for c in (*seen.containers, *seen.others) for p in c.host_ports}
+            ports |= seen.ports_in_use
+            held[name] = {int(p.partition("/")[0]) for p in ports if p.partition("/")[0].isdigit()}
+    return held
 
 
 def newly_failed(before: ControllerState, after: ControllerState, now: float) -> list[Event]:

@@ -66,6 +66,9 @@ class ControllerState:
     adopted: tuple[str, ...] = ()  # other controllers' ids whose tasks `apply --adopt` took
     adopting: bool = False  # a brand-new store's first apply: what runs is adopted
     rebuilt: str = ""  # set when that first pass found tasks already running: what is lost
+    # routed tasks taken out of every route before they stop: task id -> since when
+    # (minidock.core.traffic)
+    draining: dict[str, float] = field(default_factory=dict)
 
     def host(self, name: str) -> HostState:
         return self.hosts.get(name, HostState())

@@ -92,7 +92,8 @@ BAD = [
     ),
     (
         WEB + 'ingress = { port = 8080, tls = "acme" }\n',
-        'services.web.ingress.tls: TLS is not built yet (issue 22): use tls = "off" or leave it out',
+        "services.web.ingress.tls: TLS is not built yet (issue 22): "
+        'use tls = "off" or leave it out',
     ),
     (
         "[ingress]\nhttps_port = 443\n" + ROUTE,
@@ -117,7 +118,8 @@ BAD = [
     ),
     (
         '[ingress]\ntask_ports = "900-1000"\n' + ROUTE,
-        "ingress.task_ports: must be FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, got '900-1000'",
+        "ingress.task_ports: must be FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, "
+        "got '900-1000'",
     ),
 ]
 

@@ -1,0 +1,225 @@
+"""The ingress proxy as values: each proxy's whole Caddy JSON config and its digest, the
+docker argv that runs, reads and loads the proxy, and the parser of what it reports. Pure,
+like `minidock.commands`; `minidock.ingress` runs these over SSH.
+
+The proxy is a container of its own on each ingress host (`minidock-ingress-CLUSTER`,
+labelled `minidock.ingress=CLUSTER`, never `minidock.cluster`: it is not a task), on the
+host's network, so it listens on the host's HTTP port and its admin API on the host's
+loopback only (`localhost:2019`, Caddy's default). A config is loaded with `caddy reload`
+inside the container (a `POST /load` to that admin API), which swaps the routes without
+dropping the listener. Caddy saves each config it loads (`/config/caddy/autosave.json`,
+and `caddy run --resume` starts from it): reading that file back is how a pass sees what
+a proxy has loaded. The config carries its digest as the `@id` of its server. docs/ingress.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from minidock.model import Ingress, ProxyObservation
+
+__all__ = [
+    "ADMIN",
+    "AUTOSAVE",
+    "LABEL_INGRESS",
+    "LABEL_PROXY_SPEC",
+    "ProxyConfig",
+    "RouteSpec",
+    "load_argv",
+    "parse_proxy_probe",
+    "proxy_config",
+    "proxy_name",
+    "proxy_probe_argv",
+    "proxy_run_argv",
+    "proxy_spec",
+    "remove_argv",
+]
+
+ADMIN = "localhost:2019"  # Caddy's default admin address: loopback only, on the host network
+AUTOSAVE = "/config/caddy/autosave.json"  # XDG_CONFIG_HOME=/config, the official image's
+LABEL_INGRESS = "minidock.ingress"
+LABEL_PROXY_SPEC = "minidock.ingress.spec"
+SERVER = "minidock"
+ID_PREFIX = "minidock-"
+# Retries (FLEET-NOTES): a request whose upstream refuses or does not answer in DIAL_TIMEOUT
+# is tried on the next upstream, for up to TRY_DURATION; a failed upstream is skipped by
+# the other requests for FAIL_DURATION (passive health).
+TRY_DURATION = "5s"
+TRY_INTERVAL = "100ms"
+DIAL_TIMEOUT = "1s"
+FAIL_DURATION = "10s"
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """One route as the proxy sees it: Host (""=any), path prefix, upstream addresses."""
+
+    domain: str
+    path: str
+    upstreams: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """A proxy's whole config, as the JSON text it is loaded as, and its digest."""
+
+    text: str
+    digest: str
+
+
+def proxy_name(cluster: str) -> str:
+    return f"minidock-ingress-{cluster}"
+
+
+def proxy_spec(ingress: Ingress) -> str:
+    """Hash of what the proxy container runs: a new value means it is replaced."""
+    blob = json.dumps({"image": ingress.image, "http_port": ingress.http_port}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _match(route: RouteSpec) -> list[dict[str, Any]]:
+    match: dict[str, Any] = {}
+    if route.domain:
+        match["host"] = [route.domain]
+    prefix = route.path.rstrip("/")
+    if prefix:
+        match["path"] = [prefix, f"{prefix}/*"]
+    return [match] if match else []
+
+
+def _handler(route: RouteSpec) -> dict[str, Any]:
+    if not route.upstreams:
+        return {"handler": "static_response", "status_code": 503, "body": "no task is ready\n"}
+    return {
+        "handler": "reverse_proxy",
+        "upstreams": [{"dial": address} for address in route.upstreams],
+        "load_balancing": {
+            "selection_policy": {"policy": "round_robin"},
+            "try_duration": TRY_DURATION,
+            "try_interval": TRY_INTERVAL,
+        },
+        "health_checks": {"passive": {"fail_duration": FAIL_DURATION, "max_fails": 1}},
+        "transport": {"protocol": "http", "dial_timeout": DIAL_TIMEOUT},
+    }
+
+
+def _body(routes: Sequence[RouteSpec], ingress: Ingress) -> dict[str, Any]:
+    handlers = [
+        {"match": _match(r), "handle": [_handler(r)], "terminal": True} if _match(r) else
+        {"handle": [_handler(r)], "terminal": True}
+        for r in routes
+    ]  # fmt: skip
+    server = {
+        "listen": [f":{ingress.http_port}"],
+        "automatic_https": {"disable": True},
+        "routes": handlers,
+    }
+    return {"admin": {"listen": ADMIN}, "apps": {"http": {"servers": {SERVER: server}}}}
+
+
+def proxy_config(routes: Sequence[RouteSpec], ingress: Ingress) -> ProxyConfig:
+    """The whole config of a proxy serving `routes` (most specific first), and its digest
+    (of the config without it); the digest is the server's `@id`."""
+    body = _body(routes, ingress)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    body["apps"]["http"]["servers"][SERVER]["@id"] = ID_PREFIX + digest
+    return ProxyConfig(json.dumps(body, sort_keys=True, separators=(",", ":")), digest)
+
+
+def proxy_run_argv(cluster: str, ingress: Ingress) -> list[str]:
+    """Start the proxy: host network, restarted by docker if it dies between passes,
+    resuming from the config it last loaded."""
+    return [
+        "docker", "run", "-d",
+        "--name", proxy_name(cluster),
+        "--label", f"{LABEL_INGRESS}={cluster}",
+        "--label", f"{LABEL_PROXY_SPEC}={proxy_spec(ingress)}",
+        "--network", "host",
+        "--restart", "unless-stopped",
+        "--env", "XDG_CONFIG_HOME=/config",
+        "--env", "XDG_DATA_HOME=/data",
+        ingress.image,
+        "caddy", "run", "--resume",
+    ]  # fmt: skip
+
+
+def remove_argv(cluster: str) -> list[str]:
+    return ["docker", "rm", "-f", proxy_name(cluster)]
+
+
+def load_argv(cluster: str) -> list[str]:
+    """Load the config given on stdin into the running proxy (its admin API's /load)."""
+    return [
+        "docker",
+        "exec",
+        "-i",
+        proxy_name(cluster),
+        "caddy",
+        "reload",
+        "--config",
+        "/dev/stdin",
+    ]
+
+
+_PROBE = (
+    (
+        "set -u\n"
+        "state=$(docker inspect -f '{{.State.Status}} {{index .Config.Labels \"SPEC\"}}'"
+        ' "$1" 2>&1) || { case "$state" in *"No such"*) echo missing; exit 0 ;; esac;'
+        ' echo "$state" >&2; exit 1; }\n'
+        'echo "$state"\n'
+        'case "$state" in running*) docker exec "$1" cat AUTOSAVE 2>/dev/null || true ;; esac\n'
+    )
+    .replace("SPEC", LABEL_PROXY_SPEC)
+    .replace("AUTOSAVE", AUTOSAVE)
+)
+
+
+def proxy_probe_argv(cluster: str) -> list[str]:
+    """One command: the proxy container's state and spec label, then (when it runs) the
+    config it has saved as loaded."""
+    return ["sh", "-c", _PROBE, "sh", proxy_name(cluster)]
+
+
+def parse_proxy_probe(host: str, stdout: str) -> ProxyObservation:
+    """What `proxy_probe_argv` printed, as the proxy's observation."""
+    first, _, rest = stdout.partition("\n")
+    words = first.split()
+    if not words or words[0] == "missing":
+        return ProxyObservation(host, ok=True)
+    running = words[0] == "running"
+    spec = words[1] if len(words) > 1 else ""
+    digest, upstreams = _loaded(rest) if running else ("", frozenset[str]())
+    return ProxyObservation(host, True, running, spec, digest, upstreams)
+
+
+def _loaded(text: str) -> tuple[str, frozenset[str]]:
+    """The digest and upstreams of a saved config ("" and none when there is none)."""
+    try:
+        config = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return "", frozenset()
+    servers = _get(config, "apps", "http", "servers")
+    server = servers.get(SERVER, {}) if isinstance(servers, dict) else {}
+    tag = server.get("@id", "") if isinstance(server, dict) else ""
+    digest = tag[len(ID_PREFIX) :] if isinstance(tag, str) and tag.startswith(ID_PREFIX) else ""
+    return digest, frozenset(_dials(server.get("routes", []) if isinstance(server, dict) else []))
+
+
+def _get(value: Any, *keys: str) -> Any:
+    for key in keys:
+        value = value.get(key, {}) if isinstance(value, dict) else {}
+    return value
+
+
+def _dials(routes: Iterable[Any]) -> Iterable[str]:
+    for route in routes:
+        for handler in route.get("handle", []) if isinstance(route, dict) else []:
+            for up in handler.get("upstreams", []) if isinstance(handler, dict) else []:
+                if isinstance(up, dict) and isinstance(up.get("dial"), str):
+                    yield up["dial"]

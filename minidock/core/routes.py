@@ -1,0 +1,130 @@
+"""Routes as a function of observed tasks (Kubernetes' EndpointSlices): which tasks take
+traffic, where each is reached, and the route table every ingress proxy loads. Pure.
+
+A task takes traffic when it runs and is healthy (or, without a health check, has run for
+its service's `update.monitor`), its host answered this pass, and it is not draining
+(`minidock.core.traffic`). It is reached at its host's `private_address` and the host
+port docker published for the route's container port. The table is recomputed every pass
+from what the pass observed; nothing edits it. docs/ingress.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from minidock.core.state import ControllerState
+from minidock.model import Cluster, Container, Inventory, Observed, Route, Service
+
+__all__ = [
+    "RouteEntry",
+    "RouteTable",
+    "ingress_hosts",
+    "route_table",
+    "routed_services",
+    "takes_traffic",
+    "upstream",
+]
+
+
+@dataclass(frozen=True)
+class RouteEntry:
+    """One route and the upstreams ("ADDRESS:PORT") of the tasks that take its traffic,
+    with those tasks' ids in the same order."""
+
+    route: Route
+    service: str
+    upstreams: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+
+
+RouteTable = tuple[RouteEntry, ...]  # most specific first: by host name, longest path first
+
+
+def ingress_hosts(cluster: Cluster, inventory: Inventory) -> tuple[str, ...]:
+    """The inventory hosts that run the cluster's ingress proxy (none without an ingress)."""
+    ingress = cluster.ingress
+    if ingress is None:
+        return ()
+    return tuple(h.name for h in inventory.hosts if ingress.serves(h))
+
+
+def routed_services(cluster: Cluster, state: ControllerState) -> dict[str, Service]:
+    """Each service with routes, by name: its effective spec (after any rollback) where the
+    state has one, else the cluster's. Pruned services have no routes."""
+    found: dict[str, Service] = {}
+    for service in cluster.services:
+        ss = state.services.get(service.name)
+        spec = ss.spec if ss is not None and not ss.removed else service
+        if spec.ingress:
+            found[spec.name] = spec
+    return found
+
+
+def takes_traffic(c: Container, service: Service, now: float) -> bool:
+    """Running and healthy; without a health check, running for `update.monitor`."""
+    if c.state != "running":
+        return False
+    if c.health != "none":
+        return c.health == "healthy"
+    started = c.started_at if c.started_at is not None else c.created_at
+    return service.health is None and now - started >= service.update.monitor
+
+
+def upstream(c: Container, port: int, inventory: Inventory) -> str | None:
+    """Where a task's container port is reached from other hosts: its host's private
+    address and the host port docker published it on (None when it is not published)."""
+    host = inventory.host(c.host)
+    published = next((hp for cp, hp in c.published if cp == port), None)
+    if host is None or published is None:
+        return None
+    return f"{host.reached_at}:{published}"
+
+
+def route_table(
+    cluster: Cluster, inventory: Inventory, observed: Observed, state: ControllerState, now: float
+) -> RouteTable:
+    """Every route of every routed service, with the upstreams of its tasks that take
+    traffic now (draining tasks left out), most specific route first."""
+    services = routed_services(cluster, state)
+    if cluster.ingress is None or not services:
+        return ()
+    taking = _taking_traffic(observed.containers(), services, state.draining, now)
+    entries: list[RouteEntry] = []
+    for name, service in services.items():
+        for route in service.ingress:
+            pairs = sorted(
+                (address, c.task)
+                for c in taking.get(name, ())
+                if (address := upstream(c, route.port, inventory)) is not None
+            )
+            entries.append(
+                RouteEntry(
+                    route,
+                    name,
+                    tuple(a for a, _ in pairs),
+                    tuple(t for _, t in pairs),
+                )
+            )
+    return tuple(sorted(entries, key=_specificity))
+
+
+def _taking_traffic(
+    containers: Iterable[Container],
+    services: Mapping[str, Service],
+    draining: Mapping[str, float],
+    now: float,
+) -> dict[str, list[Container]]:
+    found: dict[str, list[Container]] = {}
+    for c in containers:
+        service = services.get(c.service)
+        if service is not None and c.task not in draining and takes_traffic(c, service, now):
+            found.setdefault(c.service, []).append(c)
+    return found
+
+
+def _specificity(entry: RouteEntry) -> tuple[int, str, int, str]:
+    """Named hosts before the catch-all, then longer paths first (the proxy takes the first
+    route that matches)."""
+    route = entry.route
+    return (route.domain == "", route.domain, -len(route.path.rstrip("/")), route.path)

@@ -1,0 +1,171 @@
+"""The traffic machine: a routed task leaves every route before it is stopped. Pure.
+
+kamal-proxy's order, as task phases: a task joins the routes once it takes traffic
+(`minidock.core.routes.takes_traffic`); when a pass decides to stop it (a rolling update
+in either order, a drain, a rebalance, a scale-down, a move, a stale task, a prune, desired
+stopped), the stop is held and the task is *draining*: out of the route table, so this
+pass loads every reachable proxy without it. It is *drained*, and its stop goes ahead,
+once no reachable proxy's loaded config still sends to it and `drain_timeout` has passed
+since the last pass that saw it in one. The durable side is `ControllerState.draining`
+(task id -> that time), committed with the decision, so a controller killed mid-drain
+resumes it. `gate` applies the machine to a pass's plan; `step` is the only place a
+task's traffic phase changes. docs/ingress.md.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from minidock.core.plan import Plan, Waiting
+from minidock.core.routes import routed_services, takes_traffic, upstream
+from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
+
+__all__ = ["TABLE", "TrafficInput", "TrafficPhase", "gate", "loaded_upstreams", "step"]
+
+
+class TrafficPhase(enum.StrEnum):
+    UNROUTED = "unrouted"  # takes no traffic: starting, unhealthy, or on a silent host
+    ROUTED = "routed"  # in the route table every proxy loads
+    DRAINING = "draining"  # its stop is decided: out of the routes, requests finishing
+    DRAINED = "drained"  # out of every loaded route for drain_timeout: it may stop
+
+
+class TrafficInput(enum.StrEnum):
+    READY = "takes traffic"
+    NOT_READY = "takes no traffic"
+    STOP_LOADED = "stop decided, in a loaded route"
+    STOP_WAITING = "stop decided, in no loaded route, drain_timeout not passed"
+    STOP_DONE = "stop decided, in no loaded route for drain_timeout"
+    KEPT = "stop no longer decided"
+
+
+_P, _I = TrafficPhase, TrafficInput
+
+
+def _next(phase: TrafficPhase, given: TrafficInput) -> TrafficPhase:
+    draining = phase in (_P.DRAINING, _P.DRAINED)
+    if given in (_I.READY, _I.NOT_READY):
+        if draining:
+            return phase  # only the stop's fate moves a draining task
+        return _P.ROUTED if given is _I.READY else _P.UNROUTED
+    if given is _I.KEPT:
+        return _P.UNROUTED if draining else phase
+    if given is _I.STOP_LOADED or phase is _P.ROUTED:
+        return _P.DRAINING  # a routed task always leaves the routes first
+    if given is _I.STOP_DONE or phase is _P.UNROUTED:
+        return _P.DRAINED  # never routed and in no loaded route: nothing to drain
+    return phase  # DRAINING / DRAINED, still waiting out drain_timeout
+
+
+TABLE: dict[tuple[TrafficPhase, TrafficInput], TrafficPhase] = {
+    (p, i): _next(p, i) for p in TrafficPhase for i in TrafficInput
+}
+
+
+def step(phase: TrafficPhase, given: TrafficInput) -> TrafficPhase:
+    """The one transition function of a task's traffic phase."""
+    return TABLE[(phase, given)]
+
+
+def loaded_upstreams(observed: Observed) -> frozenset[str]:
+    """Every upstream a reachable proxy has loaded a route to (a proxy that did not answer
+    is not waited for: its requests to a stopped task are retried elsewhere)."""
+    found: set[str] = set()
+    for proxy in observed.proxies.values():
+        if proxy.ok:
+            found |= proxy.upstreams
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What the gate knows of this pass."""
+
+    services: Mapping[str, Service]
+    inventory: Inventory
+    loaded: frozenset[str]
+    draining: Mapping[str, float]
+    now: float
+
+    def loaded_in(self, c: Container) -> bool:
+        service = self.services[c.service]
+        addresses = {upstream(c, port, self.inventory) for port in service.routed_ports()}
+        return bool(addresses & self.loaded)
+
+    def phase(self, c: Container, stopping: bool) -> TrafficPhase:
+        """This pass's phase of a task: its phase so far, stepped by what the pass saw."""
+        service = self.services[c.service]
+        since = self.draining.get(c.task)
+        if since is not None:
+            before = TrafficPhase.DRAINING
+        elif takes_traffic(c, service, self.now):
+            before = TrafficPhase.ROUTED
+        else:
+            before = TrafficPhase.UNROUTED
+        if not stopping:
+            return step(before, _I.KEPT if since is not None else _I.READY)
+        if self.loaded_in(c):
+            return step(before, _I.STOP_LOADED)
+        waited = since is not None and self.now - since >= service.drain_timeout
+        return step(before, _I.STOP_DONE if waited else _I.STOP_WAITING)
+
+
+def _stopping(plan: Plan, services: Mapping[str, Service]) -> dict[str, Container]:
+    """The live routed tasks this plan stops, by task id."""
+    found = [s.container for s in plan.stop] + [r.replaces for r in plan.run if r.replaces]
+    return {c.task: c for c in found if c.live and c.service in services}
+
+
+def gate(
+    plan: Plan, cluster: Cluster, inventory: Inventory, observed: Observed, now: float
+) -> Plan:
+    """The plan with each stop of a routed task held until the task is drained, the
+    draining record updated, a `draining` event when a task starts to drain and a wait
+    line per held task."""
+    state = plan.state
+    services = routed_services(cluster, state)
+    if not services and not state.draining:
+        return plan
+    known = _Pass(services, inventory, loaded_upstreams(observed), state.draining, now)
+    stopping = _stopping(plan, services)
+    draining: dict[str, float] = {}
+    held: set[str] = set()
+    events: list[Event] = []
+    waiting: list[Waiting] = []
+    for task, c in stopping.items():
+        phase = known.phase(c, stopping=True)
+        if phase is TrafficPhase.DRAINING:
+            held.add(task)
+            draining[task] = now if known.loaded_in(c) else state.draining.get(task, now)
+            left = services[c.service].drain_timeout - (now - draining[task])
+            waiting.append(Waiting(f"{c.service}.{c.slot}", f"draining {c.name}: {left:.1f}s"))
+            if task not in state.draining:
+                line = f"{c.name} on {c.host} leaves every route before it stops"
+                events.append(Event(now, "draining", line, c.service, c.slot, c.host, task))
+        elif task in state.draining:
+            draining[task] = state.draining[task]  # drained: kept until it is gone
+    return _held(plan, held, draining, events, waiting)
+
+
+def _held(
+    plan: Plan,
+    held: set[str],
+    draining: dict[str, float],
+    events: list[Event],
+    waiting: list[Waiting],
+) -> Plan:
+    """The plan without the held stops (and the stop-first runs waiting on them)."""
+    stop = tuple(s for s in plan.stop if s.container.task not in held)
+    run = tuple(r for r in plan.run if r.replaces is None or r.replaces.task not in held)
+    dropped = {r.task for r in plan.run if r not in run}
+    kept = tuple(e for e in plan.events if e.task not in dropped)
+    return replace(
+        plan,
+        state=replace(plan.state, draining=draining),
+        stop=stop,
+        run=run,
+        waiting=(*plan.waiting, *waiting),
+        events=(*kept, *events),
+    )

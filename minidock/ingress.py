@@ -1,0 +1,136 @@
+"""The ingress proxies over SSH: observe what each has loaded, and converge them on the
+pass's route table (start a proxy that is missing, dead or of another spec; load a config
+only where its digest differs). The configs come from `minidock.caddy`, the route table
+from `minidock.core.routes`; an ingress host that does not answer is reported, never
+fatal. docs/ingress.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from minidock.caddy import (
+    ProxyConfig,
+    RouteSpec,
+    load_argv,
+    parse_proxy_probe,
+    proxy_config,
+    proxy_probe_argv,
+    proxy_run_argv,
+    proxy_spec,
+    remove_argv,
+)
+from minidock.core.routes import RouteTable
+from minidock.model import Event, Host, Ingress, ProxyObservation
+from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
+
+__all__ = ["ProxyOutcome", "configs_for", "converge_proxies", "observe_proxies"]
+
+LOAD_TRIES = 20  # a proxy just started answers its admin API within a second or so
+LOAD_PAUSE = 0.1
+
+Shell = Callable[..., Awaitable[Result]]  # (host, argv, stdin=None) -> Result
+
+
+async def observe_proxies(
+    executor: Executor, hosts: Sequence[Host], cluster: str
+) -> dict[str, ProxyObservation]:
+    """Each ingress host's proxy, probed concurrently (one command per host)."""
+
+    async def one(host: Host) -> ProxyObservation:
+        try:
+            res = await executor.run(host, proxy_probe_argv(cluster), timeout=host.probe_timeout)
+        except (Unreachable, CommandTimeout) as exc:
+            return ProxyObservation(host.name, ok=False, error=exc.reason)
+        if res.exit_status != 0:
+            detail = " ".join((res.stderr or res.stdout).split())[:200]
+            return ProxyObservation(host.name, ok=False, error=f"proxy probe failed: {detail}")
+        return parse_proxy_probe(host.name, res.stdout)
+
+    found = await asyncio.gather(*(one(h) for h in hosts))
+    return {p.host: p for p in found}
+
+
+def configs_for(table: RouteTable, ingress: Ingress) -> ProxyConfig:
+    """The config every ingress proxy of the cluster loads for this route table."""
+    routes = [RouteSpec(e.route.domain, e.route.path, e.upstreams) for e in table]
+    return proxy_config(routes, ingress)
+
+
+@dataclass
+class ProxyOutcome:
+    """What converging the proxies did: events to record, and lines for acts that failed."""
+
+    events: list[Event]
+    failures: list[str]
+
+
+async def converge_proxies(
+    sh: Shell,
+    cluster: str,
+    ingress: Ingress,
+    config: ProxyConfig,
+    seen: Mapping[str, ProxyObservation],
+    now: float,
+) -> ProxyOutcome:
+    """Every answering ingress host's proxy running this ingress's spec with `config`
+    loaded; hosts that did not answer are left for a later pass."""
+    outcome = ProxyOutcome([], [])
+
+    async def one(proxy: ProxyObservation) -> None:
+        try:
+            await _converge_one(sh, cluster, ingress, config, proxy, now, outcome)
+        except (_ProxyFailed, Unreachable, CommandTimeout) as exc:
+            line = f"ingress proxy on {proxy.host}: {exc}"
+            outcome.failures.append(line)
+            outcome.events.append(Event(now, "act-failed", line, host=proxy.host))
+
+    await asyncio.gather(*(one(p) for p in seen.values() if p.ok))
+    return outcome
+
+
+class _ProxyFailed(Exception):
+    pass
+
+
+async def _converge_one(
+    sh: Shell,
+    cluster: str,
+    ingress: Ingress,
+    config: ProxyConfig,
+    proxy: ProxyObservation,
+    now: float,
+    outcome: ProxyOutcome,
+) -> None:
+    host = proxy.host
+    started = not proxy.running or proxy.spec != proxy_spec(ingress)
+    if started:
+        await sh(host, remove_argv(cluster))
+        res = await sh(host, proxy_run_argv(cluster, ingress))
+        if res.exit_status != 0:
+            raise _ProxyFailed(f"docker run failed: {_line(res)}")
+        why = "had another spec" if proxy.running else "was not running"
+        line = f"started the ingress proxy on {host} (it {why if proxy.spec else 'was missing'})"
+        outcome.events.append(Event(now, "proxy-started", line, host=host))
+    if started or proxy.digest != config.digest:
+        await _load(sh, host, cluster, config)
+        line = f"routes loaded on {host} ({config.digest})"
+        outcome.events.append(Event(now, "routes-loaded", line, host=host))
+
+
+async def _load(sh: Shell, host: str, cluster: str, config: ProxyConfig) -> None:
+    """`caddy reload` of the config, retried while a fresh proxy's admin API comes up."""
+    for attempt in range(LOAD_TRIES):
+        res = await sh(host, load_argv(cluster), config.text)
+        if res.exit_status == 0:
+            return
+        if attempt + 1 < LOAD_TRIES:
+            await asyncio.sleep(LOAD_PAUSE)
+    raise _ProxyFailed(f"loading the routes failed: {_line(res)}")
+
+
+def _line(res: Result) -> str:
+    text = " ".join((res.stderr.strip() or res.stdout.strip()).split())
+    return (text[-300:] if len(text) > 300 else text) or f"exit {res.exit_status}"

@@ -344,7 +344,7 @@ class Service:
         return sorted({r.port for r in self.ingress})
 
     def _hash_of_run(self) -> str:
-        run = {
+        run: dict[str, Any] = {
             "image": self.image,
             "command": self.command,
             "env": sorted(self.env),

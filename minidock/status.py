@@ -9,6 +9,7 @@ the document; fields marked `omit` in `_converter` are for people (the table), n
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal, cast
@@ -17,6 +18,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
+from minidock.core.routes import RouteTable
 from minidock.core.supervise import ready
 from minidock.model import (
     Container,
@@ -26,6 +28,7 @@ from minidock.model import (
     Host,
     Inventory,
     Observed,
+    ProxyObservation,
 )
 
 __all__ = [
@@ -34,7 +37,9 @@ __all__ = [
     "HostSummary",
     "MemoryUsage",
     "PendingSlot",
+    "ProxySummary",
     "RolloutSummary",
+    "RouteSummary",
     "ServiceSummary",
     "StatusDocument",
     "TaskSummary",
@@ -101,6 +106,33 @@ class TaskSummary:
     health: Health
     exit_code: int | None
     generation: int | None
+    traffic: TrafficWord
+
+
+TrafficWord = Literal["routed", "draining", "none"]
+
+
+@dataclass(frozen=True)
+class RouteSummary:
+    """One ingress route and the tasks that take its traffic (docs/ingress.md)."""
+
+    service: str
+    host: str  # the request Host it takes ("" for any)
+    path: str
+    port: int
+    tasks: tuple[str, ...]  # task ids
+    upstreams: tuple[str, ...]  # ADDRESS:PORT of each, in the same order
+
+
+@dataclass(frozen=True)
+class ProxySummary:
+    """One ingress host's proxy: `loaded` (the routes a pass would load), `stale` (another
+    config), `stopped`, `missing` or `unreachable`."""
+
+    host: str
+    state: Literal["loaded", "stale", "stopped", "missing", "unreachable"]
+    digest: str
+    error: str
 
 
 @dataclass(frozen=True)
@@ -144,6 +176,8 @@ class StatusDocument:
     services: tuple[ServiceSummary, ...]
     tasks: tuple[TaskSummary, ...]
     hosts: tuple[HostSummary, ...]
+    routes: tuple[RouteSummary, ...]
+    proxies: tuple[ProxySummary, ...]
 
     def to_json(self) -> dict[str, Any]:
         """The `status --json` document (dicts, lists and scalars)."""
@@ -220,8 +254,11 @@ def _service(name: str, ss: ServiceState, mine: list[Container], plan: Plan) -> 
     )
 
 
-def _task(c: Container, state: ControllerState) -> TaskSummary:
+def _task(
+    c: Container, state: ControllerState, routed: set[str], draining: Mapping[str, float]
+) -> TaskSummary:
     ss = state.services.get(c.service)
+    traffic: TrafficWord = "draining" if c.task in draining else "none"
     return TaskSummary(
         id=c.task,
         name=c.name,
@@ -233,7 +270,17 @@ def _task(c: Container, state: ControllerState) -> TaskSummary:
         health=c.health,
         exit_code=c.exit_code,
         generation=generation_of(ss, c.spec) if ss else None,
+        traffic="routed" if c.task in routed else traffic,
     )
+
+
+def _proxy(seen: ProxyObservation, digest: str) -> ProxySummary:
+    if not seen.ok:
+        return ProxySummary(seen.host, "unreachable", "", seen.error)
+    if not seen.running:
+        return ProxySummary(seen.host, "stopped" if seen.spec else "missing", "", "")
+    state: Literal["loaded", "stale"] = "loaded" if seen.digest == digest else "stale"
+    return ProxySummary(seen.host, state, seen.digest, "")
 
 
 def _host(h: Host, mine: list[Container], observed: Observed, plan: Plan) -> HostSummary:
@@ -259,11 +306,18 @@ def _host(h: Host, mine: list[Container], observed: Observed, plan: Plan) -> Hos
 
 
 def status_document(
-    state: ControllerState, inventory: Inventory, observed: Observed, plan: Plan
+    state: ControllerState,
+    inventory: Inventory,
+    observed: Observed,
+    plan: Plan,
+    routes: RouteTable = (),
+    digest: str = "",
 ) -> StatusDocument:
     """The status document. `plan` is the dry-run decision for this observation (pending
-    reasons and what the next pass would wait for)."""
+    reasons and what the next pass would wait for); `routes` the route table a pass would
+    load into the ingress proxies, whose config has `digest`."""
     mine = [c for c in observed.containers() if c.cluster == state.cluster]
+    routed = {t for entry in routes for t in entry.tasks}
     services = []
     for name in state.order:
         ss = plan.state.services.get(name) or state.services.get(name)
@@ -279,9 +333,17 @@ def status_document(
         waiting=tuple(plan.waiting),
         services=tuple(services),
         tasks=tuple(
-            _task(c, state) for c in sorted(mine, key=lambda c: (c.service, c.slot, c.host))
+            _task(c, state, routed, plan.state.draining)
+            for c in sorted(mine, key=lambda c: (c.service, c.slot, c.host))
         ),
         hosts=tuple(_host(h, mine, observed, plan) for h in inventory.hosts),
+        routes=tuple(
+            RouteSummary(
+                e.service, e.route.domain, e.route.path, e.route.port, e.tasks, e.upstreams
+            )
+            for e in routes
+        ),
+        proxies=tuple(_proxy(p, digest) for _, p in sorted(observed.proxies.items())),
     )
 
 

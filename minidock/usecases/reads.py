@@ -7,6 +7,8 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
+from minidock.core.routes import route_table
+from minidock.ingress import configs_for
 from minidock.masking import masker_for
 from minidock.model import Event
 from minidock.runner import decide
@@ -41,7 +43,10 @@ async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:
                 desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
             )
         plan = masker_for(store, result.plan.state, result.observed).plan(result.plan)
-    return status_document(current, desired.inventory, result.observed, plan)
+    cluster, inventory = desired.cluster, desired.inventory
+    routes = route_table(cluster, inventory, result.observed, plan.state, runtime.clock.now())
+    digest = configs_for(routes, cluster.ingress).digest if cluster.ingress else ""
+    return status_document(current, inventory, result.observed, plan, routes, digest)
 
 
 def events(

@@ -24,7 +24,9 @@ from minidock.status import (
     HostSummary,
     MemoryUsage,
     PendingSlot,
+    ProxySummary,
     RolloutSummary,
+    RouteSummary,
     ServiceSummary,
     StatusDocument,
     TaskSummary,
@@ -60,6 +62,8 @@ def test_the_schema_names_exactly_the_fields_of_the_typed_records() -> None:
         (d["host"], HostSummary),
         (d["host"]["properties"]["cpus"], CpuUsage),
         (d["host"]["properties"]["memory"], MemoryUsage),
+        (d["route"], RouteSummary),
+        (d["proxy"], ProxySummary),
     ]
     for node, cls in nodes:
         assert set(node["properties"]) == json_fields(cls), cls.__name__

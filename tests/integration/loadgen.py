@@ -1,0 +1,82 @@
+"""A load generator that records every response: asyncio HTTP/1.1 clients, one request per
+connection, against a loopback port (the lab host's published port 80). Used by the
+ingress tests (every failure counts) and benchmarks/bench_ingress.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["Load", "Reply", "get"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One request: when it started, how long it took, its status (0: no answer) and body
+    or error."""
+
+    started: float
+    seconds: float
+    status: int
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+async def get(port: int, host: str, path: str = "/", timeout: float = 30.0) -> Reply:
+    """One GET to 127.0.0.1:port with this Host header, recorded whatever happens."""
+    started = time.monotonic()
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        writer.write(request.encode())
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), timeout)
+        writer.close()
+    except (OSError, TimeoutError) as exc:
+        return Reply(started, time.monotonic() - started, 0, f"{type(exc).__name__}: {exc}")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    words = head.split(b" ", 2)
+    status = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+    return Reply(started, time.monotonic() - started, status, body.decode(errors="replace"))
+
+
+@dataclass
+class Load:
+    """`with Load(port, "app.test") as load:` keeps `clients` requests in flight (each
+    client sends its next request when its last one ends) until the block ends; `replies`
+    holds every one."""
+
+    port: int
+    host: str
+    clients: int = 4
+    replies: list[Reply] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Load:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=60)
+
+    async def _client(self) -> None:
+        while not self._stop.is_set():
+            self.replies.append(await get(self.port, self.host))
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._client() for _ in range(self.clients)))
+
+    def failed(self) -> list[Reply]:
+        return [r for r in self.replies if not r.ok]
+
+    def bodies(self) -> set[str]:
+        return {r.text for r in self.replies if r.ok}

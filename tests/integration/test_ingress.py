@@ -1,0 +1,194 @@
+"""The ingress on the lab fleet (docs/ingress.md): a real Caddy proxy on the ingress host,
+routes loaded from the reconcile, and request-level zero downtime, measured with a load
+generator that records every response through the host's published port 80."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from minidock.caddy import AUTOSAVE, proxy_name
+from tests.integration.conftest import Fleet, Minidock
+from tests.integration.loadgen import Load, get
+
+pytestmark = pytest.mark.integration
+
+WEB5, WEB6 = "minidock-lab/web:5", "minidock-lab/web:6"
+DOMAIN = "app.test"
+EDGE = "host1"
+
+
+def spec(image: str = WEB5, *, order: str = "stop-first", replicas: int = 3) -> str:
+    return f"""
+[ingress]
+hosts = ["{EDGE}"]
+
+[services.web]
+image = "{image}"
+replicas = {replicas}
+ingress = {{ host = "{DOMAIN}", port = 8080 }}
+drain_timeout = "1s"
+
+[services.web.health]
+cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
+interval = "1s"
+timeout = "1s"
+retries = 2
+
+[services.web.update]
+parallelism = 1
+monitor = "1s"
+order = "{order}"
+"""
+
+
+def http_port(fleet: Fleet, host: str = EDGE) -> int:
+    return fleet.lab.host(host).http_port
+
+
+def loaded(fleet: Fleet, md: Minidock) -> dict[str, Any]:
+    """The config the edge's proxy has loaded (its autosave), read with docker exec."""
+    out = fleet.docker(EDGE, "exec", proxy_name(md.cluster), "cat", AUTOSAVE, check=True)
+    document: dict[str, Any] = json.loads(out.stdout)
+    return document
+
+
+def upstreams(fleet: Fleet, md: Minidock) -> list[str]:
+    routes = loaded(fleet, md)["apps"]["http"]["servers"]["minidock"]["routes"]
+    return sorted(u["dial"] for r in routes for h in r["handle"] for u in h.get("upstreams", []))
+
+
+def apply(md: Minidock, body: str, *args: str) -> None:
+    res = md("apply", str(md.spec(body)), "--wait", "--timeout", "3m", *args, timeout=240)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def events(md: Minidock, kind: str) -> list[str]:
+    res = md("events", "--json", "--limit", "2000")
+    assert res.returncode == 0, res.stderr
+    document = json.loads(res.stdout)
+    found = document["events"] if isinstance(document, dict) else document
+    return [e["message"] for e in found if e["kind"] == kind]
+
+
+def test_routes_are_the_healthy_tasks_and_load_only_when_they_change(
+    fleet: Fleet, md: Minidock
+) -> None:
+    apply(md, spec())
+    hosts = {t["host"] for t in md.tasks("web")}
+    addresses = {fleet.lab.host(h).private_address for h in hosts}
+    dials = upstreams(fleet, md)
+    assert len(dials) == 3
+    assert {d.rpartition(":")[0] for d in dials} == addresses
+    with Load(http_port(fleet), DOMAIN) as load:
+        time.sleep(2)
+    assert load.replies
+    assert load.failed() == []
+    assert load.bodies() == {"web 5\n"}
+    loads = len(events(md, "routes-loaded"))
+    res = md("reconcile")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert len(events(md, "routes-loaded")) == loads  # nothing changed: nothing loaded
+
+
+def test_an_unknown_host_name_gets_no_route(fleet: Fleet, md: Minidock) -> None:
+    apply(md, spec(replicas=1))
+    import asyncio
+
+    reply = asyncio.run(get(http_port(fleet), "other.test"))
+    assert reply.status != 200
+
+
+def converge(md: Minidock, passes: int = 60, ok: tuple[int, ...] = (0,)) -> int:
+    """Cron's way: `reconcile` until it exits with one of `ok` (0 converged)."""
+    code = -1
+    for _ in range(passes):
+        code = md("reconcile").returncode
+        if code in ok:
+            return code
+        time.sleep(0.5)
+    raise AssertionError(f"not converged after {passes} passes (last exit {code})")
+
+
+def assert_no_failure(load: Load) -> None:
+    failed = load.failed()
+    assert load.replies, "the load generator sent nothing"
+    assert failed == [], f"{len(failed)} of {len(load.replies)} failed: {failed[:5]}"
+
+
+def latency(load: Load) -> str:
+    times = sorted(r.seconds for r in load.replies)
+    p99 = times[int(len(times) * 0.99) - 1] if len(times) >= 100 else times[-1]
+    p50, top = times[len(times) // 2], times[-1]
+    return f"{len(times)} requests, p50 {p50:.3f}s p99 {p99:.3f}s max {top:.3f}s"
+
+
+@pytest.mark.parametrize("order", ["stop-first", "start-first"])
+def test_a_rolling_update_fails_no_request(fleet: Fleet, md: Minidock, order: str) -> None:
+    apply(md, spec(order=order))
+    with Load(http_port(fleet), DOMAIN) as load:
+        apply(md, spec(WEB6, order=order))
+        time.sleep(1)
+    assert_no_failure(load)
+    assert load.bodies() == {"web 5\n", "web 6\n"}
+    assert {t["image"] for t in md.tasks("web")} == {WEB6}
+    assert events(md, "draining")  # each replaced task left the routes first
+    print(f"rolling update ({order}): {latency(load)}")
+
+
+def test_a_drain_fails_no_request(fleet: Fleet, md: Minidock) -> None:
+    apply(md, spec())
+    victim = next(t["host"] for t in md.tasks("web") if t["host"] != EDGE)
+    with Load(http_port(fleet), DOMAIN) as load:
+        res = md("drain", victim, timeout=240)
+        assert res.returncode == 0, res.stdout + res.stderr
+        time.sleep(1)
+    assert_no_failure(load)
+    assert victim not in {t["host"] for t in md.tasks("web")}
+    print(f"drain: {latency(load)}")
+
+
+def test_scaling_down_and_up_fails_no_request(fleet: Fleet, md: Minidock) -> None:
+    apply(md, spec())
+    with Load(http_port(fleet), DOMAIN) as load:
+        for count in (1, 3):
+            res = md("scale", f"web={count}", "--wait", timeout=240)
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert len(md.tasks("web")) == count
+            assert len(upstreams(fleet, md)) == count
+        time.sleep(1)
+    assert_no_failure(load)
+    print(f"scale 3 -> 1 -> 3: {latency(load)}")
+
+
+@pytest.mark.parametrize("mode", ["stop", "pause"])
+def test_a_lost_host_fails_no_request(fleet: Fleet, md: Minidock, mode: str) -> None:
+    apply(md, spec())
+    victim = next(t["host"] for t in md.tasks("web") if t["host"] != EDGE)
+    with Load(http_port(fleet), DOMAIN) as load:
+        fleet.kill(victim, mode)  # type: ignore[arg-type]
+        converge(md, ok=(4,))  # degraded: the host is down, its task replaced elsewhere
+        fleet.revive(victim)
+        converge(md)
+        time.sleep(1)
+    assert_no_failure(load)
+    assert len(md.tasks("web")) == 3
+    print(f"host {mode}: {latency(load)}")
+
+
+def test_a_controller_killed_mid_update_fails_no_request(fleet: Fleet, md: Minidock) -> None:
+    apply(md, spec())
+    with Load(http_port(fleet), DOMAIN) as load:
+        proc = md.popen("apply", str(md.spec(spec(WEB6))), "--wait", "--timeout", "3m")
+        time.sleep(4)  # mid-update: a task replaced, another draining or starting
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        converge(md)
+        time.sleep(1)
+    assert_no_failure(load)
+    assert {t["image"] for t in md.tasks("web")} == {WEB6}
+    print(f"kill -9 mid-update: {latency(load)}")

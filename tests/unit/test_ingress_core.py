@@ -1,0 +1,237 @@
+"""The ingress's pure parts: the route table from observed tasks, the traffic machine's
+drain gate, and the Caddy configs with their digests (docs/ingress.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minidock.caddy import RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv
+from minidock.core import ControllerState, Plan, Run, Stop
+from minidock.core.routes import ingress_hosts, route_table
+from minidock.core.traffic import TABLE, TrafficInput, TrafficPhase, gate, step
+from minidock.model import (
+    Cluster,
+    Constraint,
+    Container,
+    HealthCheck,
+    Host,
+    HostObservation,
+    Ingress,
+    Inventory,
+    Observed,
+    ProxyObservation,
+    Route,
+    Service,
+)
+
+NOW = 1000.0
+WEB = Service(
+    "web",
+    "web:5",
+    replicas=2,
+    health=HealthCheck(("wget", "http://127.0.0.1:8080/")),
+    ingress=(Route("app.test", "/", 8080),),
+    drain_timeout=2.0,
+)
+HOSTS = (
+    Host("host1", "127.0.0.1", private_address="10.0.0.1", labels=(("role", "edge"),)),
+    Host("host2", "127.0.0.1", private_address="10.0.0.2"),
+)
+INVENTORY = Inventory("inventory.toml", HOSTS)
+CLUSTER = Cluster("c", "c.toml", "inventory.toml", (WEB,), Ingress(hosts=("host1",)))
+
+
+def task(n: int, host: str = "host1", health: str = "healthy", port: int = 30000) -> Container:
+    return Container(
+        id=f"id{n}",
+        name=f"web.{n}.t{n}",
+        host=host,
+        cluster="c",
+        service="web",
+        slot=n,
+        task=f"t{n}",
+        spec=WEB.spec_hash(),
+        image="web:5",
+        state="running",
+        health=health,  # type: ignore[arg-type]
+        started_at=NOW - 10,
+        published=((8080, port),),
+    )
+
+
+def observed(*tasks: Container, loaded: frozenset[str] = frozenset()) -> Observed:
+    hosts = {
+        h.name: HostObservation(h.name, True, tuple(t for t in tasks if t.host == h.name))
+        for h in HOSTS
+    }
+    return Observed(hosts, {"host1": ProxyObservation("host1", True, True, "s", "d", loaded)})
+
+
+def test_routes_are_the_tasks_that_take_traffic_at_their_private_addresses() -> None:
+    seen = observed(task(1), task(2, "host2", port=30001), task(3, health="starting"))
+    (entry,) = route_table(CLUSTER, INVENTORY, seen, ControllerState(), NOW)
+    assert entry.upstreams == ("10.0.0.1:30000", "10.0.0.2:30001")
+    assert entry.tasks == ("t1", "t2")
+    draining = ControllerState(draining={"t1": NOW})
+    (entry,) = route_table(CLUSTER, INVENTORY, seen, draining, NOW)
+    assert entry.upstreams == ("10.0.0.2:30001",)
+    silent = replace(seen, hosts={**seen.hosts, "host2": HostObservation("host2", False)})
+    (entry,) = route_table(CLUSTER, INVENTORY, silent, ControllerState(), NOW)
+    assert entry.upstreams == ("10.0.0.1:30000",)
+
+
+def test_without_a_health_check_a_task_takes_traffic_after_monitor() -> None:
+    bare = replace(WEB, health=None)
+    cluster = replace(CLUSTER, services=(bare,))
+    young = replace(task(1, health="none"), started_at=NOW - 1)
+    old = replace(task(2, health="none", port=30001), started_at=NOW - 6)
+    (entry,) = route_table(cluster, INVENTORY, observed(young, old), ControllerState(), NOW)
+    assert entry.tasks == ("t2",)
+
+
+def test_the_most_specific_route_comes_first() -> None:
+    api = replace(WEB, name="api", ingress=(Route("app.test", "/api", 8080), Route("", "/", 8080)))
+    cluster = replace(CLUSTER, services=(WEB, api))
+    table = route_table(cluster, INVENTORY, observed(), ControllerState(), NOW)
+    assert [str(e.route) for e in table] == [
+        "app.test/api -> :8080",
+        "app.test/ -> :8080",
+        "*/ -> :8080",
+    ]
+
+
+def test_ingress_hosts_by_name_or_constraint() -> None:
+    assert ingress_hosts(CLUSTER, INVENTORY) == ("host1",)
+    edge = replace(CLUSTER, ingress=Ingress(constraints=(Constraint("role", "!=", "edge"),)))
+    assert ingress_hosts(edge, INVENTORY) == ("host2",)
+    assert ingress_hosts(replace(CLUSTER, ingress=Ingress()), INVENTORY) == ("host1", "host2")
+    assert ingress_hosts(replace(CLUSTER, ingress=None), INVENTORY) == ()
+
+
+def plan_stopping(c: Container, state: ControllerState | None = None) -> Plan:
+    return Plan(state or ControllerState(), stop=(Stop(c, "scaled down"),))
+
+
+def test_a_routed_task_drains_before_it_stops() -> None:
+    t = task(1)
+    held = gate(
+        plan_stopping(t), CLUSTER, INVENTORY, observed(t, loaded=frozenset({"10.0.0.1:30000"})), NOW
+    )
+    assert held.stop == ()
+    assert held.state.draining == {"t1": NOW}
+    assert [e.kind for e in held.events] == ["draining"]
+    assert [w.subject for w in held.waiting] == ["web.1"]
+    # the next pass: the proxy has loaded the routes without it, but drain_timeout runs
+    later = gate(plan_stopping(t, held.state), CLUSTER, INVENTORY, observed(t), NOW + 1)
+    assert (later.stop, later.state.draining) == ((), {"t1": NOW})
+    assert later.events == ()  # one draining event per task
+    done = gate(plan_stopping(t, held.state), CLUSTER, INVENTORY, observed(t), NOW + 2)
+    assert [s.container.task for s in done.stop] == ["t1"]
+
+
+def test_the_drain_clock_restarts_while_a_proxy_still_routes_to_the_task() -> None:
+    t = task(1)
+    still = observed(t, loaded=frozenset({"10.0.0.1:30000"}))
+    state = ControllerState(draining={"t1": NOW})
+    later = gate(plan_stopping(t, state), CLUSTER, INVENTORY, still, NOW + 5)
+    assert (later.stop, later.state.draining) == ((), {"t1": NOW + 5})
+
+
+def test_a_task_that_never_took_traffic_stops_at_once() -> None:
+    t = task(1, health="unhealthy")
+    done = gate(plan_stopping(t), CLUSTER, INVENTORY, observed(t), NOW)
+    assert [s.container.task for s in done.stop] == ["t1"]
+    assert done.state.draining == {}
+
+
+def test_a_stop_first_replacement_waits_for_the_old_task_to_drain() -> None:
+    t = task(1)
+    run = Run(replace(WEB, image="web:6"), 1, "host2", "new1", "update", replaces=t)
+    plan = Plan(ControllerState(), run=(run,))
+    held = gate(plan, CLUSTER, INVENTORY, observed(t), NOW)
+    assert held.run == ()
+    assert "t1" in held.state.draining
+
+
+def test_a_stop_no_longer_decided_ends_the_drain() -> None:
+    t = task(1)
+    kept = gate(
+        Plan(ControllerState(draining={"t1": NOW})), CLUSTER, INVENTORY, observed(t), NOW + 1
+    )
+    assert kept.state.draining == {}
+
+
+def test_services_without_routes_are_left_alone() -> None:
+    plain = replace(CLUSTER, services=(replace(WEB, ingress=()),), ingress=None)
+    plan = plan_stopping(task(1))
+    assert gate(plan, plain, INVENTORY, observed(task(1)), NOW) is plan
+
+
+def test_the_traffic_table_is_whole_and_a_routed_task_always_drains() -> None:
+    assert set(TABLE) == {(p, i) for p in TrafficPhase for i in TrafficInput}
+    for stop in (TrafficInput.STOP_LOADED, TrafficInput.STOP_WAITING, TrafficInput.STOP_DONE):
+        assert step(TrafficPhase.ROUTED, stop) is TrafficPhase.DRAINING
+    assert step(TrafficPhase.DRAINING, TrafficInput.STOP_DONE) is TrafficPhase.DRAINED
+    assert step(TrafficPhase.DRAINING, TrafficInput.READY) is TrafficPhase.DRAINING
+    assert step(TrafficPhase.DRAINED, TrafficInput.KEPT) is TrafficPhase.UNROUTED
+
+
+addresses = st.lists(
+    st.tuples(st.integers(1, 254), st.integers(30000, 30999)).map(
+        lambda p: f"10.0.0.{p[0]}:{p[1]}"
+    ),
+    max_size=6,
+    unique=True,
+)
+
+
+@given(addresses, addresses)
+def test_a_config_reads_back_as_its_digest_and_upstreams(
+    first: list[str], second: list[str]
+) -> None:
+    ingress = Ingress()
+    routes = [RouteSpec("app.test", "/api", tuple(first)), RouteSpec("", "/", tuple(second))]
+    config = proxy_config(routes, ingress)
+    seen = parse_proxy_probe("host1", "running abc\n" + config.text)
+    assert (seen.running, seen.spec, seen.digest) == (True, "abc", config.digest)
+    assert seen.upstreams == frozenset(first) | frozenset(second)
+    again = proxy_config(routes, ingress)
+    assert again == config  # a pure function of its routes
+    moved = proxy_config([RouteSpec("app.test", "/api", ("10.9.9.9:1",)), routes[1]], ingress)
+    assert moved.digest != config.digest
+
+
+def test_the_config_routes_hosts_and_paths_with_retries() -> None:
+    config = json.loads(
+        proxy_config(
+            [RouteSpec("app.test", "/api/", ("10.0.0.1:30000",))], Ingress(http_port=8000)
+        ).text
+    )
+    server = config["apps"]["http"]["servers"]["minidock"]
+    assert config["admin"] == {"listen": "localhost:2019"}
+    assert server["listen"] == [":8000"]
+    (route,) = server["routes"]
+    assert route["match"] == [{"host": ["app.test"], "path": ["/api", "/api/*"]}]
+    (handler,) = route["handle"]
+    assert handler["load_balancing"]["try_duration"] == "5s"
+    assert handler["health_checks"]["passive"]["max_fails"] == 1
+    empty = json.loads(proxy_config([RouteSpec("", "/", ())], Ingress()).text)
+    assert (
+        empty["apps"]["http"]["servers"]["minidock"]["routes"][0]["handle"][0]["status_code"] == 503
+    )
+
+
+def test_the_proxy_runs_on_the_host_network_and_probes_read_what_it_says() -> None:
+    argv = proxy_run_argv("prod", Ingress(image="caddy:2.6"))
+    assert argv[:5] == ["docker", "run", "-d", "--name", "minidock-ingress-prod"]
+    assert argv[argv.index("--network") + 1] == "host"
+    assert argv[-4:] == ["caddy:2.6", "caddy", "run", "--resume"]
+    assert parse_proxy_probe("h", "missing\n") == ProxyObservation("h", True)
+    exited = parse_proxy_probe("h", "exited abc\n")
+    assert (exited.running, exited.spec, exited.digest) == (False, "abc", "")
+    garbled = parse_proxy_probe("h", "running abc\n{not json")
+    assert (garbled.running, garbled.digest, garbled.upstreams) == (True, "", frozenset())

@@ -52,6 +52,7 @@ TRY_DURATION = "5s"
 TRY_INTERVAL = "100ms"
 DIAL_TIMEOUT = "1s"
 FAIL_DURATION = "10s"
+NO_ROUTE = {"handler": "static_response", "status_code": 404, "body": "no route\n"}
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ def _body(routes: Sequence[RouteSpec], ingress: Ingress) -> dict[str, Any]:
         {"handle": [_handler(r)], "terminal": True}
         for r in routes
     ]  # fmt: skip
+    # a request no route takes: 404 (Caddy's own answer would be an empty 200)
+    handlers.append({"handle": [NO_ROUTE], "terminal": True})
     server = {
         "listen": [f":{ingress.http_port}"],
         "automatic_https": {"disable": True},

@@ -528,9 +528,12 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}.{p.slot} pending: {p.reason}", markup=False)
         for f in s.failed:
             out.print(f"{s.name}.{f.slot} FAILED: {f.last_exit}", markup=False)
+    routed = bool(doc.routes)
     tasks = Table("task", "slot", "host", "image", "gen", "state", "health")
+    if routed:
+        tasks.add_column("traffic")
     for t in doc.tasks:
-        tasks.add_row(
+        row = (
             t.name,
             str(t.slot),
             t.host,
@@ -539,13 +542,30 @@ def print_status(doc: StatusDocument) -> None:
             t.state if t.exit_code is None else f"{t.state} ({t.exit_code})",
             t.health,
         )
+        tasks.add_row(*row, *((t.traffic,) if routed else ()))
     out.print(tasks)
+    if routed:
+        print_routes(doc)
     hosts = Table("host", "state", "drained", "last seen", "tasks", "cpus", "memory")
     for h in doc.hosts:
         hosts.add_row(*host_row(h))
     out.print(hosts)
     for w in doc.waiting:
         out.print(f"waiting: {w}", markup=False)
+
+
+def print_routes(doc: StatusDocument) -> None:
+    """The ingress route table and each proxy's state (docs/ingress.md)."""
+    from rich.table import Table
+
+    routes = Table("route", "service", "port", "tasks taking traffic", title="ingress routes")
+    for r in doc.routes:
+        where = f"{r.host or '*'}{r.path}"
+        routes.add_row(where, r.service, str(r.port), ", ".join(r.upstreams) or "none (503)")
+    out.print(routes)
+    for p in doc.proxies:
+        detail = f" ({p.error})" if p.error else ""
+        out.print(f"proxy on {p.host}: {p.state}{detail}", markup=False)
 
 
 def service_row(s: ServiceSummary) -> tuple[str, ...]:
@@ -792,13 +812,16 @@ def ps_command(
     heads = ("CLUSTER",) if several else ()
     from rich.table import Table
 
+    routed = any(t.traffic for t in listed.tasks)
+    tail = ("TRAFFIC",) if routed else ()
     table = Table(
-        *heads, "TASK", "HOST", "STATE", "HEALTH", "PORTS", "IMAGE", box=None, pad_edge=False
+        *heads, "TASK", "HOST", "STATE", "HEALTH", "PORTS", "IMAGE", *tail, box=None, pad_edge=False
     )
     for t in listed.tasks:
         word = t.state if t.exit_code is None else f"{t.state} ({t.exit_code})"
         named = (t.cluster,) if several else ()
-        table.add_row(*named, t.name, t.host, word, t.health, ", ".join(t.ports), t.image)
+        row = (t.name, t.host, word, t.health, ", ".join(t.ports), t.image)
+        table.add_row(*named, *row, *((t.traffic or "-",) if routed else ()))
     out.print(table)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import TypeVar
 
-from minidock.core import hosts, rollout, slots
+from minidock.core import hosts, rollout, slots, traffic
 
 __all__ = ["diagrams", "mermaid"]
 
@@ -86,6 +86,7 @@ def diagrams() -> str:
             group_name="open",
         ),
         mermaid("Rollout", rollout.TABLE, rollout.RolloutPhase.NONE),
+        mermaid("Task traffic (routed services)", traffic.TABLE, traffic.TrafficPhase.UNROUTED),
     ]
     return "\n\n".join(blocks) + "\n"
 

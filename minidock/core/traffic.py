@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from minidock.core.plan import Plan, Waiting
 from minidock.core.routes import routed_services, takes_traffic, upstream
+from minidock.core.state import ControllerState
 from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
 
 __all__ = ["TABLE", "TrafficInput", "TrafficPhase", "gate", "loaded_upstreams", "step"]
@@ -35,9 +36,9 @@ class TrafficPhase(enum.StrEnum):
 class TrafficInput(enum.StrEnum):
     READY = "takes traffic"
     NOT_READY = "takes no traffic"
-    STOP_LOADED = "stop decided, in a loaded route"
-    STOP_WAITING = "stop decided, in no loaded route, drain_timeout not passed"
-    STOP_DONE = "stop decided, in no loaded route for drain_timeout"
+    STOP_LOADED = "stop: in a loaded route"
+    STOP_WAITING = "stop: drain_timeout running"
+    STOP_DONE = "stop: out of every route for drain_timeout"
     KEPT = "stop no longer decided"
 
 
@@ -112,6 +113,11 @@ class _Pass:
         return step(before, _I.STOP_DONE if waited else _I.STOP_WAITING)
 
 
+def _pruned_routed(state: ControllerState) -> dict[str, Service]:
+    """Pruned services that had routes: their tasks drain too before they stop."""
+    return {n: ss.spec for n, ss in state.services.items() if ss.removed and ss.spec.ingress}
+
+
 def _stopping(plan: Plan, services: Mapping[str, Service]) -> dict[str, Container]:
     """The live routed tasks this plan stops, by task id."""
     found = [s.container for s in plan.stop] + [r.replaces for r in plan.run if r.replaces]
@@ -125,7 +131,7 @@ def gate(
     draining record updated, a `draining` event when a task starts to drain and a wait
     line per held task."""
     state = plan.state
-    services = routed_services(cluster, state)
+    services = {**_pruned_routed(state), **routed_services(cluster, state)}
     if not services and not state.draining:
         return plan
     known = _Pass(services, inventory, loaded_upstreams(observed), state.draining, now)

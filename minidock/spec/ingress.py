@@ -106,7 +106,8 @@ def service_ingress(body: dict[str, Any], routes: tuple[Route, ...]) -> dict[str
 
 def check_routes(cluster: Cluster, display: str) -> None:
     """Two services may not claim one host and path; no service's `ports` may take a
-    port of the ingress's task range or its HTTP port."""
+    port of the ingress's task range (the proxy's HTTP port is a listening socket on the
+    ingress hosts, which the scheduler sees as held)."""
     ingress = cluster.ingress
     if ingress is None:
         return
@@ -123,13 +124,14 @@ def check_routes(cluster: Cluster, display: str) -> None:
                     f"services {other} and {service.name}: give one another host or path",
                 )
         for i, port in enumerate(service.ports):
-            if ingress.owns_port(port.host_port) or port.host_port == ingress.http_port:
+            if ingress.owns_port(port.host_port):
                 first, last = ingress.task_ports
                 raise SpecError(
                     display,
                     f"services.{service.name}.ports[{i}]",
-                    f"host port {port.host_port} is the ingress's (http_port "
-                    f"{ingress.http_port}, task_ports {first}-{last}): publish another port",
+                    f"host port {port.host_port} is in the ingress's task_ports "
+                    f"({first}-{last}), where MiniDock publishes routed tasks: publish "
+                    "another port, or move task_ports",
                 )
 
 

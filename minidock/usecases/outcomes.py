@@ -347,6 +347,7 @@ class TaskRow:
     exit_code: int | None = None
     cluster: str = ""
     container: str = ""
+    traffic: str = ""  # "routed" (takes ingress traffic), "draining", or ""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from minidock.commands import exec_argv, task_logs_argv
+from minidock.core.routes import route_table
 from minidock.masking import Masker, masker_for
 from minidock.model import Container, Host, Inventory, Observed
 from minidock.observe import observe
@@ -43,6 +44,7 @@ class _Seen:
     observed: Observed
     mask: Masker  # every generation in use's secrets (minidock.masking)
     slots: Mapping[str, tuple[int, ...]]  # the slots each service wants filled
+    traffic: dict[str, str]  # task id -> "routed" / "draining" (docs/ingress.md)
 
     def tasks(self, service: str | None = None, slot: int | None = None) -> list[Container]:
         """This cluster's tasks (any state), by service, slot and creation."""
@@ -68,7 +70,10 @@ async def _observe(directory: StateLocation, runtime: Runtime, executor: Executo
         mask = masker_for(store, state, observed)
     names = tuple(s.name for s in desired.cluster.services)
     slots = {name: ss.slot_numbers() for name, ss in state.services.items()}
-    return _Seen(desired.cluster.name, desired.inventory, names, observed, mask, slots)
+    table = route_table(desired.cluster, desired.inventory, observed, state, runtime.clock.now())
+    traffic = {t: "routed" for entry in table for t in entry.tasks}
+    traffic |= dict.fromkeys(state.draining, "draining")
+    return _Seen(desired.cluster.name, desired.inventory, names, observed, mask, slots, traffic)
 
 
 def _known(seen: _Seen, service: str, slot: int | None = None) -> None:
@@ -121,12 +126,12 @@ async def ps(
             seen = await _observe(location, runtime, executor)
             if service is not None:
                 _known(seen, service)
-            rows += [_row(c, seen.cluster) for c in seen.tasks(service)]
+            rows += [_row(c, seen.cluster, seen.traffic) for c in seen.tasks(service)]
             problems.update((p.host, p) for p in _unreachable(seen))
     return PsOutcome(tuple(rows), tuple(problems[name] for name in sorted(problems)))
 
 
-def _row(c: Container, cluster: str) -> TaskRow:
+def _row(c: Container, cluster: str, traffic: dict[str, str]) -> TaskRow:
     return TaskRow(
         c.task,
         c.name,
@@ -140,6 +145,7 @@ def _row(c: Container, cluster: str) -> TaskRow:
         c.exit_code,
         cluster,
         c.id,
+        traffic.get(c.task, ""),
     )
 
 

@@ -214,7 +214,8 @@ def test_the_config_routes_hosts_and_paths_with_retries() -> None:
     server = config["apps"]["http"]["servers"]["minidock"]
     assert config["admin"] == {"listen": "localhost:2019"}
     assert server["listen"] == [":8000"]
-    (route,) = server["routes"]
+    route, fallback = server["routes"]
+    assert fallback["handle"][0]["status_code"] == 404
     assert route["match"] == [{"host": ["app.test"], "path": ["/api", "/api/*"]}]
     (handler,) = route["handle"]
     assert handler["load_balancing"]["try_duration"] == "5s"
@@ -235,3 +236,13 @@ def test_the_proxy_runs_on_the_host_network_and_probes_read_what_it_says() -> No
     assert (exited.running, exited.spec, exited.digest) == (False, "abc", "")
     garbled = parse_proxy_probe("h", "running abc\n{not json")
     assert (garbled.running, garbled.digest, garbled.upstreams) == (True, "", frozenset())
+
+
+def test_a_pruned_services_routed_tasks_drain_too() -> None:
+    from minidock.core import ServiceState
+
+    t = task(1)
+    state = ControllerState(services={"web": ServiceState(WEB, 1, removed=True)})
+    cluster = replace(CLUSTER, services=())
+    held = gate(plan_stopping(t, state), cluster, INVENTORY, observed(t), NOW)
+    assert (held.stop, list(held.state.draining)) == ((), ["t1"])

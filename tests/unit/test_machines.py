@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.core import hosts, rollout, slots
+from minidock.core import hosts, rollout, slots, traffic
 from minidock.core.diagram import diagrams
 from minidock.core.hosts import HostPhase, HostState, Probe
 from minidock.core.rollout import Rollout, RolloutInput, RolloutPhase
@@ -40,6 +40,9 @@ def test_every_table_is_whole() -> None:
         (a, i) for a in hosts.Availability for i in hosts.Intent
     }
     assert set(slots.TABLE) == {(p, i) for p in SlotPhase for i in SlotInput}
+    assert set(traffic.TABLE) == {
+        (p, i) for p in traffic.TrafficPhase for i in traffic.TrafficInput
+    }
 
 
 def test_rollout_table_starts_anywhere_and_fails_only_while_active() -> None:

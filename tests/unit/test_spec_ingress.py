@@ -113,8 +113,8 @@ BAD = [
     ),
     (
         ROUTE + 'ports = ["30005:8080"]\n',
-        "services.web.ports[0]: host port 30005 is the ingress's (http_port 80, task_ports "
-        "30000-30999): publish another port",
+        "services.web.ports[0]: host port 30005 is in the ingress's task_ports (30000-30999), "
+        "where MiniDock publishes routed tasks: publish another port, or move task_ports",
     ),
     (
         '[ingress]\ntask_ports = "900-1000"\n' + ROUTE,

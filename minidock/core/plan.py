@@ -65,6 +65,7 @@ class WaitKind(enum.Enum):
     HELD_DOWN = "held down"  # a task held on a host that is down (on_host_loss = wait)
     PINNED = "pinned"  # a task held where its named volume is, though misplaced
     STALLED = "stalled"  # a task paused by hand: it waits for someone to unpause it
+    DRAINING = "draining"  # a routed task out of every route, waiting out drain_timeout
 
     @property
     def moves(self) -> bool:

@@ -18,7 +18,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from minidock.core.plan import Plan, Waiting
+from minidock.core.plan import Plan, Waiting, WaitKind
 from minidock.core.routes import routed_services, takes_traffic, upstream
 from minidock.core.state import ControllerState
 from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
@@ -146,7 +146,8 @@ def gate(
             held.add(task)
             draining[task] = now if known.loaded_in(c) else state.draining.get(task, now)
             left = services[c.service].drain_timeout - (now - draining[task])
-            waiting.append(Waiting(f"{c.service}.{c.slot}", f"draining {c.name}: {left:.1f}s"))
+            line = f"draining {c.name}: {max(left, 0.0):.1f}s"
+            waiting.append(Waiting(f"{c.service}.{c.slot}", line, WaitKind.DRAINING, c.service))
             if task not in state.draining:
                 line = f"{c.name} on {c.host} leaves every route before it stops"
                 events.append(Event(now, "draining", line, c.service, c.slot, c.host, task))

@@ -197,21 +197,41 @@ def parse_proxy_probe(host: str, stdout: str) -> ProxyObservation:
         return ProxyObservation(host, ok=True)
     running = words[0] == "running"
     spec = words[1] if len(words) > 1 else ""
-    digest, upstreams = _loaded(rest) if running else ("", frozenset[str]())
-    return ProxyObservation(host, True, running, spec, digest, upstreams)
+    if not running:
+        return ProxyObservation(host, True, running, spec)
+    digest, routes = _loaded(rest)
+    upstreams = frozenset(u for _, _, ups in routes for u in ups)
+    return ProxyObservation(host, True, running, spec, digest, upstreams, routes=routes)
 
 
-def _loaded(text: str) -> tuple[str, frozenset[str]]:
-    """The digest and upstreams of a saved config ("" and none when there is none)."""
+Loaded = tuple[tuple[str, str, tuple[str, ...]], ...]
+
+
+def _loaded(text: str) -> tuple[str, Loaded]:
+    """The digest and the routes (Host, path, upstreams) of a saved config ("" and none
+    when there is none)."""
     try:
         config = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError:
-        return "", frozenset()
+        return "", ()
     servers = _get(config, "apps", "http", "servers")
     server = servers.get(SERVER, {}) if isinstance(servers, dict) else {}
-    tag = server.get("@id", "") if isinstance(server, dict) else ""
+    if not isinstance(server, dict):
+        return "", ()
+    tag = server.get("@id", "")
     digest = tag[len(ID_PREFIX) :] if isinstance(tag, str) and tag.startswith(ID_PREFIX) else ""
-    return digest, frozenset(_dials(server.get("routes", []) if isinstance(server, dict) else []))
+    routes = server.get("routes", [])
+    return digest, tuple(_route(r) for r in routes if isinstance(r, dict))
+
+
+def _route(route: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+    """One loaded route as (Host, path prefix, upstreams): the reverse of `_match`."""
+    matches = route.get("match")
+    match = matches[0] if isinstance(matches, list) and matches else {}
+    hosts, paths = _get(match, "host"), _get(match, "path")
+    domain = hosts[0] if isinstance(hosts, list) and hosts else ""
+    path = paths[0] if isinstance(paths, list) and paths else "/"
+    return str(domain), str(path), tuple(_dials([route]))
 
 
 def _get(value: Any, *keys: str) -> Any:

@@ -508,6 +508,8 @@ class ProxyObservation:
     digest: str = ""  # of the config it has loaded ("" when none is loaded)
     upstreams: frozenset[str] = frozenset()  # "ADDRESS:PORT" its loaded routes send to
     error: str = ""
+    # its loaded routes: (Host, path, upstreams) each, as in the config
+    routes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -120,8 +120,8 @@ class RouteSummary:
     host: str  # the request Host it takes ("" for any)
     path: str
     port: int
-    tasks: tuple[str, ...]  # task ids
-    upstreams: tuple[str, ...]  # ADDRESS:PORT of each, in the same order
+    tasks: tuple[str, ...]  # ids of the observed tasks that take its traffic
+    upstreams: tuple[str, ...]  # theirs in order, then those kept for silent hosts
 
 
 @dataclass(frozen=True)

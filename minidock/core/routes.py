@@ -3,7 +3,8 @@ traffic, where each is reached, and the route table every ingress proxy loads. P
 
 A task takes traffic when it runs and is healthy (or, without a health check, has run for
 its service's `update.monitor`), its host answered this pass, and it is not draining
-(`minidock.core.traffic`). It is reached at its host's `private_address` and the host
+(`minidock.core.traffic`). A host that did not answer this pass but is not down keeps
+the upstreams the proxies have loaded for it. It is reached at its host's `private_address` and the host
 port docker published for the route's container port. The table is recomputed every pass
 from what the pass observed; nothing edits it. docs/ingress.md.
 """
@@ -29,8 +30,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RouteEntry:
-    """One route and the upstreams ("ADDRESS:PORT") of the tasks that take its traffic,
-    with those tasks' ids in the same order."""
+    """One route and its upstreams ("ADDRESS:PORT"): first those of the observed tasks that
+    take its traffic (their ids in `tasks`, in the same order), then those kept for hosts
+    that did not answer this pass."""
 
     route: Route
     service: str
@@ -90,6 +92,7 @@ def route_table(
     if cluster.ingress is None or not services:
         return ()
     taking = _taking_traffic(observed.containers(), services, state.draining, now)
+    held = _held(observed, inventory, state)
     entries: list[RouteEntry] = []
     for name, service in services.items():
         for route in service.ingress:
@@ -98,15 +101,45 @@ def route_table(
                 for c in taking.get(name, ())
                 if (address := upstream(c, route.port, inventory)) is not None
             )
+            kept = sorted(held.get(_key(route.domain, route.path), set()) - {a for a, _ in pairs})
             entries.append(
                 RouteEntry(
                     route,
                     name,
-                    tuple(a for a, _ in pairs),
+                    (*(a for a, _ in pairs), *kept),
                     tuple(t for _, t in pairs),
                 )
             )
     return tuple(sorted(entries, key=_specificity))
+
+
+def _key(domain: str, path: str) -> tuple[str, str]:
+    return domain, path.rstrip("/") or "/"
+
+
+def _held(
+    observed: Observed, inventory: Inventory, state: ControllerState
+) -> dict[tuple[str, str], set[str]]:
+    """Upstreams the answering proxies have loaded at hosts that did not answer this pass
+    and are not down, by route: such a task keeps its place in the routes (one missed
+    probe, or a mass-loss guard that holds, is no reason to send its requests elsewhere;
+    the proxy retries if it is really gone). A host that is down loses them."""
+    silent = {
+        h.reached_at
+        for h in inventory.hosts
+        if (seen := observed.hosts.get(h.name)) is not None
+        and not seen.ok
+        and not state.host(h.name).down
+    }
+    held: dict[tuple[str, str], set[str]] = {}
+    if not silent:
+        return held
+    for proxy in observed.proxies.values():
+        for domain, path, upstreams in proxy.routes if proxy.ok else ():
+            found = {u for u in upstreams if u.rpartition(":")[0] in silent}
+            if found:
+                held.setdefault(_key(domain, path), set()).update(found)
+    return held
 
 
 def _taking_traffic(

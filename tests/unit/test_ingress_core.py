@@ -246,3 +246,23 @@ def test_a_pruned_services_routed_tasks_drain_too() -> None:
     cluster = replace(CLUSTER, services=())
     held = gate(plan_stopping(t, state), cluster, INVENTORY, observed(t), NOW)
     assert (held.stop, list(held.state.draining)) == ((), ["t1"])
+
+
+def test_a_silent_host_keeps_its_loaded_upstreams_until_it_is_down() -> None:
+    from minidock.core import HostPhase, HostState
+
+    loaded = ProxyObservation(
+        "host1", True, True, "s", "d", frozenset({"10.0.0.2:30001"}),
+        routes=(("app.test", "/", ("10.0.0.2:30001",)),),
+    )  # fmt: skip
+    seen = observed(task(1))
+    seen = replace(
+        seen,
+        hosts={**seen.hosts, "host2": HostObservation("host2", False, error="timed out")},
+        proxies={"host1": loaded},
+    )
+    (entry,) = route_table(CLUSTER, INVENTORY, seen, ControllerState(), NOW)
+    assert (entry.upstreams, entry.tasks) == (("10.0.0.1:30000", "10.0.0.2:30001"), ("t1",))
+    down = ControllerState(hosts={"host2": HostState(phase=HostPhase.DOWN)})
+    (entry,) = route_table(CLUSTER, INVENTORY, seen, down, NOW)
+    assert entry.upstreams == ("10.0.0.1:30000",)

@@ -3,10 +3,10 @@ traffic, where each is reached, and the route table every ingress proxy loads. P
 
 A task takes traffic when it runs and is healthy (or, without a health check, has run for
 its service's `update.monitor`), its host answered this pass, and it is not draining
-(`minidock.core.traffic`). A host that did not answer this pass but is not down keeps
-the upstreams the proxies have loaded for it. It is reached at its host's `private_address` and the host
-port docker published for the route's container port. The table is recomputed every pass
-from what the pass observed; nothing edits it. docs/ingress.md.
+(`minidock.core.traffic`). It is reached at its host's `private_address` and the host
+port docker published for the route's container port. A host that did not answer this
+pass but is not down keeps the upstreams the proxies have loaded for it. The table is
+recomputed every pass from what the pass observed; nothing edits it. docs/ingress.md.
 """
 
 from __future__ import annotations

@@ -201,7 +201,10 @@ def test_a_controller_killed_mid_update_fails_no_request(fleet: Fleet, md: Minid
     apply(md, spec())
     with Load(http_port(fleet), DOMAIN) as load:
         proc = md.popen("apply", str(md.spec(spec(WEB6))), "--wait", "--timeout", "3m")
-        time.sleep(4)  # mid-update: a task replaced, another draining or starting
+        for _ in range(600):  # mid-update: the first old task draining
+            if events(md, "draining") or proc.poll() is not None:
+                break
+            time.sleep(0.2)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         converge(md)

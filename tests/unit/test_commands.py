@@ -445,6 +445,7 @@ def test_parse_running_with_ports_cpus_memory() -> None:
         cpus=0.5,
         memory=64 * 1024 * 1024,
         host_ports=("18080/tcp", "18081/udp"),
+        published=((8080, 18080),),  # TCP only: what a route's upstream would use
     )
 
 

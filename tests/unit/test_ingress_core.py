@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidock.caddy import RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv
@@ -189,6 +189,7 @@ addresses = st.lists(
 )
 
 
+@settings(deadline=None)  # a loaded machine; the property is about values, not speed
 @given(addresses, addresses)
 def test_a_config_reads_back_as_its_digest_and_upstreams(
     first: list[str], second: list[str]

@@ -37,8 +37,8 @@ drain_timeout = "1s"
 [services.web.health]
 cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
 interval = "1s"
-timeout = "1s"
-retries = 2
+timeout = "5s"
+retries = 3
 
 [services.web.update]
 parallelism = 1

@@ -7,12 +7,11 @@ One task of the lab's web image on host2, routed by the proxy on host1 (`[ingres
 ["host1"]`). For SECONDS each, CLIENTS asyncio clients (one request per connection, every
 response recorded: tests/integration/loadgen.py) send GETs to host1's published port 80
 (through the proxy, which reaches the task at host2's private address and its routed host
-port) and then to a loopback port published straight to the same task's container port.
-The route change is the pass that loads a new config into the proxy: `minidock scale
-web=2` starts a second task (not timed), then the `reconcile` that finds it healthy loads
-the routes; "load" is the wall time of `caddy reload` over SSH as the pass issues it,
-median of ROUNDS loads of alternating configs. Prints Markdown tables
-(docs/benchmarks.md keeps the latest).
+port), then to host2's published port 80, which the same task also publishes (`ports =
+["80:8080"]`: host2 runs no proxy), so the direct path reaches it with no proxy. A route
+change is what a pass does to load one: `caddy reload` of a new config over SSH, as
+`minidock.ingress` issues it; its wall time, median of ROUNDS loads of two alternating
+configs. Prints Markdown tables (docs/benchmarks.md keeps the latest).
 """
 
 from __future__ import annotations

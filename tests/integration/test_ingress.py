@@ -206,7 +206,7 @@ def test_a_controller_killed_mid_update_fails_no_request(fleet: Fleet, md: Minid
                 break
             time.sleep(0.2)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.communicate(timeout=30)  # reaped, its pipes closed
         converge(md)
         time.sleep(1)
     assert_no_failure(load)

@@ -1242,3 +1242,12 @@ def test_removing_stale_tasks_is_not_called_starting(fleet: Fleet) -> None:
     assert "stopped " in back.stdout
     assert back.stderr.splitlines()[-1].startswith("minidock: not converged: ")
     assert "tasks are starting" not in back.stderr, back.stderr
+
+
+def test_lab_kill_help_names_every_fault_mode(in_tmp: Path) -> None:
+    result = invoke("lab", "kill", "--help")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    for mode in ("stop", "pause", "sshd", "dockerd", "partition", "disk"):
+        assert re.search(rf"\b{mode}\b", text), mode
+    assert "disk (full: no new container can be created)" in text

@@ -87,6 +87,23 @@ def _keep_or_pick(previous: int, kept: bool, taken: set[int]) -> int:
     return port
 
 
+def _hosts_with_ports(
+    n: int, project: str, existing: Sequence[LabHost], states: dict[str, str], taken: set[int]
+) -> list[LabHost]:
+    """host1..hostN with their loopback ports (SSH, HTTP, HTTPS): a host whose container
+    still exists keeps its ports, the others get free ones; every port joins `taken`."""
+    previous = {h.name: h for h in existing}
+    hosts: list[LabHost] = []
+    for i in range(1, n + 1):
+        name = f"host{i}"
+        old = previous.get(name)
+        kept = old is not None and states.get(name, "missing") != "missing"
+        olds = (old.port, old.http_port, old.https_port) if old else (0, 0, 0)
+        ssh, http, https = (_keep_or_pick(p, kept, taken) for p in olds)
+        hosts.append(LabHost(name, ssh, zone_for(i), f"{project}-{name}", http, https))
+    return hosts
+
+
 @dataclass
 class Lab(HostContainers):
     """A lab fleet rooted at `root` (default: the working directory), compose project
@@ -124,21 +141,9 @@ class Lab(HostContainers):
         self.timings.update({f"build {tag}": s for tag, s in images.build_images().items()})
         self.timings["images"] = time.monotonic() - started
         self.ensure_key()
-        existing = {h.name: h for h in self.hosts()}
-        states = self.container_states()
         dind = self.dind_mode() or detect_dind_mode()
-        hosts: list[LabHost] = []
         taken: set[int] = set()
-        for i in range(1, n + 1):
-            name = f"host{i}"
-            old = existing.get(name)
-            kept = old is not None and states.get(name, "missing") != "missing"
-            ports = [_keep_or_pick(old.port if old else 0, kept, taken)]
-            for previous in (old.http_port, old.https_port) if old else (0, 0):
-                ports.append(_keep_or_pick(previous, kept, taken))
-            ssh, http, https = ports
-            container = f"{self.project}-{name}"
-            hosts.append(LabHost(name, ssh, zone_for(i), container, http, https))
+        hosts = _hosts_with_ports(n, self.project, self.hosts(), self.container_states(), taken)
         jump = self._prepare_bastion(taken) if bastion else None
         image = images.host_image_tag()
         document = compose_document(self.project, hosts, image, dind, self.labels, jump)

@@ -456,25 +456,8 @@ def run_argv(
     `routed` publishes each routed container port as (bind address, host port, container
     port): where the ingress proxies reach the task (docs/ingress.md).
     """
-    argv = [
-        "docker",
-        "run",
-        "-d",
-        "--name",
-        container_name(service.name, slot, task),
-        "--label",
-        f"{LABEL_CLUSTER}={cluster}",
-        "--label",
-        f"{LABEL_SERVICE}={service.name}",
-        "--label",
-        f"{LABEL_SLOT}={slot}",
-        "--label",
-        f"{LABEL_TASK}={task}",
-        "--label",
-        f"{LABEL_SPEC}={spec_hash}",
-    ]
-    if controller:
-        argv += ["--label", f"{LABEL_CONTROLLER}={controller}"]
+    argv = ["docker", "run", "-d", "--name", container_name(service.name, slot, task)]
+    argv += _task_labels(cluster, service.name, slot, task, spec_hash, controller)
     env_text = env_file_text((*service.env, *service.secrets))
     if env_text:
         argv += ["--env-file", ENV_FILE_STDIN]
@@ -496,6 +479,22 @@ def run_argv(
     argv += ["--restart", "no", _operand(service.image, "image")]
     argv += [*_entrypoint_args(service), *(service.command or ())]
     return argv, env_text
+
+
+def _task_labels(
+    cluster: str, service: str, slot: int, task: str, spec_hash: str, controller: str
+) -> list[str]:
+    """The labels that say whose task a container is: cluster, service, slot, task, the
+    spec hash, and the controller that started it (when it has an id)."""
+    labels = [
+        (LABEL_CLUSTER, cluster),
+        (LABEL_SERVICE, service),
+        (LABEL_SLOT, str(slot)),
+        (LABEL_TASK, task),
+        (LABEL_SPEC, spec_hash),
+        *([(LABEL_CONTROLLER, controller)] if controller else []),
+    ]
+    return [arg for key, value in labels for arg in ("--label", f"{key}={value}")]
 
 
 def volume_name(cluster: str, service: str, slot: int, name: str) -> str:

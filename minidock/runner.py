@@ -195,8 +195,7 @@ class _Acts:
         if svc.networks:
             argv, verb = created_argv(argv), "docker create"
         res = await self.sh(r.host, argv, env or None)
-        conflict = name_conflict(res.stderr) if res.exit_status != 0 else None
-        if conflict is not None and conflict.name == r.name:  # never a taken port
+        if _replayed(res, r.name):
             return False
         if res.exit_status != 0:
             raise _ActFailed(f"{verb} failed: {_first_line(res)}")
@@ -281,6 +280,13 @@ class _Acts:
         res = await self.sh(host, argv, timeout=timeout)
         if res.exit_status != 0 and "No such container" not in res.stderr:
             raise _ActFailed(f"{what} failed: {_first_line(res)}")
+
+
+def _replayed(res: Result, name: str) -> bool:
+    """The start failed only because this very container exists already (a replayed
+    decision, which is adopted): Docker's name conflict for `name`, never a taken port."""
+    conflict = name_conflict(res.stderr) if res.exit_status != 0 else None
+    return conflict is not None and conflict.name == name
 
 
 class _ActFailed(Exception):

@@ -326,7 +326,7 @@ class LiveProgress:
         else (a non-zero exit) on stderr; a rolled-back update's reason first."""
         self.stop()
         for f in failed_updates:
-            self.errors.print(f"{f.service}: {f.reason}", style="red", markup=False)
+            self.errors.print(f"minidock: {f.service}: {f.reason}", style="red", markup=False)
         line = summary_line(outcome, list(self.last.values()), self._elapsed(), failed_updates)
         if outcome.exit_code == 0 and not failed_updates:
             self.console.print(line, style="green", markup=False, highlight=False)

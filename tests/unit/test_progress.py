@@ -319,7 +319,7 @@ def test_a_failed_ending_goes_to_stderr_with_the_reason_first() -> None:
     view.finish(paused, [FailedUpdate("web", "rolled back: unhealthy")])
     assert screen.getvalue() == ""
     assert errs.getvalue().splitlines() == [
-        "web: rolled back: unhealthy",
+        "minidock: web: rolled back: unhealthy",
         "failed: the update of web was rolled back (after 0s)",
     ]
 

@@ -14,6 +14,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -173,10 +174,13 @@ def state_dir(state: str | None) -> usecases.StateLocation:
     return checked(lambda: usecases.state_location(chosen))
 
 
+INTERRUPT = usecases.Interrupt()  # this process's SIGINT/SIGTERM, as the use cases see it
+
+
 def runtime() -> usecases.Runtime:
-    """The real world: SSH to the hosts, the system clock."""
+    """The real world: SSH to the hosts, the system clock, this process's signals."""
     clock = usecases.Clock(now=time.time, monotonic=time.monotonic, sleep=asyncio.sleep)
-    return usecases.Runtime(executor=SSHExecutor, clock=clock, notice=notify)
+    return usecases.Runtime(executor=SSHExecutor, clock=clock, notice=notify, interrupt=INTERRUPT)
 
 
 def notify(line: str) -> None:
@@ -198,7 +202,39 @@ def run(
     """Run an async use case to its outcome (or its refusal, as `checked`), inside `view`
     when given (a live progress view: ended, the cursor back, whatever happens)."""
     with view or contextlib.nullcontext():
-        return checked(lambda: asyncio.run(work))
+        return checked(lambda: asyncio.run(signalled(work, INTERRUPT)))
+
+
+async def signalled(work: Coroutine[Any, Any, T], interrupt: usecases.Interrupt) -> T:
+    """`work`, with SIGINT and SIGTERM handled at this one boundary: while it runs passes
+    (`interrupt.gentle`) a signal asks them to stop after the pass under way, whose acts
+    finish and are recorded (the use case then ends with exit 130 and says so); else, or
+    at a second signal, it stops at once (SIGINT: KeyboardInterrupt, exit 130; SIGTERM:
+    the default action)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def on_signal(sig: signal.Signals) -> None:
+        if interrupt.gentle and not interrupt.requested:
+            interrupt.signal = sig.name
+            notice = f"minidock: {sig.name}: finishing the pass under way (again: stop now)"
+            err.print(notice, markup=False)
+        elif sig is signal.SIGTERM:
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        else:
+            task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 # -- printing ---------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ from minidock.usecases.outcomes import (
 )
 from minidock.usecases.passes import converge, reconcile, watch, watch_step
 from minidock.usecases.reads import events, follow_events, status
-from minidock.usecases.runtime import Clock, EngineFactory, ExecutorFactory, Runtime
+from minidock.usecases.runtime import Clock, EngineFactory, ExecutorFactory, Interrupt, Runtime
 from minidock.usecases.tasks import exec_task, logs, ps
 
 __all__ = [
@@ -82,6 +82,7 @@ __all__ = [
     "HostProblem",
     "IntentOutcome",
     "IntentRecorded",
+    "Interrupt",
     "LogLine",
     "LogsOutcome",
     "MigrateOutcome",

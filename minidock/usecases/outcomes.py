@@ -30,6 +30,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad input or usage
     NOT_CONVERGED = 3  # progress made or pending; `--wait` timed out
     DEGRADED = 4  # everything that can run runs, but hosts are down or tasks unplaceable
+    INTERRUPTED = 130  # SIGINT or SIGTERM: the pass under way finished and was recorded
     LOCKED = 75  # EX_TEMPFAIL: another writer holds the state directory's lock
 
 
@@ -201,6 +202,7 @@ class Ending(enum.Enum):
     CONVERGED = "converged"  # waited, and a pass found nothing left to do
     STOPPED = "stopped"  # waited, and a pass failed (exit 1): waiting cannot help
     TIMED_OUT = "timed out"  # waited until the timeout; work remains
+    INTERRUPTED = "interrupted"  # a signal came: the pass under way finished, none after
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,10 @@ class ApplyOutcome:
 
     @property
     def exit_code(self) -> ExitCode:
-        """1 when an update this apply started was rolled back, though the fleet converged."""
+        """1 when an update this apply started was rolled back, though the fleet converged
+        (an interrupt's 130 wins: the passes stopped before they could say)."""
+        if self.convergence.ending is Ending.INTERRUPTED:
+            return self.convergence.exit_code
         return ExitCode.FAILED if self.failed_updates else self.convergence.exit_code
 
 

@@ -62,26 +62,41 @@ async def converge_passes(
                 force_down=force_down,
                 executor=own,
             )
-    clock = runtime.clock
+    clock, interrupt = runtime.clock, runtime.interrupt
     deadline = clock.monotonic() + timeout
     passes = 0
-    while True:
-        result = await run_pass(
-            desired.cluster,
-            desired.inventory,
-            store,
-            executor,
-            clock=clock.now,
-            force_down=force_down,
-        )
-        passes += 1
-        code = verdict(result)
-        report(PassDone(result, code))
-        ending = _ending(code, wait, clock.monotonic() + WAIT_INTERVAL > deadline)
-        if ending is not None:
-            what = waited_for(result) if ending is Ending.TIMED_OUT else ()
-            return ConvergeOutcome(code, ending, passes, timeout, what, why(result, code))
-        await clock.sleep(WAIT_INTERVAL)
+    with interrupt.passes():
+        while not interrupt.requested:
+            result = await run_pass(
+                desired.cluster,
+                desired.inventory,
+                store,
+                executor,
+                clock=clock.now,
+                force_down=force_down,
+            )
+            passes += 1
+            code = verdict(result)
+            report(PassDone(result, code))
+            if interrupt.requested:
+                return interrupted(passes, timeout, len(result.done) + len(result.failures))
+            ending = _ending(code, wait, clock.monotonic() + WAIT_INTERVAL > deadline)
+            if ending is not None:
+                what = waited_for(result) if ending is Ending.TIMED_OUT else ()
+                return ConvergeOutcome(code, ending, passes, timeout, what, why(result, code))
+            await clock.sleep(WAIT_INTERVAL)  # a signal meanwhile ends the loop after it
+    return interrupted(passes, timeout, None)
+
+
+def interrupted(passes: int, timeout: float, acts: int | None) -> ConvergeOutcome:
+    """The outcome of passes a signal stopped: how many acts the pass under way did (all
+    recorded), or (None) that it came between passes."""
+    if acts is None:
+        line = "interrupted between passes, nothing under way; run reconcile to go on"
+    else:
+        line = f"interrupted: {acts} act{'' if acts == 1 else 's'} done, recorded; "
+        line += "run reconcile to go on"
+    return ConvergeOutcome(ExitCode.INTERRUPTED, Ending.INTERRUPTED, passes, timeout, (), line)
 
 
 def _ending(code: ExitCode, wait: bool, out_of_time: bool) -> Ending | None:
@@ -155,9 +170,10 @@ async def watch_step(
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory))
-            result = await run_pass(
-                desired.cluster, desired.inventory, store, executor, clock=runtime.clock.now
-            )
+            with runtime.interrupt.passes():  # a signal now lets this pass finish
+                result = await run_pass(
+                    desired.cluster, desired.inventory, store, executor, clock=runtime.clock.now
+                )
     except Busy as exc:
         return PassSkipped(str(exc), cluster=cluster)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
@@ -176,7 +192,7 @@ async def watch(
     """Passes `interval` apart, reusing one executor's connections, until cancelled (Ctrl-C):
     each round a pass for every cluster (or `cluster`), a cluster applied meanwhile
     included. The lock is held for each pass, not between passes, so other writers get
-    their turn."""
+    their turn. A signal during a pass lets it finish (KeyboardInterrupt after it)."""
     require_applied(directory)
     async with connected(runtime) as executor:
         while True:
@@ -184,4 +200,6 @@ async def watch(
             for h in targets:
                 name = tagged(h, len(targets))
                 report(await watch_step(h.location, executor, runtime, name))
+                if runtime.interrupt.requested:  # its pass finished and was recorded
+                    raise KeyboardInterrupt
             await runtime.clock.sleep(interval)

@@ -4,9 +4,9 @@ CLI wires the real ones; tests wire fakes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 
 from minidock.push import ControllerEngine, LocalEngine
 from minidock.ssh import Executor
@@ -38,6 +38,36 @@ class Runtime:
     clock: Clock
     engine: EngineFactory = LocalEngine
     notice: Callable[[str], None] = unheard
+    interrupt: Interrupt = field(default_factory=lambda: Interrupt())
+
+
+class Interrupt:
+    """SIGINT or SIGTERM, as the use cases see it. While passes run (`gentle`), a signal
+    only asks them to stop: the pass under way finishes (its acts finish or time out and
+    are recorded) and no pass starts after it; the CLI installs the handlers and sets
+    `signal`. Outside passes, or at a second signal, the command stops at once."""
+
+    def __init__(self) -> None:
+        self.signal = ""  # the signal's name once one came ("SIGINT", "SIGTERM")
+        self._gentle = 0
+
+    @property
+    def requested(self) -> bool:
+        return bool(self.signal)
+
+    @property
+    def gentle(self) -> bool:
+        """Whether a signal now lets the work under way finish (passes are running)."""
+        return self._gentle > 0
+
+    @contextmanager
+    def passes(self) -> Iterator[None]:
+        """The block runs passes: a signal meanwhile is a request, not an abort."""
+        self._gentle += 1
+        try:
+            yield
+        finally:
+            self._gentle -= 1
 
 
 @asynccontextmanager

@@ -4,6 +4,8 @@ causes carried to the top, `forget` that probes first, interrupts that lose no e
 from __future__ import annotations
 
 import json
+import signal
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -144,3 +146,40 @@ def test_an_empty_known_hosts_is_named_by_apply_and_plan(md: Minidock, tmp_path:
     planned = md("plan", str(spec))
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert f"probes failed: {cause}" in planned.stdout.splitlines(), planned.stdout
+
+
+SLOW_STOP = """
+[services.web]
+image = "minidock-lab/web:5"
+replicas = {replicas}
+constraints = ["zone != c"]
+stop_signal = "SIGUSR1"      # the lab's init passes on TERM and INT only: this one waits
+stop_grace_period = "8s"     # out the grace period, so a stop is an act under way for 8 s
+"""
+
+
+def test_sigint_during_apply_wait_lets_the_acts_finish_and_records_them(
+    md: Minidock, fleet: Fleet
+) -> None:
+    """Issue 27 item 4: a real SIGINT to a real `minidock apply --wait` while its pass
+    stops two tasks (8 s each): the stops finish, their events are recorded, and it exits
+    130 with one line (it exited 130 silently, the acts' events lost)."""
+    res = md("apply", str(md.spec(SLOW_STOP.format(replicas=3))), "--wait", "--timeout", "90s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    spec = md.spec(SLOW_STOP.format(replicas=1))
+    proc = md.popen("apply", str(spec), "--wait", "--timeout", "90s")
+    for _ in range(200):  # until generation 2 is stored: its passes are then under way
+        if [e for e in events(md, "apply") if "generation 2" in e["message"]]:
+            break
+    time.sleep(0.5)  # observe and decide: the stops start (and take 8 s)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    last = err.splitlines()[-1]
+    assert last == "minidock: interrupted: 2 acts done, recorded; run reconcile to go on", err
+    stopped = [e for e in events(md, "stop") if e["message"].startswith("stopped web.")]
+    assert sorted(e["slot"] for e in stopped) == [2, 3], stopped
+    assert sum("stopped web." in line for line in out.splitlines()) == 2, out
+    assert len(md.tasks("web")) == 1
+    after = md("reconcile")
+    assert after.returncode == 0, after.stdout + after.stderr

@@ -6,6 +6,7 @@ that moves only when a use case pauses, so waiting and lock patience take no rea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -163,6 +164,7 @@ def test_one_exit_code_enum_with_the_products_values() -> None:
         "NOT_CONVERGED": 3,
         "DEGRADED": 4,
         "LOCKED": 75,
+        "INTERRUPTED": 130,
     }
     assert BadInput("x").exit_code is ExitCode.USAGE
     assert Busy("x").exit_code is ExitCode.LOCKED
@@ -798,3 +800,43 @@ def test_events_follow_prints_new_events_as_they_are_committed(setup: Setup) -> 
         )
     assert [(e.kind, e.message) for _, e in seen] == [("intent", "hello")]
     assert seen[0][0] > last
+
+
+# -- interrupts (issue 27 item 4) --------------------------------------------------------------
+class _SignalledDuringRun:
+    """An executor that receives "SIGINT" as the pass's first `docker run` goes out."""
+
+    def __init__(self, inner: FakeExecutor, interrupt: usecases.Interrupt) -> None:
+        self.inner, self.interrupt = inner, interrupt
+
+    async def run(self, host: Any, argv: Any, **kw: Any) -> Any:
+        if list(argv[:2]) == ["docker", "run"] and self.interrupt.gentle:
+            self.interrupt.signal = self.interrupt.signal or "SIGINT"
+        return await self.inner.run(host, argv, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_signal_during_a_pass_lets_its_acts_finish_records_them_and_exits_130(
+    setup: Setup,
+) -> None:
+    interrupt = usecases.Interrupt()
+    base = setup.runtime()
+    runtime = dataclasses.replace(
+        base, executor=lambda: _SignalledDuringRun(base.executor(), interrupt), interrupt=interrupt
+    )
+    outcome = run(
+        usecases.apply(setup.file, setup.state, runtime, setup.report, wait=True, timeout=60.0)
+    )
+    assert outcome.exit_code is ExitCode.INTERRUPTED
+    assert outcome.convergence.ending is Ending.INTERRUPTED
+    assert outcome.convergence.why == "interrupted: 1 act done, recorded; run reconcile to go on"
+    assert len(setup.passes()) == 1  # no pass after the signal
+    assert setup.running() == ["db.1." + setup.passes()[0].result.plan.run[0].task]
+    with Store.open(setup.state) as store:
+        assert [e.kind for _, e in store.events(limit=0)][-1] == "run"
+    assert not interrupt.gentle  # the passes are over: a signal now stops at once
+    again = run(usecases.converge(setup.state, runtime, setup.report))
+    assert again.ending is Ending.INTERRUPTED  # a requested stop holds for the process
+    assert again.why == "interrupted between passes, nothing under way; run reconcile to go on"

@@ -425,6 +425,10 @@ def apply(
             "--adopt", help="A new state store takes over tasks another store's controller runs."
         ),
     ] = False,
+    retry: Annotated[
+        bool,
+        typer.Option("--retry", help="Start again an update that was rolled back as failed."),
+    ] = False,
     quiet: QuietOption = False,
     state: StateOption = None,
 ) -> None:
@@ -445,6 +449,7 @@ def apply(
             timeout=limit,
             prune=prune,
             adopt=adopt,
+            retry=retry,
         ),
         view,
     )

@@ -499,8 +499,18 @@ def _task_labels(
 
 def volume_name(cluster: str, service: str, slot: int, name: str) -> str:
     """The Docker volume of one slot's named volume: each slot has its own data, kept on
-    the host it is pinned to (`prod_db.1_pgdata`)."""
-    return f"{cluster}_{service}.{slot}_{name}"
+    the host it is pinned to (`prod_db.1_pgdata`).
+
+    Unambiguous across clusters and services: a `_` inside the cluster or service name is
+    written `U` (names are lowercase, so `U` stands for nothing else), so the first `_`
+    ends the cluster, the next one the `SERVICE.SLOT` part, and the volume's own name is
+    the rest (`shop_eu` + `db` -> `shopUeu_db.1_data`, `shop` + `eu_db` -> `shop_euUdb.1_data`).
+    Names without `_` keep the name they always had (docs/formats.md: the migration)."""
+    return f"{_unscored(cluster)}_{_unscored(service)}.{slot}_{name}"
+
+
+def _unscored(name: str) -> str:
+    return name.replace("_", "U")
 
 
 def volume_spec(volume: Volume, cluster: str, service: str, slot: int) -> str:

@@ -271,11 +271,14 @@ def _reserved(host: Host, live: Sequence[Container]) -> str:
     return ", ".join(parts)
 
 
-def place_replacing(service: Service, fleet: Fleet, old: Container, *, only: str = "") -> Placement:
+def place_replacing(
+    service: Service, fleet: Fleet, old: Container, *, only: str = "", avoid: Iterable[str] = ()
+) -> Placement:
     """Stop-first: choose a host for `service` as if `old` were already gone (its host is
-    allowed; with `only`, required); when nothing fits, the fleet is left as it was."""
+    allowed; with `only`, required; `avoid` as `place`'s); when nothing fits, the fleet is
+    left as it was."""
     fleet.free(old)
-    where = place(service, fleet, only=only)
+    where = place(service, fleet, only=only, avoid=avoid)
     if where.host is None and old.live and old.host in fleet.load:
         fleet.load[old.host] = fleet.load[old.host].add(
             old.service, old.cpus, old.memory, old.host_ports

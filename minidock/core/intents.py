@@ -9,17 +9,19 @@ from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput
-from minidock.core.service import failure_action, rolled_back
+from minidock.core.service import failure_action, renewed, rolled_back
 from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Cluster, Event, Observed, Service
 
 __all__ = [
     "admit",
+    "declined_retries",
     "failed_updates",
     "foreign_controllers",
     "forget",
     "note_exit",
     "note_failure",
+    "pinned_on",
     "removals",
     "reset",
     "rollback",
@@ -45,19 +47,30 @@ def removals(state: ControllerState, cluster: Cluster) -> list[str]:
 
 
 def admit(
-    state: ControllerState, cluster: Cluster, generation: int, *, prune: bool = False
+    state: ControllerState,
+    cluster: Cluster,
+    generation: int,
+    *,
+    prune: bool = False,
+    retry: bool = False,
 ) -> ControllerState:
     """Take a newly applied cluster spec as the desired state.
 
     A service whose run settings changed starts a rollout and keeps its old spec for
-    rollback; any change to a service clears its Failed slots and backoff; the same spec
+    rollback; any change to a service clears its Failed slots and backoff, and keeps every
+    slot's record (which task fills it, on which host: the record rule); the same spec
     again resumes a paused update. Services the spec no longer names stay as they are,
     unless `prune`: then they are removed (desired stopped, in reverse dependency order,
-    then dropped). Removals are explicit: `apply` refuses them without `--prune`."""
+    then dropped). Removals are explicit: `apply` refuses them without `--prune`. The spec
+    of an update rolled back as failed, applied again, changes nothing unless `retry`
+    (`declined_retries` says so)."""
+    declined = set() if retry else {name for name, _ in declined_retries(state, cluster)}
     services: dict[str, ServiceState] = {}
     for svc in cluster.services:
         old = state.services.get(svc.name)
-        if old is None:
+        if old is not None and svc.name in declined:
+            services[svc.name] = old
+        elif old is None:
             services[svc.name] = ServiceState(spec=svc, generation=generation)
         elif old.spec == svc and old.rollout.paused and not old.rollout.rollback:
             resumed = rollout.step(old.rollout, RolloutInput.RESUME, failures=0, reason="")
@@ -72,7 +85,7 @@ def admit(
                 previous=old.spec if changed else old.previous,
                 previous_generation=old.generation if changed else old.previous_generation,
                 rollout=rollout.begin(old.rollout, _wanted(svc, old)) if changed else old.rollout,
-                slots={},
+                slots=renewed(old.slots),
                 global_slots=old.global_slots,
             )
     kept = [n for n in state.services if n not in services]
@@ -89,6 +102,20 @@ def admit(
         order=(*(s.name for s in cluster.services), *kept),
         services=services,
     )
+
+
+def declined_retries(state: ControllerState, cluster: Cluster) -> list[tuple[str, str]]:
+    """Services `cluster` gives the very spec of an update that was rolled back as failed,
+    with why it failed: applying it again is a no-op (the contract's unchanged re-apply)
+    unless the operator asks for the update again (`apply --retry`)."""
+    return [
+        (svc.name, ss.previous_failed)
+        for svc in cluster.services
+        if (ss := state.services.get(svc.name)) is not None
+        and ss.previous_failed
+        and ss.previous == svc
+        and ss.spec != svc
+    ]
 
 
 def _wanted(svc: Service, old: ServiceState) -> int:
@@ -133,7 +160,19 @@ def rollback(state: ControllerState, service: str, *, force: bool = False) -> Co
 def reset(state: ControllerState, service: str) -> ControllerState:
     """`minidock reset SERVICE`: clear crash-loop failures and backoff timers."""
     ss = state.services[service]
-    return _with_service(state, replace(ss, slots={n: slots.reset(s) for n, s in ss.slots.items()}))
+    return _with_service(state, replace(ss, slots=renewed(ss.slots)))
+
+
+def pinned_on(state: ControllerState, host: str) -> list[str]:
+    """The slots whose task, by the controller's record, runs on `host` with a named
+    volume (a replicated service's or a global one's alike): a drain refuses them."""
+    return [
+        f"{name}.{n}"
+        for name, ss in sorted(state.services.items())
+        if ss.spec.pinned and ss.spec.desired == "running"
+        for n in ss.slot_numbers()
+        if ss.slot(n).host == host and ss.slot(n).task
+    ]
 
 
 def set_drained(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from minidock.core.scheduler import Fleet, place, score, spread_counts
+from minidock.core.scheduler import Fleet, counted_as, place, score, spread_counts
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import ready
 from minidock.model import Container, Event, Inventory, Observed
@@ -37,8 +37,9 @@ class Move:
 def moves(
     state: ControllerState, inventory: Inventory, observed: Observed, service: str = ""
 ) -> tuple[Move, ...]:
-    """The moves that would restore spread and packing, in the order they would run."""
-    live = [c for c in observed.load() if c.live]
+    """The moves that would restore spread and packing, in the order they would run. Other
+    clusters' tasks fill their hosts, but only this cluster's count toward its spread."""
+    live = [counted_as(c, state.cluster) for c in observed.load() if c.live]
     eligible = {h: state.host(h).why_not_eligible() for h in (h.name for h in inventory.hosts)}
     fleet = Fleet.build(inventory.hosts, eligible, live)
     found: list[Move] = []

@@ -28,6 +28,7 @@ from minidock.core.hosts import HostState, SeenTask
 from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
 from minidock.core.scheduler import (
     Fleet,
+    counted_as,
     over_capacity,
     place,
     place_replacing,
@@ -178,12 +179,6 @@ class View:
         return Run(target, slot, host, tid, reason, **kw)  # type: ignore[arg-type]
 
 
-def _counted(c: Container, cluster: str) -> Container:
-    """A live task as the scheduler counts it: another cluster's under its own name, so it
-    fills capacity and ports but never counts toward this cluster's spread."""
-    return c if c.cluster == cluster else replace(c, service=f"{c.cluster}/{c.service}")
-
-
 def _published(others: Sequence[Container]) -> frozenset[str]:
     """The host ports other clusters' live tasks publish: MiniDock's, not foreign."""
     return frozenset(p for c in others if c.live for p in c.host_ports)
@@ -250,7 +245,7 @@ def _fleet(
 ) -> Fleet:
     """Every host's load as this pass leaves it once its stops are done: the live tasks
     (other clusters' too), and the host ports held outside MiniDock."""
-    live = [_counted(c, desired.name) for c in observed.load() if c.host in hosts and c.live]
+    live = [counted_as(c, desired.name) for c in observed.load() if c.host in hosts and c.live]
     eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
     foreign = {h: o.ports_in_use - _published(o.others) for h, o in observed.hosts.items() if o.ok}
     fleet = Fleet.build(inventory.hosts, eligible, live, foreign)
@@ -470,6 +465,7 @@ def _decide_service(
     wanted_set = set(wanted)
     spec_before = ss.spec.spec_hash()
     unwanted = [c for c in found if c.slot not in wanted_set]
+    ss = _scaled_away(ss, wanted_set, unwanted, view)
     fx = Effects(
         stops=tuple(
             Stop(c, _unwanted(ss, c)) for c in sorted(unwanted, key=lambda c: (c.live, -c.slot))
@@ -499,6 +495,21 @@ def _decide_service(
     handled = {s.container.id for s in fx.stops}
     settled = {c.slot for c in found if c.id not in handled and c.spec == spec_before and ready(c)}
     return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= len(wanted))
+
+
+def _scaled_away(
+    ss: ServiceState, wanted: set[int], unwanted: list[Container], view: View
+) -> ServiceState:
+    """A slot the service no longer wants keeps its record while a task of it remains
+    (seen, or held by a host that did not answer); the record goes with its last task."""
+    extra = ss.slots.keys() - wanted
+    if not extra:
+        return ss
+    remaining = {c.slot for c in unwanted}
+    gone = [n for n in extra if n not in remaining and (ss.spec.name, n) not in view.unseen]
+    if not gone:
+        return ss
+    return replace(ss, slots={n: s for n, s in ss.slots.items() if n not in gone})
 
 
 def _unwanted(ss: ServiceState, c: Container) -> str:
@@ -900,16 +911,43 @@ def _move(
             f"`minidock drain {want.old.host} --move-volumes-unsafe` moves it without its data"
         )
         return None, Effects(pending=(Pending(want.service, want.slot, why),))
+    record = services[want.service].slot(want.slot)
+    held = _start_held(want, record, view.now)
+    if held is not None:
+        return None, held
     blocked = deps_block(services, view, services[want.service])
     if blocked is not None:
         dep, why = blocked[0], f"{want.why}: {blocked[1]}"
         return None, Effects(pending=(Pending(want.service, want.slot, why, dependency=dep),))
-    where = place(want.target, fleet, avoid=[want.old.host])
+    where = place(want.target, fleet, avoid=_avoided(want.old.host, record))
     if where.host is None:
         why = f"{want.why}: {where.why}"
         return None, Effects(pending=(Pending(want.service, want.slot, why),))
     run = view.run(want.target, want.slot, where.host, want.why)
     return run, Effects(runs=(run,))
+
+
+def _start_held(want: Want, record: slots.SlotState, now: float) -> Effects | None:
+    """Every start is a start: a move (drain, rebalance, over capacity) waits out the
+    slot's backoff, and a slot Failed by its failed starts moves no more (the drain stops
+    there, saying why, until `reset` or a new apply); None when the move may start now."""
+    subject = f"{want.service}.{want.slot}"
+    if record.failed:
+        why = (
+            f"{want.why}: Failed after {len(record.attempts)} failed starts "
+            f"({record.last_exit}); `minidock reset {want.service}` tries again"
+        )
+        return Effects(pending=(Pending(want.service, want.slot, why),))
+    if now < record.next_start:
+        left = f"{want.why}: restart backoff, {record.next_start - now:.0f}s left"
+        return Effects(waiting=(Waiting(subject, left, WaitKind.BACKOFF, want.service),))
+    return None
+
+
+def _avoided(old_host: str, record: slots.SlotState) -> tuple[str, ...]:
+    """The hosts a replacement prefers not to use: the old task's, and the one where the
+    slot's last start failed (used only when no other host fits)."""
+    return (old_host, record.avoid) if record.avoid and record.avoid != old_host else (old_host,)
 
 
 # -- rolling updates --------------------------------------------------------------------------
@@ -957,7 +995,7 @@ def _advance_rollout(
             waits = Pending(name, o.slot, blocked[1], dependency=blocked[0])
             fx = fx + Effects(pending=(waits,))
             break
-        run, replaced = _start_replacement(ss.spec, o, fleet, view)
+        run, replaced = _start_replacement(ss.spec, o, ss.slot(o.slot), fleet, view)
         fx = fx + replaced
         if run is not None:
             started.append(o.slot)
@@ -994,7 +1032,7 @@ def _room(spec: Service, r: rollout.Rollout, now: float) -> int:
 
 
 def _start_replacement(
-    target: Service, o: Outdated, fleet: Fleet, view: View
+    target: Service, o: Outdated, record: slots.SlotState, fleet: Fleet, view: View
 ) -> tuple[Run | None, Effects]:
     """start-first: a new task on another host first; where the old task holds a host port
     that the new one needs, stop-first instead (the old task is stopped by the run)."""
@@ -1008,7 +1046,7 @@ def _start_replacement(
         run = view.run(target, o.slot, old.host, verb, replaces=old)
         return run, Effects(runs=(run,))
     if target.update.order == "start-first":
-        where = place(target, fleet, avoid=[old.host])
+        where = place(target, fleet, avoid=_avoided(old.host, record))
         if where.host is not None:
             run = view.run(target, o.slot, where.host, f"{verb} (start-first)")
             return run, Effects(runs=(run,))
@@ -1017,7 +1055,7 @@ def _start_replacement(
         message = f"{name}.{o.slot}: host port held by the old task, replacing stop-first"
         event = Event(view.now, "rollout-stop-first", message, service=name, slot=o.slot)
         fx = Effects(events=(event,))
-    where = place_replacing(target, fleet, old)
+    where = place_replacing(target, fleet, old, avoid=(record.avoid,) if record.avoid else ())
     if where.host is None:
         return None, fx + Effects(pending=(Pending(name, o.slot, where.why),))
     run = view.run(target, o.slot, where.host, verb, replaces=old)

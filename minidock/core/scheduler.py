@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from minidock.model import Constraint, Container, Host, Service
@@ -39,6 +39,7 @@ __all__ = [
     "Fleet",
     "HostLoad",
     "Placement",
+    "counted_as",
     "fullness",
     "over_capacity",
     "place",
@@ -47,6 +48,12 @@ __all__ = [
     "service_ports",
     "spread_counts",
 ]
+
+
+def counted_as(c: Container, cluster: str) -> Container:
+    """A live task as the scheduler counts it for `cluster`: another cluster's under its own
+    name, so it fills capacity and ports but never counts toward this cluster's spread."""
+    return c if c.cluster == cluster else replace(c, service=f"{c.cluster}/{c.service}")
 
 
 class HostLoad:
@@ -606,11 +613,14 @@ def _reserved(host: Host, live: Sequence[Container]) -> str:
     return ", ".join(parts)
 
 
-def place_replacing(service: Service, fleet: Fleet, old: Container, *, only: str = "") -> Placement:
+def place_replacing(
+    service: Service, fleet: Fleet, old: Container, *, only: str = "", avoid: Iterable[str] = ()
+) -> Placement:
     """Stop-first: choose a host for `service` as if `old` were already gone (its host is
-    allowed; with `only`, required); when nothing fits, the fleet is left as it was."""
+    allowed; with `only`, required; `avoid` as `place`'s); when nothing fits, the fleet is
+    left as it was."""
     fleet.free(old)
-    where = place(service, fleet, only=only)
+    where = place(service, fleet, only=only, avoid=avoid)
     if where.host is None and old.live and old.host in fleet.load:
         fleet.add(old.host, old.service, old.cpus, old.memory, old.host_ports)
     return where

@@ -16,6 +16,7 @@ from minidock.model import Event, Service
 __all__ = [
     "back_to_previous",
     "failure_action",
+    "renewed",
     "rolled_back",
     "slot_target",
     "with_slot",
@@ -80,6 +81,13 @@ def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState
     )
 
 
+def renewed(records: Mapping[int, SlotState]) -> dict[int, SlotState]:
+    """Every slot's record across a change (a new generation, a rollback, `reset`): its
+    failed attempts, Failed and backoff forgotten, its task and host kept. Only a task that
+    replaces the slot's task changes them, and a slot scaled away leaves with its last task."""
+    return {n: slots.reset(s) for n, s in records.items()}
+
+
 def rolled_back(ss: ServiceState, reason: str, *, failed: str = "") -> ServiceState:
     """Swap to the previous spec and roll every task back the same way; a failing rollback
     pauses (never loops), since a rollback's failure action is never another rollback.
@@ -91,7 +99,7 @@ def rolled_back(ss: ServiceState, reason: str, *, failed: str = "") -> ServiceSt
         previous=ss.spec,
         previous_generation=ss.generation,
         rollout=rollout.begin(ss.rollout, ss.wanted(), rollback=True, reason=reason),
-        slots={},
+        slots=renewed(ss.slots),
         global_slots=ss.global_slots,
         previous_failed=failed,
     )

@@ -131,7 +131,10 @@ def unplaced(slot: SlotState) -> SlotState:
 def observe_task(slot: SlotState, c: Container, *, ready: bool) -> SlotState:
     """The slot's live task as this pass sees it (a task no record explains is adopted)."""
     given = SlotInput.READY if ready else SlotInput.NOT_READY
-    avoid = "" if ready else slot.avoid
+    # the host a start failed on is forgotten once a task the controller started after it
+    # is ready (not when the task it was to replace still serves: a drain or a rebalance)
+    started = ready and c.task == slot.task and slot.phase is SlotPhase.STARTING
+    avoid = "" if started and c.host != slot.avoid else slot.avoid
     unchanged = (slot.task, slot.host, slot.avoid) == (c.task, c.host, avoid)
     if unchanged and TABLE[(slot.phase, given)] is slot.phase:
         return slot  # what `_step` would return, equal, without building it again
@@ -162,9 +165,16 @@ def lose(slot: SlotState) -> SlotState:
 
 
 def reset(slot: SlotState) -> SlotState:
-    """`minidock reset`: forget failures, backoff and the assignment (the next pass
-    observes the slot afresh and records its task again)."""
-    return _step(SlotState(), SlotInput.RESET)
+    """`minidock reset` (and any change of spec): forget the failed attempts, Failed and
+    the backoff, and nothing else. The record (the task assigned to the slot, its host,
+    the host a start failed on, the tasks already counted) is kept: pinning, fencing and
+    the survivor of the slot are decided from it (docs/state.md, the record rule)."""
+    if slot.phase not in _RESET_FROM and not slot.attempts and not slot.next_start:
+        return slot  # nothing to forget: the record stays as it is, phase and all
+    return _step(slot, SlotInput.RESET, attempts=(), next_start=0.0)
+
+
+_RESET_FROM = (*TERMINAL, SlotPhase.BACKING_OFF)
 
 
 def skip_backoff(slot: SlotState) -> SlotState:

@@ -11,6 +11,7 @@ from minidock.core import (
     ControllerState,
     Plan,
     admit,
+    declined_retries,
     failed_updates,
     foreign_controllers,
     removals,
@@ -156,9 +157,12 @@ async def apply(
     timeout: float = 0.0,
     prune: bool = False,
     adopt: bool = False,
+    retry: bool = False,
 ) -> ApplyOutcome:
     """Validate FILE, store it as the next generation (rollouts start for changed specs),
-    then converge. An update this generation started that was rolled back fails it.
+    then converge. An update this generation started that was rolled back fails it; the
+    spec of an update rolled back as failed, applied again, is left as it is (exit 1,
+    saying so) unless `retry` starts that update again.
     Refused (nothing stored): a file of another cluster than the store's; removing
     services without `prune`; a new store finding another store's tasks running, without
     `adopt`. The file the latest generation already holds stores nothing new. A store
@@ -176,14 +180,19 @@ async def apply(
             latest = store.latest_generation()
             unchanged = latest is not None and latest[1] == cluster
             generation = latest[0] if unchanged and latest else store.next_generation_id()
-            admitted = _admitted(before, file, cluster, location, generation, prune=prune)
+            declined = [] if retry else declined_retries(before, cluster)
+            admitted = _admitted(
+                before, file, cluster, location, generation, prune=prune, retry=retry
+            )
             own = admitted.controller or controller_id(directory)
             admitted = replace(admitted, controller=own)
             desired = admissible(admitted, desired)
             if latest is None:  # a new store: what runs may be another store's
                 admitted = await _adoption(admitted, desired, executor, runtime, file, adopt=adopt)
             now = runtime.clock.now()
-            _store_generation(store, before, admitted, file, cluster, now, unchanged=unchanged)
+            _store_generation(
+                store, before, admitted, file, cluster, now, unchanged=unchanged, retry=retry
+            )
             services = len(cluster.services)
             warned = secret_env_warnings(cluster, str(file))
             stored = GenerationStored(
@@ -193,9 +202,23 @@ async def apply(
             convergence = await converge_passes(
                 store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
             )
-            failed = failed_updates(store.load(), generation)
-    return ApplyOutcome(
-        generation, convergence, tuple(FailedUpdate(name, why) for name, why in failed)
+            failed = _declined(declined, file) or _failed(failed_updates(store.load(), generation))
+    return ApplyOutcome(generation, convergence, failed)
+
+
+def _failed(updates: list[tuple[str, str]]) -> tuple[FailedUpdate, ...]:
+    return tuple(FailedUpdate(name, why) for name, why in updates)
+
+
+def _declined(declined: list[tuple[str, str]], file: Path) -> tuple[FailedUpdate, ...]:
+    """The services whose failed update the apply did not start again, each saying so."""
+    return tuple(
+        FailedUpdate(
+            name,
+            f"this spec was rolled back as failed ({why}); applying it again changes "
+            f"nothing: `minidock apply {file} --retry` starts the update again",
+        )
+        for name, why in declined
     )
 
 
@@ -207,11 +230,12 @@ def _admitted(
     generation: int,
     *,
     prune: bool,
+    retry: bool = False,
 ) -> ControllerState:
     """The state `apply FILE` would store, after what both `apply` and `plan` refuse (one
     code for both): another cluster's file, removing services without `prune`."""
     _refuse_removals(state, file, cluster, directory, prune=prune)
-    return admit(state, cluster, generation, prune=prune)
+    return admit(state, cluster, generation, prune=prune, retry=retry)
 
 
 def _refuse_removals(
@@ -236,12 +260,16 @@ def _store_generation(
     now: float,
     *,
     unchanged: bool,
+    retry: bool = False,
 ) -> None:
     """Commit the applied file as the next generation, or, unchanged, only what the same
-    spec again did (it resumes a paused rollout)."""
+    spec again did (it resumes a paused rollout, or with `retry` starts again an update
+    that was rolled back as failed)."""
     if unchanged:
         if admitted != before:
-            store.commit(admitted, [Event(now, "apply", f"{file} again: resumed")])
+            again = "retried" if retry else "resumed"
+            events = [Event(now, "apply", f"{file} again: {again}")]
+            store.commit(admitted, events + rollouts_started(before, admitted, now))
         return
     generation = admitted.generation
     events = [Event(now, "apply", f"applied {file} as generation {generation}")]

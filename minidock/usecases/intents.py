@@ -91,17 +91,6 @@ def _known_host(inventory: Inventory, host: str, state: ControllerState) -> None
         raise unknown("host", host, [h.name for h in inventory.hosts], where=str(inventory.path))
 
 
-def _pinned_on(state: ControllerState, host: str) -> list[str]:
-    """The slots whose task (by the controller's record) runs on `host` with a named volume."""
-    return [
-        f"{name}.{n}"
-        for name, ss in sorted(state.services.items())
-        if ss.spec.pinned
-        for n, slot in sorted(ss.slots.items())
-        if slot.host == host and slot.task and n <= ss.spec.replicas
-    ]
-
-
 def _known_service(state: ControllerState, service: str) -> None:
     if service not in state.services:
         raise unknown("service", service, list(state.services))
@@ -123,7 +112,7 @@ async def drain(
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
         _known_host(desired.inventory, host, state)
-        pinned = _pinned_on(state, host)
+        pinned = core.pinned_on(state, host)
         if pinned and not move_volumes:
             raise BadInput(
                 f"{host} carries {', '.join(pinned)}, which keep their named volumes there: "

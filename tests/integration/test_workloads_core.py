@@ -80,3 +80,59 @@ def test_a_global_service_follows_hosts_in_and_out(md: Minidock, fleet: Fleet) -
     doc = md.status()
     (exporter,) = [s for s in doc["services"] if s["name"] == "exporter"]
     assert (exporter["replicas"], exporter["running"]) == (3, 3)
+
+
+MARKED = """
+[services.db]
+image = "minidock-lab/web:5"
+command = ["httpd", "-f", "-p", "8080", "-h", "/www"]
+volumes = ["dbdata:/data"]
+env = {{ MODE = "{mode}" }}
+replicas = {replicas}
+"""
+
+FILLER = """
+[services.filler]
+image = "minidock-lab/web:5"
+cpus = 1.0
+constraints = ["host == {host}"]
+"""
+
+
+def test_a_pinned_slot_keeps_its_host_and_data_after_reset_apply_and_rollback(
+    md: Minidock, fleet: Fleet
+) -> None:
+    """The record rule on the lab: the slot's task is gone when the operator resets, applies
+    a change (its replica count too) or rolls back; its next task starts on the host that
+    holds its volume (not on the fullest host, where a fresh placement would go) and reads
+    the file the first one wrote."""
+    first = md.spec(MARKED.format(mode="1", replicas=1))
+    res = md("apply", str(first), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    (task,) = md.tasks("db")
+    home = task["host"]
+    other = next(h for h in fleet.hosts if h != home)
+    fleet.docker(home, "exec", f"db.1.{task['id']}", "sh", "-c", "echo kept > /data/mark")
+    filler = FILLER.format(host=other)  # `other` is now the fullest host
+    res = md("apply", str(md.spec(MARKED.format(mode="1", replicas=1) + filler)), "--wait")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    def task_gone_then(*command: str) -> dict[str, str]:
+        (live,) = [t for t in md.tasks("db") if t["slot"] == 1]
+        fleet.docker(live["host"], "rm", "-f", f"db.1.{live['id']}", check=True)
+        res = md(*command)
+        assert res.returncode in (0, 3), res.stdout + res.stderr
+        reconcile_until_converged(md)
+        (again,) = [t for t in md.tasks("db") if t["slot"] == 1]
+        assert again["id"] != live["id"]
+        return again
+
+    for command in (
+        ("reset", "db"),
+        ("apply", str(md.spec(MARKED.format(mode="2", replicas=2) + filler))),
+        ("rollback", "db"),
+    ):
+        again = task_gone_then(*command)
+        assert again["host"] == home, command
+        seen = fleet.docker(home, "exec", f"db.1.{again['id']}", "cat", "/data/mark")
+        assert seen.stdout.strip() == "kept", command

@@ -107,7 +107,9 @@ def test_slot_lifecycle_through_the_table() -> None:
     s = slots.account_exit(s, _exited("t2", 1), policy, now=20.0)
     assert s.phase is SlotPhase.FAILED
     assert slots.assign(s, "t3", "h1").phase is SlotPhase.FAILED  # terminal until reset
-    assert slots.reset(s) == SlotState()
+    again = slots.reset(s)  # failures and backoff forgotten; the record (task, host) kept
+    assert (again.phase, again.attempts, again.next_start) == (SlotPhase.EMPTY, (), 0.0)
+    assert (again.task, again.host, again.counted) == ("t2", "h1", s.counted)
     done = slots.account_exit(SlotState(), _exited("t9", 0), policy, now=1.0)
     assert done.phase is SlotPhase.COMPLETE
     assert done.attempts == ()

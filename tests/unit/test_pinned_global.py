@@ -3,10 +3,11 @@ the host that holds its data; global services run one task on every eligible hos
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from minidock.commands import run_argv, volume_name
-from minidock.core import set_drained
+from minidock.core import rebalance, set_drained
 from minidock.model import Constraint, HealthCheck, PortMapping, UpdatePolicy, Volume
 from tests.sim import World, assert_results, host, hosts, svc
 
@@ -28,10 +29,26 @@ def test_a_named_volume_is_the_slots_own_and_a_bind_mount_goes_as_is() -> None:
     argv, _ = run_argv(s, "prod", 2, "t1", s.spec_hash())
     mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
     assert mounts == ["prod_db.2_pgdata:/var/lib/postgresql/data", "/srv/conf:/etc/app:ro"]
-    assert volume_name("prod", "db", 2, "pgdata") == "prod_db.2_pgdata"
+    assert volume_name("prod", "db", 2, "pgdata") == "prod_db.2_pgdata"  # as it always was
+
     assert s.pinned
     assert not svc("web", volumes=(Volume("/srv/conf", "/etc/app"),)).pinned
     assert replace(s, volumes=PGDATA).spec_hash() != s.spec_hash()  # a change rolls out
+
+
+def test_volume_names_are_unambiguous_across_clusters_and_services() -> None:
+    assert volume_name("shop_eu", "db", 1, "data") != volume_name("shop", "eu_db", 1, "data")
+    assert volume_name("a", "b.1_c", 2, "x") != volume_name("a", "b", 1, "c.2_x")
+    names = [
+        (c, s, n, v)
+        for c in ("shop", "shop_eu", "shop_eu_db", "eu", "shop.eu", "shop-eu")
+        for s in ("db", "eu_db", "db_1", "db.1", "eu", "1")
+        for n in (1, 2, 12)
+        for v in ("data", "db_data", "1_data", "Data", "d.1")
+    ]
+    made = {volume_name(*parts) for parts in names}
+    assert len(made) == len(names)
+    assert all(re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", m) for m in made)  # Docker's rule
 
 
 def test_a_pinned_slot_is_never_replaced_elsewhere_while_its_host_is_lost() -> None:
@@ -211,3 +228,15 @@ def test_another_clusters_tasks_of_the_same_name_do_not_count_toward_spread() ->
     w.apply(svc("web", replicas=2))
     (run,) = w.step().run
     assert run.host == other  # spread counts this cluster's web alone
+
+
+def test_rebalance_counts_only_its_own_clusters_tasks_toward_spread() -> None:
+    w = World(hosts(3))
+    w.apply(svc("web", replicas=2))
+    w.converge()
+    assert sorted(c.host for c in w.live()) == ["host1", "host2"]  # spread: nothing to move
+    ours = next(c for c in w.live() if c.host == "host2")
+    for n in (1, 2):  # another cluster's "web", twice on host2
+        theirs = replace(ours, id=f"x{n}", cluster="other", task=f"o{n}", slot=n)
+        w.containers["host2"].append(theirs)
+    assert rebalance.moves(w.state, w.inventory, w.observe()) == ()

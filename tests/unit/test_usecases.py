@@ -238,6 +238,40 @@ def test_an_update_rolled_back_fails_its_apply(setup: Setup) -> None:
     assert "cannot be pulled" in failed.reason
 
 
+def test_the_unchanged_file_of_an_update_rolled_back_is_a_no_op_unless_retried(
+    setup: Setup,
+) -> None:
+    setup.converged()
+    setup.docker.images = {"db:1", "web:5"}  # web:6 cannot be pulled: its update fails
+    setup.file.write_text(STACK.replace("web:5", "web:6"))
+    assert setup.apply(wait=True, timeout=60.0).exit_code is ExitCode.FAILED
+    with Store.open(setup.state) as store:
+        before = store.load().services["web"]
+    setup.executors.clear()
+    again = setup.apply(wait=True, timeout=60.0)  # the same file again
+    assert again.exit_code is ExitCode.FAILED
+    (declined,) = again.failed_updates
+    assert declined.service == "web"
+    assert "rolled back as failed" in declined.reason
+    assert "cannot be pulled" in declined.reason
+    assert f"minidock apply {setup.file} --retry" in declined.reason
+    with Store.open(setup.state) as store:
+        web = store.load().services["web"]  # nothing started again
+        applied = [e.message for _, e in store.events(limit=0) if e.kind == "apply"]
+    assert (web.spec, web.previous, web.rollout.rollback) == (before.spec, before.previous, True)
+    assert not any("again" in line for line in applied)
+    pulls = [c for e in setup.executors for c in e.calls if c.argv[:2] == ["docker", "pull"]]
+    assert pulls == []
+    setup.docker.images.add("web:6")  # the registry has it now: the operator retries
+    retried = setup.apply(retry=True, wait=True, timeout=60.0)
+    assert retried.exit_code is ExitCode.OK, retried
+    with Store.open(setup.state) as store:
+        web = store.load().services["web"]
+        applied = [e.message for _, e in store.events(limit=0) if e.kind == "apply"]
+    assert (web.spec.image, web.rollout.status) == ("web:6", "completed")
+    assert applied[-1] == f"{setup.file} again: retried"
+
+
 def test_a_bad_file_is_bad_input_and_creates_nothing(setup: Setup) -> None:
     setup.file.write_text(STACK + "replicaz = 3\n")
     with pytest.raises(BadInput) as caught:

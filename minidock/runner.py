@@ -34,14 +34,15 @@ from minidock.commands import (
     stop_argv,
 )
 from minidock.core import (
+    ActOutcome,
     ControllerState,
+    ExitNoted,
     Plan,
     Run,
+    StartFailed,
     Stop,
-    note_exit,
-    note_failure,
+    fold_outcomes,
     reconcile,
-    rollout_changes,
 )
 from minidock.core.routes import ingress_hosts, route_table
 from minidock.core.traffic import gate
@@ -112,7 +113,7 @@ class _Acts:
         self.events: list[Event] = []
         self.done: list[str] = []
         self.failures: list[str] = []
-        self.notes: list[Callable[[ControllerState], ControllerState]] = []
+        self.outcomes: list[ActOutcome] = []  # what the core must learn: it makes the events
         self.networked: set[str] = set()  # hosts where the cluster network is confirmed
         self.ingress = ingress
         self.held_ports = {h: set(p) for h, p in (held_ports or {}).items()}
@@ -146,7 +147,7 @@ class _Acts:
                 tail = " | ".join((logs.stdout + logs.stderr).strip().splitlines()[-3:])
                 line = f"{s.reason}; log: {tail}" if tail else s.reason
                 line = self.mask.line(line)
-                self.notes.append(lambda st: note_exit(st, c.service, c.slot, line, s.reason))
+                self.outcomes.append(ExitNoted(c.service, c.slot, line, s.reason))
             await self._stop_and_remove(c)
             verb = "stopped" if c.live else "removed"  # an exited task was never stopped here
             self.record("stop", f"{verb} {c.name} on {c.host}: {s.reason}", where)
@@ -173,7 +174,7 @@ class _Acts:
                 self.record("adopt", f"{r.name} already exists on {r.host}: adopted", where)
         except (_ActFailed, PushError, Unreachable, CommandTimeout) as exc:
             line = self.mask(f"{r.name} on {r.host}: {exc}")
-            self.notes.append(lambda st: note_failure(st, svc.name, r.slot, r.task, line, self.now))
+            self.outcomes.append(StartFailed(svc.name, r.slot, r.task, line))
             self.record("act-failed", f"run {line}", where)
 
     async def _start(self, r: Run) -> bool:
@@ -414,13 +415,9 @@ async def run_pass(
     await _route(acts, cluster, inventory, result.observed, plan.state, now)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
-    if acts.events or acts.notes:
-        final = plan.state
-        for note in acts.notes:
-            final = note(final)
-        events = acts.events + newly_failed(plan.state, final, now)
-        events += rollout_changes(plan.state, final, now)
-        events = [replace(e, message=mask.line(e.message)) for e in events]
+    if acts.events or acts.outcomes:
+        final, learned = fold_outcomes(plan.state, acts.outcomes, now)
+        events = [replace(e, message=mask.line(e.message)) for e in acts.events + learned]
         store.commit(final, events)
         result.plan = Plan(final, plan.run, plan.stop, plan.pending, plan.waiting, plan.events)
     result.done, result.failures = acts.done, acts.failures
@@ -458,16 +455,6 @@ def held_ports(observed: Observed) -> dict[str, set[int]]:
             ports |= seen.ports_in_use
             held[name] = {int(p.partition("/")[0]) for p in ports if p.partition("/")[0].isdigit()}
     return held
-
-
-def newly_failed(before: ControllerState, after: ControllerState, now: float) -> list[Event]:
-    """A `failed` event for each slot that an act's failure took to its crash-loop limit."""
-    return [
-        Event(now, "failed", f"{name}.{n} failed: {slot.last_exit}", service=name, slot=n)
-        for name, ss in after.services.items()
-        for n, slot in sorted(ss.slots.items())
-        if slot.failed and not (name in before.services and before.services[name].slot(n).failed)
-    ]
 
 
 def stop_graces(state: ControllerState) -> dict[tuple[str, str], int]:

@@ -14,16 +14,15 @@ from minidock.core.intents import (
     failed_updates,
     foreign_controllers,
     forget,
-    note_exit,
-    note_failure,
     pinned_on,
     removals,
     reset,
     rollback,
-    rollout_changes,
     rollouts_started,
     set_drained,
 )
+from minidock.core.outcomes import ActOutcome, ExitNoted, StartFailed
+from minidock.core.outcomes import fold as fold_outcomes
 from minidock.core.plan import Pending, Plan, Run, Stop, Waiting
 from minidock.core.reconcile import reconcile, task_id
 from minidock.core.rollout import Rollout, RolloutPhase
@@ -32,8 +31,10 @@ from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import ControllerState, ServiceState
 
 __all__ = [
+    "ActOutcome",
     "Availability",
     "ControllerState",
+    "ExitNoted",
     "HostPhase",
     "HostState",
     "Pending",
@@ -45,22 +46,21 @@ __all__ = [
     "ServiceState",
     "SlotPhase",
     "SlotState",
+    "StartFailed",
     "Stop",
     "Waiting",
     "admit",
     "declined_retries",
     "failed_updates",
     "failure_action",
+    "fold_outcomes",
     "foreign_controllers",
     "forget",
-    "note_exit",
-    "note_failure",
     "pinned_on",
     "reconcile",
     "removals",
     "reset",
     "rollback",
-    "rollout_changes",
     "rollouts_started",
     "set_drained",
     "slot_target",

@@ -1,5 +1,5 @@
-"""Operator intents and act outcomes as pure state transitions: apply, rollback, reset,
-drain/activate, and what the runner learned while acting (a failed act, a log tail)."""
+"""Operator intents as pure state transitions: apply, rollback, reset, drain/activate,
+forget. What the runner learns while acting is `core.outcomes`'s."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput
-from minidock.core.service import failure_action, renewed, rolled_back
+from minidock.core.service import renewed, rolled_back
 from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Cluster, Event, Observed, Service
 
@@ -19,8 +19,6 @@ __all__ = [
     "failed_updates",
     "foreign_controllers",
     "forget",
-    "note_exit",
-    "note_failure",
     "pinned_on",
     "removals",
     "reset",
@@ -216,53 +214,6 @@ def _ran_on(record: slots.SlotState, service: str, n: int, host: str, old: HostS
     if record.host:
         return record.host == host
     return any(t.service == service and t.slot == n for t in old.tasks)
-
-
-def note_failure(
-    state: ControllerState, service: str, slot: int, task: str, line: str, now: float
-) -> ControllerState:
-    """An act failed (e.g. `docker run` refused, image missing): count it against the slot,
-    and against the rollout when the slot was part of one."""
-    ss = state.services.get(service)
-    if ss is None:
-        return state
-    slot_state = slots.start_failed(ss.slot(slot), task, now, line, ss.spec.restart)
-    ss = replace(ss, slots={**ss.slots, slot: slot_state})
-    r = ss.rollout
-    if r.active and slot in r.inflight:
-        ss, _ = failure_action(replace(ss, rollout=rollout.dropped(r, slot)), line, now)
-    return _with_service(state, ss)
-
-
-def rollout_changes(before: ControllerState, after: ControllerState, now: float) -> list[Event]:
-    """The rollout events of what acting learned (a `docker run` that failed for a slot in
-    flight may pause a rollout or roll it back): one per service whose rollout changed."""
-    events = []
-    for name, ss in after.services.items():
-        old = before.services.get(name)
-        if old is None or old.rollout.status == ss.rollout.status:
-            continue
-        r = ss.rollout
-        if r.paused:
-            events.append(Event(now, "rollout-paused", f"{name}: paused: {r.reason}", name))
-        elif r.rollback and r.status == "rolling_back":
-            events.append(Event(now, "rollout-rollback", f"{name}: {r.reason}", name))
-    return events
-
-
-def note_exit(
-    state: ControllerState, service: str, slot: int, line: str, reason: str = ""
-) -> ControllerState:
-    """Keep the diagnosis (exit code and log tail) of a slot's last failure; where that
-    failure (`reason`, without the log) is the rollout's reason, the rollout's too."""
-    ss = state.services.get(service)
-    if ss is None:
-        return state
-    ss = replace(ss, slots={**ss.slots, slot: replace(ss.slot(slot), last_exit=line)})
-    r = ss.rollout
-    if reason and reason != line and reason in r.reason:
-        ss = replace(ss, rollout=replace(r, reason=r.reason.replace(reason, line, 1)))
-    return _with_service(state, ss)
 
 
 def _with_service(state: ControllerState, ss: ServiceState) -> ControllerState:

@@ -28,11 +28,11 @@ from minidock.core import (
     admit,
     failed_updates,
     failure_action,
-    note_exit,
     rollback,
     rollouts_started,
     slot_target,
 )
+from minidock.core.outcomes import fold, note_exit
 from minidock.core.supervise import health_gate, ready
 from minidock.masking import NO_SECRETS
 from minidock.model import (
@@ -699,9 +699,8 @@ def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
     acts = _Acts(ex, w.inventory, "test", w.now, NO_SECRETS)
     asyncio.run(acts.run(run))
     assert [a[:2] for a in ex.argvs()] == [["docker", "image"], ["docker", "pull"]]
-    state = plan.state
-    for note in acts.notes:
-        state = note(state)
+    state, events = fold(plan.state, acts.outcomes, w.now)
+    assert [e.kind for e in events] == ["rollout-paused"]  # made by the core, not the runner
     r = state.services["web"].rollout
     assert r.status == "paused"
     assert "manifest for web:nope not found" in r.reason

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minidock.core import SlotPhase, SlotState
+from minidock.core import SlotPhase
+from minidock.core.outcomes import StartFailed, fold
 from minidock.model import RestartPolicy
-from minidock.runner import newly_failed
 from minidock.status import summarize
 from tests.sim import World, host, svc
 
@@ -29,16 +29,15 @@ def test_a_completed_slot_counts_as_converged_not_degraded() -> None:
     assert job["state"] == "converged"
 
 
-def test_a_slot_failed_by_an_act_gets_its_failed_event() -> None:
+def test_a_slot_failed_by_an_act_gets_its_failed_event_from_the_core() -> None:
     w = World([host("h1")])
-    w.apply(svc(replicas=2))
-    before = w.state
-    ss = before.services["web"]
-    failed = replace(
-        ss, slots={2: SlotState(phase=SlotPhase.FAILED, last_exit="docker run failed: x")}
-    )
-    after = replace(before, services={"web": failed})
-    (event,) = newly_failed(before, after, 5.0)
+    w.apply(svc(replicas=2, restart=RestartPolicy(max_attempts=2)))
+    once = StartFailed("web", 2, "t1", "docker run failed: x")
+    state, events = fold(w.state, [once], 5.0)
+    assert events == []  # one failed start: backing off, not Failed
+    state, events = fold(state, [StartFailed("web", 2, "t2", "docker run failed: x")], 6.0)
+    (event,) = events
     assert (event.kind, event.service, event.slot) == ("failed", "web", 2)
     assert event.message == "web.2 failed: docker run failed: x"
-    assert newly_failed(after, after, 6.0) == []
+    assert state.services["web"].slot(2).phase is SlotPhase.FAILED
+    assert fold(state, [StartFailed("web", 2, "t2", "again")], 7.0)[1] == []  # counted once

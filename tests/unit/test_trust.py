@@ -3,7 +3,8 @@ run twice, and the controller's authority over which task fills a slot."""
 
 from __future__ import annotations
 
-from minidock.core import ControllerState, forget, note_failure, set_drained
+from minidock.core import ControllerState, forget, set_drained
+from minidock.core.outcomes import note_failure
 from minidock.model import PortMapping
 from tests.sim import World, assert_results, host, svc
 
@@ -207,7 +208,7 @@ def test_a_start_that_failed_on_one_host_is_tried_elsewhere_then_backs_off() -> 
     w.apply(svc("web", replicas=1))
     plan = w.plan()
     (run,) = plan.run
-    failed = note_failure(plan.state, "web", 1, run.task, "image web:5 is not on it", w.now)
+    failed, _ = note_failure(plan.state, "web", 1, run.task, "image web:5 is not on it", w.now)
     w.state = failed
     assert failed.services["web"].slot(1).avoid == run.host
     assert w.step().run == ()  # backing off

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from minidock.core import Run, Stop
+from minidock.core.outcomes import fold
 from minidock.masking import Masker, kept_masker
 from minidock.model import (
     Container,
@@ -240,7 +241,7 @@ def test_a_network_of_that_name_that_is_not_ours_is_never_touched() -> None:
         "run web.1.t1 on h1: network minidock-prod on h1 is not this cluster's (no label "
         "minidock.cluster=prod): rename or remove it; MiniDock leaves it alone"
     )
-    assert a.notes  # a failed start: backoff and crash-loop counting as for any other
+    assert a.outcomes  # a failed start: backoff and crash-loop counting as for any other
 
 
 def test_extra_networks_are_joined_before_the_task_starts() -> None:
@@ -306,9 +307,7 @@ def test_a_wrong_password_is_one_line_naming_the_registry_and_a_failed_start() -
         "Error response from daemon: login attempt to http://reg.example:5000/v2/ failed"
     )
     assert not any("pull" in argv for argv in [c.argv for c in calls(a)])
-    state = w.state
-    for note in a.notes:
-        state = note(state)
+    state, _ = fold(w.state, a.outcomes, w.now)
     slot = state.services["app"].slot(1)
     assert slot.attempts == (1000.0,)  # one failure, at the pass's time
     assert "docker login to registry reg.example:5000" in slot.last_exit

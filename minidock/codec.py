@@ -1,8 +1,8 @@
 """JSON round-trips of model values for the state store (cattrs does the structuring).
 
 State written by MiniDock before the core had phase enums (hosts with `down`/`drained`
-booleans, slots with `failed`/`complete`) is read into today's phases, so an upgrade keeps
-every drain and every Failed slot.
+booleans, slots with `failed`/`complete`, rollouts whose phase was named `status`) is read
+into today's phases, so an upgrade keeps every drain, every Failed slot and every rollout.
 
 `Codec(box)` is what the stores use: the same JSON, with every secret value of a service
 (`model.secret_values`: its `secrets`, its registry password, env values under
@@ -22,6 +22,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from minidock.core.hosts import Availability, HostPhase, HostState
+from minidock.core.rollout import Rollout
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.model import Service, looks_secret
 
@@ -55,6 +56,14 @@ def _legacy_slot(d: dict[str, Any]) -> dict[str, Any]:
             if backing_off
             else SlotPhase.EMPTY
         )
+    return d
+
+
+def _legacy_rollout(d: dict[str, Any]) -> dict[str, Any]:
+    """A rollout stored before its phase field was named `phase` (it was `status`)."""
+    if "status" in d and "phase" not in d:
+        d = dict(d)
+        d["phase"] = d.pop("status")
     return d
 
 
@@ -103,6 +112,7 @@ def _secret_fields(d: dict[str, Any], change: Callable[[str], str]) -> dict[str,
 _converter = cattrs.Converter(detailed_validation=False)  # a KeyProblem comes out as it is
 _upgrading(_converter, HostState, _legacy_host)
 _upgrading(_converter, SlotState, _legacy_slot)
+_upgrading(_converter, Rollout, _legacy_rollout)
 _sealing(_converter)
 
 

@@ -208,7 +208,7 @@ def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> 
         return "failed"
     r = ss.rollout
     if r.paused or r.active:
-        return cast(ServiceWord, r.status.value)
+        return cast(ServiceWord, r.phase.value)
     wanted = ss.wanted()
     if healthy >= wanted and running == wanted:
         return "converged"
@@ -247,7 +247,7 @@ def _service(name: str, ss: ServiceState, mine: list[Container], plan: Plan) -> 
         completed=len(done),
         image=ss.spec.image,
         generation=ss.generation,
-        rollout=RolloutSummary(r.status, len(r.done), r.total, r.failures, r.reason, r.active),
+        rollout=RolloutSummary(r.phase, len(r.done), r.total, r.failures, r.reason, r.active),
         failed=failed,
         pending=tuple(PendingSlot(p.slot, p.reason) for p in plan.pending if p.service == name),
         last_failure=last_failure,

@@ -125,7 +125,7 @@ def rollouts_started(before: ControllerState, after: ControllerState, now: float
     return [
         Event(now, "rollout-started", f"{name}: updating to generation {ss.generation}", name)
         for name, ss in after.services.items()
-        if ss.rollout.status == "updating"
+        if ss.rollout.phase == "updating"
         and (name not in before.services or before.services[name].rollout != ss.rollout)
     ]
 

@@ -20,6 +20,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
@@ -118,6 +119,26 @@ class Outdated:
     misplaced: str = ""
 
 
+class SlotDecision(NamedTuple):
+    """What deciding one slot gives: the service state after it, its effects, and at most
+    one of a task to place or move (`want`) and its task, outdated, for the rollout to
+    replace (`outdated`). A named tuple: as cheap as the bare tuple it replaced."""
+
+    state: ServiceState
+    effects: Effects = Effects()
+    want: Want | None = None
+    outdated: Container | None = None
+
+
+class RolloutWork(NamedTuple):
+    """A decided service's part for the rollout step, after placement: its slots whose
+    task is outdated, and whether every slot already runs a ready task of the target."""
+
+    service: str
+    outdated: tuple[Outdated, ...]
+    complete: bool
+
+
 @dataclass(frozen=True)
 class ServiceDecision:
     state: ServiceState
@@ -208,13 +229,15 @@ def reconcile(
     services, decided, wants, updates = _decide_services(view, state)
     fx = fx + decided
     fleet = None  # the scheduler's fleet, built only when something is to be placed
-    if wants or any(outdated or services[name].rollout.inflight for name, outdated, _ in updates):
+    if wants or any(u.outdated or services[u.service].rollout.inflight for u in updates):
         fleet = _fleet(desired, inventory, observed, hosts, decided.stops)
         services, placed = _place_wants(wants, services, fleet, view)
         fx = fx + placed
-    for name, outdated, complete in updates:
-        ss, advanced = _advance_rollout(services[name], outdated, complete, services, fleet, view)
-        services[name] = ss
+    for u in updates:
+        ss, advanced = _advance_rollout(
+            services[u.service], u.outdated, u.complete, services, fleet, view
+        )
+        services[u.service] = ss
         fx = fx + advanced
     rebuilt, rebuilt_fx = _rebuilt(state, view)
     fx = fx + rebuilt_fx
@@ -383,9 +406,7 @@ def _pinned(state: ControllerState, c: Container) -> bool:
 # -- services ---------------------------------------------------------------------------------
 def _decide_services(
     view: View, state: ControllerState
-) -> tuple[
-    dict[str, ServiceState], Effects, list[Want], list[tuple[str, tuple[Outdated, ...], bool]]
-]:
+) -> tuple[dict[str, ServiceState], Effects, list[Want], list[RolloutWork]]:
     """Every service in the applied order; a service no longer in the spec is stopped."""
     services = dict(state.services)
     by_service: dict[str, list[Container]] = defaultdict(list)
@@ -397,7 +418,7 @@ def _decide_services(
             reason = f"service {name} is no longer in the spec"
             fx = fx + Effects(stops=tuple(Stop(c, reason) for c in found))
     wants: list[Want] = []
-    updates: list[tuple[str, tuple[Outdated, ...], bool]] = []
+    updates: list[RolloutWork] = []
     for name in state.order or tuple(services):
         if name not in services:
             continue
@@ -413,7 +434,7 @@ def _decide_services(
         services[name] = d.state
         fx = fx + d.effects
         wants += d.wants
-        updates.append((name, d.outdated, d.complete))
+        updates.append(RolloutWork(name, d.outdated, d.complete))
     return services, fx, wants, updates
 
 
@@ -487,9 +508,10 @@ def _decide_service(
             here = [c for c in here if c.id not in handled]
         if _steady(ss, n, here, view):
             continue
-        ss, slot_fx, want, stale = _decide_slot(ss, n, here, services, view)
-        fx = fx + slot_fx
-        wants += [want] if want else []
+        decided = _decide_slot(ss, n, here, services, view)
+        ss, stale = decided.state, decided.outdated
+        fx = fx + decided.effects
+        wants += [decided.want] if decided.want else []
         if stale is not None and n not in ss.rollout.inflight:
             outdated.append(Outdated(n, stale, view.misplaced(slot_target(ss, n), stale)))
     handled = {s.container.id for s in fx.stops}
@@ -538,9 +560,8 @@ def _decide_slot(
     here: list[Container],
     services: Mapping[str, ServiceState],
     view: View,
-) -> tuple[ServiceState, Effects, Want | None, Container | None]:
+) -> SlotDecision:
     """One slot: what its tasks did, and whether it wants a task, a move, or an update.
-    Returns the service state, the effects, a want, and the slot's task when outdated.
     (A `_steady` slot never gets here: it changes nothing and decides nothing.)"""
     live = [c for c in here if c.live and c.state != "created"]
     dead = [c for c in here if not (c.live and c.state != "created")]
@@ -552,15 +573,11 @@ def _decide_slot(
     fx = fx + unhealthy
     target = slot_target(ss, n)
     if held:
-        return (
-            with_slot(ss, n, slots.hold(ss.slot(n))),
-            fx + _held_waiting(ss, n, held, view),
-            None,
-            None,
-        )
+        held_fx = fx + _held_waiting(ss, n, held, view)
+        return SlotDecision(with_slot(ss, n, slots.hold(ss.slot(n))), held_fx)
     if not live:
-        ss, filled, want = _fill(ss, n, target, True, services, view)
-        return ss, fx + filled, want, None
+        filled = _fill(ss, n, target, True, services, view)
+        return filled._replace(effects=fx + filled.effects)
     return _slot_with_tasks(ss, n, live, target, view, fx)
 
 
@@ -605,7 +622,7 @@ def _slot_without_task(
     dead: list[Container],
     services: Mapping[str, ServiceState],
     view: View,
-) -> tuple[ServiceState, Effects, Want | None, Container | None]:
+) -> SlotDecision:
     """Fold the slot's exited tasks into its restart bookkeeping, then want a new task."""
     target = slot_target(ss, n)
     state = ss.slot(n)
@@ -625,8 +642,8 @@ def _slot_without_task(
         fx = fx + after
     # a restart is due also when the exited task was removed in an earlier pass
     restart = bool(dead or state.attempts)
-    ss, filled, want = _fill(ss, n, target, restart, services, view)
-    return ss, fx + filled, want, None
+    filled = _fill(ss, n, target, restart, services, view)
+    return filled._replace(effects=fx + filled.effects)
 
 
 def _unhealthy_out(
@@ -650,7 +667,7 @@ def _unhealthy_out(
 
 def _slot_with_tasks(
     ss: ServiceState, n: int, live: list[Container], target: Service, view: View, fx: Effects
-) -> tuple[ServiceState, Effects, Want | None, Container | None]:
+) -> SlotDecision:
     """Keep one live task (the newest ready one of the target spec), then see whether it
     must move (drained host) or be updated (outdated spec)."""
     name, spec = ss.spec.name, target.spec_hash()
@@ -658,7 +675,7 @@ def _slot_with_tasks(
         keep = _survivor(ss, n, live, spec, view)
         if keep is None:  # the assigned task is still starting: the others serve till then
             wait = Waiting(f"{name}.{n}", "replacement starting", WaitKind.REPLACEMENT, name)
-            return ss, fx + Effects(waiting=(wait,)), None, None
+            return SlotDecision(ss, fx + Effects(waiting=(wait,)))
         reason = _fence_reason(ss, n, keep)
         fx = fx + Effects(stops=tuple(Stop(c, reason) for c in live if c is not keep))
         live = [keep]
@@ -666,23 +683,23 @@ def _slot_with_tasks(
     ss = with_slot(ss, n, slots.observe_task(ss.slot(n), task, ready=ready(task)))
     if view.hosts[task.host].drained or task.id in view.evict:
         why = f"drain {task.host}" if view.hosts[task.host].drained else view.evict[task.id]
-        return ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why), None
+        return SlotDecision(ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why))
     ss, rebalancing = _rebalanced(ss, n, task)
     if rebalancing and ready(task) and task.spec == spec:
         why = f"rebalance: off {task.host}"
-        return ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why), None
+        return SlotDecision(ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why))
     misplaced = view.misplaced(target, task)
     if misplaced and target.pinned and task.spec == spec:
         why = f"{misplaced}, but it holds its named volume there (drain --move-volumes-unsafe)"
         held = Waiting(f"{name}.{n}", why, WaitKind.PINNED, name)
-        return ss, fx + Effects(waiting=(held,)), None, None
+        return SlotDecision(ss, fx + Effects(waiting=(held,)))
     if task.spec != spec or misplaced:
-        return ss, fx, None, task  # outdated: the rollout replaces it (constraints too)
+        return SlotDecision(ss, fx, outdated=task)  # the rollout replaces it (constraints too)
     if not ready(task):
         kind = WaitKind.STARTING if task.state == "running" else WaitKind.STALLED
         line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})", kind, name)
         fx = fx + Effects(waiting=(line,))
-    return ss, fx, None, None
+    return SlotDecision(ss, fx)
 
 
 def _rebalanced(ss: ServiceState, n: int, task: Container) -> tuple[ServiceState, bool]:
@@ -767,22 +784,25 @@ def _fill(
     restart: bool,
     services: Mapping[str, ServiceState],
     view: View,
-) -> tuple[ServiceState, Effects, Want | None]:
+) -> SlotDecision:
     """An empty slot wants a task, unless Failed, complete, backing off or blocked."""
     name, state = ss.spec.name, ss.slot(n)
     if state.failed or state.complete:
-        return ss, Effects(), None
+        return SlotDecision(ss)
     if view.now < state.next_start:
         left = f"restart backoff, {state.next_start - view.now:.0f}s left"
-        return ss, Effects(waiting=(Waiting(f"{name}.{n}", left, WaitKind.BACKOFF, name),)), None
+        return SlotDecision(
+            ss, Effects(waiting=(Waiting(f"{name}.{n}", left, WaitKind.BACKOFF, name),))
+        )
     blocked = deps_block(services, view, ss)
     if blocked:
         ss = with_slot(ss, n, slots.unplaced(state))
         dep, why = blocked
-        return ss, Effects(pending=(Pending(name, n, why, dependency=dep),)), None
+        return SlotDecision(ss, Effects(pending=(Pending(name, n, why, dependency=dep),)))
     kind = WantKind.RESTART if restart else WantKind.NEW
     only = ss.host_of(n) or (state.host if target.pinned else "")  # its host, its data
-    return with_slot(ss, n, slots.vanish(state)), Effects(), Want(kind, name, n, target, only=only)
+    want = Want(kind, name, n, target, only=only)
+    return SlotDecision(with_slot(ss, n, slots.vanish(state)), want=want)
 
 
 # -- the rollout's gate -----------------------------------------------------------------------

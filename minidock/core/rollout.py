@@ -62,7 +62,7 @@ TABLE: dict[tuple[RolloutPhase, RolloutInput], RolloutPhase] = {
 
 @dataclass(frozen=True)
 class Rollout:
-    status: RolloutPhase = RolloutPhase.NONE
+    phase: RolloutPhase = RolloutPhase.NONE
     reason: str = ""
     failures: int = 0
     total: int = 0
@@ -76,11 +76,11 @@ class Rollout:
 
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE
+        return self.phase in ACTIVE
 
     @property
     def paused(self) -> bool:
-        return self.status is RolloutPhase.PAUSED
+        return self.phase is RolloutPhase.PAUSED
 
 
 def begin(
@@ -95,7 +95,7 @@ def begin(
     to the previous one; `relocating` when it only moves tasks (constraints changed)."""
     given = RolloutInput.BEGIN_ROLLBACK if rollback else RolloutInput.BEGIN
     return step(
-        Rollout(status=old.status),
+        Rollout(phase=old.phase),
         given,
         total=total,
         rollback=rollback,
@@ -106,7 +106,7 @@ def begin(
 
 def step(r: Rollout, given: RolloutInput, **changes: object) -> Rollout:
     """The one transition: look the phase up in TABLE; a pair not in it is a bug."""
-    return replace(r, status=TABLE[(r.status, given)], **changes)  # type: ignore[arg-type]
+    return replace(r, phase=TABLE[(r.phase, given)], **changes)  # type: ignore[arg-type]
 
 
 # -- progress within a phase -------------------------------------------------------------------
@@ -117,7 +117,7 @@ def started(r: Rollout, slots: Iterable[int]) -> Rollout:
 def settle(r: Rollout, name: str, now: float) -> tuple[Rollout, Event]:
     """Every slot runs the target spec and is ready: completed (or rolled back)."""
     r = step(r, RolloutInput.SETTLED, inflight=(), healthy_since=())
-    return r, Event(now, f"rollout-{r.status}", f"{name}: rollout {r.status}", service=name)
+    return r, Event(now, f"rollout-{r.phase}", f"{name}: rollout {r.phase}", service=name)
 
 
 def dropped(r: Rollout, slot: int) -> Rollout:

@@ -69,7 +69,7 @@ def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState
             Event(now, "rollout-failure", f"{name}: {why}; continuing", service=name),
         )
     rollback = policy.failure_action == "rollback" and not r.relocating  # nothing to undo
-    if rollback and r.status is RolloutPhase.UPDATING and ss.previous:
+    if rollback and r.phase is RolloutPhase.UPDATING and ss.previous:
         return (
             rolled_back(ss, f"rolled back: {why}", failed=why),
             Event(now, "rollout-rollback", f"{name}: rolling back: {why}", service=name),

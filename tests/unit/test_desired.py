@@ -41,7 +41,7 @@ def test_a_constraint_change_moves_the_tasks_it_excludes_start_first_never_below
         if plan.converged:
             break
     assert placed(w) == {1: "host3", 2: "host3"}
-    assert w.state.services["web"].rollout.status == "completed"
+    assert w.state.services["web"].rollout.phase == "completed"
 
 
 def test_an_inventory_label_change_under_a_running_task_moves_it() -> None:
@@ -83,7 +83,7 @@ def test_a_failed_move_pauses_rather_than_rolling_back_to_an_older_spec() -> Non
     ss = w.state.services["web"]
     assert ss.rollout.relocating
     failed, event = failure_action(replace(ss, rollout=replace(ss.rollout, failures=1)), "x", 1.0)
-    assert (failed.rollout.status, event.kind) == ("paused", "rollout-paused")
+    assert (failed.rollout.phase, event.kind) == ("paused", "rollout-paused")
     assert failed.spec.image == "web:6"
 
 

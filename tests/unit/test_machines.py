@@ -21,9 +21,8 @@ PACKAGE = ROOT / "minidock"
 
 # the only modules that may name a phase field when building or replacing a record
 PHASE_OWNERS = {
-    "phase": {"core/hosts.py", "core/slots.py", "codec.py"},
+    "phase": {"core/hosts.py", "core/slots.py", "core/rollout.py", "codec.py"},
     "availability": {"core/hosts.py", "codec.py"},
-    "status": {"core/rollout.py"},
 }
 
 
@@ -55,7 +54,7 @@ def test_rollout_table_starts_anywhere_and_fails_only_while_active() -> None:
         RolloutPhase.ROLLING_BACK,
     }
     with pytest.raises(KeyError):  # a completed rollout cannot be paused
-        rollout.step(Rollout(status=RolloutPhase.COMPLETED), RolloutInput.FAILURE_PAUSE)
+        rollout.step(Rollout(phase=RolloutPhase.COMPLETED), RolloutInput.FAILURE_PAUSE)
 
 
 @pytest.mark.parametrize(
@@ -139,3 +138,11 @@ def test_no_code_outside_a_machine_assigns_a_phase() -> None:
             if rel not in PHASE_OWNERS[field]:
                 offenders.append(f"minidock/{rel}:{line} sets {field}")
     assert offenders == []
+
+
+def test_a_rollout_stored_with_its_old_field_name_reads_into_its_phase() -> None:
+    from minidock.codec import from_data, to_data
+
+    old = {**to_data(Rollout(phase=RolloutPhase.PAUSED, reason="x")), "status": "paused"}
+    del old["phase"]
+    assert from_data(old, Rollout) == Rollout(phase=RolloutPhase.PAUSED, reason="x")

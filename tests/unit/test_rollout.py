@@ -135,7 +135,7 @@ def test_settings_that_do_not_change_a_task_keep_it_current(change: dict[str, ob
     changed = replace(base, **change)  # type: ignore[arg-type]
     assert changed.spec_hash() == base.spec_hash()
     state = admit(admit(ControllerState(), _cluster(base), 1), _cluster(changed), 2)
-    assert state.services["web"].rollout.status == "none"
+    assert state.services["web"].rollout.phase == "none"
 
 
 def _cluster(*services: Service):  # type: ignore[no-untyped-def]
@@ -148,7 +148,7 @@ def test_admit_starts_a_rollout_and_keeps_the_previous_spec_generation() -> None
     state = admit(ControllerState(), _cluster(web("web:5")), 1)
     state = admit(state, _cluster(web("web:6")), 2)
     ss = state.services["web"]
-    assert (ss.rollout.status, ss.rollout.total) == ("updating", 4)
+    assert (ss.rollout.phase, ss.rollout.total) == ("updating", 4)
     assert (ss.spec.image, ss.generation) == ("web:6", 2)
     assert ss.previous is not None
     assert (ss.previous.image, ss.previous_generation) == ("web:5", 1)
@@ -190,7 +190,7 @@ def test_batches_replace_parallelism_at_a_time_and_keep_the_rest_healthy(
     assert len(runs) == 6
     assert all(r.replaces is not None for r in runs)  # stop-first
     assert w.images() == ["web:6"] * 6
-    assert (w.rollout().status, len(w.rollout().done)) == ("completed", 6)
+    assert (w.rollout().phase, len(w.rollout().done)) == ("completed", 6)
 
 
 def test_a_batch_waits_for_every_task_in_flight_before_the_next() -> None:
@@ -234,14 +234,14 @@ def test_stop_first_is_the_default_and_replaces_in_place_one_at_a_time(world: Ma
     assert run.replaces is not None
     assert run.replaces.slot == run.slot == 1
     assert plan.stop == ()  # the old task is stopped by the run itself, after the image check
-    assert plan.state.services["web"].rollout.status == "updating"
+    assert plan.state.services["web"].rollout.phase == "updating"
     for _ in range(20):
         plan = w.step()
         assert len(plan.run) <= 1
         if plan.converged:
             break
     assert sorted(c.image for c in w.live()) == ["web:6"] * 3
-    assert w.rollout().status == "completed"
+    assert w.rollout().phase == "completed"
 
 
 def test_start_first_starts_the_new_task_on_another_host_before_stopping_the_old() -> None:
@@ -416,7 +416,7 @@ def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec(
 ) -> None:
     """Merged with test_reconcile's test_failed_update_pauses_after_first_batch."""
     w = updated(world(3), "web:broken", failure_action="pause")
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     r = w.rollout()
     assert (r.failures, r.done) == (1, ())
     assert r.reason == f"task {r.reason.split()[1]} unhealthy: {HEALTH_LOG}"
@@ -428,13 +428,13 @@ def test_pause_stops_after_the_first_batch_and_keeps_the_rest_on_the_old_spec(
     assert w.images() == ["web:5"] * 4
     assert w.state.services["web"].spec.image == "web:broken"  # desired is unchanged
     assert slot_target(w.state.services["web"], 2).image == "web:5"
-    assert w.rollout().status == "paused"
+    assert w.rollout().phase == "paused"
     assert w.kinds().count("rollout-paused") == 1
 
 
 def test_pause_keeps_the_slots_already_updated_on_the_new_spec() -> None:
     w = updated(fleet(3), "web:slow", failure_action="pause")
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     w.converge()
     assert w.images() == ["web:5"] * 4  # the slow task failed its deadline; slot 1 went back
     ss = w.state.services["web"]
@@ -453,7 +453,7 @@ def test_rollback_returns_every_task_to_the_previous_spec_generation(world: Make
     assert ss.previous is not None
     assert ss.previous.image == "web:broken"
     r = ss.rollout
-    assert r.status == "rolled_back"
+    assert r.phase == "rolled_back"
     assert r.reason.startswith("rolled back: task ")
     assert "unhealthy" in r.reason
     assert HEALTH_LOG in r.reason
@@ -469,7 +469,7 @@ def test_rollback_also_undoes_batches_that_had_passed() -> None:
     w.state = rollback(w.state, "web")
     w.converge()
     assert w.images() == ["web:5"] * 4
-    assert w.rollout().status == "rolled_back"
+    assert w.rollout().phase == "rolled_back"
 
 
 @pytest.mark.parametrize(
@@ -490,14 +490,14 @@ def test_a_failing_rollback_pauses_and_never_loops(
     for _ in range(3):
         w.step()
     w.apply(web(image, 2, **pol))
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "paused", limit=60)
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused", limit=60)
     for _ in range(60):
         w.step()
     kinds = w.kinds()
     assert kinds.count("rollout-rollback") == 1
     assert kinds.count("rollout-paused") == 1
     r = w.rollout()
-    assert (r.status, r.rollback) == ("paused", True)
+    assert (r.phase, r.rollback) == ("paused", True)
     assert why in r.reason
     assert w.state.services["web"].spec.image == previous  # rolled back, not forth again
 
@@ -512,14 +512,14 @@ def test_failure_action_is_taken_once_the_ratio_is_exceeded() -> None:
         got, event = failure_action(
             replace(ss, rollout=replace(ss.rollout, failures=failures)), "x", 0
         )
-        assert got.rollout.status == status
+        assert got.rollout.phase == status
         assert got.rollout.reason == "x"
         assert event.kind == ("rollout-paused" if status == "paused" else "rollout-failure")
 
 
 def test_pause_with_max_failure_ratio_tolerates_failures_up_to_the_ratio() -> None:
     w = updated(fleet(3), "web:broken", failure_action="pause", max_failure_ratio=0.5)
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     r = w.rollout()
     assert r.failures == 3  # 1/4 and 2/4 are within 0.5; 3/4 is not
     assert w.kinds().count("rollout-failure") == 2
@@ -539,9 +539,9 @@ def test_continue_goes_on_whatever_the_ratio(world: MakeWorld) -> None:
     while len(w.log) - start < 40:
         w.step()
     r = w.rollout()
-    assert r.status == "updating"
+    assert r.phase == "updating"
     assert r.failures >= 4
-    assert "paused" not in {p.state.services["web"].rollout.status for p in w.log}
+    assert "paused" not in {p.state.services["web"].rollout.phase for p in w.log}
     replaced = {r.slot for p in w.log for r in p.run if r.service.image == "web:broken"}
     assert replaced == {1, 2, 3, 4}  # every slot was tried, not just the first
 
@@ -551,7 +551,7 @@ def test_a_failure_after_monitor_during_the_rollout_counts() -> None:
     w.converge(limit=80)
     assert w.kinds().count("rollout-rollback") == 1
     r = w.rollout()
-    assert r.status == "rolled_back"
+    assert r.phase == "rolled_back"
     assert "exited with code 2" in r.reason
     assert "after its monitor" in r.reason
     assert w.images() == ["web:5"] * 4
@@ -559,24 +559,24 @@ def test_a_failure_after_monitor_during_the_rollout_counts() -> None:
 
 def test_a_failure_after_monitor_with_pause_puts_that_slot_back() -> None:
     w = updated(fleet(3), "web:late", failure_action="pause", monitor=1.0)
-    plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    plan = w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     r = plan.state.services["web"].rollout
     assert r.failures == 1
     assert "(after its monitor)" in r.reason
     w.converge()
     assert sorted(w.images()).count("web:late") <= 1  # a later batch may still be in flight
-    assert w.rollout().status == "paused"
+    assert w.rollout().phase == "paused"
     assert w.kinds().count("rollout-paused") == 1
 
 
 def test_a_failure_once_the_rollout_completed_is_a_plain_restart() -> None:
     w = updated(fleet(3), "web:6", replicas=1, failure_action="rollback", monitor=1.0)
     w.converge()
-    assert w.rollout().status == "completed"
+    assert w.rollout().phase == "completed"
     (task,) = w.live()
     w.containers[task.host] = [replace(task, state="exited", exit_code=1, finished_at=w.now)]
     w.converge()
-    assert w.rollout().status == "completed"
+    assert w.rollout().phase == "completed"
     assert w.images() == ["web:6"]
     assert "rollout-rollback" not in w.kinds()
 
@@ -592,12 +592,12 @@ def test_an_old_task_failing_during_the_rollout_is_not_a_rollout_failure() -> No
     w.converge()
     assert w.images() == ["web:6"] * 4
     r = w.rollout()
-    assert (r.status, r.failures) == ("completed", 0)
+    assert (r.phase, r.failures) == ("completed", 0)
 
 
 def test_a_new_task_that_exits_fails_its_gate_with_its_exit_code() -> None:
     w = updated(fleet(3), "crash:1", failure_action="pause")
-    plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    plan = w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     (stop,) = [s for s in plan.stop if s.failure]
     assert stop.container.image == "crash:1"
     assert (
@@ -609,7 +609,7 @@ def test_a_new_task_that_exits_fails_its_gate_with_its_exit_code() -> None:
 def test_a_new_task_never_healthy_fails_at_its_deadline() -> None:
     w = updated(fleet(3), "web:slow", failure_action="pause", monitor=2.0)
     start = w.now
-    plan = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    plan = w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     failed_at = w.now - 1
     limit = HC.deadline() + 2.0
     assert limit < failed_at - start <= limit + 2  # the first pass past the deadline
@@ -618,11 +618,11 @@ def test_a_new_task_never_healthy_fails_at_its_deadline() -> None:
 
 def test_manual_rollback_of_a_paused_update(world: MakeWorld) -> None:
     w = updated(world(3), "web:broken", failure_action="pause")
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     w.state = rollback(w.state, "web")
     w.converge()
     ss = w.state.services["web"]
-    assert (ss.spec.image, ss.rollout.status) == ("web:5", "rolled_back")
+    assert (ss.spec.image, ss.rollout.phase) == ("web:5", "rolled_back")
     assert w.images() == ["web:5"] * 4
 
 
@@ -636,7 +636,7 @@ def test_a_missing_image_pauses_without_stopping_anything(world: MakeWorld) -> N
     plan = w.step()
     assert [r.replaces is not None for r in plan.run] == [True]
     r = plan.state.services["web"].rollout
-    assert r.status == "paused"
+    assert r.phase == "paused"
     assert "cannot be pulled" in r.reason
     for _ in range(5):
         assert w.step().run == ()
@@ -654,7 +654,7 @@ def test_a_missing_image_with_rollback_rolls_back_without_touching_a_task(world:
     before = {c.id for c in w.live()}
     w.step()
     w.converge()
-    assert w.rollout().status == "rolled_back"
+    assert w.rollout().phase == "rolled_back"
     assert {c.id for c in w.live()} == before
 
 
@@ -702,7 +702,7 @@ def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
     state, events = fold(plan.state, acts.outcomes, w.now)
     assert [e.kind for e in events] == ["rollout-paused"]  # made by the core, not the runner
     r = state.services["web"].rollout
-    assert r.status == "paused"
+    assert r.phase == "paused"
     assert "manifest for web:nope not found" in r.reason
     assert acts.failures
     assert "cannot be pulled" in acts.failures[0]
@@ -717,21 +717,21 @@ def test_a_new_apply_supersedes_a_rollout_in_flight(world: MakeWorld) -> None:
     assert w.rollout().inflight == (1,)
     w.apply(web("web:7", 4, monitor=3.0))
     ss = w.state.services["web"]
-    assert (ss.rollout.status, ss.rollout.inflight, ss.rollout.done) == ("updating", (), ())
+    assert (ss.rollout.phase, ss.rollout.inflight, ss.rollout.done) == ("updating", (), ())
     assert ss.previous is not None
     assert ss.previous.image == "web:6"
     w.converge()
     assert w.images() == ["web:7"] * 4
-    assert w.rollout().status == "completed"
+    assert w.rollout().phase == "completed"
 
 
 def test_a_new_apply_supersedes_a_paused_rollout() -> None:
     w = updated(fleet(3), "web:broken", failure_action="pause")
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     w.apply(web("web:6", 4, failure_action="pause"))
     w.converge()
     assert w.images() == ["web:6"] * 4
-    assert w.rollout().status == "completed"
+    assert w.rollout().phase == "completed"
 
 
 def test_manual_rollback_of_a_completed_update(world: MakeWorld) -> None:
@@ -739,10 +739,10 @@ def test_manual_rollback_of_a_completed_update(world: MakeWorld) -> None:
     w.converge()
     w.state = rollback(w.state, "web")
     ss = w.state.services["web"]
-    assert (ss.rollout.status, ss.rollout.reason) == ("rolling_back", "rolled back by the operator")
+    assert (ss.rollout.phase, ss.rollout.reason) == ("rolling_back", "rolled back by the operator")
     w.converge()
     assert w.images() == ["web:5"] * 4
-    assert (w.rollout().status, w.state.services["web"].generation) == ("rolled_back", 1)
+    assert (w.rollout().phase, w.state.services["web"].generation) == ("rolled_back", 1)
 
 
 def test_manual_rollback_without_a_previous_spec_is_refused() -> None:
@@ -769,7 +769,7 @@ def test_a_controller_killed_before_acting_resumes_from_its_last_commit(crash_at
         if plan.converged:
             break
     assert w.images() == ["web:6"] * 4
-    assert w.rollout().status == "completed"
+    assert w.rollout().phase == "completed"
 
 
 def test_a_stop_first_act_cut_between_stop_and_run_refills_the_slot() -> None:
@@ -798,7 +798,7 @@ def test_a_rollout_advances_across_separate_runs_with_the_same_stored_state(
         if plan.converged:
             break
     assert w.images() == ["web:6"] * 4
-    assert w.state.services["web"].rollout.status == "completed"
+    assert w.state.services["web"].rollout.phase == "completed"
 
 
 @pytest.mark.parametrize("which", ["new", "outdated"])
@@ -818,7 +818,7 @@ def test_a_host_lost_mid_rollout_resumes(world: MakeWorld, which: str) -> None:
     w.revive_host(victim)
     w.converge()
     assert w.images() == ["web:6"] * 4
-    assert w.rollout().status == "completed"
+    assert w.rollout().phase == "completed"
 
 
 # -- what status shows -------------------------------------------------------------------------
@@ -842,7 +842,7 @@ def test_status_shows_updating_n_of_m_and_each_tasks_generation() -> None:
 
 def test_status_shows_paused_and_why() -> None:
     w = updated(fleet(3), "web:broken", failure_action="pause")
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     (s,) = _status(w)["services"]
     assert s["state"] == "paused"
     assert (s["rollout"]["status"], s["rollout"]["failures"]) == ("paused", 1)
@@ -885,7 +885,7 @@ def test_status_last_failure_of_an_exit_carries_the_log_tail(world: MakeWorld) -
 
 def test_note_exit_leaves_an_unrelated_rollout_reason_alone() -> None:
     w = updated(fleet(3), "web:broken", failure_action="pause")
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     reason = w.rollout().reason
     state = note_exit(
         w.state, "web", 3, "task x exited with code 1; log: y", "task x exited with code 1"
@@ -898,7 +898,7 @@ def test_pause_puts_the_failed_slot_back_on_the_old_spec_in_the_same_pass() -> N
     """`apply --wait` ends on the pass that pauses (exit 1): a stop-first slot whose new task
     failed must not be left empty, waiting out a restart backoff, until the next cron run."""
     w = updated(fleet(3), "web:broken", failure_action="pause")
-    paused = w.run_until(lambda p: p.state.services["web"].rollout.status == "paused")
+    paused = w.run_until(lambda p: p.state.services["web"].rollout.phase == "paused")
     assert [(r.slot, r.service.image) for r in paused.run] == [(1, "web:5")]
     assert sorted(c.slot for c in w.live()) == [1, 2, 3, 4]
 
@@ -931,7 +931,7 @@ def test_a_host_clock_behind_does_not_rush_the_gate_in_a_pass() -> None:
     ]
     for _ in range(10):
         plan = w.step()
-        if plan.state.services["web"].rollout.status == "completed":
+        if plan.state.services["web"].rollout.phase == "completed":
             break
     passed = w.now - 1.0  # the pass that completed it
     assert passed - started >= 5.0  # monitor, on the controller's clock
@@ -945,10 +945,10 @@ def test_applying_the_same_spec_again_resumes_a_paused_update() -> None:
     w.apply(broken)
     for _ in range(8):
         w.step()
-    assert w.state.services["web"].rollout.status == "paused"
+    assert w.state.services["web"].rollout.phase == "paused"
     w.apply(broken)
     r = w.state.services["web"].rollout
-    assert (r.status, r.failures, r.reason) == ("updating", 0, "")
+    assert (r.phase, r.failures, r.reason) == ("updating", 0, "")
     plan = w.step()
     assert [run.service.image for run in plan.run] == ["web:broken"]
 
@@ -994,7 +994,7 @@ def test_rollback_never_returns_to_a_spec_that_was_rolled_back_as_failed() -> No
     """Issue 14: after an automatic rollback, `minidock rollback` would swap back to the
     broken spec; it refuses, naming the generation and why, unless forced."""
     w = updated(World(hosts(3)), "web:broken", failure_action="rollback")
-    w.run_until(lambda p: p.state.services["web"].rollout.status == "rolled_back", limit=80)
+    w.run_until(lambda p: p.state.services["web"].rollout.phase == "rolled_back", limit=80)
     ss = w.state.services["web"]
     assert (ss.spec.image, ss.previous.image if ss.previous else None) == ("web:5", "web:broken")
     with pytest.raises(ValueError, match=r"previous spec \(generation 2\) was rolled back as"):

@@ -602,14 +602,14 @@ def test_dependents_wait_while_a_dependency_rolls(world: MakeWorld) -> None:
     web_started, db_rolling = [], []
     for _ in range(30):
         plan = w.step()
-        rolling = w.state.services["db"].rollout.status == "updating"
+        rolling = w.state.services["db"].rollout.phase == "updating"
         db_rolling.append(rolling)
         web_started += [rolling for r in plan.run if r.service.name == "web"]
         if plan.converged:
             break
     assert any(db_rolling)
     assert web_started == [False]  # web's new task started once, after db's rollout
-    assert w.state.services["db"].rollout.status == "completed"
+    assert w.state.services["db"].rollout.phase == "completed"
     assert sorted(w.slots("web")) == [1, 2]
 
 

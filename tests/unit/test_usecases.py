@@ -268,7 +268,7 @@ def test_the_unchanged_file_of_an_update_rolled_back_is_a_no_op_unless_retried(
     with Store.open(setup.state) as store:
         web = store.load().services["web"]
         applied = [e.message for _, e in store.events(limit=0) if e.kind == "apply"]
-    assert (web.spec.image, web.rollout.status) == ("web:6", "completed")
+    assert (web.spec.image, web.rollout.phase) == ("web:6", "completed")
     assert applied[-1] == f"{setup.file} again: retried"
 
 

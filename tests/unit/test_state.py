@@ -89,7 +89,7 @@ def _state(i: int) -> ControllerState:
         previous=_service("web", f"web:{i - 1}") if i > 1 else None,
         previous_generation=i - 1 if i > 1 else None,
         rollout=Rollout(
-            status="updating", reason=f"r{i}", failures=i % 2, total=4, done=(1, 2)[: i % 3]
+            phase="updating", reason=f"r{i}", failures=i % 2, total=4, done=(1, 2)[: i % 3]
         ),
         slots={
             1: SlotState(attempts=(float(i), i + 0.5), counted=(f"t{i}",), next_start=i * 1.5),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -76,6 +77,7 @@ class PassResult:
     observed: Observed
     done: list[str] = field(default_factory=list)  # one line per act that happened
     failures: list[str] = field(default_factory=list)  # one line per act that failed
+    acts: dict[str, int] = field(default_factory=dict)  # acts made, by event kind (metrics)
 
 
 _Where = tuple[str, int, str, str]  # service, slot, host, task of an event
@@ -421,6 +423,7 @@ async def run_pass(
         store.commit(final, events)
         result.plan = Plan(final, plan.run, plan.stop, plan.pending, plan.waiting, plan.events)
     result.done, result.failures = acts.done, acts.failures
+    result.acts = dict(Counter(e.kind for e in acts.events))
     return result
 
 

@@ -14,6 +14,10 @@
 #                         fixtures start their own members on free 127.0.0.1 ports)
 #   - openssh-client:     ssh-agent, ssh-add and ssh-keygen, for the SSH tests (a real
 #                         agent through the lab's bastion; fingerprints as OpenSSH prints them)
+#   - prometheus:         Prometheus 2.42, which the observability tests start on a free
+#                         127.0.0.1 port to scrape `minidock serve` (tests/integration/test_serve.py)
+#   - chromium:           a headless browser that Playwright drives (executable_path) to load
+#                         the dashboard in those tests
 set -euo pipefail
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
@@ -35,7 +39,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client openssh-client)
+tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium)
 pkgs=("${tool_pkgs[@]}")
 if ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")

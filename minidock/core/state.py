@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from minidock.core.hosts import HostState
+from minidock.core.passes import PassStats
 from minidock.core.rollout import Rollout
 from minidock.core.slots import SlotState
 from minidock.model import Service
@@ -69,6 +70,7 @@ class ControllerState:
     # routed tasks taken out of every route before they stop: task id -> since when
     # (minidock.core.traffic)
     draining: dict[str, float] = field(default_factory=dict)
+    passes: PassStats = field(default_factory=PassStats)  # every pass so far, for metrics
 
     def host(self, name: str) -> HostState:
         return self.hosts.get(name, HostState())

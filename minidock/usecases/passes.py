@@ -31,6 +31,7 @@ from minidock.usecases.outcomes import (
     waited_for,
     why,
 )
+from minidock.usecases.passlog import record_pass
 from minidock.usecases.runtime import Runtime, connected
 
 WAIT_INTERVAL = 1.0  # seconds between the passes of `--wait`
@@ -67,6 +68,7 @@ async def converge_passes(
     passes = 0
     with interrupt.passes():
         while not interrupt.requested:
+            started = clock.monotonic()
             result = await run_pass(
                 desired.cluster,
                 desired.inventory,
@@ -77,6 +79,7 @@ async def converge_passes(
             )
             passes += 1
             code = verdict(result)
+            record_pass(store, result, code, clock.monotonic() - started, clock.now())
             report(PassDone(result, code))
             if interrupt.requested:
                 return interrupted(passes, timeout, len(result.done) + len(result.failures))
@@ -171,14 +174,18 @@ async def watch_step(
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory))
             with runtime.interrupt.passes():  # a signal now lets this pass finish
+                started = runtime.clock.monotonic()
                 result = await run_pass(
                     desired.cluster, desired.inventory, store, executor, clock=runtime.clock.now
                 )
+                code = verdict(result)
+                seconds = runtime.clock.monotonic() - started
+                record_pass(store, result, code, seconds, runtime.clock.now())
     except Busy as exc:
         return PassSkipped(str(exc), cluster=cluster)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
-    return PassDone(result, verdict(result), cluster)
+    return PassDone(result, code, cluster)
 
 
 async def watch(

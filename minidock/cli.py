@@ -1053,6 +1053,68 @@ def state_migrate(
     )
 
 
+# -- observability: metrics and the web view (docs/observability.md) ---------------------------
+@app.command()
+def metrics(
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write FILE atomically (a textfile collector's)."),
+    ] = None,
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """Prometheus metrics of every cluster, from the state and one observation."""
+    from minidock.metrics import metrics_text, write_textfile
+
+    reading = run(usecases.read_fleet(state_dir(state), runtime(), cluster=cluster))
+    text = metrics_text(reading)
+    if output is None:
+        sys.stdout.buffer.write(text)
+    else:
+        try:
+            write_textfile(output, text)
+        except OSError as exc:
+            fail(f"--output {output}: {exc.strerror or exc}")
+    if reading.errors:  # written all the same: minidock_store_up 0 is what alerts
+        fail("; ".join(reading.errors), ExitCode.FAILED)
+
+
+@app.command()
+def serve(
+    listen: Annotated[
+        str, typer.Option("--listen", help="HOST:PORT; off loopback needs --token-file.")
+    ] = "127.0.0.1:9440",
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="A file holding the bearer token.")
+    ] = None,
+    interval: Annotated[
+        str, typer.Option("--interval", help="Observe the fleet at most this often.")
+    ] = "5s",
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """Serve /metrics, /api/status, /api/events and a live dashboard; reads only."""
+    from minidock import serve as web
+
+    every = seconds(interval, "--interval", at_least=1.0)
+    location = state_dir(state)
+    try:
+        where = web.parse_listen(listen)
+        access = web.Access(None if token_file is None else web.load_token(token_file))
+        with contextlib.suppress(KeyboardInterrupt):
+            web.serve(
+                location,
+                runtime(),
+                where,
+                access,
+                interval=every,
+                cluster=cluster,
+                ready=lambda url: out.print(f"serving {url}/ (Ctrl-C stops)", markup=False),
+            )
+    except web.ServeInputError as exc:
+        fail(str(exc))
+
+
 def main() -> None:
     os.environ.setdefault("COLUMNS", "160")
     app()

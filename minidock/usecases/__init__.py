@@ -13,6 +13,7 @@ from minidock.store import StateLocation
 from minidock.usecases.access import Writer, patience, state_location
 from minidock.usecases.convert import ConvertOutcome, convert
 from minidock.usecases.desired import apply, drain_plan, plan, scale, validate
+from minidock.usecases.fleetview import FleetReading, read_fleet
 from minidock.usecases.images import push
 from minidock.usecases.intents import activate, drain, forget, rebalance, reset, rollback
 from minidock.usecases.migrate import migrate
@@ -78,6 +79,7 @@ __all__ = [
     "ExecutorFactory",
     "ExitCode",
     "FailedUpdate",
+    "FleetReading",
     "GenerationStored",
     "HostProblem",
     "IntentOutcome",
@@ -124,6 +126,7 @@ __all__ = [
     "plan",
     "ps",
     "push",
+    "read_fleet",
     "rebalance",
     "reconcile",
     "reset",

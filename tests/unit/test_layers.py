@@ -13,7 +13,8 @@ PACKAGE = Path(minidock.__file__).parent
 
 # What cli.py may import from minidock besides the use cases: the lab's sub-app, the
 # state-directory rule, the real executor it wires in, the types it prints, its live
-# progress view and its output streams (adapters beside it).
+# progress view and its output streams (adapters beside it), and the observability
+# adapters beside it (metrics text, the web server), loaded only by their commands.
 CLI_MAY_IMPORT = {
     "minidock.lab": {"lab_app"},
     "minidock.state": {"StateError", "state_dir"},
@@ -25,6 +26,8 @@ CLI_MAY_IMPORT = {
     "minidock.runner": {"PassResult"},
     "minidock.progress": {"LiveProgress", "PlainProgress", "progress_view"},
     "minidock.output": {"Output", "Printer", "rich_console"},
+    "minidock.metrics": {"metrics_text", "write_textfile"},  # `metrics`, imported lazily
+    "minidock.serve": {"*"},  # `serve`'s web adapter (`from minidock import serve`), lazily
 }
 
 

@@ -20,8 +20,9 @@ try:
     main()
 except SystemExit:
     pass
-packages = ("minidock.lab", "rich")
-loaded = sorted(m for m in sys.modules if m in packages or m.startswith(("minidock.lab.", "rich.")))
+packages = ("minidock.lab", "rich", "minidock.serve", "prometheus_client")
+prefixes = tuple(p + "." for p in packages)
+loaded = sorted(m for m in sys.modules if m in packages or m.startswith(prefixes))
 print("LOADED:" + " ".join(loaded))
 """
 
@@ -72,6 +73,14 @@ def test_lab_commands_load_the_lab() -> None:
     """The check above can fail: `lab --help` does load the package."""
     loaded = lab_modules_after("lab", "--help")
     assert {"minidock.lab", "minidock.lab.cli", "minidock.lab.fleet"} <= set(loaded)
+
+
+def test_reconcile_loads_neither_the_web_server_nor_the_metrics_library() -> None:
+    """`serve` and `metrics` import them inside the command (docs/observability.md)."""
+    for package in ("minidock.serve", "prometheus_client"):
+        assert modules_after("reconcile", "--state", "/nonexistent/state", package=package) == []
+    serve = ("serve", "--listen", "nowhere", "--state", "/nonexistent/state")  # exit 2
+    assert "minidock.serve.http" in modules_after(*serve, package="minidock.serve")
 
 
 def test_reconcile_on_a_pipe_loads_no_rich_and_its_help_does() -> None:

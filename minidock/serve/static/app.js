@@ -1,0 +1,156 @@
+// The MiniDock dashboard: polls /api/status (the `status --json` document) and follows
+// /api/events (Server-Sent Events). Plain DOM, no build step; text only through
+// textContent, never as HTML.
+const POLL_MS = 3000;
+const EVENTS_SHOWN = 30;
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+function tone(word) {
+  if (["converged", "ready", "running", "healthy", "completed"].includes(word)) return "ok";
+  if (["failed", "down", "paused", "dead", "unhealthy", "exited", "unreachable"].includes(word)) return "bad";
+  if (["stopped", "none", "drained"].includes(word)) return "info";
+  return "warn";
+}
+
+function bar(part, whole, cls = "") {
+  const pct = whole > 0 ? Math.min(100, Math.round((100 * part) / whole)) : 0;
+  const span = el("span");
+  span.style.width = `${pct}%`;
+  return el("div", { class: `bar ${cls}`, role: "progressbar", "aria-valuenow": String(part),
+    "aria-valuemax": String(whole) }, span);
+}
+
+function documents(body) {
+  if (!body) return [];
+  return Array.isArray(body.clusters) ? body.clusters : [body];
+}
+
+function serviceCard(doc, s, tasks, several) {
+  const word = s.state;
+  const full = s.desired === "stopped" || s.healthy >= s.replicas;
+  const card = el("article", { class: "card", "data-service": s.name },
+    el("h3", {}, several ? `${doc.cluster} / ${s.name}` : s.name, el("span", { class: `badge ${tone(word)}` }, word)),
+    el("p", { class: "figure" }, el("span", { class: "running" }, s.running), ` / ${s.replicas}`,
+      el("small", {}, ` running · ${s.healthy} healthy`)),
+    bar(s.healthy, s.replicas, full ? "" : "warn"),
+    el("p", { class: "sub" }, s.image));
+  for (const f of s.failed) card.append(el("p", { class: "sub bad" }, `slot ${f.slot} FAILED: ${f.last_exit}`));
+  for (const p of s.pending) card.append(el("p", { class: "sub warn" }, `slot ${p.slot} pending: ${p.reason}`));
+  const list = el("ul", { class: "tasks" });
+  for (const t of tasks.filter((t) => t.service === s.name)) {
+    const shown = t.health !== "none" && t.state === "running" ? t.health : t.state;
+    list.append(el("li", { class: tone(shown), title: t.name }, `${t.slot}@${t.host} ${shown}`));
+  }
+  card.append(list);
+  return card;
+}
+
+function hostCard(doc, h, tasks, several) {
+  const word = h.drained ? "drained" : h.state;
+  const card = el("article", { class: "card", "data-host": h.name },
+    el("h3", {}, several ? `${doc.cluster} / ${h.name}` : h.name, el("span", { class: `badge ${tone(word)}` }, word)),
+    el("p", { class: "sub" }, h.address));
+  if (h.error) card.append(el("p", { class: "sub bad" }, `not observed: ${h.error}`));
+  const cpus = h.cpus.total == null ? `${h.cpus.used} reserved` : `${h.cpus.used} of ${h.cpus.total}`;
+  const mib = (b) => `${Math.round(b / 1048576)} MiB`;
+  const mem = h.memory.total == null ? `${mib(h.memory.used)} reserved` : `${mib(h.memory.used)} of ${mib(h.memory.total)}`;
+  card.append(el("dl", {}, el("dt", {}, "tasks"), el("dd", { class: "host-tasks" }, h.tasks),
+    el("dt", {}, "cpus"), el("dd", {}, cpus), el("dt", {}, "memory"), el("dd", {}, mem)));
+  if (h.cpus.total) card.append(bar(h.cpus.used, h.cpus.total, h.overcommitted ? "bad" : ""));
+  const list = el("ul", { class: "tasks" });
+  for (const t of tasks.filter((t) => t.host === h.name)) {
+    list.append(el("li", { class: tone(t.state), title: t.name }, `${t.service}.${t.slot} ${t.state}`));
+  }
+  card.append(list);
+  return card;
+}
+
+function rolloutCard(doc, s, several) {
+  const r = s.rollout;
+  return el("article", { class: "card", "data-rollout": s.name },
+    el("h3", {}, several ? `${doc.cluster} / ${s.name}` : s.name, el("span", { class: `badge ${tone(r.status)}` }, r.status)),
+    el("p", { class: "figure" }, `${r.done} / ${r.total}`, el("small", {}, " slots replaced")),
+    bar(r.done, r.total, r.status === "paused" ? "bad" : ""),
+    el("p", { class: "sub" }, r.reason || `${r.failures} failures`));
+}
+
+function render(body, problems) {
+  const docs = documents(body);
+  const several = docs.length > 1;
+  const services = [], hosts = [], rollouts = [];
+  for (const doc of docs) {
+    for (const s of doc.services) {
+      services.push(serviceCard(doc, s, doc.tasks, several));
+      if (["updating", "rolling_back", "paused"].includes(s.rollout.status)) rollouts.push(rolloutCard(doc, s, several));
+    }
+    for (const h of doc.hosts) hosts.push(hostCard(doc, h, doc.tasks, several));
+    if (doc.guard) problems.push(doc.guard);
+  }
+  $("services").replaceChildren(...(services.length ? services : [el("p", { class: "muted" }, "no services")]));
+  $("hosts").replaceChildren(...(hosts.length ? hosts : [el("p", { class: "muted" }, "no hosts")]));
+  $("rollouts").replaceChildren(...(rollouts.length ? rollouts : [el("p", { class: "muted" }, "none under way")]));
+  $("clusters").textContent = docs.map((d) => `${d.cluster} (generation ${d.generation}${d.converged ? ", converged" : ""})`).join(" · ");
+  const box = $("problems");
+  box.replaceChildren(...problems.map((p) => el("p", {}, p)));
+  box.hidden = problems.length === 0;
+}
+
+async function refresh() {
+  try {
+    const res = await fetch("/api/status", { cache: "no-store", credentials: "same-origin" });
+    if (res.status === 401) {
+      render(null, ["unauthorized: open this page as /?token=YOUR_TOKEN once"]);
+      return;
+    }
+    const body = await res.json();
+    const observed = Number(res.headers.get("X-Minidock-Observed-At")) * 1000;
+    if (res.ok) render(body, []);
+    else render(body.status, body.errors || [`the server answered ${res.status}`]);
+    $("freshness").textContent = `observed ${new Date(observed || Date.now()).toLocaleTimeString()} · live`;
+  } catch (err) {
+    $("freshness").textContent = `disconnected (${err.message}); retrying`;
+  }
+}
+
+function eventTone(kind) {
+  if (/fail|down|paused|lost|guard/.test(kind)) return "bad";
+  if (/ready|up|completed|converged/.test(kind)) return "ok";
+  return "info";
+}
+
+const seen = new Set();
+function showEvent(e) {
+  const key = `${e.cluster}:${e.id}`;
+  if (seen.has(key)) return;
+  seen.add(key);
+  const at = new Date(e.at * 1000);
+  const item = el("li", {}, el("time", { datetime: at.toISOString() }, at.toLocaleTimeString()),
+    el("span", { class: `kind ${eventTone(e.kind)}` }, e.kind), e.message);
+  const list = $("events");
+  list.prepend(item);
+  while (list.children.length > EVENTS_SHOWN) list.lastElementChild.remove();
+}
+
+let soon = null;
+function followEvents() {
+  const source = new EventSource(`/api/events?follow=1&limit=${EVENTS_SHOWN}`);
+  source.onmessage = (m) => {
+    showEvent(JSON.parse(m.data));
+    clearTimeout(soon);
+    soon = setTimeout(refresh, 500); // something changed: look again soon
+  };
+}
+
+refresh();
+setInterval(refresh, POLL_MS);
+followEvents();

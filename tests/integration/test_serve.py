@@ -34,6 +34,13 @@ image = "minidock-lab/web:5"
 replicas = 2
 health = { cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"], interval = "1s", retries = 2 }
 """
+API = """
+[services.api]
+image = "minidock-lab/web:6"
+replicas = 3
+cpus = 0.5
+memory = "256MiB"
+"""
 DEADLINE = 90.0  # seconds a condition may take to come true (not a timing assertion)
 T = TypeVar("T")
 
@@ -88,8 +95,8 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str,
         return exc.code, dict(exc.headers), exc.read()
 
 
-def applied(md: Minidock) -> None:
-    res = md("apply", str(md.spec(WEB)), "--wait", "--timeout", "90s")
+def applied(md: Minidock, body: str = WEB) -> None:
+    res = md("apply", str(md.spec(body)), "--wait", "--timeout", "90s")
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -257,7 +264,7 @@ def test_metrics_textfile_parses_and_says_which_host_is_down(md: Minidock) -> No
 def test_the_dashboard_shows_the_services_and_changes_when_a_task_is_killed(
     md: Minidock, tmp_path: Path
 ) -> None:
-    applied(md)
+    applied(md, WEB + API)
     with serving(md, "--interval", "1s") as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
@@ -267,6 +274,7 @@ def test_the_dashboard_shows_the_services_and_changes_when_a_task_is_killed(
             running.wait_for(timeout=DEADLINE * 1000)
             assert eventually(lambda: running.inner_text() == "2" or None, "2 running shown")
             assert page.locator('[data-host="host1"]').count() == 1
+            assert page.locator('[data-service="api"] .running').inner_text() == "3"
             page.evaluate("window.notReloaded = true")
             _screenshot(page, tmp_path)
             task = md.tasks("web")[0]

@@ -14,9 +14,9 @@ from typing import Any
 from minidock.core.passes import PassStats
 from minidock.runner import all_secrets, decide, redacted
 from minidock.ssh import Executor
-from minidock.store.directory import LOCK_NAME
 from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
+from minidock.store.directory import LOCK_NAME
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.clusters import Held, chosen
 from minidock.usecases.outcomes import UseCaseError

@@ -10,8 +10,10 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
 from minidock import usecases
+from minidock.cli import app
 from minidock.core.passes import PASS_BUCKETS, PassStats
 from minidock.metrics import METRICS, metrics_text, write_textfile
 from minidock.state import StateLock, Store
@@ -194,3 +196,34 @@ def test_the_textfile_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
     assert path.read_text() == "new\n"
     assert oct(path.stat().st_mode & 0o777) == "0o644"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["minidock.prom"]  # no temporary left
+
+
+def documented(marker: str) -> str:
+    found = re.search(
+        rf"<!-- {marker} -->\n```\w+\n(.*?)```\n<!-- /{marker} -->", DOCS.read_text(), re.S
+    )
+    assert found is not None, f"docs/observability.md lost its {marker} block"
+    return found[1].strip()
+
+
+def test_the_documented_cron_line_writes_the_textfile(tmp_path: Path) -> None:
+    """Run as documented, against a state with nothing applied: the file is written all the
+    same (minidock_store_up 0, what the alert reads) and the exit is 1 with one line."""
+    words = documented("metrics-cron-line").split()[5:]  # after the schedule
+    assert words[0] == "MINIDOCK_STATE=/var/lib/minidock"
+    assert words[1].endswith("/minidock")
+    assert words[2:4] == ["metrics", "--output"]
+    out = tmp_path / "minidock.prom"
+    result = CliRunner().invoke(
+        app, ["metrics", "--output", str(out), "--state", str(tmp_path / "s")]
+    )
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("minidock: nothing applied yet")
+    assert len(result.output.strip().splitlines()) == 1
+    assert "minidock_store_up 0.0" in out.read_text()
+    unit = documented("serve-systemd-unit")
+    assert (
+        "ExecStart=/opt/minidock/.venv/bin/minidock serve --listen 0.0.0.0:9440 --token-file"
+        in unit
+    )
+    assert "Environment=MINIDOCK_STATE=/var/lib/minidock" in unit

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from minidock.core.passes import PassStats
-from minidock.runner import all_secrets, decide, redacted
+from minidock.masking import masker_for
+from minidock.runner import decide
 from minidock.ssh import Executor
 from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
@@ -98,16 +99,18 @@ async def read_fleet(
 
 
 async def _read_cluster(h: Held, executor: Executor, runtime: Runtime) -> ClusterReading:
+    """As `status` reads a cluster: the store stays open while the hosts are observed,
+    for the masker that every stored generation in use makes (minidock.masking)."""
     try:
         with reading(h.location) as store:
             current = store.load()
             desired = read_desired(store, h.location)
+            result = await decide(
+                desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
+            )
+            plan = masker_for(store, result.plan.state, result.observed).plan(result.plan)
     except UseCaseError as exc:
         return ClusterReading(h.name, None, lock=lock_state(h.location), error=str(exc))
-    result = await decide(
-        desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
-    )
-    plan = redacted(result.plan, all_secrets(result.plan.state))
     document = status_document(current, desired.inventory, result.observed, plan)
     return ClusterReading(h.name, document, current.passes, lock_state(h.location))
 

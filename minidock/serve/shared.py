@@ -25,6 +25,7 @@ __all__ = ["EventHub", "LoopThread", "SharedReading"]
 
 T = TypeVar("T")
 RESTART_AFTER = 5.0  # seconds before the event follower starts again after a failure
+OBSERVE_LIMIT = 120.0  # seconds an observation may take before it is given up (said so)
 
 
 class LoopThread:
@@ -36,7 +37,13 @@ class LoopThread:
         self.thread.start()
 
     def call(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(work, self.loop).result(timeout)
+        """`work`'s result; after `timeout` seconds it is cancelled (TimeoutError)."""
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         asyncio.run_coroutine_threadsafe(work, self.loop)
@@ -80,7 +87,12 @@ class SharedReading:
     def current(self) -> FleetReading:
         with self._lock:
             if self._last is None or self.clock() - self._last_at >= self.interval:
-                self._last = self.loop.call(self._observe())
+                try:
+                    self._last = self.loop.call(self._observe(), timeout=OBSERVE_LIMIT)
+                except TimeoutError:
+                    now = self.runtime.clock.now()
+                    why = f"observation gave up after {OBSERVE_LIMIT:g} s"
+                    self._last = FleetReading(now, error=why)
                 self._last_at = self.clock()
                 self.observations += 1
             return self._last

@@ -234,31 +234,52 @@ def test_metrics_textfile_parses_and_says_which_host_is_down(md: Minidock) -> No
     applied(md)
     out = md.workdir / "textfile" / "minidock.prom"
     out.parent.mkdir()
-    res = md("metrics", "--output", str(out))
-    assert res.returncode == 0, res.stderr
-    assert oct(out.stat().st_mode & 0o777) == "0o644"
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(out.read_text())
-        for s in family.samples
-    }
     web = (("cluster", "itest"), ("service", "web"))
-    assert samples[("minidock_service_tasks", (*web, ("state", "running")))] == 2
+    running = ("minidock_service_tasks", (*web, ("state", "running")))
+
+    def written() -> Samples | None:
+        """The textfile once it shows both tasks (a loaded machine's probe may time out)."""
+        res = md("metrics", "--output", str(out))
+        assert res.returncode == 0, res.stderr
+        found = parsed(out.read_text())
+        return found if found[running] == 2 else None
+
+    samples = eventually(written, "a textfile with both tasks running")
+    assert oct(out.stat().st_mode & 0o777) == "0o644"
     assert samples[("minidock_service_desired_replicas", web)] == 2
     assert samples[("minidock_passes_total", (("cluster", "itest"), ("code", "0")))] >= 1
     assert samples[("minidock_lock_held", (("cluster", "itest"),))] == 0
     gone = md.tasks("web")[0]["host"]
     md.fleet.kill(gone, "stop")
-    res = md("metrics")
-    assert res.returncode == 0, res.stderr  # an unreachable host is a metric, not a failure
-    parsed = {
-        s.labels.get("host"): s.value
-        for family in text_string_to_metric_families(res.stdout)
+
+    def hosts_up() -> dict[str, float] | None:
+        res = md("metrics")
+        assert res.returncode == 0, res.stderr  # an unreachable host is a metric, not a failure
+        up = {
+            h: v
+            for (name, labels), v in parsed(res.stdout).items()
+            if name == "minidock_host_up"
+            for k, h in labels
+            if k == "host"
+        }
+        others = [v for h, v in up.items() if h != gone]
+        return up if others and all(v == 1 for v in others) else None
+
+    up = eventually(hosts_up, "every other host answering")
+    assert up[gone] == 0
+    assert set(up) == set(md.fleet.hosts)
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parsed(text: str) -> Samples:
+    """Prometheus text as (name, sorted labels) -> value, by prometheus_client's parser."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
         for s in family.samples
-        if s.name == "minidock_host_up"
     }
-    assert parsed[gone] == 0
-    assert all(v == 1 for h, v in parsed.items() if h != gone)
 
 
 def test_the_dashboard_shows_the_services_and_changes_when_a_task_is_killed(

@@ -34,6 +34,7 @@ from minidock.model import (
 )
 
 __all__ = [
+    "CONFIG_DIR",
     "ENV_FILE_STDIN",
     "HEALTH_LOG_MAX",
     "REDACTED",
@@ -44,6 +45,12 @@ __all__ = [
     "NoSuchNetwork",
     "ParseError",
     "PortTaken",
+    "config_check_argv",
+    "config_check_input",
+    "config_dir_argvs",
+    "config_finish_argvs",
+    "config_mount_args",
+    "config_write_argv",
     "container_name",
     "created_argv",
     "daemon_down",
@@ -94,6 +101,9 @@ ENV_FILE_STDIN = "/dev/stdin"
 # secret in it before a line is cut (minidock.masking)
 HEALTH_LOG_MAX = 4096
 REDACTED = "***"
+# configs on a host, each named by its content's sha256; relative to the SSH user's home
+# (where every session starts), made absolute once per host by `config_dir_argvs`
+CONFIG_DIR = ".minidock/configs"
 
 _CONTAINER_STATES: frozenset[str] = frozenset(get_args(ContainerState))
 _HEALTH_STATES: frozenset[str] = frozenset(get_args(Health))
@@ -445,6 +455,7 @@ def run_argv(
     *,
     network: str | None = None,
     routed: Sequence[tuple[str, int, int]] = (),
+    configs: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[str], str]:
     """`docker run -d` for one task, and the env-file text to send on its stdin.
 
@@ -455,6 +466,7 @@ def run_argv(
     name; the service's extra `networks` are joined after (`network_connect_argv`).
     `routed` publishes each routed container port as (bind address, host port, container
     port): where the ingress proxies reach the task (docs/ingress.md).
+    `configs` are (host path, path in the task) pairs, placed by `minidock.configs`.
     """
     argv = ["docker", "run", "-d", "--name", container_name(service.name, slot, task)]
     argv += _task_labels(cluster, service.name, slot, task, spec_hash, controller)
@@ -467,6 +479,7 @@ def run_argv(
         argv += ["-p", f"{_operand(address, 'address')}:{host_port}:{container_port}"]
     for volume in service.volumes:
         argv += ["-v", volume_spec(volume, cluster, service.name, slot)]
+    argv += config_mount_args(configs)
     if service.cpus > 0:
         argv += ["--cpus", f"{service.cpus:g}"]
     if service.memory > 0:
@@ -517,6 +530,40 @@ def volume_spec(volume: Volume, cluster: str, service: str, slot: int) -> str:
     """`docker run -v` for a volume: a slot's own named volume, or the bind mount as is."""
     source = volume_name(cluster, service, slot, volume.source) if volume.named else volume.source
     return f"{source}:{volume.target}" + (":ro" if volume.read_only else "")
+
+
+def config_mount_args(configs: Sequence[tuple[str, str]]) -> list[str]:
+    """A read-only bind mount per config: `--mount` (not `-v`) so that a file missing on
+    the host fails the start instead of becoming an empty directory."""
+    argv: list[str] = []
+    for source, target in configs:
+        argv += ["--mount", f"type=bind,source={source},target={target},readonly"]
+    return argv
+
+
+def config_dir_argvs() -> list[list[str]]:
+    """Make the host's config directory, then print its absolute path (one line)."""
+    return [["mkdir", "-p", "--", CONFIG_DIR], ["realpath", "-e", "--", CONFIG_DIR]]
+
+
+def config_check_argv() -> list[str]:
+    """Exit 0 when the file named on stdin (`config_check_input`) has that sha256."""
+    return ["sha256sum", "--check", "--status", "-"]
+
+
+def config_check_input(digest: str, path: str) -> str:
+    return f"{digest}  {path}\n"
+
+
+def config_write_argv(path: str) -> list[str]:
+    """Write stdin to `path` (a temporary name next to the config: made whole, then
+    renamed over, so a config is never rewritten in place)."""
+    return ["dd", f"of={path}", "status=none"]
+
+
+def config_finish_argvs(temporary: str, path: str) -> list[list[str]]:
+    """Make the written file read-only for everyone and give it its name, atomically."""
+    return [["chmod", "0444", "--", temporary], ["mv", "-f", "--", temporary, path]]
 
 
 def run_options_args(service: Service) -> list[str]:

@@ -193,6 +193,20 @@ class Volume:
 
 
 @dataclass(frozen=True)
+class ConfigFile:
+    """A file from the controller at `target` inside each task, read-only (docs/configs.md):
+    its text is kept in the desired state, and its digest names it on the hosts."""
+
+    target: str
+    content: str = field(repr=False)
+
+    @property
+    def digest(self) -> str:
+        """The sha256 of the content (UTF-8): the file's name on every host."""
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
 class Constraint:
     key: str
     op: Literal["==", "!="]
@@ -297,6 +311,7 @@ class Service:
     # env values given by `secrets` (read on the controller at apply): masked everywhere
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     volumes: tuple[Volume, ...] = ()
+    configs: tuple[ConfigFile, ...] = ()  # sorted by target; each mounted read-only
     mode: Mode = "replicated"  # "global": one task on every eligible host (replicas unused)
 
     @property
@@ -357,6 +372,8 @@ class Service:
             run["volumes"] = [str(v) for v in self.volumes]
         if self.ingress:  # each routed container port is published (route names are not run)
             run["ingress_ports"] = self.routed_ports()
+        if self.configs:  # by digest: a changed content rolls out, an unchanged one does not
+            run["configs"] = [f"{c.target}:{c.digest}" for c in self.configs]
         if self.secrets:  # a digest: a changed secret rolls out, and no hash reveals it
             values = json.dumps(sorted(self.secrets)).encode()
             run["secrets"] = hashlib.sha256(values).hexdigest()

@@ -34,6 +34,7 @@ from minidock.commands import (
     start_argv,
     stop_argv,
 )
+from minidock.configs import ConfigPlaceError, ConfigPlacer
 from minidock.core import (
     ActOutcome,
     ControllerState,
@@ -120,6 +121,7 @@ class _Acts:
         self.ingress = ingress
         self.held_ports = {h: set(p) for h, p in (held_ports or {}).items()}
         self.local_images: dict[str, LocalImage | None] = {}
+        self.configs = ConfigPlacer(lambda host, argv, stdin: self.sh(host, argv, stdin))
 
     async def sh(
         self,
@@ -163,6 +165,7 @@ class _Acts:
         where = (svc.name, r.slot, r.host, r.task)
         try:
             await self._ensure_image(r.host, svc, where)
+            mounts = await self.configs.place(r.host, svc.configs, r.task)
             if r.host not in self.networked:
                 await ensure_network(self.sh, r.host, self.cluster)
                 self.networked.add(r.host)
@@ -170,18 +173,19 @@ class _Acts:
                 old = r.replaces
                 await self._stop_and_remove(old)
                 self.record("stop", f"stopped {old.name} on {old.host}: {r.reason}", where)
-            if await self._start(r):
+            if await self._start(r, mounts):
                 self.record("run", f"started {r.name} on {r.host} ({r.reason}, {svc.image})", where)
             else:
                 self.record("adopt", f"{r.name} already exists on {r.host}: adopted", where)
-        except (_ActFailed, PushError, Unreachable, CommandTimeout) as exc:
+        except (_ActFailed, ConfigPlaceError, PushError, Unreachable, CommandTimeout) as exc:
             line = self.mask(f"{r.name} on {r.host}: {exc}")
             self.outcomes.append(StartFailed(svc.name, r.slot, r.task, line))
             self.record("act-failed", f"run {line}", where)
 
-    async def _start(self, r: Run) -> bool:
-        """Run the task; False when it exists already (a crash between act and record). A
-        task with extra networks is created, connected to them, then started."""
+    async def _start(self, r: Run, configs: Sequence[tuple[str, str]]) -> bool:
+        """Run the task (its configs, placed, mounted); False when it exists already (a
+        crash between act and record). A task with extra networks is created, connected
+        to them, then started."""
         svc = r.service
         network = cluster_network(self.cluster)
         argv, env = run_argv(
@@ -193,6 +197,7 @@ class _Acts:
             self.controller,
             network=network,
             routed=self._routed(r),
+            configs=configs,
         )
         verb = "docker run"
         if svc.networks:

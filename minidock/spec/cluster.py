@@ -36,6 +36,7 @@ from minidock.model import (
     looks_secret,
 )
 from minidock.spec.compose import is_compose_file
+from minidock.spec.configs import build_configs
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
 from minidock.spec.ingress import (
     check_ingress_hosts,
@@ -213,6 +214,7 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         constraints.append(Constraint(key=found[1], op=op, value=found[3]))
     command = body.get("command")
     env: dict[str, str] = body.get("env", {})
+    volumes = _volumes(body.get("volumes", []), (*at, "volumes"), fail)
     return Service(
         name=name,
         image=body["image"],
@@ -231,7 +233,8 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         update=_update(body.get("update", {})),
         restart=_restart(body.get("restart", {}), (*at, "restart"), fail),
         secrets=_secrets(body.get("secrets", {}), env, (*at, "secrets"), fail, base),
-        volumes=_volumes(body.get("volumes", []), (*at, "volumes"), fail),
+        volumes=volumes,
+        configs=build_configs(body.get("configs", {}), volumes, (*at, "configs"), fail, base),
         mode=_mode(body, at, fail),
         image_source=body.get("image_source", "registry"),
         **_run_options(body, at, fail, cluster),

@@ -103,7 +103,8 @@ def test_the_corpus_warns_of_what_it_cannot_apply(corpus: Path) -> None:
         f"networks.backend (line 114): {shared}",
     ]
     assert warnings("secrets") == [
-        "configs (line 28): ignored: MiniDock does not support configs yet"
+        "services.api.configs[0].mode (line 24): ignored: a config is read-only, mode 0444 "
+        "(readable by all)"
     ]
     assert warnings("deploy") == [
         "services.api.deploy.endpoint_mode (line 21): ignored: a service name resolves to "

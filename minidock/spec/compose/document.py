@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from minidock.spec.compose.configs import declared_configs
 from minidock.spec.compose.context import ComposeError, Context
 from minidock.spec.compose.envfiles import EnvFileProblem, read_env_file
 from minidock.spec.compose.interpolate import InterpolationError, Substitution
@@ -110,8 +111,8 @@ def translate(ctx: Context) -> dict[str, Any]:
         volumes=_volumes(ctx),
         networks=_networks(ctx),
         secrets=_secrets(ctx),
+        configs=declared_configs(ctx),
     )
-    _configs(ctx)
     services = mapping(ctx, doc.get("services"), ("services",))
     top.skipped = _skipped(ctx, services)
     out["services"] = {}
@@ -227,11 +228,6 @@ def _secrets(ctx: Context) -> dict[str, dict[str, str]]:
         else:
             raise ctx.fail(at, "give the secret's file or environment")
     return declared
-
-
-def _configs(ctx: Context) -> None:
-    if mapping(ctx, ctx.doc.get("configs"), ("configs",)):
-        ctx.warn(("configs",), "ignored: MiniDock does not support configs yet")
 
 
 def _skipped(ctx: Context, services: Mapping[str, Any]) -> set[str]:

@@ -1,5 +1,5 @@
 """When a service's tasks start, count as healthy and restart: depends_on, healthcheck,
-restart and deploy.restart_policy; and the secrets and configs MiniDock cannot mount."""
+restart and deploy.restart_policy; and the secrets MiniDock cannot mount as files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from minidock.spec.compose.service_base import Service
 from minidock.spec.compose.values import boolean, duration, integer, mapping, string_list, text
 from minidock.spec.compose.yamldoc import Part, YDict, YList
 
-__all__ = ["depends_on", "healthcheck", "restart", "secrets_and_configs"]
+__all__ = ["depends_on", "healthcheck", "restart", "secrets"]
 
 _STARTS = ("service_started", "service_healthy")
 
@@ -144,9 +144,9 @@ def _restart_policy(s: Service, body: YDict) -> None:
         s.ctx.came_from(("services", s.name, "restart", key), (*at, key))
 
 
-def secrets_and_configs(s: Service) -> None:
-    """A service's `secrets` would be files in /run/secrets, its `configs` files too: MiniDock
-    gives secrets as environment variables and has no configs yet."""
+def secrets(s: Service) -> None:
+    """A service's `secrets` would be files in /run/secrets: MiniDock gives secrets as
+    environment variables (files in tasks are `configs`, which are not secret)."""
     if s.body.get("secrets"):
         example = _first_secret(s.body["secrets"])
         raise s.ctx.fail(
@@ -154,12 +154,6 @@ def secrets_and_configs(s: Service) -> None:
             "MiniDock gives secrets to tasks as environment variables, not files in "
             f"/run/secrets: write x-minidock: {{secrets: {{{example.upper()}: {example}}}}} "
             "on the service (ENV_NAME: the top-level secret)",
-        )
-    if s.body.get("configs"):
-        raise s.ctx.fail(
-            (*s.at, "configs"),
-            "MiniDock does not support configs (files put into tasks) yet: remove them, or "
-            "bind-mount a file that is on every host",
         )
 
 

@@ -17,12 +17,14 @@ __all__ = ["Service", "TopLevel"]
 @dataclass
 class TopLevel:
     """What the top level declares: named volumes, networks (the name a service joins for
-    an external one, "" for one that is the cluster's own network), secrets (as TOML
-    secret sources), and which services are in (their profiles are active) or out."""
+    an external one, "" for one that is the cluster's own network), secrets and configs
+    (as TOML secret and config sources), and which services are in (their profiles are
+    active) or out."""
 
     volumes: dict[str, YDict] = field(default_factory=dict)
     networks: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
     skipped: set[str] = field(default_factory=set)
 
 

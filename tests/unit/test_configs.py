@@ -1,0 +1,204 @@
+"""Configs (docs/configs.md): the spec's checks and their one-line errors, the spec hash
+(content in, unchanged content changing nothing), the docker run mounts, and how a host
+gets each file (content-addressed, written aside and renamed, checked)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minidock.commands import CONFIG_DIR, run_argv
+from minidock.configs import ConfigPlaceError, ConfigPlacer
+from minidock.model import ConfigFile, Service
+from minidock.spec import SpecError, load_cluster
+from minidock.ssh import Result
+
+HEAD = 'cluster = "prod"\ninventory = "inventory.toml"\n[services.web]\nimage = "web:5"\n'
+
+
+def load(tmp_path: Path, body: str) -> Service:
+    path = tmp_path / "cluster.toml"
+    path.write_text(HEAD + body)
+    (service,) = load_cluster(path).services
+    return service
+
+
+def error(tmp_path: Path, body: str) -> str:
+    with pytest.raises(SpecError) as caught:
+        load(tmp_path, body)
+    text = str(caught.value)
+    assert "\n" not in text
+    return text.removeprefix(f"{tmp_path / 'cluster.toml'}: ")
+
+
+def test_a_config_from_a_file_and_one_given_inline(tmp_path: Path) -> None:
+    (tmp_path / "app.conf").write_text("a = 1\r\nb = 2\n")
+    service = load(
+        tmp_path,
+        '[services.web.configs]\n"/etc/z.conf" = { content = "z" }\n'
+        '"/etc/app/app.conf" = { file = "app.conf" }\n',
+    )
+    assert service.configs == (
+        ConfigFile("/etc/app/app.conf", "a = 1\r\nb = 2\n"),  # as it is, line endings kept
+        ConfigFile("/etc/z.conf", "z"),
+    )
+    assert service.configs[1].digest == hashlib.sha256(b"z").hexdigest()
+    swapped = load(
+        tmp_path,
+        '[services.web.configs]\n"/etc/app/app.conf" = { file = "app.conf" }\n'
+        '"/etc/z.conf" = { content = "z" }\n',
+    )
+    assert swapped.spec_hash() == service.spec_hash()  # sorted by path: file order is not hashed
+
+
+BIG = "x" * (500 * 1024 + 1)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            '"etc/app.conf" = { content = "" }',
+            "services.web.configs.\"etc/app.conf\": 'etc/app.conf' must be an absolute path in "
+            "the task, like /etc/app.conf",
+        ),
+        (
+            '"/etc/../app.conf" = { content = "" }',
+            "must be a plain path: write /app.conf",
+        ),
+        ('"/etc/app/" = { content = "" }', "must be a plain path: write /etc/app"),
+        ('"/" = { content = "" }', "'/' must be an absolute path in the task"),
+        ('"/etc/a,b" = { content = "" }', "may not hold a comma, quote or line break"),
+        ('"/data" = { content = "" }', "/data collides with volumes[0] (/data)"),
+        ('"/data/x.conf" = { content = "" }', None),  # a file inside a volume's directory
+        ('"/srv/x" = { content = "" }', "/srv/x collides with volumes[1] (/srv/x/cache)"),
+        (
+            '"/etc/a" = { content = "" }\n"/etc/a/b" = { content = "" }',
+            "/etc/a/b collides with the config at /etc/a",
+        ),
+        ('"/etc/a" = { file = "nope.conf" }', "config file not found: "),
+        ('"/etc/a" = { file = "." }', "is a directory: name a file"),
+        ('"/etc/a" = { file = "latin1.conf" }', "is not UTF-8 text (configs are text files)"),
+        ('"/etc/a" = { file = "big.conf" }', "is 512001 bytes, over the 500 KiB limit"),
+        (f'"/etc/a" = {{ content = "{BIG}" }}', "512001 bytes is over the 500 KiB limit"),
+        ('"/etc/a" = { file = "x", content = "y" }', 'services.web.configs."/etc/a": '),
+        ('"/etc/a" = { env = "X" }', 'services.web.configs."/etc/a": '),
+    ],
+)
+def test_bad_configs_are_one_line_naming_the_key(
+    tmp_path: Path, body: str, expected: str | None
+) -> None:
+    (tmp_path / "latin1.conf").write_bytes("caf\xe9".encode("latin-1"))
+    (tmp_path / "big.conf").write_text(BIG)
+    text = 'volumes = ["data:/data", "/srv/x/cache:/srv/x/cache"]\n[services.web.configs]\n'
+    if expected is None:
+        assert load(tmp_path, text + body).configs
+    else:
+        assert expected in error(tmp_path, text + body)
+
+
+def with_configs(*pairs: tuple[str, str]) -> Service:
+    return Service("web", "web:5", configs=tuple(ConfigFile(t, c) for t, c in pairs))
+
+
+def test_the_content_is_in_the_spec_hash() -> None:
+    plain = Service("web", "web:5")
+    one = with_configs(("/etc/a", "1"))
+    assert one.spec_hash() != plain.spec_hash()
+    assert with_configs(("/etc/a", "1")).spec_hash() == one.spec_hash()  # unchanged: same
+    assert with_configs(("/etc/a", "2")).spec_hash() != one.spec_hash()  # content
+    assert with_configs(("/etc/b", "1")).spec_hash() != one.spec_hash()  # path in the task
+    assert replace(plain, configs=()).spec_hash() == plain.spec_hash()
+
+
+@given(st.dictionaries(st.sampled_from(["/a", "/b", "/c"]), st.text(max_size=20), min_size=1))
+def test_the_hash_follows_every_content(contents: dict[str, str]) -> None:
+    """The same contents hash alike; a change to any one changes the hash."""
+    pairs = sorted(contents.items())
+    loaded = with_configs(*pairs)
+    assert with_configs(*pairs).spec_hash() == loaded.spec_hash()
+    for target, _ in pairs:
+        changed = with_configs(*[(t, c + "!" if t == target else c) for t, c in pairs])
+        assert changed.spec_hash() != loaded.spec_hash()
+
+
+def test_each_config_is_a_read_only_bind_mount_that_must_exist() -> None:
+    argv, _ = run_argv(
+        with_configs(("/etc/a", "1")), "prod", 1, "t1", "h", configs=[("/root/x/d1", "/etc/a")]
+    )
+    at = argv.index("--mount")
+    assert argv[at + 1] == "type=bind,source=/root/x/d1,target=/etc/a,readonly"
+    assert "-v" not in argv
+
+
+class FakeHost:
+    """A host's shell for ConfigPlacer: a file system of paths to text, and each argv."""
+
+    def __init__(self, home: str = "/home/deploy") -> None:
+        self.home = home
+        self.files: dict[str, str] = {}
+        self.calls: list[list[str]] = []
+        self.corrupt = False  # the host writes something else than it is sent
+
+    async def sh(self, host: str, argv: Sequence[str], stdin: str | None) -> Result:
+        self.calls.append(list(argv))
+        match list(argv):
+            case ["mkdir", "-p", "--", path]:
+                assert path == CONFIG_DIR
+            case ["realpath", "-e", "--", path]:
+                return Result(0, f"{self.home}/{path}\n", "")
+            case ["sha256sum", "--check", "--status", "-"]:
+                assert stdin is not None
+                digest, path = stdin.rstrip("\n").split("  ")
+                found = self.files.get(path)
+                good = found is not None and hashlib.sha256(found.encode()).hexdigest() == digest
+                return Result(0 if good else 1, "", "")
+            case ["dd", of, "status=none"]:
+                assert stdin is not None
+                self.files[of.removeprefix("of=")] = stdin + ("!" if self.corrupt else "")
+            case ["chmod", "0444", "--", _]:
+                pass
+            case ["mv", "-f", "--", source, target]:
+                self.files[target] = self.files.pop(source)
+            case other:
+                raise AssertionError(other)
+        return Result(0, "", "")
+
+
+def place(fake: FakeHost, configs: Sequence[ConfigFile], task: str = "t1") -> list[tuple[str, str]]:
+    placer = ConfigPlacer(fake.sh)
+    return asyncio.run(placer.place("host1", configs, task))
+
+
+def test_a_host_gets_each_config_by_digest_written_aside_then_renamed() -> None:
+    fake = FakeHost()
+    config = ConfigFile("/etc/a", "one\n")
+    path = f"/home/deploy/.minidock/configs/{config.digest}"
+    assert place(fake, [config]) == [(path, "/etc/a")]
+    assert fake.files == {path: "one\n"}
+    renames = [c for c in fake.calls if c[0] == "mv"]
+    assert renames == [["mv", "-f", "--", f"{path}.t1.tmp", path]]
+    fake.calls.clear()
+    assert place(fake, [config], "t2") == [(path, "/etc/a")]  # there already: not written
+    assert [c[0] for c in fake.calls] == ["mkdir", "realpath", "sha256sum"]
+
+
+def test_a_wrong_file_on_the_host_is_replaced_and_a_bad_upload_refused() -> None:
+    fake = FakeHost()
+    config = ConfigFile("/etc/a", "one\n")
+    path = f"/home/deploy/.minidock/configs/{config.digest}"
+    fake.files[path] = "tampered"
+    place(fake, [config])
+    assert fake.files[path] == "one\n"
+    fake = FakeHost()
+    fake.corrupt = True
+    with pytest.raises(ConfigPlaceError, match="the file on the host has another sha256"):
+        place(fake, [config])
+    assert path not in fake.files

@@ -8,7 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import tomllib
 from pathlib import Path
+
+import pytest
+import tomli_w
 
 from minidock.lab.images import WEB5_IMAGE
 from tests.integration.conftest import Fleet, Minidock
@@ -19,6 +23,19 @@ APP_CONF = "listen = 8080\nname = first\n"
 def ok(res: subprocess.CompletedProcess[str]) -> str:
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout
+
+
+@pytest.fixture
+def md(fleet: Fleet, tmp_path: Path) -> Minidock:
+    """The command line on the lab, with probes given time: a task on every host of a
+    machine that eight test sessions share must not read as a mass host loss."""
+    doc = tomllib.loads(fleet.inventory.read_text())
+    for key in ("identity_file", "known_hosts"):
+        doc["defaults"][key] = str((fleet.inventory.parent / doc["defaults"][key]).resolve())
+    doc["defaults"]["probe_timeout"] = "30s"
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(tomli_w.dumps(doc))
+    return Minidock(fleet, tmp_path, inventory=inventory)
 
 
 def spec(md: Minidock, conf: Path, replicas: int) -> Path:

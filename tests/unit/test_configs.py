@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from minidock.commands import CONFIG_DIR, run_argv
 from minidock.configs import ConfigPlaceError, ConfigPlacer
+from minidock.core.simulate import spec_diff
 from minidock.model import ConfigFile, Service
 from minidock.spec import SpecError, load_cluster
 from minidock.ssh import Result
@@ -202,3 +203,14 @@ def test_a_wrong_file_on_the_host_is_replaced_and_a_bad_upload_refused() -> None
     with pytest.raises(ConfigPlaceError, match="the file on the host has another sha256"):
         place(fake, [config])
     assert path not in fake.files
+
+
+def test_a_plan_names_the_changed_paths_never_the_contents() -> None:
+    old = with_configs(("/etc/a", "secret-ish one"), ("/etc/b", "same"))
+    new = with_configs(("/etc/a", "secret-ish two"), ("/etc/b", "same"), ("/etc/c", "new"))
+    (change,) = spec_diff(old, new)
+    assert (change.field, change.old, change.new) == (
+        "configs",
+        "/etc/a, /etc/b",
+        "+/etc/c ~/etc/a",
+    )

@@ -188,6 +188,8 @@ class _Acts:
         to them, then started."""
         svc = r.service
         network = cluster_network(self.cluster)
+        held = self.held_ports.setdefault(r.host, set())
+        routed = _routed(self.ingress, held, self.hosts[r.host].reached_at, r)
         argv, env = run_argv(
             svc,
             self.cluster,
@@ -196,7 +198,7 @@ class _Acts:
             svc.spec_hash(),
             self.controller,
             network=network,
-            routed=self._routed(r),
+            routed=routed,
             configs=configs,
         )
         verb = "docker run"
@@ -210,22 +212,6 @@ class _Acts:
         if svc.networks:
             await self._connect_and_start(r)
         return True
-
-    def _routed(self, r: Run) -> list[tuple[str, int, int]]:
-        """A host port from the ingress's task range for each routed container port, bound
-        to the host's private address: the lowest one nothing on the host holds."""
-        if self.ingress is None or not r.service.ingress:
-            return []
-        first, last = self.ingress.task_ports
-        held = self.held_ports.setdefault(r.host, set())
-        routed: list[tuple[str, int, int]] = []
-        for port in r.service.routed_ports():
-            free = next((p for p in range(first, last + 1) if p not in held), None)
-            if free is None:
-                raise _ActFailed(f"no free host port left in task_ports {first}-{last}")
-            held.add(free)
-            routed.append((self.hosts[r.host].reached_at, free, port))
-        return routed
 
     async def _connect_and_start(self, r: Run) -> None:
         """Join the created task to its extra networks and start it; on a failure it is
@@ -288,6 +274,25 @@ class _Acts:
         res = await self.sh(host, argv, timeout=timeout)
         if res.exit_status != 0 and "No such container" not in res.stderr:
             raise _ActFailed(f"{what} failed: {_first_line(res)}")
+
+
+def _routed(
+    ingress: Ingress | None, held: set[int], reached_at: str, r: Run
+) -> list[tuple[str, int, int]]:
+    """A host port from the ingress's task range for each routed container port, bound
+    to the host's private address (`reached_at`): the lowest one nothing on the host
+    holds (`held`, which takes the ports given)."""
+    if ingress is None or not r.service.ingress:
+        return []
+    first, last = ingress.task_ports
+    routed: list[tuple[str, int, int]] = []
+    for port in r.service.routed_ports():
+        free = next((p for p in range(first, last + 1) if p not in held), None)
+        if free is None:
+            raise _ActFailed(f"no free host port left in task_ports {first}-{last}")
+        held.add(free)
+        routed.append((reached_at, free, port))
+    return routed
 
 
 def _replayed(res: Result, name: str) -> bool:

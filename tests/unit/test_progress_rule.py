@@ -126,8 +126,9 @@ SETTINGS = settings(
 )
 IMAGES = ["web:5", "web:5", "crash:1", "web:broken", "web:late"]  # not *:slow: Docker
 # itself turns a check that never settles unhealthy; the sim's :slow stays "starting"
-PASSES = 60  # passes of a frozen world, TICK apart
-BOUND = 40  # at most this many exit 3 (24 seen in 150 examples): backoffs, gates, rollouts
+PASSES = 120  # passes of a frozen world, TICK apart
+SETTLED = 40  # the last passes, in which exit 3 never comes: it ends within 80 passes
+# (backoffs, gates and rollouts took up to 42 passes in the examples seen)
 
 
 @st.composite
@@ -174,9 +175,7 @@ def _service(draw: st.DrawFn, i: int, w: World) -> Service:
 @given(frozen_worlds())
 def test_exit_3_does_not_repeat_for_ever_on_a_frozen_world(w: World) -> None:
     codes = [code(w.step()) for _ in range(PASSES)]
-    progressing = codes.count(ExitCode.NOT_CONVERGED)
-    assert progressing <= BOUND, codes
-    assert codes[-1] is not ExitCode.NOT_CONVERGED, (codes, w.log[-1])
+    assert ExitCode.NOT_CONVERGED not in codes[-SETTLED:], (codes, w.log[-1])
 
 
 # -- causes carried to the top (issue 27 item 2) ----------------------------------------------

@@ -92,6 +92,7 @@ def test_drain_ends_with_exit_1_and_the_reason_when_its_move_cannot_start(
     setup.docker.host_images = {h: {"web:5"} for h in ("host1", "host2", "host3") if h != free}
     outcome = run(usecases.drain(busy, setup.state, setup.runtime(), setup.report, timeout=300.0))
     assert outcome.exit_code is ExitCode.FAILED, outcome  # its move's start failed
+    assert "1 act failed" in outcome.convergence.why, outcome  # one act, in the singular
     codes = []
     for _ in range(40):  # cron's passes, a few seconds apart
         setup.clock.t += 5.0

@@ -141,16 +141,7 @@ def privileged_probe_argv(image: str) -> list[str]:
 # -- host containers ---------------------------------------------------------------------------
 def container_states_argv(containers: Sequence[str]) -> list[str]:
     """`/NAME STATE` per existing container, for `parse_container_states`."""
-    template = "{{.Name}} {{.State.Status}}"
-    return [
-        "docker",
-        "inspect",
-        "--type",
-        "container",
-        "-f",
-        template,
-        *_operands(containers, "container"),
-    ]
+    return _inspect_containers_argv("{{.Name}} {{.State.Status}}", containers)
 
 
 def parse_container_states(stdout: str) -> dict[str, str]:
@@ -166,6 +157,11 @@ def parse_container_states(stdout: str) -> dict[str, str]:
 def container_addresses_argv(containers: Sequence[str]) -> list[str]:
     """`/NAME ADDRESS...` per running container: its addresses on its docker networks."""
     template = "{{.Name}}{{range .NetworkSettings.Networks}} {{.IPAddress}}{{end}}"
+    return _inspect_containers_argv(template, containers)
+
+
+def _inspect_containers_argv(template: str, containers: Sequence[str]) -> list[str]:
+    """`docker inspect` of existing containers, one `template` line each."""
     return [
         "docker",
         "inspect",

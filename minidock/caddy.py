@@ -3,13 +3,19 @@ docker argv that runs, reads and loads the proxy, and the parser of what it repo
 like `minidock.commands`; `minidock.ingress` runs these over SSH.
 
 The proxy is a container of its own on each ingress host (`minidock-ingress-CLUSTER`,
-labelled `minidock.ingress=CLUSTER`, never `minidock.cluster`: it is not a task), on the
-host's network, so it listens on the host's HTTP port and its admin API on the host's
-loopback only (`localhost:2019`, Caddy's default). A config is loaded with `caddy reload`
-inside the container (a `POST /load` to that admin API), which swaps the routes without
-dropping the listener. Caddy saves each config it loads (`/config/caddy/autosave.json`,
-and `caddy run --resume` starts from it): reading that file back is how a pass sees what
-a proxy has loaded. The config carries its digest as the `@id` of its server. docs/ingress.md.
+labelled `minidock.ingress=CLUSTER`, never `minidock.cluster`: it is not a task), in a
+network namespace of its own with the HTTP port published (as kamal-proxy runs), and its
+admin API on the container's loopback only (`localhost:2019`, Caddy's default). A config
+is loaded with `caddy reload` inside the container (a `POST /load` to that admin API).
+Each load makes Caddy open a new listening socket and close the old one (Caddy 2.6,
+SO_REUSEPORT); the kernel then resets every connection still waiting in the old socket's
+accept queue unless `net.ipv4.tcp_migrate_req` is 1, which moves them to the new socket.
+That sysctl is per network namespace, and docker sets it only on a container with a
+namespace of its own: hence no host network. docs/ingress.md, "Reloads".
+
+Caddy saves each config it loads (`/config/caddy/autosave.json`, and `caddy run --resume`
+starts from it): reading that file back is how a pass sees what a proxy has loaded. The
+config carries its digest as the `@id` of its server. docs/ingress.md.
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ TRY_DURATION = "5s"
 TRY_INTERVAL = "100ms"
 DIAL_TIMEOUT = "1s"
 FAIL_DURATION = "10s"
+# The proxy's network: a namespace of its own (docker's default bridge), the port published.
+NETWORK = "bridge"
+MIGRATE_ACCEPT_QUEUE = "net.ipv4.tcp_migrate_req"  # Linux 5.14 and later
 NO_ROUTE = {"handler": "static_response", "status_code": 404, "body": "no route\n"}
 
 
@@ -78,7 +87,8 @@ def proxy_name(cluster: str) -> str:
 
 def proxy_spec(ingress: Ingress) -> str:
     """Hash of what the proxy container runs: a new value means it is replaced."""
-    blob = json.dumps({"image": ingress.image, "http_port": ingress.http_port}, sort_keys=True)
+    run = {"image": ingress.image, "http_port": ingress.http_port, "network": NETWORK}
+    blob = json.dumps(run, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -135,14 +145,17 @@ def proxy_config(routes: Sequence[RouteSpec], ingress: Ingress) -> ProxyConfig:
 
 
 def proxy_run_argv(cluster: str, ingress: Ingress) -> list[str]:
-    """Start the proxy: host network, restarted by docker if it dies between passes,
-    resuming from the config it last loaded."""
+    """Start the proxy: its HTTP port published, accept queues kept across reloads,
+    restarted by docker if it dies between passes, resuming from the config it last
+    loaded."""
+    port = ingress.http_port
     return [
         "docker", "run", "-d",
         "--name", proxy_name(cluster),
         "--label", f"{LABEL_INGRESS}={cluster}",
         "--label", f"{LABEL_PROXY_SPEC}={proxy_spec(ingress)}",
-        "--network", "host",
+        "--publish", f"{port}:{port}",
+        "--sysctl", f"{MIGRATE_ACCEPT_QUEUE}=1",
         "--restart", "unless-stopped",
         "--env", "XDG_CONFIG_HOME=/config",
         "--env", "XDG_DATA_HOME=/data",

@@ -27,6 +27,7 @@ import os
 import socket
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 
 import asyncssh
 import pytest
+import tomli_w
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from pytest_docker.plugin import Services
 
@@ -292,3 +294,28 @@ class Minidock:
 @pytest.fixture
 def md(fleet: Fleet, tmp_path: Path) -> Minidock:
     return Minidock(fleet, tmp_path)
+
+
+# Probes for tests whose subject is not host loss. On two cores running two labs (and the
+# demo's), `docker ps` on a lab host can take more than the lab's 3 s `probe_timeout`;
+# two such probes mark the host down and its tasks are replaced while they run, which
+# says nothing about a rollout or the ingress. A stopped host still refuses at once.
+PATIENT_PROBES = {"connect_timeout": "5s", "probe_timeout": "15s", "command_timeout": "120s"}
+
+
+def patient_inventory(fleet: Fleet, path: Path) -> Path:
+    """The lab's inventory with patient probes, written to `path` (paths made absolute)."""
+    lab = tomllib.loads(fleet.inventory.read_text())
+    base = fleet.inventory.parent
+    files = {
+        k: str((base / lab["defaults"][k]).resolve()) for k in ("identity_file", "known_hosts")
+    }
+    lab["defaults"] |= PATIENT_PROBES | files
+    path.write_text(tomli_w.dumps(lab))
+    return path
+
+
+@pytest.fixture
+def patient_md(fleet: Fleet, tmp_path: Path) -> Minidock:
+    """`md` through an inventory with patient probes (PATIENT_PROBES)."""
+    return Minidock(fleet, tmp_path, inventory=patient_inventory(fleet, tmp_path / "lab.toml"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,17 +47,9 @@ order = "{order}"
 
 
 @pytest.fixture
-def md(fleet: Fleet, tmp_path: Path) -> Minidock:
-    """The CLI against the lab, through an inventory with patient probes: on a machine
-    whose load is many times its cores, 3 s probes fail and the mass-loss guard holds the
-    passes, which says nothing about the ingress."""
-    text = fleet.inventory.read_text().replace('connect_timeout = "2s"', PATIENT)
-    patient = fleet.inventory.with_name("lab-ingress.toml")
-    patient.write_text(text)
-    return Minidock(fleet, tmp_path, inventory=patient)
-
-
-PATIENT = 'connect_timeout = "5s"\nprobe_timeout = "15s"\ncommand_timeout = "120s"'
+def md(patient_md: Minidock) -> Minidock:
+    """Patient probes: a slow `docker ps` on a loaded machine says nothing about traffic."""
+    return patient_md
 
 
 def http_port(fleet: Fleet, host: str = EDGE) -> int:
@@ -131,10 +122,15 @@ def converge(md: Minidock, passes: int = 60, ok: tuple[int, ...] = (0,)) -> int:
     raise AssertionError(f"not converged after {passes} passes (last exit {code})")
 
 
-def assert_no_failure(load: Load) -> None:
+def assert_no_failure(load: Load, fleet: Fleet, md: Minidock) -> None:
+    """No request failed; if one did, the message carries the edge proxy's own errors."""
     failed = load.failed()
     assert load.replies, "the load generator sent nothing"
-    assert failed == [], f"{len(failed)} of {len(load.replies)} failed: {failed[:5]}"
+    if failed:
+        log = fleet.docker(EDGE, "logs", "--tail", "40", proxy_name(md.cluster))
+        errors = [line for line in (log.stdout + log.stderr).splitlines() if '"error"' in line]
+        detail = "\n".join(errors[-10:])
+        raise AssertionError(f"{len(failed)} of {len(load.replies)} failed: {failed[:5]}\n{detail}")
 
 
 def latency(load: Load) -> str:
@@ -144,19 +140,13 @@ def latency(load: Load) -> str:
     return f"{len(times)} requests, p50 {p50:.3f}s p99 {p99:.3f}s max {top:.3f}s"
 
 
-@pytest.mark.xfail(
-    reason="open bug (issue 20): on a quiet machine 1 request in about 7,000 got an empty "
-    "reply (connection closed, no status) during a rolling update; the cause, probably a "
-    "proxy reload closing a just-accepted connection, is not found yet",
-    strict=False,
-)
 @pytest.mark.parametrize("order", ["stop-first", "start-first"])
 def test_a_rolling_update_fails_no_request(fleet: Fleet, md: Minidock, order: str) -> None:
     apply(md, spec(order=order))
     with Load(http_port(fleet), DOMAIN) as load:
         apply(md, spec(WEB6, order=order))
         time.sleep(1)
-    assert_no_failure(load)
+    assert_no_failure(load, fleet, md)
     assert load.bodies() == {"web 5\n", "web 6\n"}
     assert {t["image"] for t in md.tasks("web")} == {WEB6}
     assert events(md, "draining")  # each replaced task left the routes first
@@ -170,7 +160,7 @@ def test_a_drain_fails_no_request(fleet: Fleet, md: Minidock) -> None:
         if md("drain", victim, timeout=240).returncode != 0:
             converge(md)  # the drain is recorded; passes finish it
         time.sleep(1)
-    assert_no_failure(load)
+    assert_no_failure(load, fleet, md)
     assert victim not in {t["host"] for t in md.tasks("web")}
     print(f"drain: {latency(load)}")
 
@@ -184,7 +174,7 @@ def test_scaling_down_and_up_fails_no_request(fleet: Fleet, md: Minidock) -> Non
             assert len(md.tasks("web")) == count
             assert len(upstreams(fleet, md)) == count
         time.sleep(1)
-    assert_no_failure(load)
+    assert_no_failure(load, fleet, md)
     print(f"scale 3 -> 1 -> 3: {latency(load)}")
 
 
@@ -198,7 +188,7 @@ def test_a_lost_host_fails_no_request(fleet: Fleet, md: Minidock, mode: str) -> 
         fleet.revive(victim)
         converge(md)
         time.sleep(1)
-    assert_no_failure(load)
+    assert_no_failure(load, fleet, md)
     assert len(md.tasks("web")) == 3
     print(f"host {mode}: {latency(load)}")
 
@@ -215,6 +205,6 @@ def test_a_controller_killed_mid_update_fails_no_request(fleet: Fleet, md: Minid
         proc.communicate(timeout=30)  # reaped, its pipes closed
         converge(md)
         time.sleep(1)
-    assert_no_failure(load)
+    assert_no_failure(load, fleet, md)
     assert {t["image"] for t in md.tasks("web")} == {WEB6}
     print(f"kill -9 mid-update: {latency(load)}")

@@ -13,7 +13,7 @@ from minidock.state import Store
 from tests.integration.conftest import Minidock
 from tests.integration.test_converge import live_by_host
 
-TRIALS = 21
+TRIALS = 12
 SEED = 20261201
 REPLICAS = 3
 

@@ -97,6 +97,13 @@ def web(doc: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+@pytest.fixture
+def md(patient_md: Minidock) -> Minidock:
+    """Patient probes: a rollout test counts starts, and a host marked down by two slow
+    probes on a loaded machine would add a replacement the rollout did not make."""
+    return patient_md
+
+
 # -- the rollout -------------------------------------------------------------------------------
 def test_web5_to_web6_keeps_replicas_minus_parallelism_healthy(md: Minidock, fleet: Fleet) -> None:
     deploy(md, fleet, WEB5)

@@ -12,7 +12,7 @@ from typing import Any
 
 import tomli_w
 
-from tests.integration.conftest import Fleet, Minidock
+from tests.integration.conftest import Fleet, Minidock, patient_inventory
 
 HEALTH = """
 [services.{name}.health]
@@ -100,17 +100,9 @@ def test_forget_of_a_host_whose_slots_were_refilled_keeps_their_records(
     """Once host3 is down and its slot refilled on another host, forget host3 writes off only
     the stale task host3 ran; the replacement keeps its slot (it logged task-lost for the
     healthy replacements and cleared their records), so nothing starts or stops after."""
-    # probes patient with a loaded engine (a lab test runs beside this one): a slow
-    # docker ps must not trip the mass-loss guard; a stopped host3 still refuses at once
-    lab = tomllib.loads(md.fleet.inventory.read_text())
-    base = md.fleet.inventory.parent
-    lab["defaults"] |= {
-        "probe_timeout": "20s",
-        "identity_file": str((base / lab["defaults"]["identity_file"]).resolve()),
-        "known_hosts": str((base / lab["defaults"]["known_hosts"]).resolve()),
-    }
-    md.inventory = tmp_path / "inventory.toml"
-    md.inventory.write_text(tomli_w.dumps(lab))
+    # probes patient with a loaded engine: a slow docker ps must not trip the mass-loss
+    # guard; a stopped host3 still refuses at once
+    md.inventory = patient_inventory(fleet, tmp_path / "inventory.toml")
     res = md("apply", str(md.spec(WEB)), "--wait", "--timeout", "90s")
     assert res.returncode == 0, res.stdout + res.stderr
     stale = {t["slot"]: t["id"] for t in md.tasks("web") if t["host"] == "host3"}

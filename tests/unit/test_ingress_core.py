@@ -227,10 +227,12 @@ def test_the_config_routes_hosts_and_paths_with_retries() -> None:
     )
 
 
-def test_the_proxy_runs_on_the_host_network_and_probes_read_what_it_says() -> None:
-    argv = proxy_run_argv("prod", Ingress(image="caddy:2.6"))
+def test_the_proxy_publishes_its_port_keeps_accept_queues_and_probes_read_what_it_says() -> None:
+    argv = proxy_run_argv("prod", Ingress(image="caddy:2.6", http_port=8000))
     assert argv[:5] == ["docker", "run", "-d", "--name", "minidock-ingress-prod"]
-    assert argv[argv.index("--network") + 1] == "host"
+    assert "--network" not in argv  # a namespace of its own: docker sets sysctls only there
+    assert argv[argv.index("--publish") + 1] == "8000:8000"
+    assert argv[argv.index("--sysctl") + 1] == "net.ipv4.tcp_migrate_req=1"
     assert argv[-4:] == ["caddy:2.6", "caddy", "run", "--resume"]
     assert parse_proxy_probe("h", "missing\n") == ProxyObservation("h", True)
     exited = parse_proxy_probe("h", "exited abc\n")

@@ -5,8 +5,8 @@ booleans, slots with `failed`/`complete`, rollouts whose phase was named `status
 into today's phases, so an upgrade keeps every drain, every Failed slot and every rollout.
 
 `Codec(box)` is what the stores use: the same JSON, with every secret value of a service
-(`model.secret_values`: its `secrets`, its registry password, env values under
-secret-looking keys) sealed by the box on the way out and opened on the way in
+(`model.secret_values`: its `secrets`, its secret files' text, its registry password, env
+values under secret-looking keys) sealed by the box on the way out and opened on the way in
 (minidock.store.sealing); a clear value an older MiniDock wrote is read as it is. The
 module's own functions seal nothing: they are for values that hold no secret.
 """
@@ -103,6 +103,9 @@ def _secret_fields(d: dict[str, Any], change: Callable[[str], str]) -> dict[str,
     d = dict(d)
     d["env"] = [[k, change(v) if looks_secret(k) and v else v] for k, v in d.get("env", ())]
     d["secrets"] = [[k, change(v) if v else v] for k, v in d.get("secrets", ())]
+    d["secret_files"] = [
+        {**f, "value": change(f["value"]) if f["value"] else ""} for f in d.get("secret_files", ())
+    ]
     auth = d.get("registry_auth")
     if auth is not None and auth.get("password"):
         d["registry_auth"] = {**auth, "password": change(auth["password"])}

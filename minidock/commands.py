@@ -9,10 +9,12 @@ returns the service env separately, as env-file text for the command's stdin.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
 import shlex
+import tarfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +31,7 @@ from minidock.model import (
     ContainerState,
     Health,
     HealthCheck,
+    SecretFile,
     Service,
     Volume,
 )
@@ -89,6 +92,8 @@ __all__ = [
     "run_argv",
     "run_options_args",
     "save_argv",
+    "secret_files_argv",
+    "secret_files_tar",
     "start_argv",
     "stop_argv",
     "task_logs_argv",
@@ -564,6 +569,27 @@ def config_write_argv(path: str) -> list[str]:
 def config_finish_argvs(temporary: str, path: str) -> list[list[str]]:
     """Make the written file read-only for everyone and give it its name, atomically."""
     return [["chmod", "0444", "--", temporary], ["mv", "-f", "--", temporary, path]]
+
+
+def secret_files_argv(container: str) -> list[str]:
+    """Copy the tar stream on stdin (`secret_files_tar`) into a created task, at its root,
+    keeping each file's owner and mode (`-a`): the secrets go into the task's own
+    filesystem, never into a file of the host's."""
+    return ["docker", "cp", "-a", "-", f"{_operand(container, 'container')}:/"]
+
+
+def secret_files_tar(files: Sequence[SecretFile]) -> str:
+    """A tar stream of the files alone (no directory entries: Docker makes a missing
+    parent 0755 and leaves an existing one as it is), as text for a command's stdin:
+    headers are ASCII and the contents UTF-8, so the text is the stream byte for byte."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for f in files:
+            data = f.value.encode()
+            info = tarfile.TarInfo(f.target.lstrip("/"))
+            info.size, info.mode, info.uid, info.gid = len(data), f.mode, f.uid, f.gid
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue().decode("utf-8")
 
 
 def run_options_args(service: Service) -> list[str]:

@@ -207,6 +207,25 @@ class ConfigFile:
 
 
 @dataclass(frozen=True)
+class SecretFile:
+    """A secret given to each task as a file at `target` (Compose's service `secrets`;
+    docs/secrets.md): its text is read on the controller at apply, sealed at rest, masked
+    everywhere, and copied into the task's own filesystem before it starts, owned by
+    `uid`:`gid` with `mode`; never written to a file of the host's."""
+
+    target: str
+    value: str = field(repr=False)
+    uid: int = 0
+    gid: int = 0
+    mode: int = 0o444  # Compose's and Swarm's default: the task's users may read it
+
+    def digest(self) -> str:
+        """A sha256 over everything the task sees of it (changes roll out; shows nothing)."""
+        seen = json.dumps([self.target, self.uid, self.gid, self.mode, self.value])
+        return hashlib.sha256(seen.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
 class Constraint:
     key: str
     op: Literal["==", "!="]
@@ -312,6 +331,8 @@ class Service:
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     volumes: tuple[Volume, ...] = ()
     configs: tuple[ConfigFile, ...] = ()  # sorted by target; each mounted read-only
+    # secrets as files in the task (sorted by target), copied in before it starts
+    secret_files: tuple[SecretFile, ...] = field(default=(), repr=False)
     mode: Mode = "replicated"  # "global": one task on every eligible host (replicas unused)
 
     @property
@@ -377,6 +398,9 @@ class Service:
         if self.secrets:  # a digest: a changed secret rolls out, and no hash reveals it
             values = json.dumps(sorted(self.secrets)).encode()
             run["secrets"] = hashlib.sha256(values).hexdigest()
+        if self.secret_files:  # one digest, as for secrets: a change rolls out, unreadably
+            digests = json.dumps([f.digest() for f in self.secret_files]).encode()
+            run["secret_files"] = hashlib.sha256(digests).hexdigest()
         defaults = _service_defaults()
         for name in RUN_OPTIONS:
             value = getattr(self, name)
@@ -433,12 +457,15 @@ def looks_secret(key: str) -> bool:
 
 def secret_values(service: Service) -> tuple[str, ...]:
     """A service's values that are secrets, whatever their length: every `secrets` value,
-    its registry password, and its env values under secret-looking keys. Other env values
-    are configuration, shown as they are."""
+    every secret file's text (whole, and each of its lines, as output shows it line by
+    line), its registry password, and its env values under secret-looking keys. Other env
+    values are configuration, shown as they are."""
     env = (value for key, value in service.env if looks_secret(key))
     auth = service.registry_auth
     registry = (auth.password,) if auth is not None else ()
-    return tuple(v for v in (*env, *(value for _, value in service.secrets), *registry) if v)
+    lines = (p.strip() for f in service.secret_files for p in (f.value, *f.value.splitlines()))
+    found = (*env, *(value for _, value in service.secrets), *lines, *registry)
+    return tuple(dict.fromkeys(v for v in found if v))
 
 
 @dataclass(frozen=True)

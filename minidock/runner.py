@@ -31,6 +31,8 @@ from minidock.commands import (
     pull_argv,
     rm_argv,
     run_argv,
+    secret_files_argv,
+    secret_files_tar,
     start_argv,
     stop_argv,
 )
@@ -201,22 +203,27 @@ class _Acts:
             routed=routed,
             configs=configs,
         )
-        verb = "docker run"
-        if svc.networks:
+        verb, staged = "docker run", bool(svc.networks or svc.secret_files)
+        if staged:
             argv, verb = created_argv(argv), "docker create"
         res = await self.sh(r.host, argv, env or None)
         if _replayed(res, r.name):
             return False
         if res.exit_status != 0:
             raise _ActFailed(f"{verb} failed: {_first_line(res)}")
-        if svc.networks:
+        if staged:
             await self._connect_and_start(r)
         return True
 
     async def _connect_and_start(self, r: Run) -> None:
-        """Join the created task to its extra networks and start it; on a failure it is
-        removed, so the next pass starts it afresh."""
+        """Copy the secret files into the created task, join it to its extra networks and
+        start it; on a failure it is removed, so the next pass starts it afresh."""
         try:
+            if r.service.secret_files:
+                tar = secret_files_tar(r.service.secret_files)
+                copied = await self.sh(r.host, secret_files_argv(r.name), tar)
+                if copied.exit_status != 0:
+                    raise _ActFailed(f"copying its secret files failed: {_first_line(copied)}")
             for net in r.service.networks:
                 await self._check(
                     r.host, network_connect_argv(net, r.name, r.service.name), f"joining {net}"

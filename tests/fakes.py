@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import itertools
 import json
 import os
+import tarfile
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -250,6 +252,8 @@ class FakeDocker:
             return self._load(host.name, input or "")
         if verb == "start":
             return self._start(engine, args[-1])
+        if verb == "cp":
+            return self._copy_in(engine, args, input or "")
         if verb == "network":
             return self._network(host.name, engine, args)
         if verb == "login":
@@ -454,6 +458,24 @@ class FakeDocker:
             )
             self._started[doc["Id"]] = self.clock.now
         return ok(f"{ref}\n")
+
+    def _copy_in(self, engine: dict[str, dict[str, Any]], args: list[str], stream: str) -> Result:
+        """`docker cp -a - NAME:/` of a tar stream into a created container: its files are
+        kept as "Files" (path -> (text, uid, gid, mode)); a running one is refused here, as
+        MiniDock never copies into one."""
+        ref, _, root = args[-1].partition(":")
+        doc = self._find(engine, ref)
+        if doc is None:
+            return self._missing(ref)
+        if args[:2] != ["-a", "-"] or root != "/" or doc["State"]["Status"] != "created":
+            return fail(f"fake docker: unexpected cp: {args} into {doc['State']['Status']}")
+        files = doc.setdefault("Files", {})
+        with tarfile.open(fileobj=io.BytesIO(stream.encode())) as tar:
+            for member in tar:
+                extracted = tar.extractfile(member)
+                text = extracted.read().decode() if extracted is not None else ""
+                files["/" + member.name] = (text, member.uid, member.gid, member.mode)
+        return ok()
 
     def _network(self, host: str, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
         """`network inspect --format ... NAME`, `network create ... --label K=V NAME` and

@@ -171,8 +171,8 @@ def _below(
 
 def spec_diff(old: Service | None, new: Service | None) -> tuple[FieldChange, ...]:
     """What changed in a service, field by field (a new service: every set field; a removed
-    one: nothing). Env and secret values and config contents are never shown, only which
-    keys (config paths) changed."""
+    one: nothing). Env and secret values, secret files and config contents are never shown,
+    only which keys (paths in the task) changed."""
     if old is None or new is None:
         return ()
     changes = []
@@ -184,6 +184,9 @@ def spec_diff(old: Service | None, new: Service | None) -> tuple[FieldChange, ..
             changes.append(FieldChange(f.name, *_keys_changed(before, after)))
         elif f.name == "configs":  # by path in the task: a content is too long to show
             digests = [[(c.target, c.digest) for c in side] for side in (before, after)]
+            changes.append(FieldChange(f.name, *_keys_changed(*digests)))
+        elif f.name == "secret_files":  # by path in the task: a secret is never shown
+            digests = [[(c.target, c.digest()) for c in side] for side in (before, after)]
             changes.append(FieldChange(f.name, *_keys_changed(*digests)))
         else:
             changes.append(FieldChange(f.name, _shown(before), _shown(after)))

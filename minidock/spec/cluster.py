@@ -48,6 +48,7 @@ from minidock.spec.ingress import (
 from minidock.spec.inventory import read_inventory
 from minidock.spec.messages import did_you_mean, render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
+from minidock.spec.secretfiles import build_secret_files
 
 __all__ = ["cluster_document", "load", "load_cluster", "secret_env_warnings", "topo_order"]
 
@@ -215,6 +216,7 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
     command = body.get("command")
     env: dict[str, str] = body.get("env", {})
     volumes = _volumes(body.get("volumes", []), (*at, "volumes"), fail)
+    configs = build_configs(body.get("configs", {}), volumes, (*at, "configs"), fail, base)
     return Service(
         name=name,
         image=body["image"],
@@ -234,7 +236,8 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         restart=_restart(body.get("restart", {}), (*at, "restart"), fail),
         secrets=_secrets(body.get("secrets", {}), env, (*at, "secrets"), fail, base),
         volumes=volumes,
-        configs=build_configs(body.get("configs", {}), volumes, (*at, "configs"), fail, base),
+        configs=configs,
+        secret_files=build_secret_files(body, volumes, configs, at, fail, base),
         mode=_mode(body, at, fail),
         image_source=body.get("image_source", "registry"),
         **_run_options(body, at, fail, cluster),

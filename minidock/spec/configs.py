@@ -16,7 +16,7 @@ from minidock.model import ConfigFile, Volume
 from minidock.spec.errors import Fail, Part
 from minidock.spec.reading import resolve
 
-__all__ = ["MAX_CONFIG_BYTES", "build_configs"]
+__all__ = ["MAX_CONFIG_BYTES", "build_configs", "check_task_path"]
 
 MAX_CONFIG_BYTES = 500 * 1024  # per config, as Swarm's configs; the state keeps each one
 
@@ -32,7 +32,8 @@ def build_configs(
     configs: list[ConfigFile] = []
     for target, source in table.items():
         where = (*at, target)
-        _check_target(target, volumes, [c.target for c in configs], where, fail)
+        others = [("the config at", c.target) for c in configs]
+        check_task_path(target, volumes, others, where, fail)
         if "file" in source:
             content = _read(resolve(base, source["file"]), (*where, "file"), fail)
         else:
@@ -44,9 +45,18 @@ def build_configs(
     return tuple(sorted(configs, key=lambda c: c.target))
 
 
-def _check_target(
-    target: str, volumes: Sequence[Volume], others: Sequence[str], where: Sequence[Part], fail: Fail
+def check_task_path(
+    target: str,
+    volumes: Sequence[Volume],
+    others: Sequence[tuple[str, str]],
+    where: Sequence[Part],
+    fail: Fail,
+    *,
+    in_volumes: bool = True,
 ) -> None:
+    """Refuse a file's path in the task that is not absolute and plain, that a volume
+    mounts or lies inside (or, unless `in_volumes`, that lies inside a volume), or that
+    collides with one of `others` ((what, path) of the files placed before it)."""
     if not target.startswith("/") or target == "/":
         raise fail(where, f"{target!r} must be an absolute path in the task, like /etc/app.conf")
     if any(c in target for c in ',"\n'):
@@ -56,11 +66,12 @@ def _check_target(
     if posixpath.normpath(target) != target or ".." in target.split("/"):
         raise fail(where, f"{target!r} must be a plain path: write {posixpath.normpath(target)}")
     for i, volume in enumerate(volumes):
-        if volume.target == target or _inside(volume.target, target):
+        inside = not in_volumes and _inside(target, volume.target)
+        if volume.target == target or _inside(volume.target, target) or inside:
             raise fail(where, f"{target} collides with volumes[{i}] ({volume.target})")
-    for other in others:
-        if _inside(target, other) or _inside(other, target):
-            raise fail(where, f"{target} collides with the config at {other}")
+    for what, other in others:
+        if other == target or _inside(target, other) or _inside(other, target):
+            raise fail(where, f"{target} collides with {what} {other}")
 
 
 def _inside(path: str, outer: str) -> bool:

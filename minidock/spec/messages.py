@@ -143,11 +143,16 @@ def value_message(error: ValidationError, parts: tuple[Part, ...]) -> str:
 
 
 def _secret_bearing(parts: tuple[Part, ...]) -> bool:
-    """Services.NAME.env or .secrets (or under them), a registry's table or its password: a
-    value there may be a secret (`env = "DB_PASSWORD=..."` too), never echoed."""
+    """Services.NAME.env or .secrets (or under them), a secret file's source, a registry's
+    table or its password: a value there may be a secret (`env = "DB_PASSWORD=..."` too),
+    never echoed."""
     if parts[:1] == ("registries",) and (len(parts) <= 2 or parts[2] == "password"):
         return True
-    return len(parts) >= 3 and parts[0] == "services" and parts[2] in ("env", "secrets")
+    if len(parts) < 3 or parts[0] != "services":
+        return False
+    if parts[2] == "secret_files":  # a value given in place of a source; not uid, gid, mode
+        return len(parts) <= 4
+    return parts[2] in ("env", "secrets")
 
 
 def _secret_message(kind: str | None, keyword: str, limit: Any, value: Any) -> str:
@@ -223,6 +228,7 @@ def _pattern_message(kind: str | None, value: str, pattern: str) -> str:
 
 _RUN_HINTS = {
     "run user": "use NAME, UID, NAME:GROUP or UID:GID",
+    "file mode": 'use octal digits in quotes, like "0440"',
     "signal": "use a signal name like 'SIGTERM', 'SIGQUIT' or 'SIGRTMIN+3', or a number",
     "capability": "use a capability name in capitals like 'NET_ADMIN', or 'ALL'",
     "log driver": "use a driver name like 'json-file', 'local', 'journald' or 'syslog'",

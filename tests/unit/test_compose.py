@@ -103,7 +103,7 @@ def test_the_corpus_warns_of_what_it_cannot_apply(corpus: Path) -> None:
         f"networks.backend (line 114): {shared}",
     ]
     assert warnings("secrets") == [
-        "services.api.configs[0].mode (line 24): ignored: a config is read-only, mode 0444 "
+        "services.api.configs[0].mode (line 25): ignored: a config is read-only, mode 0444 "
         "(readable by all)"
     ]
     assert warnings("deploy") == [

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from minidock import codec, usecases
 from minidock.cli import app
+from minidock.model import SecretFile
 from minidock.store import StateLocation, parse_location
 from minidock.store.sealing import KEY_ENV, KEY_NAME
 from minidock.store.sqlite import SQLiteStore
@@ -32,7 +33,9 @@ DB_SECRET = "db-pa55-9f3c1e"  # a `secrets` value, from a file
 DB_SECRET_2 = "db-pa55-second-77ab"  # the same secret, changed in generation 2
 INLINE_TOKEN = "inline-tok-5d2a"  # an env value under a secret-looking key
 REGISTRY_PASSWORD = "reg-pw-c41d"
-SECRETS = (DB_SECRET, DB_SECRET_2, INLINE_TOKEN, REGISTRY_PASSWORD)
+FILE_LINES = ("-----BEGIN KEY-----", "tls-key-line-8e1f07", "-----END KEY-----")
+FILE_SECRET = "\n".join(FILE_LINES) + "\n"  # a `secret_files` value: a file, several lines
+SECRETS = (DB_SECRET, DB_SECRET_2, INLINE_TOKEN, REGISTRY_PASSWORD, FILE_LINES[1])
 IMAGE = "reg.test:5000/db"
 
 STACK = """\
@@ -45,6 +48,7 @@ replicas = 2
 env = {{ MODE = "plain-config", API_TOKEN = "{token}" }}
 secrets = {{ DB_PASSWORD = {{ file = "db.secret" }} }}
 update = {{ monitor = "0s" }}
+secret_files = {{ "/run/secrets/tls.key" = {{ file = "tls.secret", uid = 70, mode = "0400" }} }}
 
 [registries."reg.test:5000"]
 username = "bot"
@@ -61,9 +65,13 @@ class Fleet:
     clock: FakeClock
 
     def write(self, version: int, secret: str) -> Path:
-        for name, text in (("db.secret", secret), ("registry.secret", REGISTRY_PASSWORD)):
+        for name, text in (
+            ("db.secret", secret + "\n"),
+            ("registry.secret", REGISTRY_PASSWORD + "\n"),
+            ("tls.secret", FILE_SECRET),
+        ):
             path = self.root / name
-            path.write_text(text + "\n")
+            path.write_text(text)
             os.chmod(path, 0o600)
         file = self.root / "cluster.toml"
         file.write_text(STACK.format(image=f"{IMAGE}:{version}", token=INLINE_TOKEN))
@@ -171,6 +179,10 @@ def test_a_directory_state_holds_no_secret_after_apply_pass_and_rollback(
     assert spec.registry_auth is not None
     assert spec.registry_auth.password == REGISTRY_PASSWORD
     assert fleet.docker.logins  # the hosts were logged in with it
+    assert spec.secret_files == (SecretFile("/run/secrets/tls.key", FILE_SECRET, 70, 0, 0o400),)
+    copied = [c.get("Files") for c in fleet.docker.containers()]
+    assert copied
+    assert all(f == {"/run/secrets/tls.key": (FILE_SECRET, 70, 0, 0o400)} for f in copied)
 
 
 def test_an_etcd_state_holds_no_secret_in_any_key_or_revision(

@@ -1,5 +1,5 @@
 """When a service's tasks start, count as healthy and restart: depends_on, healthcheck,
-restart and deploy.restart_policy; and the secrets MiniDock cannot mount as files."""
+restart and deploy.restart_policy."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from minidock.spec.compose.service_base import Service
 from minidock.spec.compose.values import boolean, duration, integer, mapping, string_list, text
 from minidock.spec.compose.yamldoc import Part, YDict, YList
 
-__all__ = ["depends_on", "healthcheck", "restart", "secrets"]
+__all__ = ["depends_on", "healthcheck", "restart"]
 
 _STARTS = ("service_started", "service_healthy")
 
@@ -142,23 +142,3 @@ def _restart_policy(s: Service, body: YDict) -> None:
     s.set("restart", found, "deploy", "restart_policy")
     for key in found:
         s.ctx.came_from(("services", s.name, "restart", key), (*at, key))
-
-
-def secrets(s: Service) -> None:
-    """A service's `secrets` would be files in /run/secrets: MiniDock gives secrets as
-    environment variables (files in tasks are `configs`, which are not secret)."""
-    if s.body.get("secrets"):
-        example = _first_secret(s.body["secrets"])
-        raise s.ctx.fail(
-            (*s.at, "secrets"),
-            "MiniDock gives secrets to tasks as environment variables, not files in "
-            f"/run/secrets: write x-minidock: {{secrets: {{{example.upper()}: {example}}}}} "
-            "on the service (ENV_NAME: the top-level secret)",
-        )
-
-
-def _first_secret(value: Any) -> str:
-    first = value[0] if isinstance(value, list) and value else "name"
-    if isinstance(first, dict):
-        first = first.get("source", "name")
-    return str(first)

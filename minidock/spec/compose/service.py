@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 
-from minidock.spec.compose import configs, deploy, lifecycle, mounts, runopts
+from minidock.spec.compose import configs, deploy, lifecycle, mounts, runopts, secrets
 from minidock.spec.compose.context import Context
 from minidock.spec.compose.service_base import Service, TopLevel
 from minidock.spec.compose.yamldoc import YDict
@@ -113,7 +113,7 @@ _BUILDERS: tuple[Callable[[Service], None], ...] = (
     runopts.links,
     deploy.deploy,
     deploy.resources,
-    lifecycle.secrets,
+    secrets.service_secrets,
     configs.service_configs,
 )
 

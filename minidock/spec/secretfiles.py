@@ -1,0 +1,100 @@
+"""A service's `secret_files` into SecretFiles: secrets read on the controller at apply and
+given to each task as files (docs/secrets.md).
+
+The checks the schema cannot express: one source (`file` or `env`); a path in the task that
+is absolute and plain, that no volume, config or other secret file mounts, and that lies
+inside no volume (Docker would copy the secret into the volume, or onto the host through a
+bind mount); a controller file that exists, is UTF-8 text, at most `MAX_SECRET_BYTES`, and
+that only its owner may read (as for `secrets`); a task whose root filesystem is writable
+(Docker copies into it before the task starts). No message ever shows a value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from minidock.model import ConfigFile, SecretFile, Volume
+from minidock.spec.configs import check_task_path
+from minidock.spec.errors import Fail, Part
+from minidock.spec.reading import resolve
+
+__all__ = ["MAX_SECRET_BYTES", "build_secret_files"]
+
+MAX_SECRET_BYTES = 500 * 1024  # per secret, as Swarm's; the state keeps each one, sealed
+
+
+def build_secret_files(
+    body: dict[str, Any],
+    volumes: Sequence[Volume],
+    configs: Sequence[ConfigFile],
+    at: tuple[Part, ...],
+    fail: Fail,
+    base: str,
+) -> tuple[SecretFile, ...]:
+    """Each `"/path/in/task" = { file = ... } | { env = ... }` of the service `body` (at
+    `at`), read now, sorted by target."""
+    table: dict[str, dict[str, Any]] = body.get("secret_files", {})
+    if table and body.get("read_only", False):
+        raise fail(
+            (*at, "read_only"),
+            "a read-only task cannot be given secret_files (Docker copies them into the "
+            "task's filesystem before it starts): remove read_only, or give the secrets as "
+            "environment values in secrets",
+        )
+    files: list[SecretFile] = []
+    for target, source in table.items():
+        where = (*at, "secret_files", target)
+        others = [("the config at", c.target) for c in configs]
+        others += [("the secret file at", f.target) for f in files]
+        check_task_path(target, volumes, others, where, fail, in_volumes=False)
+        value = _value(source, where, fail, base)
+        mode = int(source.get("mode", "0444"), 8)
+        if mode & 0o022:
+            raise fail(
+                (*where, "mode"), f"{mode:04o} lets others write the secret: give one like 0440"
+            )
+        files.append(SecretFile(target, value, source.get("uid", 0), source.get("gid", 0), mode))
+    return tuple(sorted(files, key=lambda f: f.target))
+
+
+def _value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str) -> str:
+    """The secret's text, from its one source: a file as it is, or the controller's
+    environment variable."""
+    given = [key for key in ("file", "env") if key in source]
+    if len(given) != 1:
+        raise fail(where, 'give one of file = "path" or env = "NAME"')
+    if given == ["file"]:
+        return _read(resolve(base, source["file"]), (*where, "file"), fail)
+    name = source["env"]
+    if name not in os.environ:
+        raise fail((*where, "env"), f"{name} is not set in the controller's environment")
+    value = os.environ[name]
+    if len(value.encode()) > MAX_SECRET_BYTES:
+        raise fail((*where, "env"), f"over the {MAX_SECRET_BYTES // 1024} KiB limit")
+    return value
+
+
+def _read(path: str, where: tuple[Part, ...], fail: Fail) -> str:
+    """A secret file's text exactly as it is (line endings kept); refused when others may
+    read or write it."""
+    limit = f"{MAX_SECRET_BYTES // 1024} KiB"
+    try:
+        found = os.stat(path)
+        if found.st_mode & 0o077:
+            raise fail(where, f"{path} is readable or writable by others: chmod 600 {path}")
+        if found.st_size > MAX_SECRET_BYTES:
+            raise fail(where, f"{path} is {found.st_size} bytes, over the {limit} limit")
+        with open(path, encoding="utf-8", newline="") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise fail(where, f"secret file not found: {path}") from None
+    except IsADirectoryError:
+        raise fail(where, f"{path} is a directory: name a file") from None
+    except UnicodeDecodeError:
+        raise fail(
+            where, f"{path} is not UTF-8 text (secret files are text: store a binary one base64)"
+        ) from None
+    except OSError as exc:
+        raise fail(where, f"cannot read secret file {path}: {type(exc).__name__}") from None

@@ -339,7 +339,8 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         sys.stdout.write(json.dumps(doc.to_json(), indent=2, sort_keys=True) + "\n")
         return
     changes = [s for s in doc.services if s.change != "unchanged"]
-    if not (changes or doc.steps or doc.pending or doc.below) and planned.plan.converged:
+    loads = [r for r in doc.routes if r.action != "unchanged"]
+    if not (changes or doc.steps or doc.pending or doc.below or loads) and planned.plan.converged:
         out.print("nothing to do: converged", markup=False)
         return
     for s in changes:
@@ -357,6 +358,11 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
             how = f"replacing {r.replaces}, " if r.replaces else ""
             line = f"  run {r.service}.{r.slot}.{r.task} on {r.host} ({how}{r.reason}, {r.image})"
             out.print(line, markup=False)
+    for load in doc.routes:
+        if load.action != "unchanged":
+            out.print(f"routes on {load.host}: {load.action}", markup=False)
+            for line in load.changes:
+                out.print(f"  {line}", markup=False)
     for p in doc.pending:
         out.print(f"pending {p.service}.{p.slot}: {p.reason}", markup=False)
     for b in doc.below:

@@ -22,11 +22,12 @@ from minidock.caddy import (
     proxy_spec,
     remove_argv,
 )
-from minidock.core.routes import RouteTable
+from minidock.core.routes import RouteTable, route_changes
 from minidock.model import Event, Host, Ingress, ProxyObservation
+from minidock.plandoc import RouteLoad
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
-__all__ = ["ProxyOutcome", "configs_for", "converge_proxies", "observe_proxies"]
+__all__ = ["ProxyOutcome", "configs_for", "converge_proxies", "observe_proxies", "route_loads"]
 
 LOAD_TRIES = 20  # a proxy just started answers its admin API within a second or so
 LOAD_PAUSE = 0.1
@@ -95,6 +96,30 @@ class _ProxyFailed(Exception):
     pass
 
 
+def _needs_start(proxy: ProxyObservation, ingress: Ingress) -> bool:
+    """A proxy missing, stopped or of another spec is (re)started before its routes load."""
+    return not proxy.running or proxy.spec != proxy_spec(ingress)
+
+
+def route_loads(
+    table: RouteTable, ingress: Ingress, seen: Mapping[str, ProxyObservation]
+) -> tuple[RouteLoad, ...]:
+    """What `converge_proxies` would do to each ingress host's proxy for this route table,
+    with the route changes a load makes (for `plan`)."""
+    config = configs_for(table, ingress)
+    loads = []
+    for host, proxy in sorted(seen.items()):
+        if not proxy.ok:
+            loads.append(RouteLoad(host, "unreachable"))
+        elif _needs_start(proxy, ingress):
+            loads.append(RouteLoad(host, "start", route_changes(table, ())))  # every route new
+        elif proxy.digest == config.digest:
+            loads.append(RouteLoad(host, "unchanged"))
+        else:
+            loads.append(RouteLoad(host, "load", route_changes(table, proxy.routes)))
+    return tuple(loads)
+
+
 async def _converge_one(
     sh: Shell,
     cluster: str,
@@ -105,7 +130,7 @@ async def _converge_one(
     outcome: ProxyOutcome,
 ) -> None:
     host = proxy.host
-    started = not proxy.running or proxy.spec != proxy_spec(ingress)
+    started = _needs_start(proxy, ingress)
     if started:
         await sh(host, remove_argv(cluster))
         res = await sh(host, proxy_run_argv(cluster, ingress))

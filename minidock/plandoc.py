@@ -19,7 +19,7 @@ from minidock.core import ControllerState
 from minidock.core.simulate import FieldChange, Simulation, spec_diff
 from minidock.model import Cluster
 
-__all__ = ["ASSUMPTION", "PlanDocument", "plan_document", "plan_schema"]
+__all__ = ["ASSUMPTION", "PlanDocument", "RouteLoad", "plan_document", "plan_schema"]
 
 ASSUMPTION = "every new task becomes healthy (as its health check or monitor would confirm)"
 
@@ -66,6 +66,17 @@ class PendingSlot:
 
 
 @dataclass(frozen=True)
+class RouteLoad:
+    """What the first pass does to one ingress host's proxy: `load` (with the route
+    changes), `start` (a proxy missing, stopped or of another spec, then its routes),
+    `unchanged`, or `unreachable` (the host did not answer: it keeps what it has)."""
+
+    host: str
+    action: str
+    changes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Below:
     service: str
     running: int
@@ -83,6 +94,7 @@ class PlanDocument:
     pending: tuple[PendingSlot, ...]
     below: tuple[Below, ...]
     converged: bool
+    routes: tuple[RouteLoad, ...] = ()  # the first pass's loads on the ingress proxies
 
     def to_json(self) -> dict[str, Any]:
         """The `plan --json` document (dicts, lists and scalars)."""

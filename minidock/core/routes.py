@@ -21,6 +21,7 @@ __all__ = [
     "RouteEntry",
     "RouteTable",
     "ingress_hosts",
+    "route_changes",
     "route_table",
     "routed_services",
     "takes_traffic",
@@ -161,3 +162,37 @@ def _specificity(entry: RouteEntry) -> tuple[int, str, int, str]:
     route that matches)."""
     route = entry.route
     return (route.domain == "", route.domain, -len(route.path.rstrip("/")), route.path)
+
+
+LoadedRoutes = tuple[tuple[str, str, tuple[str, ...]], ...]  # a proxy's (Host, path, upstreams)
+
+
+def route_changes(table: RouteTable, loaded: LoadedRoutes) -> tuple[str, ...]:
+    """What loading `table` changes on a proxy that has loaded `loaded` (our config: its
+    last route is the catch-all 404): one line per route added (`+`), removed (`-`), or
+    sent to other upstreams (`~`, the addresses that join and leave)."""
+    before: dict[tuple[str, str], tuple[str, ...]] = {}
+    for domain, path, upstreams in loaded[:-1]:
+        before.setdefault(_key(domain, path), upstreams)
+    lines: list[str] = []
+    after: set[tuple[str, str]] = set()
+    for entry in table:
+        key = _key(entry.route.domain, entry.route.path)
+        after.add(key)
+        if key not in before:
+            count = len(entry.upstreams)
+            ready = f"{count} upstream{'s' if count != 1 else ''}" if count else "no task ready"
+            lines.append(f"+ {_label(key)} -> {entry.service} ({ready})")
+            continue
+        joins = sorted(set(entry.upstreams) - set(before[key]))
+        leaves = sorted(set(before[key]) - set(entry.upstreams))
+        if joins or leaves:
+            moves = [*(f"+{u}" for u in joins), *(f"-{u}" for u in leaves)]
+            lines.append(f"~ {_label(key)}: {' '.join(moves)}")
+    lines += [f"- {_label(key)}" for key in before if key not in after]
+    return tuple(lines)
+
+
+def _label(key: tuple[str, str]) -> str:
+    domain, path = key
+    return f"{domain or '*'}{path}"

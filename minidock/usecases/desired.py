@@ -18,10 +18,12 @@ from minidock.core import (
     rollouts_started,
 )
 from minidock.core.causes import failed_probes
+from minidock.core.routes import route_table
 from minidock.core.simulate import Simulation, simulate
+from minidock.ingress import route_loads
 from minidock.masking import NO_SECRETS, Masker, masker_for
 from minidock.model import Cluster, Event, Observed
-from minidock.plandoc import plan_document
+from minidock.plandoc import RouteLoad, plan_document
 from minidock.runner import decide
 from minidock.spec import SpecError, load, load_inventory, secret_env_warnings
 from minidock.ssh import Executor
@@ -113,6 +115,7 @@ async def plan(
         known = replace(admitted, controller=own)
         _refuse_foreign(known, observed, desired.cluster, file, adopt=adopt)
     document = plan_document(current, desired.cluster, sim, lost=lose, removals=gone, mask=mask)
+    document = replace(document, routes=_route_loads(desired, observed, plan, runtime))
     code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
     probes = failed_probes(observed)
     return PlanOutcome(plan, code, gone, prune, document, tuple(mask(p) for p in probes))
@@ -138,6 +141,17 @@ async def _simulated(
         desired.cluster, desired.inventory, result.observed, state, now, lose=lose, drain=drain
     )
     return mask.plan(result.plan), sim, result.observed
+
+
+def _route_loads(
+    desired: Desired, observed: Observed, plan: Plan, runtime: Runtime
+) -> tuple[RouteLoad, ...]:
+    """What the first pass would load into each ingress proxy (none without an ingress)."""
+    cluster, inventory = desired.cluster, desired.inventory
+    if cluster.ingress is None:
+        return ()
+    table = route_table(cluster, inventory, observed, plan.state, runtime.clock.now())
+    return route_loads(table, cluster.ingress, observed.proxies)
 
 
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:

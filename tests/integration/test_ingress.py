@@ -101,6 +101,9 @@ def test_routes_are_the_healthy_tasks_and_load_only_when_they_change(
     res = md("reconcile")
     assert res.returncode == 0, res.stdout + res.stderr
     assert len(events(md, "routes-loaded")) == loads  # nothing changed: nothing loaded
+    planned = md("plan", str(md.spec(spec(replicas=2), "fewer.toml")))
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert f"routes on {EDGE}: load\n  ~ {DOMAIN}/: -" in planned.stdout  # slot 3 drains first
 
 
 def test_an_unknown_host_name_gets_no_route(fleet: Fleet, md: Minidock) -> None:
@@ -153,16 +156,24 @@ def test_a_rolling_update_fails_no_request(fleet: Fleet, md: Minidock, order: st
     print(f"rolling update ({order}): {latency(load)}")
 
 
-def test_a_drain_fails_no_request(fleet: Fleet, md: Minidock) -> None:
-    apply(md, spec())
+def test_a_drain_then_a_rebalance_fail_no_request(fleet: Fleet, md: Minidock) -> None:
+    """Four tasks on four hosts; the drain moves the victim's task onto a host that has one
+    (two there), and once the victim is active again the rebalance moves one back."""
+    apply(md, spec(replicas=4))
     victim = next(t["host"] for t in md.tasks("web") if t["host"] != EDGE)
     with Load(http_port(fleet), DOMAIN) as load:
         if md("drain", victim, timeout=240).returncode != 0:
             converge(md)  # the drain is recorded; passes finish it
+        assert victim not in {t["host"] for t in md.tasks("web")}
+        assert md("activate", victim).returncode == 0
+        res = md("rebalance", "web", "--timeout", "3m", timeout=240)
+        if res.returncode != 0:
+            converge(md)
         time.sleep(1)
     assert_no_failure(load, fleet, md)
-    assert victim not in {t["host"] for t in md.tasks("web")}
-    print(f"drain: {latency(load)}")
+    assert sorted(t["host"] for t in md.tasks("web")) == sorted(fleet.hosts)  # one each again
+    assert len(upstreams(fleet, md)) == 4
+    print(f"drain and rebalance: {latency(load)}")
 
 
 def test_scaling_down_and_up_fails_no_request(fleet: Fleet, md: Minidock) -> None:

@@ -9,10 +9,11 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidock.caddy import RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv
+from minidock.caddy import RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv, proxy_spec
 from minidock.core import ControllerState, Plan, Run, Stop
-from minidock.core.routes import ingress_hosts, route_table
+from minidock.core.routes import RouteEntry, ingress_hosts, route_changes, route_table
 from minidock.core.traffic import TABLE, TrafficInput, TrafficPhase, gate, step
+from minidock.ingress import configs_for, route_loads
 from minidock.model import (
     Cluster,
     Constraint,
@@ -27,6 +28,7 @@ from minidock.model import (
     Route,
     Service,
 )
+from minidock.plandoc import RouteLoad
 
 NOW = 1000.0
 WEB = Service(
@@ -269,3 +271,40 @@ def test_a_silent_host_keeps_its_loaded_upstreams_until_it_is_down() -> None:
     down = ControllerState(hosts={"host2": HostState(phase=HostPhase.DOWN)})
     (entry,) = route_table(CLUSTER, INVENTORY, seen, down, NOW)
     assert entry.upstreams == ("10.0.0.1:30000",)
+
+
+def loaded_as(table: tuple[RouteEntry, ...], host: str = "host1") -> ProxyObservation:
+    """A proxy that has loaded exactly `table` (its config read back as a probe reads it)."""
+    config = configs_for(table, CLUSTER.ingress or Ingress())
+    return parse_proxy_probe(
+        host, f"running {proxy_spec(CLUSTER.ingress or Ingress())}\n{config.text}"
+    )
+
+
+def test_plan_says_what_each_proxy_would_load_route_by_route() -> None:
+    api = RouteEntry(Route("app.test", "/api", 8080), "api", ("10.0.0.1:30002",))
+    web = RouteEntry(Route("", "/", 8080), "web", ("10.0.0.1:30000", "10.0.0.2:30001"))
+    loaded = loaded_as((web,))
+    moved = replace(web, upstreams=("10.0.0.2:30001", "10.0.0.2:30003"))
+    assert route_changes((web,), loaded.routes) == ()
+    assert route_changes((api, moved), loaded.routes) == (
+        "+ app.test/api -> api (1 upstream)",
+        "~ */: +10.0.0.2:30003 -10.0.0.1:30000",
+    )
+    assert route_changes((), loaded.routes) == ("- */",)
+    assert route_changes((replace(api, upstreams=()),), ()) == (
+        "+ app.test/api -> api (no task ready)",
+    )
+    ingress = CLUSTER.ingress or Ingress()
+    seen = {
+        "host1": loaded,
+        "host2": ProxyObservation("host2", ok=False, error="timed out"),
+        "host3": ProxyObservation("host3", ok=True),  # no proxy yet
+        "host4": loaded_as((moved,), "host4"),
+    }
+    assert route_loads((web,), ingress, seen) == (
+        RouteLoad("host1", "unchanged"),
+        RouteLoad("host2", "unreachable"),
+        RouteLoad("host3", "start", ("+ */ -> web (2 upstreams)",)),
+        RouteLoad("host4", "load", ("~ */: +10.0.0.1:30000 -10.0.0.2:30003",)),
+    )

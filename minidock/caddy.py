@@ -57,7 +57,7 @@ ID_PREFIX = "minidock-"
 TRY_DURATION = "5s"
 TRY_INTERVAL = "100ms"
 DIAL_TIMEOUT = "1s"
-FAIL_DURATION = "10s"
+FAIL_DURATION = "30s"  # outlasts a lost host's detection under watch (docs/ingress.md, "Reloads")
 # The proxy's network: a namespace of its own (docker's default bridge), the port published.
 NETWORK = "bridge"
 MIGRATE_ACCEPT_QUEUE = "net.ipv4.tcp_migrate_req"  # Linux 5.14 and later

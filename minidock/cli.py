@@ -218,7 +218,7 @@ async def signalled(work: Coroutine[Any, Any, T], interrupt: usecases.Interrupt)
     def on_signal(sig: signal.Signals) -> None:
         if interrupt.gentle and not interrupt.requested:
             interrupt.signal = sig.name
-            notice = f"minidock: {sig.name}: finishing the pass under way (again: stop now)"
+            notice = f"minidock: {sig.name}: {interrupt.doing} (again: stop now)"
             err.print(notice, markup=False)
         elif sig is signal.SIGTERM:
             signal.signal(sig, signal.SIG_DFL)
@@ -939,6 +939,48 @@ def exec_command(
         done = run(work)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    raise typer.Exit(done.exit_code)
+
+
+@app.command("run")
+def run_command(
+    service: Annotated[str, typer.Argument(help="The service whose current spec to run.")],
+    command: Annotated[
+        list[str], typer.Argument(help="The command, after --.", show_default=False)
+    ],
+    host: Annotated[
+        str | None, typer.Option("--host", help="On this host (default: the scheduler's choice).")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE more (repeatable).")
+    ] = None,
+    interactive: Annotated[
+        bool, typer.Option("--interactive", "-i", help="Send stdin to it.")
+    ] = False,
+    tty: Annotated[bool, typer.Option("--tty", "-t", help="Run it on a terminal (a PTY).")] = False,
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """Run a one-off task of a service (its image, env, secrets, configs, networks, volumes)
+    with COMMAND: output streamed, secrets masked; its exit status is ours; its container is
+    removed afterwards, e.g. `minidock run web -- ./migrate` or `minidock run -it web -- sh`."""
+    if tty and not os.isatty(0):
+        fail("run -t: stdin is not a terminal (drop -t, or run from one)")
+    terminal = usecases.Terminal(interactive=interactive, tty=tty) if interactive or tty else None
+    pairs = checked(lambda: usecases.env_pairs(env or []))
+    work = usecases.run_oneoff(
+        service, command, state_dir(state), runtime(),
+        lambda line: print_log_line(line, prefix=False),
+        host=host or "", env=pairs, terminal=terminal, cluster=cluster,
+    )  # fmt: skip
+    try:
+        done = run(work)
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    if done.left:
+        err.print(f"minidock: {done.left}", markup=False)
+    if done.interrupted:
+        err.print(f"minidock: interrupted: {done.task} removed from {done.host}", markup=False)
     raise typer.Exit(done.exit_code)
 
 

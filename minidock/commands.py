@@ -23,6 +23,7 @@ from typing import Any, Literal, cast, get_args
 from minidock.model import (
     LABEL_CLUSTER,
     LABEL_CONTROLLER,
+    LABEL_ONEOFF,
     LABEL_SERVICE,
     LABEL_SLOT,
     LABEL_SPEC,
@@ -32,6 +33,7 @@ from minidock.model import (
     Health,
     HealthCheck,
     SecretFile,
+    OneOff,
     Service,
     Volume,
 )
@@ -75,9 +77,13 @@ __all__ = [
     "network_create_argv",
     "network_owner_argv",
     "no_such_network",
+    "oneoff_create_argv",
+    "oneoff_name",
+    "oneoff_start_argv",
     "parse_ids",
     "parse_inspect",
     "parse_inspect_all",
+    "parse_oneoffs",
     "parse_proc_net",
     "parse_published_ports",
     "parse_time",
@@ -291,6 +297,43 @@ def parse_inspect_all(host_name: str, stdout: str) -> tuple[Container, ...]:
     return tuple(found)
 
 
+def parse_oneoffs(host_name: str, cluster: str, stdout: str) -> tuple[OneOff, ...]:
+    """This cluster's one-off tasks in `docker inspect` output (labelled minidock.oneoff,
+    with no slot): what a pass removes once finished. Raises ParseError as parse_inspect."""
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"docker inspect printed invalid JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise ParseError("docker inspect did not print a JSON array of objects")
+    found = (_oneoff(host_name, cluster, _mapping(d)) for d in data)
+    return tuple(o for o in found if o is not None)
+
+
+def _oneoff(host_name: str, cluster: str, raw: Mapping[str, Any]) -> OneOff | None:
+    labels = _mapping(_mapping(raw.get("Config")).get("Labels"))
+    kind, service, run = (labels.get(k) for k in (LABEL_ONEOFF, LABEL_SERVICE, LABEL_TASK))
+    if labels.get(LABEL_CLUSTER) != cluster or LABEL_SLOT in labels:
+        return None
+    if not all(isinstance(v, str) and v for v in (kind, service, run)):
+        return None
+    state = _mapping(raw.get("State"))
+    status, cid = state.get("Status"), raw.get("Id")
+    if status not in _CONTAINER_STATES or not isinstance(cid, str) or not cid:
+        raise ParseError(f"container without a usable Id/State.Status: {cid!r} {status!r}")
+    code = state.get("ExitCode")
+    return OneOff(
+        id=cid,
+        name=str(raw.get("Name") or "").lstrip("/"),
+        host=host_name,
+        service=str(service),
+        run=str(run),
+        kind=str(kind),
+        state=cast(ContainerState, status),
+        exit_code=int(code) if status in ("exited", "dead") and isinstance(code, int) else None,
+    )
+
+
 def parse_inspect(host_name: str, cluster: str, stdout: str) -> tuple[Container, ...]:
     """This cluster's containers in `docker inspect` output; foreign ones are skipped.
 
@@ -497,6 +540,65 @@ def run_argv(
     argv += ["--restart", "no", _operand(service.image, "image")]
     argv += [*_entrypoint_args(service), *(service.command or ())]
     return argv, env_text
+
+
+def oneoff_name(service: str, kind: str, run: str) -> str:
+    """A one-off task's container name: SERVICE.KIND.RUN (`web.run.3f9a0c21b7`)."""
+    return f"{service}.{kind}.{run}"
+
+
+def oneoff_create_argv(
+    service: Service,
+    cluster: str,
+    kind: str,
+    run: str,
+    controller: str = "",
+    *,
+    slot: int = 1,
+    network: str | None = None,
+    configs: Sequence[tuple[str, str]] = (),
+    interactive: bool = False,
+    tty: bool = False,
+) -> tuple[list[str], str]:
+    """`docker create` of a one-off task of `service` (the spec as `core.jobs.oneoff_spec`
+    made it), and the env-file text for its stdin, as `run_argv` sends a task's. It is
+    labelled as the cluster's and the service's, with its kind and run id and the spec
+    hash, but no slot: never a slot's task. Named volumes are those of `slot` (the pinned
+    slot's data). `interactive`/`tty` keep stdin open and give it a PTY (`-i`, `-t`)."""
+    argv = ["docker", "create", "--name", oneoff_name(service.name, kind, run)]
+    labels = [
+        (LABEL_CLUSTER, cluster),
+        (LABEL_SERVICE, service.name),
+        (LABEL_ONEOFF, kind),
+        (LABEL_TASK, run),
+        (LABEL_SPEC, service.spec_hash()),
+        *([(LABEL_CONTROLLER, controller)] if controller else []),
+    ]
+    argv += [arg for key, value in labels for arg in ("--label", f"{key}={value}")]
+    env_text = env_file_text((*service.env, *service.secrets))
+    if env_text:
+        argv += ["--env-file", ENV_FILE_STDIN]
+    for volume in service.volumes:
+        argv += ["-v", volume_spec(volume, cluster, service.name, slot)]
+    argv += config_mount_args(configs)
+    if service.cpus > 0:
+        argv += ["--cpus", f"{service.cpus:g}"]
+    if service.memory > 0:
+        argv += ["--memory", str(service.memory)]
+    if network is not None:
+        argv += ["--network", network]
+    argv += run_options_args(service)
+    argv += ["-i"] if interactive else []
+    argv += ["-t"] if tty else []
+    argv += ["--restart", "no", _operand(service.image, "image")]
+    argv += [*_entrypoint_args(service), *(service.command or ())]
+    return argv, env_text
+
+
+def oneoff_start_argv(name: str, *, interactive: bool = False) -> list[str]:
+    """Start a created one-off attached to its output (and, `interactive`, its stdin); the
+    command's exit status is the one-off's."""
+    return ["docker", "start", "-a", *(["-i"] if interactive else []), _operand(name, "container")]
 
 
 def _task_labels(

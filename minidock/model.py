@@ -23,6 +23,8 @@ LABEL_SLOT = "minidock.slot"
 LABEL_TASK = "minidock.task"
 LABEL_SPEC = "minidock.spec"
 LABEL_CONTROLLER = "minidock.controller"  # which state store's controller started the task
+# a one-off task's kind ("run": `minidock run`): never a slot's task (it has no slot label)
+LABEL_ONEOFF = "minidock.oneoff"
 
 Order = Literal["stop-first", "start-first"]
 FailureAction = Literal["pause", "rollback", "continue"]
@@ -518,6 +520,27 @@ class Container:
 
 
 @dataclass(frozen=True)
+class OneOff:
+    """One one-off task's container (`minidock run`) as `docker inspect` reports it: labelled
+    with its cluster, service, kind and run id but no slot, so it is never a slot's task,
+    never counted, never placed around; a pass removes it once it has finished."""
+
+    id: str
+    name: str
+    host: str
+    service: str
+    run: str  # its run id (the minidock.task label)
+    kind: str  # the minidock.oneoff label: "run" (`minidock run`)
+    state: ContainerState
+    exit_code: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether it will never run again (docker removes nothing by itself: we do)."""
+        return self.state in ("exited", "dead")
+
+
+@dataclass(frozen=True)
 class HostObservation:
     """One probe of a host: either its containers or why it could not be seen."""
 
@@ -532,6 +555,7 @@ class HostObservation:
     # why it could not be seen, without what names this host (its address, its key): the
     # same words for every host it happens to, so failures group by it; "" when ok
     cause: str = ""
+    oneoffs: tuple[OneOff, ...] = ()  # this cluster's one-off tasks: never counted as tasks
 
     @property
     def why_not(self) -> str:

@@ -33,6 +33,7 @@ from minidock.commands import (
     inspect_argv,
     parse_ids,
     parse_inspect_all,
+    parse_oneoffs,
     parse_proc_net,
     parse_published_ports,
     ports_held_outside,
@@ -85,7 +86,8 @@ def _seen(host: Host, cluster: str, ps: Result, inspect: Result | None) -> HostO
     found = parse_inspect_all(host.name, inspect.stdout)
     mine = tuple(c for c in found if c.cluster == cluster)
     rest = tuple(c for c in found if c.cluster != cluster)
-    return HostObservation(host=host.name, ok=True, containers=mine, others=rest)
+    oneoffs = parse_oneoffs(host.name, cluster, inspect.stdout)
+    return HostObservation(host.name, True, mine, others=rest, oneoffs=oneoffs)
 
 
 async def _containers(

@@ -48,6 +48,7 @@ from minidock.core import (
     fold_outcomes,
     reconcile,
 )
+from minidock.core.jobs import finished_oneoffs
 from minidock.core.routes import ingress_hosts, route_table
 from minidock.core.traffic import gate
 from minidock.ingress import configs_for, converge_proxies, observe_proxies
@@ -313,6 +314,49 @@ class _ActFailed(Exception):
     pass
 
 
+class PrepareFailed(Exception):
+    """What a host lacked for a one-off task, in one line (masked by the caller)."""
+
+
+async def prepare_host(
+    executor: Executor,
+    inventory: Inventory,
+    cluster: str,
+    host: str,
+    service: Service,
+    name: str,
+    *,
+    engine: ControllerEngine | None = None,
+) -> tuple[tuple[str, str], ...]:
+    """What a task's start needs on `host`, done for a one-off task (`minidock.jobs`): the
+    image (confirmed, pulled or pushed, as for a task), the configs placed, the cluster's
+    network. Returns the config mounts; raises PrepareFailed saying what failed."""
+    acts = _Acts(executor, inventory, cluster, 0.0, Masker(()), engine=engine)
+    try:
+        await acts._ensure_image(host, service, (service.name, 0, host, name))
+        mounts = await acts.configs.place(host, service.configs, name)
+        await ensure_network(acts.sh, host, cluster)
+    except (_ActFailed, ConfigPlaceError, PushError, Unreachable, CommandTimeout) as exc:
+        raise PrepareFailed(f"{name} on {host}: {exc}") from None
+    return tuple(mounts)
+
+
+async def remove_finished_oneoffs(acts: _Acts, observed: Observed) -> None:
+    """Remove every one-off task that has finished (its runner was interrupted, or the
+    controller killed): one event each; a failure to remove is an act failure."""
+    for o in finished_oneoffs(observed):
+        where = (o.service, 0, o.host, o.run)
+        try:
+            res = await acts.sh(o.host, rm_argv([o.id], force=True))
+        except (Unreachable, CommandTimeout) as exc:
+            acts.record("act-failed", f"remove {o.name} on {o.host}: {exc}", where)
+            continue
+        if res.exit_status == 0 or "No such container" in res.stderr:
+            acts.record("oneoff-removed", f"removed finished one-off {o.name} on {o.host}", where)
+        else:
+            acts.record("act-failed", f"remove {o.name} on {o.host}: {_first_line(res)}", where)
+
+
 def _first_line(res: Result, limit: int = 300) -> str:
     """What the command said, on one line and whole up to its cause: a cause that
     commands.docker_error names, with Docker's words for it; else the message itself, whose
@@ -434,6 +478,8 @@ async def run_pass(
     await _route(acts, cluster, inventory, result.observed, plan.state, now)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
+    if not plan.state.guard:  # the mass-loss guard holds the whole pass
+        await remove_finished_oneoffs(acts, result.observed)
     if acts.events or acts.outcomes:
         final, learned = fold_outcomes(plan.state, acts.outcomes, now)
         events = [replace(e, message=mask.line(e.message)) for e in acts.events + learned]

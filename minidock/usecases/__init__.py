@@ -16,6 +16,7 @@ from minidock.usecases.desired import apply, drain_plan, plan, scale, validate
 from minidock.usecases.fleetview import FleetReading, read_fleet
 from minidock.usecases.images import push
 from minidock.usecases.intents import activate, drain, forget, rebalance, reset, rollback
+from minidock.usecases.jobs import RunOutcome, env_pairs, run_oneoff
 from minidock.usecases.migrate import migrate
 from minidock.usecases.outcomes import (
     ApplyOutcome,
@@ -99,6 +100,7 @@ __all__ = [
     "PushProgress",
     "RebalanceOutcome",
     "Report",
+    "RunOutcome",
     "Runtime",
     "ScaleOutcome",
     "StateLocation",
@@ -115,6 +117,7 @@ __all__ = [
     "convert",
     "drain",
     "drain_plan",
+    "env_pairs",
     "events",
     "exec_task",
     "follow_events",
@@ -131,6 +134,7 @@ __all__ = [
     "reconcile",
     "reset",
     "rollback",
+    "run_oneoff",
     "scale",
     "state_location",
     "status",

@@ -48,8 +48,31 @@ class Interrupt:
     `signal`. Outside passes, or at a second signal, the command stops at once."""
 
     def __init__(self) -> None:
-        self.signal = ""  # the signal's name once one came ("SIGINT", "SIGTERM")
+        self._signal = ""  # the signal's name once one came ("SIGINT", "SIGTERM")
         self._gentle = 0
+        self._listeners: list[Callable[[], None]] = []
+        self.doing = "finishing the pass under way"  # what a signal now waits for
+
+    @property
+    def signal(self) -> str:
+        return self._signal
+
+    @signal.setter
+    def signal(self, name: str) -> None:
+        """A signal came: it is recorded, and every listener is told at once."""
+        self._signal = name
+        for listener in list(self._listeners):
+            listener()
+
+    @contextmanager
+    def listening(self, listener: Callable[[], None]) -> Iterator[None]:
+        """Within the block, `listener` is called when a signal comes (a one-off task's
+        wait is cancelled by it, so that its container is removed before the exit)."""
+        self._listeners.append(listener)
+        try:
+            yield
+        finally:
+            self._listeners.remove(listener)
 
     @property
     def requested(self) -> bool:
@@ -61,12 +84,15 @@ class Interrupt:
         return self._gentle > 0
 
     @contextmanager
-    def passes(self) -> Iterator[None]:
-        """The block runs passes: a signal meanwhile is a request, not an abort."""
+    def passes(self, doing: str = "finishing the pass under way") -> Iterator[None]:
+        """The block runs passes (or other work that must end cleanly, `doing` it when a
+        signal comes): a signal meanwhile is a request, not an abort."""
         self._gentle += 1
+        before, self.doing = self.doing, doing
         try:
             yield
         finally:
+            self.doing = before
             self._gentle -= 1
 
 

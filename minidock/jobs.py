@@ -1,0 +1,117 @@
+"""One-off tasks over SSH (`minidock run`): made ready on the host, created, started
+attached to the caller, and removed. The decisions (what it runs, where) are
+`minidock.core.jobs`'; this module only issues the docker commands (docs/jobs.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from minidock.commands import (
+    name_conflict,
+    network_connect_argv,
+    oneoff_create_argv,
+    oneoff_name,
+    oneoff_start_argv,
+    rm_argv,
+)
+from minidock.model import Host, Inventory, Service, cluster_network
+from minidock.push import ControllerEngine
+from minidock.runner import PrepareFailed, prepare_host
+from minidock.ssh import CommandTimeout, Executor, OnLine, Terminal, Unreachable
+
+__all__ = [
+    "OneOffFailed",
+    "OneOffTask",
+    "attach_oneoff",
+    "create_oneoff",
+    "remove_oneoff",
+]
+
+REMOVE_TIMEOUT = 30.0  # seconds `docker rm -f` of a one-off may take (it kills it first)
+
+
+class OneOffFailed(Exception):
+    """The one-off could not be made or started: one line (mask it before showing it)."""
+
+
+@dataclass(frozen=True)
+class OneOffTask:
+    """A one-off task to run: its spec (`core.jobs.oneoff_spec`), where, and as whom."""
+
+    spec: Service
+    cluster: str
+    host: Host
+    run: str  # its run id
+    kind: str = "run"
+    slot: int = 1  # whose named volumes it mounts
+    controller: str = ""
+    terminal: Terminal | None = None  # joined to it (-i, -t), else its output line by line
+
+    @property
+    def name(self) -> str:
+        return oneoff_name(self.spec.name, self.kind, self.run)
+
+
+async def create_oneoff(
+    executor: Executor,
+    inventory: Inventory,
+    task: OneOffTask,
+    engine: ControllerEngine | None = None,
+) -> bool:
+    """Make the host ready (image, configs, network, as for a task) and create the one-off,
+    joined to the service's extra networks; False when a container of its name exists
+    already (a job's run decided again); raises OneOffFailed (a half-made one is removed)."""
+    spec, host = task.spec, task.host
+    try:
+        configs = await prepare_host(
+            executor, inventory, task.cluster, host.name, spec, task.name, engine=engine
+        )
+    except PrepareFailed as exc:
+        raise OneOffFailed(str(exc)) from None
+    terminal = task.terminal
+    argv, env = oneoff_create_argv(
+        spec, task.cluster, task.kind, task.run, task.controller,
+        slot=task.slot, network=cluster_network(task.cluster), configs=configs,
+        interactive=terminal is not None and terminal.interactive,
+        tty=terminal is not None and terminal.tty,
+    )  # fmt: skip
+    made = await executor.run(host, argv, input=env or None)
+    conflict = name_conflict(made.stderr) if made.exit_status != 0 else None
+    if conflict is not None and conflict.name == task.name:
+        return False
+    if made.exit_status != 0:
+        raise OneOffFailed(f"docker create {task.name} on {host.name}: {_said(made.stderr)}")
+    for net in spec.networks:
+        joined = await executor.run(host, network_connect_argv(net, task.name, task.name))
+        if joined.exit_status != 0:
+            await remove_oneoff(executor, host, task.name)
+            raise OneOffFailed(f"{task.name} joining {net} on {host.name}: {_said(joined.stderr)}")
+    return True
+
+
+async def attach_oneoff(executor: Executor, task: OneOffTask, on_line: OnLine) -> int:
+    """Start the created one-off attached: its output line by line to `on_line`, or joined
+    to `task.terminal`; its exit status once it ends (cancel to stop waiting for it)."""
+    terminal = task.terminal
+    if terminal is None:
+        return await executor.follow(task.host, oneoff_start_argv(task.name), on_line)
+    argv = oneoff_start_argv(task.name, interactive=terminal.interactive)
+    return await executor.attach(task.host, argv, terminal)
+
+
+async def remove_oneoff(executor: Executor, host: Host, name: str) -> str:
+    """`docker rm -f` the one-off (killing it if it still runs), shielded from a cancel
+    so that an interrupt cannot leave it behind; "" when done, else why not."""
+    argv = rm_argv([name], force=True)
+    try:
+        res = await asyncio.shield(executor.run(host, argv, timeout=REMOVE_TIMEOUT))
+    except (Unreachable, CommandTimeout) as exc:
+        return f"removing {name} on {host.name}: {exc} (the next pass removes it once finished)"
+    if res.exit_status != 0 and "No such container" not in res.stderr:
+        return f"removing {name} on {host.name}: {_said(res.stderr)}"
+    return ""
+
+
+def _said(stderr: str) -> str:
+    return " ".join(stderr.split())[:300] or "no reason given"

@@ -1,0 +1,150 @@
+"""Jobs (issue 25) on the real lab fleet, through the real command line: `minidock run`'s
+output (secrets masked), exit status, placement, interrupts and kill -9 (the next pass
+removes the finished one-off and never counts it), and `-it` on a PTY."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+
+from minidock.lab.images import WEB5_IMAGE
+from tests.integration.conftest import Fleet, Minidock
+
+TOKEN = "tok-9a8b7c"
+SERVICE = f"""
+[services.web]
+image = "{WEB5_IMAGE}"
+ports = ["8080:8080"]
+env = {{ MODE = "prod" }}
+secrets = {{ TOKEN = {{ file = "token" }} }}
+"""
+
+
+def ok(res: subprocess.CompletedProcess[str]) -> str:
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def oneoffs(fleet: Fleet, md: Minidock) -> dict[str, list[str]]:
+    """Each host's one-off containers of the cluster, as "NAME STATE"."""
+    return {
+        h: [line for line in md.containers(h) if ".run." in line.split()[0]] for h in fleet.hosts
+    }
+
+
+def wait_for(what: str, check: object, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not (callable(check) and check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+# the lab images' entrypoint runs the command in the background (stdin /dev/null): a
+# console's one-off needs the command itself, under docker's init
+CONSOLE = f"""
+[services.console]
+image = "{WEB5_IMAGE}"
+entrypoint = []
+command = ["sleep", "600"]
+init = true
+"""
+
+
+def applied(md: Minidock, body: str = SERVICE) -> Minidock:
+    token = md.workdir / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    ok(md("apply", str(md.spec(body)), "--wait", "--timeout", "60s"))
+    return md
+
+
+def test_run_streams_masked_output_passes_the_exit_status_and_leaves_nothing(
+    md: Minidock, fleet: Fleet
+) -> None:
+    applied(md)
+    script = "echo $TOKEN $MODE $EXTRA; echo to stderr >&2; exit 7"
+    res = md("run", "web", "--env", "EXTRA=x", "--env", "MODE=debug", "--", "sh", "-c", script)
+    assert (res.returncode, res.stdout) == (7, "*** debug x\n"), res.stderr
+    assert "to stderr" in res.stderr
+    assert TOKEN not in res.stderr
+    assert all(not found for found in oneoffs(fleet, md).values())
+    # the service's host port stays its task's: the one-off publishes nothing (host1 holds it)
+    task_host = md.tasks("web")[0]["host"]
+    assert ok(md("run", "web", "--host", task_host, "--", "true")) == ""
+    bad = md("run", "web", "--host", "nohost", "--", "true")
+    assert bad.returncode == 2
+    assert "unknown host 'nohost'" in bad.stderr
+    assert md("run", "nosuch", "--", "true").returncode == 2
+
+
+def test_an_interrupted_run_is_removed_and_a_killed_one_is_removed_by_the_next_pass(
+    md: Minidock, fleet: Fleet
+) -> None:
+    applied(md)
+    host = fleet.hosts[-1]
+    running = md.popen("run", "web", "--host", host, "--", "sleep", "120")
+    wait_for("the one-off to run", lambda: any("running" in o for o in oneoffs(fleet, md)[host]))
+    running.send_signal(signal.SIGINT)
+    _, errors = running.communicate(timeout=60)
+    assert running.returncode == 130, errors
+    assert "interrupted: web.run." in errors
+    assert oneoffs(fleet, md)[host] == []
+
+    gate = "while [ ! -e /tmp/go ]; do sleep 0.2; done; exit 3"  # ends when told to
+    killed = md.popen("run", "web", "--host", host, "--", "sh", "-c", gate)
+    wait_for("the one-off to run", lambda: any("running" in o for o in oneoffs(fleet, md)[host]))
+    killed.kill()
+    killed.communicate(timeout=10)
+    pass_while_it_runs = md("reconcile")
+    assert pass_while_it_runs.returncode == 0, pass_while_it_runs.stderr
+    (left,) = oneoffs(fleet, md)[host]  # a running one-off is its runner's: kept
+    assert left.endswith(" running")
+    ok(fleet.docker(host, "exec", left.split()[0], "sh", "-c", ": > /tmp/go"))
+    wait_for("the one-off to end", lambda: any("exited" in o for o in oneoffs(fleet, md)[host]))
+    doc = md.status()
+    assert [(s["running"], s["replicas"]) for s in doc["services"]] == [(1, 1)]
+    assert len(doc["tasks"]) == 1  # never counted as a task
+    ok(md("reconcile"))
+    assert oneoffs(fleet, md)[host] == []
+    events = json.loads(ok(md("events", "--json")))
+    removed = [e for e in events if e["kind"] == "oneoff-removed"]
+    assert [e["host"] for e in removed] == [host], removed
+    ok(md("reconcile"))
+    assert len(json.loads(ok(md("events", "--json")))) == len(events)
+
+
+def test_run_it_runs_on_a_terminal(md: Minidock, fleet: Fleet) -> None:
+    applied(md, CONSOLE)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minidock", "run", "-it", "console", "--", "sh"],
+        stdin=slave, stdout=slave, stderr=slave, env=md.env(), close_fds=True,
+    )  # fmt: skip
+    os.close(slave)
+    os.write(master, b"tty; echo $((40 + 2)); exit 3\n")
+    output = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the other side closed: the session ended
+                break
+            if not chunk:
+                break
+            output += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    assert proc.wait(timeout=30) == 3, output
+    text = output.decode(errors="replace")
+    assert "/dev/pts/" in text, text
+    assert "42" in text, text
+    assert all(not found for found in oneoffs(fleet, md).values())

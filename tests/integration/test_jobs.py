@@ -13,8 +13,17 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from minidock.lab.images import WEB5_IMAGE
 from tests.integration.conftest import Fleet, Minidock
+
+
+@pytest.fixture
+def md(patient_md: Minidock) -> Minidock:
+    """Jobs are not about host loss: probes patient beside a loaded engine."""
+    return patient_md
+
 
 TOKEN = "tok-9a8b7c"
 SERVICE = f"""

@@ -32,8 +32,8 @@ from minidock.model import (
     ContainerState,
     Health,
     HealthCheck,
-    SecretFile,
     OneOff,
+    SecretFile,
     Service,
     Volume,
 )

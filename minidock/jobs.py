@@ -14,6 +14,8 @@ from minidock.commands import (
     oneoff_name,
     oneoff_start_argv,
     rm_argv,
+    secret_files_argv,
+    secret_files_tar,
 )
 from minidock.model import Host, Inventory, Service, cluster_network
 from minidock.push import ControllerEngine
@@ -60,8 +62,9 @@ async def create_oneoff(
     engine: ControllerEngine | None = None,
 ) -> bool:
     """Make the host ready (image, configs, network, as for a task) and create the one-off,
-    joined to the service's extra networks; False when a container of its name exists
-    already (a job's run decided again); raises OneOffFailed (a half-made one is removed)."""
+    with its secret files copied in, joined to the service's extra networks; False when a
+    container of its name exists already (a decision made again); raises OneOffFailed (a
+    half-made one is removed)."""
     spec, host = task.spec, task.host
     try:
         configs = await prepare_host(
@@ -82,6 +85,12 @@ async def create_oneoff(
         return False
     if made.exit_status != 0:
         raise OneOffFailed(f"docker create {task.name} on {host.name}: {_said(made.stderr)}")
+    if spec.secret_files:  # into the created one-off's own filesystem, as for a task
+        tar = secret_files_tar(spec.secret_files)
+        copied = await executor.run(host, secret_files_argv(task.name), input=tar)
+        if copied.exit_status != 0:
+            await remove_oneoff(executor, host, task.name)
+            raise OneOffFailed(f"{task.name}: copying its secret files: {_said(copied.stderr)}")
     for net in spec.networks:
         joined = await executor.run(host, network_connect_argv(net, task.name, task.name))
         if joined.exit_status != 0:

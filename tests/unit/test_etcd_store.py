@@ -370,7 +370,7 @@ def test_two_members_of_three_down_is_no_quorum_said_at_once(
     start = time.monotonic()
     with pytest.raises(StoreUnavailable, match="no quorum"):
         EtcdWriter(url).acquire()
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < url.timeout  # refused before its timeout could pass
     holder.release()  # its lease expires by itself
     etcd_cluster.ensure_all()
     reader = stores.open_reader(url)

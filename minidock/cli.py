@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
 
@@ -31,7 +32,7 @@ from minidock.progress import LiveProgress, PlainProgress, progress_view
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.state import StateError
-from minidock.status import HostSummary, ServiceSummary, StatusDocument
+from minidock.status import HostSummary, JobSummary, ServiceSummary, StatusDocument
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
 
@@ -575,6 +576,8 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}.{p.slot} pending: {p.reason}", markup=False)
         for f in s.failed:
             out.print(f"{s.name}.{f.slot} FAILED: {f.last_exit}", markup=False)
+        if s.job is not None:
+            out.print(f"{s.name}: {job_line(s.job)}", markup=False)
     routed = bool(doc.routes)
     tasks = Table("task", "slot", "host", "image", "gen", "state", "health")
     if routed:
@@ -911,6 +914,24 @@ def logs(
     for line in shown.failed:
         err.print(f"failed: {line}", markup=False)
     raise typer.Exit(shown.exit_code)
+
+
+def job_line(job: JobSummary) -> str:
+    """A scheduled job's line in `status`: its schedule, last run and next time (UTC)."""
+
+    def at(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    line = f"job {job.schedule!r} ({job.timezone}, {job.concurrency})"
+    last = job.last
+    if last is None:
+        line += "; no run yet"
+    else:
+        said = "succeeded" if last.exit_code == 0 else "FAILED"
+        code = "did not run" if last.exit_code is None else f"exit {last.exit_code}"
+        line += f"; last run {at(last.started)} {said} ({code}, {last.duration:.1f}s)"
+    line += f"; {job.running} running" if job.running else ""
+    return line + (f"; next {at(job.next)}" if job.next is not None else "; armed by the next pass")
 
 
 @app.command("exec")

@@ -331,6 +331,8 @@ def _oneoff(host_name: str, cluster: str, raw: Mapping[str, Any]) -> OneOff | No
         kind=str(kind),
         state=cast(ContainerState, status),
         exit_code=int(code) if status in ("exited", "dead") and isinstance(code, int) else None,
+        started_at=parse_time(state.get("StartedAt")),
+        finished_at=parse_time(state.get("FinishedAt")),
     )
 
 

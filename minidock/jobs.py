@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass
 
 from minidock.commands import (
+    logs_argv,
     name_conflict,
     network_connect_argv,
     oneoff_create_argv,
@@ -16,8 +17,9 @@ from minidock.commands import (
     rm_argv,
     secret_files_argv,
     secret_files_tar,
+    start_argv,
 )
-from minidock.model import Host, Inventory, Service, cluster_network
+from minidock.model import Host, Inventory, OneOff, Service, cluster_network
 from minidock.push import ControllerEngine
 from minidock.runner import PrepareFailed, prepare_host
 from minidock.ssh import CommandTimeout, Executor, OnLine, Terminal, Unreachable
@@ -27,7 +29,9 @@ __all__ = [
     "OneOffTask",
     "attach_oneoff",
     "create_oneoff",
+    "output_tail",
     "remove_oneoff",
+    "start_detached",
 ]
 
 REMOVE_TIMEOUT = 30.0  # seconds `docker rm -f` of a one-off may take (it kills it first)
@@ -97,6 +101,23 @@ async def create_oneoff(
             await remove_oneoff(executor, host, task.name)
             raise OneOffFailed(f"{task.name} joining {net} on {host.name}: {_said(joined.stderr)}")
     return True
+
+
+async def start_detached(executor: Executor, task: OneOffTask) -> None:
+    """Start a created one-off in the background (a job's run: a later pass collects it)."""
+    started = await executor.run(task.host, start_argv(task.name))
+    if started.exit_status != 0:
+        await remove_oneoff(executor, task.host, task.name)
+        raise OneOffFailed(f"docker start {task.name} on {task.host.name}: {_said(started.stderr)}")
+
+
+async def output_tail(executor: Executor, host: Host, oneoff: OneOff, lines: int = 5) -> str:
+    """The last lines of a finished one-off's output, joined by " | " (mask it)."""
+    try:
+        logs = await executor.run(host, logs_argv(oneoff.id, lines))
+    except (Unreachable, CommandTimeout) as exc:
+        return f"(output not read: {exc})"
+    return " | ".join((logs.stdout + logs.stderr).strip().splitlines()[-lines:])
 
 
 async def attach_oneoff(executor: Executor, task: OneOffTask, on_line: OnLine) -> int:

@@ -300,6 +300,19 @@ class Ingress:
         return self.task_ports[0] <= port <= self.task_ports[1]
 
 
+Concurrency = Literal["forbid", "allow"]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A scheduled job's schedule: a cron expression read in `timezone` (IANA name), and
+    whether a run may start while the previous one still runs (docs/jobs.md)."""
+
+    cron: str
+    timezone: str = "UTC"
+    concurrency: Concurrency = "forbid"
+
+
 @dataclass(frozen=True)
 class RegistryAuth:
     """Credentials for the registry a service's image is pulled from: the runner logs a
@@ -365,6 +378,8 @@ class Service:
     drain_timeout: float = 5.0  # out of every route this long before a routed task stops
     # credentials for the image's registry (from the spec's [registries]), not in the hash
     registry_auth: RegistryAuth | None = field(default=None, repr=False)
+    # a scheduled job: no slots (replicas 0), one run per scheduled time; not in the hash
+    schedule: Schedule | None = None
 
     def spec_hash(self) -> str:
         """Hash of everything that changes what a task runs: a new value means outdated.
@@ -530,9 +545,11 @@ class OneOff:
     host: str
     service: str
     run: str  # its run id (the minidock.task label)
-    kind: str  # the minidock.oneoff label: "run" (`minidock run`)
+    kind: str  # the minidock.oneoff label: "run" (`minidock run`), "job" (a scheduled run)
     state: ContainerState
     exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
 
     @property
     def finished(self) -> bool:

@@ -341,10 +341,12 @@ async def prepare_host(
     return tuple(mounts)
 
 
-async def remove_finished_oneoffs(acts: _Acts, observed: Observed) -> None:
+async def remove_finished_oneoffs(acts: _Acts, observed: Observed, state: ControllerState) -> None:
     """Remove every one-off task that has finished (its runner was interrupted, or the
-    controller killed): one event each; a failure to remove is an act failure."""
-    for o in finished_oneoffs(observed):
+    controller killed), but the runs their scheduled job collects (minidock.jobpass): one
+    event each; a failure to remove is an act failure."""
+    jobs = {n for n, ss in state.services.items() if ss.spec.schedule is not None}
+    for o in finished_oneoffs(observed, jobs):
         where = (o.service, 0, o.host, o.run)
         try:
             res = await acts.sh(o.host, rm_argv([o.id], force=True))
@@ -479,7 +481,7 @@ async def run_pass(
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     if not plan.state.guard:  # the mass-loss guard holds the whole pass
-        await remove_finished_oneoffs(acts, result.observed)
+        await remove_finished_oneoffs(acts, result.observed, plan.state)
     if acts.events or acts.outcomes:
         final, learned = fold_outcomes(plan.state, acts.outcomes, now)
         events = [replace(e, message=mask.line(e.message)) for e in acts.events + learned]

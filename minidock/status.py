@@ -18,7 +18,9 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
+from minidock.core.jobs import failing_jobs
 from minidock.core.routes import RouteTable
+from minidock.core.schedule import JOB_KIND
 from minidock.core.supervise import ready
 from minidock.model import (
     Container,
@@ -30,11 +32,14 @@ from minidock.model import (
     Observed,
     ProxyObservation,
 )
+from minidock.schedules import times
 
 __all__ = [
     "CpuUsage",
     "FailedSlot",
     "HostSummary",
+    "JobRunSummary",
+    "JobSummary",
     "MemoryUsage",
     "PendingSlot",
     "ProxySummary",
@@ -78,6 +83,35 @@ class PendingSlot:
 
 
 @dataclass(frozen=True)
+class JobRunSummary:
+    """One finished run of a scheduled job (`exit_code` None: it never started)."""
+
+    run: str
+    due: float
+    started: float
+    finished: float
+    duration: float
+    exit_code: int | None
+    tail: str
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """A scheduled job: its schedule, its next time (None until a pass arms it), its runs
+    going now, the last finished ones (newest last) and whether the latest failed."""
+
+    schedule: str
+    timezone: str
+    concurrency: str
+    next: float | None
+    running: int
+    skipped: int
+    failing: bool
+    last: JobRunSummary | None
+    runs: tuple[JobRunSummary, ...]
+
+
+@dataclass(frozen=True)
 class ServiceSummary:
     name: str
     desired: DesiredState
@@ -92,6 +126,7 @@ class ServiceSummary:
     failed: tuple[FailedSlot, ...]
     pending: tuple[PendingSlot, ...]
     last_failure: str
+    job: JobSummary | None = None  # a scheduled job's runs (docs/jobs.md)
 
 
 @dataclass(frozen=True)
@@ -204,7 +239,7 @@ def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> 
     degraded (fewer healthy tasks than replicas) or starting."""
     if ss.spec.desired == "stopped":
         return "stopped"
-    if failed:
+    if failed or (ss.spec.schedule is not None and ss.job.failing):
         return "failed"
     r = ss.rollout
     if r.paused or r.active:
@@ -223,7 +258,9 @@ def generation_of(ss: ServiceState, spec_hash: str) -> int | None:
     return None
 
 
-def _service(name: str, ss: ServiceState, mine: list[Container], plan: Plan) -> ServiceSummary:
+def _service(
+    name: str, ss: ServiceState, mine: list[Container], plan: Plan, observed: Observed
+) -> ServiceSummary:
     tasks = [c for c in mine if c.service == name and c.live]
     failed = tuple(
         FailedSlot(n, s.last_exit)
@@ -251,7 +288,30 @@ def _service(name: str, ss: ServiceState, mine: list[Container], plan: Plan) -> 
         failed=failed,
         pending=tuple(PendingSlot(p.slot, p.reason) for p in plan.pending if p.service == name),
         last_failure=last_failure,
+        job=_job(ss, observed),
     )
+
+
+def _job(ss: ServiceState, observed: Observed) -> JobSummary | None:
+    schedule, record = ss.spec.schedule, ss.job
+    if schedule is None:
+        return None
+    runs = tuple(
+        JobRunSummary(r.run, r.due, r.started, r.finished, r.duration, r.exit_code, r.tail)
+        for r in record.runs
+    )
+    going = [
+        o
+        for seen in observed.hosts.values()
+        for o in seen.oneoffs
+        if o.service == ss.spec.name and o.kind == JOB_KIND and not o.finished
+    ]
+    after = max(record.due, record.runs[-1].due if record.runs else 0.0)
+    upcoming = times(schedule, after).next if record.due else None
+    return JobSummary(
+        schedule.cron, schedule.timezone, schedule.concurrency, upcoming, len(going),
+        record.skipped, record.failing, runs[-1] if runs else None, runs,
+    )  # fmt: skip
 
 
 def _task(
@@ -322,12 +382,15 @@ def status_document(
     for name in state.order:
         ss = plan.state.services.get(name) or state.services.get(name)
         if ss is not None:
-            services.append(_service(name, ss, mine, plan))
+            services.append(_service(name, ss, mine, plan, observed))
     return StatusDocument(
         cluster=state.cluster,
         generation=state.generation,
         # converged only when nothing is to do, waited for, paused, Failed, pending or down
-        converged=plan.converged and not (plan.paused() or plan.failed_slots() or plan.degraded()),
+        converged=plan.converged
+        and not (
+            plan.paused() or plan.failed_slots() or plan.degraded() or failing_jobs(plan.state)
+        ),
         guard=plan.guard,
         rebuilt=plan.state.rebuilt or state.rebuilt,
         waiting=tuple(plan.waiting),

@@ -10,14 +10,21 @@ a pass removes it once it has finished (docs/jobs.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from minidock.core.schedule import JOB_KIND
 from minidock.core.scheduler import Fleet, counted_as, place
 from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Inventory, Observed, OneOff, Service
 
-__all__ = ["OneOffPlacement", "finished_oneoffs", "oneoff_spec", "place_oneoff"]
+__all__ = [
+    "OneOffPlacement",
+    "failing_jobs",
+    "finished_oneoffs",
+    "oneoff_spec",
+    "place_oneoff",
+]
 
 
 def oneoff_spec(
@@ -99,9 +106,25 @@ def _fleet(inventory: Inventory, observed: Observed, state: ControllerState) -> 
     return Fleet.build(inventory.hosts, eligible, live, foreign)
 
 
-def finished_oneoffs(observed: Observed) -> tuple[OneOff, ...]:
-    """The one-off tasks a pass removes: every finished one on a host that answered (a
-    running one belongs to whoever runs it; the pass never stops it)."""
+def finished_oneoffs(observed: Observed, jobs: Collection[str] = ()) -> tuple[OneOff, ...]:
+    """The one-off tasks a pass removes as such: every finished one on a host that answered
+    (a running one belongs to whoever runs it; the pass never stops it), except the runs
+    of the scheduled `jobs`, which their job collects (core/schedule.py)."""
     return tuple(
-        o for seen in observed.hosts.values() if seen.ok for o in seen.oneoffs if o.finished
+        o
+        for seen in observed.hosts.values()
+        if seen.ok
+        for o in seen.oneoffs
+        if o.finished and not (o.kind == JOB_KIND and o.service in jobs)
     )
+
+
+def failing_jobs(state: ControllerState) -> list[tuple[str, str]]:
+    """(job, line) of each scheduled job whose latest run failed: exit 1 until one succeeds."""
+    found = []
+    for name, ss in sorted(state.services.items()):
+        last = ss.job.last
+        if ss.spec.schedule is not None and last is not None and not last.succeeded:
+            said = f"exit {last.exit_code}" if last.exit_code is not None else "did not start"
+            found.append((name, f"{name} last run failed ({said})"))
+    return found

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from minidock.core.hosts import HostState
 from minidock.core.passes import PassStats
 from minidock.core.rollout import Rollout
+from minidock.core.schedule import JobRecord
 from minidock.core.slots import SlotState
 from minidock.model import Service
 
@@ -35,6 +36,7 @@ class ServiceState:
     global_slots: dict[str, int] = field(default_factory=dict)  # mode "global": host -> slot
     rebalance: tuple[tuple[int, str], ...] = ()  # (slot, host to move it off), one at a time
     previous_failed: str = ""  # why `previous` was rolled back as failed ("" if it was not)
+    job: JobRecord = field(default_factory=JobRecord)  # a scheduled job's runs (core/schedule.py)
 
     def slot(self, n: int) -> SlotState:
         found = self.slots.get(n)

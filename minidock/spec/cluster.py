@@ -27,6 +27,7 @@ from minidock.model import (
     PortMapping,
     RegistryAuth,
     RestartPolicy,
+    Schedule,
     Service,
     Ulimit,
     UpdatePolicy,
@@ -35,6 +36,7 @@ from minidock.model import (
     image_registry,
     looks_secret,
 )
+from minidock.schedules import cron_problem, timezone_problem
 from minidock.spec.compose import is_compose_file
 from minidock.spec.configs import build_configs
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
@@ -220,7 +222,7 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
     return Service(
         name=name,
         image=body["image"],
-        replicas=body.get("replicas", 1),
+        replicas=0 if "schedule" in body else body.get("replicas", 1),
         command=tuple(command) if command is not None else None,
         env=tuple(sorted(env.items())),
         ports=ports,
@@ -240,9 +242,44 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         secret_files=build_secret_files(body, volumes, configs, at, fail, base),
         mode=_mode(body, at, fail),
         image_source=body.get("image_source", "registry"),
+        schedule=_schedule(body, at, fail),
         **_run_options(body, at, fail, cluster),
         **service_ingress(body, routes_of(body, at, fail, ports)),
     )
+
+
+_NOT_FOR_JOBS = {
+    "replicas": "a job has no replicas: each scheduled time starts one run",
+    "mode": "a job has no mode: each scheduled time starts one run",
+    "ports": "a job's runs publish no ports: remove ports",
+    "health": "a job's runs have no health check: its exit status is its outcome",
+    "ingress": "a job's runs take no traffic: remove ingress",
+    "update": "a job has no rolling update: each run starts with the current spec",
+    "restart": "a job's failed run is not restarted: the next scheduled time runs again",
+    "depends_on": "a job's runs wait on no dependency: remove depends_on",
+    "on_host_loss": "a job's run is not moved on host loss: the next scheduled time runs again",
+    "drain_timeout": "a job's runs take no traffic: remove drain_timeout",
+}
+
+
+def _schedule(body: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> Schedule | None:
+    """A scheduled job's schedule (docs/jobs.md), or None; the keys a job cannot honour,
+    and `timezone`/`concurrency` without a schedule, are refused, naming the key."""
+    if "schedule" not in body:
+        for key in ("timezone", "concurrency"):
+            if key in body:
+                raise fail((*at, key), f"{key} is for scheduled jobs: add schedule or remove it")
+        return None
+    for key, why in _NOT_FOR_JOBS.items():
+        if key in body:
+            raise fail((*at, key), why)
+    problem = cron_problem(body["schedule"])
+    if problem:
+        raise fail((*at, "schedule"), problem)
+    zone = body.get("timezone", "UTC")
+    if timezone_problem(zone):
+        raise fail((*at, "timezone"), timezone_problem(zone))
+    return Schedule(body["schedule"], zone, body.get("concurrency", "forbid"))
 
 
 def _mode(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from minidock.core import Plan
 from minidock.core.causes import failed_probes
+from minidock.core.jobs import failing_jobs
 from minidock.core.progress_rule import outlook
 from minidock.core.rebalance import Move
 from minidock.model import ContainerState, Event, Health
@@ -86,6 +87,8 @@ def verdict(result: PassResult) -> ExitCode:
     plan = result.plan
     if result.failures or plan.guard or plan.failed_slots() or plan.paused():
         return ExitCode.FAILED
+    if failing_jobs(plan.state):
+        return ExitCode.FAILED
     seen = outlook(plan)
     if seen.progressing:
         return ExitCode.NOT_CONVERGED
@@ -103,6 +106,7 @@ def why(result: PassResult, code: ExitCode) -> str:
         reasons += [f"{_count(len(result.failures), 'act')} failed"] if result.failures else []
         reasons += [f"{s}.{n} Failed" for s, n, _ in plan.failed_slots()]
         reasons += [f"{s} rollout paused" for s in plan.paused()]
+        reasons += [line for _, line in failing_jobs(plan.state)]
         return "failed: " + _few(reasons)
     seen = outlook(plan)
     if code is ExitCode.DEGRADED:

@@ -3,9 +3,12 @@ timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NoReturn
 
-from minidock.runner import run_pass
+from minidock.jobpass import run_jobs
+from minidock.model import Cluster, Inventory
+from minidock.runner import PassResult, run_pass
 from minidock.ssh import Executor
 from minidock.store import StateLocation, Store
 from minidock.usecases.access import (
@@ -35,6 +38,24 @@ from minidock.usecases.passlog import record_pass
 from minidock.usecases.runtime import Runtime, connected
 
 WAIT_INTERVAL = 1.0  # seconds between the passes of `--wait`
+
+
+async def one_pass(
+    cluster: Cluster,
+    inventory: Inventory,
+    store: Store,
+    executor: Executor,
+    *,
+    clock: Callable[[], float],
+    force_down: bool = False,
+) -> PassResult:
+    """One reconcile pass (runner.run_pass), then its scheduled jobs' part
+    (minidock.jobpass) at the same time."""
+    now = clock()
+    result = await run_pass(
+        cluster, inventory, store, executor, clock=lambda: now, force_down=force_down
+    )
+    return await run_jobs(cluster, inventory, store, executor, result, now)
 
 
 async def converge_passes(
@@ -69,7 +90,7 @@ async def converge_passes(
     with interrupt.passes():
         while not interrupt.requested:
             started = clock.monotonic()
-            result = await run_pass(
+            result = await one_pass(
                 desired.cluster,
                 desired.inventory,
                 store,
@@ -175,7 +196,7 @@ async def watch_step(
             desired = admissible(store.load(), read_desired(store, directory))
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
-                result = await run_pass(
+                result = await one_pass(
                     desired.cluster, desired.inventory, store, executor, clock=runtime.clock.now
                 )
                 code = verdict(result)

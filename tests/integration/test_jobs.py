@@ -40,11 +40,10 @@ def ok(res: subprocess.CompletedProcess[str]) -> str:
     return res.stdout
 
 
-def oneoffs(fleet: Fleet, md: Minidock) -> dict[str, list[str]]:
-    """Each host's one-off containers of the cluster, as "NAME STATE"."""
-    return {
-        h: [line for line in md.containers(h) if ".run." in line.split()[0]] for h in fleet.hosts
-    }
+def oneoffs(fleet: Fleet, md: Minidock, kind: str = ".run.") -> dict[str, list[str]]:
+    """Each host's one-off containers of the cluster (`minidock run`'s, or a job's runs with
+    ".job."), as "NAME STATE"."""
+    return {h: [line for line in md.containers(h) if kind in line.split()[0]] for h in fleet.hosts}
 
 
 def wait_for(what: str, check: object, timeout: float = 60) -> None:
@@ -157,3 +156,61 @@ def test_run_it_runs_on_a_terminal(md: Minidock, fleet: Fleet) -> None:
     assert "/dev/pts/" in text, text
     assert "42" in text, text
     assert all(not found for found in oneoffs(fleet, md).values())
+
+
+# -- scheduled jobs ---------------------------------------------------------------------------
+JOBS = f"""
+[services.tick]
+image = "{WEB5_IMAGE}"
+entrypoint = []
+command = ["sh", "-c", "echo tick $TOKEN"]
+schedule = "* * * * *"
+secrets = {{ TOKEN = {{ file = "token" }} }}
+
+[services.broken]
+image = "{WEB5_IMAGE}"
+entrypoint = []
+command = ["sh", "-c", "echo broken >&2; exit 3"]
+schedule = "* * * * *"
+timezone = "Europe/Paris"
+"""
+
+
+def test_a_scheduled_job_runs_at_its_time_is_recorded_removed_and_a_failure_is_exit_1(
+    md: Minidock, fleet: Fleet
+) -> None:
+    applied(md, JOBS)  # its first pass arms both jobs: no run for a time before the apply
+    assert all(not found for found in oneoffs(fleet, md, ".job.").values())
+    armed = {s["name"]: s["job"] for s in md.status()["services"]}
+    boundary = armed["tick"]["next"]
+    assert armed["tick"]["last"] is None
+    assert boundary == armed["broken"]["next"]
+    assert boundary % 60 == 0
+    wait_for("the next minute", lambda: time.time() >= boundary, timeout=70)
+    started = md("reconcile")  # a pass at or after the time: one run of each
+    assert started.returncode in (0, 3), started.stderr
+    wait_for(
+        "both runs to end",
+        lambda: (
+            sum("exited" in o for found in oneoffs(fleet, md, ".job.").values() for o in found) == 2
+        ),
+    )
+    collected = md("reconcile")
+    assert collected.returncode == 1, collected.stderr
+    assert "broken last run failed (exit 3)" in collected.stderr
+    assert all(not found for found in oneoffs(fleet, md, ".job.").values())
+    doc = {s["name"]: s for s in md.status()["services"]}
+    tick, broken = doc["tick"]["job"], doc["broken"]["job"]
+    assert (tick["last"]["exit_code"], tick["last"]["tail"]) == (0, "tick ***")
+    assert tick["last"]["due"] == boundary
+    assert tick["next"] == boundary + 60
+    assert (broken["failing"], broken["last"]["exit_code"], doc["broken"]["state"]) == (
+        True, 3, "failed",
+    )  # fmt: skip
+    assert doc["tick"]["replicas"] == 0
+    assert md.tasks() == []  # a run is never a task
+    kinds = [e["kind"] for e in json.loads(ok(md("events", "--json")))]
+    assert kinds.count("job-started") == 2
+    assert (kinds.count("job-succeeded"), kinds.count("job-failed")) == (1, 1)
+    assert TOKEN not in ok(md("events", "--json"))
+    assert "tick: job '* * * * *' (UTC, forbid); last run" in ok(md("status"))

@@ -20,7 +20,7 @@ CLI_MAY_IMPORT = {
     "minidock.state": {"StateError", "state_dir"},
     "minidock.ssh": {"SSHExecutor"},
     "minidock.units": {"format_duration", "format_size", "parse_duration"},
-    "minidock.status": {"HostSummary", "ServiceSummary", "StatusDocument"},
+    "minidock.status": {"HostSummary", "JobSummary", "ServiceSummary", "StatusDocument"},
     "minidock.core": {"Plan"},
     "minidock.model": {"Event"},
     "minidock.runner": {"PassResult"},

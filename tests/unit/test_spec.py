@@ -591,6 +591,40 @@ BAD = [
         "services.web: unknown key 'imge' (did you mean 'image'?)",
         "unknown-key-before-missing-key",
     ),
+    # -- scheduled jobs (docs/jobs.md)
+    c(
+        WEB + 'schedule = "0 3 * *"\n',
+        "services.web.schedule: use five fields (minute hour day-of-month month day-of-week),"
+        " e.g. '0 3 * * *'",
+        "job-schedule-fields",
+    ),
+    c(
+        WEB + 'schedule = "0 25 * * *"\n',
+        "services.web.schedule: '0 25 * * *' is not a cron expression croniter reads,"
+        " e.g. '*/15 * * * *'",
+        "job-schedule-invalid",
+    ),
+    c(
+        WEB + 'schedule = "0 3 * * *"\ntimezone = "Mars/Olympus"\n',
+        "services.web.timezone: unknown timezone 'Mars/Olympus': use an IANA name such as"
+        " 'UTC' or 'Europe/Paris'",
+        "job-timezone",
+    ),
+    c(
+        WEB + 'schedule = "0 3 * * *"\nreplicas = 2\n',
+        "services.web.replicas: a job has no replicas: each scheduled time starts one run",
+        "job-replicas",
+    ),
+    c(
+        WEB + 'schedule = "0 3 * * *"\nports = ["8080:8080"]\n',
+        "services.web.ports: a job's runs publish no ports: remove ports",
+        "job-ports",
+    ),
+    c(
+        WEB + 'concurrency = "allow"\n',
+        "services.web.concurrency: concurrency is for scheduled jobs: add schedule or remove it",
+        "job-concurrency-without-schedule",
+    ),
 ]
 
 

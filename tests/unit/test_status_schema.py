@@ -22,6 +22,8 @@ from minidock.status import (
     CpuUsage,
     FailedSlot,
     HostSummary,
+    JobRunSummary,
+    JobSummary,
     MemoryUsage,
     PendingSlot,
     ProxySummary,
@@ -64,6 +66,8 @@ def test_the_schema_names_exactly_the_fields_of_the_typed_records() -> None:
         (d["host"]["properties"]["memory"], MemoryUsage),
         (d["route"], RouteSummary),
         (d["proxy"], ProxySummary),
+        (d["service"]["properties"]["job"]["oneOf"][1], JobSummary),
+        (d["job_run"], JobRunSummary),
     ]
     for node, cls in nodes:
         assert set(node["properties"]) == json_fields(cls), cls.__name__

@@ -1,0 +1,154 @@
+"""Scheduled jobs (docs/jobs.md): when passes start runs, and each run's record. The pure
+decision (core/schedule.py) over a schedule read with croniter (minidock.schedules)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minidock.core.schedule import (
+    HISTORY,
+    JobRecord,
+    JobRun,
+    PendingRun,
+    Times,
+    job_run_id,
+    record_run,
+    step,
+)
+from minidock.model import OneOff, Schedule, Service
+from minidock.schedules import cron_problem, times, timezone_problem
+from minidock.spec import load_cluster
+
+EVERY_MINUTE = Service("report", "web:5", replicas=0, schedule=Schedule("* * * * *"))
+ALLOW = replace(EVERY_MINUTE, schedule=Schedule("* * * * *", concurrency="allow"))
+
+
+def minute(now: float) -> Times:
+    return times(Schedule("* * * * *"), now)
+
+
+def each_minute(now: float) -> Times:
+    """`* * * * *` as arithmetic (what `times` reads it as, without croniter's cost)."""
+    latest = now // 60 * 60
+    return Times(latest, latest + 60)
+
+
+def run_of(run: str, state: str = "running") -> OneOff:
+    return OneOff("id", f"report.job.{run}", "h", "report", run, "job", state)  # type: ignore[arg-type]
+
+
+def test_times_are_the_latest_at_or_before_now_and_the_next_in_the_jobs_timezone() -> None:
+    assert times(Schedule("* * * * *"), 600.0) == Times(600.0, 660.0)
+    assert times(Schedule("* * * * *"), 659.9) == Times(600.0, 660.0)
+    paris = times(Schedule("0 3 * * *", "Europe/Paris"), 1764644400.5)  # 04:00 in Paris
+    assert paris == Times(1764640800.0, 1764727200.0)  # 03:00 today, 03:00 tomorrow
+    assert cron_problem("0 3 * * *") == ""
+    assert "five fields" in cron_problem("0 0 3 * * *")
+    assert "not a cron expression" in cron_problem("61 3 * * *")
+    assert timezone_problem("Europe/Paris") == ""
+    assert "unknown timezone 'Mars/Olympus'" in timezone_problem("Mars/Olympus")
+
+
+def test_a_new_job_is_armed_then_runs_once_per_scheduled_time() -> None:
+    armed = step("c", EVERY_MINUTE, JobRecord(), (), minute(630.0), 630.0)
+    assert (armed.starts, armed.record.due) == ((), 600.0)  # no run for a time before it
+    assert step("c", EVERY_MINUTE, armed.record, (), minute(650.0), 650.0).starts == ()
+    due = step("c", EVERY_MINUTE, armed.record, (), minute(661.0), 661.0)
+    (run,) = due.starts
+    assert run == PendingRun(job_run_id("c", "report", 660.0), 660.0)
+    assert (due.record.due, due.record.pending) == (660.0, (run,))
+    # a crash between the record and the act: the next pass starts the same run again
+    assert step("c", EVERY_MINUTE, due.record, (), minute(670.0), 670.0).starts == (run,)
+    # started: not again, even while no host shows it yet
+    started = due.record.started(run.run)
+    assert step("c", EVERY_MINUTE, started, (), minute(670.0), 670.0, all_seen=False).starts == ()
+    # started, and gone from every host while all answered: lost
+    assert step("c", EVERY_MINUTE, started, (), minute(670.0), 670.0).lost == (
+        replace(run, started=True),
+    )
+    seen = step("c", EVERY_MINUTE, started, (run_of(run.run),), minute(675.0), 675.0)
+    assert (seen.starts, seen.lost) == ((), ())
+
+
+def test_a_stopped_job_lets_its_times_pass() -> None:
+    stopped = replace(EVERY_MINUTE, desired="stopped")
+    decided = step("c", stopped, JobRecord(due=600.0), (), minute(700.0), 700.0)
+    assert (decided.starts, decided.record.due) == ((), 660.0)
+
+
+def test_a_run_still_going_skips_the_next_time_under_forbid_but_not_under_allow() -> None:
+    first = step("c", EVERY_MINUTE, JobRecord(due=600.0), (), minute(660.0), 660.0)
+    (run,) = first.starts
+    record = first.record.started(run.run)
+    going = (run_of(run.run),)
+    skipped = step("c", EVERY_MINUTE, record, going, minute(720.0), 720.0)
+    assert skipped.starts == ()
+    assert [e.kind for e in skipped.events] == ["job-skipped"]
+    assert (skipped.record.due, skipped.record.skipped) == (720.0, 1)
+    # the run has finished (a pass collects it): the next time is not skipped
+    done = step("c", EVERY_MINUTE, record, (run_of(run.run, "exited"),), minute(720.0), 720.0)
+    assert len(done.starts) == 1
+    allowed = step("c", ALLOW, record, going, minute(720.0), 720.0)
+    assert [p.run for p in allowed.starts] == [job_run_id("c", "report", 720.0)]
+
+
+@settings(max_examples=60)
+@given(st.lists(st.floats(min_value=1.0, max_value=900.0), min_size=1, max_size=30))
+def test_passes_start_at_most_one_run_per_scheduled_time_and_one_after_a_gap(
+    gaps: list[float],
+) -> None:
+    """Whatever the passes' times: never two runs in one pass, never two for one scheduled
+    time, and a run for every pass that comes after a scheduled time it has not run for."""
+    now, record = 6000.0, JobRecord(due=6000.0)
+    started: list[float] = []
+    for gap in gaps:
+        now += gap
+        decided = step("c", ALLOW, record, (), each_minute(now), now)
+        crossed = each_minute(now).latest > record.due
+        assert len(decided.starts) == (1 if crossed else 0)
+        record = decided.record
+        for run in decided.starts:
+            started.append(run.due)
+            record, _ = record_run(record, JobRun(run.run, run.due, now, now + 1, 0), now)
+    assert len(started) == len(set(started))
+    assert started == sorted(started)
+    assert all(minute(t) == each_minute(t) for t in (*started, now))
+
+
+def test_runs_are_recorded_once_the_last_ones_kept_and_a_failure_lasts_until_a_success() -> None:
+    record = JobRecord(due=600.0)
+    for n in range(HISTORY + 2):
+        record, event = record_run(record, JobRun(f"r{n}", 600.0 + n, 0.0, 2.5, 0), 9.0)
+        assert event is not None
+        assert event.kind == "job-succeeded"
+    assert len(record.runs) == HISTORY
+    assert record.runs[0].run == "r2"
+    failed, event = record_run(record, JobRun("bad", 700.0, 0.0, 1.0, 3, "boom"), 9.0)
+    assert failed.failing
+    assert event is not None
+    assert (event.kind, event.message) == ("job-failed", "run bad failed (exit 3): boom")
+    pending = replace(failed, pending=(PendingRun("lost", 760.0, started=True),))
+    never, _ = record_run(pending, JobRun("lost", 760.0, 0.0, 0.0, None, "no host"), 9.0)
+    assert never.pending == ()
+    assert record_run(failed, JobRun("bad", 700.0, 0.0, 1.0, 3), 9.0) == (failed, None)
+    assert never.failing
+    fixed, _ = record_run(never, JobRun("good", 820.0, 0.0, 1.0, 0), 9.0)
+    assert not fixed.failing
+
+
+def test_a_job_in_a_cluster_file_is_a_service_with_a_schedule_and_no_slots(tmp_path: Path) -> None:
+    (tmp_path / "inventory.toml").write_text('[[hosts]]\nname = "host1"\naddress = "10.0.0.1"\n')
+    spec = tmp_path / "cluster.toml"
+    spec.write_text(
+        'cluster = "prod"\ninventory = "inventory.toml"\n[services.report]\nimage = "web:5"\n'
+        'command = ["./report"]\nschedule = "0 3 * * *"\ntimezone = "Europe/Paris"\n'
+        'concurrency = "allow"\n[services.web]\nimage = "web:5"\n'
+    )
+    report, web = load_cluster(spec).services
+    assert report.schedule == Schedule("0 3 * * *", "Europe/Paris", "allow")
+    assert report.replicas == 0
+    assert (web.schedule, web.replicas) == (None, 1)

@@ -224,6 +224,12 @@ UDP_LISTENER = (
     " Proto => q(udp)) or die $!; sleep 120' </dev/null >/dev/null 2>&1 & echo $!"
 )
 
+# Waits (up to 20 s) until 15454/udp (hex 3C5E) is bound on the host.
+UDP_BOUND = (
+    "for i in $(seq 200); do grep -qi ':3C5E ' /proc/net/udp /proc/net/udp6 && exit 0;"
+    " sleep 0.1; done; exit 1"
+)
+
 
 def test_the_probe_sees_ports_held_outside_the_cluster(
     fleet: Fleet, lab_inventory: Inventory
@@ -250,6 +256,7 @@ def test_the_probe_sees_ports_held_outside_the_cluster(
         check=True,
     )
     pid = fleet.exec(host.name, "sh", "-c", UDP_LISTENER, check=True).stdout.strip()
+    fleet.exec(host.name, "sh", "-c", UDP_BOUND, check=True)  # perl may not have bound it yet
     try:
 
         async def main() -> HostObservation:

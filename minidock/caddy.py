@@ -15,7 +15,10 @@ namespace of its own: hence no host network. docs/ingress.md, "Reloads".
 
 Caddy saves each config it loads (`/config/caddy/autosave.json`, and `caddy run --resume`
 starts from it): reading that file back is how a pass sees what a proxy has loaded. The
-config carries its digest as the `@id` of its server. docs/ingress.md.
+config carries its digest as the `@id` of its server. Routes with TLS on are served by a
+second server on the HTTPS port (published too), with the certificates loaded as PEM
+(`tls.certificates.load_pem`, chosen by SNI), and plain HTTP to them is redirected.
+docs/ingress.md.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from minidock.model import Ingress, ProxyObservation
@@ -33,6 +36,7 @@ __all__ = [
     "AUTOSAVE",
     "LABEL_INGRESS",
     "LABEL_PROXY_SPEC",
+    "Certificate",
     "ProxyConfig",
     "RouteSpec",
     "load_argv",
@@ -50,6 +54,7 @@ AUTOSAVE = "/config/caddy/autosave.json"  # XDG_CONFIG_HOME=/config, the officia
 LABEL_INGRESS = "minidock.ingress"
 LABEL_PROXY_SPEC = "minidock.ingress.spec"
 SERVER = "minidock"
+SERVER_TLS = "minidock-https"
 ID_PREFIX = "minidock-"
 # Retries (FLEET-NOTES): a request whose upstream refuses or does not answer in DIAL_TIMEOUT
 # is tried on the next upstream, for up to TRY_DURATION; a failed upstream is skipped by
@@ -66,11 +71,21 @@ NO_ROUTE = {"handler": "static_response", "status_code": 404, "body": "no route\
 
 @dataclass(frozen=True)
 class RouteSpec:
-    """One route as the proxy sees it: Host (""=any), path prefix, upstream addresses."""
+    """One route as the proxy sees it: Host (""=any), path prefix, upstream addresses,
+    and whether it is served over HTTPS (then plain HTTP to it is redirected)."""
 
     domain: str
     path: str
     upstreams: tuple[str, ...]
+    tls: bool = False
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A certificate the proxies serve (by SNI): its PEM chain and private key."""
+
+    chain: str
+    key: str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -87,7 +102,12 @@ def proxy_name(cluster: str) -> str:
 
 def proxy_spec(ingress: Ingress) -> str:
     """Hash of what the proxy container runs: a new value means it is replaced."""
-    run = {"image": ingress.image, "http_port": ingress.http_port, "network": NETWORK}
+    run = {
+        "image": ingress.image,
+        "http_port": ingress.http_port,
+        "https_port": ingress.https_port,
+        "network": NETWORK,
+    }
     blob = json.dumps(run, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -118,26 +138,56 @@ def _handler(route: RouteSpec) -> dict[str, Any]:
     }
 
 
-def _body(routes: Sequence[RouteSpec], ingress: Ingress) -> dict[str, Any]:
-    handlers = [
-        {"match": _match(r), "handle": [_handler(r)], "terminal": True} if _match(r) else
-        {"handle": [_handler(r)], "terminal": True}
+def _redirect(ingress: Ingress) -> dict[str, Any]:
+    """Plain HTTP to a TLS route: a permanent redirect to the same URL over HTTPS."""
+    port = "" if ingress.https_port == 443 else f":{ingress.https_port}"
+    location = f"https://{{http.request.host}}{port}{{http.request.uri}}"
+    return {"handler": "static_response", "status_code": 308, "headers": {"Location": [location]}}
+
+
+def _routes(routes: Sequence[RouteSpec], handler: Any) -> list[dict[str, Any]]:
+    """Caddy routes for `routes`, each handled by `handler(route)`, then a 404 for a
+    request no route takes (Caddy's own answer would be an empty 200)."""
+    found = [
+        {"match": _match(r), "handle": [handler(r)], "terminal": True} if _match(r) else
+        {"handle": [handler(r)], "terminal": True}
         for r in routes
     ]  # fmt: skip
-    # a request no route takes: 404 (Caddy's own answer would be an empty 200)
-    handlers.append({"handle": [NO_ROUTE], "terminal": True})
-    server = {
+    return [*found, {"handle": [NO_ROUTE], "terminal": True}]
+
+
+def _body(
+    routes: Sequence[RouteSpec], ingress: Ingress, certificates: Sequence[Certificate]
+) -> dict[str, Any]:
+    redirect = _redirect(ingress)
+    plain = {
         "listen": [f":{ingress.http_port}"],
         "automatic_https": {"disable": True},
-        "routes": handlers,
+        "routes": _routes(routes, lambda r: redirect if r.tls else _handler(r)),
     }
-    return {"admin": {"listen": ADMIN}, "apps": {"http": {"servers": {SERVER: server}}}}
+    servers: dict[str, Any] = {SERVER: plain}
+    apps: dict[str, Any] = {"http": {"servers": servers}}
+    secure = [r for r in routes if r.tls]
+    if secure:
+        servers[SERVER_TLS] = {
+            "listen": [f":{ingress.https_port}"],
+            "automatic_https": {"disable": True},
+            "tls_connection_policies": [{}],  # TLS on; certificates chosen by SNI
+            "routes": _routes(secure, _handler),
+        }
+        pems = sorted({(c.chain, c.key) for c in certificates})
+        load = [{"certificate": chain, "key": key} for chain, key in pems]
+        apps["tls"] = {"certificates": {"load_pem": load}}
+    return {"admin": {"listen": ADMIN}, "apps": apps}
 
 
-def proxy_config(routes: Sequence[RouteSpec], ingress: Ingress) -> ProxyConfig:
-    """The whole config of a proxy serving `routes` (most specific first), and its digest
-    (of the config without it); the digest is the server's `@id`."""
-    body = _body(routes, ingress)
+def proxy_config(
+    routes: Sequence[RouteSpec], ingress: Ingress, certificates: Sequence[Certificate] = ()
+) -> ProxyConfig:
+    """The whole config of a proxy serving `routes` (most specific first) with these
+    certificates, and its digest (of the config without it); the digest is the plain
+    server's `@id`."""
+    body = _body(routes, ingress, certificates)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     body["apps"]["http"]["servers"][SERVER]["@id"] = ID_PREFIX + digest
@@ -145,16 +195,17 @@ def proxy_config(routes: Sequence[RouteSpec], ingress: Ingress) -> ProxyConfig:
 
 
 def proxy_run_argv(cluster: str, ingress: Ingress) -> list[str]:
-    """Start the proxy: its HTTP port published, accept queues kept across reloads,
-    restarted by docker if it dies between passes, resuming from the config it last
-    loaded."""
-    port = ingress.http_port
+    """Start the proxy: its HTTP and HTTPS ports published, accept queues kept across
+    reloads, restarted by docker if it dies between passes, resuming from the config it
+    last loaded."""
+    port, secure = ingress.http_port, ingress.https_port
     return [
         "docker", "run", "-d",
         "--name", proxy_name(cluster),
         "--label", f"{LABEL_INGRESS}={cluster}",
         "--label", f"{LABEL_PROXY_SPEC}={proxy_spec(ingress)}",
         "--publish", f"{port}:{port}",
+        "--publish", f"{secure}:{secure}",
         "--sysctl", f"{MIGRATE_ACCEPT_QUEUE}=1",
         "--restart", "unless-stopped",
         "--env", "XDG_CONFIG_HOME=/config",
@@ -233,7 +284,11 @@ def _loaded(text: str) -> tuple[str, Loaded]:
         return "", ()
     tag = server.get("@id", "")
     digest = tag[len(ID_PREFIX) :] if isinstance(tag, str) and tag.startswith(ID_PREFIX) else ""
-    routes = server.get("routes", [])
+    secure = servers.get(SERVER_TLS, {})
+    routes = [
+        *server.get("routes", []),
+        *(secure.get("routes", []) if isinstance(secure, dict) else []),
+    ]
     return digest, tuple(_route(r) for r in routes if isinstance(r, dict))
 
 

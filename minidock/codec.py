@@ -6,9 +6,10 @@ into today's phases, so an upgrade keeps every drain, every Failed slot and ever
 
 `Codec(box)` is what the stores use: the same JSON, with every secret value of a service
 (`model.secret_values`: its `secrets`, its secret files' text, its registry password, env
-values under secret-looking keys) sealed by the box on the way out and opened on the way in
-(minidock.store.sealing); a clear value an older MiniDock wrote is read as it is. The
-module's own functions seal nothing: they are for values that hold no secret.
+values under secret-looking keys, its routes' certificate keys) sealed by the box on the
+way out and opened on the way in (minidock.store.sealing); a clear value an older MiniDock
+wrote is read as it is. The module's own functions seal nothing: they are for values that
+hold no secret.
 """
 
 from __future__ import annotations
@@ -109,7 +110,16 @@ def _secret_fields(d: dict[str, Any], change: Callable[[str], str]) -> dict[str,
     auth = d.get("registry_auth")
     if auth is not None and auth.get("password"):
         d["registry_auth"] = {**auth, "password": change(auth["password"])}
+    d["ingress"] = [_route_key(route, change) for route in d.get("ingress", ())]
     return d
+
+
+def _route_key(route: dict[str, Any], change: Callable[[str], str]) -> dict[str, Any]:
+    """A route's data with `change` applied to its certificate's private key."""
+    tls = route.get("tls")
+    if not isinstance(tls, dict) or not tls.get("key"):
+        return route
+    return {**route, "tls": {**tls, "key": change(tls["key"])}}
 
 
 _converter = cattrs.Converter(detailed_validation=False)  # a KeyProblem comes out as it is

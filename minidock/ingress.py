@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from minidock.caddy import (
+    Certificate,
     ProxyConfig,
     RouteSpec,
     load_argv,
@@ -55,9 +56,13 @@ async def observe_proxies(
 
 
 def configs_for(table: RouteTable, ingress: Ingress) -> ProxyConfig:
-    """The config every ingress proxy of the cluster loads for this route table."""
-    routes = [RouteSpec(e.route.domain, e.route.path, e.upstreams) for e in table]
-    return proxy_config(routes, ingress)
+    """The config every ingress proxy of the cluster loads for this route table, with
+    the certificates its TLS routes were given."""
+    routes = [RouteSpec(e.route.domain, e.route.path, e.upstreams, e.route.tls.on) for e in table]
+    certificates = [
+        Certificate(e.route.tls.cert, e.route.tls.key) for e in table if e.route.tls.mode == "files"
+    ]
+    return proxy_config(routes, ingress, certificates)
 
 
 @dataclass

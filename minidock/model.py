@@ -263,15 +263,35 @@ class LogConfig:
     options: tuple[tuple[str, str], ...] = ()
 
 
+TlsMode = Literal["off", "files"]
+
+
+@dataclass(frozen=True)
+class RouteTls:
+    """A route's TLS (docs/ingress.md#tls): `off` (plain HTTP), or `files`: a certificate
+    brought as files, read at apply (the PEM chain, leaf first, and its private key). The
+    key is a secret: masked, sealed at rest, never shown; neither is shown in a plan."""
+
+    mode: TlsMode = "off"
+    cert: str = field(default="", repr=False)
+    key: str = field(default="", repr=False)
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+
 @dataclass(frozen=True)
 class Route:
     """One ingress route of a service (docs/ingress.md): requests whose Host header is
     `domain` ("" for any) and whose path is `path` or under it go to the service's tasks
-    that take traffic, on the container port `port`."""
+    that take traffic, on the container port `port`; with TLS on, over HTTPS (plain HTTP
+    is redirected)."""
 
     domain: str
     path: str
     port: int
+    tls: RouteTls = field(default=RouteTls(), metadata={"shown": "when-set"})
 
     def __str__(self) -> str:
         return f"{self.domain or '*'}{self.path} -> :{self.port}"
@@ -281,11 +301,13 @@ class Route:
 class Ingress:
     """The cluster's ingress (`[ingress]`): which hosts run a proxy (named in `hosts`, or
     those meeting `constraints`; neither: every host), its HTTP port and image, and the
-    range of host ports MiniDock publishes routed tasks on."""
+    range of host ports MiniDock publishes routed tasks on. Its HTTPS port serves the
+    routes with TLS on."""
 
     hosts: tuple[str, ...] = ()
     constraints: tuple[Constraint, ...] = ()
     http_port: int = 80
+    https_port: int = 443
     image: str = "caddy:2"
     task_ports: tuple[int, int] = (30000, 30999)  # first, last (inclusive)
 
@@ -475,12 +497,14 @@ def looks_secret(key: str) -> bool:
 def secret_values(service: Service) -> tuple[str, ...]:
     """A service's values that are secrets, whatever their length: every `secrets` value,
     every secret file's text (whole, and each of its lines, as output shows it line by
-    line), its registry password, and its env values under secret-looking keys. Other env
+    line), its registry password, its env values under secret-looking keys, and the
+    private keys of its routes' certificates (whole and line by line too). Other env
     values are configuration, shown as they are."""
     env = (value for key, value in service.env if looks_secret(key))
     auth = service.registry_auth
     registry = (auth.password,) if auth is not None else ()
-    lines = (p.strip() for f in service.secret_files for p in (f.value, *f.value.splitlines()))
+    texts = (*(f.value for f in service.secret_files), *(r.tls.key for r in service.ingress))
+    lines = (p.strip() for text in texts for p in (text, *text.splitlines()))
     found = (*env, *(value for _, value in service.secrets), *lines, *registry)
     return tuple(dict.fromkeys(v for v in found if v))
 

@@ -39,7 +39,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium)
+tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble)
 pkgs=("${tool_pkgs[@]}")
 if ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")

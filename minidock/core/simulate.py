@@ -211,5 +211,6 @@ def _shown(value: object) -> str:
         return ", ".join(  # a field kept out of repr (a registry password) is never shown
             f"{f.name}={_shown(getattr(value, f.name)) if f.repr else '***'}"
             for f in dataclasses.fields(value)
+            if f.metadata.get("shown") != "when-set" or getattr(value, f.name) != f.default
         )
     return "none" if value is None else str(value)

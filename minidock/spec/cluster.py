@@ -244,7 +244,7 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         image_source=body.get("image_source", "registry"),
         schedule=_schedule(body, at, fail),
         **_run_options(body, at, fail, cluster),
-        **service_ingress(body, routes_of(body, at, fail, ports)),
+        **service_ingress(body, routes_of(body, at, fail, ports, base)),
     )
 
 

@@ -2,8 +2,8 @@
 
 Checks the schema cannot express: a route to a port the service does not say it listens
 on, two services claiming one host and path, `ports` in the range MiniDock publishes
-routed tasks on, an ingress that matches no host of the inventory, and TLS (not built
-yet: issue 22). docs/ingress.md.
+routed tasks on, an ingress that matches no host of the inventory; a route's certificate
+files (minidock.spec.certs). ACME is not built yet (issue 22). docs/ingress.md.
 """
 
 from __future__ import annotations
@@ -13,13 +13,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from minidock import units
-from minidock.model import Cluster, Constraint, Ingress, Inventory, PortMapping, Route
+from minidock.model import Cluster, Constraint, Ingress, Inventory, PortMapping, Route, RouteTls
+from minidock.spec.certs import route_tls
 from minidock.spec.errors import Fail, Part, SpecError
 from minidock.spec.messages import render, show
 
 __all__ = ["check_ingress_hosts", "check_routes", "ingress_of", "routes_of", "service_ingress"]
 
-NO_TLS = 'TLS is not built yet (issue 22): use tls = "off" or leave it out'
+NO_ACME = (
+    'ACME is not built yet (issue 22): bring a certificate, tls = { cert = { file = "..." }, '
+    'key = { file = "..." } }, or use tls = "off"'
+)
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9_./-]*)\s*(==|!=)\s*([^\s=!]\S*)\s*$")
 
 
@@ -33,12 +37,15 @@ def ingress_of(doc: dict[str, Any], display: str) -> Ingress | None:
     if body is None:
         routed = any("ingress" in s for s in doc.get("services", {}).values())
         return Ingress() if routed else None
-    for key in ("https_port", "acme"):
-        if key in body:
-            raise fail(("ingress", key), NO_TLS.replace('use tls = "off" or leave', "leave"))
+    if "acme" in body:
+        raise fail(("ingress", "acme"), "ACME is not built yet (issue 22): leave it out")
     if "hosts" in body and "constraints" in body:
         raise fail(("ingress", "constraints"), "give hosts or constraints, not both")
-    options: dict[str, Any] = {k: body[k] for k in ("http_port", "image") if k in body}
+    options: dict[str, Any] = {
+        k: body[k] for k in ("http_port", "https_port", "image") if k in body
+    }
+    if options.get("https_port", 443) == options.get("http_port", 80):
+        raise fail(("ingress", "https_port"), "must differ from http_port")
     if "hosts" in body:
         options["hosts"] = tuple(body["hosts"])
     if "constraints" in body:
@@ -65,11 +72,15 @@ def _task_ports(text: str, fail: Fail) -> tuple[int, int]:
 
 
 def routes_of(
-    body: dict[str, Any], at: tuple[Part, ...], fail: Fail, ports: Sequence[PortMapping]
+    body: dict[str, Any],
+    at: tuple[Part, ...],
+    fail: Fail,
+    ports: Sequence[PortMapping],
+    base: str,
 ) -> tuple[Route, ...]:
     """A service's `ingress`: one route table or a list of them, each to a port the
     service says it listens on (a container port of `ports`, or one its health check
-    names as `:PORT`)."""
+    names as `:PORT`), with its TLS (certificate files relative to `base`)."""
     given = body.get("ingress")
     if given is None:
         return ()
@@ -78,8 +89,8 @@ def routes_of(
     routes: list[Route] = []
     for i, item in enumerate(items):
         where = (*at, "ingress", *([i] if isinstance(given, list) else []))
-        if item.get("tls", "off") != "off":
-            raise fail((*where, "tls"), NO_TLS)
+        if item.get("tls") == "acme":
+            raise fail((*where, "tls"), NO_ACME)
         port: int = item["port"]
         declared = any(p.container_port == port for p in ports)
         if not declared and not re.search(rf":{port}(?![0-9])", words):
@@ -89,8 +100,10 @@ def routes_of(
                 f"of its ports, or give it a health check on that port "
                 f"(e.g. wget -qO- http://127.0.0.1:{port}/)",
             )
-        route = Route(item.get("host", ""), item.get("path", "/"), port)
-        if route in routes:
+        domain = item.get("host", "")
+        tls = route_tls(item.get("tls", "off"), domain, (*where, "tls"), fail, base)
+        route = Route(domain, item.get("path", "/"), port, tls)
+        if any((r.domain, r.path, r.port) == (route.domain, route.path, port) for r in routes):
             raise fail(where, f"route {route} is given twice")
         routes.append(route)
     return tuple(routes)
@@ -112,6 +125,7 @@ def check_routes(cluster: Cluster, display: str) -> None:
     if ingress is None:
         return
     claimed: dict[tuple[str, str], str] = {}
+    _one_tls_per_host(cluster, display)
     for service in cluster.services:
         for route in service.ingress:
             key = (route.domain, route.path.rstrip("/") or "/")
@@ -132,6 +146,21 @@ def check_routes(cluster: Cluster, display: str) -> None:
                     f"host port {port.host_port} is in the ingress's task_ports "
                     f"({first}-{last}), where MiniDock publishes routed tasks: publish "
                     "another port, or move task_ports",
+                )
+
+
+def _one_tls_per_host(cluster: Cluster, display: str) -> None:
+    """Every route of one host name has the same TLS (one certificate per name)."""
+    tls_of: dict[str, tuple[str, RouteTls]] = {}
+    for service in cluster.services:
+        for route in service.ingress:
+            owner, tls = tls_of.setdefault(route.domain, (service.name, route.tls))
+            if tls != route.tls:
+                raise SpecError(
+                    display,
+                    f"services.{service.name}.ingress",
+                    f"host {route.domain or '*'} has routes with different tls (services "
+                    f"{owner} and {service.name}): give every route of a host the same tls",
                 )
 
 

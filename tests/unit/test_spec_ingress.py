@@ -91,13 +91,8 @@ BAD = [
         "(e.g. wget -qO- http://127.0.0.1:80/)",
     ),
     (
-        WEB + 'ingress = { port = 8080, tls = "acme" }\n',
-        "services.web.ingress.tls: TLS is not built yet (issue 22): "
-        'use tls = "off" or leave it out',
-    ),
-    (
-        "[ingress]\nhttps_port = 443\n" + ROUTE,
-        "ingress.https_port: TLS is not built yet (issue 22): leave it out",
+        "[ingress]\nhttps_port = 80\n" + ROUTE,
+        "ingress.https_port: must differ from http_port",
     ),
     (
         '[ingress]\nhosts = ["host9"]\n' + ROUTE,

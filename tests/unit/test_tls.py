@@ -1,0 +1,144 @@
+"""TLS on the ingress with certificates brought as files (docs/ingress.md#tls): what loads,
+each error's one line, the proxies' HTTPS config and redirect, and the key sealed at rest
+and masked."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from minidock.caddy import Certificate, RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv
+from minidock.codec import Codec
+from minidock.model import Ingress, Route, RouteTls, Service, secret_values
+from minidock.spec import SpecError, load
+from minidock.spec.certs import certificate_info, name_covers
+from minidock.store.sealing import SecretBox
+from tests.tlsfiles import PrivateCA, write_pair
+from tests.unit.test_spec_ingress import HEAD, INVENTORY, WEB
+
+CA = PrivateCA()
+
+
+def loaded(tmp_path: Path, body: str) -> object:
+    (tmp_path / "inventory.toml").write_text(INVENTORY)
+    path = tmp_path / "cluster.toml"
+    path.write_text(HEAD + body)
+    return load(path)[0]
+
+
+def route(host: str = "app.test", extra: str = "") -> str:
+    return (
+        WEB + f'ingress = {{ host = "{host}", port = 8080, '
+        'tls = { cert = { file = "app.crt" }, key = { file = "app.key" } } }\n' + extra
+    )
+
+
+def test_brought_files_load_as_the_routes_tls(tmp_path: Path) -> None:
+    chain, key = CA.leaf("app.test", "www.app.test")
+    write_pair(tmp_path, chain, key)
+    cluster = loaded(tmp_path, route())
+    (web,) = cluster.services  # type: ignore[attr-defined]
+    assert web.ingress == (Route("app.test", "/", 8080, RouteTls("files", chain, key)),)
+    assert key in secret_values(web)  # masked like a secret
+    assert "BEGIN" not in repr(web.ingress)  # neither is shown
+    info = certificate_info(chain)
+    assert (info.names, info.issuer) == (("app.test", "www.app.test"), "MiniDock Test CA")
+
+
+def test_a_wildcard_certificate_covers_one_label() -> None:
+    assert name_covers("*.app.test", "a.app.test")
+    assert not name_covers("*.app.test", "a.b.app.test")
+    assert not name_covers("*.app.test", "app.test")
+    assert name_covers("*.app.test", "*.app.test")
+    assert name_covers("App.Test", "app.test")
+
+
+def bad_cases(tmp_path: Path) -> list[tuple[str, str]]:
+    chain, key = CA.leaf("app.test")
+    write_pair(tmp_path, chain, key)
+    other_chain, other_key = CA.leaf("other.test")
+    write_pair(tmp_path, other_chain, other_key, "other")
+    old_chain, old_key = CA.leaf("app.test", days=2, past=True)
+    write_pair(tmp_path, old_chain, old_key, "old")
+    (tmp_path / "open.key").write_text(key)
+    os.chmod(tmp_path / "open.key", 0o644)
+    (tmp_path / "junk.crt").write_text("not a certificate\n")
+    at = "services.web.ingress.tls"
+    return [
+        (route("other.test"), f"{at}.cert: is for app.test, not other.test: bring a "
+         "certificate for the route's host"),
+        (route().replace("app.key", "other.key"),
+         f"{at}.key: is not the key of the certificate (its first one, the leaf)"),
+        (route().replace("app.crt", "old.crt").replace("app.key", "old.key"),
+         f"{at}.cert: expired on "),
+        (route().replace("app.key", "open.key"),
+         f"{at}.key.file: {tmp_path}/open.key is readable or writable by others: chmod 600 "
+         f"{tmp_path}/open.key"),
+        (route().replace("app.crt", "junk.crt"),
+         f"{at}.cert: holds no PEM certificate (BEGIN CERTIFICATE)"),
+        (route().replace("app.crt", "none.crt"), f"{at}.cert.file: file not found: "
+         f"{tmp_path}/none.crt"),
+        (route().replace('host = "app.test", ', ""),
+         f'{at}: a TLS route needs a host: give the route host = "app.example.com"'),
+        (route(extra='[services.api]\nimage = "api:1"\nports = ["9001:9000"]\n'
+               'ingress = { host = "app.test", path = "/api", port = 9000 }\n'),
+         "services.api.ingress: host app.test has routes with different tls (services web "
+         "and api): give every route of a host the same tls"),
+        (WEB + 'ingress = { host = "app.test", port = 8080, tls = "acme" }\n',
+         f"{at}: ACME is not built yet (issue 22)"),
+    ]  # fmt: skip
+
+
+def test_bad_certificate_files_are_one_line_naming_the_key(tmp_path: Path) -> None:
+    for body, expected in bad_cases(tmp_path):
+        with pytest.raises(SpecError) as err:
+            loaded(tmp_path, body)
+        line = str(err.value)
+        assert line.startswith(f"{tmp_path}/cluster.toml: {expected}"), line
+        assert "\n" not in line
+        assert "PRIVATE KEY" not in line
+
+
+def test_tls_routes_get_an_https_server_their_certificates_and_a_redirect() -> None:
+    chain, key = CA.leaf("app.test")
+    routes = [
+        RouteSpec("app.test", "/", ("10.0.0.1:30000",), tls=True),
+        RouteSpec("plain.test", "/", ("10.0.0.2:30000",)),
+    ]
+    config = proxy_config(routes, Ingress(https_port=8443), [Certificate(chain, key)])
+    body = json.loads(config.text)
+    servers = body["apps"]["http"]["servers"]
+    plain, secure = servers["minidock"], servers["minidock-https"]
+    assert (plain["listen"], secure["listen"]) == ([":80"], [":8443"])
+    redirect = plain["routes"][0]["handle"][0]
+    assert redirect["status_code"] == 308
+    assert redirect["headers"]["Location"] == ["https://{http.request.host}:8443{http.request.uri}"]
+    assert plain["routes"][1]["handle"][0]["handler"] == "reverse_proxy"  # tls off: served
+    assert [r["match"][0]["host"] for r in secure["routes"][:-1]] == [["app.test"]]
+    assert secure["tls_connection_policies"] == [{}]
+    assert body["apps"]["tls"]["certificates"]["load_pem"] == [{"certificate": chain, "key": key}]
+    seen = parse_proxy_probe("host1", f"running {''}\n{config.text}")
+    assert seen.digest == config.digest
+    assert seen.upstreams == {"10.0.0.1:30000", "10.0.0.2:30000"}  # the HTTPS server's too
+    off = json.loads(proxy_config(routes[1:], Ingress()).text)
+    assert "minidock-https" not in off["apps"]["http"]["servers"]
+    assert "tls" not in off["apps"]
+    argv = proxy_run_argv("prod", Ingress(https_port=8443))
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--publish"] == ["80:80", "8443:8443"]
+    other = proxy_config(routes, Ingress(https_port=8443), [Certificate(*CA.leaf("app.test"))])
+    assert other.digest != config.digest  # a new certificate is a new config: loaded
+
+
+def test_a_routes_key_is_sealed_at_rest_and_opens_again() -> None:
+    chain, key = CA.leaf("app.test")
+    tls = RouteTls("files", chain, key)
+    service = Service("web", "web:5", ingress=(Route("app.test", "/", 8080, tls),))
+    codec = Codec(SecretBox(Path("secrets.key"), os.urandom(32)))
+    text = codec.dumps(service)
+    assert "PRIVATE KEY" not in text
+    assert key not in text
+    assert chain.splitlines()[1] in text  # the certificate is not secret
+    assert codec.loads(text, Service) == service

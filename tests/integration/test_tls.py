@@ -15,7 +15,7 @@ import pytest
 
 from minidock.caddy import AUTOSAVE, proxy_name
 from tests.integration.conftest import Fleet, Minidock
-from tests.integration.test_ingress import PATIENT, apply, events
+from tests.integration.test_ingress import apply, events
 from tests.tlsfiles import PrivateCA, write_pair
 
 pytestmark = pytest.mark.integration
@@ -31,12 +31,9 @@ retries = 3
 
 
 @pytest.fixture
-def md(fleet: Fleet, tmp_path: Path) -> Minidock:
-    """The CLI with patient probes (a loaded machine's 3 s probes say nothing about TLS)."""
-    text = fleet.inventory.read_text().replace('connect_timeout = "2s"', PATIENT)
-    patient = fleet.inventory.with_name("lab-tls.toml")
-    patient.write_text(text)
-    return Minidock(fleet, tmp_path, inventory=patient)
+def md(patient_md: Minidock) -> Minidock:
+    """Patient probes: a loaded machine's 3 s probes say nothing about TLS."""
+    return patient_md
 
 
 @dataclass(frozen=True)

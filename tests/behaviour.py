@@ -10,6 +10,7 @@ scenario sees the same images behave the same way, and no test sleeps.
     *:broken    unhealthy, the check printing HEALTH_LOG           never
     *:slow      never: stays "starting"                            never
     *:late      healthy                                            code 2, LATE s after start
+    *:done      healthy                                            code 0, one TICK after start
     *:nope      (cannot be pulled: `docker image inspect` and `docker pull` fail)
     anything    healthy                                            never
 
@@ -47,6 +48,7 @@ TABLE: tuple[tuple[str, Act], ...] = (
     ("*:broken", Act(health="unhealthy", health_log=HEALTH_LOG)),
     ("*:slow", Act(health="starting")),
     ("*:late", Act(exit_code=2, exits_after=LATE)),
+    ("*:done", Act(exit_code=0, log="done\n")),
     ("*:nope", Act(pullable=False)),
     ("*", Act()),
 )

@@ -3,6 +3,7 @@ decision (core/schedule.py) over a schedule read with croniter (minidock.schedul
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,8 +21,12 @@ from minidock.core.schedule import (
     step,
 )
 from minidock.model import OneOff, Schedule, Service
+from minidock.runner import PassResult
 from minidock.schedules import cron_problem, times, timezone_problem
 from minidock.spec import load_cluster
+from minidock.usecases import ExitCode, verdict, why
+from minidock.usecases.passes import one_pass
+from tests.sim import RunnerWorld, hosts
 
 EVERY_MINUTE = Service("report", "web:5", replicas=0, schedule=Schedule("* * * * *"))
 ALLOW = replace(EVERY_MINUTE, schedule=Schedule("* * * * *", concurrency="allow"))
@@ -152,3 +157,75 @@ def test_a_job_in_a_cluster_file_is_a_service_with_a_schedule_and_no_slots(tmp_p
     assert report.schedule == Schedule("0 3 * * *", "Europe/Paris", "allow")
     assert report.replicas == 0
     assert (web.schedule, web.replicas) == (None, 1)
+
+
+# -- the job pass (minidock.jobpass) through the real passes, over FakeDocker ----------------
+def job(image: str, concurrency: str = "forbid") -> Service:
+    schedule = Schedule("* * * * *", concurrency=concurrency)  # type: ignore[arg-type]
+    return Service("report", image, replicas=0, command=("./report",), schedule=schedule)
+
+
+def passes(world: RunnerWorld, until: float, every: float) -> list[PassResult]:
+    """Cron-like passes (the real pass and its jobs' part) every `every` s until `until`."""
+    done = []
+    while world.now < until:
+        assert world.cluster is not None
+        run = one_pass(
+            world.cluster, world.inventory, world.store, world.executor, clock=world.clock
+        )
+        done.append(asyncio.run(run))
+        world.docker.advance(every)
+    return done
+
+
+def kinds(world: RunnerWorld) -> list[str]:
+    return [e.kind for e in world.events() if e.kind.startswith("job-")]
+
+
+def test_a_job_every_minute_runs_once_a_minute_and_once_after_a_gap(tmp_path: Path) -> None:
+    world = RunnerWorld(hosts(2), tmp_path / "state", now=1010.0)
+    world.apply(job("tools:done"))
+    passes(world, 1320.0, 10.0)  # armed at 960; the minutes 1020 ... 1260 come
+    assert kinds(world) == ["job-started", "job-succeeded"] * 5
+    record = world.state.services["report"].job
+    assert [r.due for r in record.runs] == [1020.0, 1080.0, 1140.0, 1200.0, 1260.0]
+    assert record.runs[-1].tail == "done"
+    assert world.docker.names() == []  # each collected run was removed
+    world.docker.advance(600.0)  # no pass for ten minutes: ten times missed
+    results = passes(world, world.now + 20.0, 10.0)
+    assert kinds(world)[10:] == ["job-started", "job-succeeded"]  # one run, not ten
+    assert world.state.services["report"].job.runs[-1].due == 1920.0
+    assert all(r.plan.state.services["report"].job.pending == () for r in results[1:])
+    world.close()
+
+
+def test_a_run_still_going_skips_its_next_times_under_forbid_and_not_under_allow(
+    tmp_path: Path,
+) -> None:
+    world = RunnerWorld(hosts(2), tmp_path / "forbid", now=1010.0)
+    world.apply(job("tools:1"))  # runs until stopped
+    passes(world, 1200.0, 10.0)  # minutes 1020, 1080, 1140
+    assert kinds(world) == ["job-started", "job-skipped", "job-skipped"]
+    assert len(world.docker.names(status="running")) == 1
+    assert world.state.services["report"].job.skipped == 2
+    world.close()
+    allowing = RunnerWorld(hosts(2), tmp_path / "allow", now=1010.0)
+    allowing.apply(job("tools:1", "allow"))
+    passes(allowing, 1200.0, 10.0)
+    assert kinds(allowing) == ["job-started"] * 3
+    assert len(allowing.docker.names(status="running")) == 3
+    allowing.close()
+
+
+def test_a_failed_run_is_exit_1_until_a_later_run_succeeds(tmp_path: Path) -> None:
+    world = RunnerWorld(hosts(1), tmp_path / "state", now=1010.0)
+    world.apply(job("crash:1"))
+    results = passes(world, 1040.0, 10.0)
+    assert kinds(world) == ["job-started", "job-failed"]
+    assert verdict(results[-1]) == ExitCode.FAILED
+    assert why(results[-1], ExitCode.FAILED) == "failed: report last run failed (exit 1)"
+    world.apply(job("tools:done"))
+    results = passes(world, 1100.0, 10.0)
+    assert kinds(world)[-1] == "job-succeeded"
+    assert verdict(results[-1]) == ExitCode.OK
+    world.close()

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from minidock.model import Ingress, ProxyObservation
@@ -156,14 +157,32 @@ def _routes(routes: Sequence[RouteSpec], handler: Any) -> list[dict[str, Any]]:
     return [*found, {"handle": [NO_ROUTE], "terminal": True}]
 
 
+def _challenges(responses: Mapping[str, str]) -> list[dict[str, Any]]:
+    """ACME HTTP-01 responses, each at its path on any host (before every route)."""
+    return [
+        {
+            "match": [{"path": [path]}],
+            "handle": [{"handler": "static_response", "status_code": 200, "body": body}],
+            "terminal": True,
+        }
+        for path, body in sorted(responses.items())
+    ]
+
+
 def _body(
-    routes: Sequence[RouteSpec], ingress: Ingress, certificates: Sequence[Certificate]
+    routes: Sequence[RouteSpec],
+    ingress: Ingress,
+    certificates: Sequence[Certificate],
+    challenges: Mapping[str, str],
 ) -> dict[str, Any]:
     redirect = _redirect(ingress)
     plain = {
         "listen": [f":{ingress.http_port}"],
         "automatic_https": {"disable": True},
-        "routes": _routes(routes, lambda r: redirect if r.tls else _handler(r)),
+        "routes": [
+            *_challenges(challenges),
+            *_routes(routes, lambda r: redirect if r.tls else _handler(r)),
+        ],
     }
     servers: dict[str, Any] = {SERVER: plain}
     apps: dict[str, Any] = {"http": {"servers": servers}}
@@ -182,12 +201,16 @@ def _body(
 
 
 def proxy_config(
-    routes: Sequence[RouteSpec], ingress: Ingress, certificates: Sequence[Certificate] = ()
+    routes: Sequence[RouteSpec],
+    ingress: Ingress,
+    certificates: Sequence[Certificate] = (),
+    challenges: Mapping[str, str] = MappingProxyType({}),
 ) -> ProxyConfig:
     """The whole config of a proxy serving `routes` (most specific first) with these
-    certificates, and its digest (of the config without it); the digest is the plain
+    certificates (and ACME HTTP-01 `challenges`, path -> response, while an order is
+    validated), and its digest (of the config without it); the digest is the plain
     server's `@id`."""
-    body = _body(routes, ingress, certificates)
+    body = _body(routes, ingress, certificates, challenges)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
     body["apps"]["http"]["servers"][SERVER]["@id"] = ID_PREFIX + digest

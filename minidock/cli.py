@@ -32,7 +32,13 @@ from minidock.progress import LiveProgress, PlainProgress, progress_view
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.state import StateError
-from minidock.status import HostSummary, JobSummary, ServiceSummary, StatusDocument
+from minidock.status import (
+    CertificateSummary,
+    HostSummary,
+    JobSummary,
+    ServiceSummary,
+    StatusDocument,
+)
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
 
@@ -604,6 +610,22 @@ def print_status(doc: StatusDocument) -> None:
         out.print(f"waiting: {w}", markup=False)
 
 
+def certificate_line(c: CertificateSummary) -> str:
+    """One TLS name's certificate for `status`: its issuer and end, or why it has none."""
+    day = "%Y-%m-%d"
+    if c.not_after:
+        until = time.strftime(day, time.gmtime(c.not_after))
+        line = f"certificate {c.name} ({c.source}): {c.issuer}, until {until}"
+        if c.renews_at:
+            line += f", renews {time.strftime(day, time.gmtime(c.renews_at))}"
+    else:
+        line = f"certificate {c.name} ({c.source}): none yet (plain HTTP meanwhile)"
+    if c.error:
+        when = time.strftime("%H:%M UTC", time.gmtime(c.next_try))
+        line += f"; last order failed: {c.error}; next try {when}"
+    return line
+
+
 def print_routes(doc: StatusDocument) -> None:
     """The ingress route table and each proxy's state (docs/ingress.md)."""
     from rich.table import Table
@@ -613,6 +635,8 @@ def print_routes(doc: StatusDocument) -> None:
         where = f"{r.host or '*'}{r.path}"
         routes.add_row(where, r.service, str(r.port), ", ".join(r.upstreams) or "none (503)")
     out.print(routes)
+    for c in doc.certificates:
+        out.print(certificate_line(c), markup=False)
     for p in doc.proxies:
         detail = f" ({p.error})" if p.error else ""
         out.print(f"proxy on {p.host}: {p.state}{detail}", markup=False)

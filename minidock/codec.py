@@ -6,10 +6,10 @@ into today's phases, so an upgrade keeps every drain, every Failed slot and ever
 
 `Codec(box)` is what the stores use: the same JSON, with every secret value of a service
 (`model.secret_values`: its `secrets`, its secret files' text, its registry password, env
-values under secret-looking keys, its routes' certificate keys) sealed by the box on the
-way out and opened on the way in (minidock.store.sealing); a clear value an older MiniDock
-wrote is read as it is. The module's own functions seal nothing: they are for values that
-hold no secret.
+values under secret-looking keys, its routes' certificate keys) and the keys of the ACME
+account and certificates (minidock.core.tls) sealed by the box on the way out and opened
+on the way in (minidock.store.sealing); a clear value an older MiniDock wrote is read as
+it is. The module's own functions seal nothing: they are for values that hold no secret.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from minidock.core.hosts import Availability, HostPhase, HostState
 from minidock.core.rollout import Rollout
 from minidock.core.slots import SlotPhase, SlotState
+from minidock.core.tls import AcmeAccount, CertRecord
 from minidock.model import Service, looks_secret
 
 if TYPE_CHECKING:
@@ -122,11 +123,25 @@ def _route_key(route: dict[str, Any], change: Callable[[str], str]) -> dict[str,
     return {**route, "tls": {**tls, "key": change(tls["key"])}}
 
 
+def _sealing_keys(converter: cattrs.Converter, cls: type[Any]) -> None:
+    """Values of `cls` with their `key` (a private key) sealed out and opened in."""
+    unstructure = make_dict_unstructure_fn(cls, converter)
+
+    def out(value: Any) -> dict[str, Any]:
+        d: dict[str, Any] = unstructure(value)
+        return {**d, "key": _seal(d["key"])} if d.get("key") else d
+
+    converter.register_unstructure_hook(cls, out)
+    _upgrading(converter, cls, lambda d: {**d, "key": _open(d["key"])} if d.get("key") else d)
+
+
 _converter = cattrs.Converter(detailed_validation=False)  # a KeyProblem comes out as it is
 _upgrading(_converter, HostState, _legacy_host)
 _upgrading(_converter, SlotState, _legacy_slot)
 _upgrading(_converter, Rollout, _legacy_rollout)
 _sealing(_converter)
+_sealing_keys(_converter, AcmeAccount)  # the state's ACME account key
+_sealing_keys(_converter, CertRecord)  # each ACME certificate's key
 
 
 class Codec:

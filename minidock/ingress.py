@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from minidock.caddy import (
     Certificate,
@@ -24,12 +25,14 @@ from minidock.caddy import (
     remove_argv,
 )
 from minidock.core.routes import RouteTable, route_changes
+from minidock.core.tls import TlsState
 from minidock.model import Event, Host, Ingress, ProxyObservation
 from minidock.plandoc import RouteLoad
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
 __all__ = ["ProxyOutcome", "configs_for", "converge_proxies", "observe_proxies", "route_loads"]
 
+NO_TLS = TlsState()
 LOAD_TRIES = 20  # a proxy just started answers its admin API within a second or so
 LOAD_PAUSE = 0.1
 
@@ -55,14 +58,28 @@ async def observe_proxies(
     return {p.host: p for p in found}
 
 
-def configs_for(table: RouteTable, ingress: Ingress) -> ProxyConfig:
-    """The config every ingress proxy of the cluster loads for this route table, with
-    the certificates its TLS routes were given."""
-    routes = [RouteSpec(e.route.domain, e.route.path, e.upstreams, e.route.tls.on) for e in table]
-    certificates = [
-        Certificate(e.route.tls.cert, e.route.tls.key) for e in table if e.route.tls.mode == "files"
+def configs_for(
+    table: RouteTable,
+    ingress: Ingress,
+    tls: TlsState = NO_TLS,
+    challenges: Mapping[str, str] = MappingProxyType({}),
+) -> ProxyConfig:
+    """The config every ingress proxy of the cluster loads for this route table: the
+    certificates its TLS routes were given or got from ACME (`tls`; an ACME route whose
+    certificate is not issued yet is served on plain HTTP), and any ACME `challenges`."""
+    certificates: dict[str, Certificate] = {}
+    for e in table:
+        route = e.route
+        if route.tls.mode == "files":
+            certificates[route.domain] = Certificate(route.tls.cert, route.tls.key)
+        elif route.tls.mode == "acme" and tls.record(route.domain).has_certificate:
+            record = tls.record(route.domain)
+            certificates[route.domain] = Certificate(record.chain, record.key)
+    routes = [
+        RouteSpec(e.route.domain, e.route.path, e.upstreams, e.route.domain in certificates)
+        for e in table
     ]
-    return proxy_config(routes, ingress, certificates)
+    return proxy_config(routes, ingress, list(certificates.values()), challenges)
 
 
 @dataclass
@@ -107,11 +124,15 @@ def _needs_start(proxy: ProxyObservation, ingress: Ingress) -> bool:
 
 
 def route_loads(
-    table: RouteTable, ingress: Ingress, seen: Mapping[str, ProxyObservation]
+    table: RouteTable,
+    ingress: Ingress,
+    seen: Mapping[str, ProxyObservation],
+    tls: TlsState = NO_TLS,
 ) -> tuple[RouteLoad, ...]:
-    """What `converge_proxies` would do to each ingress host's proxy for this route table,
-    with the route changes a load makes (for `plan`)."""
-    config = configs_for(table, ingress)
+    """What `converge_proxies` would do to each ingress host's proxy for this route table
+    (with the state's ACME certificates, `tls`), with the route changes a load makes (for
+    `plan`)."""
+    config = configs_for(table, ingress, tls)
     loads = []
     for host, proxy in sorted(seen.items()):
         if not proxy.ok:

@@ -263,14 +263,16 @@ class LogConfig:
     options: tuple[tuple[str, str], ...] = ()
 
 
-TlsMode = Literal["off", "files"]
+TlsMode = Literal["off", "files", "acme"]
+LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 
 
 @dataclass(frozen=True)
 class RouteTls:
-    """A route's TLS (docs/ingress.md#tls): `off` (plain HTTP), or `files`: a certificate
-    brought as files, read at apply (the PEM chain, leaf first, and its private key). The
-    key is a secret: masked, sealed at rest, never shown; neither is shown in a plan."""
+    """A route's TLS (docs/ingress.md#tls): `off` (plain HTTP); `files`: a certificate
+    brought as files, read at apply (the PEM chain, leaf first, and its private key; the
+    key is a secret: masked, sealed at rest, never shown; neither is shown in a plan);
+    `acme`: a certificate the controller orders for the route's host."""
 
     mode: TlsMode = "off"
     cert: str = field(default="", repr=False)
@@ -298,6 +300,19 @@ class Route:
 
 
 @dataclass(frozen=True)
+class AcmeSettings:
+    """`[ingress] acme`: the ACME directory the controller orders certificates from, the
+    account's contact, the root that directory's HTTPS chains to when it is a private CA
+    (PEM, read at apply; "" for the system's roots), and how long before its end a
+    certificate is renewed."""
+
+    email: str = ""
+    directory: str = LETS_ENCRYPT
+    ca_root: str = field(default="", repr=False)
+    renew_before: float = 30 * 86400.0
+
+
+@dataclass(frozen=True)
 class Ingress:
     """The cluster's ingress (`[ingress]`): which hosts run a proxy (named in `hosts`, or
     those meeting `constraints`; neither: every host), its HTTP port and image, and the
@@ -310,6 +325,7 @@ class Ingress:
     https_port: int = 443
     image: str = "caddy:2"
     task_ports: tuple[int, int] = (30000, 30999)  # first, last (inclusive)
+    acme: AcmeSettings | None = None  # given when a route has tls = "acme"
 
     def serves(self, host: Host) -> bool:
         """Whether `host` runs one of this ingress's proxies."""

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from minidock.certify import certify
 from minidock.commands import (
     created_argv,
     docker_error,
@@ -477,6 +478,8 @@ async def run_pass(
         ingress=cluster.ingress,
         held_ports=held_ports(result.observed),
     )
+    plan, result.observed = await _certify(acts, cluster, inventory, result.observed, plan, store)
+    result.plan = plan
     await _route(acts, cluster, inventory, result.observed, plan.state, now)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
@@ -492,6 +495,30 @@ async def run_pass(
     return result
 
 
+async def _certify(
+    acts: _Acts,
+    cluster: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    plan: Plan,
+    store: Store,
+) -> tuple[Plan, Observed]:
+    """Order the ACME certificates that are due (minidock.certify) and commit what came of
+    it; the plan's state and the proxies' loaded digests as they are after it."""
+    if cluster.ingress is None or cluster.ingress.acme is None or not observed.proxies:
+        return plan, observed
+    table = route_table(cluster, inventory, observed, plan.state, acts.now)
+    done = await certify(acts.sh, cluster, table, plan.state.tls, observed.proxies, acts.now)
+    if not done.events:
+        return plan, observed
+    plan = replace(plan, state=replace(plan.state, tls=done.tls))
+    acts.fence()
+    store.commit(plan.state, done.events)
+    for event in done.events:
+        (acts.failures if event.kind.endswith("failed") else acts.done).append(event.message)
+    return plan, replace(observed, proxies=done.proxies)
+
+
 async def _route(
     acts: _Acts,
     cluster: Cluster,
@@ -504,7 +531,8 @@ async def _route(
     a draining task leaves the routes in the pass that decides it)."""
     if cluster.ingress is None or not observed.proxies:
         return
-    config = configs_for(route_table(cluster, inventory, observed, state, now), cluster.ingress)
+    table = route_table(cluster, inventory, observed, state, now)
+    config = configs_for(table, cluster.ingress, state.tls)
     acts.fence()
     outcome = await converge_proxies(
         acts.sh, cluster.name, cluster.ingress, config, observed.proxies, now

@@ -22,6 +22,7 @@ from minidock.core.jobs import failing_jobs
 from minidock.core.routes import RouteTable
 from minidock.core.schedule import JOB_KIND
 from minidock.core.supervise import ready
+from minidock.core.tls import TlsState, renews_at
 from minidock.model import (
     Container,
     ContainerState,
@@ -33,6 +34,7 @@ from minidock.model import (
     ProxyObservation,
 )
 from minidock.schedules import times
+from minidock.spec.certs import certificate_info
 
 __all__ = [
     "CpuUsage",
@@ -171,6 +173,23 @@ class ProxySummary:
 
 
 @dataclass(frozen=True)
+class CertificateSummary:
+    """One TLS host name's certificate: brought as `files` or from `acme`; its names,
+    issuer and end (0 and "" while none is issued), when a pass renews it, and the last
+    failed order's reason and the time of the next try (ACME only)."""
+
+    name: str
+    source: Literal["files", "acme"]
+    names: tuple[str, ...]
+    issuer: str
+    not_after: float
+    renews_at: float
+    error: str
+    failures: int
+    next_try: float
+
+
+@dataclass(frozen=True)
 class CpuUsage:
     """The cpus reserved by a host's live tasks, of its capacity (None: unlimited)."""
 
@@ -213,6 +232,7 @@ class StatusDocument:
     hosts: tuple[HostSummary, ...]
     routes: tuple[RouteSummary, ...]
     proxies: tuple[ProxySummary, ...]
+    certificates: tuple[CertificateSummary, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The `status --json` document (dicts, lists and scalars)."""
@@ -372,10 +392,12 @@ def status_document(
     plan: Plan,
     routes: RouteTable = (),
     digest: str = "",
+    renew_before: float = 30 * 86400.0,
 ) -> StatusDocument:
     """The status document. `plan` is the dry-run decision for this observation (pending
     reasons and what the next pass would wait for); `routes` the route table a pass would
-    load into the ingress proxies, whose config has `digest`."""
+    load into the ingress proxies, whose config has `digest`; its TLS names' certificates
+    renew `renew_before` their end."""
     mine = [c for c in observed.containers() if c.cluster == state.cluster]
     routed = {t for entry in routes for t in entry.tasks}
     services = []
@@ -407,7 +429,30 @@ def status_document(
             for e in routes
         ),
         proxies=tuple(_proxy(p, digest) for _, p in sorted(observed.proxies.items())),
+        certificates=certificates(routes, state.tls, renew_before),
     )
+
+
+def certificates(
+    routes: RouteTable, tls: TlsState, renew_before: float
+) -> tuple[CertificateSummary, ...]:
+    """Each TLS host name of the route table and its certificate, by name."""
+    found: dict[str, CertificateSummary] = {}
+    for entry in routes:
+        route = entry.route
+        if route.tls.mode == "files" and route.domain not in found:
+            info = certificate_info(route.tls.cert)
+            found[route.domain] = CertificateSummary(
+                route.domain, "files", info.names, info.issuer, info.not_after, 0.0, "", 0, 0.0
+            )
+        elif route.tls.mode == "acme" and route.domain not in found:
+            r = tls.record(route.domain)
+            names = certificate_info(r.chain).names if r.has_certificate else ()
+            found[route.domain] = CertificateSummary(
+                route.domain, "acme", names, r.issuer, r.not_after,
+                renews_at(r, renew_before), r.error, r.failures, r.next_try,
+            )  # fmt: skip
+    return tuple(found[name] for name in sorted(found))
 
 
 def summarize(

@@ -18,6 +18,8 @@
 #                         127.0.0.1 port to scrape `minidock serve` (tests/integration/test_serve.py)
 #   - chromium:           a headless browser that Playwright drives (executable_path) to load
 #                         the dashboard in those tests
+#   - pebble:             Debian's ACME test server and its mock DNS (pebble-challtestsrv),
+#                         the lab's ACME CA for `tls = "acme"` (minidock/lab/acme.py)
 set -euo pipefail
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}

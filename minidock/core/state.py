@@ -14,6 +14,7 @@ from minidock.core.passes import PassStats
 from minidock.core.rollout import Rollout
 from minidock.core.schedule import JobRecord
 from minidock.core.slots import SlotState
+from minidock.core.tls import TlsState
 from minidock.model import Service
 
 __all__ = ["ControllerState", "ServiceState"]
@@ -73,6 +74,7 @@ class ControllerState:
     # (minidock.core.traffic)
     draining: dict[str, float] = field(default_factory=dict)
     passes: PassStats = field(default_factory=PassStats)  # every pass so far, for metrics
+    tls: TlsState = field(default_factory=TlsState)  # ACME account and certificates
 
     def host(self, name: str) -> HostState:
         return self.hosts.get(name, HostState())

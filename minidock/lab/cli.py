@@ -129,8 +129,11 @@ def status_command(ctx: typer.Context, json_output: JsonOption = False) -> None:
     except LabError as exc:
         raise _fail(exc) from exc
     if json_output:
-        # `acme` (the lab's ACME server) comes with TLS; until then there is none
-        document = {"hosts": [row.document() for row in rows], "acme": None}
+        acme = lab.acme()
+        document = {
+            "hosts": [row.document() for row in rows],
+            "acme": acme.document() if acme is not None else None,
+        }
         typer.echo(json.dumps(document, indent=2))
         raise typer.Exit(0 if rows else 1)
     if not rows:

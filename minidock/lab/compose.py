@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from minidock.lab import docker, local
+from minidock.lab.acme import ACME, LabAcme, acme_service
 from minidock.lab.bastion import BASTION, bastion_service
 from minidock.lab.directory import LabBastion, LabHost
 from minidock.lab.images import LAB_LABEL, WEB5_IMAGE, data
@@ -57,11 +58,12 @@ def compose_document(
     dind: str,
     extra_labels: dict[str, str],
     bastion: LabBastion | None = None,
+    acme: LabAcme | None = None,
 ) -> dict[str, Any]:
     """The compose document for these hosts: one service per host, sshd and the ingress
     ports 80 and 443 on pinned loopback ports, /var/lib/docker on a named volume, PID 1
-    the lab's init script; and the bastion's service when there is one
-    (minidock.lab.bastion)."""
+    the lab's init script; the bastion's service when there is one
+    (minidock.lab.bastion), and the ACME server's (minidock.lab.acme)."""
     init = data("host-init.sh").decode()
     options, dind_volumes = dind_options(dind)
     services: dict[str, Any] = {}
@@ -86,6 +88,8 @@ def compose_document(
         volumes[f"{host.name}-docker"] = {"labels": {LAB_LABEL: project}}
     if bastion is not None:
         services[BASTION] = bastion_service(project, bastion, image, extra_labels)
+    if acme is not None:
+        services[ACME] = acme_service(project, acme, image, extra_labels)
     return {
         "version": COMPOSE_FORMAT,
         "x-generated-by": "minidock lab (minidock/lab/compose.py); do not edit",

@@ -24,6 +24,7 @@ from typing import Any
 import asyncssh
 
 from minidock.lab import docker, faults, images, local, probe
+from minidock.lab.acme import ACME, LabAcme, pebble_installed, prepare_acme, provision_acme
 from minidock.lab.bastion import (
     BASTION,
     INSTALL_KEY,
@@ -104,6 +105,24 @@ def _hosts_with_ports(
     return hosts
 
 
+def _lab_acme(folder: Path, container: str, taken: set[int]) -> LabAcme | None:
+    """The lab's ACME server's files and ports: kept while its container exists, else
+    made anew on free ports (which join `taken`); None where Debian's pebble is not
+    installed (scripts/engine.sh installs it)."""
+    if not pebble_installed():
+        return None
+    old = LabAcme.read(folder)
+    proc = local.run(docker.container_states_argv([container]), check=False)
+    if old is not None and docker.parse_container_states(proc.stdout):
+        taken.update((old.directory_port, old.management_port, old.dns_port))
+        return old
+    ports = []
+    for _ in range(3):
+        ports.append(_pick_port(taken))
+        taken.add(ports[-1])
+    return prepare_acme(folder, (ports[0], ports[1], ports[2]))
+
+
 @dataclass
 class Lab(HostContainers):
     """A lab fleet rooted at `root` (default: the working directory), compose project
@@ -145,8 +164,9 @@ class Lab(HostContainers):
         taken: set[int] = set()
         hosts = _hosts_with_ports(n, self.project, self.hosts(), self.container_states(), taken)
         jump = self._prepare_bastion(taken) if bastion else None
+        acme = _lab_acme(self.lab_dir / ACME, f"{self.project}-{ACME}", taken)
         image = images.host_image_tag()
-        document = compose_document(self.project, hosts, image, dind, self.labels, jump)
+        document = compose_document(self.project, hosts, image, dind, self.labels, jump, acme)
         write_atomic(self.compose_path, compose_text(document).encode())
         self.write_state(hosts, dind, image, jump)
         return self.compose_path
@@ -159,6 +179,10 @@ class Lab(HostContainers):
         port = old.port if old and exists and old.port not in taken else _pick_port(taken)
         taken.add(port)
         return LabBastion(port, f"{self.project}-{BASTION}")
+
+    def acme(self) -> LabAcme | None:
+        """The lab's ACME server, as `lab up` made it (None before)."""
+        return LabAcme.read(self.lab_dir / ACME)
 
     def provision(self, timeout: float = 90.0) -> None:
         """Everything after the containers start: authorized key, pinned known_hosts, the
@@ -177,6 +201,9 @@ class Lab(HostContainers):
 
         parallel(setup, hosts)
         hosts = self.record_addresses(self.container_addresses())
+        acme = self.acme()
+        if acme is not None and hosts[0].private_address:
+            provision_acme(acme, hosts[0].private_address, time.monotonic() + timeout)
         bastion, routes = self.bastion(), ""
         if bastion is not None:
             routes = provision_bastion(self, bastion, public, hosts, host_keys, started + timeout)

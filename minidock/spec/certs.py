@@ -1,8 +1,9 @@
-"""Certificates brought as files (`tls = { cert = { file }, key = { file } }`), read and
-checked at apply: the chain parses (PEM, leaf first), the key parses and is the leaf's,
-the leaf names the route's host and has not expired, and the key file is private (0600,
-like a secret file). What is kept is the PEM text: the key sealed at rest, like a secret.
-docs/ingress.md#tls.
+"""A route's TLS from the cluster file, and `[ingress] acme`. Certificates brought as
+files (`tls = { cert = { file }, key = { file } }`) are read and checked at apply: the
+chain parses (PEM, leaf first), the key parses and is the leaf's, the leaf names the
+route's host and has not expired, and the key file is private (0600, like a secret file).
+What is kept is the PEM text: the key sealed at rest, like a secret. `ca_root` is read
+as PEM certificates. docs/ingress.md#tls.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from minidock.model import RouteTls
+from minidock import units
+from minidock.model import AcmeSettings, RouteTls
 from minidock.spec.errors import Fail, Part
 from minidock.spec.reading import resolve
 
-__all__ = ["CertificateInfo", "certificate_info", "name_covers", "route_tls"]
+__all__ = ["CertificateInfo", "acme_settings", "certificate_info", "name_covers", "route_tls"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,14 @@ def route_tls(
         return RouteTls()
     if not domain:
         raise fail(where, 'a TLS route needs a host: give the route host = "app.example.com"')
+    if given == "acme":
+        if domain.startswith("*."):
+            raise fail(
+                where,
+                f"ACME's HTTP-01 challenge cannot issue the wildcard {domain}: name the "
+                "hosts, or bring a wildcard certificate as files",
+            )
+        return RouteTls("acme")
     cert = _read(resolve(base, given["cert"]["file"]), (*where, "cert", "file"), fail, False)
     key = _read(resolve(base, given["key"]["file"]), (*where, "key", "file"), fail, True)
     _check(cert, key, domain, where, fail, time.time() if now is None else now)
@@ -124,3 +134,19 @@ def _check(
     if info.not_after <= now:
         ended = time.strftime("%Y-%m-%d", time.gmtime(info.not_after))
         raise fail((*where, "cert"), f"expired on {ended}: renew it")
+
+
+def acme_settings(body: dict[str, Any], fail: Fail, base: str) -> AcmeSettings:
+    """`[ingress] acme`: its `ca_root` file read and checked (PEM certificates)."""
+    options: dict[str, Any] = {k: body[k] for k in ("email", "directory") if k in body}
+    if "renew_before" in body:
+        options["renew_before"] = units.parse_duration(body["renew_before"])
+    if "ca_root" in body:
+        where: tuple[Part, ...] = ("ingress", "acme", "ca_root", "file")
+        text = _read(resolve(base, body["ca_root"]["file"]), where, fail, False)
+        try:
+            x509.load_pem_x509_certificates(text.encode())
+        except ValueError:
+            raise fail(where, "holds no PEM certificate (BEGIN CERTIFICATE)") from None
+        options["ca_root"] = text
+    return AcmeSettings(**options)

@@ -152,7 +152,7 @@ def _load_cluster(
         path=abs_path,
         inventory_path=resolve(base, inventory),
         services=tuple(_with_registry_auth(s, registries) for s in services),
-        ingress=ingress_of(doc, display),
+        ingress=ingress_of(doc, display, base),
     )
     check_routes(cluster, display)
     inventory_display = os.path.normpath(

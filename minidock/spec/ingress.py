@@ -3,7 +3,7 @@
 Checks the schema cannot express: a route to a port the service does not say it listens
 on, two services claiming one host and path, `ports` in the range MiniDock publishes
 routed tasks on, an ingress that matches no host of the inventory; a route's certificate
-files (minidock.spec.certs). ACME is not built yet (issue 22). docs/ingress.md.
+files and `[ingress] acme` (minidock.spec.certs). docs/ingress.md.
 """
 
 from __future__ import annotations
@@ -14,21 +14,18 @@ from typing import Any
 
 from minidock import units
 from minidock.model import Cluster, Constraint, Ingress, Inventory, PortMapping, Route, RouteTls
-from minidock.spec.certs import route_tls
+from minidock.spec.certs import acme_settings, route_tls
 from minidock.spec.errors import Fail, Part, SpecError
 from minidock.spec.messages import render, show
 
 __all__ = ["check_ingress_hosts", "check_routes", "ingress_of", "routes_of", "service_ingress"]
 
-NO_ACME = (
-    'ACME is not built yet (issue 22): bring a certificate, tls = { cert = { file = "..." }, '
-    'key = { file = "..." } }, or use tls = "off"'
-)
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9_./-]*)\s*(==|!=)\s*([^\s=!]\S*)\s*$")
 
 
-def ingress_of(doc: dict[str, Any], display: str) -> Ingress | None:
-    """`[ingress]`, or its defaults when a service has routes and the table is absent."""
+def ingress_of(doc: dict[str, Any], display: str, base: str) -> Ingress | None:
+    """`[ingress]`, or its defaults when a service has routes and the table is absent
+    (files relative to `base`)."""
 
     def fail(parts: Sequence[Part], message: str) -> SpecError:
         return SpecError(display, render(parts), message)
@@ -36,9 +33,9 @@ def ingress_of(doc: dict[str, Any], display: str) -> Ingress | None:
     body: dict[str, Any] | None = doc.get("ingress")
     if body is None:
         routed = any("ingress" in s for s in doc.get("services", {}).values())
-        return Ingress() if routed else None
-    if "acme" in body:
-        raise fail(("ingress", "acme"), "ACME is not built yet (issue 22): leave it out")
+        if not routed:
+            return None
+        return Ingress(acme=acme_settings({}, fail, base)) if _asks_acme(doc) else Ingress()
     if "hosts" in body and "constraints" in body:
         raise fail(("ingress", "constraints"), "give hosts or constraints, not both")
     options: dict[str, Any] = {
@@ -52,7 +49,19 @@ def ingress_of(doc: dict[str, Any], display: str) -> Ingress | None:
         options["constraints"] = tuple(_constraint(text) for text in body["constraints"])
     if "task_ports" in body:
         options["task_ports"] = _task_ports(body["task_ports"], fail)
+    if "acme" in body or _asks_acme(doc):
+        options["acme"] = acme_settings(body.get("acme", {}), fail, base)
     return Ingress(**options)
+
+
+def _asks_acme(doc: dict[str, Any]) -> bool:
+    """Whether a route of the cluster file has tls = "acme"."""
+    for service in doc.get("services", {}).values():
+        given = service.get("ingress", [])
+        for route in given if isinstance(given, list) else [given]:
+            if route.get("tls") == "acme":
+                return True
+    return False
 
 
 def _constraint(text: str) -> Constraint:
@@ -89,8 +98,6 @@ def routes_of(
     routes: list[Route] = []
     for i, item in enumerate(items):
         where = (*at, "ingress", *([i] if isinstance(given, list) else []))
-        if item.get("tls") == "acme":
-            raise fail((*where, "tls"), NO_ACME)
         port: int = item["port"]
         declared = any(p.container_port == port for p in ports)
         if not declared and not re.search(rf":{port}(?![0-9])", words):

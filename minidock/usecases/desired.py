@@ -151,7 +151,7 @@ def _route_loads(
     if cluster.ingress is None:
         return ()
     table = route_table(cluster, inventory, observed, plan.state, runtime.clock.now())
-    return route_loads(table, cluster.ingress, observed.proxies)
+    return route_loads(table, cluster.ingress, observed.proxies, plan.state.tls)
 
 
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:

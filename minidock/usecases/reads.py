@@ -45,8 +45,11 @@ async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:
         plan = masker_for(store, result.plan.state, result.observed).plan(result.plan)
     cluster, inventory = desired.cluster, desired.inventory
     routes = route_table(cluster, inventory, result.observed, plan.state, runtime.clock.now())
-    digest = configs_for(routes, cluster.ingress).digest if cluster.ingress else ""
-    return status_document(current, inventory, result.observed, plan, routes, digest)
+    ingress = cluster.ingress
+    digest = configs_for(routes, ingress, current.tls).digest if ingress else ""
+    acme = ingress.acme if ingress is not None else None
+    renew = acme.renew_before if acme is not None else 30 * 86400.0
+    return status_document(current, inventory, result.observed, plan, routes, digest, renew)
 
 
 def events(

@@ -12,7 +12,15 @@ import pytest
 
 from minidock.caddy import Certificate, RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv
 from minidock.codec import Codec
-from minidock.model import Ingress, Route, RouteTls, Service, secret_values
+from minidock.model import (
+    LETS_ENCRYPT,
+    AcmeSettings,
+    Ingress,
+    Route,
+    RouteTls,
+    Service,
+    secret_values,
+)
 from minidock.spec import SpecError, load
 from minidock.spec.certs import certificate_info, name_covers
 from minidock.store.sealing import SecretBox
@@ -87,8 +95,11 @@ def bad_cases(tmp_path: Path) -> list[tuple[str, str]]:
                'ingress = { host = "app.test", path = "/api", port = 9000 }\n'),
          "services.api.ingress: host app.test has routes with different tls (services web "
          "and api): give every route of a host the same tls"),
-        (WEB + 'ingress = { host = "app.test", port = 8080, tls = "acme" }\n',
-         f"{at}: ACME is not built yet (issue 22)"),
+        (WEB + 'ingress = { host = "*.app.test", port = 8080, tls = "acme" }\n',
+         f"{at}: ACME's HTTP-01 challenge cannot issue the wildcard *.app.test: name the "
+         "hosts, or bring a wildcard certificate as files"),
+        ('[ingress.acme]\nca_root = { file = "junk.crt" }\n' + route(),
+         "ingress.acme.ca_root.file: holds no PEM certificate (BEGIN CERTIFICATE)"),
     ]  # fmt: skip
 
 
@@ -142,3 +153,47 @@ def test_a_routes_key_is_sealed_at_rest_and_opens_again() -> None:
     assert key not in text
     assert chain.splitlines()[1] in text  # the certificate is not secret
     assert codec.loads(text, Service) == service
+
+
+def test_acme_routes_get_the_ingress_acme_settings_with_defaults(tmp_path: Path) -> None:
+    acme_route = WEB + 'ingress = { host = "app.test", port = 8080, tls = "acme" }\n'
+    cluster = loaded(tmp_path, acme_route)
+    assert cluster.ingress.acme == AcmeSettings()  # type: ignore[attr-defined]
+    assert AcmeSettings().directory == LETS_ENCRYPT
+    assert cluster.services[0].ingress[0].tls == RouteTls("acme")  # type: ignore[attr-defined]
+    (tmp_path / "root.pem").write_text(CA.root_pem)
+    given = (
+        '[ingress.acme]\nemail = "ops@example.test"\ndirectory = "https://ca.test/dir"\n'
+        'ca_root = { file = "root.pem" }\nrenew_before = "48h"\n'
+    )
+    cluster = loaded(tmp_path, given + acme_route)
+    assert cluster.ingress.acme == AcmeSettings(  # type: ignore[attr-defined]
+        "ops@example.test", "https://ca.test/dir", CA.root_pem, 48 * 3600.0
+    )
+
+
+def test_an_acme_route_is_plain_http_until_its_certificate_is_issued() -> None:
+    from minidock.core.routes import RouteEntry
+    from minidock.core.tls import TlsState, issued
+    from minidock.ingress import configs_for
+
+    table = (RouteEntry(Route("app.test", "/", 8080, RouteTls("acme")), "web", ("10.0.0.1:1",)),)
+    challenge = {"/.well-known/acme-challenge/TOKEN": "TOKEN.THUMB"}
+    before = json.loads(configs_for(table, Ingress(), TlsState(), challenge).text)
+    plain = before["apps"]["http"]["servers"]["minidock"]["routes"]
+    assert plain[0] == {
+        "match": [{"path": ["/.well-known/acme-challenge/TOKEN"]}],
+        "handle": [{"handler": "static_response", "status_code": 200, "body": "TOKEN.THUMB"}],
+        "terminal": True,
+    }  # the challenge's response first, on any host
+    assert plain[1]["handle"][0]["handler"] == "reverse_proxy"  # no certificate: served
+    assert "minidock-https" not in before["apps"]["http"]["servers"]
+    chain, key = CA.leaf("app.test")
+    tls = issued(
+        TlsState(), "app.test", chain, key, issuer="CA", not_after=1e10, directory="d", now=0
+    )
+    after = json.loads(configs_for(table, Ingress(), tls).text)
+    assert (
+        after["apps"]["http"]["servers"]["minidock"]["routes"][0]["handle"][0]["status_code"] == 308
+    )
+    assert after["apps"]["tls"]["certificates"]["load_pem"] == [{"certificate": chain, "key": key}]

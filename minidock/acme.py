@@ -1,0 +1,189 @@
+"""The controller as an ACME client (RFC 8555, certbot's `acme` and `josepy`): one account
+per state, and a certificate per host name ordered with the HTTP-01 challenge, whose
+responses `publish` loads into every ingress proxy before the CA is told to validate, so
+whichever ingress host the name points at answers. The library is synchronous: each
+order runs in a worker thread. docs/ingress.md#acme.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import requests
+from acme import challenges, client, crypto_util, errors, messages
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from josepy.jwa import ES256
+from josepy.jwk import JWK, JWKEC
+
+from minidock.core.tls import AcmeAccount
+from minidock.model import AcmeSettings
+from minidock.spec.certs import certificate_info
+
+__all__ = ["AcmeFailed", "Issued", "obtain"]
+
+ORDER_SECONDS = 90.0  # an order's validation and issuance, at most
+NETWORK_SECONDS = 20  # one request to the CA
+RATE_LIMITED = 3600.0  # a CA that says rateLimited is not asked again for an hour
+USER_AGENT = "minidock"
+
+Publish = Callable[[Mapping[str, str]], Awaitable[None]]  # {path: response} into the proxies
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A certificate the CA issued: the PEM chain (leaf first), its key, and the leaf's
+    issuer and end."""
+
+    chain: str
+    key: str = field(repr=False)
+    issuer: str = ""
+    not_after: float = 0.0
+
+
+class AcmeFailed(Exception):
+    """An order that failed: `reason` in one line, and no new order before `retry_after`
+    (epoch seconds, 0: the usual back-off)."""
+
+    def __init__(self, reason: str, retry_after: float = 0.0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+async def obtain(
+    settings: AcmeSettings, account: AcmeAccount | None, name: str, publish: Publish
+) -> tuple[AcmeAccount, Issued]:
+    """A certificate for `name` (the account made first when there is none at this
+    directory); AcmeFailed says why not."""
+    try:
+        with _trust(settings.ca_root) as verify:
+            session = await asyncio.to_thread(_Session, settings, account, verify)
+            pending = await asyncio.to_thread(session.order, name)
+            await publish(pending.responses)
+            issued = await asyncio.to_thread(session.finish, pending)
+            return session.account, issued
+    except AcmeFailed:
+        raise
+    except messages.Error as exc:
+        wait = time.time() + RATE_LIMITED if exc.code == "rateLimited" else 0.0
+        raise AcmeFailed(_line(f"the CA refused: {exc.detail or exc.typ}"), wait) from None
+    except errors.ValidationError as exc:
+        raise AcmeFailed(_line(f"validation failed: {_validation(exc)}")) from None
+    except errors.TimeoutError:
+        raise AcmeFailed(f"the CA did not issue within {ORDER_SECONDS:.0f}s") from None
+    except requests.RequestException as exc:
+        raise AcmeFailed(_line(f"the ACME directory does not answer: {exc}")) from None
+    except errors.Error as exc:
+        raise AcmeFailed(_line(f"ACME failed: {exc}")) from None
+
+
+@contextlib.contextmanager
+def _trust(ca_root: str) -> Iterator[str | bool]:
+    """What `requests` verifies the CA's HTTPS with: the private root as a file, or the
+    system's roots."""
+    if not ca_root:
+        yield True
+        return
+    fd, path = tempfile.mkstemp(prefix="minidock-ca-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(ca_root)
+        yield path
+    finally:
+        os.unlink(path)
+
+
+@dataclass
+class _Pending:
+    order: messages.OrderResource
+    key: str = field(repr=False)
+    answers: list[tuple[messages.ChallengeBody, challenges.ChallengeResponse]]
+    responses: dict[str, str]
+
+
+class _Session:
+    """One directory's client, logged in with the state's account (made when missing)."""
+
+    def __init__(self, settings: AcmeSettings, account: AcmeAccount | None, verify: str | bool):
+        known = account if account is not None and account.directory == settings.directory else None
+        key = JWK.json_loads(known.key) if known else _new_account_key()
+        regr = (
+            messages.RegistrationResource(uri=known.uri, body=messages.Registration())
+            if known
+            else None
+        )
+        self.net = client.ClientNetwork(
+            key,
+            account=regr,
+            alg=ES256,
+            verify_ssl=cast(bool, verify),  # requests takes a CA bundle's path here too
+            user_agent=USER_AGENT,
+            timeout=NETWORK_SECONDS,
+        )
+        directory = client.ClientV2.get_directory(settings.directory, self.net)
+        self.client = client.ClientV2(directory, self.net)
+        if known is None:
+            new = messages.NewRegistration.from_data(
+                email=settings.email or None, terms_of_service_agreed=True
+            )
+            regr = self.client.new_account(new)
+        assert regr is not None
+        self.account = AcmeAccount(settings.directory, json.dumps(key.to_json()), regr.uri)
+        self.key = key
+
+    def order(self, name: str) -> _Pending:
+        """A new order for `name`, and its HTTP-01 responses by path."""
+        private = ec.generate_private_key(ec.SECP256R1())
+        key_pem = private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        order = self.client.new_order(crypto_util.make_csr(key_pem, [name]))
+        answers, responses = [], {}
+        for authz in order.authorizations:
+            found = [c for c in authz.body.challenges if isinstance(c.chall, challenges.HTTP01)]
+            if not found:
+                raise AcmeFailed(f"the CA offers no HTTP-01 challenge for {name}")
+            response, validation = found[0].response_and_validation(self.key)
+            answers.append((found[0], response))
+            responses[found[0].chall.path] = validation
+        return _Pending(order, key_pem.decode(), answers, responses)
+
+    def finish(self, pending: _Pending) -> Issued:
+        """Tell the CA the responses are up, then wait for the certificate."""
+        for body, response in pending.answers:
+            self.client.answer_challenge(body, response)
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=ORDER_SECONDS)
+        done = self.client.poll_and_finalize(pending.order, deadline=deadline)
+        chain = done.fullchain_pem
+        info = certificate_info(chain)
+        return Issued(chain, pending.key, info.issuer, info.not_after)
+
+
+def _new_account_key() -> JWK:
+    return JWKEC(key=ec.generate_private_key(ec.SECP256R1()))
+
+
+def _validation(exc: errors.ValidationError) -> str:
+    details: list[str] = []
+    for authz in exc.failed_authzrs:
+        for chall in authz.body.challenges:
+            error: Any = chall.error
+            if error is not None:
+                details.append(f"{authz.body.identifier.value}: {error.detail or error.typ}")
+    return "; ".join(details) or "the CA gave no detail"
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())[:300]

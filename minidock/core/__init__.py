@@ -7,6 +7,7 @@ them and returns a `Plan`; `intents` are the operator's words as state transitio
 and each other (tests/unit/test_layers.py holds them to it).
 """
 
+from minidock.core.fold import task_id
 from minidock.core.hosts import Availability, HostPhase, HostState, SeenTask
 from minidock.core.intents import (
     admit,
@@ -24,9 +25,8 @@ from minidock.core.intents import (
 from minidock.core.outcomes import ActOutcome, ExitNoted, StartFailed
 from minidock.core.outcomes import fold as fold_outcomes
 from minidock.core.plan import Pending, Plan, Run, Stop, Waiting
-from minidock.core.reconcile import reconcile, task_id
-from minidock.core.rollout import Rollout, RolloutPhase
-from minidock.core.service import failure_action, slot_target
+from minidock.core.reconcile import reconcile
+from minidock.core.rollout import Rollout, RolloutPhase, failure_action, slot_target
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import ControllerState, ServiceState
 

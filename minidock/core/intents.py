@@ -8,9 +8,8 @@ from dataclasses import replace
 from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
 from minidock.core.hosts import HostState
-from minidock.core.rollout import RolloutInput
+from minidock.core.rollout import RolloutInput, rolled_back
 from minidock.core.schedule import JobRecord
-from minidock.core.service import renewed, rolled_back
 from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Cluster, Event, Observed, Service
 
@@ -91,7 +90,7 @@ def admit(
                 previous=old.spec if changed else old.previous,
                 previous_generation=old.generation if changed else old.previous_generation,
                 rollout=rollout.begin(old.rollout, _wanted(svc, old)) if changed else old.rollout,
-                slots=renewed(old.slots),
+                slots=slots.renewed(old.slots),
                 global_slots=old.global_slots,
                 job=_job_kept(old, svc),
             )
@@ -167,7 +166,7 @@ def rollback(state: ControllerState, service: str, *, force: bool = False) -> Co
 def reset(state: ControllerState, service: str) -> ControllerState:
     """`minidock reset SERVICE`: clear crash-loop failures and backoff timers."""
     ss = state.services[service]
-    return _with_service(state, replace(ss, slots=renewed(ss.slots)))
+    return _with_service(state, replace(ss, slots=slots.renewed(ss.slots)))
 
 
 def pinned_on(state: ControllerState, host: str) -> list[str]:

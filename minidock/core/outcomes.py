@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from minidock.core import rollout, slots
-from minidock.core.service import failure_action
 from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Event
 
@@ -77,10 +76,8 @@ def note_failure(
         message = f"{service}.{slot} failed: {record.last_exit}"
         events.append(Event(now, "failed", message, service=service, slot=slot))
     ss = replace(ss, slots={**ss.slots, slot: record})
-    r = ss.rollout
-    if r.active and slot in r.inflight:
-        ss, event = failure_action(replace(ss, rollout=rollout.dropped(r, slot)), line, now)
-        events.append(event)
+    ss, event = rollout.act_failed(ss, slot, line, now)
+    events += [event] if event is not None else []
     return _with_service(state, ss), events
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from minidock.core.state import ControllerState
 from minidock.model import Container, Event, Service, task_name
+
+if TYPE_CHECKING:  # the state holds a Rollout, whose machine (rollout.py) makes plan values
+    from minidock.core.state import ControllerState
 
 __all__ = ["Pending", "Plan", "Run", "Stop", "WaitKind", "Waiting"]
 

@@ -10,13 +10,15 @@ The pass is a short fold:
 2. every service, in the applied order, decides each of its slots (`_decide_service`):
    stops at once, and *wants* (a task to place) as typed values;
 3. the wants are placed in priority order: due restarts, new tasks, drain moves
-   (`_place_wants`), then rolling updates take what room is left (`_advance_rollout`).
+   (`_place_wants`), then rolling updates take what room is left (`rollout.advance`).
+
+The rollout machine is whole in `rollout.py` (its gate, its advance, its failure action);
+the values every part shares (`View`, `Effects`) are in `fold.py`.
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,71 +27,27 @@ from typing import NamedTuple
 from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
 from minidock.core.evolve import evolve
-from minidock.core.hosts import HostState, SeenTask
-from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
-from minidock.core.scheduler import (
-    Fleet,
-    counted_as,
-    over_capacity,
-    place,
-    place_replacing,
-    service_ports,
-)
-from minidock.core.service import (
-    back_to_previous,
-    failure_action,
-    slot_target,
+from minidock.core.fold import (
+    Effects,
+    View,
+    avoided,
+    deps_block,
+    set_slot,
     with_slot,
     with_slots,
 )
+from minidock.core.hosts import HostState, SeenTask
+from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
+from minidock.core.rollout import Outdated, slot_target
+from minidock.core.scheduler import Fleet, counted_as, over_capacity, place
 from minidock.core.state import ControllerState, ServiceState
-from minidock.core.supervise import exit_line, health_gate, ready
-from minidock.model import Cluster, Container, Event, Host, Inventory, Observed, Service
+from minidock.core.supervise import exit_line, ready
+from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
 
-__all__ = ["reconcile", "task_id"]
-
-
-def task_id(cluster: str, service: str, slot: int, spec: str, now: float) -> str:
-    """A deterministic id: the same decision replayed names the same container, so Docker
-    itself refuses a duplicate `docker run` (see runner: a name conflict is adoption)."""
-    raw = f"{cluster}/{service}/{slot}/{spec}/{now:.6f}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:10]
+__all__ = ["reconcile"]
 
 
 # -- values the fold passes along -------------------------------------------------------------
-@dataclass(frozen=True)
-class Effects:
-    """What one part of the pass decided, concatenated in pass order."""
-
-    stops: tuple[Stop, ...] = ()
-    runs: tuple[Run, ...] = ()
-    pending: tuple[Pending, ...] = ()
-    waiting: tuple[Waiting, ...] = ()
-    events: tuple[Event, ...] = ()
-
-    def __add__(self, other: Effects) -> Effects:
-        if not (other.stops or other.runs or other.pending or other.waiting or other.events):
-            return self
-        return Effects(
-            self.stops + other.stops,
-            self.runs + other.runs,
-            self.pending + other.pending,
-            self.waiting + other.waiting,
-            self.events + other.events,
-        )
-
-    @staticmethod
-    def joined(parts: Sequence[Effects]) -> Effects:
-        """Many effects concatenated at once, in order (`+` in a loop copies quadratically)."""
-        return Effects(
-            tuple(x for p in parts for x in p.stops),
-            tuple(x for p in parts for x in p.runs),
-            tuple(x for p in parts for x in p.pending),
-            tuple(x for p in parts for x in p.waiting),
-            tuple(x for p in parts for x in p.events),
-        )
-
-
 class WantKind(enum.IntEnum):
     """Why a slot wants a task placed; the value is its placement priority."""
 
@@ -107,16 +65,6 @@ class Want:
     old: Container | None = None  # MOVE: the task that stays until its replacement is ready
     why: str = ""
     only: str = ""  # the one host it may go to (pinned by its volume, or a global task's)
-
-
-@dataclass(frozen=True)
-class Outdated:
-    """A slot whose task runs another spec than its target, or on a host its constraints
-    no longer allow (`misplaced` says why): the rollout's work."""
-
-    slot: int
-    task: Container
-    misplaced: str = ""
 
 
 class SlotDecision(NamedTuple):
@@ -142,62 +90,10 @@ class RolloutWork(NamedTuple):
 @dataclass(frozen=True)
 class ServiceDecision:
     state: ServiceState
-    effects: Effects = Effects()
+    effects: Effects = field(default_factory=Effects)
     wants: tuple[Want, ...] = ()
     outdated: tuple[Outdated, ...] = ()
     complete: bool = False  # every slot runs a ready task of the target spec
-
-
-@dataclass(frozen=True)
-class View:
-    """What the pass sees, read-only: hosts after their probes, this cluster's containers
-    on hosts that answered, and the slots that hosts which did not answer last ran."""
-
-    cluster: Cluster
-    now: float
-    hosts: Mapping[str, HostState]
-    mine: tuple[Container, ...]
-    unseen: Mapping[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
-    inventory: Mapping[str, Host] = field(default_factory=dict)
-    evict: Mapping[str, str] = field(default_factory=dict)  # container id -> why it moves
-
-    def misplaced(self, target: Service, c: Container) -> str:
-        """Why the task's host no longer satisfies the service's constraints ("" if it does):
-        a spec change or an inventory label change."""
-        host = self.inventory.get(c.host)
-        failed = [str(k) for k in target.constraints if host is not None and not k.allows(host)]
-        return f"{c.host} no longer meets constraint {', '.join(failed)}" if failed else ""
-
-    def unseen_of(self, service: str) -> bool:
-        """Whether a host that did not answer last ran a task of `service`."""
-        return any(s == service for s, _ in self.unseen)
-
-    def holders(self, ss: ServiceState, slot: int) -> tuple[str, ...]:
-        """Hosts that may still run the slot's task though this pass cannot see it: those
-        unreachable (not yet down), and for `on_host_loss = "wait"` those down too, until
-        the operator drains or forgets them. The slot's own record counts, and so does
-        what each host ran at its last answer."""
-        record = ss.slot(slot)
-        seen_there = self.unseen.get((ss.spec.name, slot), ())
-        if not seen_there:  # the common case: only the record's host could hold it
-            hs = self.hosts.get(record.host) if record.task and record.host else None
-            if hs is None or not (hs.unreachable or hs.down):
-                return ()
-        wait = ss.spec.on_host_loss == "wait" or ss.spec.pinned
-        candidates = {*seen_there}
-        if record.task and record.host:
-            candidates.add(record.host)
-        return tuple(sorted(h for h in candidates if self._holds(h, wait=wait)))
-
-    def _holds(self, host: str, *, wait: bool) -> bool:
-        hs = self.hosts.get(host)
-        if hs is None:
-            return False
-        return hs.unreachable or (wait and hs.down and not hs.drained)
-
-    def run(self, target: Service, slot: int, host: str, reason: str, **kw: object) -> Run:
-        tid = task_id(self.cluster.name, target.name, slot, target.spec_hash(), self.now)
-        return Run(target, slot, host, tid, reason, **kw)  # type: ignore[arg-type]
 
 
 def _published(others: Sequence[Container]) -> frozenset[str]:
@@ -234,7 +130,7 @@ def reconcile(
         services, placed = _place_wants(wants, services, fleet, view)
         fx = fx + placed
     for u in updates:
-        ss, advanced = _advance_rollout(
+        ss, advanced = rollout.advance(
             services[u.service], u.outdated, u.complete, services, fleet, view
         )
         services[u.service] = ss
@@ -458,23 +354,6 @@ def _stop_service(
     )
 
 
-def deps_block(
-    services: Mapping[str, ServiceState], view: View, ss: ServiceState
-) -> tuple[str, str] | None:
-    """None when every dependency has all replicas running and healthy and is not rolling
-    (updating or rolling back); else the first dependency that blocks, and why."""
-    for dep in ss.spec.depends_on:
-        dss = services.get(dep)
-        if dss is None or dss.spec.desired != "running":
-            return dep, f"waiting for dependency {dep} (not running)"
-        if dss.rollout.active:
-            return dep, f"waiting for dependency {dep} to finish its rollout"
-        healthy = {c.slot for c in view.mine if c.service == dep and ready(c)}
-        if len(healthy & set(dss.slot_numbers())) < dss.wanted():
-            return dep, f"waiting for dependency {dep} to be healthy"
-    return None
-
-
 def _decide_service(
     ss: ServiceState, found: list[Container], services: Mapping[str, ServiceState], view: View
 ) -> ServiceDecision:
@@ -492,7 +371,7 @@ def _decide_service(
             Stop(c, _unwanted(ss, c)) for c in sorted(unwanted, key=lambda c: (c.live, -c.slot))
         )
     )
-    ss, gated = _gate_rollout(ss, [c for c in found if c.slot in wanted_set], view)
+    ss, gated = rollout.gate(ss, [c for c in found if c.slot in wanted_set], view)
     fx = fx + gated
     wants: list[Want] = []
     outdated: list[Outdated] = []
@@ -635,10 +514,10 @@ def _slot_without_task(
         stops.append(Stop(c, exit_line(c), failure=state is not before))
         if state is not before and not state.complete:
             lapsed.append(c)
-    ss, events = _set_slot(ss, n, state, view.now)
+    ss, events = set_slot(ss, n, state, view.now)
     fx = Effects(stops=tuple(stops), events=events)
     if lapsed:
-        ss, target, after = _failed_after_gate(ss, n, lapsed[-1], state.last_exit, view.now)
+        ss, target, after = rollout.failed_after_gate(ss, n, lapsed[-1], state.last_exit, view.now)
         fx = fx + after
     # a restart is due also when the exited task was removed in an earlier pass
     restart = bool(dead or state.attempts)
@@ -657,10 +536,10 @@ def _unhealthy_out(
         line = f"task {c.task} unhealthy: {c.health_log or 'health check failed'}"
         restart = slot_target(ss, n).restart
         state = slots.count_failure(ss.slot(n), c.task, view.now, line, restart)
-        ss, events = _set_slot(ss, n, state, view.now)
+        ss, events = set_slot(ss, n, state, view.now)
         fx = fx + Effects(stops=(Stop(c, line, failure=True),), events=events)
         kept.remove(c)
-        ss, _, after = _failed_after_gate(ss, n, c, line, view.now)
+        ss, _, after = rollout.failed_after_gate(ss, n, c, line, view.now)
         fx = fx + after
     return ss, kept, fx
 
@@ -747,36 +626,6 @@ def _fence_reason(ss: ServiceState, n: int, keep: Container) -> str:
     return f"{name}.{n} keeps task {keep.task}"
 
 
-def _set_slot(
-    ss: ServiceState, n: int, state: slots.SlotState, now: float
-) -> tuple[ServiceState, tuple[Event, ...]]:
-    """Keep a slot's record; reaching the crash-loop limit (by exits, unhealthy tasks or
-    failed health gates alike) is an event."""
-    name = ss.spec.name
-    events: tuple[Event, ...] = ()
-    if state.failed and not ss.slot(n).failed:
-        message = f"{name}.{n} failed: {state.last_exit}"
-        events = (Event(now, "failed", message, service=name, slot=n),)
-    return with_slot(ss, n, state), events
-
-
-def _failed_after_gate(
-    ss: ServiceState, n: int, c: Container, why: str, now: float
-) -> tuple[ServiceState, Service, Effects]:
-    """A task that passed its health gate fails later in the same rollout: count it
-    against the rollout (SwarmKit stops watching after `monitor`). Returns the slot's
-    target spec afterwards (the failure action may pause or roll back)."""
-    r = ss.rollout
-    fx = Effects()
-    if r.active and n in r.done and c.spec == ss.spec.spec_hash():
-        ss, event = failure_action(
-            replace(ss, rollout=rollout.undone(r, n)), f"{why} (after its monitor)", now
-        )
-        ss = back_to_previous(ss, [n])
-        fx = Effects(events=(event,))
-    return ss, slot_target(ss, n), fx
-
-
 def _fill(
     ss: ServiceState,
     n: int,
@@ -805,81 +654,6 @@ def _fill(
     return SlotDecision(with_slot(ss, n, slots.vanish(state)), want=want)
 
 
-# -- the rollout's gate -----------------------------------------------------------------------
-def _gate_rollout(
-    ss: ServiceState, found: list[Container], view: View
-) -> tuple[ServiceState, Effects]:
-    """Judge every in-flight slot's new task; pass, wait, or fail with the failure action."""
-    r = ss.rollout
-    if not r.active or not r.inflight:
-        return ss, Effects()
-    name, spec, now = ss.spec.name, ss.spec.spec_hash(), view.now
-    since, seen = dict(r.healthy_since), dict(r.first_seen)
-    done, inflight, failures, failed = list(r.done), [], [], []
-    fx = Effects()
-    for n in r.inflight:
-        new = [c for c in found if c.slot == n and c.spec == spec]
-        newest = _gate_task(ss, n, new)
-        if newest is not None:  # the gate runs on the controller's clock, not the host's
-            seen.setdefault(n, now)
-            if ready(newest):
-                since.setdefault(n, now)
-        verdict, why = health_gate(newest, ss.spec, since.get(n), now, seen_at=seen.get(n))
-        if verdict != "wait" or newest is None:
-            seen.pop(n, None)
-        if verdict == "ready":
-            done.append(n)
-            since.pop(n, None)
-            r = replace(r, last_batch_at=now)
-            old = [c for c in found if c.slot == n and c is not newest and c.live]
-            by = newest.task if newest else ""
-            fx = fx + Effects(stops=tuple(Stop(c, f"replaced by {by}") for c in old))
-        elif verdict == "fail" and newest is not None:
-            failures.append(why)
-            failed.append(n)
-            since.pop(n, None)
-            state = slots.count_failure(ss.slot(n), newest.task, now, why, ss.spec.restart)
-            ss, events = _set_slot(ss, n, state, now)
-            fx = fx + Effects(stops=(Stop(newest, why, failure=True),), events=events)
-        elif newest is None and view.holders(ss, n):
-            inflight.append(n)  # on a host that did not answer: still counts in flight
-            fx = fx + Effects(waiting=(_unseen_gate(ss, n, view),))
-        elif newest is None:
-            since.pop(n, None)  # its run never happened: the slot is decided afresh
-        else:
-            inflight.append(n)
-            fx = fx + Effects(waiting=(Waiting(f"{name}.{n}", why, WaitKind.GATE, name),))
-    r = replace(
-        r,
-        done=tuple(sorted(set(done))),
-        inflight=tuple(inflight),
-        healthy_since=tuple(sorted(since.items())),
-        first_seen=tuple(sorted(seen.items())),
-        failures=r.failures + len(failures),
-    )
-    ss = replace(ss, rollout=r)
-    if failures:
-        ss, event = failure_action(ss, failures[-1], now)
-        ss = back_to_previous(ss, failed)
-        fx = fx + Effects(events=(event,))
-    return ss, fx
-
-
-def _unseen_gate(ss: ServiceState, n: int, view: View) -> Waiting:
-    """An in-flight task on a host that did not answer: it waits for the host's probes to
-    count (moves), or, held on a host that is down, for the operator (does not)."""
-    name, held = ss.spec.name, view.holders(ss, n)
-    if any(view.hosts[h].unreachable for h in held):
-        return Waiting(f"{name}.{n}", "its host is unreachable", WaitKind.HOST_PROBES, name)
-    return Waiting(f"{name}.{n}", f"its host {held[0]} is down", WaitKind.HELD_DOWN, name)
-
-
-def _gate_task(ss: ServiceState, n: int, new: list[Container]) -> Container | None:
-    """The in-flight slot's new task: the one assigned to it (never the hosts' clocks)."""
-    assigned = [c for c in new if c.task == ss.slot(n).task]
-    return min(assigned or new, key=lambda c: c.task) if new else None
-
-
 # -- placement --------------------------------------------------------------------------------
 def _place_wants(
     wants: Sequence[Want], services: dict[str, ServiceState], fleet: Fleet, view: View
@@ -901,9 +675,8 @@ def _place_wants(
             records[want.service][want.slot] = slots.unplaced(record)
             continue
         records[want.service][want.slot] = slots.assign(record, run.task, run.host)
-        r = ss.rollout
-        if want.kind is not WantKind.MOVE and r.active and want.slot not in r.done + r.inflight:
-            services[want.service] = replace(ss, rollout=rollout.started(r, [want.slot]))
+        if want.kind is not WantKind.MOVE:  # a new task in a rollout goes through its gate
+            services[want.service] = rollout.placed(ss, want.slot)
     for name, changed in records.items():
         services[name] = with_slots(services[name], changed)
     return services, Effects.joined(parts)
@@ -939,7 +712,7 @@ def _move(
     if blocked is not None:
         dep, why = blocked[0], f"{want.why}: {blocked[1]}"
         return None, Effects(pending=(Pending(want.service, want.slot, why, dependency=dep),))
-    where = place(want.target, fleet, avoid=_avoided(want.old.host, record))
+    where = place(want.target, fleet, avoid=avoided(want.old.host, record))
     if where.host is None:
         why = f"{want.why}: {where.why}"
         return None, Effects(pending=(Pending(want.service, want.slot, why),))
@@ -962,121 +735,3 @@ def _start_held(want: Want, record: slots.SlotState, now: float) -> Effects | No
         left = f"{want.why}: restart backoff, {record.next_start - now:.0f}s left"
         return Effects(waiting=(Waiting(subject, left, WaitKind.BACKOFF, want.service),))
     return None
-
-
-def _avoided(old_host: str, record: slots.SlotState) -> tuple[str, ...]:
-    """The hosts a replacement prefers not to use: the old task's, and the one where the
-    slot's last start failed (used only when no other host fits)."""
-    return (old_host, record.avoid) if record.avoid and record.avoid != old_host else (old_host,)
-
-
-# -- rolling updates --------------------------------------------------------------------------
-def _advance_rollout(
-    ss: ServiceState,
-    outdated: tuple[Outdated, ...],
-    complete: bool,
-    services: Mapping[str, ServiceState],
-    fleet: Fleet | None,
-    view: View,
-) -> tuple[ServiceState, Effects]:
-    """Start the next replacements, `parallelism` in flight at a time, `delay` apart;
-    the rollout completes when every slot runs a ready task of the target spec."""
-    name, now, r = ss.spec.name, view.now, ss.rollout
-    if not outdated and not r.inflight:
-        if r.active and complete:
-            r, event = rollout.settle(r, name, now)
-            return replace(ss, rollout=r), Effects(events=(event,))
-        return ss, Effects()
-    assert fleet is not None  # reconcile builds it whenever a rollout has tasks to place
-    if r.paused:
-        return ss, Effects()
-    fx = Effects()
-    if not r.active:
-        moving = [o for o in outdated if o.misplaced]
-        relocating = len(moving) == len(outdated)
-        r = rollout.begin(r, ss.wanted(), relocating=relocating)
-        what = f"updating {len(outdated)} tasks"
-        if relocating:
-            what = f"moving {len(moving)} tasks: {moving[0].misplaced}"
-        started_event = Event(now, "rollout-started", f"{name}: {what}", service=name)
-        fx = fx + Effects(events=(started_event,))
-    room = _room(ss.spec, r, now)
-    if not r.inflight and now < r.last_batch_at + ss.spec.update.delay:
-        fx = fx + Effects(waiting=(Waiting(name, "update delay", WaitKind.DELAY, name),))
-    blocked = deps_block(services, view, ss)
-    # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
-    # after slots not tried yet: the rollout moves on rather than retry one every pass
-    due = [o for o in outdated if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed]
-    due.sort(key=lambda o: len(ss.slot(o.slot).attempts))
-    fx = fx + _backing_off(ss, outdated, due, now)
-    started: list[int] = []
-    for o in due[: max(0, room)]:
-        if blocked:
-            waits = Pending(name, o.slot, blocked[1], dependency=blocked[0])
-            fx = fx + Effects(pending=(waits,))
-            break
-        run, replaced = _start_replacement(ss.spec, o, ss.slot(o.slot), fleet, view)
-        fx = fx + replaced
-        if run is not None:
-            started.append(o.slot)
-            ss = with_slot(ss, o.slot, slots.assign(ss.slot(o.slot), run.task, run.host))
-    if len(outdated) > len(started) or started or r.inflight:
-        verb = "rolling back" if r.rollback else "updating"
-        total = r.total or ss.wanted()
-        count = f"{verb} {len(r.done) + len(started)}/{total}"
-        fx = fx + Effects(waiting=(Waiting(name, count, WaitKind.ROLLOUT, name),))
-    return replace(ss, rollout=rollout.started(r, started)), fx
-
-
-def _backing_off(
-    ss: ServiceState, outdated: Sequence[Outdated], due: Sequence[Outdated], now: float
-) -> Effects:
-    """The outdated slots whose failed replacement waits out its backoff: the rollout goes
-    on when it expires."""
-    name, later = ss.spec.name, [o.slot for o in outdated if o not in due]
-    lines = (
-        Waiting(f"{name}.{n}", f"restart backoff, {left:.0f}s left", WaitKind.BACKOFF, name)
-        for n in later
-        if (left := ss.slot(n).next_start - now) > 0 and not ss.slot(n).failed
-    )
-    return Effects(waiting=tuple(lines))
-
-
-def _room(spec: Service, r: rollout.Rollout, now: float) -> int:
-    """How many more replacements may start now: parallelism, less those in flight, and
-    none before `update.delay` has passed since the last gate."""
-    policy = spec.update
-    if now < r.last_batch_at + policy.delay:
-        return 0
-    return policy.parallelism - len(r.inflight)
-
-
-def _start_replacement(
-    target: Service, o: Outdated, record: slots.SlotState, fleet: Fleet, view: View
-) -> tuple[Run | None, Effects]:
-    """start-first: a new task on another host first; where the old task holds a host port
-    that the new one needs, stop-first instead (the old task is stopped by the run)."""
-    old, name = o.task, target.name
-    verb = f"move: {o.misplaced}" if o.misplaced else "update"
-    fx = Effects()
-    if target.pinned or target.mode == "global":  # its host (its data): in place, stop-first
-        where = place_replacing(target, fleet, old, only=old.host)
-        if where.host is None:
-            return None, Effects(pending=(Pending(name, o.slot, where.why),))
-        run = view.run(target, o.slot, old.host, verb, replaces=old)
-        return run, Effects(runs=(run,))
-    if target.update.order == "start-first":
-        where = place(target, fleet, avoid=_avoided(old.host, record))
-        if where.host is not None:
-            run = view.run(target, o.slot, where.host, f"{verb} (start-first)")
-            return run, Effects(runs=(run,))
-        if not set(service_ports(target)) & set(old.host_ports):
-            return None, Effects(pending=(Pending(name, o.slot, where.why),))
-        message = f"{name}.{o.slot}: host port held by the old task, replacing stop-first"
-        event = Event(view.now, "rollout-stop-first", message, service=name, slot=o.slot)
-        fx = Effects(events=(event,))
-    where = place_replacing(target, fleet, old, avoid=(record.avoid,) if record.avoid else ())
-    if where.host is None:
-        return None, fx + Effects(pending=(Pending(name, o.slot, where.why),))
-    run = view.run(target, o.slot, where.host, verb, replaces=old)
-    return run, fx + Effects(runs=(run,))

@@ -1,26 +1,51 @@
-"""The rollout machine: a rolling update (or rollback) of one service. Pure.
+"""The rollout machine, whole: a rolling update (or rollback) of one service. Pure.
 
 A rollout replaces outdated tasks `parallelism` at a time; each new task is *in flight*
 until it passes its health gate (healthy, or running, for `monitor`), then *done*. A
 failure applies `update.failure_action`: pause, roll back to the previous spec, or go on.
 `step` is the only place a rollout's phase changes, through `TABLE`; progress (which
 slots are in flight or done) changes through the small functions below it.
+
+Each pass, `reconcile` hands every service to this module twice: `gate` judges the slots
+in flight before the service's slots are decided, and `advance` starts the next
+replacements (or completes the rollout) once the pass's wants are placed. What a failure
+does (`failure_action`), which spec a slot runs meanwhile (`slot_target`) and a rollback's
+swap of specs (`rolled_back`) are here too: no other module decides anything of a rollout.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from minidock.model import Event
+from minidock.core import slots
+from minidock.core.fold import Effects, View, avoided, deps_block, set_slot, with_slot
+from minidock.core.plan import Pending, Run, Stop, Waiting, WaitKind
+from minidock.core.scheduler import Fleet, place, place_replacing, service_ports
+from minidock.core.supervise import health_gate, ready
+from minidock.model import Container, Event, Service
+
+if TYPE_CHECKING:  # the service's record holds a Rollout: state.py imports this module
+    from minidock.core.state import ServiceState
 
 __all__ = [
     "TABLE",
+    "Outdated",
     "Rollout",
     "RolloutInput",
     "RolloutPhase",
+    "act_failed",
+    "advance",
+    "back_to_previous",
     "begin",
+    "failed_after_gate",
+    "failure_action",
+    "gate",
+    "placed",
+    "rolled_back",
+    "slot_target",
     "step",
 ]
 
@@ -128,3 +153,299 @@ def dropped(r: Rollout, slot: int) -> Rollout:
 def undone(r: Rollout, slot: int) -> Rollout:
     """A slot that had passed its gate failed later in the same rollout."""
     return replace(r, done=tuple(n for n in r.done if n != slot), failures=r.failures + 1)
+
+
+# -- the service as its rollout moves it ------------------------------------------------------
+def slot_target(ss: ServiceState, slot: int) -> Service:
+    """The spec a slot should run: a paused rollout keeps slots it has not reached on the
+    previous spec, so a failed update costs no capacity."""
+    r = ss.rollout
+    if r.paused and not r.rollback and slot not in r.done and ss.previous:
+        return ss.previous
+    return ss.spec
+
+
+def back_to_previous(ss: ServiceState, failed: list[int]) -> ServiceState:
+    """Where a failure paused an update, its failed slots go back to the previous spec,
+    known good, at once: the restart backoff the new spec's failure set does not apply."""
+    if not ss.rollout.paused or ss.rollout.rollback or not failed:
+        return ss
+    again = {n: slots.skip_backoff(ss.slot(n)) for n in failed}
+    return replace(ss, slots={**ss.slots, **again})
+
+
+def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState, Event]:
+    """Apply `update.failure_action` once the failure ratio is exceeded."""
+    r = ss.rollout
+    policy = ss.spec.update
+    name = ss.spec.name
+    if (
+        policy.failure_action == "continue"
+        or r.failures / max(1, r.total) <= policy.max_failure_ratio
+    ):
+        return (
+            replace(ss, rollout=step(r, RolloutInput.FAILURE_TOLERATED, reason=why)),
+            Event(now, "rollout-failure", f"{name}: {why}; continuing", service=name),
+        )
+    rollback = policy.failure_action == "rollback" and not r.relocating  # nothing to undo
+    if rollback and r.phase is RolloutPhase.UPDATING and ss.previous:
+        return (
+            rolled_back(ss, f"rolled back: {why}", failed=why),
+            Event(now, "rollout-rollback", f"{name}: rolling back: {why}", service=name),
+        )
+    paused = step(r, RolloutInput.FAILURE_PAUSE, reason=why, inflight=(), healthy_since=())
+    return (
+        replace(ss, rollout=paused),
+        Event(now, "rollout-paused", f"{name}: paused: {why}", service=name),
+    )
+
+
+def rolled_back(ss: ServiceState, reason: str, *, failed: str = "") -> ServiceState:
+    """Swap to the previous spec and roll every task back the same way; a failing rollback
+    pauses (never loops), since a rollback's failure action is never another rollback.
+    `failed`: why the spec being left failed (then `rollback` will not return to it). The
+    slots' records (`slots.renewed`) and a global service's hosts are kept; nothing else."""
+    assert ss.previous is not None
+    fresh = type(ss)  # ServiceState, which imports this module: every other field its default
+    return fresh(
+        spec=ss.previous,
+        generation=ss.previous_generation or ss.generation,
+        previous=ss.spec,
+        previous_generation=ss.generation,
+        rollout=begin(ss.rollout, ss.wanted(), rollback=True, reason=reason),
+        slots=slots.renewed(ss.slots),
+        global_slots=ss.global_slots,
+        previous_failed=failed,
+    )
+
+
+def act_failed(
+    ss: ServiceState, slot: int, line: str, now: float
+) -> tuple[ServiceState, Event | None]:
+    """A start of the rollout's (a slot in flight) failed as an act: no longer in flight,
+    one failure, and the failure action; other slots' failed starts leave it as it is."""
+    r = ss.rollout
+    if not (r.active and slot in r.inflight):
+        return ss, None
+    return failure_action(replace(ss, rollout=dropped(r, slot)), line, now)
+
+
+def placed(ss: ServiceState, slot: int) -> ServiceState:
+    """A slot given a new task by placement (a restart or a new slot, not a move) while
+    the rollout is active and has not reached it: its task is in flight, through the gate."""
+    r = ss.rollout
+    if r.active and slot not in r.done + r.inflight:
+        return replace(ss, rollout=started(r, [slot]))
+    return ss
+
+
+# -- the gate: judging the tasks in flight ----------------------------------------------------
+def gate(ss: ServiceState, found: list[Container], view: View) -> tuple[ServiceState, Effects]:
+    """Judge every in-flight slot's new task; pass, wait, or fail with the failure action."""
+    r = ss.rollout
+    if not r.active or not r.inflight:
+        return ss, Effects()
+    name, spec, now = ss.spec.name, ss.spec.spec_hash(), view.now
+    since, seen = dict(r.healthy_since), dict(r.first_seen)
+    done, inflight, failures, failed = list(r.done), [], [], []
+    fx = Effects()
+    for n in r.inflight:
+        new = [c for c in found if c.slot == n and c.spec == spec]
+        newest = _gate_task(ss, n, new)
+        if newest is not None:  # the gate runs on the controller's clock, not the host's
+            seen.setdefault(n, now)
+            if ready(newest):
+                since.setdefault(n, now)
+        verdict, why = health_gate(newest, ss.spec, since.get(n), now, seen_at=seen.get(n))
+        if verdict != "wait" or newest is None:
+            seen.pop(n, None)
+        if verdict == "ready":
+            done.append(n)
+            since.pop(n, None)
+            r = replace(r, last_batch_at=now)
+            old = [c for c in found if c.slot == n and c is not newest and c.live]
+            by = newest.task if newest else ""
+            fx = fx + Effects(stops=tuple(Stop(c, f"replaced by {by}") for c in old))
+        elif verdict == "fail" and newest is not None:
+            failures.append(why)
+            failed.append(n)
+            since.pop(n, None)
+            state = slots.count_failure(ss.slot(n), newest.task, now, why, ss.spec.restart)
+            ss, events = set_slot(ss, n, state, now)
+            fx = fx + Effects(stops=(Stop(newest, why, failure=True),), events=events)
+        elif newest is None and view.holders(ss, n):
+            inflight.append(n)  # on a host that did not answer: still counts in flight
+            fx = fx + Effects(waiting=(_unseen_gate(ss, n, view),))
+        elif newest is None:
+            since.pop(n, None)  # its run never happened: the slot is decided afresh
+        else:
+            inflight.append(n)
+            fx = fx + Effects(waiting=(Waiting(f"{name}.{n}", why, WaitKind.GATE, name),))
+    r = replace(
+        r,
+        done=tuple(sorted(set(done))),
+        inflight=tuple(inflight),
+        healthy_since=tuple(sorted(since.items())),
+        first_seen=tuple(sorted(seen.items())),
+        failures=r.failures + len(failures),
+    )
+    ss = replace(ss, rollout=r)
+    if failures:
+        ss, event = failure_action(ss, failures[-1], now)
+        ss = back_to_previous(ss, failed)
+        fx = fx + Effects(events=(event,))
+    return ss, fx
+
+
+def _unseen_gate(ss: ServiceState, n: int, view: View) -> Waiting:
+    """An in-flight task on a host that did not answer: it waits for the host's probes to
+    count (moves), or, held on a host that is down, for the operator (does not)."""
+    name, held = ss.spec.name, view.holders(ss, n)
+    if any(view.hosts[h].unreachable for h in held):
+        return Waiting(f"{name}.{n}", "its host is unreachable", WaitKind.HOST_PROBES, name)
+    return Waiting(f"{name}.{n}", f"its host {held[0]} is down", WaitKind.HELD_DOWN, name)
+
+
+def _gate_task(ss: ServiceState, n: int, new: list[Container]) -> Container | None:
+    """The in-flight slot's new task: the one assigned to it (never the hosts' clocks)."""
+    assigned = [c for c in new if c.task == ss.slot(n).task]
+    return min(assigned or new, key=lambda c: c.task) if new else None
+
+
+def failed_after_gate(
+    ss: ServiceState, n: int, c: Container, why: str, now: float
+) -> tuple[ServiceState, Service, Effects]:
+    """A task that passed its health gate fails later in the same rollout: count it
+    against the rollout (SwarmKit stops watching after `monitor`). Returns the slot's
+    target spec afterwards (the failure action may pause or roll back)."""
+    r = ss.rollout
+    fx = Effects()
+    if r.active and n in r.done and c.spec == ss.spec.spec_hash():
+        ss, event = failure_action(
+            replace(ss, rollout=undone(r, n)), f"{why} (after its monitor)", now
+        )
+        ss = back_to_previous(ss, [n])
+        fx = Effects(events=(event,))
+    return ss, slot_target(ss, n), fx
+
+
+# -- advancing: the next replacements ---------------------------------------------------------
+@dataclass(frozen=True)
+class Outdated:
+    """A slot whose task runs another spec than its target, or on a host its constraints
+    no longer allow (`misplaced` says why): the rollout's work."""
+
+    slot: int
+    task: Container
+    misplaced: str = ""
+
+
+def advance(
+    ss: ServiceState,
+    outdated: tuple[Outdated, ...],
+    complete: bool,
+    services: Mapping[str, ServiceState],
+    fleet: Fleet | None,
+    view: View,
+) -> tuple[ServiceState, Effects]:
+    """Start the next replacements, `parallelism` in flight at a time, `delay` apart;
+    the rollout completes when every slot runs a ready task of the target spec."""
+    name, now, r = ss.spec.name, view.now, ss.rollout
+    if not outdated and not r.inflight:
+        if r.active and complete:
+            r, event = settle(r, name, now)
+            return replace(ss, rollout=r), Effects(events=(event,))
+        return ss, Effects()
+    assert fleet is not None  # reconcile builds it whenever a rollout has tasks to place
+    if r.paused:
+        return ss, Effects()
+    fx = Effects()
+    if not r.active:
+        moving = [o for o in outdated if o.misplaced]
+        relocating = len(moving) == len(outdated)
+        r = begin(r, ss.wanted(), relocating=relocating)
+        what = f"updating {len(outdated)} tasks"
+        if relocating:
+            what = f"moving {len(moving)} tasks: {moving[0].misplaced}"
+        begun_event = Event(now, "rollout-started", f"{name}: {what}", service=name)
+        fx = fx + Effects(events=(begun_event,))
+    room = _room(ss.spec, r, now)
+    if not r.inflight and now < r.last_batch_at + ss.spec.update.delay:
+        fx = fx + Effects(waiting=(Waiting(name, "update delay", WaitKind.DELAY, name),))
+    blocked = deps_block(services, view, ss)
+    # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
+    # after slots not tried yet: the rollout moves on rather than retry one every pass
+    due = [o for o in outdated if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed]
+    due.sort(key=lambda o: len(ss.slot(o.slot).attempts))
+    fx = fx + _backing_off(ss, outdated, due, now)
+    begun: list[int] = []
+    for o in due[: max(0, room)]:
+        if blocked:
+            waits = Pending(name, o.slot, blocked[1], dependency=blocked[0])
+            fx = fx + Effects(pending=(waits,))
+            break
+        run, replaced = _start_replacement(ss.spec, o, ss.slot(o.slot), fleet, view)
+        fx = fx + replaced
+        if run is not None:
+            begun.append(o.slot)
+            ss = with_slot(ss, o.slot, slots.assign(ss.slot(o.slot), run.task, run.host))
+    if len(outdated) > len(begun) or begun or r.inflight:
+        verb = "rolling back" if r.rollback else "updating"
+        total = r.total or ss.wanted()
+        count = f"{verb} {len(r.done) + len(begun)}/{total}"
+        fx = fx + Effects(waiting=(Waiting(name, count, WaitKind.ROLLOUT, name),))
+    return replace(ss, rollout=started(r, begun)), fx
+
+
+def _backing_off(
+    ss: ServiceState, outdated: Sequence[Outdated], due: Sequence[Outdated], now: float
+) -> Effects:
+    """The outdated slots whose failed replacement waits out its backoff: the rollout goes
+    on when it expires."""
+    name, later = ss.spec.name, [o.slot for o in outdated if o not in due]
+    lines = (
+        Waiting(f"{name}.{n}", f"restart backoff, {left:.0f}s left", WaitKind.BACKOFF, name)
+        for n in later
+        if (left := ss.slot(n).next_start - now) > 0 and not ss.slot(n).failed
+    )
+    return Effects(waiting=tuple(lines))
+
+
+def _room(spec: Service, r: Rollout, now: float) -> int:
+    """How many more replacements may start now: parallelism, less those in flight, and
+    none before `update.delay` has passed since the last gate."""
+    policy = spec.update
+    if now < r.last_batch_at + policy.delay:
+        return 0
+    return policy.parallelism - len(r.inflight)
+
+
+def _start_replacement(
+    target: Service, o: Outdated, record: slots.SlotState, fleet: Fleet, view: View
+) -> tuple[Run | None, Effects]:
+    """start-first: a new task on another host first; where the old task holds a host port
+    that the new one needs, stop-first instead (the old task is stopped by the run)."""
+    old, name = o.task, target.name
+    verb = f"move: {o.misplaced}" if o.misplaced else "update"
+    fx = Effects()
+    if target.pinned or target.mode == "global":  # its host (its data): in place, stop-first
+        where = place_replacing(target, fleet, old, only=old.host)
+        if where.host is None:
+            return None, Effects(pending=(Pending(name, o.slot, where.why),))
+        run = view.run(target, o.slot, old.host, verb, replaces=old)
+        return run, Effects(runs=(run,))
+    if target.update.order == "start-first":
+        where = place(target, fleet, avoid=avoided(old.host, record))
+        if where.host is not None:
+            run = view.run(target, o.slot, where.host, f"{verb} (start-first)")
+            return run, Effects(runs=(run,))
+        if not set(service_ports(target)) & set(old.host_ports):
+            return None, Effects(pending=(Pending(name, o.slot, where.why),))
+        message = f"{name}.{o.slot}: host port held by the old task, replacing stop-first"
+        event = Event(view.now, "rollout-stop-first", message, service=name, slot=o.slot)
+        fx = Effects(events=(event,))
+    where = place_replacing(target, fleet, old, avoid=(record.avoid,) if record.avoid else ())
+    if where.host is None:
+        return None, fx + Effects(pending=(Pending(name, o.slot, where.why),))
+    run = view.run(target, o.slot, where.host, verb, replaces=old)
+    return run, fx + Effects(runs=(run,))

@@ -10,6 +10,7 @@ nothing else in MiniDock assigns a slot's phase.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from minidock.core.evolve import evolve
@@ -175,6 +176,13 @@ def reset(slot: SlotState) -> SlotState:
 
 
 _RESET_FROM = (*TERMINAL, SlotPhase.BACKING_OFF)
+
+
+def renewed(records: Mapping[int, SlotState]) -> dict[int, SlotState]:
+    """Every slot's record across a change (a new generation, a rollback, `reset`): its
+    failed attempts, Failed and backoff forgotten, its task and host kept. Only a task that
+    replaces the slot's task changes them, and a slot scaled away leaves with its last task."""
+    return {n: reset(s) for n, s in records.items()}
 
 
 def skip_backoff(slot: SlotState) -> SlotState:

@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from minidock.core import ControllerState, Plan
-from minidock.core.service import ServiceState
 from minidock.core.simulate import spec_diff
 from minidock.core.slots import SlotState
+from minidock.core.state import ServiceState
 from minidock.masking import LINE_MAX, Masker, kept_masker, masker_for
 from minidock.model import Cluster, Container, HostObservation, Observed, RegistryAuth
 from minidock.store.sqlite import SQLiteStore

@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tests.reference_scheduler as reference
-from minidock.core import rebalance, scheduler
+from minidock.core import rebalance, rollout, scheduler
 from minidock.core.intents import set_drained
 from minidock.model import Constraint, Container, Host, PortMapping, Service
 from tests.sim import World, host, svc
@@ -228,7 +228,7 @@ REPLACED = ("Fleet", "place", "place_replacing", "over_capacity", "score", "spre
 def exhaustive_scheduler() -> Iterator[None]:
     """reconcile() and rebalance with tests/reference_scheduler.py in place of the real one."""
     with ExitStack() as stack:
-        for module in (reconcile_module, rebalance):
+        for module in (reconcile_module, rollout, rebalance):
             for name in REPLACED:
                 if hasattr(module, name):
                     stack.enter_context(patch.object(module, name, getattr(reference, name)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from minidock.acts import PrepareFailed, prepare_host
 from minidock.commands import (
     logs_argv,
     name_conflict,
@@ -21,7 +22,6 @@ from minidock.commands import (
 )
 from minidock.model import Host, Inventory, OneOff, Service, cluster_network
 from minidock.push import ControllerEngine
-from minidock.runner import PrepareFailed, prepare_host
 from minidock.ssh import CommandTimeout, Executor, OnLine, Terminal, Unreachable
 
 __all__ = [

@@ -560,18 +560,18 @@ def test_our_container_without_a_known_state_raises() -> None:
 
 def test_a_docker_error_keeps_its_cause_when_shortened() -> None:
     """Issue 14: Docker puts the cause last; a long message is cut at its start."""
-    from minidock.runner import _first_line
+    from minidock.acts import first_line
     from minidock.ssh import Result
 
     noise = "docker: Error response from daemon: failed to create shim task: OCI runtime " * 6
     cause = 'exec: "nope": executable file not found in $PATH: unknown.'
-    line = _first_line(Result(125, "", noise + cause + "\n"))
+    line = first_line(Result(125, "", noise + cause + "\n"))
     assert len(line) <= 300
     assert line.endswith(cause)
     assert line.startswith("...")
     # a cause commands.docker_error names is said first, in Docker's words, whatever before
     taken = noise + "connectivity: Bind for 0.0.0.0:9 failed: port is already allocated.\n"
-    assert _first_line(Result(125, "", taken)) == (
+    assert first_line(Result(125, "", taken)) == (
         "host port 0.0.0.0:9 is taken by another container "
         "(Bind for 0.0.0.0:9 failed: port is already allocated)"
     )

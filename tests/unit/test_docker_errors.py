@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from minidock.acts import first_line
 from minidock.commands import (
     DaemonDown,
     ImageNotFound,
@@ -24,7 +25,6 @@ from minidock.commands import (
     port_taken,
 )
 from minidock.model import PortMapping
-from minidock.runner import _first_line
 from minidock.ssh import Result
 from tests.sim import RunnerWorld, hosts, svc
 
@@ -141,7 +141,7 @@ def test_pull_access_denied_from_docker_hub_is_an_image_not_in_its_registry() ->
     ],
 )
 def test_an_act_failure_says_the_named_cause_in_dockers_words(case: str, line: str) -> None:
-    assert _first_line(Result(CASES[case], "", stderr(case))) == line
+    assert first_line(Result(CASES[case], "", stderr(case))) == line
 
 
 def test_a_host_port_taken_after_the_probe_fails_the_start_with_its_cause(

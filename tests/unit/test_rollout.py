@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from minidock.acts import Acts
 from minidock.core import (
     ControllerState,
     Plan,
@@ -47,7 +48,6 @@ from minidock.model import (
     Ulimit,
     UpdatePolicy,
 )
-from minidock.runner import _Acts
 from minidock.status import summarize
 from tests.behaviour import HEALTH_LOG
 from tests.fakes import FakeExecutor, fail, ok
@@ -696,7 +696,7 @@ def test_runner_checks_the_image_before_stopping_the_old_task() -> None:
         return ok()
 
     ex = FakeExecutor(handler)
-    acts = _Acts(ex, w.inventory, "test", w.now, NO_SECRETS)
+    acts = Acts(ex, w.inventory, "test", w.now, NO_SECRETS)
     asyncio.run(acts.run(run))
     assert [a[:2] for a in ex.argvs()] == [["docker", "image"], ["docker", "pull"]]
     state, events = fold(plan.state, acts.outcomes, w.now)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from minidock.acts import STOP_TIMEOUT, Acts, stop_graces
 from minidock.core import Run, Stop
 from minidock.core.outcomes import fold
 from minidock.masking import Masker, kept_masker
@@ -26,7 +27,6 @@ from minidock.model import (
     image_registry,
     secret_values,
 )
-from minidock.runner import STOP_TIMEOUT, _Acts, stop_graces
 from minidock.spec import SpecError, load
 from tests.fakes import Call, FakeDocker, FakeEngine, FakeExecutor
 from tests.sim import World, host
@@ -184,9 +184,9 @@ def acts(
     *,
     engine: FakeEngine | None = None,
     graces: dict[tuple[str, str], int] | None = None,
-) -> _Acts:
+) -> Acts:
     executor = docker.executor()
-    return _Acts(executor, inventory, "prod", 1000.0, Masker(("pw",)), graces=graces, engine=engine)
+    return Acts(executor, inventory, "prod", 1000.0, Masker(("pw",)), graces=graces, engine=engine)
 
 
 def inventory(*names: str) -> Inventory:
@@ -197,7 +197,7 @@ def run_of(service: Service, slot: int = 1, on: str = "h1") -> Run:
     return Run(service, slot, on, f"t{slot}", "new task")
 
 
-def go(a: _Acts, *runs: Run) -> None:
+def go(a: Acts, *runs: Run) -> None:
     async def main() -> None:
         for r in runs:
             await a.run(r)
@@ -205,12 +205,12 @@ def go(a: _Acts, *runs: Run) -> None:
     asyncio.run(main())
 
 
-def calls(a: _Acts) -> list[Call]:
+def calls(a: Acts) -> list[Call]:
     assert isinstance(a.executor, FakeExecutor)
     return a.executor.calls
 
 
-def argvs(docker: FakeDocker, a: _Acts, verb: str) -> list[list[str]]:
+def argvs(docker: FakeDocker, a: Acts, verb: str) -> list[list[str]]:
     return [c.argv for c in calls(a) if c.argv[1] == verb]
 
 

@@ -92,7 +92,7 @@ async def run_jobs(
     jobs = sorted(n for n, ss in state.services.items() if ss.spec.schedule and not ss.removed)
     if not jobs or state.guard:
         return result
-    mask = masker_for(store, state, result.observed)
+    mask = masker_for(store, state, result.observed, known=result.masker)  # the command's
     work = _Pass(cluster, inventory, store, executor, result.observed, now, mask, engine, state)
     starts = _decide(work, jobs)
     work.commit()

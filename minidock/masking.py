@@ -10,7 +10,12 @@ first, until every live task is accounted for). The masker then masks the plan t
 commits and reports (`plan`), each act's line, the lines of `logs` and `exec`, errors,
 status and plans; a line that may be long (a health check's output, a log tail) is masked
 whole and only then cut (`line`), so a secret at the cut cannot show its first characters.
-See docs/ssh.md.
+
+A command that runs several passes (`apply --wait`, `drain`, `watch`) builds its masker
+once: each pass hands the masker it has to `masker_for(..., known=)`, which returns that
+very masker while it already holds every secret the pass meets, and reads the store's
+generations again only for a task of a spec it has not looked for yet (or after a new
+generation was applied). See docs/ssh.md.
 """
 
 from __future__ import annotations
@@ -32,13 +37,29 @@ LINE_MAX = 300  # characters a slot's failure line, a rollout reason or an event
 
 class Masker:
     """Replaces each of its secrets (and their JSON-escaped forms) with `***`, longest
-    first, in one pass over the text."""
+    first, in one pass over the text. `sought` and `generation`: what `masker_for` built it
+    from (the (service, spec hash) of the tasks' specs it looked up in the stored
+    generations, and the state's generation then), so a later pass of the same command
+    can tell whether it already holds everything."""
 
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(
+        self,
+        secrets: Iterable[str],
+        *,
+        sought: frozenset[tuple[str, str]] = frozenset(),
+        generation: int | None = None,
+    ) -> None:
         found = {s for s in secrets if s}
         found |= {json.dumps(s)[1:-1] for s in found}  # as a --json document shows them
         self.secrets = tuple(sorted(found, key=lambda s: (-len(s), s)))
         self._pattern = re.compile("|".join(map(re.escape, self.secrets))) if found else None
+        self._held = frozenset(found)
+        self.sought = sought
+        self.generation = generation
+
+    def holds(self, values: Iterable[str]) -> bool:
+        """Whether every one of `values` is among this masker's secrets."""
+        return all(v in self._held for v in values if v)
 
     def __call__(self, text: str) -> str:
         if self._pattern is None or not text:
@@ -96,14 +117,37 @@ def _kept(state: ControllerState) -> list[Service]:
     return [s for ss in state.services.values() for s in (ss.spec, ss.previous) if s]
 
 
-def masker_for(store: Store, state: ControllerState, observed: Observed | None = None) -> Masker:
+def masker_for(
+    store: Store,
+    state: ControllerState,
+    observed: Observed | None = None,
+    *,
+    known: Masker | None = None,
+) -> Masker:
     """The masker of everything in use: the current and previous spec of every service in
     `state`, and every stored generation that a task seen in `observed` (or recorded on
-    an unreachable host in `state`) still runs."""
+    an unreachable host in `state`) still runs. With `known` (the masker of the same
+    command's earlier pass): `known` itself while it holds all of that, else `known`'s
+    secrets and the new ones; the generations are read only for the tasks' specs `known`
+    has not looked for (all of them again once `state` has a newer generation)."""
     specs = _kept(state)
-    known = {(s.name, s.spec_hash()) for s in specs}
-    running = set(_tasks(state, observed)) - known
-    gen_id = store.next_generation_id() - 1
+    kept = [v for s in specs for v in secret_values(s)]
+    running = set(_tasks(state, observed)) - {(s.name, s.spec_hash()) for s in specs}
+    sought: frozenset[tuple[str, str]] = frozenset()
+    if known is not None and known.generation == state.generation:
+        sought = known.sought
+        if running <= sought and known.holds(kept):
+            return known
+    found = [v for s in _in_generations(store, running - sought) for v in secret_values(s)]
+    before = known.secrets if known is not None else ()
+    return Masker((*before, *kept, *found), sought=sought | running, generation=state.generation)
+
+
+def _in_generations(store: Store, running: set[tuple[str, str]]) -> list[Service]:
+    """The specs of `running` (service, spec hash) in the stored generations, newest first."""
+    specs: list[Service] = []
+    running = set(running)
+    gen_id = store.next_generation_id() - 1 if running else 0
     while running and gen_id > 0:
         cluster = store.generation(gen_id)
         for svc in cluster.services if cluster is not None else ():
@@ -111,7 +155,7 @@ def masker_for(store: Store, state: ControllerState, observed: Observed | None =
                 running.discard((svc.name, svc.spec_hash()))
                 specs.append(svc)
         gen_id -= 1
-    return Masker(v for s in specs for v in secret_values(s))
+    return specs
 
 
 def _tasks(state: ControllerState, observed: Observed | None) -> Iterable[tuple[str, str]]:

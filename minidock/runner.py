@@ -24,7 +24,7 @@ from minidock.core import ControllerState, Plan, fold_outcomes, reconcile
 from minidock.core.routes import ingress_hosts, route_table
 from minidock.core.traffic import gate
 from minidock.ingress import observe_proxies
-from minidock.masking import masker_for
+from minidock.masking import NO_SECRETS, Masker, masker_for
 from minidock.model import Cluster, Inventory, Observed
 from minidock.observe import observe
 from minidock.ssh import Executor
@@ -41,6 +41,7 @@ class PassResult:
     done: list[str] = field(default_factory=list)  # one line per act that happened
     failures: list[str] = field(default_factory=list)  # one line per act that failed
     acts: dict[str, int] = field(default_factory=dict)  # acts made, by event kind (metrics)
+    masker: Masker = NO_SECRETS  # the pass's masker: the command's next pass starts from it
 
 
 async def decide(
@@ -94,15 +95,17 @@ async def run_pass(
     *,
     clock: Callable[[], float] = time.time,
     force_down: bool = False,
+    masker: Masker | None = None,
 ) -> PassResult:
     """Observe every host, decide, record the decision, act, record the outcome.
-    `force_down` overrides the mass-loss guard for this pass (the operator knows)."""
+    `force_down` overrides the mass-loss guard for this pass (the operator knows);
+    `masker` is the command's masker from its previous pass (`masking.masker_for`)."""
     now = clock()
     state = store.load()
     result = await decide(
         cluster, inventory, state, executor, clock=lambda: now, force_down=force_down
     )
-    mask = masker_for(store, result.plan.state, result.observed)
+    mask = result.masker = masker_for(store, result.plan.state, result.observed, known=masker)
     plan = mask.plan(result.plan)
     result.plan = plan
     store.commit(plan.state, plan.events)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from minidock.jobpass import run_jobs
+from minidock.masking import Masker
 from minidock.model import Cluster, Inventory
 from minidock.runner import PassResult, run_pass
 from minidock.ssh import Executor
@@ -48,12 +49,19 @@ async def one_pass(
     *,
     clock: Callable[[], float],
     force_down: bool = False,
+    masker: Masker | None = None,
 ) -> PassResult:
     """One reconcile pass (runner.run_pass), then its scheduled jobs' part
-    (minidock.jobpass) at the same time."""
+    (minidock.jobpass) at the same time; `masker`: the command's, from its last pass."""
     now = clock()
     result = await run_pass(
-        cluster, inventory, store, executor, clock=lambda: now, force_down=force_down
+        cluster,
+        inventory,
+        store,
+        executor,
+        clock=lambda: now,
+        force_down=force_down,
+        masker=masker,
     )
     return await run_jobs(cluster, inventory, store, executor, result, now)
 
@@ -71,7 +79,8 @@ async def converge_passes(
 ) -> ConvergeOutcome:
     """One pass, or (with `wait`) passes `WAIT_INTERVAL` apart while they exit 3 and the
     timeout allows another, on `executor` (else one of its own). The caller holds the
-    lock."""
+    lock. The passes share one masker: built by the first, extended only by a secret it
+    has not met (masking.masker_for)."""
     if executor is None:
         async with connected(runtime) as own:
             return await converge_passes(
@@ -87,6 +96,7 @@ async def converge_passes(
     clock, interrupt = runtime.clock, runtime.interrupt
     deadline = clock.monotonic() + timeout
     passes = 0
+    masker: Masker | None = None
     with interrupt.passes():
         while not interrupt.requested:
             started = clock.monotonic()
@@ -97,7 +107,9 @@ async def converge_passes(
                 executor,
                 clock=clock.now,
                 force_down=force_down,
+                masker=masker,
             )
+            masker = result.masker
             passes += 1
             code = verdict(result)
             record_pass(store, result, code, clock.monotonic() - started, clock.now())
@@ -187,17 +199,27 @@ async def reconcile(
 
 
 async def watch_step(
-    directory: StateLocation, executor: Executor, runtime: Runtime, cluster: str = ""
+    directory: StateLocation,
+    executor: Executor,
+    runtime: Runtime,
+    cluster: str = "",
+    masker: Masker | None = None,
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works.
-    The latest generation is read afresh, so an apply made meanwhile counts."""
+    The latest generation is read afresh, so an apply made meanwhile counts (and its
+    secrets join `masker`, the cluster's masker from the previous pass)."""
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory))
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
-                    desired.cluster, desired.inventory, store, executor, clock=runtime.clock.now
+                    desired.cluster,
+                    desired.inventory,
+                    store,
+                    executor,
+                    clock=runtime.clock.now,
+                    masker=masker,
                 )
                 code = verdict(result)
                 seconds = runtime.clock.monotonic() - started
@@ -222,12 +244,16 @@ async def watch(
     included. The lock is held for each pass, not between passes, so other writers get
     their turn. A signal during a pass lets it finish (KeyboardInterrupt after it)."""
     require_applied(directory)
+    maskers: dict[str, Masker] = {}  # each cluster's, built once and kept across passes
     async with connected(runtime) as executor:
         while True:
             targets = chosen(directory, cluster)
             for h in targets:
                 name = tagged(h, len(targets))
-                report(await watch_step(h.location, executor, runtime, name))
+                step = await watch_step(h.location, executor, runtime, name, maskers.get(h.name))
+                if isinstance(step, PassDone):
+                    maskers[h.name] = step.result.masker
+                report(step)
                 if runtime.interrupt.requested:  # its pass finished and was recorded
                     raise KeyboardInterrupt
             await runtime.clock.sleep(interval)

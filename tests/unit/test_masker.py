@@ -91,3 +91,66 @@ def test_plain_env_values_are_shown_secret_looking_ones_masked_whatever_their_le
         mask("GET http://web:8080/ as db with t1 and z")
         == "GET http://web:8080/ as db with *** and ***"
     )
+
+
+class CountingStore:
+    """A store whose generation reads are counted (the masker's only store reads)."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store, self.reads = store, 0
+
+    def next_generation_id(self) -> int:
+        return self.store.next_generation_id()
+
+    def generation(self, gen_id: int) -> Cluster | None:
+        self.reads += 1
+        return self.store.generation(gen_id)
+
+
+def task_of(spec: str, slot: int) -> Container:
+    return Container(
+        f"id{slot}", f"web.{slot}.t{slot}", "h1", "c", "web", slot, "t", spec, "w", "running"
+    )
+
+
+def test_a_command_builds_its_masker_once_and_extends_it_only_for_a_secret_it_has_not_met(
+    tmp_path: Path,
+) -> None:
+    """One masker per command (issue 19.4): a later pass given the masker of the earlier
+    one gets that very masker back, without reading the store, while it holds every secret
+    the pass meets; a task of a generation it has not looked up, or a new generation,
+    extends it, and what it masked before stays masked."""
+    with SQLiteStore.open(tmp_path / "state") as raw:
+        for n in (1, 2, 3, 4):
+            raw.commit(ControllerState(generation=n), generation=generation(n))
+        gen1, gen2, gen3, gen4 = (generation(n).services[0] for n in (1, 2, 3, 4))
+        state = ControllerState(
+            generation=4, services={"web": ServiceState(spec=gen4, previous=gen3, generation=4)}
+        )
+        on = Observed({"h1": HostObservation("h1", True, (task_of(gen1.spec_hash(), 1),))})
+        store = CountingStore(raw)
+        first = masker_for(store, state, on)  # type: ignore[arg-type]
+        assert store.reads == 4  # gens 4, 3, 2, 1: newest first, until gen 1's task is known
+        for _ in range(3):  # the command's next passes: the same masker, no store read
+            assert masker_for(store, state, on, known=first) is first  # type: ignore[arg-type]
+        assert store.reads == 4
+        both = (task_of(gen1.spec_hash(), 1), task_of(gen2.spec_hash(), 2))
+        more = masker_for(  # a host answers with a task still on gen 2
+            store,  # type: ignore[arg-type]
+            state,
+            Observed({"h1": HostObservation("h1", True, both)}),
+            known=first,
+        )
+        assert more is not first
+        assert store.reads == 4 + 3
+        line = " ".join(f"gen{n}-secret-value" for n in (1, 2, 3, 4))
+        assert more(line) == "*** *** *** ***"
+        gen5 = svc("web", image="web:5", secrets=(("DB_PASSWORD", "gen5-secret-value"),))
+        raw.commit(ControllerState(generation=5), generation=Cluster("c", "c.toml", "i", (gen5,)))
+        applied = replace(
+            state,
+            generation=5,
+            services={"web": ServiceState(spec=gen5, previous=gen4, generation=5)},
+        )
+        newer = masker_for(store, applied, on, known=more)  # type: ignore[arg-type]
+        assert newer(line + " gen5-secret-value") == "*** *** *** *** ***"

@@ -201,6 +201,15 @@ def test_apply_wait_passes_a_second_apart_until_converged(setup: Setup) -> None:
     assert len(setup.executors) == 1  # one executor (its connections) for all the passes
 
 
+def test_apply_wait_builds_one_masker_for_all_its_passes(setup: Setup) -> None:
+    """The masker is the command's (issue 19.4), not each pass's: built by the first pass,
+    handed to the next, which keeps it while no new secret turns up."""
+    assert setup.apply(wait=True, timeout=60.0).exit_code is ExitCode.OK
+    maskers = {id(p.result.masker) for p in setup.passes()}
+    assert len(setup.passes()) >= 2
+    assert len(maskers) == 1
+
+
 def test_apply_wait_times_out_with_what_it_waits_for(setup: Setup) -> None:
     setup.file.write_text(STACK.replace('"web:5"', '"web:slow"'))  # never turns healthy
     outcome = setup.apply(wait=True, timeout=5.0)

@@ -2,7 +2,10 @@
 
 The orchestrator (core/reconcile.py) decides *that* a slot needs a task; this module decides
 *where*. Every filter answers `check(host)` and, when it refuses, `explain(host)`, so a task
-that fits nowhere says why for each host (SwarmKit's filter.go pattern).
+that fits nowhere says why for each host (SwarmKit's filter.go pattern). Each filter's test
+is defined once, as a static method on its class (`ReadyFilter.passes`,
+`ConstraintFilter.passes`, `ResourceFilter.fits`, `PortFilter.free`) on plain values: `check`
+and `explain` run it to explain, and the index below runs the very same function to choose.
 
 The choice is the host with the lowest `score` among those every filter passes, exactly as
 if every host were filtered and scored, but found in O(log hosts) amortised per task:
@@ -218,9 +221,9 @@ class Fleet:
         """The hosts that may take tasks (eligible) and meet `constraints`, in name order."""
         found = self._allowed.get(constraints)
         if found is None:
-            eligible = self.eligible
+            eligible, ready, meets = self.eligible, ReadyFilter.passes, ConstraintFilter.passes
             found = self._allowed[constraints] = [
-                h for h in self.hosts if eligible.get(h.name) is None and _allowed(h, constraints)
+                h for h in self.hosts if ready(eligible, h.name) and meets(h, constraints)
             ]
         return found
 
@@ -302,10 +305,6 @@ def _weighed(service: Service) -> tuple[object, ...]:
     return known
 
 
-def _allowed(host: Host, constraints: tuple[Constraint, ...]) -> bool:
-    return all(c.allows(host) for c in constraints)
-
-
 @dataclass(frozen=True)
 class _Template:
     """The candidate heaps of every service of one shape (what placement weighs of it but
@@ -317,18 +316,15 @@ class _Template:
 
 
 def _ranked(fleet: Fleet, service: Service) -> _Template:
-    """Every candidate host whose resources fit now, in its heap: the resource half of
-    `_Candidates.fits` and `entry` written out in one loop (the same tests, the same
-    arithmetic), as this runs for every host. A host its resources refuse now joins its
-    heap when its load changes."""
-    cpus, memory = service.cpus, service.memory
+    """Every candidate host whose resources fit now (`ResourceFilter.fits`), in its heap,
+    keyed as `_Candidates.push` keys it (`_fullness` written out, as this runs for every
+    host). A host its resources refuse now joins its heap when its load changes."""
+    cpus, memory, fits = service.cpus, service.memory, ResourceFilter.fits
     members = fleet.members(service.constraints, service.spread)
     heaps: dict[str | None, list[Entry]] = {m[1]: [] for m in members}
     for name, value, load, hc, hm in members:
         c, m = load.cpus + cpus, load.memory + memory
-        if hc is not None and cpus > 0 and c > hc + 1e-9:
-            continue
-        if hm is not None and memory > 0 and m > hm:
+        if not fits(hc, hm, c, m, cpus, memory):
             continue
         # `_fullness`, written out
         after = ((c / hc + m / hm) / 2 if hm else c / hc) if hc else (m / hm if hm else 0.0)
@@ -381,12 +377,16 @@ class _Candidates:
 
     def fits(self, name: str) -> bool:
         """The resource and port filters, on the host's current load."""
-        host, load = self.fleet.by_name[name], self.fleet.load[name]
-        if host.cpus is not None and self.cpus > 0 and load.cpus + self.cpus > host.cpus + 1e-9:
+        host, load, cpus, memory = (
+            self.fleet.by_name[name],
+            self.fleet.load[name],
+            self.cpus,
+            self.memory,
+        )
+        after_cpus, after_memory = load.cpus + cpus, load.memory + memory
+        if not ResourceFilter.fits(host.cpus, host.memory, after_cpus, after_memory, cpus, memory):
             return False
-        if host.memory is not None and self.memory > 0 and load.memory + self.memory > host.memory:
-            return False
-        return not any(p in load.ports or p in load.foreign for p in self.ports)
+        return PortFilter.free(self.ports, load)
 
     def best(self, avoid: frozenset[str]) -> str | None:
         """The host with the lowest score that every filter passes, outside `avoid` if any
@@ -448,59 +448,92 @@ class Filter(Protocol):
 class ReadyFilter:
     """Only hosts that answered this pass and are not drained."""
 
+    @staticmethod
+    def passes(eligible: Mapping[str, str | None], name: str) -> bool:
+        """The test: the host is eligible (no reason it may not take tasks)."""
+        return eligible.get(name) is None
+
     def check(self, host: Host, service: Service, fleet: Fleet) -> bool:
-        return fleet.eligible.get(host.name) is None
+        return self.passes(fleet.eligible, host.name)
 
     def explain(self, host: Host, service: Service, fleet: Fleet) -> str:
         return fleet.eligible.get(host.name) or "not eligible"
 
 
 class ConstraintFilter:
+    """Only hosts whose labels (and name) meet every constraint of the service."""
+
+    @staticmethod
+    def passes(host: Host, constraints: tuple[Constraint, ...]) -> bool:
+        """The test: every constraint allows the host."""
+        return all(c.allows(host) for c in constraints)
+
     def check(self, host: Host, service: Service, fleet: Fleet) -> bool:
-        return _allowed(host, service.constraints)
+        return self.passes(host, service.constraints)
 
     def explain(self, host: Host, service: Service, fleet: Fleet) -> str:
-        failed = [str(c) for c in service.constraints if not c.allows(host)]
+        failed = [str(c) for c in service.constraints if not self.passes(host, (c,))]
         return "constraint " + ", ".join(failed) + " not met"
 
 
 class ResourceFilter:
-    def check(self, host: Host, service: Service, fleet: Fleet) -> bool:
-        return not self._shortfall(host, service, fleet)
-
-    def explain(self, host: Host, service: Service, fleet: Fleet) -> str:
-        return "; ".join(self._shortfall(host, service, fleet))
+    """Only hosts with room for the task's cpus and memory reservations."""
 
     @staticmethod
-    def _shortfall(host: Host, service: Service, fleet: Fleet) -> list[str]:
+    def fits(
+        host_cpus: float | None,
+        host_memory: int | None,
+        cpus_after: float,
+        memory_after: int,
+        cpus: float,
+        memory: int,
+    ) -> bool:
+        """The test: what the host would reserve with the task (`*_after`) is within what
+        it declares; an undeclared capacity is unlimited, and a task that reserves none of
+        a dimension fits it whatever the host holds."""
+        if host_cpus is not None and cpus > 0 and cpus_after > host_cpus + 1e-9:
+            return False
+        return host_memory is None or memory <= 0 or memory_after <= host_memory
+
+    def check(self, host: Host, service: Service, fleet: Fleet) -> bool:
         load = fleet.load.get(host.name) or HostLoad()
-        short = []
         cpus, memory = service.cpus, service.memory
-        if host.cpus is not None and cpus > 0 and load.cpus + cpus > host.cpus + 1e-9:
-            short.append(f"needs {cpus:g} cpus, {max(0.0, host.cpus - load.cpus):g} free")
-        if host.memory is not None and memory > 0 and load.memory + memory > host.memory:
-            free = max(0, host.memory - load.memory)
-            short.append(f"needs {format_size(service.memory)} memory, {format_size(free)} free")
-        return short
+        return self.fits(
+            host.cpus, host.memory, load.cpus + cpus, load.memory + memory, cpus, memory
+        )
+
+    def explain(self, host: Host, service: Service, fleet: Fleet) -> str:
+        load = fleet.load.get(host.name) or HostLoad()
+        cpus, memory = service.cpus, service.memory
+        short = []
+        if not self.fits(host.cpus, None, load.cpus + cpus, 0, cpus, 0):
+            free_cpus = max(0.0, (host.cpus or 0.0) - load.cpus)
+            short.append(f"needs {cpus:g} cpus, {free_cpus:g} free")
+        if not self.fits(None, host.memory, 0.0, load.memory + memory, 0.0, memory):
+            free = max(0, (host.memory or 0) - load.memory)
+            short.append(f"needs {format_size(memory)} memory, {format_size(free)} free")
+        return "; ".join(short)
 
 
 class PortFilter:
     """A host port serves one task per host."""
 
+    @staticmethod
+    def free(ports: Iterable[str], load: HostLoad) -> bool:
+        """The test: no task and nothing outside MiniDock holds any of the host ports."""
+        return not any(p in load.ports or p in load.foreign for p in ports)
+
     def check(self, host: Host, service: Service, fleet: Fleet) -> bool:
-        return not self._taken(host, service, fleet)
+        return self.free(service_ports(service), fleet.load.get(host.name) or HostLoad())
 
     def explain(self, host: Host, service: Service, fleet: Fleet) -> str:
-        return "host port " + ", ".join(self._taken(host, service, fleet)) + " in use"
-
-    @staticmethod
-    def _taken(host: Host, service: Service, fleet: Fleet) -> list[str]:
         load = fleet.load.get(host.name) or HostLoad()
-        return [
+        taken = [
             p if p not in load.foreign else f"{p} (held outside MiniDock)"
             for p in service_ports(service)
-            if p in load.ports or p in load.foreign
+            if not self.free((p,), load)
         ]
+        return "host port " + ", ".join(taken) + " in use"
 
 
 FILTERS: tuple[Filter, ...] = (ReadyFilter(), ConstraintFilter(), ResourceFilter(), PortFilter())

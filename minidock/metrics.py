@@ -119,6 +119,11 @@ METRICS: dict[str, MetricInfo] = {
     "minidock_host_last_seen_timestamp_seconds": MetricInfo(
         "gauge", CH, "When a pass last had an answer from the host (absent: never)"
     ),
+    "minidock_certificate_expiry_timestamp_seconds": MetricInfo(
+        "gauge",
+        CH,
+        "When the ingress certificate for the route host `host` ends (absent: none issued)",
+    ),
     "minidock_pass_duration_seconds": MetricInfo(
         "histogram", C, "How long reconcile passes took, every pass since the store was made"
     ),
@@ -252,6 +257,9 @@ def _document(out: _Families, cluster: str, doc: StatusDocument) -> None:
             out.add("minidock_host_memory_capacity_bytes", labels, h.memory.total)
         if h.last_seen is not None:
             out.add("minidock_host_last_seen_timestamp_seconds", labels, h.last_seen)
+    for c in doc.certificates:
+        if c.not_after:
+            out.add("minidock_certificate_expiry_timestamp_seconds", (cluster, c.name), c.not_after)
 
 
 class _Snapshot:

@@ -197,3 +197,42 @@ def test_an_acme_route_is_plain_http_until_its_certificate_is_issued() -> None:
         after["apps"]["http"]["servers"]["minidock"]["routes"][0]["handle"][0]["status_code"] == 308
     )
     assert after["apps"]["tls"]["certificates"]["load_pem"] == [{"certificate": chain, "key": key}]
+
+
+def test_status_and_metrics_show_each_tls_names_certificate() -> None:
+    from minidock.core.routes import RouteEntry
+    from minidock.core.tls import TlsState, failed, issued
+    from minidock.metrics import _document, _Families
+    from minidock.status import StatusDocument, certificates
+
+    chain, key = CA.leaf("files.test")
+    acme_chain, acme_key = CA.leaf("acme.test")
+    table = (
+        RouteEntry(Route("files.test", "/", 8080, RouteTls("files", chain, key)), "web"),
+        RouteEntry(Route("acme.test", "/", 8080, RouteTls("acme")), "web"),
+        RouteEntry(Route("new.test", "/", 8080, RouteTls("acme")), "web"),
+    )
+    tls = issued(
+        TlsState(),
+        "acme.test",
+        acme_chain,
+        acme_key,
+        issuer="CA",
+        not_after=9e9,
+        directory="d",
+        now=0,
+    )
+    tls = failed(tls, "new.test", "the CA refused", now=100.0)
+    found = {c.name: c for c in certificates(table, tls, renew_before=10.0)}
+    assert (found["files.test"].source, found["files.test"].issuer) == ("files", CA.name)
+    assert (found["acme.test"].names, found["acme.test"].renews_at) == (("acme.test",), 9e9 - 10)
+    new = found["new.test"]
+    assert (new.not_after, new.error, new.failures, new.next_try) == (0, "the CA refused", 1, 400.0)
+    out = _Families()
+    document = StatusDocument(
+        "prod", 1, True, "", "", (), (), (), (), (), (), certificates=tuple(found.values())
+    )
+    _document(out, "prod", document)
+    family = out.made["minidock_certificate_expiry_timestamp_seconds"]
+    series = {s.labels["host"]: s.value for s in family.samples}
+    assert series == {"acme.test": 9e9, "files.test": found["files.test"].not_after}

@@ -1,11 +1,14 @@
 """The lab's side of the ingress (docs/lab.md, docs/ingress.md): each host's ports 80 and
-443 published on loopback, `lab status --json`, every host reaching the others on their
-private addresses, and the proxy image under its default name on every host."""
+443 published on loopback, `lab status --json` (with the lab's ACME server), every host
+reaching the others on their private addresses, and the proxy image under its default
+name on every host."""
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.request
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -33,7 +36,16 @@ def lab_status(fleet: Fleet) -> dict[str, object]:
 
 def test_status_json_names_each_hosts_ports_and_private_address(fleet: Fleet) -> None:
     document = lab_status(fleet)
-    assert document["acme"] is None  # no ACME server before TLS is built
+    acme = document["acme"]  # the lab's Pebble (docs/lab.md#the-acme-server)
+    assert isinstance(acme, dict)
+    assert acme["directory"].startswith("https://127.0.0.1:")
+    assert acme["directory"].endswith("/dir")
+    root = Path(acme["ca_root"]).read_text()
+    assert root.count("BEGIN CERTIFICATE") == 2  # the lab's root and Pebble's issuing root
+    with urllib.request.urlopen(  # the directory answers over HTTPS that ca_root verifies
+        acme["directory"], context=ssl.create_default_context(cadata=root), timeout=30
+    ) as answer:
+        assert "newOrder" in json.loads(answer.read())
     hosts = document["hosts"]
     assert isinstance(hosts, list)
     assert [h["name"] for h in hosts] == fleet.hosts

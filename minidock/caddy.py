@@ -58,10 +58,12 @@ SERVER = "minidock"
 SERVER_TLS = "minidock-https"
 ID_PREFIX = "minidock-"
 # Retries (FLEET-NOTES): a request whose upstream refuses or does not answer in DIAL_TIMEOUT
-# is tried on the next upstream, for up to TRY_DURATION; a failed upstream is skipped by
-# the other requests for FAIL_DURATION (passive health).
-TRY_DURATION = "5s"
-TRY_INTERVAL = "100ms"
+# is sent at once to the next upstream, up to RETRIES more times; a failed upstream is
+# skipped by the other requests for FAIL_DURATION (passive health). A count, not Caddy's
+# `try_duration`: a retry that waits (`try_interval`) is ended, and the request answered
+# 502, when a config is loaded meanwhile (Caddy 2.6 selects on the unloaded handler's
+# context); one that does not wait never looks at it. docs/ingress.md, "Reloads".
+RETRIES = 3
 DIAL_TIMEOUT = "1s"
 FAIL_DURATION = "30s"  # outlasts a lost host's detection under watch (docs/ingress.md, "Reloads")
 # The proxy's network: a namespace of its own (docker's default bridge), the port published.
@@ -131,8 +133,7 @@ def _handler(route: RouteSpec) -> dict[str, Any]:
         "upstreams": [{"dial": address} for address in route.upstreams],
         "load_balancing": {
             "selection_policy": {"policy": "round_robin"},
-            "try_duration": TRY_DURATION,
-            "try_interval": TRY_INTERVAL,
+            "retries": RETRIES,
         },
         "health_checks": {"passive": {"fail_duration": FAIL_DURATION, "max_fails": 1}},
         "transport": {"protocol": "http", "dial_timeout": DIAL_TIMEOUT},

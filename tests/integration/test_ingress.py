@@ -130,10 +130,22 @@ def assert_no_failure(load: Load, fleet: Fleet, md: Minidock) -> None:
     failed = load.failed()
     assert load.replies, "the load generator sent nothing"
     if failed:
-        log = fleet.docker(EDGE, "logs", "--tail", "40", proxy_name(md.cluster))
-        errors = [line for line in (log.stdout + log.stderr).splitlines() if '"error"' in line]
-        detail = "\n".join(errors[-10:])
+        log = fleet.docker(EDGE, "logs", "--tail", "400", proxy_name(md.cluster))
+        lines = (log.stdout + log.stderr).splitlines()
+        errors = [line for line in lines if '"error"' in line][-10:]
+        loads = [line[:120] for line in lines if '"load complete"' in line][-10:]
+        detail = "\n".join([*errors, "loads:", *loads, "events:", *timeline(md)])
         raise AssertionError(f"{len(failed)} of {len(load.replies)} failed: {failed[:5]}\n{detail}")
+
+
+def timeline(md: Minidock) -> list[str]:
+    """The last events that change routes or hosts, with their times (to set beside the
+    proxy's own log when a request failed)."""
+    res = md("events", "--json", "--limit", "2000")
+    document = json.loads(res.stdout) if res.returncode == 0 else {"events": []}
+    found = document["events"] if isinstance(document, dict) else document
+    kinds = {"routes-loaded", "host-down", "host-up", "draining", "proxy-started"}
+    return [f"{e.get('at')} {e['kind']} {e['message']}" for e in found if e["kind"] in kinds][-15:]
 
 
 def latency(load: Load) -> str:

@@ -78,7 +78,8 @@ def admit(
         elif old is None:
             services[svc.name] = ServiceState(spec=svc, generation=generation)
         elif old.spec == svc and old.rollout.paused and not old.rollout.rollback:
-            resumed = rollout.step(old.rollout, RolloutInput.RESUME, failures=0, reason="")
+            # said by the apply itself (its generation line), as a begun update is
+            resumed, _ = rollout.step(old.rollout, RolloutInput.RESUME, failures=0, reason="")
             services[svc.name] = replace(old, rollout=resumed)  # as `docker service update`
         elif old.spec == svc:
             services[svc.name] = old
@@ -89,7 +90,7 @@ def admit(
                 generation=generation,
                 previous=old.spec if changed else old.previous,
                 previous_generation=old.generation if changed else old.previous_generation,
-                rollout=rollout.begin(old.rollout, _wanted(svc, old)) if changed else old.rollout,
+                rollout=_begun(old, svc) if changed else old.rollout,
                 slots=slots.renewed(old.slots),
                 global_slots=old.global_slots,
                 job=_job_kept(old, svc),
@@ -122,6 +123,12 @@ def declined_retries(state: ControllerState, cluster: Cluster) -> list[tuple[str
         and ss.previous == svc
         and ss.spec != svc
     ]
+
+
+def _begun(old: ServiceState, svc: Service) -> rollout.Rollout:
+    """The update an apply begins; `rollouts_started` says it, once admitted."""
+    begun, _ = rollout.begin(old.rollout, _wanted(svc, old))
+    return begun
 
 
 def _wanted(svc: Service, old: ServiceState) -> int:
@@ -160,7 +167,8 @@ def rollback(state: ControllerState, service: str, *, force: bool = False) -> Co
             f"back as failed ({ss.previous_failed}); `minidock rollback {service} --force` "
             "returns to it anyway"
         )
-    return _with_service(state, rolled_back(ss, "rolled back by the operator"))
+    back, _ = rolled_back(ss, "rolled back by the operator")  # the command says it
+    return _with_service(state, back)
 
 
 def reset(state: ControllerState, service: str) -> ControllerState:

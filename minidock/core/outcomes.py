@@ -76,8 +76,8 @@ def note_failure(
         message = f"{service}.{slot} failed: {record.last_exit}"
         events.append(Event(now, "failed", message, service=service, slot=slot))
     ss = replace(ss, slots={**ss.slots, slot: record})
-    ss, event = rollout.act_failed(ss, slot, line, now)
-    events += [event] if event is not None else []
+    ss, said = rollout.act_failed(ss, slot, line, now)
+    events += said
     return _with_service(state, ss), events
 
 

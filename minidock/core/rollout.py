@@ -108,6 +108,21 @@ class Rollout:
         return self.phase is RolloutPhase.PAUSED
 
 
+# What a transition says, by its input: an event's kind and message, with {name} (the
+# service), {phase} (the phase it enters) and {why} filled in. It is said only when the
+# caller names the service: BEGIN and BEGIN_ROLLBACK asked for by a command (apply,
+# rollback) are said by the command's own event (`intents.rollouts_started`) and lines.
+SAYS: dict[RolloutInput, tuple[str, str]] = {
+    RolloutInput.BEGIN: ("rollout-started", "{name}: {why}"),
+    RolloutInput.BEGIN_ROLLBACK: ("rollout-rollback", "{name}: rolling back: {why}"),
+    RolloutInput.FAILURE_TOLERATED: ("rollout-failure", "{name}: {why}; continuing"),
+    RolloutInput.FAILURE_PAUSE: ("rollout-paused", "{name}: paused: {why}"),
+    RolloutInput.SETTLED: ("rollout-{phase}", "{name}: rollout {phase}"),
+}
+
+Said = tuple[Event, ...]
+
+
 def begin(
     old: Rollout,
     total: int,
@@ -115,23 +130,35 @@ def begin(
     rollback: bool = False,
     reason: str = "",
     relocating: bool = False,
-) -> Rollout:
+    said: Event | None = None,
+) -> tuple[Rollout, Said]:
     """A new rollout of `total` slots (replacing `old`), forward to the new spec or back
-    to the previous one; `relocating` when it only moves tasks (constraints changed)."""
+    to the previous one; `relocating` when it only moves tasks (constraints changed).
+    `said`: an event whose service, time and reason the transition's event takes (none:
+    the command that asked says it)."""
     given = RolloutInput.BEGIN_ROLLBACK if rollback else RolloutInput.BEGIN
-    return step(
-        Rollout(phase=old.phase),
-        given,
-        total=total,
-        rollback=rollback,
-        reason=reason,
-        relocating=relocating,
-    )
+    fresh = Rollout(phase=old.phase)
+    changes = {"total": total, "rollback": rollback, "reason": reason, "relocating": relocating}
+    return step(fresh, given, said=said, **changes)
 
 
-def step(r: Rollout, given: RolloutInput, **changes: object) -> Rollout:
-    """The one transition: look the phase up in TABLE; a pair not in it is a bug."""
-    return replace(r, phase=TABLE[(r.phase, given)], **changes)  # type: ignore[arg-type]
+def step(
+    r: Rollout, given: RolloutInput, *, said: Event | None = None, **changes: object
+) -> tuple[Rollout, Said]:
+    """The one transition: look the phase up in TABLE (a pair not in it is a bug), and
+    the event SAYS gives it, made from `said` (its service, its time, and its message as
+    {why}; no event without it)."""
+    after = replace(r, phase=TABLE[(r.phase, given)], **changes)  # type: ignore[arg-type]
+    if said is None or given not in SAYS:
+        return after, ()
+    fill = {"name": said.service, "phase": after.phase, "why": said.message}
+    kind, message = (part.format(**fill) for part in SAYS[given])
+    return after, (Event(said.at, kind, message, service=said.service),)
+
+
+def cue(name: str, now: float, why: str = "") -> Event:
+    """What `step` needs to say a transition: the service, the time, the why."""
+    return Event(now, "", why, service=name)
 
 
 # -- progress within a phase -------------------------------------------------------------------
@@ -139,10 +166,9 @@ def started(r: Rollout, slots: Iterable[int]) -> Rollout:
     return replace(r, inflight=(*r.inflight, *slots))
 
 
-def settle(r: Rollout, name: str, now: float) -> tuple[Rollout, Event]:
+def settle(r: Rollout, name: str, now: float) -> tuple[Rollout, Said]:
     """Every slot runs the target spec and is ready: completed (or rolled back)."""
-    r = step(r, RolloutInput.SETTLED, inflight=(), healthy_since=())
-    return r, Event(now, f"rollout-{r.phase}", f"{name}: rollout {r.phase}", service=name)
+    return step(r, RolloutInput.SETTLED, said=cue(name, now), inflight=(), healthy_since=())
 
 
 def dropped(r: Rollout, slot: int) -> Rollout:
@@ -174,59 +200,56 @@ def back_to_previous(ss: ServiceState, failed: list[int]) -> ServiceState:
     return replace(ss, slots={**ss.slots, **again})
 
 
-def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState, Event]:
+def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState, Said]:
     """Apply `update.failure_action` once the failure ratio is exceeded."""
     r = ss.rollout
     policy = ss.spec.update
-    name = ss.spec.name
+    said = cue(ss.spec.name, now, why)
     if (
         policy.failure_action == "continue"
         or r.failures / max(1, r.total) <= policy.max_failure_ratio
     ):
-        return (
-            replace(ss, rollout=step(r, RolloutInput.FAILURE_TOLERATED, reason=why)),
-            Event(now, "rollout-failure", f"{name}: {why}; continuing", service=name),
-        )
+        tolerated, events = step(r, RolloutInput.FAILURE_TOLERATED, said=said, reason=why)
+        return replace(ss, rollout=tolerated), events
     rollback = policy.failure_action == "rollback" and not r.relocating  # nothing to undo
     if rollback and r.phase is RolloutPhase.UPDATING and ss.previous:
-        return (
-            rolled_back(ss, f"rolled back: {why}", failed=why),
-            Event(now, "rollout-rollback", f"{name}: rolling back: {why}", service=name),
-        )
-    paused = step(r, RolloutInput.FAILURE_PAUSE, reason=why, inflight=(), healthy_since=())
-    return (
-        replace(ss, rollout=paused),
-        Event(now, "rollout-paused", f"{name}: paused: {why}", service=name),
+        return rolled_back(ss, f"rolled back: {why}", failed=why, said=said)
+    paused, events = step(
+        r, RolloutInput.FAILURE_PAUSE, said=said, reason=why, inflight=(), healthy_since=()
     )
+    return replace(ss, rollout=paused), events
 
 
-def rolled_back(ss: ServiceState, reason: str, *, failed: str = "") -> ServiceState:
+def rolled_back(
+    ss: ServiceState, reason: str, *, failed: str = "", said: Event | None = None
+) -> tuple[ServiceState, Said]:
     """Swap to the previous spec and roll every task back the same way; a failing rollback
     pauses (never loops), since a rollback's failure action is never another rollback.
     `failed`: why the spec being left failed (then `rollback` will not return to it). The
-    slots' records (`slots.renewed`) and a global service's hosts are kept; nothing else."""
+    slots' records (`slots.renewed`) and a global service's hosts are kept; nothing else.
+    `said`: as for `begin` (the failure action's rollback is said; the operator's is not)."""
     assert ss.previous is not None
     fresh = type(ss)  # ServiceState, which imports this module: every other field its default
-    return fresh(
+    back, events = begin(ss.rollout, ss.wanted(), rollback=True, reason=reason, said=said)
+    state = fresh(
         spec=ss.previous,
         generation=ss.previous_generation or ss.generation,
         previous=ss.spec,
         previous_generation=ss.generation,
-        rollout=begin(ss.rollout, ss.wanted(), rollback=True, reason=reason),
+        rollout=back,
         slots=slots.renewed(ss.slots),
         global_slots=ss.global_slots,
         previous_failed=failed,
     )
+    return state, events
 
 
-def act_failed(
-    ss: ServiceState, slot: int, line: str, now: float
-) -> tuple[ServiceState, Event | None]:
+def act_failed(ss: ServiceState, slot: int, line: str, now: float) -> tuple[ServiceState, Said]:
     """A start of the rollout's (a slot in flight) failed as an act: no longer in flight,
     one failure, and the failure action; other slots' failed starts leave it as it is."""
     r = ss.rollout
     if not (r.active and slot in r.inflight):
-        return ss, None
+        return ss, ()
     return failure_action(replace(ss, rollout=dropped(r, slot)), line, now)
 
 
@@ -291,9 +314,9 @@ def gate(ss: ServiceState, found: list[Container], view: View) -> tuple[ServiceS
     )
     ss = replace(ss, rollout=r)
     if failures:
-        ss, event = failure_action(ss, failures[-1], now)
+        ss, said = failure_action(ss, failures[-1], now)
         ss = back_to_previous(ss, failed)
-        fx = fx + Effects(events=(event,))
+        fx = fx + Effects(events=said)
     return ss, fx
 
 
@@ -321,11 +344,11 @@ def failed_after_gate(
     r = ss.rollout
     fx = Effects()
     if r.active and n in r.done and c.spec == ss.spec.spec_hash():
-        ss, event = failure_action(
+        ss, said = failure_action(
             replace(ss, rollout=undone(r, n)), f"{why} (after its monitor)", now
         )
         ss = back_to_previous(ss, [n])
-        fx = Effects(events=(event,))
+        fx = Effects(events=said)
     return ss, slot_target(ss, n), fx
 
 
@@ -353,8 +376,8 @@ def advance(
     name, now, r = ss.spec.name, view.now, ss.rollout
     if not outdated and not r.inflight:
         if r.active and complete:
-            r, event = settle(r, name, now)
-            return replace(ss, rollout=r), Effects(events=(event,))
+            r, said = settle(r, name, now)
+            return replace(ss, rollout=r), Effects(events=said)
         return ss, Effects()
     assert fleet is not None  # reconcile builds it whenever a rollout has tasks to place
     if r.paused:
@@ -363,12 +386,11 @@ def advance(
     if not r.active:
         moving = [o for o in outdated if o.misplaced]
         relocating = len(moving) == len(outdated)
-        r = begin(r, ss.wanted(), relocating=relocating)
         what = f"updating {len(outdated)} tasks"
         if relocating:
             what = f"moving {len(moving)} tasks: {moving[0].misplaced}"
-        begun_event = Event(now, "rollout-started", f"{name}: {what}", service=name)
-        fx = fx + Effects(events=(begun_event,))
+        r, said = begin(r, ss.wanted(), relocating=relocating, said=cue(name, now, what))
+        fx = fx + Effects(events=said)
     room = _room(ss.spec, r, now)
     if not r.inflight and now < r.last_batch_at + ss.spec.update.delay:
         fx = fx + Effects(waiting=(Waiting(name, "update delay", WaitKind.DELAY, name),))

@@ -82,7 +82,9 @@ def test_a_failed_move_pauses_rather_than_rolling_back_to_an_older_spec() -> Non
     w.step()
     ss = w.state.services["web"]
     assert ss.rollout.relocating
-    failed, event = failure_action(replace(ss, rollout=replace(ss.rollout, failures=1)), "x", 1.0)
+    failed, (event,) = failure_action(
+        replace(ss, rollout=replace(ss.rollout, failures=1)), "x", 1.0
+    )
     assert (failed.rollout.phase, event.kind) == ("paused", "rollout-paused")
     assert failed.spec.image == "web:6"
 

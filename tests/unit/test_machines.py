@@ -57,6 +57,20 @@ def test_rollout_table_starts_anywhere_and_fails_only_while_active() -> None:
         rollout.step(Rollout(phase=RolloutPhase.COMPLETED), RolloutInput.FAILURE_PAUSE)
 
 
+def test_a_rollout_step_returns_the_rollout_and_the_event_it_says() -> None:
+    cue = rollout.cue("web", 5.0, "web.2 did not become healthy")
+    updating = Rollout(phase=RolloutPhase.UPDATING, total=3)
+    paused, said = rollout.step(updating, RolloutInput.FAILURE_PAUSE, said=cue, reason="x")
+    assert (paused.phase, paused.reason) == (RolloutPhase.PAUSED, "x")
+    assert [(e.at, e.kind, e.message, e.service) for e in said] == [
+        (5.0, "rollout-paused", "web: paused: web.2 did not become healthy", "web")
+    ]
+    done, said = rollout.step(updating, RolloutInput.SETTLED, said=rollout.cue("web", 6.0))
+    assert [(e.kind, e.message) for e in said] == [("rollout-completed", "web: rollout completed")]
+    assert rollout.step(done, RolloutInput.BEGIN)[1] == ()  # unnamed: its command says it
+    assert set(rollout.SAYS) == set(RolloutInput) - {RolloutInput.RESUME}
+
+
 @pytest.mark.parametrize(
     ("before", "answered", "failures", "after", "event"),
     [

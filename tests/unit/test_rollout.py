@@ -509,7 +509,7 @@ def test_failure_action_is_taken_once_the_ratio_is_exceeded() -> None:
         2,
     ).services["web"]
     for failures, status in [(1, "updating"), (2, "updating"), (3, "paused")]:
-        got, event = failure_action(
+        got, (event,) = failure_action(
             replace(ss, rollout=replace(ss.rollout, failures=failures)), "x", 0
         )
         assert got.rollout.phase == status

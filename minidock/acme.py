@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import email.utils
 import json
 import os
 import tempfile
@@ -29,7 +30,7 @@ from minidock.core.tls import AcmeAccount
 from minidock.model import AcmeSettings
 from minidock.spec.certs import certificate_info
 
-__all__ = ["AcmeFailed", "Issued", "obtain"]
+__all__ = ["AcmeFailed", "Issued", "obtain", "retry_after"]
 
 ORDER_SECONDS = 90.0  # an order's validation and issuance, at most
 NETWORK_SECONDS = 20  # one request to the CA
@@ -65,9 +66,10 @@ async def obtain(
 ) -> tuple[AcmeAccount, Issued]:
     """A certificate for `name` (the account made first when there is none at this
     directory); AcmeFailed says why not."""
+    told = _Told()
     try:
         with _trust(settings.ca_root) as verify:
-            session = await asyncio.to_thread(_Session, settings, account, verify)
+            session = await asyncio.to_thread(_Session, settings, account, verify, told)
             pending = await asyncio.to_thread(session.order, name)
             await publish(pending.responses)
             issued = await asyncio.to_thread(session.finish, pending)
@@ -75,7 +77,8 @@ async def obtain(
     except AcmeFailed:
         raise
     except messages.Error as exc:
-        wait = time.time() + RATE_LIMITED if exc.code == "rateLimited" else 0.0
+        limited = time.time() + RATE_LIMITED if exc.code == "rateLimited" else 0.0
+        wait = max(limited, told.retry_after)  # the CA's own Retry-After, when it gave one
         raise AcmeFailed(_line(f"the CA refused: {exc.detail or exc.typ}"), wait) from None
     except errors.ValidationError as exc:
         raise AcmeFailed(_line(f"validation failed: {_validation(exc)}")) from None
@@ -104,6 +107,42 @@ def _trust(ca_root: str) -> Iterator[str | bool]:
 
 
 @dataclass
+class _Told:
+    """The Retry-After (epoch seconds) of the CA's latest refusal: the library raises its
+    error without the response, so the network keeps it here."""
+
+    retry_after: float = 0.0
+
+
+def retry_after(header: str, now: float) -> float:
+    """A Retry-After header (seconds, or an HTTP date) as epoch seconds (0: none)."""
+    value = header.strip()
+    if value.isdigit():
+        return now + int(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return 0.0
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
+
+
+class _Network(client.ClientNetwork):
+    """The library's network, keeping the Retry-After of each refusal in `told`."""
+
+    def __init__(self, told: _Told, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.told = told
+
+    def _send_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:
+        response = super()._send_request(method, url, *args, **kwargs)
+        if response.status_code >= 400 and "Retry-After" in response.headers:
+            self.told.retry_after = retry_after(response.headers["Retry-After"], time.time())
+        return response
+
+
+@dataclass
 class _Pending:
     order: messages.OrderResource
     key: str = field(repr=False)
@@ -114,7 +153,9 @@ class _Pending:
 class _Session:
     """One directory's client, logged in with the state's account (made when missing)."""
 
-    def __init__(self, settings: AcmeSettings, account: AcmeAccount | None, verify: str | bool):
+    def __init__(
+        self, settings: AcmeSettings, account: AcmeAccount | None, verify: str | bool, told: _Told
+    ):
         known = account if account is not None and account.directory == settings.directory else None
         key = JWK.json_loads(known.key) if known else _new_account_key()
         regr = (
@@ -122,7 +163,8 @@ class _Session:
             if known
             else None
         )
-        self.net = client.ClientNetwork(
+        self.net = _Network(
+            told,
             key,
             account=regr,
             alg=ES256,

@@ -263,6 +263,7 @@ class Lab(HostContainers):
         self.check_owner("revive", host)
         faults.heal(self, self.host(host), self.container_state(host))
         self.wait_ready([host], timeout=timeout)
+        self.readdress(timeout)
 
     def reset(self, timeout: float = 60.0) -> None:
         """Revive every host and remove every container labelled minidock.cluster on it:
@@ -271,6 +272,22 @@ class Lab(HostContainers):
         states = self.container_states()
         parallel(lambda h: faults.heal(self, h, states[h.name], CLEAN_SCRIPT), self.hosts())
         self.wait_ready(timeout=timeout)
+        self.readdress(timeout)
+
+    def readdress(self, timeout: float = 60.0) -> None:
+        """A host container started again may have another address on the lab network
+        (docker hands addresses out in turn, not back): record the new ones in lab.json
+        and the inventory's `private_address`, and point the ACME server's DNS at host1's,
+        as an operator would after a server's address changed."""
+        before = {h.name: h.private_address for h in self.hosts()}
+        now = self.container_addresses()
+        if all(now.get(name, was) == was for name, was in before.items()):
+            return
+        hosts = self.record_addresses(now)
+        self.write_inventory(hosts)
+        acme = self.acme()
+        if acme is not None and hosts[0].private_address != before[hosts[0].name]:
+            provision_acme(acme, hosts[0].private_address, time.monotonic() + timeout)
 
     # -- readiness and status
     def ssh_host(self, host: str) -> Host:

@@ -142,7 +142,12 @@ def test_acme_certificates_are_ordered_served_added_renewed_and_backed_off(
         assert serial(first, "app.test", root) == before  # the first one untouched
         md("apply", str(md.spec(spec(acme, ["app.test", "b.test"], renew="50000h"))), timeout=240)
         renewed = [m for m in events(md, "certificate-issued") if "app.test" in m]
-        assert len(renewed) >= 2, renewed
+        for _ in range(5):  # the apply's pass orders it; a busy machine's may not finish
+            if len(renewed) >= 2:
+                break
+            md("reconcile", timeout=240)
+            renewed = [m for m in events(md, "certificate-issued") if "app.test" in m]
+        assert len(renewed) >= 2, (renewed, events(md, "certificate-failed"))
     assert serial(first, "app.test", root) != before
     bad = [a for a in probe.answers if a != "ok"]
     assert probe.answers

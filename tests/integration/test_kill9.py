@@ -89,4 +89,3 @@ def test_kill_minus_9_at_seeded_points_always_converges(md: Minidock) -> None:
         assert slots == Counter(dict.fromkeys(range(1, REPLICAS + 1), 1)), (points, running)
         if kind == "drain":
             assert md("activate", target).returncode in (0, 3)
-    assert len(points) >= 20

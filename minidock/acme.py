@@ -194,6 +194,8 @@ class _Session:
         order = self.client.new_order(crypto_util.make_csr(key_pem, [name]))
         answers, responses = [], {}
         for authz in order.authorizations:
+            if authz.body.status == messages.STATUS_VALID:
+                continue  # the CA reuses a valid authorization (Let's Encrypt, Pebble)
             found = [c for c in authz.body.challenges if isinstance(c.chall, challenges.HTTP01)]
             if not found:
                 raise AcmeFailed(f"the CA offers no HTTP-01 challenge for {name}")

@@ -163,22 +163,13 @@ class Lab(HostContainers):
         dind = self.dind_mode() or detect_dind_mode()
         taken: set[int] = set()
         hosts = _hosts_with_ports(n, self.project, self.hosts(), self.container_states(), taken)
-        jump = self._prepare_bastion(taken) if bastion else None
+        jump = _prepare_bastion(self, taken) if bastion else None
         acme = _lab_acme(self.lab_dir / ACME, f"{self.project}-{ACME}", taken)
         image = images.host_image_tag()
         document = compose_document(self.project, hosts, image, dind, self.labels, jump, acme)
         write_atomic(self.compose_path, compose_text(document).encode())
         self.write_state(hosts, dind, image, jump)
         return self.compose_path
-
-    def _prepare_bastion(self, taken: set[int]) -> LabBastion:
-        """The bastion's port: kept while its container exists, else a free one."""
-        old = self.bastion()
-        proc = local.run(docker.container_states_argv([f"{self.project}-{BASTION}"]), check=False)
-        exists = bool(docker.parse_container_states(proc.stdout))
-        port = old.port if old and exists and old.port not in taken else _pick_port(taken)
-        taken.add(port)
-        return LabBastion(port, f"{self.project}-{BASTION}")
 
     def acme(self) -> LabAcme | None:
         """The lab's ACME server, as `lab up` made it (None before)."""
@@ -263,7 +254,7 @@ class Lab(HostContainers):
         self.check_owner("revive", host)
         faults.heal(self, self.host(host), self.container_state(host))
         self.wait_ready([host], timeout=timeout)
-        self.readdress(timeout)
+        readdress(self, timeout)
 
     def reset(self, timeout: float = 60.0) -> None:
         """Revive every host and remove every container labelled minidock.cluster on it:
@@ -272,22 +263,7 @@ class Lab(HostContainers):
         states = self.container_states()
         parallel(lambda h: faults.heal(self, h, states[h.name], CLEAN_SCRIPT), self.hosts())
         self.wait_ready(timeout=timeout)
-        self.readdress(timeout)
-
-    def readdress(self, timeout: float = 60.0) -> None:
-        """A host container started again may have another address on the lab network
-        (docker hands addresses out in turn, not back): record the new ones in lab.json
-        and the inventory's `private_address`, and point the ACME server's DNS at host1's,
-        as an operator would after a server's address changed."""
-        before = {h.name: h.private_address for h in self.hosts()}
-        now = self.container_addresses()
-        if all(now.get(name, was) == was for name, was in before.items()):
-            return
-        hosts = self.record_addresses(now)
-        self.write_inventory(hosts)
-        acme = self.acme()
-        if acme is not None and hosts[0].private_address != before[hosts[0].name]:
-            provision_acme(acme, hosts[0].private_address, time.monotonic() + timeout)
+        readdress(self, timeout)
 
     # -- readiness and status
     def ssh_host(self, host: str) -> Host:
@@ -341,3 +317,29 @@ class Lab(HostContainers):
                 return await conn.run(command, check=False)
 
         return run_coro(go())
+
+
+def readdress(lab: Lab, timeout: float = 60.0) -> None:
+    """A host container started again may have another address on the lab network
+    (docker hands addresses out in turn, not back): record the new ones in lab.json
+    and the inventory's `private_address`, and point the ACME server's DNS at host1's,
+    as an operator would after a server's address changed."""
+    before = {h.name: h.private_address for h in lab.hosts()}
+    now = lab.container_addresses()
+    if all(now.get(name, was) == was for name, was in before.items()):
+        return
+    hosts = lab.record_addresses(now)
+    lab.write_inventory(hosts)
+    acme = lab.acme()
+    if acme is not None and hosts[0].private_address != before[hosts[0].name]:
+        provision_acme(acme, hosts[0].private_address, time.monotonic() + timeout)
+
+
+def _prepare_bastion(lab: Lab, taken: set[int]) -> LabBastion:
+    """The bastion's port: kept while its container exists, else a free one."""
+    old = lab.bastion()
+    proc = local.run(docker.container_states_argv([f"{lab.project}-{BASTION}"]), check=False)
+    exists = bool(docker.parse_container_states(proc.stdout))
+    port = old.port if old and exists and old.port not in taken else _pick_port(taken)
+    taken.add(port)
+    return LabBastion(port, f"{lab.project}-{BASTION}")

@@ -117,3 +117,44 @@ def test_the_proxy_image_is_on_every_host_under_its_default_name(fleet: Fleet) -
             name, "run", "--rm", "--label", SMOKE, PROXY_IMAGE, "caddy", "version", check=True
         ).stdout
         assert version.lstrip("v").startswith("2."), (name, version)  # Debian's: "2.6.2"
+
+
+def test_a_host_started_on_another_address_is_readdressed(fleet: Fleet) -> None:
+    """While host2 is stopped another container takes its address; once revived, host2 has
+    a new one, and lab status and the inventory's private_address follow it."""
+    import subprocess
+
+    from minidock.lab.images import host_image_tag
+
+    old = fleet.lab.host("host2").private_address
+    fleet.kill("host2", "stop")
+    network = f"{fleet.lab.project}_default"
+    grabbers: list[str] = []
+    taken = ""
+    while taken != old and len(grabbers) < 8:  # containers on the network until one has it
+        grabbers.append(f"{fleet.lab.project}-grabber{len(grabbers)}")
+        subprocess.run(
+            ["docker", "run", "-d", "--rm", "--name", grabbers[-1], "--network", network,
+             "--entrypoint", "sleep", host_image_tag(), "600"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        taken = subprocess.run(
+            ["docker", "inspect", "-f",
+             "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", grabbers[-1]],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    try:
+        assert taken == old  # the fault is made: host2's address is held by another
+        fleet.revive("host2")
+        now = next(h for h in lab_status(fleet)["hosts"] if h["name"] == "host2")  # type: ignore[attr-defined]
+        actual = subprocess.run(
+            ["docker", "inspect", "-f",
+             "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+             fleet.lab.host("host2").container],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert now["private_address"] == actual
+        assert f'private_address = "{actual}"' in fleet.inventory.read_text()
+        assert actual != old
+    finally:
+        subprocess.run(["docker", "rm", "-f", *grabbers], capture_output=True, check=False)

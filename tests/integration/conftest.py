@@ -24,9 +24,12 @@ import contextlib
 import fcntl
 import json
 import os
+import pty
+import select
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -319,3 +322,33 @@ def patient_inventory(fleet: Fleet, path: Path) -> Path:
 def patient_md(fleet: Fleet, tmp_path: Path) -> Minidock:
     """`md` through an inventory with patient probes (PATIENT_PROBES)."""
     return Minidock(fleet, tmp_path, inventory=patient_inventory(fleet, tmp_path / "lab.toml"))
+
+
+def on_terminal(
+    args: list[str], env: dict[str, str], keys: bytes, timeout: float
+) -> tuple[subprocess.Popen[bytes], bytes]:
+    """`minidock ARGS` on a pseudo-terminal that is sent `keys`: the process, and what it
+    wrote until the session ended (or `timeout` passed)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minidock", *args],
+        stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
+    )  # fmt: skip
+    os.close(slave)
+    os.write(master, keys)
+    output = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the other side closed: the session ended
+                break
+            if not chunk:
+                break
+            output += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc, output

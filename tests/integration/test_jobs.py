@@ -5,18 +5,14 @@ removes the finished one-off and never counts it), and `-it` on a PTY."""
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from minidock.lab.images import WEB5_IMAGE
-from tests.integration.conftest import Fleet, Minidock
+from tests.integration.conftest import Fleet, Minidock, on_terminal
 
 
 @pytest.fixture
@@ -129,28 +125,9 @@ def test_an_interrupted_run_is_removed_and_a_killed_one_is_removed_by_the_next_p
 
 def test_run_it_runs_on_a_terminal(md: Minidock, fleet: Fleet) -> None:
     applied(md, CONSOLE)
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "minidock", "run", "-it", "console", "--", "sh"],
-        stdin=slave, stdout=slave, stderr=slave, env=md.env(), close_fds=True,
-    )  # fmt: skip
-    os.close(slave)
-    os.write(master, b"tty; echo $((40 + 2)); exit 3\n")
-    output = b""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # the other side closed: the session ended
-                break
-            if not chunk:
-                break
-            output += chunk
-        elif proc.poll() is not None:
-            break
-    os.close(master)
+    proc, output = on_terminal(
+        ["run", "-it", "console", "--", "sh"], md.env(), b"tty; echo $((40 + 2)); exit 3\n", 60
+    )
     assert proc.wait(timeout=30) == 3, output
     text = output.decode(errors="replace")
     assert "/dev/pts/" in text, text

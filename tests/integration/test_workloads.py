@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from minidock.lab.images import WEB5_IMAGE
-from tests.integration.conftest import Fleet, Minidock
+from tests.integration.conftest import Fleet, Minidock, on_terminal
 from tests.integration.registry import Registry, gateway, running_registry, seed, trust
 
 ON_HOST1 = 'constraints = ["host == host1"]\n'
@@ -377,28 +375,9 @@ def test_exec_masks_its_output_and_passes_the_exit_status(chatty: Minidock) -> N
 
 
 def test_exec_it_runs_on_a_terminal(chatty: Minidock) -> None:
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "minidock", "exec", "-it", "web", "--", "sh"],
-        stdin=slave, stdout=slave, stderr=slave, env=chatty.env(), close_fds=True,
-    )  # fmt: skip
-    os.close(slave)
-    os.write(master, b"tty; echo $((40 + 2)); exit 3\n")
-    output = b""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # the other side closed: the session ended
-                break
-            if not chunk:
-                break
-            output += chunk
-        elif proc.poll() is not None:
-            break
-    os.close(master)
+    proc, output = on_terminal(
+        ["exec", "-it", "web", "--", "sh"], chatty.env(), b"tty; echo $((40 + 2)); exit 3\n", 30
+    )
     assert proc.wait(timeout=10) == 3
     text = output.decode(errors="replace")
     assert "/dev/pts/" in text, text

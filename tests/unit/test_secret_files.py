@@ -18,27 +18,11 @@ from hypothesis import strategies as st
 from minidock.commands import secret_files_argv, secret_files_tar
 from minidock.core.simulate import spec_diff
 from minidock.model import SecretFile, Service, secret_values
-from minidock.spec import SpecError, load_cluster
 from tests.fakes import FakeDocker, fail
+from tests.unit.test_configs import error, load
 from tests.unit.test_workloads import acts, calls, go, inventory, run_of
 
-HEAD = 'cluster = "prod"\ninventory = "inventory.toml"\n[services.web]\nimage = "web:5"\n'
 KEY = "-----BEGIN KEY-----\nMIIEvQ-secret-line\n-----END KEY-----\n"
-
-
-def load(tmp_path: Path, body: str) -> Service:
-    path = tmp_path / "cluster.toml"
-    path.write_text(HEAD + body)
-    (service,) = load_cluster(path).services
-    return service
-
-
-def error(tmp_path: Path, body: str) -> str:
-    with pytest.raises(SpecError) as caught:
-        load(tmp_path, body)
-    text = str(caught.value)
-    assert "\n" not in text
-    return text.removeprefix(f"{tmp_path / 'cluster.toml'}: ")
 
 
 def secret(path: Path, text: str, mode: int = 0o600) -> None:

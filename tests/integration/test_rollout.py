@@ -23,6 +23,9 @@ REPLICAS, PARALLELISM = 4, 1
 
 
 def spec(image: str, *, failure_action: str = "rollback", replicas: int = REPLICAS) -> str:
+    """The web service; its health check's 5 s timeout gives a loaded machine room (CI saw a
+    1 s one time out and roll a good update back), and web:broken still fails at once:
+    nothing listens, so wget is refused."""
     return f"""
 [services.web]
 image = "{image}"
@@ -31,7 +34,7 @@ replicas = {replicas}
 [services.web.health]
 cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
 interval = "1s"
-timeout = "1s"
+timeout = "5s"
 retries = 2
 
 [services.web.update]

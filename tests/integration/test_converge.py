@@ -21,8 +21,8 @@ constraints = ["zone != c"]
 [services.route.health]
 cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
 interval = "1s"
-timeout = "1s"
-retries = 2
+timeout = "5s"  # a loaded lab answers slowly; a slow check is not a sick task
+retries = 3
 """
 
 
@@ -68,7 +68,8 @@ def test_lost_host_with_two_workers_gets_exactly_two_replacements(
 
     fleet.kill(lost, "stop")
     printed = reconcile_until_converged(md)
-    started = [line for line in printed if line.startswith("started ")]
+    # replacements are placements; a task restarted in place (a slow check) is not one
+    started = [line for line in printed if line.startswith("started ") and "(place," in line]
     assert len(started) == 2, printed
     assert all(f" on {lost} " not in line for line in started)
     survivors = [h for h in eligible if h != lost]

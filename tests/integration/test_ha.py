@@ -38,8 +38,8 @@ update = {{ parallelism = 1, monitor = "1s", order = "start-first" }}
 [services.web.health]
 cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
 interval = "1s"
-timeout = "1s"
-retries = 2
+timeout = "5s"  # a loaded lab answers slowly; a slow check is not a sick task
+retries = 3
 """
 LOOP = (
     'while :; do "$0" -m minidock reconcile; echo "== exit $? at $(date +%s.%N)"; sleep 0.3; done'

@@ -28,7 +28,7 @@ update = {{ parallelism = 2, monitor = "0s" }}
 [services.web.health]
 cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
 interval = "1s"
-timeout = "1s"
+timeout = "5s"  # a loaded lab answers slowly; a slow check is not a sick task
 retries = 3
 start_period = "60s"  # a slow lab's first checks do not count against the task
 """

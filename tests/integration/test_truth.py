@@ -18,8 +18,8 @@ HEALTH = """
 [services.{name}.health]
 cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"]
 interval = "1s"
-timeout = "1s"
-retries = 2
+timeout = "5s"  # a loaded lab answers slowly; a slow check is not a sick task
+retries = 3
 """
 
 WEB_AND_API = (

@@ -9,7 +9,6 @@ from minidock.core import hosts as host_machine
 from minidock.core import rollout, slots
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
-from minidock.core.schedule import JobRecord
 from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Cluster, Event, Observed, Service
 
@@ -42,13 +41,6 @@ def removals(state: ControllerState, cluster: Cluster) -> list[str]:
     """Services the state runs that `cluster` no longer names (an apply needs `--prune`)."""
     wanted = {s.name for s in cluster.services}
     return [n for n, ss in state.services.items() if n not in wanted and not ss.removed]
-
-
-def _job_kept(old: ServiceState, new: Service) -> JobRecord:
-    """A job's record across a change: its history stays; a new schedule is armed afresh
-    (its first run is its next time, not one it would have had before the apply)."""
-    same = old.spec.schedule == new.schedule
-    return old.job if same else replace(old.job, due=0.0)
 
 
 def admit(
@@ -93,7 +85,7 @@ def admit(
                 rollout=_begun(old, svc) if changed else old.rollout,
                 slots=slots.renewed(old.slots),
                 global_slots=old.global_slots,
-                job=_job_kept(old, svc),
+                job=old.job.across(old.spec.schedule, svc.schedule),
             )
     kept = [n for n in state.services if n not in services]
     for name in kept:

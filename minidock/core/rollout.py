@@ -226,7 +226,8 @@ def rolled_back(
     """Swap to the previous spec and roll every task back the same way; a failing rollback
     pauses (never loops), since a rollback's failure action is never another rollback.
     `failed`: why the spec being left failed (then `rollback` will not return to it). The
-    slots' records (`slots.renewed`) and a global service's hosts are kept; nothing else.
+    slots' records (`slots.renewed`), a global service's hosts and a scheduled job's
+    record are kept; nothing else.
     `said`: as for `begin` (the failure action's rollback is said; the operator's is not)."""
     assert ss.previous is not None
     fresh = type(ss)  # ServiceState, which imports this module: every other field its default
@@ -239,6 +240,7 @@ def rolled_back(
         rollout=back,
         slots=slots.renewed(ss.slots),
         global_slots=ss.global_slots,
+        job=ss.job.across(ss.spec.schedule, ss.previous.schedule),
         previous_failed=failed,
     )
     return state, events

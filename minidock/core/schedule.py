@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from minidock.model import Event, OneOff, Service
+from minidock.model import Event, OneOff, Schedule, Service
 
 __all__ = [
     "HISTORY",
@@ -93,6 +93,12 @@ class JobRecord:
         """The record once `run` has been started on a host."""
         marked = tuple(replace(p, started=True) if p.run == run else p for p in self.pending)
         return replace(self, pending=marked)
+
+    def across(self, old_schedule: Schedule | None, new_schedule: Schedule | None) -> JobRecord:
+        """The record across a change of spec (an apply or a rollback): its history and
+        runs in flight stay; a new schedule is armed afresh (its first run is its next
+        time, not one it would have had before the change)."""
+        return self if old_schedule == new_schedule else replace(self, due=0.0)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minidock.core import intents
 from minidock.core.schedule import (
     HISTORY,
     JobRecord,
@@ -228,4 +229,22 @@ def test_a_failed_run_is_exit_1_until_a_later_run_succeeds(tmp_path: Path) -> No
     results = passes(world, 1100.0, 10.0)
     assert kinds(world)[-1] == "job-succeeded"
     assert verdict(results[-1]) == ExitCode.OK
+    world.close()
+
+
+def test_a_rollback_keeps_a_jobs_record_so_a_run_still_going_is_not_run_twice(
+    tmp_path: Path,
+) -> None:
+    world = RunnerWorld(hosts(2), tmp_path / "state", now=1010.0)
+    world.apply(job("tools:1"))  # runs until stopped
+    passes(world, 1030.0, 10.0)  # the 1020 run starts
+    world.apply(job("tools:2"))  # an update: tools:1 is its previous spec
+    world.state = intents.rollback(world.state, "report")
+    record = world.state.services["report"].job
+    assert [p.run for p in record.pending if p.started] != []  # the 1020 run, still going
+    passes(world, 1150.0, 10.0)  # 1080 and 1140 come while it runs
+    assert kinds(world) == ["job-started", "job-skipped", "job-skipped"]
+    assert len(world.docker.names(status="running")) == 1
+    other = replace(job("tools:1"), schedule=Schedule("*/5 * * * *"))
+    assert record.across(job("tools:1").schedule, other.schedule).due == 0.0  # armed afresh
     world.close()

@@ -12,7 +12,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from minidock.acme import AcmeFailed, obtain
 from minidock.caddy import ProxyConfig, proxy_spec
 from minidock.core.routes import RouteTable
 from minidock.core.tls import TlsState, due, failed, issued
@@ -58,6 +57,10 @@ async def certify(
     ready = all(p.running and p.spec == proxy_spec(ingress) for p in answering)
     if not names or not answering or not ready:
         return outcome
+    # the ACME client (requests, acme, josepy) loads only when an order is due: every
+    # other pass, and every command, starts without it
+    from minidock.acme import AcmeFailed, obtain
+
     for name in names:
 
         async def publish(responses: Mapping[str, str]) -> None:

@@ -20,7 +20,8 @@ try:
     main()
 except SystemExit:
     pass
-packages = ("minidock.lab", "rich", "minidock.serve", "prometheus_client")
+packages = ("minidock.lab", "rich", "minidock.serve", "prometheus_client", "minidock.acme",
+            "acme", "requests")
 prefixes = tuple(p + "." for p in packages)
 loaded = sorted(m for m in sys.modules if m in packages or m.startswith(prefixes))
 print("LOADED:" + " ".join(loaded))
@@ -81,6 +82,12 @@ def test_reconcile_loads_neither_the_web_server_nor_the_metrics_library() -> Non
         assert modules_after("reconcile", "--state", "/nonexistent/state", package=package) == []
     serve = ("serve", "--listen", "nowhere", "--state", "/nonexistent/state")  # exit 2
     assert "minidock.serve.http" in modules_after(*serve, package="minidock.serve")
+
+
+def test_reconcile_loads_no_acme_client_until_an_order_is_due() -> None:
+    """The ACME client and its HTTP stack load inside the pass that orders (certify.py)."""
+    for package in ("minidock.acme", "acme", "requests"):
+        assert modules_after("reconcile", "--state", "/nonexistent/state", package=package) == []
 
 
 def test_reconcile_on_a_pipe_loads_no_rich_and_its_help_does() -> None:

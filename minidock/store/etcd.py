@@ -544,6 +544,10 @@ class LeaseKeeper(threading.Thread):
                     self.lost = f"it could not be renewed in time: {exc}"
                 interval = min(0.5, self.ttl / 3)
                 continue
+            except ValueError:  # grpc: the channel was closed under the renewal
+                if not self._stopped.is_set():  # released (stop, then close): not lost
+                    self.lost = "its connection to etcd was closed"
+                return
             if granted <= 0:
                 self.lost = "it expired before it was renewed"
                 return

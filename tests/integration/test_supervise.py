@@ -349,9 +349,7 @@ def test_desired_stopped_removes_the_containers_and_running_restores_them(
 
 def test_a_second_reconcile_exits_75_while_one_holds_the_lock(md: Minidock) -> None:
     assert md("apply", str(md.spec(WEB3.format(desired="stopped")))).returncode == 0
-    with StateLock(md.state):
-        started = time.monotonic()
+    with StateLock(md.state):  # held until it answers: a reconcile that waited would not
         res = md("reconcile")
         assert res.returncode == 75, res.stdout + res.stderr
-        assert time.monotonic() - started < 10
     assert md("reconcile").returncode == 0

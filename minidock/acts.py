@@ -47,6 +47,7 @@ from minidock.core import (
     Stop,
     task_ports,
 )
+from minidock.core.hooks import awaited
 from minidock.core.jobs import finished_oneoffs
 from minidock.core.routes import route_table
 from minidock.ingress import configs_for, converge_proxies
@@ -330,7 +331,7 @@ async def remove_finished_oneoffs(acts: Acts, observed: Observed, state: Control
     controller killed), but the runs their scheduled job collects (minidock.jobpass): one
     event each; a failure to remove is an act failure."""
     jobs = {n for n, ss in state.services.items() if ss.spec.schedule is not None}
-    for o in finished_oneoffs(observed, jobs):
+    for o in finished_oneoffs(observed, jobs, awaited(state)):
         where = (o.service, 0, o.host, o.run)
         try:
             res = await acts.sh(o.host, rm_argv([o.id], force=True))

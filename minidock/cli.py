@@ -355,6 +355,8 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         out.print(f"service {s.name}: {how}", markup=False)
         for f in s.diff:
             out.print(f"  {f.field}: {field_change(f.field, f.old, f.new)}", markup=False)
+    for hook in planned.hooks_first:
+        out.print(f"first: {hook}", markup=False)  # the passes below assume it succeeds
     for step in doc.steps:
         out.print(f"pass {step.number}:", markup=False)
         for st in step.stop:

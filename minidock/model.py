@@ -352,6 +352,15 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class Hook:
+    """A service's `hooks.before_update`: a command run once per new generation as a
+    one-off task of the new spec, before the first task of it starts (docs/jobs.md)."""
+
+    command: tuple[str, ...]
+    timeout: float = 600.0  # seconds it may run; past it, it is removed and has failed
+
+
+@dataclass(frozen=True)
 class RegistryAuth:
     """Credentials for the registry a service's image is pulled from: the runner logs a
     host in with them (password on stdin) before a pull. The password is masked everywhere
@@ -418,6 +427,8 @@ class Service:
     registry_auth: RegistryAuth | None = field(default=None, repr=False)
     # a scheduled job: no slots (replicas 0), one run per scheduled time; not in the hash
     schedule: Schedule | None = None
+    # hooks.before_update: run once per new generation before its first task; not in the hash
+    before_update: Hook | None = None
 
     def spec_hash(self) -> str:
         """Hash of everything that changes what a task runs: a new value means outdated.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from minidock.core import hooks, rollout, slots
 from minidock.core import hosts as host_machine
-from minidock.core import rollout, slots
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
 from minidock.core.state import ControllerState, ServiceState
@@ -72,9 +72,11 @@ def admit(
         elif old.spec == svc and old.rollout.paused and not old.rollout.rollback:
             # said by the apply itself (its generation line), as a begun update is
             resumed, _ = rollout.step(old.rollout, RolloutInput.RESUME, failures=0, reason="")
-            services[svc.name] = replace(old, rollout=resumed)  # as `docker service update`
+            hook = hooks.retried(old.hook, old.generation)  # a failed hook runs again
+            services[svc.name] = replace(old, rollout=resumed, hook=hook)
         elif old.spec == svc:
-            services[svc.name] = old
+            hook = hooks.retried(old.hook, old.generation)  # a failed hook runs again
+            services[svc.name] = old if hook is old.hook else replace(old, hook=hook)
         else:
             changed = old.spec.spec_hash() != svc.spec_hash()
             services[svc.name] = ServiceState(
@@ -82,10 +84,11 @@ def admit(
                 generation=generation,
                 previous=old.spec if changed else old.previous,
                 previous_generation=old.generation if changed else old.previous_generation,
-                rollout=_begun(old, svc) if changed else old.rollout,
+                rollout=_begun(old, svc) if changed else _resumed(old),
                 slots=slots.renewed(old.slots),
                 global_slots=old.global_slots,
                 job=old.job.across(old.spec.schedule, svc.schedule),
+                hook=old.hook,
             )
     kept = [n for n in state.services if n not in services]
     for name in kept:
@@ -121,6 +124,15 @@ def _begun(old: ServiceState, svc: Service) -> rollout.Rollout:
     """The update an apply begins; `rollouts_started` says it, once admitted."""
     begun, _ = rollout.begin(old.rollout, _wanted(svc, old))
     return begun
+
+
+def _resumed(old: ServiceState) -> rollout.Rollout:
+    """The rollout of a generation that changes no task: kept, but an update paused by its
+    failed hook resumes (the new generation runs its hook again, core/hooks.py)."""
+    r = old.rollout
+    if r.paused and not r.rollback and old.hook.failed and old.hook.generation == old.generation:
+        return rollout.step(r, RolloutInput.RESUME, failures=0, reason="")[0]
+    return r
 
 
 def _wanted(svc: Service, old: ServiceState) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from minidock.core.hooks import HOOK_KIND
 from minidock.core.schedule import JOB_KIND
 from minidock.core.scheduler import Fleet, counted_as, place
 from minidock.core.state import ControllerState, ServiceState
@@ -106,16 +107,21 @@ def _fleet(inventory: Inventory, observed: Observed, state: ControllerState) -> 
     return Fleet.build(inventory.hosts, eligible, live, foreign)
 
 
-def finished_oneoffs(observed: Observed, jobs: Collection[str] = ()) -> tuple[OneOff, ...]:
+def finished_oneoffs(
+    observed: Observed, jobs: Collection[str] = (), hooks: Collection[str] = ()
+) -> tuple[OneOff, ...]:
     """The one-off tasks a pass removes as such: every finished one on a host that answered
     (a running one belongs to whoever runs it; the pass never stops it), except the runs
-    of the scheduled `jobs`, which their job collects (core/schedule.py)."""
+    of the scheduled `jobs`, which their job collects (core/schedule.py), and the `hooks`
+    (run ids) whose outcome is still to be read (core/hooks.py)."""
     return tuple(
         o
         for seen in observed.hosts.values()
         if seen.ok
         for o in seen.oneoffs
-        if o.finished and not (o.kind == JOB_KIND and o.service in jobs)
+        if o.finished
+        and not (o.kind == JOB_KIND and o.service in jobs)
+        and not (o.kind == HOOK_KIND and o.run in hooks)
     )
 
 

@@ -69,6 +69,7 @@ class WaitKind(enum.Enum):
     PINNED = "pinned"  # a task held where its named volume is, though misplaced
     STALLED = "stalled"  # a task paused by hand: it waits for someone to unpause it
     DRAINING = "draining"  # a routed task out of every route, waiting out drain_timeout
+    HOOK = "hook"  # a generation's before_update hook, to run or running (core/hooks.py)
 
     @property
     def moves(self) -> bool:

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from minidock.core import hooks, rollout, slots
 from minidock.core import hosts as host_machine
-from minidock.core import rollout, slots
 from minidock.core.evolve import evolve
 from minidock.core.fold import (
     Effects,
@@ -648,6 +648,8 @@ def _fill(
         ss = with_slot(ss, n, slots.unplaced(state))
         dep, why = blocked
         return SlotDecision(ss, Effects(pending=(Pending(name, n, why, dependency=dep),)))
+    if target.spec_hash() == ss.spec.spec_hash() and hooks.holds(ss):
+        return SlotDecision(ss)  # its generation's hook first (rollout.hook_gate says so)
     kind = WantKind.RESTART if restart else WantKind.NEW
     only = ss.host_of(n) or (state.host if target.pinned else "")  # its host, its data
     want = Want(kind, name, n, target, only=only)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from minidock.core import slots
+from minidock.core import hooks, slots
 from minidock.core.fold import Effects, View, avoided, deps_block, set_slot, with_slot
 from minidock.core.plan import Pending, Run, Stop, Waiting, WaitKind
 from minidock.core.scheduler import Fleet, place, place_replacing, service_ports
@@ -43,6 +43,7 @@ __all__ = [
     "failed_after_gate",
     "failure_action",
     "gate",
+    "hook_gate",
     "placed",
     "rolled_back",
     "slot_target",
@@ -188,6 +189,8 @@ def slot_target(ss: ServiceState, slot: int) -> Service:
     r = ss.rollout
     if r.paused and not r.rollback and slot not in r.done and ss.previous:
         return ss.previous
+    if ss.previous and hooks.holds(ss):  # nothing of the new spec before its hook
+        return ss.previous
     return ss.spec
 
 
@@ -200,12 +203,15 @@ def back_to_previous(ss: ServiceState, failed: list[int]) -> ServiceState:
     return replace(ss, slots={**ss.slots, **again})
 
 
-def failure_action(ss: ServiceState, why: str, now: float) -> tuple[ServiceState, Said]:
-    """Apply `update.failure_action` once the failure ratio is exceeded."""
+def failure_action(
+    ss: ServiceState, why: str, now: float, *, tolerable: bool = True
+) -> tuple[ServiceState, Said]:
+    """Apply `update.failure_action` once the failure ratio is exceeded; a failure that
+    is not `tolerable` (the generation's hook) pauses or rolls back at once."""
     r = ss.rollout
     policy = ss.spec.update
     said = cue(ss.spec.name, now, why)
-    if (
+    if tolerable and (
         policy.failure_action == "continue"
         or r.failures / max(1, r.total) <= policy.max_failure_ratio
     ):
@@ -242,6 +248,7 @@ def rolled_back(
         global_slots=ss.global_slots,
         job=ss.job.across(ss.spec.schedule, ss.previous.schedule),
         previous_failed=failed,
+        hook=ss.hook,
     )
     return state, events
 
@@ -259,7 +266,7 @@ def placed(ss: ServiceState, slot: int) -> ServiceState:
     """A slot given a new task by placement (a restart or a new slot, not a move) while
     the rollout is active and has not reached it: its task is in flight, through the gate."""
     r = ss.rollout
-    if r.active and slot not in r.done + r.inflight:
+    if r.active and slot not in r.done + r.inflight and not hooks.holds(ss):
         return replace(ss, rollout=started(r, [slot]))
     return ss
 
@@ -376,6 +383,8 @@ def advance(
     """Start the next replacements, `parallelism` in flight at a time, `delay` apart;
     the rollout completes when every slot runs a ready task of the target spec."""
     name, now, r = ss.spec.name, view.now, ss.rollout
+    if hooks.holds(ss):
+        return hook_gate(ss, now)
     if not outdated and not r.inflight:
         if r.active and complete:
             r, said = settle(r, name, now)
@@ -419,6 +428,20 @@ def advance(
         count = f"{verb} {len(r.done) + len(begun)}/{total}"
         fx = fx + Effects(waiting=(Waiting(name, count, WaitKind.ROLLOUT, name),))
     return replace(ss, rollout=started(r, begun)), fx
+
+
+def hook_gate(ss: ServiceState, now: float) -> tuple[ServiceState, Effects]:
+    """The generation's before_update hook comes before its first task: wait while it is
+    to run or runs; once it failed, the rollout fails (paused or rolled back at once: no
+    task of a spec whose hook failed may start, whatever `continue` tolerates)."""
+    name, r, record = ss.spec.name, ss.rollout, ss.hook
+    if not record.failed or record.generation != ss.generation:
+        line = hooks.waiting_line(record, ss.generation, now)
+        return ss, Effects(waiting=(Waiting(name, line, WaitKind.HOOK, name),))
+    if r.active and not r.rollback:
+        failed, said = failure_action(ss, record.why, now, tolerable=False)
+        return failed, Effects(events=said)
+    return ss, Effects()  # paused (exit 1), or its first generation (core.hooks.failing_hooks)
 
 
 def _backing_off(

@@ -4,7 +4,8 @@
 hosts run now: every `run` becomes a task that is running and healthy at once, every
 `stop` takes its task away, and the clock moves on far enough for each health gate and
 update delay. That is the one assumption, and the plan says so: every new task becomes
-healthy. The result is every step until convergence (or until nothing moves any more),
+healthy (and each `before_update` hook to run succeeds, the plan saying first that it
+will run). The result is every step until convergence (or until nothing moves any more),
 so an operator sees the whole road: placements, rolling-update batches, stops, and what
 stays pending and why. A what-if is the same simulation from a changed start: hosts lost
 (`lose`) or drained (`drain`).
@@ -16,6 +17,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from minidock.core.hooks import assumed_succeeded
 from minidock.core.hosts import probe_step
 from minidock.core.intents import set_drained
 from minidock.core.plan import Pending, Plan, Run, Stop
@@ -85,7 +87,7 @@ def simulate(
         elif not plan.waiting:
             break  # converged, or only pending: nothing a pass can change
         tasks = _acted(tasks, plan, desired.name, now)
-        state, now = plan.state, now + _pause(desired)
+        state, now = assumed_succeeded(plan.state), now + _pause(desired)
     return Simulation(
         tuple(steps), plan.pending, plan.converged, _below(plan.state, tasks, desired), plan
     )

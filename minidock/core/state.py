@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from minidock.core.hooks import HookRecord
 from minidock.core.hosts import HostState
 from minidock.core.passes import PassStats
 from minidock.core.rollout import Rollout
@@ -38,6 +39,7 @@ class ServiceState:
     rebalance: tuple[tuple[int, str], ...] = ()  # (slot, host to move it off), one at a time
     previous_failed: str = ""  # why `previous` was rolled back as failed ("" if it was not)
     job: JobRecord = field(default_factory=JobRecord)  # a scheduled job's runs (core/schedule.py)
+    hook: HookRecord = field(default_factory=HookRecord)  # its before_update hook (core/hooks.py)
 
     def slot(self, n: int) -> SlotState:
         found = self.slots.get(n)

@@ -22,6 +22,7 @@ from minidock.model import (
     Cluster,
     Constraint,
     HealthCheck,
+    Hook,
     Inventory,
     LogConfig,
     PortMapping,
@@ -243,6 +244,7 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         mode=_mode(body, at, fail),
         image_source=body.get("image_source", "registry"),
         schedule=_schedule(body, at, fail),
+        before_update=_before_update(body.get("hooks", {}), (*at, "hooks"), fail),
         **_run_options(body, at, fail, cluster),
         **service_ingress(body, routes_of(body, at, fail, ports, base)),
     )
@@ -259,7 +261,20 @@ _NOT_FOR_JOBS = {
     "depends_on": "a job's runs wait on no dependency: remove depends_on",
     "on_host_loss": "a job's run is not moved on host loss: the next scheduled time runs again",
     "drain_timeout": "a job's runs take no traffic: remove drain_timeout",
+    "hooks": "a job has no rollout to run hooks before: run the command in the job itself",
 }
+
+
+def _before_update(body: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> Hook | None:
+    """`hooks.before_update` (docs/jobs.md#hooks), or None."""
+    if "before_update" not in body:
+        return None
+    hook = body["before_update"]
+    timeout = units.parse_duration(hook.get("timeout", "10m"))
+    if timeout <= 0:
+        where = (*at, "before_update", "timeout")
+        raise fail(where, f"must be greater than 0, got {show(hook['timeout'])}")
+    return Hook(tuple(hook["command"]), timeout)
 
 
 def _schedule(body: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> Schedule | None:

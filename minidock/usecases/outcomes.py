@@ -11,7 +11,9 @@ from pathlib import Path
 
 from minidock.core import Plan
 from minidock.core.causes import failed_probes
+from minidock.core.hooks import failing_hooks
 from minidock.core.jobs import failing_jobs
+from minidock.core.plan import WaitKind
 from minidock.core.progress_rule import outlook
 from minidock.core.rebalance import Move
 from minidock.model import ContainerState, Event, Health
@@ -87,7 +89,7 @@ def verdict(result: PassResult) -> ExitCode:
     plan = result.plan
     if result.failures or plan.guard or plan.failed_slots() or plan.paused():
         return ExitCode.FAILED
-    if failing_jobs(plan.state):
+    if failing_jobs(plan.state) or failing_hooks(plan.state):
         return ExitCode.FAILED
     seen = outlook(plan)
     if seen.progressing:
@@ -107,6 +109,7 @@ def why(result: PassResult, code: ExitCode) -> str:
         reasons += [f"{s}.{n} Failed" for s, n, _ in plan.failed_slots()]
         reasons += [f"{s} rollout paused" for s in plan.paused()]
         reasons += [line for _, line in failing_jobs(plan.state)]
+        reasons += [line for _, line in failing_hooks(plan.state)]
         return "failed: " + _few(reasons)
     seen = outlook(plan)
     if code is ExitCode.DEGRADED:
@@ -277,6 +280,12 @@ class PlanOutcome:
     pruned: bool = False  # whether the plan removes them (`--prune`)
     document: PlanDocument | None = None  # every step to convergence, simulated
     failed_probes: tuple[str, ...] = ()  # hosts that did not answer, grouped by cause
+
+    @property
+    def hooks_first(self) -> tuple[str, ...]:
+        """The before_update hooks to run or running now: the passes shown assume that
+        each succeeds (core/simulate.py)."""
+        return tuple(w for w in self.plan.waiting if w.kind is WaitKind.HOOK)
 
 
 @dataclass(frozen=True)

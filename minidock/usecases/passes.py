@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NoReturn
 
+from minidock.hookpass import run_hooks
 from minidock.jobpass import run_jobs
 from minidock.masking import Masker
 from minidock.model import Cluster, Inventory
@@ -51,8 +52,9 @@ async def one_pass(
     force_down: bool = False,
     masker: Masker | None = None,
 ) -> PassResult:
-    """One reconcile pass (runner.run_pass), then its scheduled jobs' part
-    (minidock.jobpass) at the same time; `masker`: the command's, from its last pass."""
+    """One reconcile pass (runner.run_pass), then its hooks' part (minidock.hookpass) and
+    its scheduled jobs' (minidock.jobpass) at the same time; `masker`: the command's,
+    from its last pass."""
     now = clock()
     result = await run_pass(
         cluster,
@@ -63,6 +65,7 @@ async def one_pass(
         force_down=force_down,
         masker=masker,
     )
+    result = await run_hooks(cluster, inventory, store, executor, result, now)
     return await run_jobs(cluster, inventory, store, executor, result, now)
 
 

@@ -132,7 +132,7 @@ async def _start(work: _Hooks, name: str, decided: HookStep) -> None:
             await create_oneoff(work.executor, work.inventory, task)  # False: made already
         await start_detached(work.executor, task)
     except (OneOffFailed, Unreachable, CommandTimeout) as exc:
-        why = failed_line(record, "could not start", str(exc))
+        why = work.mask.line(failed_line(record, "could not start", str(exc)))
         work.keep(name, record.ended(None, why, work.now), "hook-failed", why)
         return
     line = f"before_update hook {task.name} started on {host.name}"

@@ -2,7 +2,8 @@
 line: a migration-like hook that writes a marker runs once per generation, before the
 first task of it (on the first apply too), and not again on a pass or an unchanged apply;
 a failing hook pauses the rollout, its masked output in the event; a controller killed -9
-while the hook runs does not start it a second time, and the next passes read it."""
+while the hook runs does not start it a second time, and the next passes read it; a hook
+past its timeout is removed and pauses the rollout."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def ok(res: subprocess.CompletedProcess[str]) -> str:
     return res.stdout
 
 
-def spec(image: str, marks: str, script: str, extra: str = "") -> str:
+def spec(image: str, marks: str, script: str, extra: str = "", timeout: str = "1m") -> str:
     """A web service whose hook runs `script` with the marker directory at /marks."""
     return f"""
 [services.web]
@@ -41,8 +42,11 @@ replicas = 1
 volumes = ["{marks}:/marks"]
 secrets = {{ TOKEN = {{ file = "token" }} }}
 update = {{ monitor = "1s" }}
-hooks = {{ before_update = {{ command = ["sh", "-c", {json.dumps(script)}], timeout = "1m" }} }}
-{extra}"""
+{extra}
+[services.web.hooks.before_update]
+command = ["sh", "-c", {json.dumps(script)}]
+timeout = "{timeout}"
+"""
 
 
 def marks(fleet: Fleet, where: str) -> list[str]:
@@ -140,3 +144,11 @@ def test_a_controller_killed_while_its_hook_runs_never_starts_it_twice(
     assert (kinds.count("hook-started"), kinds.count("hook-succeeded")) == (2, 2), kinds
     assert {t["image"] for t in md.status()["tasks"]} == {WEB6_IMAGE}
     assert hooks_left(fleet, md) == []
+
+    hanging = spec(WEB5_IMAGE, where, "sleep 120", timeout="3s")  # past its timeout: failed
+    res = md("apply", str(md.spec(hanging)), "--wait", "--timeout", "60s")
+    assert res.returncode == 1, res.stdout + res.stderr
+    (paused,) = [e for e in events(md) if e["kind"] == "rollout-paused"]
+    assert "timed out after 3s" in paused["message"], paused
+    assert hooks_left(fleet, md) == []  # removed, which killed it
+    assert {t["image"] for t in md.status()["tasks"]} == {WEB6_IMAGE}

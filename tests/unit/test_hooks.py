@@ -186,6 +186,18 @@ def test_a_first_apply_whose_hook_fails_starts_no_task_and_rollback_runs_no_hook
     assert kinds(world, "hook-").count("hook-started") == 2  # none for the rollback
 
 
+def test_a_hook_that_cannot_start_has_failed_saying_why(tmp_path: Path) -> None:
+    world = RunnerWorld(hosts(2), tmp_path / "state")
+    world.apply(web("app:nope"))  # no host has it and no registry serves it
+    results = passes(world, 2)
+    (failed,) = [e for e in world.events() if e.kind == "hook-failed"]
+    assert "could not start" in failed.message
+    assert "app:nope" in failed.message
+    assert world.docker.names() == []
+    assert verdict(results[-1]) is ExitCode.FAILED
+    world.close()
+
+
 def test_plan_says_the_hook_runs_first_and_simulates_it_succeeding(tmp_path: Path) -> None:
     world = RunnerWorld(hosts(2), tmp_path / "state")
     world.apply(web("web:1", hook=None))
@@ -289,3 +301,14 @@ def test_a_hook_in_a_cluster_file_and_one_refused_on_a_job(tmp_path: Path) -> No
     )
     with pytest.raises(SpecError, match=r"services\.web\.hooks: a job has no rollout"):
         load_cluster(path)
+
+
+def test_a_compose_service_gives_its_hook_in_its_own_x_minidock(tmp_path: Path) -> None:
+    (tmp_path / "inventory.toml").write_text(INVENTORY)
+    (tmp_path / "compose.yaml").write_text(
+        "name: c\nx-minidock: {inventory: inventory.toml}\nservices:\n  web:\n"
+        "    image: web:5\n    x-pre_deploy: {command: ./ignored}\n"
+        "    x-minidock:\n      hooks: {before_update: {command: [./migrate], timeout: 2m}}\n"
+    )
+    (service,) = load_cluster(tmp_path / "compose.yaml").services
+    assert service.before_update == Hook(("./migrate",), 120.0)

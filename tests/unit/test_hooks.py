@@ -186,6 +186,23 @@ def test_a_first_apply_whose_hook_fails_starts_no_task_and_rollback_runs_no_hook
     assert kinds(world, "hook-").count("hook-started") == 2  # none for the rollback
 
 
+def test_a_task_that_dies_while_the_hook_runs_comes_back_on_the_previous_spec(
+    tmp_path: Path,
+) -> None:
+    world = RunnerWorld(hosts(2), tmp_path / "state")
+    world.apply(web("web:1", hook=None))
+    passes(world, 3)
+    world.apply(web("web:2"))  # its hook runs until its timeout (5 s)
+    passes(world, 1)
+    (task, *_) = [d for d in world.docker.containers() if d["Config"]["Image"] == "web:1"]
+    task["State"].update(Status="exited", Running=False, ExitCode=1)  # it dies meanwhile
+    passes(world, 2)
+    tasks = [d for d in world.docker.containers() if ".hook." not in d["Name"]]
+    running = [d["Config"]["Image"] for d in tasks if d["State"]["Status"] == "running"]
+    assert running == ["web:1", "web:1"]  # restarted, and not on the spec waiting for its hook
+    world.close()
+
+
 def test_a_hook_that_cannot_start_has_failed_saying_why(tmp_path: Path) -> None:
     world = RunnerWorld(hosts(2), tmp_path / "state")
     world.apply(web("app:nope"))  # no host has it and no registry serves it

@@ -586,6 +586,8 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}.{f.slot} FAILED: {f.last_exit}", markup=False)
         if s.job is not None:
             out.print(f"{s.name}: {job_line(s.job)}", markup=False)
+        if s.hook is not None and s.hook.state == "failed":  # running: its waiting line
+            out.print(f"{s.name}: {s.hook.why}", markup=False)
     routed = bool(doc.routes)
     tasks = Table("task", "slot", "host", "image", "gen", "state", "health")
     if routed:

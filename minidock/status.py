@@ -97,6 +97,24 @@ class JobRunSummary:
     tail: str
 
 
+HookWord = Literal["to run", "running", "succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class HookSummary:
+    """A service's before_update hook as far as its latest generation went: `generation`
+    0 and `state` "to run" until a pass decides it (docs/jobs.md#hooks)."""
+
+    generation: int
+    run: str
+    state: HookWord
+    host: str
+    started: float | None
+    finished: float | None
+    exit_code: int | None
+    why: str  # a failure's line, with the end of its output (masked)
+
+
 @dataclass(frozen=True)
 class JobSummary:
     """A scheduled job: its schedule, its next time (None until a pass arms it), its runs
@@ -129,6 +147,7 @@ class ServiceSummary:
     pending: tuple[PendingSlot, ...]
     last_failure: str
     job: JobSummary | None = None  # a scheduled job's runs (docs/jobs.md)
+    hook: HookSummary | None = None  # its before_update hook (docs/jobs.md#hooks)
 
 
 @dataclass(frozen=True)
@@ -309,7 +328,24 @@ def _service(
         pending=tuple(PendingSlot(p.slot, p.reason) for p in plan.pending if p.service == name),
         last_failure=last_failure,
         job=_job(ss, observed),
+        hook=_hook(ss),
     )
+
+
+def _hook(ss: ServiceState) -> HookSummary | None:
+    """The before_update hook's summary (None: the service has none)."""
+    if ss.spec.before_update is None:
+        return None
+    h = ss.hook
+    word: HookWord = "to run"
+    if h.done:
+        word = "succeeded" if h.succeeded else "failed"
+    elif h.started:
+        word = "running"
+    return HookSummary(
+        h.generation, h.run, word, h.host, h.started or None, h.finished or None,
+        h.exit_code, h.why,
+    )  # fmt: skip
 
 
 def _job(ss: ServiceState, observed: Observed) -> JobSummary | None:

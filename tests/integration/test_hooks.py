@@ -133,7 +133,9 @@ def test_a_controller_killed_while_its_hook_runs_never_starts_it_twice(
     (running,) = hooks_left(fleet, md)
     plan = md("plan", str(update))
     assert "before_update hook" in plan.stdout + plan.stderr, plan.stdout + plan.stderr
-    assert any("before_update hook" in w for w in md.status()["waiting"])
+    doc = md.status()
+    assert any("before_update hook" in w for w in doc["waiting"]), doc["waiting"]
+    assert doc["services"][0]["hook"]["state"] == "running"
     host = next(h for h in fleet.hosts if any(".hook." in c for c in md.containers(h)))
     ok(fleet.docker(host, "exec", running.split()[0], "sh", "-c", ": > /tmp/go"))
     wait_for("the hook to end", lambda: any(" exited" in h for h in hooks_left(fleet, md)))

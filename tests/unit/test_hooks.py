@@ -7,6 +7,7 @@ created once, and the rollout goes on only after it succeeded."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 from minidock.core.hooks import (
     HOOK_KIND,
@@ -34,6 +36,7 @@ from minidock.model import Cluster, Hook, Host, OneOff, Service
 from minidock.runner import PassResult
 from minidock.spec import SpecError, load_cluster
 from minidock.ssh import Result
+from minidock.status import status_document, status_schema
 from minidock.usecases import ExitCode, verdict, why
 from minidock.usecases.passes import one_pass
 from tests.fakes import FakeExecutor
@@ -212,6 +215,23 @@ def test_a_hook_that_cannot_start_has_failed_saying_why(tmp_path: Path) -> None:
     assert "app:nope" in failed.message
     assert world.docker.names() == []
     assert verdict(results[-1]) is ExitCode.FAILED
+    world.close()
+
+
+def test_status_gives_the_hook_running_then_failed_as_its_schema_says(tmp_path: Path) -> None:
+    world = RunnerWorld(hosts(2), tmp_path / "state")
+    world.apply(web("web:1", hook=None))
+    passes(world, 3)
+    world.apply(web("web:2"))  # its hook runs until its timeout (5 s)
+    seen: list[dict[str, object]] = []
+    for _ in range(2):
+        passes(world, 1 if not seen else 7)
+        doc = status_document(world.state, world.inventory, world.observe(), world.plan())
+        report = json.loads(json.dumps(doc.to_json()))
+        Draft202012Validator(status_schema()).validate(report)
+        seen.append(report["services"][0]["hook"])
+    assert [(h["state"], h["generation"]) for h in seen] == [("running", 2), ("failed", 2)]
+    assert "timed out after 5s" in str(seen[1]["why"])
     world.close()
 
 

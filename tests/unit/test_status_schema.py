@@ -21,6 +21,7 @@ from minidock.state import ENV_STATE
 from minidock.status import (
     CpuUsage,
     FailedSlot,
+    HookSummary,
     HostSummary,
     JobRunSummary,
     JobSummary,
@@ -67,6 +68,7 @@ def test_the_schema_names_exactly_the_fields_of_the_typed_records() -> None:
         (d["route"], RouteSummary),
         (d["proxy"], ProxySummary),
         (d["service"]["properties"]["job"]["oneOf"][1], JobSummary),
+        (d["service"]["properties"]["hook"]["oneOf"][1], HookSummary),
         (d["job_run"], JobRunSummary),
     ]
     for node, cls in nodes:

@@ -105,13 +105,12 @@ def _env_files(s: Service) -> list[tuple[tuple[Part, ...], str]]:
 
 
 def expose(s: Service) -> None:
-    """`expose`: nothing to do on one host (tasks reach each other on any port); across
-    hosts, MiniDock's own `x-minidock: {expose: [PORT]}` (docs/discovery.md)."""
+    """`expose`: nothing to do on one host (tasks reach each other on any port)."""
     if "expose" in s.body:
         s.ctx.warn(
             (*s.at, "expose"),
             "ignored: tasks on one host reach each other by service name on any port; "
-            "to reach it by name from every host, give x-minidock: {expose: [PORT, ...]}",
+            "publish a port (ports) to reach a service from other hosts",
         )
 
 

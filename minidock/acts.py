@@ -1,6 +1,7 @@
 """The act path: a plan's verbs carried out on the hosts over SSH.
 
-`carry_out` loads the pass's route table into the ingress proxies, then stops (all hosts
+`carry_out` loads the pass's route table into the ingress proxies and its endpoints into
+the name proxies (`minidock.names`), then stops (all hosts
 at once) and starts tasks (hosts in parallel, each host's in plan order, due restarts
 first). `Acts` does each verb: the image confirmed, pulled (after `docker login`) or
 pushed; the task's configs placed; the cluster network ensured; `docker run` (or create,
@@ -47,9 +48,11 @@ from minidock.core import (
     Stop,
     task_ports,
 )
+from minidock.core.endpoints import endpoint_table
 from minidock.core.hooks import awaited
 from minidock.core.jobs import finished_oneoffs
 from minidock.core.routes import route_table
+from minidock.haproxy import NAMES_IMAGE
 from minidock.ingress import configs_for, converge_proxies
 from minidock.masking import Masker
 from minidock.model import (
@@ -63,6 +66,7 @@ from minidock.model import (
     Service,
     cluster_network,
 )
+from minidock.names import converge_names
 from minidock.push import ControllerEngine, LocalEngine, LocalImage, PushError, push_image
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
@@ -207,6 +211,7 @@ class Acts:
             network=network,
             routed=list(ports.bound),
             configs=configs,
+            exposed_at=self.hosts[r.host].reached_at if svc.expose else None,
         )
         verb, staged = "docker run", bool(svc.networks or svc.secret_files)
         if staged:
@@ -395,10 +400,11 @@ async def carry_out(
     now: float,
 ) -> None:
     """Every act of a recorded plan: the ingress proxies loaded with the pass's route
-    table first (a draining task leaves the routes in the pass that decides it), then the
-    stops, then the starts, then finished one-off tasks removed (not while the mass-loss
-    guard holds the whole pass)."""
+    table and the name proxies with its endpoints first (a draining task leaves them in
+    the pass that decides it), then the stops, then the starts, then finished one-off
+    tasks removed (not while the mass-loss guard holds the whole pass)."""
     await _route(acts, cluster, inventory, observed, plan.state, now)
+    await _names(acts, plan, cluster, inventory, observed, now)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     if not plan.state.guard:
@@ -422,6 +428,38 @@ async def _route(
     acts.fence()
     outcome = await converge_proxies(
         acts.sh, cluster.name, cluster.ingress, config, observed.proxies, now
+    )
+    for event in outcome.events:
+        acts.events.append(event)
+        (acts.failures if event.kind == "act-failed" else acts.done).append(event.message)
+
+
+async def _names(
+    acts: Acts,
+    plan: Plan,
+    cluster: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    now: float,
+) -> None:
+    """Load this pass's endpoints into the name proxies of every host the cluster uses
+    (it has a task there or starts one), before any stop; remove the others."""
+    if not observed.names:
+        return
+    table = endpoint_table(cluster, inventory, observed, plan.state, now)
+    used = {c.host for c in observed.containers()} | {r.host for r in plan.run}
+
+    async def prepare(host: str) -> str:
+        if host not in acts.networked:
+            try:
+                await ensure_network(acts.sh, host, cluster.name)
+            except ActFailed as exc:
+                return str(exc)
+            acts.networked.add(host)
+        return ""
+
+    outcome = await converge_names(
+        acts.sh, cluster.name, NAMES_IMAGE, table, observed.names, used, now, prepare
     )
     for event in outcome.events:
         acts.events.append(event)

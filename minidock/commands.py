@@ -216,10 +216,11 @@ def _host_ports(bindings: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(f"{port}/{proto}" for port, proto in sorted(ports))
 
 
-def _published(bindings: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
-    """(container port, host port) of each published TCP port (routed tasks' upstreams)."""
+def _published(*bindings: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
+    """(container port, host port) of each published TCP port (routed and exposed tasks'
+    upstreams) in any of `bindings` (PortBindings, NetworkSettings.Ports)."""
     pairs: set[tuple[int, int]] = set()
-    for key, binds in bindings.items():
+    for key, binds in (item for found in bindings for item in found.items()):
         port, _, proto = key.partition("/")
         if (proto or "tcp") != "tcp" or not port.isdigit():
             continue
@@ -275,7 +276,11 @@ def _container(host_name: str, cluster: str, raw: Mapping[str, Any]) -> Containe
         cpus=int(host_config.get("NanoCpus") or 0) / 1e9,
         memory=int(host_config.get("Memory") or 0),
         host_ports=_host_ports(_mapping(host_config.get("PortBindings"))),
-        published=_published(_mapping(host_config.get("PortBindings"))),
+        published=_published(
+            _mapping(host_config.get("PortBindings")),
+            # the ports docker picked for an exposed port published on no given host port
+            _mapping(_mapping(raw.get("NetworkSettings")).get("Ports")),
+        ),
     )
 
 
@@ -506,6 +511,7 @@ def run_argv(
     network: str | None = None,
     routed: Sequence[tuple[str, int, int]] = (),
     configs: Sequence[tuple[str, str]] = (),
+    exposed_at: str | None = None,
 ) -> tuple[list[str], str]:
     """`docker run -d` for one task, and the env-file text to send on its stdin.
 
@@ -515,7 +521,10 @@ def run_argv(
     `network` (the cluster's, `model.cluster_network`) the task joins it under its service
     name; the service's extra `networks` are joined after (`network_connect_argv`).
     `routed` publishes each routed container port as (bind address, host port, container
-    port): where the ingress proxies reach the task (docs/ingress.md).
+    port): where the ingress proxies reach the task (docs/ingress.md). With `exposed_at`
+    (the host's private address) each exposed port is published on it, on a host port
+    docker picks, and the task has no alias: its service's name is its name proxies'
+    (docs/discovery.md).
     `configs` are (host path, path in the task) pairs, placed by `minidock.configs`.
     """
     argv = ["docker", "run", "-d", "--name", container_name(service.name, slot, task)]
@@ -527,6 +536,9 @@ def run_argv(
         argv += ["-p", str(port)]
     for address, host_port, container_port in routed:
         argv += ["-p", f"{_operand(address, 'address')}:{host_port}:{container_port}"]
+    if exposed_at is not None:
+        address = _operand(exposed_at, "address")
+        argv += [a for port in service.expose for a in ("-p", f"{address}::{port}")]
     for volume in service.volumes:
         argv += ["-v", volume_spec(volume, cluster, service.name, slot)]
     argv += config_mount_args(configs)
@@ -537,7 +549,8 @@ def run_argv(
     if service.health is not None:
         argv += _health_args(service.health)
     if network is not None:
-        argv += ["--network", network, "--network-alias", service.name]
+        argv += ["--network", network]
+        argv += [] if service.expose else ["--network-alias", service.name]
     argv += run_options_args(service)
     argv += ["--restart", "no", _operand(service.image, "image")]
     argv += [*_entrypoint_args(service), *(service.command or ())]

@@ -423,6 +423,8 @@ class Service:
     image_source: ImageSource = "registry"
     ingress: tuple[Route, ...] = ()  # routes from the cluster's ingress to its tasks
     drain_timeout: float = 5.0  # out of every route this long before a routed task stops
+    # container ports reached as SERVICE:PORT from any task, through the name proxies
+    expose: tuple[int, ...] = ()
     # credentials for the image's registry (from the spec's [registries]), not in the hash
     registry_auth: RegistryAuth | None = field(default=None, repr=False)
     # a scheduled job: no slots (replicas 0), one run per scheduled time; not in the hash
@@ -459,6 +461,8 @@ class Service:
             run["volumes"] = [str(v) for v in self.volumes]
         if self.ingress:  # each routed container port is published (route names are not run)
             run["ingress_ports"] = self.routed_ports()
+        if self.expose:  # each exposed port is published, and the task has no name alias
+            run["expose"] = sorted(self.expose)
         if self.configs:  # by digest: a changed content rolls out, an unchanged one does not
             run["configs"] = [f"{c.target}:{c.digest}" for c in self.configs]
         if self.secrets:  # a digest: a changed secret rolls out, and no hash reveals it
@@ -649,9 +653,29 @@ class ProxyObservation:
 
 
 @dataclass(frozen=True)
+class NameProxy:
+    """One service's name proxy on a host as a probe found it (docs/discovery.md): whether
+    it runs, the digest of its loaded config, and the servers it sends to as (exposed port,
+    task id, "ADDRESS:HOSTPORT")."""
+
+    service: str
+    running: bool
+    digest: str = ""
+    servers: tuple[tuple[int, str, str], ...] = ()
+
+    @property
+    def upstreams(self) -> frozenset[str]:
+        return frozenset(address for _, _, address in self.servers)
+
+
+HostNames = dict[str, NameProxy] | None  # a host's name proxies by service; None: no answer
+
+
+@dataclass(frozen=True)
 class Observed:
     hosts: dict[str, HostObservation]
     proxies: dict[str, ProxyObservation] = field(default_factory=dict)  # by ingress host
+    names: dict[str, HostNames] = field(default_factory=dict)  # by host (probed when exposing)
 
     def containers(self) -> list[Container]:
         return [c for o in self.hosts.values() if o.ok for c in o.containers]

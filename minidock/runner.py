@@ -21,11 +21,13 @@ from dataclasses import dataclass, field, replace
 from minidock.acts import Acts, carry_out, held_ports, stop_graces
 from minidock.certify import certify
 from minidock.core import ControllerState, Plan, fold_outcomes, reconcile
+from minidock.core.endpoints import names_in_use
 from minidock.core.routes import ingress_hosts, route_table
 from minidock.core.traffic import gate
 from minidock.ingress import observe_proxies
 from minidock.masking import NO_SECRETS, Masker, masker_for
 from minidock.model import Cluster, Inventory, Observed
+from minidock.names import observe_names
 from minidock.observe import observe
 from minidock.ssh import Executor
 from minidock.store import Store
@@ -53,14 +55,16 @@ async def decide(
     clock: Callable[[], float] = time.time,
     force_down: bool = False,
 ) -> PassResult:
-    """Observe every host (and the ingress proxies) and decide; nothing is recorded or
-    done (plan, status)."""
+    """Observe every host (and the ingress proxies, and the name proxies while a service
+    exposes ports) and decide; nothing is recorded or done (plan, status)."""
     edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
-    observed, proxies = await asyncio.gather(
+    named = inventory.hosts if names_in_use(cluster, state) else ()
+    observed, proxies, names = await asyncio.gather(
         observe(executor, inventory.hosts, cluster.name),
         observe_proxies(executor, edges, cluster.name),
+        observe_names(executor, named, cluster.name),
     )
-    observed = replace(observed, proxies=proxies)
+    observed = replace(observed, proxies=proxies, names=names)
     plan = decision(cluster, inventory, observed, state, clock(), force_down=force_down)
     return PassResult(plan, observed)
 

@@ -20,6 +20,8 @@
 #                         the dashboard in those tests
 #   - pebble:             Debian's ACME test server and its mock DNS (pebble-challtestsrv),
 #                         the lab's ACME CA for `tls = "acme"` (minidock/lab/acme.py)
+#   - haproxy:            HAProxy 2.6, the name proxies' TCP proxy (docs/discovery.md): the unit
+#                         tests check the configs MiniDock builds with `haproxy -c`
 set -euo pipefail
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
@@ -41,7 +43,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble)
+tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy)
 pkgs=("${tool_pkgs[@]}")
 if ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")

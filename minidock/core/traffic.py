@@ -9,7 +9,9 @@ once no reachable proxy's loaded config still sends to it and `drain_timeout` ha
 since the last pass that saw it in one. The durable side is `ControllerState.draining`
 (task id -> that time), committed with the decision, so a controller killed mid-drain
 resumes it. `gate` applies the machine to a pass's plan; `step` is the only place a
-task's traffic phase changes. docs/ingress.md.
+task's traffic phase changes. An exposed service's tasks (`expose`) go through the same
+machine: the name proxies' loaded servers count beside the ingress proxies' upstreams.
+docs/ingress.md, docs/discovery.md.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from minidock.core.endpoints import exposed_services
 from minidock.core.plan import Plan, Waiting, WaitKind
 from minidock.core.routes import routed_services, takes_traffic, upstream
 from minidock.core.state import ControllerState
@@ -71,12 +74,16 @@ def step(phase: TrafficPhase, given: TrafficInput) -> TrafficPhase:
 
 
 def loaded_upstreams(observed: Observed) -> frozenset[str]:
-    """Every upstream a reachable proxy has loaded a route to (a proxy that did not answer
-    is not waited for: its requests to a stopped task are retried elsewhere)."""
+    """Every upstream a reachable proxy has loaded a route to, and every server an answering
+    host's name proxy sends to (a proxy that did not answer is not waited for: its
+    requests to a stopped task are retried elsewhere)."""
     found: set[str] = set()
     for proxy in observed.proxies.values():
         if proxy.ok:
             found |= proxy.upstreams
+    for names in observed.names.values():
+        for name_proxy in (names or {}).values():
+            found |= name_proxy.upstreams
     return frozenset(found)
 
 
@@ -92,7 +99,8 @@ class _Pass:
 
     def loaded_in(self, c: Container) -> bool:
         service = self.services[c.service]
-        addresses = {upstream(c, port, self.inventory) for port in service.routed_ports()}
+        ports = {*service.routed_ports(), *service.expose}
+        addresses = {upstream(c, port, self.inventory) for port in ports}
         return bool(addresses & self.loaded)
 
     def phase(self, c: Container, stopping: bool) -> TrafficPhase:
@@ -114,8 +122,13 @@ class _Pass:
 
 
 def _pruned_routed(state: ControllerState) -> dict[str, Service]:
-    """Pruned services that had routes: their tasks drain too before they stop."""
-    return {n: ss.spec for n, ss in state.services.items() if ss.removed and ss.spec.ingress}
+    """Pruned services that had routes or exposed ports: their tasks drain too before
+    they stop."""
+    return {
+        n: ss.spec
+        for n, ss in state.services.items()
+        if ss.removed and (ss.spec.ingress or ss.spec.expose)
+    }
 
 
 def _stopping(plan: Plan, services: Mapping[str, Service]) -> dict[str, Container]:
@@ -127,11 +140,15 @@ def _stopping(plan: Plan, services: Mapping[str, Service]) -> dict[str, Containe
 def gate(
     plan: Plan, cluster: Cluster, inventory: Inventory, observed: Observed, now: float
 ) -> Plan:
-    """The plan with each stop of a routed task held until the task is drained, the
+    """The plan with each stop of a routed or exposed task held until it is drained, the
     draining record updated, a `draining` event when a task starts to drain and a wait
     line per held task."""
     state = plan.state
-    services = {**_pruned_routed(state), **routed_services(cluster, state)}
+    services = {
+        **_pruned_routed(state),
+        **exposed_services(cluster, state),
+        **routed_services(cluster, state),
+    }
     if not services and not state.draining:
         return plan
     known = _Pass(services, inventory, loaded_upstreams(observed), state.draining, now)

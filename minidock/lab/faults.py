@@ -64,8 +64,10 @@ until ids=$(docker ps -aq --filter label=minidock.cluster 2>&1); do
     sleep 0.1; i=$((i + 1))
 done
 [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
-proxies=$(docker ps -aq --filter label=minidock.ingress)
-[ -z "$proxies" ] || docker rm -f -v $proxies >/dev/null
+for label in minidock.ingress minidock.names; do
+    proxies=$(docker ps -aq --filter label=$label)
+    [ -z "$proxies" ] || docker rm -f -v $proxies >/dev/null
+done
 """
 _INSIDE: dict[str, str] = {
     "sshd": KILL_SSHD,

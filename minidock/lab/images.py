@@ -1,5 +1,6 @@
 """The lab's images, built locally (no registry): the host image (sshd + dockerd, with
-mmdebstrap and `docker import`) and the workload images (Debian's static busybox).
+mmdebstrap and `docker import`), the ingress and name proxies' images (Debian's caddy and
+haproxy on a minbase root) and the workload images (Debian's static busybox).
 
 Each image is labelled with a hash of its recipe, so a rebuild happens only when the recipe
 changes; the host image's tag is that hash. `load_images` copies workload images into a
@@ -29,6 +30,7 @@ __all__ = [
     "HOST_IMAGES",
     "IMAGE_REPO",
     "LAB_LABEL",
+    "NAMES_IMAGE",
     "PROXY_IMAGE",
     "WEB5_IMAGE",
     "WEB6_IMAGE",
@@ -54,13 +56,17 @@ WORKLOAD_IMAGES = (WEB5_IMAGE, WEB6_IMAGE, WEB_BROKEN_IMAGE, CRASH_IMAGE)
 # The ingress proxy's default image name (minidock.model.Ingress.image): the lab's own
 # build of Debian's caddy is loaded into every host under it (no registry here).
 PROXY_IMAGE = "caddy:2"
-HOST_IMAGES = (*WORKLOAD_IMAGES, PROXY_IMAGE)  # what `lab up` loads into every host
+# The name proxies' image name (minidock.haproxy.NAMES_IMAGE): the lab's build of Debian's
+# haproxy, made by the same machinery as the ingress proxy's.
+NAMES_IMAGE = "haproxy:2.6"
+HOST_IMAGES = (*WORKLOAD_IMAGES, PROXY_IMAGE, NAMES_IMAGE)  # what `lab up` loads into every host
 RECIPE_LABEL = "minidock.lab.recipe"
 LAB_LABEL = "minidock.lab"
 
 HOST_SUITE = "bookworm"
 HOST_PACKAGES = ("openssh-server", "docker.io", "iptables", "procps", "iproute2")
 PROXY_PACKAGES = ("caddy", "ca-certificates")
+NAMES_PACKAGES = ("haproxy",)
 BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = (
     "sh", "sleep", "httpd", "wget", "cat", "echo", "ls", "ps", "kill", "true", "false",
@@ -223,25 +229,70 @@ PROXY_CHANGES = (
 )
 
 
+# The name proxy image's layout: the official haproxy image's config path (MiniDock runs
+# its own command in it: minidock.haproxy.run_argv).
+NAMES_CHANGES = ('CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]',)
+
+
+@dataclass(frozen=True)
+class RootImage:
+    """A lab image made of Debian packages on a minbase root (mmdebstrap | docker import),
+    cached under a recipe-derived tag (`cache`) and tagged `name` too."""
+
+    name: str
+    cache: str  # the repository of the cache tag: IMAGE_REPO/CACHE:RECIPE
+    packages: tuple[str, ...]
+    changes: tuple[str, ...]
+    hook: str  # a customize hook run in the root
+
+    def recipe(self) -> tuple[str, list[str]]:
+        """(recipe hash, mmdebstrap argv)."""
+        argv = [
+            "mmdebstrap",
+            "--quiet",
+            "--variant=minbase",
+            f"--include={','.join(self.packages)}",
+            *_SLIM,
+            f"--customize-hook={self.hook}",
+            HOST_SUITE,
+            "-",
+        ]
+        return _recipe_hash(argv, {}, self.changes), argv
+
+    def tag(self) -> str:
+        return f"{IMAGE_REPO}/{self.cache}:{self.recipe()[0]}"
+
+    def build(self) -> bool:
+        """Build it unless it exists, and tag it `name`. True if built."""
+        recipe, argv = self.recipe()
+        built = _build_root_image(self.tag(), recipe, argv, self.changes, {})
+        if built or image_id(self.name) != image_id(self.tag()):
+            local.run(docker.tag_argv(self.tag(), self.name))
+        return built
+
+
+# the ingress proxy: Debian's caddy (the binary links libc and libzstd: FLEET-NOTES)
+INGRESS_PROXY = RootImage(
+    PROXY_IMAGE,
+    "proxy",
+    PROXY_PACKAGES,
+    PROXY_CHANGES,
+    'mkdir -p "$1"/config "$1"/data "$1"/srv',
+)
+# the name proxies: Debian's haproxy (docs/discovery.md)
+NAME_PROXY = RootImage(
+    NAMES_IMAGE, "names", NAMES_PACKAGES, NAMES_CHANGES, 'mkdir -p "$1"/usr/local/etc/haproxy'
+)
+
+
 def proxy_recipe() -> tuple[str, list[str]]:
-    """(recipe hash, mmdebstrap argv) of the lab's ingress proxy image: Debian's caddy on
-    a minbase root (the binary links libc and libzstd: FLEET-NOTES)."""
-    argv = [
-        "mmdebstrap",
-        "--quiet",
-        "--variant=minbase",
-        f"--include={','.join(PROXY_PACKAGES)}",
-        *_SLIM,
-        '--customize-hook=mkdir -p "$1"/config "$1"/data "$1"/srv',
-        HOST_SUITE,
-        "-",
-    ]
-    return _recipe_hash(argv, {}, PROXY_CHANGES), argv
+    """(recipe hash, mmdebstrap argv) of the lab's ingress proxy image."""
+    return INGRESS_PROXY.recipe()
 
 
 def proxy_image_tag() -> str:
     """The proxy image's cache tag (recipe-derived); it is also tagged PROXY_IMAGE."""
-    return f"{IMAGE_REPO}/proxy:{proxy_recipe()[0]}"
+    return INGRESS_PROXY.tag()
 
 
 def _build_root_image(
@@ -282,11 +333,7 @@ def build_host_image() -> bool:
 
 def build_proxy_image() -> bool:
     """Build the proxy image unless it exists, and tag it PROXY_IMAGE. True if built."""
-    recipe, argv = proxy_recipe()
-    built = _build_root_image(proxy_image_tag(), recipe, argv, PROXY_CHANGES, {})
-    if built or image_id(PROXY_IMAGE) != image_id(proxy_image_tag()):
-        local.run(docker.tag_argv(proxy_image_tag(), PROXY_IMAGE))
-    return built
+    return INGRESS_PROXY.build()
 
 
 def build_images() -> dict[str, float]:
@@ -299,9 +346,10 @@ def build_images() -> dict[str, float]:
     started = time.monotonic()
     if build_host_image():
         timings[host_image_tag()] = time.monotonic() - started
-    started = time.monotonic()
-    if build_proxy_image():
-        timings[proxy_image_tag()] = time.monotonic() - started
+    for image in (INGRESS_PROXY, NAME_PROXY):
+        started = time.monotonic()
+        if image.build():
+            timings[image.tag()] = time.monotonic() - started
     return timings
 
 

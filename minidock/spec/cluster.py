@@ -247,6 +247,7 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         before_update=_before_update(body.get("hooks", {}), (*at, "hooks"), fail),
         **_run_options(body, at, fail, cluster),
         **service_ingress(body, routes_of(body, at, fail, ports, base)),
+        expose=tuple(sorted(body.get("expose", ()))),
     )
 
 
@@ -262,6 +263,7 @@ _NOT_FOR_JOBS = {
     "on_host_loss": "a job's run is not moved on host loss: the next scheduled time runs again",
     "drain_timeout": "a job's runs take no traffic: remove drain_timeout",
     "hooks": "a job has no rollout to run hooks before: run the command in the job itself",
+    "expose": "a job's runs take no traffic: remove expose",
 }
 
 

@@ -333,7 +333,8 @@ def test_keys_that_change_nothing_are_warnings_each_naming_its_line(
         "services.web.pull_policy (line 7): ignored: a host pulls an image only when it lacks "
         "it; give each build a new tag",
         "services.web.expose (line 10): ignored: tasks on one host reach each other by service "
-        "name on any port; publish a port (ports) to reach a service from other hosts",
+        "name on any port; to reach it by name from every host, give x-minidock: "
+        "{expose: [PORT, ...]}",
         "services.web.healthcheck (line 14): no health check is set; an image's own "
         "HEALTHCHECK, if it has one, runs",
         "services.web.restart (line 11): ignored: deploy.restart_policy is used",

@@ -105,12 +105,13 @@ def _env_files(s: Service) -> list[tuple[tuple[Part, ...], str]]:
 
 
 def expose(s: Service) -> None:
-    """`expose`: nothing to do on one host (tasks reach each other on any port)."""
+    """`expose`: nothing to do on one host (tasks reach each other on any port); across
+    hosts, MiniDock's own `x-minidock: {expose: [PORT]}` (docs/discovery.md)."""
     if "expose" in s.body:
         s.ctx.warn(
             (*s.at, "expose"),
             "ignored: tasks on one host reach each other by service name on any port; "
-            "publish a port (ports) to reach a service from other hosts",
+            "to reach it by name from every host, give x-minidock: {expose: [PORT, ...]}",
         )
 
 

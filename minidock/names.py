@@ -1,0 +1,140 @@
+"""The name proxies over SSH (docs/discovery.md): observe each host's, and converge them on
+the pass's endpoint table: on each host the cluster uses, start a missing or stopped one,
+load a config only where its digest differs (copied in, checked by HAProxy, then a
+seamless reload); remove the proxies of services that expose nothing any more, and every
+proxy of a host the cluster no longer uses. A host that does not answer is left for a
+later pass, never fatal."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+
+from minidock.core.endpoints import Endpoints
+from minidock.haproxy import (
+    check_argv,
+    config_tar,
+    copy_argv,
+    name_proxy_config,
+    names_probe_argv,
+    parse_names_probe,
+    reload_argv,
+    remove_argv,
+    run_argv,
+)
+from minidock.model import Event, Host, HostNames, NameProxy
+from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
+
+__all__ = ["NamesOutcome", "converge_names", "loaded_name_upstreams", "observe_names"]
+
+Shell = Callable[..., Awaitable[Result]]  # (host, argv, stdin=None) -> Result
+Prepare = Callable[[str], Awaitable[str]]  # the cluster network on a host: "" or why not
+
+
+async def observe_names(
+    executor: Executor, hosts: Sequence[Host], cluster: str
+) -> dict[str, HostNames]:
+    """Each host's name proxies of the cluster, probed concurrently (one command a host)."""
+
+    async def one(host: Host) -> tuple[str, HostNames]:
+        try:
+            res = await executor.run(host, names_probe_argv(cluster), timeout=host.probe_timeout)
+        except (Unreachable, CommandTimeout):
+            return host.name, None
+        if res.exit_status != 0:
+            return host.name, None
+        return host.name, parse_names_probe(cluster, res.stdout)
+
+    return dict(await asyncio.gather(*(one(h) for h in hosts)))
+
+
+def loaded_name_upstreams(seen: Mapping[str, HostNames]) -> frozenset[str]:
+    """Every upstream an answering host's name proxy sends to (the traffic gate waits for
+    a stopping task to leave them all)."""
+    return frozenset(
+        u for proxies in seen.values() if proxies for p in proxies.values() for u in p.upstreams
+    )
+
+
+@dataclass
+class NamesOutcome:
+    """What converging the name proxies did: events to record, lines for failed acts."""
+
+    events: list[Event] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+async def converge_names(
+    sh: Shell,
+    cluster: str,
+    image: str,
+    table: Sequence[Endpoints],
+    seen: Mapping[str, HostNames],
+    used: Set[str],
+    now: float,
+    prepare: Prepare | None = None,
+) -> NamesOutcome:
+    """On every answering host the cluster uses (`used`: it has or gets a task there), one
+    running name proxy per exposed service with its config loaded, after `prepare` (the
+    cluster network); none for a service that exposes nothing, none on other hosts."""
+    outcome = NamesOutcome()
+    exposed = sorted({e.service for e in table})
+
+    async def one(host: str, proxies: dict[str, NameProxy]) -> None:
+        services = exposed if host in used else []
+        try:
+            refused = await prepare(host) if services and prepare is not None else ""
+            if refused:
+                raise _NamesFailed(refused)
+            for service in services:
+                await _converge_one(sh, host, cluster, image, service, table, proxies, now, outcome)
+        except (_NamesFailed, Unreachable, CommandTimeout) as exc:
+            line = f"name proxies on {host}: {exc}"
+            outcome.failures.append(line)
+            outcome.events.append(Event(now, "act-failed", line, host=host))
+        for gone in sorted(set(proxies) - set(services)):
+            await sh(host, remove_argv(cluster, gone))
+            line = f"removed the name proxy of {gone} on {host}"
+            outcome.events.append(Event(now, "names-removed", line, service=gone, host=host))
+
+    await asyncio.gather(*(one(h, p) for h, p in seen.items() if p is not None))
+    return outcome
+
+
+class _NamesFailed(Exception):
+    pass
+
+
+async def _converge_one(
+    sh: Shell,
+    host: str,
+    cluster: str,
+    image: str,
+    service: str,
+    table: Sequence[Endpoints],
+    proxies: Mapping[str, NameProxy],
+    now: float,
+    outcome: NamesOutcome,
+) -> None:
+    config = name_proxy_config(service, table)
+    proxy = proxies.get(service)
+    if proxy is None or not proxy.running:
+        await sh(host, remove_argv(cluster, service))
+        await _must(sh, host, run_argv(cluster, service, image), None, "docker run")
+        line = f"started the name proxy of {service} on {host}"
+        outcome.events.append(Event(now, "names-started", line, service=service, host=host))
+    elif proxy.digest == config.digest:
+        return
+    await _must(sh, host, copy_argv(cluster, service), config_tar(config), "copying the config")
+    await _must(sh, host, check_argv(cluster, service), None, "checking the config")
+    await _must(sh, host, reload_argv(cluster, service), None, "reloading")
+    line = f"endpoints of {service} loaded on {host} ({config.digest})"
+    outcome.events.append(Event(now, "endpoints-loaded", line, service=service, host=host))
+
+
+async def _must(sh: Shell, host: str, argv: list[str], stdin: str | None, what: str) -> None:
+    res = await sh(host, argv, stdin)
+    if res.exit_status != 0:
+        said = " ".join((res.stderr.strip() or res.stdout.strip()).split())[-300:]
+        raise _NamesFailed(f"{what} failed: {said or f'exit {res.exit_status}'}")

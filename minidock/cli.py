@@ -664,6 +664,8 @@ def host_row(h: HostSummary) -> tuple[str, ...]:
     )
     word = h.state if not h.error else f"{h.state}: {h.error}"
     word += " (over-committed)" if h.overcommitted else ""
+    word += f" (slow: {h.answer_seconds:.1f}s)" if h.slow and h.answer_seconds else ""
+    word += " (slow)" if h.slow and not h.answer_seconds else ""
     return (h.name, word, "yes" if h.drained else "", seen, str(h.tasks), cpus, memory)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
+from minidock.core.watching import listing_key
 from minidock.model import (
     LABEL_CLUSTER,
     LABEL_CONTROLLER,
@@ -42,7 +43,9 @@ __all__ = [
     "CONFIG_DIR",
     "ENV_FILE_STDIN",
     "HEALTH_LOG_MAX",
+    "PS_FORMAT",
     "REDACTED",
+    "WATCHED_EVENTS",
     "DaemonDown",
     "DockerError",
     "ImageNotFound",
@@ -62,6 +65,8 @@ __all__ = [
     "docker_duration",
     "docker_error",
     "env_file_text",
+    "event_since",
+    "events_argv",
     "exec_argv",
     "grace_seconds",
     "health_shell_command",
@@ -80,9 +85,11 @@ __all__ = [
     "oneoff_create_argv",
     "oneoff_name",
     "oneoff_start_argv",
+    "parse_event",
     "parse_ids",
     "parse_inspect",
     "parse_inspect_all",
+    "parse_listing",
     "parse_oneoffs",
     "parse_proc_net",
     "parse_published_ports",
@@ -146,11 +153,47 @@ def _operand(value: str, what: str) -> str:
 
 
 # -- observe: ps + inspect --------------------------------------------------------------------
+PS_FORMAT = "{{.ID}} {{.State}} {{.Status}}"  # the listing a probe keys containers by
+
+
 def ps_argv(cluster: str | None) -> list[str]:
     """List every container (any state) labelled with this cluster (None: with any
-    cluster), one full id a line."""
+    cluster), a line each: its full id, its state and its status ("Up 3 minutes
+    (healthy)"), from which a probe knows which containers changed (`parse_listing`)."""
     label = f"{LABEL_CLUSTER}={cluster}" if cluster is not None else LABEL_CLUSTER
-    return ["docker", "ps", "-a", "--no-trunc", "--filter", f"label={label}", "--format", "{{.ID}}"]
+    return ["docker", "ps", "-a", "--no-trunc", "--filter", f"label={label}", "--format", PS_FORMAT]
+
+
+WATCHED_EVENTS = ("die", "start", "health_status", "oom", "destroy")
+
+
+def events_argv(cluster: str, since: str = "") -> list[str]:
+    """Follow the docker events of this cluster's containers that can change a decision
+    (`WATCHED_EVENTS`), a line each: the action, the container id and the event's time in
+    nanoseconds on the host's clock; with `since` (a time `event_since` made), replay
+    those from then on first."""
+    argv = ["docker", "events", "--filter", "type=container"]
+    argv += ["--filter", f"label={LABEL_CLUSTER}={cluster}"]
+    for name in WATCHED_EVENTS:
+        argv += ["--filter", f"event={name}"]
+    if since:
+        argv += ["--since", since]
+    return [*argv, "--format", "{{.Action}} {{.ID}} {{.TimeNano}}"]
+
+
+def parse_event(line: str) -> tuple[str, str, int] | None:
+    """(action, container id, time in ns) of a line `events_argv` printed; None for any
+    other line (docker's own warnings)."""
+    words = line.split()
+    if len(words) < 3 or not _ID_RE.fullmatch(words[-2]) or not words[-1].isdigit():
+        return None
+    return " ".join(words[:-2]), words[-2], int(words[-1])
+
+
+def event_since(nanoseconds: int) -> str:
+    """`docker events --since` of an event's time: seconds.nanoseconds, on the host's
+    clock (no skew with the controller's)."""
+    return f"{nanoseconds // 10**9}.{nanoseconds % 10**9:09d}"
 
 
 def running_ids_argv() -> list[str]:
@@ -160,16 +203,24 @@ def running_ids_argv() -> list[str]:
 
 
 def parse_ids(stdout: str) -> list[str]:
-    """The container ids printed by `ps_argv`; anything that is not an id is an error."""
-    ids: list[str] = []
+    """The container ids printed by `ps_argv` (each line's first word) or by
+    `running_ids_argv`; a line that does not start with an id is an error."""
+    return list(parse_listing(stdout))
+
+
+def parse_listing(stdout: str) -> dict[str, str]:
+    """Each container `ps_argv` listed, by id: its key (core.watching.listing_key: id,
+    state, health), in listing order. A line that does not start with an id is an error."""
+    listed: dict[str, str] = {}
     for line in stdout.splitlines():
-        token = line.strip()
-        if not token:
+        words = line.split(maxsplit=2)
+        if not words:
             continue
-        if not _ID_RE.fullmatch(token):
-            raise ParseError(f"docker ps printed a line that is not a container id: {token!r}")
-        ids.append(token)
-    return ids
+        if not _ID_RE.fullmatch(words[0]):
+            raise ParseError(f"docker ps printed a line that is not a container id: {line!r}")
+        state = words[1] if len(words) > 1 else ""
+        listed[words[0]] = listing_key(words[0], state, words[2] if len(words) > 2 else "")
+    return listed
 
 
 def inspect_argv(ids: Sequence[str]) -> list[str]:

@@ -100,6 +100,8 @@ class Host:
     command_timeout: float = 60.0
     probe_timeout: float = 3.0  # bound of each probe command (docker ps, docker inspect)
     down_after: int = 2
+    keepalive_interval: float = 15.0  # SSH keepalives of the pooled connection
+    keepalive_count_max: int = 3  # unanswered keepalives before it is closed
     labels: tuple[tuple[str, str], ...] = ()
     cpus: float | None = None
     memory: int | None = None
@@ -628,6 +630,10 @@ class HostObservation:
     # same words for every host it happens to, so failures group by it; "" when ok
     cause: str = ""
     oneoffs: tuple[OneOff, ...] = ()  # this cluster's one-off tasks: never counted as tasks
+    # its docker answered slowly (ok: after probe_timeout and twice its usual), or (not
+    # ok) not within the probe's answer deadline while its sshd answered: never a failure
+    slow: bool = False
+    seconds: float | None = None  # how long the probe took to answer (None: no answer)
 
     @property
     def why_not(self) -> str:

@@ -13,6 +13,16 @@ its commands run in one session, in order, each read as if it had run alone, and
 session per host, as a bare fan-out pays (docs/benchmarks.md). Other executors (the unit
 tests' fakes) get the commands one at a time, ps and the port reads at once.
 
+A probe is light in steady state: `docker ps` lists each container with its state and
+health (commands.ps_argv), and `docker inspect` runs only for the containers whose listing
+key (core.watching.listing_key: id, state, health) differs from what `memory` (a
+`ProbeMemory`: watch keeps one per cluster across passes) inspected last; the others'
+inspect is remembered. A memory also keeps each host's last answer times, from which the
+probe's answer deadline is made (core.watching.answer_deadline): the session must open
+within `probe_timeout` (the host's sshd answers), then docker is given the deadline; a host
+that answers late is `slow` (reported, its probe good), one whose docker does not answer
+by the deadline is a slow failure that never counts towards `down_after`.
+
 With `ports=True` the probe also reads which host ports are held outside the cluster
 (`HostObservation.ports_in_use`): listening sockets from /proc/net and other containers'
 published ports, read at the same time as `docker ps` on the same connection. That read
@@ -25,14 +35,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from minidock.commands import (
     ParseError,
     inspect_argv,
-    parse_ids,
     parse_inspect_all,
+    parse_listing,
     parse_oneoffs,
     parse_proc_net,
     parse_published_ports,
@@ -42,10 +53,11 @@ from minidock.commands import (
     ps_argv,
     published_ports_argv,
 )
-from minidock.model import Host, HostObservation, Observed
+from minidock.core.watching import HISTORY, answer_deadline, slow, to_inspect
+from minidock.model import Container, Host, HostObservation, Observed, OneOff
 from minidock.ssh import BatchExecutor, CommandTimeout, Executor, Result, Step, Unreachable
 
-__all__ = ["observe", "observe_host", "ports_in_use"]
+__all__ = ["ProbeMemory", "observe", "observe_host", "port_tables", "ports_in_use"]
 
 log = logging.getLogger(__name__)
 
@@ -71,40 +83,100 @@ def _failed(host: Host, error: str, cause: str = "") -> HostObservation:
     return HostObservation(host.name, False, error=error, cause="" if cause == error else cause)
 
 
-def _seen(host: Host, cluster: str, ps: Result, inspect: Result | None) -> HostObservation:
-    """What `docker ps` and `docker inspect` of its ids said, as the host's observation
-    (raises ParseError on output that is not what the commands promise). `inspect` is None
-    when ps listed nothing."""
+@dataclass(frozen=True)
+class _Inspected:
+    """One listed container as its last inspect read it: under its listing key."""
+
+    key: str
+    containers: tuple[Container, ...]  # itself, when it is a MiniDock task (any cluster)
+    oneoffs: tuple[OneOff, ...]  # itself, when it is one of this cluster's one-off tasks
+
+
+class ProbeMemory:
+    """What a long-lived controller (`watch`) remembers of each host between its probes:
+    the containers it inspected, by listing key, and the host's last answer times. A pass
+    without one (cron's reconcile, status) starts from nothing: every listed container is
+    inspected and the answer deadline is the default (docs/operations.md says why cron
+    keeps no memory in the state)."""
+
+    def __init__(self) -> None:
+        self._inspected: dict[str, dict[str, _Inspected]] = {}
+        self._answers: dict[str, deque[float]] = {}
+        self.inspected = 0  # containers inspected, over every probe (benchmarks)
+
+    def known(self, host: str) -> dict[str, str]:
+        """Each remembered container of host, by id: its listing key."""
+        return {cid: seen.key for cid, seen in self._inspected.get(host, {}).items()}
+
+    def answers(self, host: str) -> list[float]:
+        """The host's last answer times (seconds), oldest first."""
+        return list(self._answers.get(host, ()))
+
+    def answered(self, host: str, seconds: float) -> None:
+        self._answers.setdefault(host, deque(maxlen=HISTORY)).append(seconds)
+
+    def seen(
+        self, host: Host, cluster: str, listed: dict[str, str], inspect: Result | None
+    ) -> HostObservation:
+        """The observation of a host from what ps listed and the inspect of those it did
+        not know (None: none to inspect), the others as remembered; remembers them all."""
+        fresh: dict[str, _Inspected] = {}
+        if inspect is not None:
+            found = parse_inspect_all(host.name, inspect.stdout)
+            oneoffs = parse_oneoffs(host.name, cluster, inspect.stdout)
+            tasks = {c.id: (c,) for c in found}
+            own = {o.id: (o,) for o in oneoffs}
+            for cid, key in listed.items():
+                fresh[cid] = _Inspected(key, tasks.get(cid, ()), own.get(cid, ()))
+            self.inspected += len(to_inspect(listed, self.known(host.name)))
+        old = self._inspected.get(host.name, {})
+        kept: dict[str, _Inspected] = {}
+        for cid, key in listed.items():
+            seen = old.get(cid)
+            if seen is not None and seen.key == key:
+                kept[cid] = seen  # not inspected: unchanged since it was
+            elif cid in fresh and (fresh[cid].containers or fresh[cid].oneoffs):
+                kept[cid] = fresh[cid]
+        self._inspected[host.name] = kept
+        every = [c for seen in kept.values() for c in seen.containers]
+        mine = tuple(c for c in every if c.cluster == cluster)
+        rest = tuple(c for c in every if c.cluster != cluster)
+        oneoffs = tuple(o for seen in kept.values() for o in seen.oneoffs)
+        return HostObservation(host.name, True, mine, others=rest, oneoffs=oneoffs)
+
+
+def _seen(
+    memory: ProbeMemory, host: Host, cluster: str, ps: Result, inspect: Result | None
+) -> HostObservation:
+    """What `docker ps` and `docker inspect` of the ids it listed anew said, as the host's
+    observation, with `memory`'s inspect of the others (raises ParseError on output that
+    is not what the commands promise). `inspect` is None when none was to be inspected."""
     if ps.exit_status != 0:
         return _failed(host, _failure(ps, "docker ps"))
-    if not parse_ids(ps.stdout):
-        return HostObservation(host=host.name, ok=True)
-    if inspect is None:
+    listed = parse_listing(ps.stdout)
+    if inspect is None and to_inspect(listed, memory.known(host.name)):
         raise ParseError("docker inspect did not run")
-    if inspect.exit_status != 0 and not _only_vanished(inspect):
+    if inspect is not None and inspect.exit_status != 0 and not _only_vanished(inspect):
         return _failed(host, _failure(inspect, "docker inspect"))
-    found = parse_inspect_all(host.name, inspect.stdout)
-    mine = tuple(c for c in found if c.cluster == cluster)
-    rest = tuple(c for c in found if c.cluster != cluster)
-    oneoffs = parse_oneoffs(host.name, cluster, inspect.stdout)
-    return HostObservation(host.name, True, mine, others=rest, oneoffs=oneoffs)
+    return memory.seen(host, cluster, listed, inspect)
 
 
 async def _containers(
-    executor: Executor, host: Host, cluster: str, *, others: bool = True
+    executor: Executor, host: Host, cluster: str, memory: ProbeMemory, *, others: bool = True
 ) -> HostObservation:
-    """docker ps + docker inspect: this cluster's containers (and, with `others`, those of
-    every other MiniDock cluster, which count against the host's capacity and ports), or
-    why they could not be read."""
+    """docker ps + docker inspect of what it lists anew: this cluster's containers (and,
+    with `others`, those of every other MiniDock cluster, which count against the host's
+    capacity and ports), or why they could not be read."""
     try:
         ps = await executor.run(
             host, ps_argv(None if others else cluster), timeout=host.probe_timeout
         )
-        ids = parse_ids(ps.stdout) if ps.exit_status == 0 else []
+        listed = parse_listing(ps.stdout) if ps.exit_status == 0 else {}
+        ids = to_inspect(listed, memory.known(host.name))
         inspect = None
         if ids:
             inspect = await executor.run(host, inspect_argv(ids), timeout=host.probe_timeout)
-        return _seen(host, cluster, ps, inspect)
+        return _seen(memory, host, cluster, ps, inspect)
     except (CommandTimeout, Unreachable, ParseError) as exc:
         return _failed_probe(executor, host, exc)
 
@@ -112,8 +184,12 @@ async def _containers(
 def _failed_probe(
     executor: Executor, host: Host, exc: CommandTimeout | Unreachable | ParseError
 ) -> HostObservation:
-    """The failed probe an error makes; a timed-out command means a cut-off or hung host,
-    whose connection is dropped so the next pass connects afresh."""
+    """The failed probe an error makes. A command that timed out before its session opened
+    means a cut-off or hung host, whose connection is dropped so the next pass connects
+    afresh; one that timed out after (the host's sshd answered, its docker did not in
+    time) is a slow host: its connection is kept and the failure is marked `slow`."""
+    if isinstance(exc, CommandTimeout) and exc.opened:
+        return replace(_failed(host, f"{exc.reason} (sshd answers: slow)"), slow=True)
     if isinstance(exc, CommandTimeout):
         executor.disconnect(host)
     if isinstance(exc, Unreachable):
@@ -160,6 +236,11 @@ async def _ports_or_none(executor: Executor, host: Host, cluster: str) -> frozen
     """`ports_in_use`, or an empty set (logged) when it cannot be read: the probe does not
     fail for it."""
     try:
+        if isinstance(executor, BatchExecutor):  # the three reads in one round trip
+            reads = (proc_net_argv("tcp"), proc_net_argv("udp"), published_ports_argv())
+            steps = [Step(tuple(argv)) for argv in reads]
+            found = await executor.run_batch(host, steps, timeout=host.probe_timeout)
+            return _held_or_none(host, cluster, found)
         return await ports_in_use(executor, host, cluster)
     except (Unreachable, CommandTimeout, ParseError) as exc:
         reason = exc.reason if isinstance(exc, Unreachable | CommandTimeout) else str(exc)
@@ -168,58 +249,90 @@ async def _ports_or_none(executor: Executor, host: Host, cluster: str) -> frozen
 
 
 async def observe_host(
-    executor: Executor, host: Host, cluster: str, *, ports: bool = True, others: bool = True
+    executor: Executor,
+    host: Host,
+    cluster: str,
+    *,
+    ports: bool = True,
+    others: bool = True,
+    memory: ProbeMemory | None = None,
 ) -> HostObservation:
     """One probe of one host: this cluster's containers (with `others`, the other MiniDock
     clusters' too; with `ports`, the host ports held outside MiniDock), or why the
-    containers could not be read."""
+    containers could not be read. `memory`: what earlier probes inspected (else none)."""
+    memory = ProbeMemory() if memory is None else memory
     if isinstance(executor, BatchExecutor):
-        return await _in_one_session(executor, host, cluster, ports=ports, others=others)
+        return await _in_one_session(executor, host, cluster, memory, ports=ports, others=others)
     if not ports:
-        return await _containers(executor, host, cluster, others=others)
+        return await _containers(executor, host, cluster, memory, others=others)
     seen, held = await asyncio.gather(
-        _containers(executor, host, cluster, others=others),
+        _containers(executor, host, cluster, memory, others=others),
         _ports_or_none(executor, host, cluster),
     )
     return replace(seen, ports_in_use=held) if seen.ok else seen
 
 
-def probe_steps(cluster: str, *, ports: bool = True, others: bool = True) -> list[Step]:
+def probe_steps(
+    cluster: str, *, ports: bool = True, others: bool = True, known: Sequence[str] = ()
+) -> list[Step]:
     """A probe as one batch: ps, the port reads (with `ports`), then inspect of what ps
-    listed."""
+    listed, but for the containers whose listing key is `known` (unchanged since the last
+    probe inspected them)."""
     steps = [Step(tuple(ps_argv(None if others else cluster)))]
     if ports:
         reads = (proc_net_argv("tcp"), proc_net_argv("udp"), published_ports_argv())
         steps += [Step(tuple(argv)) for argv in reads]
-    steps.append(Step(tuple(inspect_argv([])), ids_from=0))
+    steps.append(Step(tuple(inspect_argv([])), ids_from=0, skip=tuple(known)))
     return steps
 
 
 async def _in_one_session(
-    executor: BatchExecutor, host: Host, cluster: str, *, ports: bool, others: bool
+    executor: BatchExecutor,
+    host: Host,
+    cluster: str,
+    memory: ProbeMemory,
+    *,
+    ports: bool,
+    others: bool,
 ) -> HostObservation:
     """`observe_host` in one round trip: ps, the port reads, then inspect of what ps
-    listed, as one batch bounded by `probe_timeout` (the same commands and the same reading
-    of their results as one command at a time)."""
-    steps = probe_steps(cluster, ports=ports, others=others)
+    listed anew, as one batch whose session opens within `probe_timeout` and whose answer
+    has the host's answer deadline (the same commands and the same reading of their
+    results as one command at a time); how long it took, and whether that was slow."""
+    known = memory.known(host.name)
+    steps = probe_steps(cluster, ports=ports, others=others, known=tuple(known.values()))
+    recent = memory.answers(host.name)
+    deadline = answer_deadline(recent, host.probe_timeout, host.command_timeout)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     try:
-        results = await executor.run_batch(host, steps, timeout=host.probe_timeout)
+        results = await executor.run_batch(
+            host, steps, timeout=host.probe_timeout, answer_timeout=deadline
+        )
         ps = results[0]
         assert ps is not None  # the first step always runs
-        seen = _seen(host, cluster, ps, results[-1])
+        seen = _seen(memory, host, cluster, ps, results[-1])
     except (CommandTimeout, Unreachable, ParseError) as exc:
         return _failed_probe(executor, host, exc)
+    seconds = loop.time() - start
+    if seen.ok:
+        seen = replace(seen, seconds=seconds, slow=slow(seconds, recent, host.probe_timeout))
+        memory.answered(host.name, seconds)
     if not (ports and seen.ok):
         return seen
-    tcp, udp, published = results[1:4]
+    return replace(seen, ports_in_use=_held_or_none(host, cluster, results[1:4]))
+
+
+def _held_or_none(host: Host, cluster: str, reads: Sequence[Result | None]) -> frozenset[str]:
+    """The port reads of a batch as `ports_in_use`, or an empty set (logged)."""
+    tcp, udp, published = reads
     try:
         if tcp is None or udp is None or published is None:
             raise ParseError("the port reads did not run")
-        held = _held(cluster, tcp, udp, published)
+        return _held(cluster, tcp, udp, published)
     except ParseError as exc:
         log.info("%s: host ports in use not read: %s", host.name, exc)
-        held = frozenset()
-    return replace(seen, ports_in_use=held)
+        return frozenset()
 
 
 async def observe(
@@ -229,9 +342,29 @@ async def observe(
     *,
     ports: bool = True,
     others: bool = True,
+    memory: ProbeMemory | None = None,
 ) -> Observed:
-    """Probe every host at once; each gets a HostObservation, failed or not."""
+    """Probe every host at once; each gets a HostObservation, failed or not. `memory`:
+    what earlier probes inspected (watch's), else none."""
+    memory = ProbeMemory() if memory is None else memory
     found = await asyncio.gather(
-        *(observe_host(executor, h, cluster, ports=ports, others=others) for h in hosts)
+        *(
+            observe_host(executor, h, cluster, ports=ports, others=others, memory=memory)
+            for h in hosts
+        )
     )
     return Observed(hosts={o.host: o for o in found})
+
+
+async def port_tables(
+    executor: Executor, hosts: Sequence[Host], observed: Observed, cluster: str
+) -> Observed:
+    """`observed` with the port tables of every host that answered read now (one round
+    trip each: the reads of `ports_in_use`), for a pass whose decision needs them
+    (core.watching.port_tables_needed)."""
+    answered = [h for h in hosts if h.name in observed.hosts and observed.hosts[h.name].ok]
+    held = await asyncio.gather(*(_ports_or_none(executor, h, cluster) for h in answered))
+    found = dict(observed.hosts)
+    for h, ports in zip(answered, held, strict=True):
+        found[h.name] = replace(found[h.name], ports_in_use=ports)
+    return replace(observed, hosts=found)

@@ -24,11 +24,12 @@ from minidock.core import ControllerState, Plan, fold_outcomes, reconcile
 from minidock.core.endpoints import names_in_use
 from minidock.core.routes import ingress_hosts, route_table
 from minidock.core.traffic import gate
+from minidock.core.watching import port_tables_needed, ports_conflict
 from minidock.ingress import observe_proxies
 from minidock.masking import NO_SECRETS, Masker, masker_for
 from minidock.model import Cluster, Inventory, Observed
 from minidock.names import observe_names
-from minidock.observe import observe
+from minidock.observe import ProbeMemory, observe, port_tables
 from minidock.ssh import Executor
 from minidock.store import Store
 
@@ -54,18 +55,29 @@ async def decide(
     *,
     clock: Callable[[], float] = time.time,
     force_down: bool = False,
+    memory: ProbeMemory | None = None,
 ) -> PassResult:
     """Observe every host (and the ingress proxies, and the name proxies while a service
-    exposes ports) and decide; nothing is recorded or done (plan, status)."""
+    exposes ports) and decide; nothing is recorded or done (plan, status). The hosts' port
+    tables are read only when the decision made without them starts a task that takes a
+    host port (core.watching.port_tables_needed), and it is made again only if one of its
+    tasks' ports turns out held (ports_conflict). `memory`: what this command's earlier
+    probes inspected (watch's; else none)."""
     edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
     named = inventory.hosts if names_in_use(cluster, state) else ()
     observed, proxies, names = await asyncio.gather(
-        observe(executor, inventory.hosts, cluster.name),
+        observe(executor, inventory.hosts, cluster.name, ports=False, memory=memory),
         observe_proxies(executor, edges, cluster.name),
         observe_names(executor, named, cluster.name),
     )
     observed = replace(observed, proxies=proxies, names=names)
-    plan = decision(cluster, inventory, observed, state, clock(), force_down=force_down)
+    now = clock()
+    plan = decision(cluster, inventory, observed, state, now, force_down=force_down)
+    if port_tables_needed(r.service for r in plan.run):
+        observed = await port_tables(executor, inventory.hosts, observed, cluster.name)
+        held = {name: o.ports_in_use for name, o in observed.hosts.items()}
+        if ports_conflict(((r.host, r.service) for r in plan.run), held):
+            plan = decision(cluster, inventory, observed, state, now, force_down=force_down)
     return PassResult(plan, observed)
 
 
@@ -100,14 +112,22 @@ async def run_pass(
     clock: Callable[[], float] = time.time,
     force_down: bool = False,
     masker: Masker | None = None,
+    memory: ProbeMemory | None = None,
 ) -> PassResult:
     """Observe every host, decide, record the decision, act, record the outcome.
     `force_down` overrides the mass-loss guard for this pass (the operator knows);
-    `masker` is the command's masker from its previous pass (`masking.masker_for`)."""
+    `masker` is the command's masker from its previous pass (`masking.masker_for`),
+    `memory` its probes' (`observe.ProbeMemory`)."""
     now = clock()
     state = store.load()
     result = await decide(
-        cluster, inventory, state, executor, clock=lambda: now, force_down=force_down
+        cluster,
+        inventory,
+        state,
+        executor,
+        clock=lambda: now,
+        force_down=force_down,
+        memory=memory,
     )
     mask = result.masker = masker_for(store, result.plan.state, result.observed, known=masker)
     plan = mask.plan(result.plan)

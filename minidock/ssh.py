@@ -108,10 +108,13 @@ class CommandTimeout(Exception):
     `argv0` names the command ("docker ps"), never its arguments.
     """
 
-    def __init__(self, host: str, argv0: str, timeout: float | None = None) -> None:
+    def __init__(
+        self, host: str, argv0: str, timeout: float | None = None, *, opened: bool = False
+    ) -> None:
         self.host = host
         self.argv0 = argv0
         self.timeout = timeout
+        self.opened = opened  # the session opened (the host's sshd answered) before it
         after = f" after {timeout:g}s" if timeout is not None else ""
         self.reason = f"{argv0} timed out{after}"
         super().__init__(f"{host}: {self.reason}")
@@ -161,11 +164,15 @@ class Executor(Protocol):
 @dataclass(frozen=True)
 class Step:
     """One command of a batch (`SSHExecutor.run_batch`). With `ids_from`, the command is
-    given, as its last arguments, the container ids (the hex words) that step printed, and
-    runs only when that step succeeded and printed some: else it is skipped (None)."""
+    given, as its last arguments, the container ids that step printed (each line's first
+    word, when it is hex), and runs only when that step succeeded and printed some: else
+    it is skipped (None). With `skip`, a line `ID STATE STATUS` (commands.ps_argv) whose
+    key (core.watching.listing_key) is in `skip` gives no id: a container unchanged since
+    the last observation is not inspected again."""
 
     argv: tuple[str, ...]
     ids_from: int | None = None
+    skip: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -173,7 +180,12 @@ class BatchExecutor(Executor, Protocol):
     """An executor that can run several commands in one round trip to a host."""
 
     async def run_batch(
-        self, host: Host, steps: Sequence[Step], *, timeout: float | None = None
+        self,
+        host: Host,
+        steps: Sequence[Step],
+        *,
+        timeout: float | None = None,
+        answer_timeout: float | None = None,
     ) -> list[Result | None]: ...
 
 
@@ -186,6 +198,26 @@ b() { printf '
 e() { printf '
 %s %s %s
 ' "$m" "$1" "$2"; }"""
+# a listing line's health, as core.watching.health_word reads it
+_HEALTH_CASE = (
+    "case $r in *'(healthy)'*) h=healthy ;; *'(unhealthy)'*) h=unhealthy ;;"
+    " *'(health: starting)'*) h=starting ;; *) h=none ;; esac"
+)
+
+
+def _ids_line(i: int, step: Step) -> str:
+    """The script lines that gather, into $w, the ids step `ids_from` printed (minus those
+    whose listing key is in `step.skip`)."""
+    head = skip = ""
+    if step.skip:
+        head = f"k{i}={shlex.quote(' '.join(step.skip))}; "
+        skip = f'{_HEALTH_CASE}; case " $k{i} " in *" $x/$t/$h "*) continue ;; esac; '
+    k = step.ids_from
+    return (
+        f'{head}w=; if [ "$s{k}" = 0 ]; then while read -r x t r; do case $x in'
+        f" ''|*[!0-9a-f]*) continue ;; esac; {skip}w=\"$w $x\"; done <<MINIDOCK_IDS\n"
+        f"$o{k}\nMINIDOCK_IDS\nfi"
+    )
 
 
 def batch_script(steps: Sequence[Step], marker: str) -> str:
@@ -198,11 +230,7 @@ def batch_script(steps: Sequence[Step], marker: str) -> str:
     for i, step in enumerate(steps):
         command = quoted(step.argv)
         if step.ids_from is not None:
-            k = step.ids_from
-            lines.append(
-                f'w=; if [ "$s{k}" = 0 ]; then for x in $o{k}; do case $x in *[!0-9a-f]*) ;;'
-                f' *) w="$w $x" ;; esac; done; fi'
-            )
+            lines.append(_ids_line(i, step))
             lines.append(f'b {i}; if [ -n "$w" ]; then {command} $w; e {i} $?; else e {i} -; fi')
         elif i in captured:  # its output is kept for a later step (and printed)
             lines.append(
@@ -357,8 +385,7 @@ class _Connector:
     to the previous hop, when given): host key verified against its known_hosts (accept-new
     appends a first-contact key), its user and keys, errors as Unreachable of the host."""
 
-    def __init__(self, keepalive_interval: float) -> None:
-        self._keepalive_interval = keepalive_interval
+    def __init__(self) -> None:
         self._known_hosts_lock = asyncio.Lock()
         self._parsed: dict[Path, tuple[tuple[int, int], asyncssh.SSHKnownHosts]] = {}
         self.opened = 0  # how many SSH connections were made (jump hosts included)
@@ -398,8 +425,8 @@ class _Connector:
                 ),
                 tunnel=tunnel if tunnel is not None else (),
                 client_factory=lambda: client,
-                keepalive_interval=self._keepalive_interval,
-                keepalive_count_max=3,
+                keepalive_interval=host.keepalive_interval,
+                keepalive_count_max=host.keepalive_count_max,
             )
         except (asyncssh.Error, OSError, ValueError) as exc:
             refused = client.refusal(where)
@@ -454,8 +481,8 @@ class _Pool:
     opened on these connections here too (`session`, with one fresh try on a connection
     found closed), and a finished one's exit read (`finish`, `status`)."""
 
-    def __init__(self, keepalive_interval: float) -> None:
-        self._connector = _Connector(keepalive_interval)
+    def __init__(self) -> None:
+        self._connector = _Connector()
         self._pool: dict[str, tuple[Host, asyncssh.SSHClientConnection]] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._jumps: dict[_Route, asyncssh.SSHClientConnection] = {}
@@ -548,7 +575,8 @@ class _Pool:
             process.stdin.write_eof()
             stdout, stderr = await asyncio.wait_for(process.communicate(), limit)
         except TimeoutError:
-            raise CommandTimeout(host.name, argv0, limit if shown is None else shown) from None
+            bound = limit if shown is None else shown
+            raise CommandTimeout(host.name, argv0, bound, opened=True) from None
         except (asyncssh.Error, OSError) as exc:
             raise self.unreachable(host, exc) from None
         return Result(self.status(host, conn, process), _text(stdout), _text(stderr))
@@ -600,12 +628,11 @@ class SSHExecutor:
         self,
         max_concurrency: int = 128,
         max_sessions_per_host: int = 8,
-        keepalive_interval: float = 15.0,
     ) -> None:
         self._limit = asyncio.Semaphore(max_concurrency)
         self._max_sessions_per_host = max_sessions_per_host
         self._host_limits: dict[str, asyncio.Semaphore] = {}
-        self._pool = _Pool(keepalive_interval)
+        self._pool = _Pool()
 
     @property
     def connections_opened(self) -> int:
@@ -629,26 +656,41 @@ class SSHExecutor:
         return await self._command(host, _command(host, argv), _argv0(argv), input, timeout)
 
     async def run_batch(
-        self, host: Host, steps: Sequence[Step], *, timeout: float | None = None
+        self,
+        host: Host,
+        steps: Sequence[Step],
+        *,
+        timeout: float | None = None,
+        answer_timeout: float | None = None,
     ) -> list[Result | None]:
         """Run the steps in order in one session (one round trip, one remote shell): each
         gets its own Result, None for a skipped step (see `Step`). The timeout bounds the
-        whole batch; a timeout is a CommandTimeout naming the first step's command."""
+        whole batch, or, with `answer_timeout`, opening the session only, the batch's
+        answer then having `answer_timeout` of its own (a probe: a host whose sshd answers
+        is given longer for its docker); a timeout is a CommandTimeout naming the first
+        step's command (`opened` when the session had opened)."""
         if not steps or not all(s.argv for s in steps):
             raise ValueError("empty batch or argv")
         marker = f"@@minidock-{secrets.token_hex(8)}"
         script = batch_script(steps, marker)
         log.debug("%s: batch of %d: %s", host.name, len(steps), _argv0(steps[0].argv))
-        ran = await self._command(host, script, _argv0(steps[0].argv), None, timeout)
+        argv0 = _argv0(steps[0].argv)
+        ran = await self._command(host, script, argv0, None, timeout, answer_timeout)
         found = parse_batch(ran.stdout, ran.stderr, marker, len(steps))
         if found is None:  # the remote shell did not run the script: its own failure
             return [ran, *([None] * (len(steps) - 1))]
         return found
 
     async def _command(
-        self, host: Host, command: str, argv0: str, input: str | None, timeout: float | None
+        self,
+        host: Host,
+        command: str,
+        argv0: str,
+        input: str | None,
+        timeout: float | None,
+        answer: float | None = None,
     ) -> Result:
-        """Run a command line; see `run`."""
+        """Run a command line; see `run` (and `run_batch` for `answer`)."""
         limit = host.command_timeout if timeout is None else timeout
         async with self._host_limit(host), self._limit:
             await self._pool.connection(host)  # bounded by host.connect_timeout: Unreachable
@@ -664,6 +706,8 @@ class SSHExecutor:
             try:
                 if input:
                     process.stdin.write(input)
+                if answer is not None:
+                    return await self._pool.finish(host, conn, process, argv0, answer)
                 return await self._pool.finish(host, conn, process, argv0, left, limit)
             finally:
                 process.close()

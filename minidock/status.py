@@ -236,6 +236,8 @@ class HostSummary:
     cpus: CpuUsage
     memory: MemoryUsage
     overcommitted: bool  # its tasks reserve more than its declared cpus or memory
+    slow: bool = False  # its docker answered slowly, or not in time while its sshd did
+    answer_seconds: float | None = None  # how long this status's probe took to answer
 
 
 @dataclass(frozen=True)
@@ -418,6 +420,8 @@ def _host(h: Host, mine: list[Container], observed: Observed, plan: Plan) -> Hos
         cpus=CpuUsage(cpus, h.cpus),
         memory=MemoryUsage(memory, h.memory),
         overcommitted=over,
+        slow=obs is not None and obs.slow,
+        answer_seconds=None if obs is None else obs.seconds,
     )
 
 

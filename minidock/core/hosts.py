@@ -4,7 +4,8 @@ Two orthogonal things are known about a host, as in SwarmKit (a node's `Status` 
 `Availability`):
 
 - its **phase**, driven by this pass's probe: `ready` (answered), `unreachable` (failed
-  fewer than `down_after` consecutive probes: its tasks still hold their slots), `down`
+  fewer than `down_after` consecutive probes, or its sshd answered and its docker did not
+  in time, "slow", which is never counted: its tasks still hold their slots), `down`
   (failed `down_after` in a row: its tasks are lost);
 - its **availability**, the operator's durable word: `active` or `drained`.
 
@@ -54,6 +55,7 @@ class Probe(enum.StrEnum):
     FAILED = "failed"  # fewer than down_after failures in a row
     FAILED_LIMIT = "failed down_after times"
     FAILED_HELD = "failed, mass-loss guard holds"
+    SLOW = "sshd answered, docker not in time"  # never counted towards down_after
 
 
 class Intent(enum.StrEnum):
@@ -120,6 +122,10 @@ PROBE_TABLE: dict[tuple[HostPhase, Probe], tuple[HostPhase, str | None]] = {
     (HostPhase.READY, Probe.FAILED_HELD): (HostPhase.UNREACHABLE, None),
     (HostPhase.UNREACHABLE, Probe.FAILED_HELD): (HostPhase.UNREACHABLE, None),
     (HostPhase.DOWN, Probe.FAILED_HELD): (HostPhase.DOWN, None),
+    # slow is not down: a host whose sshd answers keeps its tasks, whatever its docker does
+    (HostPhase.READY, Probe.SLOW): (HostPhase.UNREACHABLE, "host-slow"),
+    (HostPhase.UNREACHABLE, Probe.SLOW): (HostPhase.UNREACHABLE, None),
+    (HostPhase.DOWN, Probe.SLOW): (HostPhase.DOWN, None),
 }
 
 AVAILABILITY_TABLE: dict[tuple[Availability, Intent], Availability] = {
@@ -139,12 +145,17 @@ def probe_step(
     down_after: int,
     now: float,
     guard_holds: bool = False,
+    slow: bool = False,
 ) -> tuple[HostState, Event | None]:
-    """One probe of a host: `answered` holds its live tasks, or is None when it failed.
-    While the mass-loss guard holds, a failed probe never takes a host down."""
+    """One probe of a host: `answered` holds its live tasks, or is None when it failed
+    (`slow`: its sshd answered, its docker not in time, which counts no failure). While
+    the mass-loss guard holds, a failed probe never takes a host down."""
     if answered is not None:
         phase, kind = PROBE_TABLE[(old.phase, Probe.ANSWERED)]
         new = evolve(old, phase=phase, failures=0, last_seen=now, last_error=None, tasks=answered)
+    elif slow:
+        phase, kind = PROBE_TABLE[(old.phase, Probe.SLOW)]
+        new = evolve(old, phase=phase, last_error=error)
     else:
         failures = old.failures + 1
         probe = Probe.FAILED_LIMIT if failures >= down_after else Probe.FAILED
@@ -153,6 +164,9 @@ def probe_step(
         new = evolve(old, phase=phase, failures=failures, last_error=error)
     if kind == "host-down":
         message = f"{name} down after {new.failures} failed probes: {error}"
+        return new, Event(now, kind, message, host=name)
+    if kind == "host-slow":
+        message = f"{name} slow, its tasks kept (not counted towards down): {error}"
         return new, Event(now, kind, message, host=name)
     if kind == "host-up":
         return new, Event(now, kind, f"{name} answers again", host=name)

@@ -234,6 +234,7 @@ def _probe_hosts(
             down_after=host.down_after,
             now=now,
             guard_holds=guard_holds,
+            slow=obs is not None and obs.slow,
         )
         new = evolve(new, last_known=host)
         if new.unreachable:

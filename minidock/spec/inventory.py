@@ -22,7 +22,7 @@ def load_inventory(path: StrPath) -> Inventory:
 
 
 _PATH_KEYS = ("identity_file", "known_hosts")
-_DURATION_KEYS = ("connect_timeout", "command_timeout", "probe_timeout")
+_DURATION_KEYS = ("connect_timeout", "command_timeout", "probe_timeout", "keepalive_interval")
 
 
 def read_inventory(path: Path, display: str) -> Inventory:
@@ -86,7 +86,8 @@ def _build_host(
         connect_timeout=durations.get("connect_timeout"),
         proxy_jump=merged.get("proxy_jump"),
     )
-    kwargs: dict[str, Any] = {k: merged[k] for k in ("down_after",) if k in merged}
+    counts = ("down_after", "keepalive_count_max")
+    kwargs: dict[str, Any] = {k: merged[k] for k in counts if k in merged}
     if "private_address" in entry:
         kwargs["private_address"] = entry["private_address"]
     kwargs |= durations | sshconfig.resolve(given, config_files)

@@ -3,6 +3,7 @@ timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -10,9 +11,11 @@ from minidock.hookpass import run_hooks
 from minidock.jobpass import run_jobs
 from minidock.masking import Masker
 from minidock.model import Cluster, Inventory
+from minidock.observe import ProbeMemory
 from minidock.runner import PassResult, run_pass
 from minidock.ssh import Executor
 from minidock.store import StateLocation, Store
+from minidock.streams import EventStreams
 from minidock.usecases.access import (
     Desired,
     Writer,
@@ -38,6 +41,9 @@ from minidock.usecases.outcomes import (
 )
 from minidock.usecases.passlog import record_pass
 from minidock.usecases.runtime import Runtime, connected
+from minidock.usecases.wakeups import Bell
+
+log = logging.getLogger(__name__)
 
 WAIT_INTERVAL = 1.0  # seconds between the passes of `--wait`
 
@@ -51,10 +57,11 @@ async def one_pass(
     clock: Callable[[], float],
     force_down: bool = False,
     masker: Masker | None = None,
+    memory: ProbeMemory | None = None,
 ) -> PassResult:
     """One reconcile pass (runner.run_pass), then its hooks' part (minidock.hookpass) and
     its scheduled jobs' (minidock.jobpass) at the same time; `masker`: the command's,
-    from its last pass."""
+    from its last pass; `memory`: its probes' (watch's)."""
     now = clock()
     result = await run_pass(
         cluster,
@@ -64,6 +71,7 @@ async def one_pass(
         clock=lambda: now,
         force_down=force_down,
         masker=masker,
+        memory=memory,
     )
     result = await run_hooks(cluster, inventory, store, executor, result, now)
     return await run_jobs(cluster, inventory, store, executor, result, now)
@@ -207,13 +215,20 @@ async def watch_step(
     runtime: Runtime,
     cluster: str = "",
     masker: Masker | None = None,
+    *,
+    memory: ProbeMemory | None = None,
+    streams: EventStreams | None = None,
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works.
     The latest generation is read afresh, so an apply made meanwhile counts (and its
-    secrets join `masker`, the cluster's masker from the previous pass)."""
+    secrets join `masker`, the cluster's masker from the previous pass); `memory` is the
+    cluster's probe memory, and `streams` follow the events of the hosts its inventory
+    lists now."""
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory))
+            if streams is not None:
+                streams.follow(desired.cluster.name, desired.inventory.hosts)
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
@@ -223,6 +238,7 @@ async def watch_step(
                     executor,
                     clock=runtime.clock.now,
                     masker=masker,
+                    memory=memory,
                 )
                 code = verdict(result)
                 seconds = runtime.clock.monotonic() - started
@@ -242,21 +258,46 @@ async def watch(
     interval: float,
     cluster: str | None = None,
 ) -> NoReturn:
-    """Passes `interval` apart, reusing one executor's connections, until cancelled (Ctrl-C):
-    each round a pass for every cluster (or `cluster`), a cluster applied meanwhile
-    included. The lock is held for each pass, not between passes, so other writers get
-    their turn. A signal during a pass lets it finish (KeyboardInterrupt after it)."""
+    """Passes until cancelled (Ctrl-C), reusing one executor's connections: each round a
+    pass for every cluster (or `cluster`), a cluster applied meanwhile included. A round
+    begins `interval` after the last one began (the resync), or at once when a host's
+    docker events stream says a container died, started, changed health, ran out of
+    memory or was removed, or the stream broke (minidock.streams; core.watching.PassTimer
+    coalesces them), and a second after a round that left work under way (a pass exited
+    3: a restart backoff, a task starting, a rollout). The lock is held for each pass, not
+    between passes, so other writers get their turn. A signal during a pass lets it finish
+    (KeyboardInterrupt after it)."""
     require_applied(directory)
     maskers: dict[str, Masker] = {}  # each cluster's, built once and kept across passes
+    memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
+    bell = Bell(runtime.clock, interval)
     async with connected(runtime) as executor:
-        while True:
-            targets = chosen(directory, cluster)
-            for h in targets:
-                name = tagged(h, len(targets))
-                step = await watch_step(h.location, executor, runtime, name, maskers.get(h.name))
-                if isinstance(step, PassDone):
-                    maskers[h.name] = step.result.masker
-                report(step)
-                if runtime.interrupt.requested:  # its pass finished and was recorded
-                    raise KeyboardInterrupt
-            await runtime.clock.sleep(interval)
+        streams = EventStreams(executor, bell.ring)
+        try:
+            while True:
+                bell.started()
+                targets = chosen(directory, cluster)
+                under_way = False
+                for h in targets:
+                    name = tagged(h, len(targets))
+                    memory = memories.setdefault(h.name, ProbeMemory())
+                    step = await watch_step(
+                        h.location,
+                        executor,
+                        runtime,
+                        name,
+                        maskers.get(h.name),
+                        memory=memory,
+                        streams=streams,
+                    )
+                    if isinstance(step, PassDone):
+                        maskers[h.name] = step.result.masker
+                        under_way |= step.exit_code is ExitCode.NOT_CONVERGED
+                        log.debug("%s: pass exit %d", h.name, step.exit_code)
+                    report(step)
+                    if runtime.interrupt.requested:  # its pass finished and was recorded
+                        raise KeyboardInterrupt
+                bell.finished(under_way=under_way)
+                await bell.wait()
+        finally:
+            await streams.close()

@@ -78,7 +78,7 @@ def test_ps_argv() -> None:
         "--filter",
         "label=minidock.cluster=prod",
         "--format",
-        "{{.ID}}",
+        "{{.ID}} {{.State}} {{.Status}}",
     ]
 
 

@@ -28,6 +28,7 @@ DAEMON_DOWN = (
     "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
     "Is the docker daemon running?\n"
 )
+OTHER = "d621864ab712f9e298c545f6a689512c5d1a3abed8445d1b1adf554c864b648c running Up 1 hour\n"
 H1, H2, H3 = (Host(name=f"h{i}", address=f"10.0.0.{i}") for i in (1, 2, 3))
 
 
@@ -46,7 +47,7 @@ def test_reachable_host_with_containers() -> None:
     observed, executor = run(handler, [H1])
     o = observed.hosts["h1"]
     assert (o.ok, o.error) == (True, None)
-    assert [c.name for c in o.containers] == ["web.1.t1run", "crash.1.t6crash"]
+    assert [c.name for c in o.containers] == ["crash.1.t6crash", "web.1.t1run"]  # docker ps order
     assert all(c.host == "h1" and c.cluster == "rec" for c in o.containers)
     assert executor.argvs() == [ps_argv("rec"), inspect_argv(parse_ids(PS))]
     assert all(c.input is None for c in executor.calls)
@@ -220,7 +221,7 @@ def test_ports_in_use_are_read_with_the_probe_at_the_same_time() -> None:
     observed, executor = observe_ports(lambda h, argv, i: host_with_ports(argv), [H1])
     o = observed.hosts["h1"]
     assert o.ok
-    assert [c.name for c in o.containers] == ["web.1.t1run", "crash.1.t6crash"]
+    assert [c.name for c in o.containers] == ["crash.1.t6crash", "web.1.t1run"]  # docker ps order
     assert o.ports_in_use == REC_HELD
     assert executor.max_in_flight == 4  # ps and the three port reads were in flight at once
     assert {c.timeout for c in executor.calls} == {H1.probe_timeout}
@@ -315,12 +316,15 @@ def test_a_failed_probe_is_failed_whatever_the_ports_read_found() -> None:
 def test_other_clusters_tasks_are_observed_apart_for_capacity_and_ports() -> None:
     """Issue 15: several clusters share hosts; each sees the others' tasks only as load."""
     executor = FakeExecutor(
-        lambda h, argv, i: host_with_ports(argv) if argv != ps_argv(None) else ok(PS)
+        lambda h, argv, i: host_with_ports(argv) if argv != ps_argv(None) else ok(PS + OTHER)
     )
     observed = asyncio.run(observe(executor, [H1], "rec", ports=False))
     o = observed.hosts["h1"]
     assert executor.argvs()[0] == ps_argv(None)  # every MiniDock cluster's containers
-    assert [c.name for c in o.containers] == ["web.1.t1run", "crash.1.t6crash"]
+    assert [c.name for c in o.containers] == ["crash.1.t6crash", "web.1.t1run"]  # docker ps order
     assert [(c.name, c.cluster) for c in o.others] == [("web.1.t8other", "other")]
-    assert [c.name for c in observed.containers()] == ["web.1.t1run", "crash.1.t6crash"]
+    assert [c.name for c in observed.containers()] == [
+        "crash.1.t6crash",
+        "web.1.t1run",
+    ]  # docker ps order
     assert len(observed.load()) == 3

@@ -385,7 +385,10 @@ def test_watch_passes_until_stopped_on_one_executor(setup: Setup) -> None:
     with pytest.raises(Stop):
         run(usecases.watch(setup.state, setup.runtime(), setup.report, interval=2.0))
     assert [type(p) for p in setup.reports] == [PassDone] * 4
-    assert setup.clock.sleeps == [2.0] * 4
+    # the interval after a converged pass; a second after one that left work under way
+    codes = [p.exit_code for p in setup.passes()]
+    assert setup.clock.sleeps == [1.0 if c is ExitCode.NOT_CONVERGED else 2.0 for c in codes]
+    assert ExitCode.NOT_CONVERGED in codes
     assert [p.exit_code for p in setup.passes()][-1] is ExitCode.OK
     (executor,) = setup.executors
     assert executor.closed

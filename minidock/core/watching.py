@@ -1,0 +1,154 @@
+"""Pure decisions of a watching controller (docs/operations.md, "Watch"): which listed
+containers need a `docker inspect`, how long a probe waits for a host's docker and when
+its answer is "slow", whether a pass needs the hosts' port tables, and when the next pass
+runs (events coalesced, the interval as the resync). No I/O: the observe adapter, the
+event streams and the watch loop hand these functions what they measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass
+
+from minidock.model import Service
+
+__all__ = [
+    "ANSWER_FACTOR",
+    "HISTORY",
+    "PROGRESS",
+    "SETTLE",
+    "PassTimer",
+    "answer_deadline",
+    "health_word",
+    "listing_key",
+    "port_tables_needed",
+    "ports_conflict",
+    "slow",
+    "to_inspect",
+]
+
+# -- which containers need docker inspect ---------------------------------------------------
+
+_HEALTH = (
+    ("(healthy)", "healthy"),
+    ("(unhealthy)", "unhealthy"),
+    ("(health: starting)", "starting"),
+)
+
+
+def health_word(status: str) -> str:
+    """The health `docker ps` shows in a container's Status column ("Up 3 minutes
+    (healthy)"): healthy, unhealthy, starting, or none. The batch script reads it the same
+    way (minidock.ssh.batch_script)."""
+    return next((word for shown, word in _HEALTH if shown in status), "none")
+
+
+def listing_key(container_id: str, state: str, status: str) -> str:
+    """What a probe compares to know a container unchanged: its id, its state (running,
+    exited, ...) and its health. Containers run with `--restart no`, so a container whose
+    key is the same has the same inspect for every field a decision reads (its exit code,
+    times, health and labels); only a health check's last output may be older."""
+    return f"{container_id}/{state}/{health_word(status)}"
+
+
+def to_inspect(listed: Mapping[str, str], known: Mapping[str, str]) -> list[str]:
+    """The ids, of those `docker ps` listed (id -> key), whose key is not the one the last
+    observation inspected: new containers and changed ones, in listing order."""
+    return [cid for cid, key in listed.items() if known.get(cid) != key]
+
+
+# -- slow is not down -----------------------------------------------------------------------
+
+HISTORY = 5  # a host's last answer times the deadline is made from
+ANSWER_FACTOR = 4  # the deadline for docker's answer: this many probe_timeouts at least,
+# and this many times the host's slowest recent answer
+
+
+def answer_deadline(recent: Sequence[float], probe_timeout: float, ceiling: float) -> float:
+    """How long a probe waits for a host's docker to answer once its sshd opened the
+    session: ANSWER_FACTOR x probe_timeout (12 s by default), or ANSWER_FACTOR x the slowest
+    of its last HISTORY answers when that is longer (a host that answers in 5 s under load
+    is waited for 20 s), never over `ceiling` (its command_timeout) nor under probe_timeout.
+    The session itself must open within probe_timeout: a hung or cut-off host (its sshd
+    silent) fails as fast as before."""
+    slowest = max(recent[-HISTORY:], default=0.0)
+    wanted = max(ANSWER_FACTOR * probe_timeout, ANSWER_FACTOR * slowest)
+    return max(probe_timeout, min(wanted, ceiling))
+
+
+def slow(seconds: float, recent: Sequence[float], probe_timeout: float) -> bool:
+    """An answer is "slow" when it took longer than probe_timeout and longer than twice the
+    host's usual (median of its last HISTORY answers): reported, never a failure."""
+    last = sorted(recent[-HISTORY:])
+    usual = last[len(last) // 2] if last else 0.0  # the median (the upper of an even two)
+    return seconds > probe_timeout and seconds > 2 * usual
+
+
+# -- port tables ----------------------------------------------------------------------------
+
+
+def port_tables_needed(runs: Iterable[Service]) -> bool:
+    """Whether a pass reads the hosts' port tables (/proc/net and other containers'
+    published ports): only when the decision made without them starts a task that takes a
+    host port (a published port, or an ingress route's task port, chosen when it runs).
+    No other decision reads them: one-off tasks (jobs, hooks, `minidock run`) publish no
+    ports (core.jobs.oneoff_spec)."""
+    return any(s.ports or s.ingress for s in runs)
+
+
+def ports_conflict(runs: Iterable[tuple[str, Service]], held: Mapping[str, Set[str]]) -> bool:
+    """Whether a task the decision placed (host, service) publishes a host port that the
+    port tables show held on that host outside the cluster: the decision is made again
+    with the tables (a routed task's ports are chosen from them when it runs)."""
+    return any(
+        f"{p.host_port}/{p.protocol}" in held.get(host, frozenset())
+        for host, service in runs
+        for p in service.ports
+    )
+
+
+# -- when the next pass runs ----------------------------------------------------------------
+
+SETTLE = 0.05  # seconds an event waits for others (a stop is die then destroy) before a pass
+PROGRESS = 1.0  # seconds between passes while one says work is under way (exit 3)
+
+
+@dataclass(frozen=True)
+class PassTimer:
+    """When `watch` runs its next pass: at the resync (`interval` after the last pass
+    began); SETTLE after the first event that came since the last pass began; or PROGRESS
+    after a pass that left work under way (a restart backoff, a task starting, a rollout:
+    no event says when a backoff ends), whichever is soonest. Events that come during a
+    pass, or from many hosts at once, make one pass."""
+
+    interval: float
+    last_start: float = 0.0
+    woken: float | None = None  # the first event since the last pass began
+    busy: float | None = None  # when the last pass, which left work under way, ended
+
+    def started(self, now: float) -> PassTimer:
+        """A pass begins now: events before it are its own."""
+        return PassTimer(self.interval, now)
+
+    def finished(self, now: float, *, under_way: bool) -> PassTimer:
+        """The pass (the round) ended now, with work under way or not."""
+        return PassTimer(self.interval, self.last_start, self.woken, now if under_way else None)
+
+    def event(self, now: float) -> PassTimer:
+        """An event (or a broken stream) came: a pass is due SETTLE after the first one."""
+        if self.woken is not None:
+            return self
+        return PassTimer(self.interval, self.last_start, now, self.busy)
+
+    def due(self) -> float:
+        """When the next pass begins (a time on the same clock)."""
+        times = [self.last_start + self.interval]
+        if self.woken is not None:
+            times.append(self.woken + SETTLE)
+        if self.busy is not None:
+            times.append(self.busy + PROGRESS)
+        return min(times)
+
+    def wait(self, now: float) -> float:
+        """Seconds to wait from `now` before the next pass (0: at once)."""
+        return max(0.0, self.due() - now)

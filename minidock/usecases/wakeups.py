@@ -1,0 +1,62 @@
+"""When `watch` runs its next round: the bell its event streams ring, on the use case's
+clock, over the pure timer (core.watching.PassTimer)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from minidock.core.watching import PassTimer
+from minidock.usecases.runtime import Clock
+
+__all__ = ["Bell"]
+
+log = logging.getLogger(__name__)
+
+
+class Bell:
+    """Rung by a host's event stream (`ring`); `wait` returns when the next round is due:
+    at the resync, or SETTLE after the first ring since the round began."""
+
+    def __init__(self, clock: Clock, interval: float) -> None:
+        self._clock = clock
+        self._timer = PassTimer(interval)
+        self._rung = asyncio.Event()
+        self.rings = 0  # how many times it was rung (tests)
+
+    def ring(self, host: str = "") -> None:
+        """An event on `host` (or its stream broke): a round is due soon."""
+        self.rings += 1
+        log.debug("rung by %s", host)
+        self._timer = self._timer.event(self._clock.monotonic())
+        self._rung.set()
+
+    def started(self) -> None:
+        """A round begins: the rings before now are its own."""
+        self._timer = self._timer.started(self._clock.monotonic())
+        self._rung.clear()
+
+    def finished(self, *, under_way: bool) -> None:
+        """The round ended, leaving work under way (a pass exited 3) or not."""
+        self._timer = self._timer.finished(self._clock.monotonic(), under_way=under_way)
+
+    async def wait(self) -> None:
+        """Until the next round is due (the clock's sleep, cut short by a ring)."""
+        while True:
+            left = self._timer.wait(self._clock.monotonic())
+            if left <= 0 and (self._timer.woken is not None or self._timer.busy is not None):
+                return
+            sleeping = asyncio.ensure_future(self._clock.sleep(left))
+            rung = asyncio.ensure_future(self._rung.wait())
+            done, _ = await asyncio.wait({sleeping, rung}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (sleeping, rung):
+                if task not in done:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if sleeping in done:
+                sleeping.result()  # a clock that ends the command (tests) raises here
+                log.debug("next round after %.2fs", left)
+                return
+            self._rung.clear()  # rung: wait out the settle, then go

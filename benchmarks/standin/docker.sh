@@ -122,6 +122,13 @@ ps_() {
         esac
         case $format in
             '{{.ID}}') printf '%s\n' "$id" ;;
+            '{{.ID}} {{.State}} {{.Status}}') # the probe's listing (commands.ps_argv)
+                case $status in
+                    running) word="Up 1 hour${health:+ ($health)}" ;;
+                    exited) word="Exited ($exit_code) 1 hour ago" ;;
+                    *) word=$status ;;
+                esac
+                printf '%s %s %s\n' "$id" "$status" "$word" ;;
             *'{{.Ports}}'*) printf '%s\t%s\n' "$cluster" "$ports_col" ;;
             *) echo "docker stand-in: unsupported format $format" >&2; exit 125 ;;
         esac
@@ -239,11 +246,16 @@ run_() {
     fi
     save
     printf '%s\n' "$id" >"$S/$name.name"
+    [ -n "$taken" ] || event start
     if [ -n "$taken" ]; then
         printf 'docker: Error response from daemon: driver failed programming external connectivity on endpoint %s: Bind for 0.0.0.0:%s failed: port is already allocated.\n' "$name" "${taken%/*}" >&2
         exit 125
     fi
     printf '%s\n' "$id"
+}
+
+event() { # $1: the action, of the loaded container -> the host's event log (docker events)
+    printf '%s %s %s\n' "$1" "$id" "$(date +%s%N)" >>"$STANDIN_HOST/events"
 }
 
 stop_() {
@@ -252,10 +264,16 @@ stop_() {
     . "$S/$id.vars"
     if [ "$status" = running ]; then
         now
-        status=exited exit_code=143 finished=$stamp pid=0
+        status=exited exit_code=${kill_code:-143} finished=$stamp pid=0
         save
+        event die
     fi
     printf '%s\n' "$ref"
+}
+
+events_() { # the host's event log from now on, as `docker events --format` prints it
+    : >>"$STANDIN_HOST/events"
+    exec tail -n 0 -f "$STANDIN_HOST/events"
 }
 
 rm_() {
@@ -273,6 +291,7 @@ rm_() {
             rc=1; continue
         fi
         gone="$gone $S/$id.vars $S/$name.name"
+        event destroy
         printf '%s\n' "$ref"
     done
     [ -z "$gone" ] || rm -f $gone
@@ -318,7 +337,11 @@ network_() { # inspect (the minidock.cluster label), create, connect: networks a
 
 verb=$1
 [ $# -gt 0 ] && shift
+# with a file `count` in the host's directory, each command is counted (bench_watch.py)
+[ -f "$STANDIN_HOST/count" ] && printf '%s\n' "$verb" >>"$STANDIN_HOST/calls"
 case $verb in
+    kill) kill_code=137 stop_ "$@" ;;  # as `docker kill`: exits 137 (the benchmarks' fault)
+    events) events_ "$@" ;;
     ps) ps_ "$@" ;;
     inspect) inspect_ "$@" ;;
     run) run_ "$@" ;;

@@ -1,0 +1,141 @@
+"""`minidock watch` on the scale fleet (issue 26): a killed task -> its replacement started,
+under `watch --interval 30s`, and the commands each host runs per minute at steady state.
+
+    .venv/bin/python benchmarks/bench_watch.py --hosts 100            # this tree's MiniDock
+    .venv/bin/python benchmarks/bench_watch.py --hosts 100 --code /work/main  # another tree's
+
+The fleet is benchmarks/scale_fleet.py's (OpenSSH sshd per host, the docker stand-in, which
+keeps an event log that `docker events` follows and `docker kill` writes). One service of a
+task per host is applied; then `minidock watch --interval 30s` runs (from `--code`'s tree,
+else this one), and the stand-in counts every command each host runs for `--steady`
+seconds. Then one task is killed (`docker kill` on its host, exit 137) `--kills` times, each
+timed from the kill to the watch printing its replacement's `started` line (the stand-in
+starts a container at once). Prints one Markdown table row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale_fleet import ScaleFleet
+
+SPEC = """cluster = "bench"
+inventory = "{inventory}"
+
+[services.one]
+image = "bench/web:1"
+replicas = {n}
+spread = "zone"
+command = ["sleep", "1d"]
+restart = {{ delay = "100ms" }}
+"""
+
+
+class Watch:
+    """`minidock watch` as a subprocess, its stdout lines kept with the time each came."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, text=True)
+        self.lines: list[tuple[float, str]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def started_after(self, since: float, timeout: float) -> float | None:
+        """Seconds from `since` to the first `started` line printed after it."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for at, line in list(self.lines):
+                if at >= since and line.startswith("started "):
+                    return at - since
+            time.sleep(0.01)
+        return None
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=60)
+
+
+def running_task(fleet: ScaleFleet, name: str) -> str:
+    found = fleet.docker(name, "ps", "--filter", "label=minidock.cluster=bench", "-q")
+    return found.stdout.split()[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--steady", type=float, default=60.0)
+    parser.add_argument("--interval", default="30s")
+    parser.add_argument("--code", type=Path, default=None, help="run MiniDock from this tree")
+    parser.add_argument("--root", type=Path, default=Path(".scale"))
+    args = parser.parse_args()
+    fleet = ScaleFleet(args.root)
+    fleet.create(max(args.hosts, len(fleet.hosts)))
+    fleet.start()
+    fleet.clear()
+    names = list(fleet.hosts)[: args.hosts]
+    code = (args.code or Path(__file__).resolve().parent.parent).resolve()
+    env = dict(os.environ) | {"PYTHONPATH": str(code)}  # `python -m` from there (its cwd)
+    try:
+        with tempfile.TemporaryDirectory(dir=fleet.root) as tmp:
+            work = Path(tmp)
+            doc = fleet.inventory.read_text()
+            inventory = work / "inventory.toml"
+            inventory.write_text(doc)  # the whole fleet; the spec spreads over the first n
+            spec = work / "bench.toml"
+            spec.write_text(SPEC.format(inventory=inventory, n=args.hosts))
+            env["MINIDOCK_STATE"] = str(work / "state")
+            md = [sys.executable, "-m", "minidock"]
+            subprocess.run(
+                [*md, "apply", str(spec), "--wait", "--timeout", "10m"],
+                env=env,
+                cwd=code,
+                check=True,
+            )
+            watch = Watch([*md, "watch", "--interval", args.interval], env, code)
+            time.sleep(5)  # its first passes: connections pooled, streams open
+            for name in names:
+                (fleet.host_dir(name) / "calls").write_text("")
+                (fleet.host_dir(name) / "count").write_text("")
+            time.sleep(args.steady)
+            calls = [len((fleet.host_dir(n) / "calls").read_text().splitlines()) for n in names]
+            for name in names:
+                (fleet.host_dir(name) / "count").unlink()
+            per_minute = statistics.mean(calls) * 60.0 / args.steady
+            took = []
+            for _ in range(args.kills):
+                victim = random.choice([n for n in names if fleet.docker(n, "ps", "-q").stdout])
+                task = running_task(fleet, victim)
+                at = time.monotonic()
+                fleet.docker(victim, "kill", task)
+                seconds = watch.started_after(at, timeout=90)
+                took.append(float("nan") if seconds is None else seconds)
+                time.sleep(3)
+            watch.stop()
+    finally:
+        fleet.stop()
+    shown = ", ".join(f"{t:.2f}" for t in took)
+    print(
+        f"| {args.hosts} | {args.interval} | {statistics.median(took):.2f} s ({shown}) "
+        f"| {per_minute:.1f} |"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -270,6 +270,18 @@ def test_x_minidock_passes_minidock_keys_through(tmp_path: Path) -> None:
     )
 
 
+def test_x_minidock_expose_is_the_service_name_across_hosts(tmp_path: Path) -> None:
+    (tmp_path / "inventory.toml").write_text('[[hosts]]\nname = "h1"\n')
+    (tmp_path / "compose.yaml").write_text(
+        "name: c\nx-minidock:\n  inventory: inventory.toml\nservices:\n  api:\n"
+        "    image: api:3\n    expose: ['9000']\n    x-minidock:\n      expose: [8080, 5432]\n"
+    )
+    translation = translate_file(tmp_path / "compose.yaml", "compose.yaml")
+    assert translation.document["services"]["api"]["expose"] == [8080, 5432]
+    assert any("services.api.expose" in w for w in translation.warnings)  # Compose's: ignored
+    assert load_cluster(tmp_path / "compose.yaml").services[0].expose == (5432, 8080)
+
+
 def test_a_missing_name_or_inventory_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "compose.yaml"
     path.write_text("x-minidock: {inventory: i.toml}\nservices: {}\n")

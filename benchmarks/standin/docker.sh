@@ -99,6 +99,8 @@ state_json() { # the loaded container's State object
 #@DOC@
 
 ps_() {
+    # a host with a file `slow` answers ps that many seconds late (bench_watch.py --slow)
+    if [ -f "$STANDIN_HOST/slow" ]; then read -r late <"$STANDIN_HOST/slow"; sleep "$late"; fi
     all= want= format=
     while [ $# -gt 0 ]; do
         case $1 in

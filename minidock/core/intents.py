@@ -62,34 +62,10 @@ def admit(
     of an update rolled back as failed, applied again, changes nothing unless `retry`
     (`declined_retries` says so)."""
     declined = set() if retry else {name for name, _ in declined_retries(state, cluster)}
-    services: dict[str, ServiceState] = {}
-    for svc in cluster.services:
-        old = state.services.get(svc.name)
-        if old is not None and svc.name in declined:
-            services[svc.name] = old
-        elif old is None:
-            services[svc.name] = ServiceState(spec=svc, generation=generation)
-        elif old.spec == svc and old.rollout.paused and not old.rollout.rollback:
-            # said by the apply itself (its generation line), as a begun update is
-            resumed, _ = rollout.step(old.rollout, RolloutInput.RESUME, failures=0, reason="")
-            hook = hooks.retried(old.hook, old.generation)  # a failed hook runs again
-            services[svc.name] = replace(old, rollout=resumed, hook=hook)
-        elif old.spec == svc:
-            hook = hooks.retried(old.hook, old.generation)  # a failed hook runs again
-            services[svc.name] = old if hook is old.hook else replace(old, hook=hook)
-        else:
-            changed = old.spec.spec_hash() != svc.spec_hash()
-            services[svc.name] = ServiceState(
-                spec=svc,
-                generation=generation,
-                previous=old.spec if changed else old.previous,
-                previous_generation=old.generation if changed else old.previous_generation,
-                rollout=_begun(old, svc) if changed else _resumed(old),
-                slots=slots.renewed(old.slots),
-                global_slots=old.global_slots,
-                job=old.job.across(old.spec.schedule, svc.schedule),
-                hook=old.hook,
-            )
+    services = {
+        svc.name: _admitted(state.services.get(svc.name), svc, generation, svc.name in declined)
+        for svc in cluster.services
+    }
     kept = [n for n in state.services if n not in services]
     for name in kept:
         old = state.services[name]
@@ -103,6 +79,36 @@ def admit(
         generation=generation,
         order=(*(s.name for s in cluster.services), *kept),
         services=services,
+    )
+
+
+def _admitted(
+    old: ServiceState | None, svc: Service, generation: int, declined: bool
+) -> ServiceState:
+    """One service's state once `svc` is applied (`admit`'s rules)."""
+    if old is None:
+        return ServiceState(spec=svc, generation=generation)
+    if declined:
+        return old
+    if old.spec == svc and old.rollout.paused and not old.rollout.rollback:
+        # said by the apply itself (its generation line), as a begun update is
+        resumed, _ = rollout.step(old.rollout, RolloutInput.RESUME, failures=0, reason="")
+        hook = hooks.retried(old.hook, old.generation)  # a failed hook runs again
+        return replace(old, rollout=resumed, hook=hook)
+    if old.spec == svc:
+        hook = hooks.retried(old.hook, old.generation)  # a failed hook runs again
+        return old if hook is old.hook else replace(old, hook=hook)
+    changed = old.spec.spec_hash() != svc.spec_hash()
+    return ServiceState(
+        spec=svc,
+        generation=generation,
+        previous=old.spec if changed else old.previous,
+        previous_generation=old.generation if changed else old.previous_generation,
+        rollout=_begun(old, svc) if changed else _resumed(old),
+        slots=slots.renewed(old.slots),
+        global_slots=old.global_slots,
+        job=old.job.across(old.spec.schedule, svc.schedule),
+        hook=old.hook,
     )
 
 

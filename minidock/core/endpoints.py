@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minidock.core.routes import takes_traffic, upstream
+from minidock.core.routes import effective_services, takes_traffic, upstream
 from minidock.core.state import ControllerState
 from minidock.model import Cluster, Inventory, Observed, Service
 
@@ -33,15 +33,9 @@ class Endpoints:
 
 
 def exposed_services(cluster: Cluster, state: ControllerState) -> dict[str, Service]:
-    """Each service with `expose`, by name: its effective spec (after any rollback) where
-    the state has one, else the cluster's. Pruned services expose nothing."""
-    found: dict[str, Service] = {}
-    for service in cluster.services:
-        ss = state.services.get(service.name)
-        spec = ss.spec if ss is not None and not ss.removed else service
-        if spec.expose:
-            found[spec.name] = spec
-    return found
+    """Each service with `expose`, by name, in its effective spec (`effective_services`:
+    pruned services expose nothing)."""
+    return effective_services(cluster, state, lambda s: s.expose)
 
 
 def names_in_use(cluster: Cluster, state: ControllerState) -> bool:

@@ -11,7 +11,7 @@ recomputed every pass from what the pass observed; nothing edits it. docs/ingres
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from minidock.core.state import ControllerState
@@ -20,6 +20,7 @@ from minidock.model import Cluster, Container, Inventory, Observed, Route, Servi
 __all__ = [
     "RouteEntry",
     "RouteTable",
+    "effective_services",
     "ingress_hosts",
     "route_changes",
     "route_table",
@@ -52,16 +53,23 @@ def ingress_hosts(cluster: Cluster, inventory: Inventory) -> tuple[str, ...]:
     return tuple(h.name for h in inventory.hosts if ingress.serves(h))
 
 
-def routed_services(cluster: Cluster, state: ControllerState) -> dict[str, Service]:
-    """Each service with routes, by name: its effective spec (after any rollback) where the
-    state has one, else the cluster's. Pruned services have no routes."""
+def effective_services(
+    cluster: Cluster, state: ControllerState, wanted: Callable[[Service], object]
+) -> dict[str, Service]:
+    """Each service whose effective spec is `wanted`, by name: that spec (after any
+    rollback) where the state has one, else the cluster's. Pruned services are left out."""
     found: dict[str, Service] = {}
     for service in cluster.services:
         ss = state.services.get(service.name)
         spec = ss.spec if ss is not None and not ss.removed else service
-        if spec.ingress:
+        if wanted(spec):
             found[spec.name] = spec
     return found
+
+
+def routed_services(cluster: Cluster, state: ControllerState) -> dict[str, Service]:
+    """Each service with routes, by name, in its effective spec (`effective_services`)."""
+    return effective_services(cluster, state, lambda s: s.ingress)
 
 
 def takes_traffic(c: Container, service: Service, now: float) -> bool:

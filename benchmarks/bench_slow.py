@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_watch import SPEC
+from bench_watch import applied
 from scale_fleet import ScaleFleet
 
 
@@ -42,24 +41,11 @@ def main() -> None:
     names = list(fleet.hosts)[: args.hosts]
     slow = names[:: max(1, round(1 / args.share))] if args.share else []
     code = (args.code or Path(__file__).resolve().parent.parent).resolve()
-    env = dict(os.environ) | {"PYTHONPATH": str(code)}
     try:
         with tempfile.TemporaryDirectory(dir=fleet.root) as tmp:
-            work = Path(tmp)
-            inventory = work / "inventory.toml"
             doc = fleet.inventory.read_text()  # the default probe_timeout, not the fleet's
-            inventory.write_text(doc.replace('probe_timeout = "30s"', 'probe_timeout = "3s"'))
-            spec = work / "bench.toml"
-            spec.write_text(SPEC.format(inventory=inventory, n=args.hosts))
-            env["MINIDOCK_STATE"] = str(work / "state")
-            md = [sys.executable, "-m", "minidock"]
-            subprocess.run(
-                [*md, "apply", str(spec), "--wait", "--timeout", "10m"],
-                env=env,
-                cwd=code,
-                check=True,
-                capture_output=True,
-            )
+            doc = doc.replace('probe_timeout = "30s"', 'probe_timeout = "3s"')
+            md, env = applied(Path(tmp), args.hosts, code, doc)
             for name in slow:
                 (fleet.host_dir(name) / "slow").write_text(f"{args.late:g}\n")
             walls = []

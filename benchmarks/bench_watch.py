@@ -43,6 +43,30 @@ restart = {{ delay = "100ms" }}
 """
 
 
+def applied(
+    work: Path, hosts: int, code: Path, inventory_text: str
+) -> tuple[list[str], dict[str, str]]:
+    """SPEC over the first `hosts` hosts, applied (`--wait`) with MiniDock from `code` and a
+    state in `work`, through `inventory_text`: the `minidock` argv and environment that
+    ran it, for the benchmark's next commands."""
+    inventory = work / "inventory.toml"
+    inventory.write_text(inventory_text)
+    spec = work / "bench.toml"
+    spec.write_text(SPEC.format(inventory=inventory, n=hosts))
+    env = dict(os.environ) | {"PYTHONPATH": str(code), "MINIDOCK_STATE": str(work / "state")}
+    md = [sys.executable, "-m", "minidock"]  # `python -m` from `code` (its cwd)
+    done = subprocess.run(
+        [*md, "apply", str(spec), "--wait", "--timeout", "10m"],
+        env=env,
+        cwd=code,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"apply failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+    return md, env
+
+
 class Watch:
     """`minidock watch` as a subprocess, its stdout lines kept with the time each came."""
 
@@ -91,23 +115,10 @@ def main() -> None:
     fleet.clear()
     names = list(fleet.hosts)[: args.hosts]
     code = (args.code or Path(__file__).resolve().parent.parent).resolve()
-    env = dict(os.environ) | {"PYTHONPATH": str(code)}  # `python -m` from there (its cwd)
     try:
         with tempfile.TemporaryDirectory(dir=fleet.root) as tmp:
-            work = Path(tmp)
-            doc = fleet.inventory.read_text()
-            inventory = work / "inventory.toml"
-            inventory.write_text(doc)  # the whole fleet; the spec spreads over the first n
-            spec = work / "bench.toml"
-            spec.write_text(SPEC.format(inventory=inventory, n=args.hosts))
-            env["MINIDOCK_STATE"] = str(work / "state")
-            md = [sys.executable, "-m", "minidock"]
-            subprocess.run(
-                [*md, "apply", str(spec), "--wait", "--timeout", "10m"],
-                env=env,
-                cwd=code,
-                check=True,
-            )
+            # the whole fleet's inventory; the spec spreads over the first n hosts
+            md, env = applied(Path(tmp), args.hosts, code, fleet.inventory.read_text())
             watch = Watch([*md, "watch", "--interval", args.interval], env, code)
             time.sleep(5)  # its first passes: connections pooled, streams open
             for name in names:

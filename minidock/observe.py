@@ -36,7 +36,7 @@ import asyncio
 import logging
 import re
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, replace
 
 from minidock.commands import (
@@ -102,7 +102,31 @@ class ProbeMemory:
     def __init__(self) -> None:
         self._inspected: dict[str, dict[str, _Inspected]] = {}
         self._answers: dict[str, deque[float]] = {}
+        self._last: dict[str, HostObservation] = {}  # each host's last good probe
         self.inspected = 0  # containers inspected, over every probe (benchmarks)
+        self.probed = 0  # hosts probed, over every pass (tests, benchmarks)
+
+    def remembered(self) -> frozenset[str]:
+        """The hosts whose last probe answered, and which no pass has acted on since."""
+        return frozenset(self._last)
+
+    def last(self, host: str) -> HostObservation | None:
+        """The host's last good observation, unless forgotten since."""
+        return self._last.get(host)
+
+    def observed(self, seen: HostObservation) -> None:
+        """A probe's outcome: kept when it answered, else the host's last is forgotten."""
+        self.probed += 1
+        if seen.ok:
+            self._last[seen.host] = seen
+        else:
+            self._last.pop(seen.host, None)
+
+    def forget(self, hosts: Iterable[str]) -> None:
+        """A pass acted on these hosts: their last observation no longer stands (the next
+        pass probes them whatever their event streams say)."""
+        for host in hosts:
+            self._last.pop(host, None)
 
     def known(self, host: str) -> dict[str, str]:
         """Each remembered container of host, by id: its listing key."""
@@ -343,17 +367,25 @@ async def observe(
     ports: bool = True,
     others: bool = True,
     memory: ProbeMemory | None = None,
+    scope: Set[str] | None = None,
 ) -> Observed:
     """Probe every host at once; each gets a HostObservation, failed or not. `memory`:
-    what earlier probes inspected (watch's), else none."""
+    what earlier probes inspected (watch's), else none. With `scope` (a watch pass between
+    resyncs: core.watching.probe_scope), only those hosts are probed; every other host's
+    last good observation in `memory` stands for it (one it does not have is probed)."""
     memory = ProbeMemory() if memory is None else memory
+    kept = {} if scope is None else {h.name: memory.last(h.name) for h in hosts}
+    probed = [h for h in hosts if scope is None or h.name in scope or kept[h.name] is None]
     found = await asyncio.gather(
         *(
             observe_host(executor, h, cluster, ports=ports, others=others, memory=memory)
-            for h in hosts
+            for h in probed
         )
     )
-    return Observed(hosts={o.host: o for o in found})
+    for seen in found:
+        memory.observed(seen)
+    everyone = {o.host: o for o in kept.values() if o is not None} | {o.host: o for o in found}
+    return Observed(hosts={h.name: everyone[h.name] for h in hosts})
 
 
 async def port_tables(

@@ -15,7 +15,7 @@ import asyncio
 import gc
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field, replace
 
 from minidock.acts import Acts, carry_out, held_ports, stop_graces
@@ -56,17 +56,19 @@ async def decide(
     clock: Callable[[], float] = time.time,
     force_down: bool = False,
     memory: ProbeMemory | None = None,
+    scope: Set[str] | None = None,
 ) -> PassResult:
     """Observe every host (and the ingress proxies, and the name proxies while a service
     exposes ports) and decide; nothing is recorded or done (plan, status). The hosts' port
     tables are read only when the decision made without them starts a task that takes a
     host port (core.watching.port_tables_needed), and it is made again only if one of its
     tasks' ports turns out held (ports_conflict). `memory`: what this command's earlier
-    probes inspected (watch's; else none)."""
+    probes inspected (watch's; else none); `scope`: the only hosts to probe, the others'
+    last observation in `memory` standing for them (observe.observe)."""
     edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
     named = inventory.hosts if names_in_use(cluster, state) else ()
     observed, proxies, names = await asyncio.gather(
-        observe(executor, inventory.hosts, cluster.name, ports=False, memory=memory),
+        observe(executor, inventory.hosts, cluster.name, ports=False, memory=memory, scope=scope),
         observe_proxies(executor, edges, cluster.name),
         observe_names(executor, named, cluster.name),
     )
@@ -113,11 +115,13 @@ async def run_pass(
     force_down: bool = False,
     masker: Masker | None = None,
     memory: ProbeMemory | None = None,
+    scope: Set[str] | None = None,
 ) -> PassResult:
-    """Observe every host, decide, record the decision, act, record the outcome.
-    `force_down` overrides the mass-loss guard for this pass (the operator knows);
-    `masker` is the command's masker from its previous pass (`masking.masker_for`),
-    `memory` its probes' (`observe.ProbeMemory`)."""
+    """Observe every host (or those in `scope`, `decide`), decide, record the decision,
+    act, record the outcome. `force_down` overrides the mass-loss guard for this pass
+    (the operator knows); `masker` is the command's masker from its previous pass
+    (`masking.masker_for`), `memory` its probes' (`observe.ProbeMemory`), which forgets
+    the hosts acted on: the next pass probes them."""
     now = clock()
     state = store.load()
     result = await decide(
@@ -128,6 +132,7 @@ async def run_pass(
         clock=lambda: now,
         force_down=force_down,
         memory=memory,
+        scope=scope,
     )
     mask = result.masker = masker_for(store, result.plan.state, result.observed, known=masker)
     plan = mask.plan(result.plan)
@@ -147,6 +152,8 @@ async def run_pass(
     )
     plan, result.observed = await _certify(acts, cluster, inventory, result.observed, plan, store)
     result.plan = plan
+    if memory is not None:
+        memory.forget([r.host for r in plan.run] + [s.container.host for s in plan.stop])
     await carry_out(acts, plan, cluster, inventory, result.observed, now)
     if acts.events or acts.outcomes:
         final, learned = fold_outcomes(plan.state, acts.outcomes, now)

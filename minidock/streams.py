@@ -10,9 +10,11 @@ failing), with `--since` the last event it delivered (the host's clock), so even
 meanwhile are replayed. A stream that has been open UP_AFTER (1 s) rings once, so that
 what happened before docker subscribed it (a container killed as the stream opened) is
 seen by a pass then, not at the resync. One that cannot open at all (the host is off)
-rings nothing: the passes, at the interval, find that host. No event is needed for a
-decision to be right: every pass observes every host, so a lost event only delays what
-the next pass sees.
+rings nothing: the passes find that host (a host whose stream is not up is probed by
+every pass). Between resyncs a pass probes only the hosts whose stream rang or is not
+up (core.watching.probe_scope, `take`); every other host's stream is up and silent, so
+its last observation stands. A lost event (docker's own, between a stream's opening and
+docker subscribing it) is caught by the resync, which probes every host.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class _Stream:
     last_event: int = 0
     opened: int = 0  # how many times it was started
     broken: int = 0  # how many times it ended after it was up
+    up: bool = False  # open, and up (a line came, or it lasted UP_AFTER): it would tell
+    rung: bool = False  # it rang since the last pass took its rings (`take`)
     events: list[str] = field(default_factory=list)  # the last few actions (diagnostics)
 
 
@@ -72,6 +76,27 @@ class EventStreams:
                 stream = self._streams[key] = _Stream(host, cluster)
                 stream.task = asyncio.create_task(self._keep(stream))
 
+    def take(self, cluster: str) -> tuple[frozenset[str], frozenset[str]]:
+        """For a pass of `cluster` about to probe: the hosts whose stream rang since the
+        last take (their rings are now this pass's), and those whose stream is up, so
+        that a host neither rang nor down is as its last probe saw it
+        (core.watching.probe_scope)."""
+        mine = [s for (c, _), s in self._streams.items() if c == cluster]
+        rung = frozenset(s.host.name for s in mine if s.rung)
+        for s in mine:
+            s.rung = False
+        return rung, frozenset(s.host.name for s in mine if s.up)
+
+    def _ring(self, stream: _Stream) -> None:
+        stream.rung = True
+        self._on_event(stream.host.name)
+
+    def _up(self, stream: _Stream) -> None:
+        """The stream has been open UP_AFTER: from now on it would tell of a change; a
+        pass then sees what happened before docker subscribed it."""
+        stream.up = True
+        self._ring(stream)
+
     def stream(self, cluster: str, host: str) -> _Stream | None:
         """A host's stream (tests and benchmarks read its counts)."""
         return self._streams.get((cluster, host))
@@ -96,10 +121,11 @@ class EventStreams:
         pause = FIRST_PAUSE
         while True:
             up = await self._once(stream)
+            stream.up = False
             if up:
                 stream.broken += 1
                 pause = FIRST_PAUSE
-                self._on_event(stream.host.name)  # events may have been lost meanwhile
+                self._ring(stream)  # events may have been lost meanwhile
             await asyncio.sleep(pause)
             pause = min(LAST_PAUSE, pause * 2)
 
@@ -116,16 +142,16 @@ class EventStreams:
             if found is None:
                 log.info("%s: docker events: %s", stream.host.name, line.text)
                 return
-            delivered = True
+            delivered = stream.up = True
             stream.last_event = max(stream.last_event, found[2])
             stream.events = [*stream.events[-9:], found[0]]
             log.debug("%s: docker event %s %s", stream.host.name, found[0], found[1][:12])
-            self._on_event(stream.host.name)
+            self._ring(stream)
 
         stream.opened += 1
         started = time.monotonic()
         # once up, a pass: what happened before docker subscribed it is not missed
-        up = asyncio.get_running_loop().call_later(UP_AFTER, self._on_event, stream.host.name)
+        up = asyncio.get_running_loop().call_later(UP_AFTER, self._up, stream)
         try:
             status = await self._executor.follow(stream.host, argv, on_line)
             log.info("%s: docker events ended (exit %d)", stream.host.name, status)

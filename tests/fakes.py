@@ -14,6 +14,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Se
 from dataclasses import dataclass
 from typing import Any
 
+from minidock.commands import PS_FORMAT
 from minidock.model import Host, image_registry
 from minidock.push import LocalImage
 from minidock.ssh import OnLine, OutputLine, Result, Terminal, Unreachable
@@ -336,6 +337,8 @@ class FakeDocker:
                 for k, v in wanted.items()
             )
         ]
+        if args[-2:] == ["--format", PS_FORMAT]:  # as docker prints it: id, state, status
+            return ok("".join(f"{cid} {_status(engine[cid]['State'])}\n" for cid in ids))
         return ok("".join(f"{cid}\n" for cid in ids))
 
     def _inspect(self, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
@@ -551,6 +554,22 @@ class FakeDocker:
     @staticmethod
     def _missing(ref: str) -> Result:
         return fail(f"Error response from daemon: No such container: {ref}")
+
+
+_HEALTH_SHOWN = {"healthy": " (healthy)", "unhealthy": " (unhealthy)"}
+
+
+def _status(state: dict[str, Any]) -> str:
+    """A container's State and Status columns as `docker ps` shows them ("running Up 2
+    seconds (healthy)", "exited Exited (137) 1 second ago"): what a probe keys it by."""
+    status = state["Status"]
+    if status == "running":
+        health = (state.get("Health") or {}).get("Status")
+        shown = _HEALTH_SHOWN.get(health, " (health: starting)") if health else ""
+        return f"running Up 2 seconds{shown}"
+    if status == "exited":
+        return f"exited Exited ({state.get('ExitCode', 0)}) 1 second ago"
+    return f"{status} {status.capitalize()}"
 
 
 def fake_image_id(image: str) -> str:

@@ -1,7 +1,8 @@
 """Pure decisions of a watching controller (docs/operations.md, "Watch"): which listed
 containers need a `docker inspect`, how long a probe waits for a host's docker and when
-its answer is "slow", whether a pass needs the hosts' port tables, and when the next pass
-runs (events coalesced, the interval as the resync). No I/O: the observe adapter, the
+its answer is "slow", whether a pass needs the hosts' port tables, which hosts a pass
+between resyncs probes, and when the next pass runs (events coalesced, the interval as the
+resync). No I/O: the observe adapter, the
 event streams and the watch loop hand these functions what they measured.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
+from minidock.core.state import ControllerState
 from minidock.model import Service
 
 __all__ = [
@@ -19,10 +21,12 @@ __all__ = [
     "SETTLE",
     "PassTimer",
     "answer_deadline",
+    "backoff_ends",
     "health_word",
     "listing_key",
     "port_tables_needed",
     "ports_conflict",
+    "probe_scope",
     "slow",
     "to_inspect",
 ]
@@ -107,6 +111,34 @@ def ports_conflict(runs: Iterable[tuple[str, Service]], held: Mapping[str, Set[s
     )
 
 
+# -- which hosts a pass probes --------------------------------------------------------------
+
+
+def probe_scope(
+    hosts: Iterable[str], *, rung: Set[str], up: Set[str], remembered: Set[str]
+) -> frozenset[str]:
+    """The hosts a pass between resyncs probes: those whose event stream rang since the
+    last pass took its rings (an event, or the stream broke), those whose stream is not up
+    (not yet open, reopening, or never opened: nothing would tell of a change), and those
+    with no good observation remembered (never probed, the last probe failed, or the last
+    pass acted there). Every other host's stream is up and silent, so its containers are
+    as its last probe saw them: that observation is used again. A resync probes them all."""
+    return frozenset(h for h in hosts if h in rung or h not in up or h not in remembered)
+
+
+def backoff_ends(state: ControllerState, now: float) -> float | None:
+    """Seconds from `now` to the soonest restart backoff still running in `state` (a slot
+    not Failed whose next start is later); None when none is. The pass after it has a
+    task to start, and no event will say when."""
+    left = [
+        slot.next_start - now
+        for service in state.services.values()
+        for slot in service.slots.values()
+        if slot.next_start > now and not slot.failed
+    ]
+    return min(left, default=None)
+
+
 # -- when the next pass runs ----------------------------------------------------------------
 
 SETTLE = 0.05  # seconds an event waits for others (a stop is die then destroy) before a pass
@@ -115,38 +147,50 @@ PROGRESS = 1.0  # seconds between passes while one says work is under way (exit 
 
 @dataclass(frozen=True)
 class PassTimer:
-    """When `watch` runs its next pass: at the resync (`interval` after the last pass
-    began); SETTLE after the first event that came since the last pass began; or PROGRESS
-    after a pass that left work under way (a restart backoff, a task starting, a rollout:
-    no event says when a backoff ends), whichever is soonest. Events that come during a
-    pass, or from many hosts at once, make one pass."""
+    """When `watch` runs its next pass: at the resync (`interval` after the last full pass
+    began: every host probed); SETTLE after the first event that came since the last pass
+    began; or, after a pass that left work under way (a restart backoff, a task starting,
+    a rollout), PROGRESS later, or when its soonest backoff ends if that is sooner (no
+    event says when a backoff ends), whichever is soonest. Events that come during a pass,
+    or from many hosts at once, make one pass. Passes between resyncs probe only the hosts
+    that need it (probe_scope), so they do not push the resync back."""
 
     interval: float
-    last_start: float = 0.0
+    last_full: float | None = None  # when the last full pass began (None: none yet)
     woken: float | None = None  # the first event since the last pass began
-    busy: float | None = None  # when the last pass, which left work under way, ended
+    busy: float | None = None  # when the next pass is due for work under way
 
-    def started(self, now: float) -> PassTimer:
-        """A pass begins now: events before it are its own."""
-        return PassTimer(self.interval, now)
+    def resync_due(self, now: float) -> bool:
+        """Whether a pass beginning now probes every host."""
+        return self.last_full is None or now >= self.last_full + self.interval
 
-    def finished(self, now: float, *, under_way: bool) -> PassTimer:
-        """The pass (the round) ended now, with work under way or not."""
-        return PassTimer(self.interval, self.last_start, self.woken, now if under_way else None)
+    def started(self, now: float, *, full: bool = True) -> PassTimer:
+        """A pass begins now (a full one, or scoped): events before it are its own."""
+        return PassTimer(self.interval, now if full else self.last_full)
+
+    def finished(
+        self, now: float, *, under_way: bool, backoff_left: float | None = None
+    ) -> PassTimer:
+        """The pass (the round) ended now, with work under way or not; `backoff_left`:
+        seconds to the soonest restart backoff's end (core.watching.backoff_ends)."""
+        busy = None
+        if under_way:
+            busy = now + min(PROGRESS, PROGRESS if backoff_left is None else backoff_left)
+        return PassTimer(self.interval, self.last_full, self.woken, busy)
 
     def event(self, now: float) -> PassTimer:
         """An event (or a broken stream) came: a pass is due SETTLE after the first one."""
         if self.woken is not None:
             return self
-        return PassTimer(self.interval, self.last_start, now, self.busy)
+        return PassTimer(self.interval, self.last_full, now, self.busy)
 
     def due(self) -> float:
         """When the next pass begins (a time on the same clock)."""
-        times = [self.last_start + self.interval]
+        times = [0.0 if self.last_full is None else self.last_full + self.interval]
         if self.woken is not None:
             times.append(self.woken + SETTLE)
         if self.busy is not None:
-            times.append(self.busy + PROGRESS)
+            times.append(self.busy)
         return min(times)
 
     def wait(self, now: float) -> float:

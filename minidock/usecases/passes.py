@@ -4,9 +4,11 @@ timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Set
+from dataclasses import dataclass
 from typing import NoReturn
 
+from minidock.core.watching import backoff_ends, probe_scope
 from minidock.hookpass import run_hooks
 from minidock.jobpass import run_jobs
 from minidock.masking import Masker
@@ -58,10 +60,12 @@ async def one_pass(
     force_down: bool = False,
     masker: Masker | None = None,
     memory: ProbeMemory | None = None,
+    scope: Set[str] | None = None,
 ) -> PassResult:
     """One reconcile pass (runner.run_pass), then its hooks' part (minidock.hookpass) and
     its scheduled jobs' (minidock.jobpass) at the same time; `masker`: the command's,
-    from its last pass; `memory`: its probes' (watch's)."""
+    from its last pass; `memory`: its probes' (watch's); `scope`: the only hosts it
+    probes (watch's passes between resyncs)."""
     now = clock()
     result = await run_pass(
         cluster,
@@ -72,6 +76,7 @@ async def one_pass(
         force_down=force_down,
         masker=masker,
         memory=memory,
+        scope=scope,
     )
     result = await run_hooks(cluster, inventory, store, executor, result, now)
     return await run_jobs(cluster, inventory, store, executor, result, now)
@@ -218,17 +223,26 @@ async def watch_step(
     *,
     memory: ProbeMemory | None = None,
     streams: EventStreams | None = None,
+    full: bool = True,
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works.
     The latest generation is read afresh, so an apply made meanwhile counts (and its
     secrets join `masker`, the cluster's masker from the previous pass); `memory` is the
     cluster's probe memory, and `streams` follow the events of the hosts its inventory
-    lists now."""
+    lists now. A pass that is not `full` (not a resync) probes only the hosts whose stream
+    rang or is not up, or that `memory` has no good observation of (probe_scope)."""
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory))
-            if streams is not None:
-                streams.follow(desired.cluster.name, desired.inventory.hosts)
+            scope = None
+            if streams is not None and memory is not None:
+                hosts = desired.inventory.hosts
+                streams.follow(desired.cluster.name, hosts)
+                rung, up = streams.take(desired.cluster.name)
+                if not full:
+                    known = memory.remembered()
+                    names = (h.name for h in hosts)
+                    scope = probe_scope(names, rung=rung, up=up, remembered=known)
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
@@ -239,6 +253,7 @@ async def watch_step(
                     clock=runtime.clock.now,
                     masker=masker,
                     memory=memory,
+                    scope=scope,
                 )
                 code = verdict(result)
                 seconds = runtime.clock.monotonic() - started
@@ -248,6 +263,21 @@ async def watch_step(
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
     return PassDone(result, code, cluster)
+
+
+@dataclass
+class _Left:
+    """What a watch round's passes left for the next round: work under way (a pass exited
+    3), and the seconds to the soonest restart backoff's end among them."""
+
+    under_way: bool = False
+    backoff: float | None = None
+
+    def add(self, step: PassDone, now: float) -> None:
+        self.under_way |= step.exit_code is ExitCode.NOT_CONVERGED
+        left = backoff_ends(step.result.plan.state, now)
+        if left is not None:
+            self.backoff = left if self.backoff is None else min(left, self.backoff)
 
 
 async def watch(
@@ -264,7 +294,9 @@ async def watch(
     docker events stream says a container died, started, changed health, ran out of
     memory or was removed, or the stream broke (minidock.streams; core.watching.PassTimer
     coalesces them), and a second after a round that left work under way (a pass exited
-    3: a restart backoff, a task starting, a rollout). The lock is held for each pass, not
+    3: a restart backoff, a task starting, a rollout), or when its soonest backoff ends
+    if sooner. A round at the resync probes every host; one between probes only the
+    hosts whose stream rang or is not up (watch_step). The lock is held for each pass, not
     between passes, so other writers get their turn. A signal during a pass lets it finish
     (KeyboardInterrupt after it)."""
     require_applied(directory)
@@ -275,9 +307,9 @@ async def watch(
         streams = EventStreams(executor, bell.ring)
         try:
             while True:
-                bell.started()
+                full = bell.started()
                 targets = chosen(directory, cluster)
-                under_way = False
+                left = _Left()
                 for h in targets:
                     name = tagged(h, len(targets))
                     memory = memories.setdefault(h.name, ProbeMemory())
@@ -289,15 +321,16 @@ async def watch(
                         maskers.get(h.name),
                         memory=memory,
                         streams=streams,
+                        full=full,
                     )
                     if isinstance(step, PassDone):
                         maskers[h.name] = step.result.masker
-                        under_way |= step.exit_code is ExitCode.NOT_CONVERGED
+                        left.add(step, runtime.clock.now())
                         log.debug("%s: pass exit %d", h.name, step.exit_code)
                     report(step)
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
-                bell.finished(under_way=under_way)
+                bell.finished(under_way=left.under_way, backoff_left=left.backoff)
                 await bell.wait()
         finally:
             await streams.close()

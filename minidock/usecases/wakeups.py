@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 class Bell:
     """Rung by a host's event stream (`ring`); `wait` returns when the next round is due:
-    at the resync, or SETTLE after the first ring since the round began."""
+    at the resync, SETTLE after the first ring since the round began, or soon after a
+    round that left work under way."""
 
     def __init__(self, clock: Clock, interval: float) -> None:
         self._clock = clock
@@ -32,14 +33,20 @@ class Bell:
         self._timer = self._timer.event(self._clock.monotonic())
         self._rung.set()
 
-    def started(self) -> None:
-        """A round begins: the rings before now are its own."""
-        self._timer = self._timer.started(self._clock.monotonic())
+    def started(self) -> bool:
+        """A round begins: the rings before now are its own. Whether it is a resync (its
+        passes probe every host), else its passes probe only the hosts that need it."""
+        now = self._clock.monotonic()
+        full = self._timer.resync_due(now)
+        self._timer = self._timer.started(now, full=full)
         self._rung.clear()
+        return full
 
-    def finished(self, *, under_way: bool) -> None:
-        """The round ended, leaving work under way (a pass exited 3) or not."""
-        self._timer = self._timer.finished(self._clock.monotonic(), under_way=under_way)
+    def finished(self, *, under_way: bool, backoff_left: float | None = None) -> None:
+        """The round ended, leaving work under way (a pass exited 3) or not; `backoff_left`:
+        seconds to the soonest restart backoff's end, if one runs."""
+        now = self._clock.monotonic()
+        self._timer = self._timer.finished(now, under_way=under_way, backoff_left=backoff_left)
 
     async def wait(self) -> None:
         """Until the next round is due (the clock's sleep, cut short by a ring)."""

@@ -7,29 +7,39 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
-from hypothesis import given
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from minidock import streams
 from minidock.commands import inspect_argv, parse_listing, ps_argv
 from minidock.core.hosts import HostPhase, HostState, probe_step
+from minidock.core.slots import SlotPhase, SlotState
+from minidock.core.state import ControllerState, ServiceState
 from minidock.core.watching import (
     PROGRESS,
     SETTLE,
     PassTimer,
     answer_deadline,
+    backoff_ends,
     health_word,
     listing_key,
     port_tables_needed,
     ports_conflict,
+    probe_scope,
     slow,
     to_inspect,
 )
-from minidock.model import Host, PortMapping, Service
+from minidock.model import Host, HostObservation, PortMapping, Service
 from minidock.observe import ProbeMemory, observe
-from minidock.ssh import Result, Step, batch_script, parse_batch
-from tests.fakes import FakeExecutor, ok
+from minidock.runner import run_pass
+from minidock.ssh import Executor, OutputLine, Result, Step, batch_script, parse_batch
+from tests.fakes import FakeDocker, FakeExecutor, ok
+from tests.sim import RunnerWorld, hosts, svc
 
 DATA = Path(__file__).parent.parent / "data" / "docker"
 MIXED = (DATA / "mixed.json").read_text()
@@ -111,21 +121,62 @@ def test_port_tables_are_read_only_when_a_started_task_takes_a_host_port() -> No
 
 # -- when the next pass runs ----------------------------------------------------------------
 def test_events_from_many_hosts_make_one_pass_soon_and_the_interval_is_the_resync() -> None:
-    timer = PassTimer(30.0).started(100.0)
+    timer = PassTimer(30.0)
+    assert timer.resync_due(0.0)  # the first pass probes every host
+    timer = timer.started(100.0)
     assert timer.wait(100.0) == 30.0
     rung = timer.event(101.0).event(101.01).event(101.02)  # three hosts, one pass
     assert rung.due() == 101.0 + SETTLE
     assert rung.wait(200.0) == 0.0
-    after = rung.started(101.05)
-    assert after.due() == 131.05  # the events before it began are its own
+    assert not rung.resync_due(101.05)  # a pass between resyncs: scoped
+    after = rung.started(101.05, full=False)
+    assert after.due() == 130.0  # the resync stays 30 s after the last full pass began
     during = after.event(101.5)  # an event during the pass: one more pass after it
     assert during.finished(102.0, under_way=False).wait(102.0) == 0.0
+    assert after.resync_due(130.0)
+    assert after.started(130.0, full=True).due() == 160.0
 
 
 def test_a_pass_that_leaves_work_under_way_is_followed_within_a_second() -> None:
     timer = PassTimer(30.0).started(0.0).finished(0.5, under_way=True)
     assert timer.due() == 0.5 + PROGRESS
     assert PassTimer(30.0).started(0.0).finished(0.5, under_way=False).due() == 30.0
+    # a restart backoff that ends sooner than a second: the pass comes when it ends
+    soon = PassTimer(30.0).started(0.0).finished(0.5, under_way=True, backoff_left=0.1)
+    assert soon.due() == 0.6
+    later = PassTimer(30.0).started(0.0).finished(0.5, under_way=True, backoff_left=8.0)
+    assert later.due() == 0.5 + PROGRESS
+    # a backoff with nothing under way (the pass converged otherwise) wakes nothing
+    idle = PassTimer(30.0).started(0.0).finished(0.5, under_way=False, backoff_left=0.1)
+    assert idle.due() == 30.0
+
+
+def test_the_soonest_running_backoff_is_found_and_failed_slots_wait_for_nobody() -> None:
+    def service(*slots: SlotState) -> ServiceState:
+        spec = Service(name="s", image="s:1", replicas=len(slots))
+        return ServiceState(spec, 1, slots=dict(enumerate(slots, 1)))
+
+    waiting, sooner = SlotState(next_start=105.0), SlotState(next_start=100.5)
+    failed = SlotState(phase=SlotPhase.FAILED, next_start=100.1)
+    past = SlotState(next_start=99.0)
+    state = ControllerState(services={"a": service(waiting, failed), "b": service(sooner, past)})
+    assert backoff_ends(state, 100.0) == 0.5
+    assert backoff_ends(ControllerState(services={"a": service(failed, past)}), 100.0) is None
+
+
+@given(
+    st.sets(st.sampled_from([f"h{i}" for i in range(8)])),
+    st.sets(st.sampled_from([f"h{i}" for i in range(8)])),
+    st.sets(st.sampled_from([f"h{i}" for i in range(8)])),
+)
+def test_a_pass_between_resyncs_reuses_only_hosts_up_silent_and_remembered(
+    rung: set[str], up: set[str], remembered: set[str]
+) -> None:
+    hosts = [f"h{i}" for i in range(8)]
+    scope = probe_scope(hosts, rung=rung, up=up, remembered=remembered)
+    for h in hosts:
+        reused = h not in scope
+        assert reused == (h in up and h not in rung and h in remembered)
 
 
 # -- the batch's inspect skips what the memory knows -----------------------------------------
@@ -166,3 +217,129 @@ def test_the_probe_memory_inspects_a_container_again_only_when_it_changed() -> N
     asyncio.run(observe(executor, [h1], "rec", ports=False, others=False, memory=memory))
     assert executor.argvs()[-1] == inspect_argv([WEB])
     assert memory.inspected == 3
+
+
+# -- passes between resyncs see what a full probe sees --------------------------------------
+def _listing(docker: FakeDocker, host: str) -> tuple[tuple[str, str, str], ...]:
+    """What a host's event stream tells of: each container's id, state and health (a
+    change rings it: die, start, health_status, destroy)."""
+    engine = docker.engines.get(host, {})
+    return tuple(
+        sorted(
+            (cid, doc["State"]["Status"], (doc["State"].get("Health") or {}).get("Status", ""))
+            for cid, doc in engine.items()
+        )
+    )
+
+
+def _seen(o: HostObservation) -> tuple[object, ...]:
+    return (o.ok, o.containers, o.others, o.oneoffs)
+
+
+IMAGES = ["web:5", "crash:1", "web:broken", "web:late", "web:slow"]
+FAULTS = ["advance", "advance", "kill", "down", "up", "foreign"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_passes_between_resyncs_see_exactly_what_a_full_probe_sees(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """Every pass probes only the hosts whose stream rang (a change since the last pass's
+    acts: never the pass's own acts, which the memory forgets instead), whose stream is
+    down (the host is), or that the memory has no good observation of; every host's
+    observation is still exactly what a full, fresh probe of it sees, whatever the
+    containers do (crash, turn unhealthy, exit late), tasks killed, hosts lost and back."""
+    fleet = hosts(data.draw(st.integers(1, 4)))
+    w = RunnerWorld(fleet, tmp_path_factory.mktemp("scoped"))
+    names = [h.name for h in fleet]
+    specs = [
+        svc(
+            f"s{i}", image=data.draw(st.sampled_from(IMAGES)), replicas=data.draw(st.integers(1, 5))
+        )
+        for i in range(data.draw(st.integers(1, 2)))
+    ]
+    w.apply(*specs)
+    memory = ProbeMemory()
+    quiet = {h: _listing(w.docker, h) for h in names}  # as the last pass left them
+    probed = 0
+    for _ in range(data.draw(st.integers(4, 14))):
+        fault, where = data.draw(st.sampled_from(FAULTS)), data.draw(st.sampled_from(names))
+        live = [c for c in w.docker.engines.get(where, {}).values() if c["State"]["Running"]]
+        if fault == "advance":
+            w.docker.advance()
+        elif fault == "kill" and live:
+            live[0]["State"].update(Status="exited", Running=False, ExitCode=137)
+        elif fault == "down":
+            w.docker.down.add(where)
+        elif fault == "up":
+            w.docker.down.discard(where)
+        elif fault == "foreign":  # another cluster's task: its stream says nothing
+            w.docker.add(where, f"other-{probed}", {"minidock.cluster": "other"})
+        rung = {h for h in names if _listing(w.docker, h) != quiet[h]}
+        up = {h for h in names if h not in w.docker.down}
+        scope = probe_scope(names, rung=rung, up=up, remembered=memory.remembered())
+        truth = asyncio.run(observe(w.executor, fleet, w.cluster_name, ports=False))
+        assert w.cluster is not None
+        result = asyncio.run(
+            run_pass(
+                w.cluster, w.inventory, w.store, w.executor,
+                clock=w.clock, memory=memory, scope=scope,
+            )
+        )  # fmt: skip
+        for h in names:
+            if h in scope or fault != "foreign" or h != where:
+                assert _seen(result.observed.hosts[h]) == _seen(truth.hosts[h]), h
+        probed += len(scope)
+        quiet = {h: _listing(w.docker, h) for h in names}  # the pass's acts ring nothing
+    w.close()
+
+
+# -- the event streams' rings and ups -------------------------------------------------------
+class _HeldStream:
+    """An executor whose `docker events` stays open until the test ends it, printing the
+    lines the test sends."""
+
+    def __init__(self) -> None:
+        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def follow(self, host: Host, argv: object, on_line: Callable[[OutputLine], None]) -> int:
+        while (line := await self.lines.get()) is not None:
+            on_line(OutputLine("stdout", line))
+        return 0
+
+
+def test_a_stream_counts_as_up_only_once_it_would_tell_and_its_rings_are_taken_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(streams, "UP_AFTER", 0.05)
+    monkeypatch.setattr(streams, "FIRST_PAUSE", 0.05)
+    h1 = Host("h1", "127.0.0.1")
+
+    async def scenario() -> list[tuple[frozenset[str], frozenset[str]]]:
+        held = _HeldStream()
+        rings: list[str] = []
+        events = streams.EventStreams(cast(Executor, held), rings.append)
+        events.follow("c", [h1])
+        taken = [events.take("c")]  # just opened: not up, so a pass probes h1
+        await asyncio.sleep(0.1)
+        taken.append(events.take("c"))  # up, and it rang once on coming up
+        taken.append(events.take("c"))  # its rings were taken
+        await held.lines.put(f"die {WEB} 1700000000000000000")
+        await asyncio.sleep(0.01)
+        taken.append(events.take("c"))  # an event rang it
+        await held.lines.put(None)  # the stream ends: it rings, and is not up
+        await asyncio.sleep(0.01)
+        taken.append(events.take("c"))
+        await events.close()
+        assert rings == ["h1"] * 3
+        return taken
+
+    none, only = frozenset[str](), frozenset({"h1"})
+    assert asyncio.run(scenario()) == [
+        (none, none),
+        (only, only),
+        (none, only),
+        (only, only),
+        (only, none),
+    ]

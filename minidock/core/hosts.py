@@ -5,7 +5,8 @@ Two orthogonal things are known about a host, as in SwarmKit (a node's `Status` 
 
 - its **phase**, driven by this pass's probe: `ready` (answered), `unreachable` (failed
   fewer than `down_after` consecutive probes, or its sshd answered and its docker did not
-  in time, "slow", which is never counted: its tasks still hold their slots), `down`
+  in time, "slow", which is not counted, its tasks holding their slots, until its docker
+  has been silent for SLOW_GRACE: hung is not slow), `down`
   (failed `down_after` in a row: its tasks are lost);
 - its **availability**, the operator's durable word: `active` or `drained`.
 
@@ -28,12 +29,14 @@ __all__ = [
     "HostPhase",
     "HostState",
     "Intent",
+    "SLOW_GRACE",
     "Probe",
     "SeenTask",
     "availability_step",
     "forgotten",
     "mass_loss",
     "probe_step",
+    "silent_too_long",
 ]
 
 
@@ -136,6 +139,17 @@ AVAILABILITY_TABLE: dict[tuple[Availability, Intent], Availability] = {
 }
 
 
+SLOW_GRACE = 120.0  # seconds a host that answered before may go without its docker answering
+# (its sshd answering) before its probes count as failed again: slow is not down, hung is
+
+
+def silent_too_long(old: HostState, now: float) -> bool:
+    """Whether a slow host's docker has not answered for SLOW_GRACE since its last answer:
+    it is then hung, not slow, and its probes count towards `down_after` (a host that never
+    answered has no tasks to lose, and stays unreachable)."""
+    return old.last_seen is not None and now - old.last_seen >= SLOW_GRACE
+
+
 def probe_step(
     name: str,
     old: HostState,
@@ -148,15 +162,18 @@ def probe_step(
     slow: bool = False,
 ) -> tuple[HostState, Event | None]:
     """One probe of a host: `answered` holds its live tasks, or is None when it failed
-    (`slow`: its sshd answered, its docker not in time, which counts no failure). While
-    the mass-loss guard holds, a failed probe never takes a host down."""
+    (`slow`: its sshd answered, its docker not in time, which counts no failure until its
+    docker has been silent for SLOW_GRACE). While the mass-loss guard holds, a failed probe
+    never takes a host down."""
     if answered is not None:
         phase, kind = PROBE_TABLE[(old.phase, Probe.ANSWERED)]
         new = evolve(old, phase=phase, failures=0, last_seen=now, last_error=None, tasks=answered)
-    elif slow:
+    elif slow and not silent_too_long(old, now):
         phase, kind = PROBE_TABLE[(old.phase, Probe.SLOW)]
         new = evolve(old, phase=phase, last_error=error)
     else:
+        if slow:
+            error = f"{error}; its docker has not answered for over {SLOW_GRACE:.0f}s"
         failures = old.failures + 1
         probe = Probe.FAILED_LIMIT if failures >= down_after else Probe.FAILED
         probe = Probe.FAILED_HELD if guard_holds else probe

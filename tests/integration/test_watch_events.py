@@ -1,5 +1,6 @@
 """`minidock watch` on the real lab fleet reacts to docker events (issue 26): a killed task
-is replaced within one pass under a 30 s interval, a broken event stream is reopened, a
+is replaced within one pass under a 30 s interval, by passes that probe only the host
+that rang (a quiet host's docker runs no `ps` meanwhile), a broken event stream is reopened, a
 paused host is noticed by the pooled connection's keepalives between probes, and a host
 whose docker answers late is slow, never down. Assertions read the hosts themselves."""
 
@@ -76,7 +77,32 @@ def stop(watcher: subprocess.Popen[str]) -> str:
     return err
 
 
-def test_under_watch_a_killed_task_is_replaced_at_once_and_a_broken_stream_reopens(
+COUNTED = "/tmp/docker-calls"  # on a host whose docker is wrapped: one line per command
+
+
+def wrap_docker(fleet: Fleet, host: str, line: str) -> None:
+    """Wrap the host's docker CLI: the shell `line` runs before each of its commands."""
+    fleet.exec(
+        host,
+        "sh",
+        "-c",
+        f"mv /usr/bin/docker /usr/bin/docker.real && printf '%s\\n' '#!/bin/sh' '{line}' "
+        "'exec /usr/bin/docker.real \"$@\"' > /usr/bin/docker && chmod +x /usr/bin/docker",
+        check=True,
+    )
+
+
+def unwrap_docker(fleet: Fleet, host: str) -> None:
+    fleet.exec(host, "mv", "/usr/bin/docker.real", "/usr/bin/docker", check=True)
+
+
+def probes_of(fleet: Fleet, host: str) -> int:
+    """How many `docker ps` the host's wrapped docker ran (each probe runs one)."""
+    found = fleet.exec(host, "sh", "-c", f"cat {COUNTED} 2>/dev/null || true", check=True)
+    return sum(1 for line in found.stdout.splitlines() if line.startswith("ps "))
+
+
+def test_a_killed_task_is_replaced_at_once_probing_only_its_host_and_a_broken_stream_reopens(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     md = Minidock(
@@ -85,11 +111,18 @@ def test_under_watch_a_killed_task_is_replaced_at_once_and_a_broken_stream_reope
     res = md("apply", str(md.spec(WEB)), "--wait", "--timeout", "60s")
     assert res.returncode == 0, res.stdout + res.stderr
     host = next(h for h in WORKERS if running(md, h))
+    quiet = "host4"  # zone c: never a task of web, nothing happens there
+    wrap_docker(fleet, quiet, f'echo "$*" >> {COUNTED}')
     watcher = md.popen("watch", "--interval", "30s")
     out = Lines(watcher)
     try:
         wait_for("the host's event stream", lambda: stream_pids(fleet, host), 20)
+        # the first (full) pass probed host4, then the pass its stream rang on coming up
+        wait_for("host4's two probes", lambda: probes_of(fleet, quiet) >= 2, 20)
+        assert probes_of(fleet, quiet) == 2
         first = kill_and_wait_for_replacement(md, fleet, host, out)
+        # the kill rang only its host: the passes that replaced the task left host4 alone
+        assert probes_of(fleet, quiet) == 2
         host = next(h for h in WORKERS if running(md, h))
         wait_for("the host's event stream", lambda: stream_pids(fleet, host), 20)
         before = stream_pids(fleet, host)  # break the stream: its process on the host killed
@@ -102,6 +135,8 @@ def test_under_watch_a_killed_task_is_replaced_at_once_and_a_broken_stream_reope
         )
     finally:
         err = stop(watcher)
+        unwrap_docker(fleet, quiet)
+        fleet.exec(quiet, "rm", "-f", COUNTED, check=True)
     printed = out.text()
     assert len([line for line in printed if line.startswith("started web.")]) == 2, printed
     assert "Traceback" not in err, err
@@ -124,15 +159,7 @@ def test_keepalives_notice_a_paused_host_between_probes_and_a_slow_docker_is_not
     assert res.returncode == 0, res.stdout + res.stderr
     # a throttled host: its docker ps answers 3 s late, past probe_timeout (2 s)
     slow_host = "host3"
-    fleet.exec(
-        slow_host,
-        "sh",
-        "-c",
-        "mv /usr/bin/docker /usr/bin/docker.real && printf '%s\\n' '#!/bin/sh' "
-        "'case \"$1\" in ps) sleep 3 ;; esac' 'exec /usr/bin/docker.real \"$@\"' "
-        "> /usr/bin/docker && chmod +x /usr/bin/docker",
-        check=True,
-    )
+    wrap_docker(fleet, slow_host, 'case "$1" in ps) sleep 3 ;; esac')
     try:
         before = {h: running(md, h) for h in ("host1", "host2", "host3")}
         res = md("reconcile")
@@ -162,4 +189,4 @@ def test_keepalives_notice_a_paused_host_between_probes_and_a_slow_docker_is_not
         downs = [e["host"] for e in events if e["kind"] == "host-down"]
         assert downs == [paused], [e["kind"] for e in events]
     finally:
-        fleet.exec(slow_host, "mv", "/usr/bin/docker.real", "/usr/bin/docker", check=True)
+        unwrap_docker(fleet, slow_host)

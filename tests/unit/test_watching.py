@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from minidock import streams
 from minidock.commands import inspect_argv, parse_listing, ps_argv
-from minidock.core.hosts import HostPhase, HostState, probe_step
+from minidock.core.hosts import SLOW_GRACE, HostPhase, HostState, probe_step
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.watching import (
@@ -105,6 +105,30 @@ def test_a_slow_probe_keeps_the_host_and_never_counts_towards_down() -> None:
     assert (again.phase, again.failures, event) == (HostPhase.UNREACHABLE, 0, None)
     down, event = probe_step("h1", ready, answered=None, error="refused", down_after=1, now=1.0)
     assert down.phase is HostPhase.DOWN  # a real failure still counts
+
+
+def test_a_docker_silent_past_the_grace_is_hung_and_its_probes_count_again() -> None:
+    seen = HostState(last_seen=100.0)
+    late = 100.0 + SLOW_GRACE - 1
+    slow_still, event = probe_step(
+        "h1", seen, answered=None, error="late", down_after=2, now=late, slow=True
+    )
+    assert (slow_still.phase, slow_still.failures) == (HostPhase.UNREACHABLE, 0)
+    hung = 100.0 + SLOW_GRACE
+    once, event = probe_step(
+        "h1", slow_still, answered=None, error="late", down_after=2, now=hung, slow=True
+    )
+    assert (once.phase, once.failures, event) == (HostPhase.UNREACHABLE, 1, None)
+    down, event = probe_step(
+        "h1", once, answered=None, error="late", down_after=2, now=hung + 1, slow=True
+    )
+    assert down.phase is HostPhase.DOWN
+    assert event is not None
+    assert f"has not answered for over {SLOW_GRACE:.0f}s" in event.message
+    # a host that never answered has no tasks to lose: it stays slow, unreachable
+    never, _ = probe_step("h1", HostState(), answered=None, error="late", down_after=1,
+                          now=hung, slow=True)  # fmt: skip
+    assert (never.phase, never.failures) == (HostPhase.UNREACHABLE, 0)
 
 
 # -- port tables ----------------------------------------------------------------------------

@@ -25,11 +25,11 @@ from minidock.model import Event, Host
 __all__ = [
     "AVAILABILITY_TABLE",
     "PROBE_TABLE",
+    "SLOW_GRACE",
     "Availability",
     "HostPhase",
     "HostState",
     "Intent",
-    "SLOW_GRACE",
     "Probe",
     "SeenTask",
     "availability_step",

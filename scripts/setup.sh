@@ -25,3 +25,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
     echo "$want" >"$stamp"
 fi
+
+# MiniDock's own bytecode, compiled once here: an environment that sets
+# PYTHONDONTWRITEBYTECODE (this machine's does) never writes it, and then every `minidock`
+# process (the suite starts some 1,100) compiles its 130 modules again: about 0.3 s of
+# CPU each (docs/benchmarks.md "The test suite"). compileall writes it whatever that
+# variable says, and an edited module is compiled again the next time; quick when current.
+.venv/bin/python -m compileall -q minidock >/dev/null

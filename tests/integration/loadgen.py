@@ -48,12 +48,15 @@ async def get(port: int, host: str, path: str = "/", timeout: float = 30.0) -> R
 @dataclass
 class Load:
     """`with Load(port, "app.test") as load:` keeps `clients` requests in flight (each
-    client sends its next request when its last one ends) until the block ends; `replies`
-    holds every one."""
+    client sends its next request when its last one ends, after `pause` seconds) until the
+    block ends; `replies` holds every one. With no pause the clients take all the CPU they
+    can get (about 260 requests a second and more than one core of two here, proxies and
+    backends included); the lab tests pause (docs/testing.md "Suite time")."""
 
     port: int
     host: str
     clients: int = 4
+    pause: float = 0.0
     replies: list[Reply] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -71,6 +74,8 @@ class Load:
     async def _client(self) -> None:
         while not self._stop.is_set():
             self.replies.append(await get(self.port, self.host))
+            if self.pause:
+                await asyncio.sleep(self.pause)
 
     async def _run(self) -> None:
         await asyncio.gather(*(self._client() for _ in range(self.clients)))

@@ -56,6 +56,19 @@ def http_port(fleet: Fleet, host: str = EDGE) -> int:
     return fleet.lab.host(host).http_port
 
 
+# Each of the 4 clients waits this long between two requests: any window longer than it
+# and one request's time (10 ms quiet) meets a request from every client; at most about
+# 110 requests a second in all (4 / 35 ms). Unpaced they took 260 a second on a quiet lab
+# and more than one core of the two, starving the other worker (docs/testing.md
+# "Suite time").
+LOAD_PAUSE = 0.025
+
+
+def paced_load(fleet: Fleet) -> Load:
+    """The load generator on the edge's published port 80, paced (LOAD_PAUSE)."""
+    return Load(http_port(fleet), DOMAIN, pause=LOAD_PAUSE)
+
+
 def loaded(fleet: Fleet, md: Minidock) -> dict[str, Any]:
     """The config the edge's proxy has loaded (its autosave), read with docker exec."""
     out = fleet.docker(EDGE, "exec", proxy_name(md.cluster), "cat", AUTOSAVE, check=True)
@@ -92,7 +105,7 @@ def test_routes_are_the_healthy_tasks_and_load_only_when_they_change(
     dials = upstreams(fleet, md)
     assert len(dials) == 3
     assert {d.rpartition(":")[0] for d in dials} == addresses
-    with Load(http_port(fleet), DOMAIN) as load:
+    with paced_load(fleet) as load:
         time.sleep(2)
     assert load.replies
     assert load.failed() == []
@@ -158,7 +171,7 @@ def latency(load: Load) -> str:
 @pytest.mark.parametrize("order", ["stop-first", "start-first"])
 def test_a_rolling_update_fails_no_request(fleet: Fleet, md: Minidock, order: str) -> None:
     apply(md, spec(order=order))
-    with Load(http_port(fleet), DOMAIN) as load:
+    with paced_load(fleet) as load:
         apply(md, spec(WEB6, order=order))
         time.sleep(1)
     assert_no_failure(load, fleet, md)
@@ -173,7 +186,7 @@ def test_a_drain_then_a_rebalance_fail_no_request(fleet: Fleet, md: Minidock) ->
     (two there), and once the victim is active again the rebalance moves one back."""
     apply(md, spec(replicas=4))
     victim = next(t["host"] for t in md.tasks("web") if t["host"] != EDGE)
-    with Load(http_port(fleet), DOMAIN) as load:
+    with paced_load(fleet) as load:
         if md("drain", victim, timeout=240).returncode != 0:
             converge(md)  # the drain is recorded; passes finish it
         assert victim not in {t["host"] for t in md.tasks("web")}
@@ -190,7 +203,7 @@ def test_a_drain_then_a_rebalance_fail_no_request(fleet: Fleet, md: Minidock) ->
 
 def test_scaling_down_and_up_fails_no_request(fleet: Fleet, md: Minidock) -> None:
     apply(md, spec())
-    with Load(http_port(fleet), DOMAIN) as load:
+    with paced_load(fleet) as load:
         for count in (1, 3):
             if md("scale", f"web={count}", "--wait", timeout=240).returncode != 0:
                 converge(md)
@@ -205,7 +218,7 @@ def test_scaling_down_and_up_fails_no_request(fleet: Fleet, md: Minidock) -> Non
 def test_a_lost_host_fails_no_request(fleet: Fleet, md: Minidock, mode: str) -> None:
     apply(md, spec())
     victim = next(t["host"] for t in md.tasks("web") if t["host"] != EDGE)
-    with Load(http_port(fleet), DOMAIN) as load:
+    with paced_load(fleet) as load:
         fleet.kill(victim, mode)  # type: ignore[arg-type]
         converge(md, ok=(4,))  # degraded: the host is down, its task replaced elsewhere
         fleet.revive(victim)
@@ -218,7 +231,7 @@ def test_a_lost_host_fails_no_request(fleet: Fleet, md: Minidock, mode: str) -> 
 
 def test_a_controller_killed_mid_update_fails_no_request(fleet: Fleet, md: Minidock) -> None:
     apply(md, spec())
-    with Load(http_port(fleet), DOMAIN) as load:
+    with paced_load(fleet) as load:
         proc = md.popen("apply", str(md.spec(spec(WEB6))), "--wait", "--timeout", "3m")
         for _ in range(600):  # mid-update: the first old task draining
             if events(md, "draining") or proc.poll() is not None:

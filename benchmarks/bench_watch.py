@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -125,10 +126,15 @@ def main() -> None:
                 (fleet.host_dir(name) / "calls").write_text("")
                 (fleet.host_dir(name) / "count").write_text("")
             time.sleep(args.steady)
-            calls = [len((fleet.host_dir(n) / "calls").read_text().splitlines()) for n in names]
+            verbs = [(fleet.host_dir(n) / "calls").read_text().split() for n in names]
             for name in names:
                 (fleet.host_dir(name) / "count").unlink()
-            per_minute = statistics.mean(calls) * 60.0 / args.steady
+            per_minute = statistics.mean(len(v) for v in verbs) * 60.0 / args.steady
+            counted = Counter(verb for v in verbs for verb in v)
+            each = ", ".join(
+                f"{verb} {n * 60.0 / args.steady / len(names):.1f}"
+                for verb, n in counted.most_common()
+            )
             took = []
             for _ in range(args.kills):
                 victim = random.choice([n for n in names if fleet.docker(n, "ps", "-q").stdout])
@@ -144,7 +150,7 @@ def main() -> None:
     shown = ", ".join(f"{t:.2f}" for t in took)
     print(
         f"| {args.hosts} | {args.interval} | {statistics.median(took):.2f} s ({shown}) "
-        f"| {per_minute:.1f} |"
+        f"| {per_minute:.1f} ({each}) |"
     )
 
 

@@ -69,17 +69,37 @@ def applied(
 
 
 class Watch:
-    """`minidock watch` as a subprocess, its stdout lines kept with the time each came."""
+    """`minidock watch` as a subprocess, its stdout lines kept with the time each came, and
+    the times its passes ended (each pass's `minidock: ...` line on stderr)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         self.lines: list[tuple[float, str]] = []
+        self.passes: list[float] = []
         threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_passes, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def _read_passes(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if line.startswith("minidock: "):
+                self.passes.append(time.monotonic())
+
+    def settled(self, timeout: float) -> None:
+        """Until its first pass ended (it prints a line), then 15 s for the pass its streams
+        ring on coming up (a warm probe of every host: about 12 s at 1,000 hosts): its
+        start-up is not counted as steady state."""
+        end = time.monotonic() + timeout
+        while not self.passes and time.monotonic() < end:
+            time.sleep(0.1)
+        time.sleep(15)
 
     def started_after(self, since: float, timeout: float) -> float | None:
         """Seconds from `since` to the first `started` line printed after it."""
@@ -121,7 +141,7 @@ def main() -> None:
             # the whole fleet's inventory; the spec spreads over the first n hosts
             md, env = applied(Path(tmp), args.hosts, code, fleet.inventory.read_text())
             watch = Watch([*md, "watch", "--interval", args.interval], env, code)
-            time.sleep(5)  # its first passes: connections pooled, streams open
+            watch.settled(timeout=300)  # its first passes: connections pooled, streams open
             for name in names:
                 (fleet.host_dir(name) / "calls").write_text("")
                 (fleet.host_dir(name) / "count").write_text("")

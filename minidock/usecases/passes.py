@@ -20,6 +20,7 @@ from minidock.store import StateLocation, Store
 from minidock.streams import EventStreams
 from minidock.usecases.access import (
     Desired,
+    Inventories,
     Writer,
     admissible,
     read_desired,
@@ -224,16 +225,18 @@ async def watch_step(
     memory: ProbeMemory | None = None,
     streams: EventStreams | None = None,
     full: bool = True,
+    inventories: Inventories | None = None,
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works.
     The latest generation is read afresh, so an apply made meanwhile counts (and its
     secrets join `masker`, the cluster's masker from the previous pass); `memory` is the
     cluster's probe memory, and `streams` follow the events of the hosts its inventory
     lists now. A pass that is not `full` (not a resync) probes only the hosts whose stream
-    rang or is not up, or that `memory` has no good observation of (probe_scope)."""
+    rang or is not up, or that `memory` has no good observation of (probe_scope);
+    `inventories`: the inventory files read before, parsed again only when changed."""
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
-            desired = admissible(store.load(), read_desired(store, directory))
+            desired = admissible(store.load(), read_desired(store, directory, inventories))
             scope = None
             if streams is not None and memory is not None:
                 hosts = desired.inventory.hosts
@@ -302,6 +305,7 @@ async def watch(
     require_applied(directory)
     maskers: dict[str, Masker] = {}  # each cluster's, built once and kept across passes
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
+    inventories = Inventories()
     bell = Bell(runtime.clock, interval)
     async with connected(runtime) as executor:
         streams = EventStreams(executor, bell.ring)
@@ -322,6 +326,7 @@ async def watch(
                         memory=memory,
                         streams=streams,
                         full=full,
+                        inventories=inventories,
                     )
                     if isinstance(step, PassDone):
                         maskers[h.name] = step.result.masker

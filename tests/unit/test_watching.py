@@ -34,10 +34,12 @@ from minidock.core.watching import (
     slow,
     to_inspect,
 )
-from minidock.model import Host, HostObservation, PortMapping, Service
+from minidock.model import Host, HostObservation, Inventory, PortMapping, Service
 from minidock.observe import ProbeMemory, observe
 from minidock.runner import run_pass
+from minidock.spec import SpecError
 from minidock.ssh import Executor, OutputLine, Result, Step, batch_script, parse_batch
+from minidock.usecases import access
 from tests.fakes import FakeDocker, FakeExecutor, ok
 from tests.sim import RunnerWorld, hosts, svc
 
@@ -367,3 +369,34 @@ def test_a_stream_counts_as_up_only_once_it_would_tell_and_its_rings_are_taken_o
         (only, only),
         (only, none),
     ]
+
+
+# -- watch parses its inventory again only when the file changed ----------------------------
+def test_watch_parses_the_inventory_again_only_when_its_bytes_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "inventory.toml"
+    text = (Path(__file__).parents[2] / "inventory" / "example.toml").read_text()
+    path.write_text(text)
+    parsed: list[str] = []
+    real = access.load_inventory
+
+    def counted(p: str) -> Inventory:
+        parsed.append(p)
+        return real(p)
+
+    monkeypatch.setattr(access, "load_inventory", counted)
+    inventories = access.Inventories()
+    first = inventories.load(str(path))
+    assert inventories.load(str(path)) is first
+    assert len(parsed) == 1
+    path.write_text(text.replace('name = "host1"', 'name = "host9"'))
+    changed = inventories.load(str(path))
+    assert changed.hosts[0].name == "host9"
+    assert len(parsed) == 2
+    path.write_text(text.replace("[[hosts]]", "[[hosts]]\nbogus = 1", 1))
+    with pytest.raises(SpecError, match="bogus"):  # a broken edit is refused as before
+        inventories.load(str(path))
+    path.unlink()
+    with pytest.raises(SpecError):
+        inventories.load(str(path))

@@ -25,7 +25,7 @@ from minidock.masking import Masker, masker_for
 from minidock.model import Cluster, Event, Inventory, Observed, OneOff
 from minidock.push import ControllerEngine
 from minidock.runner import PassResult
-from minidock.schedules import times
+from minidock.schedules import job_times
 from minidock.ssh import CommandTimeout, Executor, Unreachable
 from minidock.store import Store
 
@@ -110,13 +110,17 @@ async def run_jobs(
 
 
 def _decide(work: _Pass, jobs: list[str]) -> list[tuple[str, PendingRun]]:
-    """Each job's step, kept in the state: the runs to start, and the lost ones recorded."""
+    """Each job's step, kept in the state: the runs to start, and the lost ones recorded.
+    A job whose times cannot be computed is skipped (`_unscheduled`); the others go on."""
     starts = []
     all_seen = all(o.ok for o in work.observed.hosts.values())
+    computed = job_times((work.state.services[job].spec for job in jobs), work.now)
     for job in jobs:
         spec = work.state.services[job].spec
-        assert spec.schedule is not None
-        due = times(spec.schedule, work.now)
+        due = computed[job]
+        if isinstance(due, str):
+            _unscheduled(work, job, due)
+            continue
         runs = work.runs(job)
         decided = step(
             work.cluster.name, spec, work.record(job), runs, due, work.now, all_seen=all_seen
@@ -127,6 +131,24 @@ def _decide(work: _Pass, jobs: list[str]) -> list[tuple[str, PendingRun]]:
             work.keep(job, *_recorded(work.record(job), lost, work.now))
         starts += [(job, run) for run in decided.starts]
     return starts
+
+
+SCHEDULE_FAILED = "job-schedule-failed"
+_LOOKBACK = 100  # the newest events read for the job's last `job-schedule-failed`
+
+
+def _unscheduled(work: _Pass, job: str, reason: str) -> None:
+    """A job whose times cannot be computed this pass: no run decided, a failure line
+    (exit 1) every pass while it lasts, as for a failed run; the `job-schedule-failed`
+    event once per distinct reason: not again while the job's newest such event among
+    the log's last `_LOOKBACK` says the same (docs/jobs.md#schedules-that-never-fire)."""
+    line = work.mask.line(f"no run decided: {reason}")
+    work.failures.append(f"{job}: {line}")
+    logged = [e for _, e in work.store.events(_LOOKBACK) if e.kind == SCHEDULE_FAILED]
+    logged += [e for e in work.events if e.kind == SCHEDULE_FAILED]
+    last = next((e for e in reversed(logged) if e.service == job), None)
+    if last is None or last.message != line:
+        work.events.append(Event(work.now, SCHEDULE_FAILED, line, job))  # printed as failed
 
 
 def _recorded(record: JobRecord, run: JobRun, now: float) -> tuple[JobRecord, list[Event | None]]:

@@ -20,7 +20,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
 from minidock.core.jobs import failing_jobs
 from minidock.core.routes import RouteTable
-from minidock.core.schedule import JOB_KIND
+from minidock.core.schedule import JOB_KIND, Times
 from minidock.core.supervise import ready
 from minidock.core.tls import TlsState, renews_at
 from minidock.model import (
@@ -33,7 +33,7 @@ from minidock.model import (
     Observed,
     ProxyObservation,
 )
-from minidock.schedules import times
+from minidock.schedules import job_times
 from minidock.spec.certs import certificate_info
 
 __all__ = [
@@ -365,7 +365,8 @@ def _job(ss: ServiceState, observed: Observed) -> JobSummary | None:
         if o.service == ss.spec.name and o.kind == JOB_KIND and not o.finished
     ]
     after = max(record.due, record.runs[-1].due if record.runs else 0.0)
-    upcoming = times(schedule, after).next if record.due else None
+    computed = job_times([ss.spec], after).get(ss.spec.name) if record.due else None
+    upcoming = computed.next if isinstance(computed, Times) else None  # a str: none computed
     return JobSummary(
         schedule.cron, schedule.timezone, schedule.concurrency, upcoming, len(going),
         record.skipped, record.failing, runs[-1] if runs else None, runs,

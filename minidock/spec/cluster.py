@@ -11,7 +11,7 @@ import ipaddress
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
@@ -43,6 +43,7 @@ from minidock.spec.configs import build_configs
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
 from minidock.spec.ingress import (
     check_ingress_hosts,
+    check_ingress_ports,
     check_routes,
     ingress_of,
     routes_of,
@@ -63,11 +64,16 @@ def load_cluster(path: StrPath) -> Cluster:
 
 
 def load(path: StrPath) -> tuple[Cluster, Inventory]:
-    """Load a cluster file and the inventory it names; errors name the file at fault."""
+    """Load a cluster file and the inventory it names; errors name the file at fault (a
+    Compose file's, its own keys)."""
     display = os.fspath(path)
-    cluster, _, inventory_display = _read_cluster(Path(path), display, with_inventory=True)
+    cluster, _, inventory_display, locate = _read_cluster(Path(path), display, with_inventory=True)
     inventory = read_inventory(Path(cluster.inventory_path), inventory_display)
-    check_ingress_hosts(cluster, inventory, display)
+    try:
+        check_ingress_hosts(cluster, inventory, display)
+        check_ingress_ports(cluster, inventory, display)
+    except SpecError as exc:
+        raise locate(exc) from None
     return cluster, inventory
 
 
@@ -114,13 +120,14 @@ def topo_order(services: Sequence[Service]) -> list[str]:
 
 def _read_cluster(
     path: Path, display: str, *, with_inventory: bool
-) -> tuple[Cluster, dict[str, Any], str]:
-    """The cluster, its TOML document, and how to name its inventory file in messages; a
-    Compose file's problems name its own keys and lines."""
+) -> tuple[Cluster, dict[str, Any], str, Callable[[SpecError], SpecError]]:
+    """The cluster, its TOML document, how to name its inventory file in messages, and
+    what tells a later problem of the file (about a TOML key path) where it is; a Compose
+    file's problems name its own keys and lines."""
     if not is_compose_file(path):
         doc = read_toml(path, display)
         found = _load_cluster(doc, path, display, with_inventory=with_inventory)
-        return _with_document(found, doc)
+        return (*_with_document(found, doc), _as_it_is)
     from minidock.spec.compose.translation import translate_file  # PyYAML only when needed
 
     translation = translate_file(path, display)
@@ -128,7 +135,11 @@ def _read_cluster(
         found = _load_cluster(translation.document, path, display, with_inventory=with_inventory)
     except SpecError as exc:
         raise translation.locate(exc) from None
-    return _with_document(found, translation.document)
+    return (*_with_document(found, translation.document), translation.locate)
+
+
+def _as_it_is(error: SpecError) -> SpecError:
+    return error
 
 
 def _with_document(
@@ -290,10 +301,10 @@ def _schedule(body: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> Schedul
     for key, why in _NOT_FOR_JOBS.items():
         if key in body:
             raise fail((*at, key), why)
-    problem = cron_problem(body["schedule"])
+    zone = body.get("timezone", "UTC")
+    problem = cron_problem(body["schedule"], zone)  # and its times, in the zone
     if problem:
         raise fail((*at, "schedule"), problem)
-    zone = body.get("timezone", "UTC")
     if timezone_problem(zone):
         raise fail((*at, "timezone"), timezone_problem(zone))
     return Schedule(body["schedule"], zone, body.get("concurrency", "forbid"))

@@ -2,7 +2,8 @@
 
 Checks the schema cannot express: a route to a port the service does not say it listens
 on, two services claiming one host and path, `ports` in the range MiniDock publishes
-routed tasks on, an ingress that matches no host of the inventory; a route's certificate
+routed tasks on, an ingress that matches no host of the inventory, `ports` that take
+the proxy's HTTP or HTTPS port on a host the service may run on; a route's certificate
 files and `[ingress] acme` (minidock.spec.certs). docs/ingress.md.
 """
 
@@ -18,7 +19,14 @@ from minidock.spec.certs import acme_settings, route_tls
 from minidock.spec.errors import Fail, Part, SpecError
 from minidock.spec.messages import render, show
 
-__all__ = ["check_ingress_hosts", "check_routes", "ingress_of", "routes_of", "service_ingress"]
+__all__ = [
+    "check_ingress_hosts",
+    "check_ingress_ports",
+    "check_routes",
+    "ingress_of",
+    "routes_of",
+    "service_ingress",
+]
 
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9_./-]*)\s*(==|!=)\s*([^\s=!]\S*)\s*$")
 
@@ -125,9 +133,10 @@ def service_ingress(body: dict[str, Any], routes: tuple[Route, ...]) -> dict[str
 
 
 def check_routes(cluster: Cluster, display: str) -> None:
-    """Two services may not claim one host and path; no service's `ports` may take a
-    port of the ingress's task range (the proxy's HTTP port is a listening socket on the
-    ingress hosts, which the scheduler sees as held)."""
+    """Two services may not claim one host and path; no service's TCP `ports` may take a
+    port of the ingress's task range, on any host: a routed task may run on every host
+    its service's constraints allow, and takes the lowest free port of the range just
+    before its `docker run` (UDP never clashes with it)."""
     ingress = cluster.ingress
     if ingress is None:
         return
@@ -145,7 +154,7 @@ def check_routes(cluster: Cluster, display: str) -> None:
                     f"services {other} and {service.name}: give one another host or path",
                 )
         for i, port in enumerate(service.ports):
-            if ingress.owns_port(port.host_port):
+            if port.protocol == "tcp" and ingress.owns_port(port.host_port):
                 first, last = ingress.task_ports
                 raise SpecError(
                     display,
@@ -188,3 +197,51 @@ def check_ingress_hosts(cluster: Cluster, inventory: Inventory, display: str) ->
             "ingress.constraints",
             "matches no host of the inventory: no proxy would take traffic",
         )
+
+
+def check_ingress_ports(cluster: Cluster, inventory: Inventory, display: str) -> None:
+    """No service publishes the ingress's `http_port` or `https_port` (TCP) while its
+    constraints let it on an ingress host: the proxy holds both there, so such a task
+    could never be placed on that host, or, holding the port first, would keep the proxy
+    from starting. A service whose constraints keep it off every ingress host may."""
+    ingress = cluster.ingress
+    if ingress is None:
+        return
+    edge = [h for h in inventory.hosts if ingress.serves(h)]
+    keys = {ingress.http_port: "http_port", ingress.https_port: "https_port"}
+    for service in cluster.services:
+        on = [h.name for h in edge if all(c.allows(h) for c in service.constraints)]
+        for i, port in enumerate(service.ports):
+            key = keys.get(port.host_port)
+            if key is None or port.protocol != "tcp" or not on:
+                continue
+            hosts = _and(on)
+            raise SpecError(
+                display,
+                f"services.{service.name}.ports[{i}]",
+                f"host port {port.host_port} is the ingress's {key}, which its proxy holds "
+                f"on {hosts}, where {service.name} may run: publish another host port "
+                f"(or route it through the ingress), or {_keep_off(ingress, service.name)}",
+            )
+
+
+def _and(names: Sequence[str], most: int = 3) -> str:
+    shown = [*names[:most], f"{len(names) - most} more"] if len(names) > most else list(names)
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def _keep_off(ingress: Ingress, name: str) -> str:
+    """How to keep a service off every ingress host, as exactly as the ingress allows."""
+    if ingress.hosts:
+        wanted = ", ".join(f'"host != {h}"' for h in ingress.hosts[:3])
+        more = ", ..." if len(ingress.hosts) > 3 else ""
+        return f"keep {name} off the ingress hosts: constraints = [{wanted}{more}]"
+    if len(ingress.constraints) == 1 and ingress.constraints[0].op == "==":
+        c = ingress.constraints[0]
+        return f'keep {name} off the ingress hosts: constraints = ["{c.key} != {c.value}"]'
+    if ingress.constraints:
+        return f"give {name} constraints that keep it off every ingress host"
+    return (
+        "give the ingress its hosts ([ingress] hosts or constraints; by default every host "
+        f"runs its proxy) and keep {name} off them"
+    )

@@ -228,6 +228,22 @@ BAD = [
         "desired",
     ),
     c(
+        WEB + 'command = ["./report"]\nschedule = "0 0 31 2 *"\n',
+        "cluster.toml: services.web.schedule: '0 0 31 2 *' never fires: no date matches it (a "
+        "day its months do not have, like 31 February); give days every month named has, "
+        "e.g. '0 3 28 2 *'",
+        "job-never-fires",
+    ),
+    c(
+        WEB + 'ports = ["80:8080"]\n[services.app]\nimage = "app:1"\nports = ["8080:8080"]\n'
+        'ingress = { host = "app.test", port = 8080 }\n',
+        "cluster.toml: services.web.ports[0]: host port 80 is the ingress's http_port, which "
+        "its proxy holds on host1, where web may run: publish another host port (or route it "
+        "through the ingress), or give the ingress its hosts ([ingress] hosts or constraints; "
+        "by default every host runs its proxy) and keep web off them",
+        "host-port-of-the-ingress",
+    ),
+    c(
         'cluster = "prod"\ninventory = "missing.toml"\n',
         "cluster.toml: inventory: inventory file not found: missing.toml",
         "inventory-not-found",

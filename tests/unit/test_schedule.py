@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,8 +24,9 @@ from minidock.core.schedule import (
 )
 from minidock.model import OneOff, Schedule, Service
 from minidock.runner import PassResult
-from minidock.schedules import cron_problem, times, timezone_problem
-from minidock.spec import load_cluster
+from minidock.schedules import FIRING_YEARS, cron_problem, job_times, times, timezone_problem
+from minidock.spec import SpecError, load, load_cluster
+from minidock.status import status_document
 from minidock.usecases import ExitCode, verdict, why
 from minidock.usecases.passes import one_pass
 from tests.sim import RunnerWorld, hosts
@@ -57,6 +59,81 @@ def test_times_are_the_latest_at_or_before_now_and_the_next_in_the_jobs_timezone
     assert "not a cron expression" in cron_problem("61 3 * * *")
     assert timezone_problem("Europe/Paris") == ""
     assert "unknown timezone 'Mars/Olympus'" in timezone_problem("Mars/Olympus")
+
+
+DEC_2026 = 1796083200.0  # 2026-12-01 00:00 UTC
+MARCH_2096 = 3981398400.0  # 2096-03-01 00:00 UTC: the next 29 February is in 2104
+
+
+def test_a_schedule_with_no_time_within_the_bound_is_refused_saying_why() -> None:
+    """Within FIRING_YEARS (8) of now, both ways, in the job's timezone: a day no month
+    has never comes; one every 28 years is refused; 29 February, the rarest, is not."""
+    assert FIRING_YEARS == 8
+    never = cron_problem("0 0 31 2 *", "UTC", DEC_2026)
+    assert never == (
+        "'0 0 31 2 *' never fires: no date matches it (a day its months do not have, like "
+        "31 February); give days every month named has, e.g. '0 3 28 2 *'"
+    )
+    assert "never fires" in cron_problem("0 0 31 4,6,9,11 *", "Europe/Paris", DEC_2026)
+    assert cron_problem("0 0 * 2 1#5", "UTC", DEC_2026) == (  # the fifth Monday of February
+        "'0 0 * 2 1#5' next fires on 2044-02-29 00:00 UTC, more than 8 years away: give one "
+        "that fires within that, e.g. '0 3 * 2 1' (February's Mondays)"
+    )
+    for now in (DEC_2026, MARCH_2096):  # 2096 -> 2104: no leap day in 2100
+        assert cron_problem("0 0 29 2 *", "UTC", now) == ""
+        assert cron_problem("0 0 29 2 *", "Pacific/Auckland", now) == ""
+    assert cron_problem("0 0 31 2 1", "UTC", DEC_2026) == ""  # or every Monday (cron's OR)
+    assert cron_problem("0 3 * * *", "Mars/Olympus", DEC_2026) == ""  # timezone_problem's
+    assert "has a random field (R)" in cron_problem("R 3 * * *", "UTC", DEC_2026)
+    assert "has a random field (R)" in cron_problem("0 r/2 * * *", "UTC", DEC_2026)
+    assert cron_problem("0 3 * mar fri", "UTC", DEC_2026) == ""  # names with an R in them
+
+
+def test_a_timezone_that_is_a_directory_of_the_tz_database_is_unknown_not_a_traceback() -> None:
+    assert "unknown timezone 'America'" in timezone_problem("America")
+
+
+def test_job_times_gives_each_job_its_times_or_one_line_saying_why_not() -> None:
+    now = 1764644400.5
+    specs = [
+        replace(EVERY_MINUTE, name="good"),
+        replace(EVERY_MINUTE, name="feb31", schedule=Schedule("0 0 31 2 *")),
+        replace(EVERY_MINUTE, name="mars", schedule=Schedule("0 3 * * *", "Mars/Olympus")),
+        replace(EVERY_MINUTE, name="hashed", schedule=Schedule("H 3 * * *")),
+        Service("web", "web:5"),  # not a job
+    ]
+    assert job_times(specs, now) == {
+        "good": Times(1764644400.0, 1764644460.0),
+        "feb31": "schedule '0 0 31 2 *' (UTC) has no scheduled time within 8 years",
+        "mars": "schedule '0 3 * * *' (Mars/Olympus): unknown timezone 'Mars/Olympus': use an "
+        "IANA name such as 'UTC' or 'Europe/Paris'",
+        "hashed": "schedule 'H 3 * * *' (UTC) cannot be read: Hashed definitions must include "
+        "hash_id",
+    }
+
+
+def test_a_schedule_that_never_fires_is_refused_at_load_naming_its_key(tmp_path: Path) -> None:
+    (tmp_path / "inventory.toml").write_text('[[hosts]]\nname = "host1"\naddress = "10.0.0.1"\n')
+    toml = tmp_path / "cluster.toml"
+    toml.write_text(
+        'cluster = "prod"\ninventory = "inventory.toml"\n[services.report]\nimage = "web:5"\n'
+        'schedule = "0 0 30 2 *"\ntimezone = "Europe/Paris"\n'
+    )
+    with pytest.raises(SpecError) as err:
+        load(toml)
+    assert str(err.value).startswith(
+        f"{toml}: services.report.schedule: '0 0 30 2 *' never fires: no date matches it"
+    )
+    compose = tmp_path / "compose.yaml"
+    compose.write_text(
+        "name: prod\nx-minidock:\n  inventory: inventory.toml\nservices:\n  report:\n"
+        "    image: web:5\n    x-minidock:\n      schedule: '0 0 31 2 *'\n"
+    )
+    with pytest.raises(SpecError) as err:
+        load(compose)
+    assert str(err.value).startswith(
+        f"{compose}: services.report.x-minidock.schedule (line 8): '0 0 31 2 *' never fires"
+    )
 
 
 def test_a_new_job_is_armed_then_runs_once_per_scheduled_time() -> None:
@@ -247,4 +324,38 @@ def test_a_rollback_keeps_a_jobs_record_so_a_run_still_going_is_not_run_twice(
     assert len(world.docker.names(status="running")) == 1
     other = replace(job("tools:1"), schedule=Schedule("*/5 * * * *"))
     assert record.across(job("tools:1").schedule, other.schedule).due == 0.0  # armed afresh
+    world.close()
+
+
+def test_a_pass_goes_on_past_a_job_whose_schedule_cannot_be_computed(tmp_path: Path) -> None:
+    """A state stored before validate refused its schedule: each pass skips that job and
+    says so (exit 1, a failure line), logs `job-schedule-failed` once per distinct
+    reason, and runs every other job and task as if it were not there."""
+    world = RunnerWorld(hosts(2), tmp_path / "state", now=1010.0)
+    feb31 = replace(job("tools:done"), name="feb31", schedule=Schedule("0 0 31 2 *"))
+    world.apply(feb31, job("tools:done"), Service("web", "web:5", replicas=2))
+    results = passes(world, 1140.0, 10.0)
+    line = "feb31: no run decided: schedule '0 0 31 2 *' (UTC) has no scheduled time within 8 years"
+    assert all(r.failures == [line] for r in results)
+    assert {verdict(r) for r in results} == {ExitCode.FAILED}
+    assert why(results[-1], ExitCode.FAILED) == "failed: 1 act failed"
+    assert kinds(world) == ["job-schedule-failed"] + ["job-started", "job-succeeded"] * 2
+    assert len(world.docker.names(status="running")) == 2  # web's tasks
+    (logged,) = [e for e in world.events() if e.kind == "job-schedule-failed"]
+    assert (logged.service, logged.message) == ("feb31", line.removeprefix("feb31: "))
+    # another reason (the job's timezone gone from this machine's tz database): once again
+    state = world.state
+    ss = state.services["feb31"]
+    gone = replace(ss.spec, schedule=Schedule("0 3 * * *", "Mars/Olympus"))
+    world.state = replace(state, services={**state.services, "feb31": replace(ss, spec=gone)})
+    passes(world, 1200.0, 10.0)
+    assert kinds(world)[5:] == ["job-schedule-failed", "job-started", "job-succeeded"]
+    assert "unknown timezone 'Mars/Olympus'" in world.events()[-3].message
+    # status shows it with no next time rather than raising
+    armed = replace(world.state.services["feb31"], job=JobRecord(due=960.0))
+    world.state = replace(world.state, services={**world.state.services, "feb31": armed})
+    doc = status_document(world.state, world.inventory, world.observe(), world.plan())
+    (summary,) = [s.job for s in doc.services if s.name == "feb31"]
+    assert summary is not None
+    assert summary.next is None
     world.close()

@@ -605,6 +605,30 @@ BAD = [
         "job-schedule-invalid",
     ),
     c(
+        WEB + 'schedule = "0 0 31 2 *"\n',
+        "services.web.schedule: '0 0 31 2 *' never fires: no date matches it (a day its months"
+        " do not have, like 31 February); give days every month named has, e.g. '0 3 28 2 *'",
+        "job-schedule-never-fires",
+    ),
+    c(
+        WEB + 'schedule = "0 0 31 4 *"\ntimezone = "Europe/Paris"\n',
+        "services.web.schedule: '0 0 31 4 *' never fires: no date matches it (a day its months"
+        " do not have, like 31 February); give days every month named has, e.g. '0 3 28 2 *'",
+        "job-schedule-never-fires-in-its-timezone",
+    ),
+    c(
+        WEB + 'schedule = "R 3 * * *"\n',
+        "services.web.schedule: 'R 3 * * *' has a random field (R): croniter draws it again at"
+        " each reading, so each pass would see other times; give fixed values, e.g. '17 3 * * *'",
+        "job-schedule-random",
+    ),
+    c(
+        WEB + 'schedule = "0 3 * * *"\ntimezone = "America"\n',
+        "services.web.timezone: unknown timezone 'America': use an IANA name such as"
+        " 'UTC' or 'Europe/Paris'",
+        "job-timezone-a-directory",
+    ),
+    c(
         WEB + 'schedule = "0 3 * * *"\ntimezone = "Mars/Olympus"\n',
         "services.web.timezone: unknown timezone 'Mars/Olympus': use an IANA name such as"
         " 'UTC' or 'Europe/Paris'",

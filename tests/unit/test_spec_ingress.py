@@ -112,6 +112,31 @@ BAD = [
         "where MiniDock publishes routed tasks: publish another port, or move task_ports",
     ),
     (
+        ROUTE + '[services.api]\nimage = "api:1"\nports = ["8443:8443", "80:8080"]\n',
+        "services.api.ports[1]: host port 80 is the ingress's http_port, which its proxy holds "
+        "on host1 and host2, where api may run: publish another host port (or route it "
+        "through the ingress), or give the ingress its hosts ([ingress] hosts or "
+        "constraints; by default every host runs its proxy) and keep api off them",
+    ),
+    (
+        '[ingress]\nconstraints = ["role == edge"]\nhttps_port = 8443\n'
+        + ROUTE
+        + '[services.api]\nimage = "api:1"\nports = ["8443:8443"]\n',
+        "services.api.ports[0]: host port 8443 is the ingress's https_port, which its proxy "
+        "holds on host1, where api may run: publish another host port (or route it through "
+        'the ingress), or keep api off the ingress hosts: constraints = ["role != edge"]',
+    ),
+    (
+        '[ingress]\nhosts = ["host1", "host2"]\n'
+        + ROUTE
+        + '[services.api]\nimage = "api:1"\nports = ["443:8443"]\n'
+        + 'constraints = ["host != host1"]\n',
+        "services.api.ports[0]: host port 443 is the ingress's https_port, which its proxy "
+        "holds on host2, where api may run: publish another host port (or route it through "
+        'the ingress), or keep api off the ingress hosts: constraints = ["host != host1", '
+        '"host != host2"]',
+    ),
+    (
         '[ingress]\ntask_ports = "900-1000"\n' + ROUTE,
         "ingress.task_ports: must be FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, "
         "got '900-1000'",
@@ -124,3 +149,42 @@ def test_bad_ingress_is_one_line_naming_the_key(tmp_path: Path, body: str, expec
     with pytest.raises(SpecError) as err:
         loaded(tmp_path, body)
     assert str(err.value) == f"{tmp_path / 'cluster.toml'}: {expected}"
+
+
+def test_host_ports_of_the_ingress_are_free_off_its_hosts_and_for_udp(tmp_path: Path) -> None:
+    """The proxy holds http_port and https_port (TCP) on the ingress hosts only: a service
+    kept off them by its constraints may publish them, and UDP never clashes; nor does a
+    UDP port in task_ports (routed tasks publish TCP)."""
+    cluster, _ = loaded(
+        tmp_path,
+        '[ingress]\nconstraints = ["role == edge"]\n'
+        + ROUTE
+        + '[services.edge]\nimage = "lb:1"\nports = ["80:80", "443:443"]\n'
+        + 'constraints = ["role != edge"]\n'
+        + '[services.dns]\nimage = "dns:1"\nports = ["53:53/udp", "80:80/udp", "30001:53/udp"]\n',
+    )
+    edge, dns = cluster.services[1:]  # type: ignore[attr-defined]
+    assert [str(p) for p in edge.ports] == ["80:80/tcp", "443:443/tcp"]
+    assert [str(p) for p in dns.ports] == ["53:53/udp", "80:80/udp", "30001:53/udp"]
+
+
+def test_a_compose_host_port_on_the_ingress_is_refused_naming_its_compose_key(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "inventory.toml").write_text(INVENTORY)
+    compose = tmp_path / "compose.yaml"
+    compose.write_text(
+        "name: prod\nx-minidock:\n  inventory: inventory.toml\n"
+        "  ingress: {hosts: [host1]}\nservices:\n"
+        "  web:\n    image: web:5\n    ports: ['8080:8080']\n"
+        "    x-minidock: {ingress: {port: 8080}}\n"
+        "  api:\n    image: api:1\n    ports:\n      - '9000:9000'\n      - '80:9000'\n"
+    )
+    with pytest.raises(SpecError) as err:
+        load(compose)
+    assert str(err.value) == (
+        f"{compose}: services.api.ports[1] (line 14): host port 80 is the ingress's http_port, "
+        "which its proxy holds on host1, where api may run: publish another host port (or "
+        "route it through the ingress), or keep api off the ingress hosts: constraints = "
+        '["host != host1"]'
+    )

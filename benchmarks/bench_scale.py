@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import asyncssh  # noqa: E402
 from scale_fleet import ScaleFleet  # noqa: E402
 
-from minidock.commands import ps_argv  # noqa: E402
+from minidock.commands.facts import ps_argv  # noqa: E402
 from minidock.model import Cluster, Host, Inventory, Service  # noqa: E402
 from minidock.observe import observe, probe_steps  # noqa: E402
 from minidock.runner import run_pass  # noqa: E402

@@ -18,14 +18,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from minidock.commands import (
+from minidock.commands.docker import (
     created_argv,
-    docker_error,
     grace_seconds,
     image_present_argv,
     login_argv,
     logs_argv,
-    name_conflict,
     network_connect_argv,
     network_create_argv,
     network_owner_argv,
@@ -37,6 +35,7 @@ from minidock.commands import (
     start_argv,
     stop_argv,
 )
+from minidock.commands.errors import docker_error, name_conflict
 from minidock.configs import ConfigPlaceError, ConfigPlacer
 from minidock.core import (
     ActOutcome,
@@ -351,8 +350,8 @@ async def remove_finished_oneoffs(acts: Acts, observed: Observed, state: Control
 
 def first_line(res: Result, limit: int = 300) -> str:
     """What the command said, on one line and whole up to its cause: a cause that
-    commands.docker_error names, with Docker's words for it; else the message itself, whose
-    end a long one keeps (Docker puts the cause last)."""
+    commands.errors.docker_error names, with Docker's words for it; else the message
+    itself, whose end a long one keeps (Docker puts the cause last)."""
     known = docker_error(res.stderr)
     if known is not None:
         return f"{known.cause} ({known.said})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from minidock.commands import (
+from minidock.commands.docker import (
     config_check_argv,
     config_check_input,
     config_dir_argvs,

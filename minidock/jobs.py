@@ -8,9 +8,8 @@ import asyncio
 from dataclasses import dataclass
 
 from minidock.acts import PrepareFailed, prepare_host
-from minidock.commands import (
+from minidock.commands.docker import (
     logs_argv,
-    name_conflict,
     network_connect_argv,
     oneoff_create_argv,
     oneoff_name,
@@ -20,6 +19,7 @@ from minidock.commands import (
     secret_files_tar,
     start_argv,
 )
+from minidock.commands.errors import name_conflict
 from minidock.model import Host, Inventory, OneOff, Service, cluster_network
 from minidock.push import ControllerEngine
 from minidock.ssh import CommandTimeout, Executor, OnLine, Terminal, Unreachable

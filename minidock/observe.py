@@ -14,8 +14,8 @@ session per host, as a bare fan-out pays (docs/benchmarks.md). Other executors (
 tests' fakes) get the commands one at a time, ps and the port reads at once.
 
 A probe is light in steady state: `docker ps` lists each container with its state and
-health (commands.ps_argv), and `docker inspect` runs only for the containers whose listing
-key (core.watching.listing_key: id, state, health) differs from what `memory` (a
+health (commands.facts.ps_argv), and `docker inspect` runs only for the containers whose
+listing key (commands.facts.listing_key: id, state, health) differs from what `memory` (a
 `ProbeMemory`: watch keeps one per cluster across passes) inspected last; the others'
 inspect is remembered. A memory also keeps each host's last answer times, from which the
 probe's answer deadline is made (core.watching.answer_deadline): the session must open
@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, replace
 
-from minidock.commands import (
+from minidock.commands.facts import (
     ParseError,
     inspect_argv,
     parse_inspect_all,

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from minidock.commands import image_id_size_argv, image_present_argv, load_argv, save_argv
+from minidock.commands.docker import image_id_size_argv, image_present_argv, load_argv, save_argv
 from minidock.model import Host
 from minidock.ssh import Executor
 from minidock.units import approx_size

@@ -166,9 +166,9 @@ class Step:
     """One command of a batch (`SSHExecutor.run_batch`). With `ids_from`, the command is
     given, as its last arguments, the container ids that step printed (each line's first
     word, when it is hex), and runs only when that step succeeded and printed some: else
-    it is skipped (None). With `skip`, a line `ID STATE STATUS` (commands.ps_argv) whose
-    key (core.watching.listing_key) is in `skip` gives no id: a container unchanged since
-    the last observation is not inspected again."""
+    it is skipped (None). With `skip`, a line `ID STATE STATUS` (commands.facts.ps_argv)
+    whose key (commands.facts.listing_key) is in `skip` gives no id: a container unchanged
+    since the last observation is not inspected again."""
 
     argv: tuple[str, ...]
     ids_from: int | None = None
@@ -198,7 +198,7 @@ b() { printf '
 e() { printf '
 %s %s %s
 ' "$m" "$1" "$2"; }"""
-# a listing line's health, as core.watching.health_word reads it
+# a listing line's health, as commands.facts.health_word reads it
 _HEALTH_CASE = (
     "case $r in *'(healthy)'*) h=healthy ;; *'(unhealthy)'*) h=unhealthy ;;"
     " *'(health: starting)'*) h=starting ;; *) h=none ;; esac"

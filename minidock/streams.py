@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from minidock.commands import event_since, events_argv, parse_event
+from minidock.commands.facts import event_since, events_argv, parse_event
 from minidock.model import Host
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Unreachable
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Se
 from dataclasses import dataclass
 from typing import Any
 
-from minidock.commands import PS_FORMAT
+from minidock.commands.facts import PS_FORMAT
 from minidock.model import Host, image_registry
 from minidock.push import LocalImage
 from minidock.ssh import OnLine, OutputLine, Result, Terminal, Unreachable

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from minidock.commands import parse_inspect
+from minidock.commands.facts import parse_inspect
 from minidock.core import ControllerState, Plan, Rollout, admit, reconcile
 from minidock.core.scheduler import service_ports
 from minidock.core.supervise import ready

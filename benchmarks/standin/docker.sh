@@ -124,7 +124,7 @@ ps_() {
         esac
         case $format in
             '{{.ID}}') printf '%s\n' "$id" ;;
-            '{{.ID}} {{.State}} {{.Status}}') # the probe's listing (commands.ps_argv)
+            '{{.ID}} {{.State}} {{.Status}}') # the probe's listing (commands.facts.ps_argv)
                 case $status in
                     running) word="Up 1 hour${health:+ ($health)}" ;;
                     exited) word="Exited ($exit_code) 1 hour ago" ;;

@@ -22,8 +22,6 @@ __all__ = [
     "PassTimer",
     "answer_deadline",
     "backoff_ends",
-    "health_word",
-    "listing_key",
     "port_tables_needed",
     "ports_conflict",
     "probe_scope",
@@ -32,27 +30,6 @@ __all__ = [
 ]
 
 # -- which containers need docker inspect ---------------------------------------------------
-
-_HEALTH = (
-    ("(healthy)", "healthy"),
-    ("(unhealthy)", "unhealthy"),
-    ("(health: starting)", "starting"),
-)
-
-
-def health_word(status: str) -> str:
-    """The health `docker ps` shows in a container's Status column ("Up 3 minutes
-    (healthy)"): healthy, unhealthy, starting, or none. The batch script reads it the same
-    way (minidock.ssh.batch_script)."""
-    return next((word for shown, word in _HEALTH if shown in status), "none")
-
-
-def listing_key(container_id: str, state: str, status: str) -> str:
-    """What a probe compares to know a container unchanged: its id, its state (running,
-    exited, ...) and its health. Containers run with `--restart no`, so a container whose
-    key is the same has the same inspect for every field a decision reads (its exit code,
-    times, health and labels); only a health check's last output may be older."""
-    return f"{container_id}/{state}/{health_word(status)}"
 
 
 def to_inspect(listed: Mapping[str, str], known: Mapping[str, str]) -> list[str]:

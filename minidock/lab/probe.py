@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncssh
 
-from minidock.commands import ParseError, parse_ids, running_ids_argv
+from minidock.commands.facts import ParseError, parse_ids, running_ids_argv
 from minidock.lab.directory import CONNECT_TIMEOUT, LOOPBACK, SSH_USER, LabHost
 from minidock.lab.errors import LabError
 from minidock.model import Host

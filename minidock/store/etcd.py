@@ -30,10 +30,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from minidock import codec
-from minidock.codec import Codec
 from minidock.core import ControllerState
 from minidock.model import Cluster, Event
+from minidock.store import codec
 from minidock.store.base import (
     GenerationRecord,
     LeaseLost,
@@ -42,6 +41,7 @@ from minidock.store.base import (
     StoreUnusable,
     WriterBusy,
 )
+from minidock.store.codec import Codec
 from minidock.store.etcd_client import (
     EtcdClient,
     compare_create,

@@ -22,10 +22,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from minidock.codec import Codec
 from minidock.core import ControllerState
 from minidock.model import Cluster, Event
 from minidock.store.base import GenerationRecord, Snapshot
+from minidock.store.codec import Codec
 from minidock.store.directory import (
     CONTROLLER_ID_NAME,
     DB_NAME,

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from minidock.commands import exec_argv, task_logs_argv
+from minidock.commands.docker import exec_argv, task_logs_argv
 from minidock.core.routes import route_table
 from minidock.masking import Masker, masker_for
 from minidock.model import Container, Host, Inventory, Observed

@@ -284,7 +284,7 @@ def _docker_time(fleet: Fleet, host: str, name: str, fmt: str) -> float:
 
 
 def _parse(value: str) -> float:
-    from minidock.commands import parse_time
+    from minidock.commands.facts import parse_time
 
     at = parse_time(value)
     assert at is not None, value

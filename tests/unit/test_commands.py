@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidock.commands import (
-    ParseError,
+from minidock.commands.docker import (
     container_name,
     created_argv,
     docker_duration,
@@ -20,17 +19,12 @@ from minidock.commands import (
     grace_seconds,
     image_id_size_argv,
     image_present_argv,
-    inspect_argv,
     load_argv,
     login_argv,
     logs_argv,
     network_connect_argv,
     network_create_argv,
     network_owner_argv,
-    parse_ids,
-    parse_inspect,
-    parse_time,
-    ps_argv,
     pull_argv,
     rm_argv,
     run_argv,
@@ -38,6 +32,14 @@ from minidock.commands import (
     start_argv,
     stop_argv,
     task_logs_argv,
+)
+from minidock.commands.facts import (
+    ParseError,
+    inspect_argv,
+    parse_ids,
+    parse_inspect,
+    parse_time,
+    ps_argv,
 )
 from minidock.masking import Masker
 from minidock.model import (
@@ -569,7 +571,7 @@ def test_a_docker_error_keeps_its_cause_when_shortened() -> None:
     assert len(line) <= 300
     assert line.endswith(cause)
     assert line.startswith("...")
-    # a cause commands.docker_error names is said first, in Docker's words, whatever before
+    # a cause commands.errors.docker_error names is said first, in Docker's words, whatever before
     taken = noise + "connectivity: Bind for 0.0.0.0:9 failed: port is already allocated.\n"
     assert first_line(Result(125, "", taken)) == (
         "host port 0.0.0.0:9 is taken by another container "

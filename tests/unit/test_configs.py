@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidock.commands import CONFIG_DIR, run_argv
+from minidock.commands.docker import CONFIG_DIR, run_argv
 from minidock.configs import ConfigPlaceError, ConfigPlacer
 from minidock.core.simulate import spec_diff
 from minidock.model import ConfigFile, Service

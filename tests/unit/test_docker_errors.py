@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from minidock.acts import first_line
-from minidock.commands import (
+from minidock.commands.errors import (
     DaemonDown,
     ImageNotFound,
     NameConflict,

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from minidock.commands import parse_inspect, run_argv
+from minidock.commands.docker import run_argv
+from minidock.commands.facts import parse_inspect
 from minidock.core import ControllerState, Plan, Stop
 from minidock.core.endpoints import Endpoints, endpoint_table, names_in_use
 from minidock.core.state import ServiceState

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.commands import (
+from minidock.commands.facts import (
     ParseError,
     parse_proc_net,
     parse_published_ports,

@@ -9,13 +9,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidock.commands import (
-    oneoff_create_argv,
-    oneoff_name,
-    oneoff_start_argv,
-    parse_inspect,
-    parse_oneoffs,
-)
+from minidock.commands.docker import oneoff_create_argv, oneoff_name, oneoff_start_argv
+from minidock.commands.facts import parse_inspect, parse_oneoffs
 from minidock.core import ControllerState, ServiceState, SlotState
 from minidock.core.hosts import Availability, HostState
 from minidock.core.jobs import finished_oneoffs, oneoff_spec, place_oneoff

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.commands import parse_ids, running_ids_argv
+from minidock.commands.facts import parse_ids, running_ids_argv
 from minidock.lab import docker
 
 PROJECT_FILTER = ["--filter", "label=com.docker.compose.project=lab-a"]

@@ -21,8 +21,8 @@ PACKAGE = ROOT / "minidock"
 
 # the only modules that may name a phase field when building or replacing a record
 PHASE_OWNERS = {
-    "phase": {"core/hosts.py", "core/slots.py", "core/rollout.py", "codec.py"},
-    "availability": {"core/hosts.py", "codec.py"},
+    "phase": {"core/hosts.py", "core/slots.py", "core/rollout.py", "store/codec.py"},
+    "availability": {"core/hosts.py", "store/codec.py"},
 }
 
 
@@ -155,7 +155,7 @@ def test_no_code_outside_a_machine_assigns_a_phase() -> None:
 
 
 def test_a_rollout_stored_with_its_old_field_name_reads_into_its_phase() -> None:
-    from minidock.codec import from_data, to_data
+    from minidock.store.codec import from_data, to_data
 
     old = {**to_data(Rollout(phase=RolloutPhase.PAUSED, reason="x")), "status": "paused"}
     del old["phase"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.commands import (
+from minidock.commands.facts import (
     inspect_argv,
     parse_ids,
     proc_net_argv,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from minidock.commands import run_argv, volume_name
+from minidock.commands.docker import run_argv, volume_name
 from minidock.core import rebalance, set_drained
 from minidock.model import Constraint, HealthCheck, PortMapping, UpdatePolicy, Volume
 from tests.sim import World, assert_results, host, hosts, svc

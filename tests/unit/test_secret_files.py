@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidock.commands import secret_files_argv, secret_files_tar
+from minidock.commands.docker import secret_files_argv, secret_files_tar
 from minidock.core.simulate import spec_diff
 from minidock.model import SecretFile, Service, secret_values
 from tests.fakes import FakeDocker, fail

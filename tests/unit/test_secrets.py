@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.commands import run_argv
+from minidock.commands.docker import run_argv
 from minidock.core import Waiting
 from minidock.core.plan import WaitKind
 from minidock.masking import Masker, kept_masker

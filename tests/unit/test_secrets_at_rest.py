@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from minidock import codec, usecases
+from minidock import usecases
 from minidock.cli import app
 from minidock.model import SecretFile
-from minidock.store import StateLocation, parse_location
+from minidock.store import StateLocation, codec, parse_location
 from minidock.store.sealing import KEY_ENV, KEY_NAME
 from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import ExitCode

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from minidock import codec
 from minidock.cli import app
 from minidock.model import Host, Jump
 from minidock.spec import SpecError, load_inventory
 from minidock.ssh import connect_options
 from minidock.sshconfig import CONFIG_ENV
+from minidock.store import codec
 
 BASTION = """
 Host bastion

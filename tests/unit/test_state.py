@@ -17,7 +17,6 @@ from typing import NoReturn, overload
 
 import pytest
 
-from minidock import codec
 from minidock.core import (
     Availability,
     ControllerState,
@@ -48,6 +47,7 @@ from minidock.state import (
     Store,
     state_dir,
 )
+from minidock.store import codec
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from minidock.caddy import Certificate, RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv
-from minidock.codec import Codec
 from minidock.model import (
     LETS_ENCRYPT,
     AcmeSettings,
@@ -23,6 +22,7 @@ from minidock.model import (
 )
 from minidock.spec import SpecError, load
 from minidock.spec.certs import certificate_info, name_covers
+from minidock.store.codec import Codec
 from minidock.store.sealing import SecretBox
 from tests.tlsfiles import PrivateCA, write_pair
 from tests.unit.test_spec_ingress import HEAD, INVENTORY, WEB

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minidock import streams
-from minidock.commands import inspect_argv, parse_listing, ps_argv
+from minidock.commands.facts import health_word, inspect_argv, listing_key, parse_listing, ps_argv
 from minidock.core.hosts import SLOW_GRACE, HostPhase, HostState, probe_step
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import ControllerState, ServiceState
@@ -26,8 +26,6 @@ from minidock.core.watching import (
     PassTimer,
     answer_deadline,
     backoff_ends,
-    health_word,
-    listing_key,
     port_tables_needed,
     ports_conflict,
     probe_scope,

@@ -6,7 +6,7 @@ The image is a one-file busybox import (no registry needed):
     mkdir -p /tmp/wl/bin && cp /bin/busybox /tmp/wl/bin/ && for c in sh sleep true wget; do
       ln -sf busybox /tmp/wl/bin/$c; done && tar -C /tmp/wl -cf /tmp/wl.tar . &&
     docker import -c 'CMD ["sleep","3600"]' /tmp/wl.tar rec/busybox:1
-Containers are started with `minidock.commands.run_argv` itself (env on stdin), so the
+Containers are started with `minidock.commands.docker.run_argv` itself (env on stdin), so the
 recordings also prove that the argv it builds is one docker accepts. Everything this
 script creates is removed at the end.
 """
@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from minidock.commands import inspect_argv, run_argv
+from minidock.commands.docker import run_argv
+from minidock.commands.facts import inspect_argv
 from minidock.model import HealthCheck, PortMapping, Service
 
 OUT = Path(sys.argv[1])
@@ -161,7 +162,7 @@ try:
     inspect("mixed", running, foreign, other, exited1, partial)
 
     # ps as the probe runs it (ids only), for this cluster.
-    from minidock.commands import ps_argv
+    from minidock.commands.facts import ps_argv
 
     (OUT / "ps.txt").write_text(sh(ps_argv(CL)).stdout)
 

@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from minidock.commands import network_connect_argv, ps_argv, pull_argv, run_argv
+from minidock.commands.docker import network_connect_argv, pull_argv, run_argv
+from minidock.commands.facts import ps_argv
 from minidock.model import PortMapping, Service
 
 OUT = Path(sys.argv[1])

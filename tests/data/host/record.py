@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from minidock.commands import proc_net_argv, published_ports_argv
+from minidock.commands.facts import proc_net_argv, published_ports_argv
 from minidock.lab import WEB5_IMAGE, Lab
 
 OUT = Path(sys.argv[1])

@@ -1,21 +1,18 @@
-"""The act path: a plan's verbs carried out on the hosts over SSH.
+"""The task verbs carried out on the hosts over SSH, and what every start needs first.
 
-`carry_out` loads the pass's route table into the ingress proxies and its endpoints into
-the name proxies (`minidock.names`), then stops (all hosts
-at once) and starts tasks (hosts in parallel, each host's in plan order, due restarts
-first). `Acts` does each verb: the image confirmed, pulled (after `docker login`) or
-pushed; the task's configs placed; the cluster network ensured; `docker run` (or create,
-connect, start), `docker stop` and `docker rm`. It decides nothing: a failed act is an
-outcome for the core (`StartFailed`, `ExitNoted`), which makes the state and events of it
-(`core.outcomes.fold`); the host ports a routed task publishes are the core's choice
-(`core.task_ports`). Every remote command goes through `Acts.sh`, which first checks that
-this controller still holds the writer lock (`fence`), and every line it records goes
-through the command's masker.
+`Acts` does each verb of a plan's tasks: the image confirmed, pulled (after `docker login`)
+or pushed; the task's configs placed; the cluster network ensured; `docker run` (or
+create, connect, start) with the host ports the decision gave it, `docker stop` and
+`docker rm`. It decides nothing: a failed act is an outcome for the core (`StartFailed`,
+`ExitNoted`), which makes the state and events of it (`core.outcomes.fold`). Every remote
+command goes through `Acts.sh`, which first checks that this controller still holds the
+writer lock (`fence`). Its lines and events are as the hosts said them: the runner masks
+them once, where they leave the pass (the report and the commit). The whole plan is
+carried out by `minidock.carry`.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from minidock.commands.docker import (
@@ -41,31 +38,18 @@ from minidock.core import (
     ActOutcome,
     ControllerState,
     ExitNoted,
-    Plan,
     Run,
     StartFailed,
     Stop,
-    task_ports,
 )
-from minidock.core.endpoints import endpoint_table
-from minidock.core.hooks import awaited
-from minidock.core.jobs import finished_oneoffs
-from minidock.core.routes import route_table
-from minidock.haproxy import NAMES_IMAGE
-from minidock.ingress import configs_for, converge_proxies
-from minidock.masking import Masker
 from minidock.model import (
-    Cluster,
     Container,
     Event,
-    Ingress,
     Inventory,
-    Observed,
     RegistryAuth,
     Service,
     cluster_network,
 )
-from minidock.names import converge_names
 from minidock.push import ControllerEngine, LocalEngine, LocalImage, PushError, push_image
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
@@ -74,13 +58,10 @@ __all__ = [
     "ActFailed",
     "Acts",
     "PrepareFailed",
-    "carry_out",
     "ensure_network",
     "first_line",
-    "held_ports",
     "login",
     "prepare_host",
-    "remove_finished_oneoffs",
     "stop_graces",
 ]
 
@@ -102,19 +83,16 @@ class Acts:
         inventory: Inventory,
         cluster: str,
         now: float,
-        mask: Masker,
         controller: str = "",
         *,
         graces: Mapping[tuple[str, str], int] | None = None,
         engine: ControllerEngine | None = None,
         fence: Callable[[], None] = lambda: None,
-        ingress: Ingress | None = None,
-        held_ports: Mapping[str, set[int]] | None = None,
     ):
         self.executor = executor
+        self.inventory = inventory
         self.controller = controller  # labels every task this controller starts
         self.fence = fence  # raises LeaseLost once this controller no longer holds the lock
-        self.mask = mask  # the pass's masker: every line it records goes through it
         self.hosts = {h.name: h for h in inventory.hosts}
         self.cluster = cluster
         self.now = now
@@ -125,8 +103,6 @@ class Acts:
         self.failures: list[str] = []
         self.outcomes: list[ActOutcome] = []  # what the core must learn: it makes the events
         self.networked: set[str] = set()  # hosts where the cluster network is confirmed
-        self.ingress = ingress
-        self.held_ports = {h: set(p) for h, p in (held_ports or {}).items()}
         self.local_images: dict[str, LocalImage | None] = {}
         self.configs = ConfigPlacer(lambda host, argv, stdin: self.sh(host, argv, stdin))
 
@@ -144,10 +120,13 @@ class Acts:
         return await self.executor.run(self.hosts[host], argv, input=stdin, timeout=timeout)
 
     def record(self, kind: str, line: str, where: _Where) -> None:
-        line = self.mask(line)
         service, slot, host, task = where
-        self.events.append(Event(self.now, kind, line, service, slot, host, task))
-        (self.failures if kind == "act-failed" else self.done).append(line)
+        self.record_event(Event(self.now, kind, line, service, slot, host, task))
+
+    def record_event(self, event: Event) -> None:
+        """An act's event, and its line among the pass's acts (or its failures)."""
+        self.events.append(event)
+        (self.failures if event.kind == "act-failed" else self.done).append(event.message)
 
     async def stop(self, s: Stop) -> None:
         c = s.container
@@ -157,7 +136,6 @@ class Acts:
                 logs = await self.sh(c.host, logs_argv(c.id))
                 tail = " | ".join((logs.stdout + logs.stderr).strip().splitlines()[-3:])
                 line = f"{s.reason}; log: {tail}" if tail else s.reason
-                line = self.mask.line(line)
                 self.outcomes.append(ExitNoted(c.service, c.slot, line, s.reason))
             await self._stop_and_remove(c)
             verb = "stopped" if c.live else "removed"  # an exited task was never stopped here
@@ -185,7 +163,7 @@ class Acts:
             else:
                 self.record("adopt", f"{r.name} already exists on {r.host}: adopted", where)
         except (ActFailed, ConfigPlaceError, PushError, Unreachable, CommandTimeout) as exc:
-            line = self.mask(f"{r.name} on {r.host}: {exc}")
+            line = f"{r.name} on {r.host}: {exc}"
             self.outcomes.append(StartFailed(svc.name, r.slot, r.task, line))
             self.record("act-failed", f"run {line}", where)
 
@@ -193,11 +171,8 @@ class Acts:
         """Run the task (its configs, placed, mounted); False when it exists already (a
         crash between act and record). A task with extra networks is created, connected
         to them, then started."""
-        svc = r.service
+        svc, ports = r.service, r.ports
         network = cluster_network(self.cluster)
-        held = self.held_ports.setdefault(r.host, set())
-        ports = task_ports.choose(self.ingress, svc, held, self.hosts[r.host].reached_at)
-        held.update(ports.taken)
         if ports.refused:
             raise ActFailed(ports.refused)
         argv, env = run_argv(
@@ -320,7 +295,7 @@ async def prepare_host(
     """What a task's start needs on `host`, done for a one-off task (`minidock.jobs`): the
     image (confirmed, pulled or pushed, as for a task), the configs placed, the cluster's
     network. Returns the config mounts; raises PrepareFailed saying what failed."""
-    acts = Acts(executor, inventory, cluster, 0.0, Masker(()), engine=engine)
+    acts = Acts(executor, inventory, cluster, 0.0, engine=engine)
     try:
         await acts._ensure_image(host, service, (service.name, 0, host, name))
         mounts = await acts.configs.place(host, service.configs, name)
@@ -328,24 +303,6 @@ async def prepare_host(
     except (ActFailed, ConfigPlaceError, PushError, Unreachable, CommandTimeout) as exc:
         raise PrepareFailed(f"{name} on {host}: {exc}") from None
     return tuple(mounts)
-
-
-async def remove_finished_oneoffs(acts: Acts, observed: Observed, state: ControllerState) -> None:
-    """Remove every one-off task that has finished (its runner was interrupted, or the
-    controller killed), but the runs their scheduled job collects (minidock.jobpass): one
-    event each; a failure to remove is an act failure."""
-    jobs = {n for n, ss in state.services.items() if ss.spec.schedule is not None}
-    for o in finished_oneoffs(observed, jobs, awaited(state)):
-        where = (o.service, 0, o.host, o.run)
-        try:
-            res = await acts.sh(o.host, rm_argv([o.id], force=True))
-        except (Unreachable, CommandTimeout) as exc:
-            acts.record("act-failed", f"remove {o.name} on {o.host}: {exc}", where)
-            continue
-        if res.exit_status == 0 or "No such container" in res.stderr:
-            acts.record("oneoff-removed", f"removed finished one-off {o.name} on {o.host}", where)
-        else:
-            acts.record("act-failed", f"remove {o.name} on {o.host}: {first_line(res)}", where)
 
 
 def first_line(res: Result, limit: int = 300) -> str:
@@ -390,92 +347,6 @@ async def login(sh: Shell, host: str, auth: RegistryAuth) -> None:
         )
 
 
-async def carry_out(
-    acts: Acts,
-    plan: Plan,
-    cluster: Cluster,
-    inventory: Inventory,
-    observed: Observed,
-    now: float,
-) -> None:
-    """Every act of a recorded plan: the ingress proxies loaded with the pass's route
-    table and the name proxies with its endpoints first (a draining task leaves them in
-    the pass that decides it), then the stops, then the starts, then finished one-off
-    tasks removed (not while the mass-loss guard holds the whole pass)."""
-    await _route(acts, cluster, inventory, observed, plan.state, now)
-    await _names(acts, plan, cluster, inventory, observed, now)
-    await asyncio.gather(*(acts.stop(s) for s in plan.stop))
-    await _by_host(plan.run, acts.run)
-    if not plan.state.guard:
-        await remove_finished_oneoffs(acts, observed, plan.state)
-
-
-async def _route(
-    acts: Acts,
-    cluster: Cluster,
-    inventory: Inventory,
-    observed: Observed,
-    state: ControllerState,
-    now: float,
-) -> None:
-    """Load this pass's route table into every answering ingress proxy (before any stop:
-    a draining task leaves the routes in the pass that decides it)."""
-    if cluster.ingress is None or not observed.proxies:
-        return
-    table = route_table(cluster, inventory, observed, state, now)
-    config = configs_for(table, cluster.ingress, state.tls)
-    acts.fence()
-    outcome = await converge_proxies(
-        acts.sh, cluster.name, cluster.ingress, config, observed.proxies, now
-    )
-    for event in outcome.events:
-        acts.events.append(event)
-        (acts.failures if event.kind == "act-failed" else acts.done).append(event.message)
-
-
-async def _names(
-    acts: Acts,
-    plan: Plan,
-    cluster: Cluster,
-    inventory: Inventory,
-    observed: Observed,
-    now: float,
-) -> None:
-    """Load this pass's endpoints into the name proxies of every host the cluster uses
-    (it has a task there or starts one), before any stop; remove the others."""
-    if not observed.names:
-        return
-    table = endpoint_table(cluster, inventory, observed, plan.state, now)
-    used = {c.host for c in observed.containers()} | {r.host for r in plan.run}
-
-    async def prepare(host: str) -> str:
-        if host not in acts.networked:
-            try:
-                await ensure_network(acts.sh, host, cluster.name)
-            except ActFailed as exc:
-                return str(exc)
-            acts.networked.add(host)
-        return ""
-
-    outcome = await converge_names(
-        acts.sh, cluster.name, NAMES_IMAGE, table, observed.names, used, now, prepare
-    )
-    for event in outcome.events:
-        acts.events.append(event)
-        (acts.failures if event.kind == "act-failed" else acts.done).append(event.message)
-
-
-def held_ports(observed: Observed) -> dict[str, set[int]]:
-    """Host ports held on each answering host: every MiniDock task's and anything else's."""
-    held: dict[str, set[int]] = {}
-    for name, seen in observed.hosts.items():
-        if seen.ok:
-            ports = {p for c in (*seen.containers, *seen.others) for p in c.host_ports}
-            ports |= seen.ports_in_use
-            held[name] = {int(p.partition("/")[0]) for p in ports if p.partition("/")[0].isdigit()}
-    return held
-
-
 def stop_graces(state: ControllerState) -> dict[tuple[str, str], int]:
     """Each service's stop grace period in whole seconds, by (service, spec hash) for the
     specs the controller keeps (a task stops with the grace of the spec it runs), and by
@@ -487,16 +358,3 @@ def stop_graces(state: ControllerState) -> dict[tuple[str, str], int]:
                 graces[(name, spec.spec_hash())] = grace_seconds(spec)
         graces[(name, "")] = grace_seconds(ss.spec)
     return graces
-
-
-async def _by_host(runs: Sequence[Run], act: Callable[[Run], Awaitable[None]]) -> None:
-    """Hosts in parallel; on one host, in plan order (due restarts first)."""
-    per_host: dict[str, list[Run]] = {}
-    for r in runs:
-        per_host.setdefault(r.host, []).append(r)
-
-    async def one(batch: list[Run]) -> None:
-        for r in batch:
-            await act(r)
-
-    await asyncio.gather(*(one(b) for b in per_host.values()))

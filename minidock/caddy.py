@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from minidock.model import Ingress, ProxyObservation
+from minidock.model import PROXY_NETWORK, Ingress, ProxyObservation
 
 __all__ = [
     "ADMIN",
@@ -66,8 +66,7 @@ ID_PREFIX = "minidock-"
 RETRIES = 3
 DIAL_TIMEOUT = "1s"
 FAIL_DURATION = "30s"  # outlasts a lost host's detection under watch (docs/ingress.md, "Reloads")
-# The proxy's network: a namespace of its own (docker's default bridge), the port published.
-NETWORK = "bridge"
+NETWORK = PROXY_NETWORK  # a namespace of its own (docker's default bridge), ports published
 MIGRATE_ACCEPT_QUEUE = "net.ipv4.tcp_migrate_req"  # Linux 5.14 and later
 NO_ROUTE = {"handler": "static_response", "status_code": 404, "body": "no route\n"}
 
@@ -105,14 +104,7 @@ def proxy_name(cluster: str) -> str:
 
 def proxy_spec(ingress: Ingress) -> str:
     """Hash of what the proxy container runs: a new value means it is replaced."""
-    run = {
-        "image": ingress.image,
-        "http_port": ingress.http_port,
-        "https_port": ingress.https_port,
-        "network": NETWORK,
-    }
-    blob = json.dumps(run, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return ingress.proxy_spec()
 
 
 def _match(route: RouteSpec) -> list[dict[str, Any]]:

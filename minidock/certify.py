@@ -1,62 +1,55 @@
-"""The ACME step of a pass: order the certificates that are due (`minidock.core.tls.due`)
-with the controller as the ACME client (`minidock.acme`), the HTTP-01 responses loaded
-into every answering ingress proxy first, and record what came of each order. Runs after
-the decision is committed and before the pass's routes are loaded, which then serve the
-new certificates. An order that fails backs off and leaves everything else as it was.
-docs/ingress.md#acme.
+"""The ACME act of a pass: order each certificate the plan says is due
+(`Plan.certificates`, from `minidock.core.tls.due`) with the controller as the ACME client
+(`minidock.acme`), the HTTP-01 responses loaded into every answering ingress proxy first.
+Each order's result is an outcome for the core (`CertIssued`, `CertFailed`), folded into
+the state like every other act's; it runs before the pass's routes are loaded, which then
+serve the new certificates. docs/ingress.md#acme.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from minidock.caddy import ProxyConfig, proxy_spec
-from minidock.core.routes import RouteTable
-from minidock.core.tls import TlsState, due, failed, issued
+from minidock.caddy import ProxyConfig
+from minidock.core.outcomes import CertFailed, CertIssued
+from minidock.core.routes import ProxyStep, RouteTable
+from minidock.core.tls import CertRecord, TlsState
 from minidock.ingress import Shell, configs_for, converge_proxies
 from minidock.model import Cluster, Event, ProxyObservation
-from minidock.units import format_duration
 
-__all__ = ["Certified", "acme_names", "certify"]
+__all__ = ["Ordered", "order"]
 
 
 @dataclass
-class Certified:
-    """What the step did: the TLS state after it, the proxies as it left them (their
-    loaded digests), and its events."""
+class Ordered:
+    """What the ACME act did: an outcome per order, the TLS state to serve the pass's
+    routes with (the new certificates in it), the proxies as it left them (their loaded
+    digests), and the events of loads that failed."""
 
-    tls: TlsState
-    proxies: dict[str, ProxyObservation]
-    events: list[Event]
-
-
-def acme_names(table: RouteTable) -> tuple[str, ...]:
-    """The host names the route table asks ACME certificates for, sorted."""
-    return tuple(sorted({e.route.domain for e in table if e.route.tls.mode == "acme"}))
+    outcomes: list[CertIssued | CertFailed] = field(default_factory=list)
+    tls: TlsState = field(default_factory=TlsState)
+    proxies: dict[str, ProxyObservation] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
 
 
-async def certify(
+async def order(
     sh: Shell,
     cluster: Cluster,
+    names: Sequence[str],
     table: RouteTable,
+    steps: Sequence[ProxyStep],
     tls: TlsState,
     proxies: Mapping[str, ProxyObservation],
     now: float,
-) -> Certified:
-    """Each due name ordered in turn, while every answering proxy runs this ingress's
-    spec (a proxy this pass starts is ordered for by the next)."""
+) -> Ordered:
+    """Each of `names` ordered in turn, its challenge answered by every answering proxy."""
     ingress = cluster.ingress
-    outcome = Certified(tls, dict(proxies), [])
-    if ingress is None or ingress.acme is None:
-        return outcome
+    done = Ordered(tls=tls, proxies=dict(proxies))
+    if ingress is None or ingress.acme is None or not names:
+        return done
     settings = ingress.acme
-    names = due(acme_names(table), tls, settings.directory, now, settings.renew_before)
-    answering = [p for p in proxies.values() if p.ok]
-    ready = all(p.running and p.spec == proxy_spec(ingress) for p in answering)
-    if not names or not answering or not ready:
-        return outcome
     # the ACME client (requests, acme, josepy) loads only when an order is due: every
     # other pass, and every command, starts without it
     from minidock.acme import AcmeFailed, obtain
@@ -64,45 +57,51 @@ async def certify(
     for name in names:
 
         async def publish(responses: Mapping[str, str]) -> None:
-            config = configs_for(table, ingress, outcome.tls, responses)
-            await _load(sh, cluster, config, outcome, now)
+            config = configs_for(table, ingress, done.tls, responses)
+            await _load(sh, cluster, config, steps, done, now)
 
         try:
-            account, got = await obtain(settings, outcome.tls.account, name, publish)
+            account, got = await obtain(settings, done.tls.account, name, publish)
         except AcmeFailed as exc:
-            outcome.tls = failed(outcome.tls, name, exc.reason, time.time(), exc.retry_after)
-            wait = outcome.tls.record(name).next_try - time.time()
-            line = (
-                f"certificate for {name} not issued: {exc.reason}; "
-                f"next try in {format_duration(wait)}"
-            )
-            outcome.events.append(Event(now, "certificate-failed", line))
+            done.outcomes.append(CertFailed(name, exc.reason, time.time(), exc.retry_after))
             continue
-        outcome.tls = issued(
-            replace(outcome.tls, account=account),
-            name,
-            got.chain,
-            got.key,
-            issuer=got.issuer,
-            not_after=got.not_after,
-            directory=settings.directory,
-            now=time.time(),
-        )
+        at = time.time()
         until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(got.not_after))
-        line = f"certificate for {name} issued by {got.issuer}, valid until {until}"
-        outcome.events.append(Event(now, "certificate-issued", line))
-    return outcome
+        done.outcomes.append(
+            CertIssued(
+                name,
+                got.chain,
+                got.key,
+                issuer=got.issuer,
+                not_after=got.not_after,
+                directory=settings.directory,
+                account=account,
+                at=at,
+                until=until,
+            )
+        )
+        record = CertRecord(name, got.chain, got.key, got.issuer, got.not_after, at)
+        served = {**done.tls.certificates, name: record}
+        done.tls = replace(done.tls, account=account, certificates=served)
+    return done
 
 
 async def _load(
-    sh: Shell, cluster: Cluster, config: ProxyConfig, outcome: Certified, now: float
+    sh: Shell,
+    cluster: Cluster,
+    config: ProxyConfig,
+    steps: Sequence[ProxyStep],
+    done: Ordered,
+    now: float,
 ) -> None:
     """`config` into every answering proxy; the observations then say it is loaded."""
     assert cluster.ingress is not None
-    done = await converge_proxies(sh, cluster.name, cluster.ingress, config, outcome.proxies, now)
-    outcome.events.extend(e for e in done.events if e.kind == "act-failed")
-    failed_hosts = {e.host for e in done.events if e.kind == "act-failed"}
-    outcome.proxies = {
+    loaded = await converge_proxies(
+        sh, cluster.name, cluster.ingress, config, steps, done.proxies, now
+    )
+    done.events.extend(e for e in loaded.events if e.kind == "act-failed")
+    failed_hosts = {e.host for e in loaded.events if e.kind == "act-failed"}
+    done.proxies = {
         host: p if host in failed_hosts or not p.ok else replace(p, digest=config.digest)
-        for host, p in outcome.proxies.items()
+        for host, p in done.proxies.items()
     }

@@ -21,10 +21,9 @@ from minidock.caddy import (
     proxy_config,
     proxy_probe_argv,
     proxy_run_argv,
-    proxy_spec,
     remove_argv,
 )
-from minidock.core.routes import RouteTable, route_changes
+from minidock.core.routes import ProxyStep, RouteTable, route_changes
 from minidock.core.tls import TlsState
 from minidock.model import Event, Host, Ingress, ProxyObservation
 from minidock.plandoc import RouteLoad
@@ -95,22 +94,24 @@ async def converge_proxies(
     cluster: str,
     ingress: Ingress,
     config: ProxyConfig,
+    steps: Sequence[ProxyStep],
     seen: Mapping[str, ProxyObservation],
     now: float,
 ) -> ProxyOutcome:
-    """Every answering ingress host's proxy running this ingress's spec with `config`
-    loaded; hosts that did not answer are left for a later pass."""
+    """Each step's proxy (`minidock.core.routes.proxy_steps`: every answering ingress
+    host's) (re)started where the step says, then `config` loaded where the proxy's loaded
+    digest differs; hosts with no step are left for a later pass."""
     outcome = ProxyOutcome([], [])
 
-    async def one(proxy: ProxyObservation) -> None:
+    async def one(step: ProxyStep) -> None:
         try:
-            await _converge_one(sh, cluster, ingress, config, proxy, now, outcome)
+            await _converge_one(sh, cluster, ingress, config, step, seen[step.host], now, outcome)
         except (_ProxyFailed, Unreachable, CommandTimeout) as exc:
-            line = f"ingress proxy on {proxy.host}: {exc}"
+            line = f"ingress proxy on {step.host}: {exc}"
             outcome.failures.append(line)
-            outcome.events.append(Event(now, "act-failed", line, host=proxy.host))
+            outcome.events.append(Event(now, "act-failed", line, host=step.host))
 
-    await asyncio.gather(*(one(p) for p in seen.values() if p.ok))
+    await asyncio.gather(*(one(s) for s in steps if s.host in seen))
     return outcome
 
 
@@ -118,14 +119,10 @@ class _ProxyFailed(Exception):
     pass
 
 
-def _needs_start(proxy: ProxyObservation, ingress: Ingress) -> bool:
-    """A proxy missing, stopped or of another spec is (re)started before its routes load."""
-    return not proxy.running or proxy.spec != proxy_spec(ingress)
-
-
 def route_loads(
     table: RouteTable,
     ingress: Ingress,
+    steps: Sequence[ProxyStep],
     seen: Mapping[str, ProxyObservation],
     tls: TlsState = NO_TLS,
 ) -> tuple[RouteLoad, ...]:
@@ -133,11 +130,12 @@ def route_loads(
     (with the state's ACME certificates, `tls`), with the route changes a load makes (for
     `plan`)."""
     config = configs_for(table, ingress, tls)
+    starts = {s.host: s.start for s in steps}
     loads = []
     for host, proxy in sorted(seen.items()):
-        if not proxy.ok:
+        if host not in starts:
             loads.append(RouteLoad(host, "unreachable"))
-        elif _needs_start(proxy, ingress):
+        elif starts[host]:
             loads.append(RouteLoad(host, "start", route_changes(table, ())))  # every route new
         elif proxy.digest == config.digest:
             loads.append(RouteLoad(host, "unchanged"))
@@ -151,21 +149,20 @@ async def _converge_one(
     cluster: str,
     ingress: Ingress,
     config: ProxyConfig,
+    step: ProxyStep,
     proxy: ProxyObservation,
     now: float,
     outcome: ProxyOutcome,
 ) -> None:
-    host = proxy.host
-    started = _needs_start(proxy, ingress)
-    if started:
+    host = step.host
+    if step.start:
         await sh(host, remove_argv(cluster))
         res = await sh(host, proxy_run_argv(cluster, ingress))
         if res.exit_status != 0:
             raise _ProxyFailed(f"docker run failed: {_line(res)}")
-        why = "had another spec" if proxy.running else "was not running"
-        line = f"started the ingress proxy on {host} (it {why if proxy.spec else 'was missing'})"
+        line = f"started the ingress proxy on {host} (it {step.why})"
         outcome.events.append(Event(now, "proxy-started", line, host=host))
-    if started or proxy.digest != config.digest:
+    if step.start or proxy.digest != config.digest:
         await _load(sh, host, cluster, config)
         line = f"routes loaded on {host} ({config.digest})"
         outcome.events.append(Event(now, "routes-loaded", line, host=host))

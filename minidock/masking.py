@@ -29,7 +29,7 @@ from minidock.core import ControllerState, Plan, Waiting
 from minidock.model import Observed, Service, secret_values
 from minidock.store import Store
 
-__all__ = ["LINE_MAX", "MASK", "NO_SECRETS", "Masker", "kept_masker", "masker_for"]
+__all__ = ["LINE_MAX", "MASK", "NO_SECRETS", "Masker", "Masks", "kept_masker", "masker_for"]
 
 MASK = "***"
 LINE_MAX = 300  # characters a slot's failure line, a rollout reason or an event keeps
@@ -79,9 +79,8 @@ class Masker:
         return Masker((*self.secrets, *(v for s in services for v in secret_values(s))))
 
     def plan(self, plan: Plan) -> Plan:
-        """The plan with every line it carries masked: its events, every slot's failure
-        line and each rollout's reason (masked, then cut), and the reasons of its stops,
-        pending slots and waits."""
+        """The plan with every line it carries masked: its events and its state's lines
+        (`state`), and the reasons of its stops, pending slots and waits."""
         plan = replace(
             plan,
             stop=tuple(replace(s, reason=self(s.reason)) for s in plan.stop),
@@ -90,6 +89,12 @@ class Masker:
                 Waiting(w.subject, self(w.reason), w.kind, w.service) for w in plan.waiting
             ),
         )
+        events = tuple(replace(e, message=self.line(e.message)) for e in plan.events)
+        return replace(plan, state=self.state(plan.state), events=events)
+
+    def state(self, state: ControllerState) -> ControllerState:
+        """The state with every line it keeps masked, then cut: each slot's failure line,
+        each rollout's reason, each hook's failure and each scheduled run's output."""
         services = {
             name: replace(
                 ss,
@@ -98,14 +103,34 @@ class Masker:
                     for n, slot in ss.slots.items()
                 },
                 rollout=replace(ss.rollout, reason=self.line(ss.rollout.reason)),
+                hook=replace(ss.hook, why=self.line(ss.hook.why)),
+                job=replace(
+                    ss.job, runs=tuple(replace(r, tail=self.line(r.tail)) for r in ss.job.runs)
+                ),
             )
-            for name, ss in plan.state.services.items()
+            for name, ss in state.services.items()
         }
-        events = tuple(replace(e, message=self.line(e.message)) for e in plan.events)
-        return replace(plan, state=replace(plan.state, services=services), events=events)
+        return replace(state, services=services)
 
 
 NO_SECRETS = Masker(())
+
+
+class Masks:
+    """A command's maskers, one per cluster, for the whole command: built where the command
+    first needs one (`of`), then handed back as it is while it holds every secret in use,
+    and extended only by a secret it has not met (`masker_for`'s `known`). It rides on the
+    use cases' Runtime: every pass, document and line of one command is masked by it."""
+
+    def __init__(self) -> None:
+        self._by_cluster: dict[str, Masker] = {}
+
+    def of(self, store: Store, state: ControllerState, observed: Observed | None = None) -> Masker:
+        """The command's masker for `state`'s cluster, holding every secret in use now."""
+        known = self._by_cluster.get(state.cluster)
+        found = masker_for(store, state, observed, known=known)
+        self._by_cluster[state.cluster] = found
+        return found
 
 
 def kept_masker(state: ControllerState) -> Masker:

@@ -267,6 +267,9 @@ class LogConfig:
 
 TlsMode = Literal["off", "files", "acme"]
 LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
+# The ingress proxy's network: a namespace of its own (docker's default bridge), its ports
+# published (minidock.caddy: why not the host's network)
+PROXY_NETWORK = "bridge"
 
 
 @dataclass(frozen=True)
@@ -338,6 +341,18 @@ class Ingress:
     def owns_port(self, port: int) -> bool:
         """Whether a host port lies in the range MiniDock publishes routed tasks on."""
         return self.task_ports[0] <= port <= self.task_ports[1]
+
+    def proxy_spec(self) -> str:
+        """Hash of what each proxy container runs (its `minidock.ingress.spec` label): a
+        new value means the proxies are replaced."""
+        run = {
+            "image": self.image,
+            "http_port": self.http_port,
+            "https_port": self.https_port,
+            "network": PROXY_NETWORK,
+        }
+        blob = json.dumps(run, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 Concurrency = Literal["forbid", "allow"]

@@ -1,17 +1,16 @@
 """The name proxies over SSH (docs/discovery.md): observe each host's, and converge them on
-the pass's endpoint table: on each host the cluster uses, start a missing or stopped one,
-load a config only where its digest differs (copied in, checked by HAProxy, then a
-seamless reload); remove the proxies of services that expose nothing any more, and every
-proxy of a host the cluster no longer uses. A host that does not answer is left for a
-later pass, never fatal."""
+the pass's endpoint table, as the decision's steps say (`minidock.core.endpoints`): on each
+host, start a missing or stopped one, load a config only where its digest differs (copied
+in, checked by HAProxy, then a seamless reload), remove those the step removes. A host
+that does not answer is left for a later pass, never fatal."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from minidock.core.endpoints import Endpoints
+from minidock.core.endpoints import Endpoints, NameStep
 from minidock.haproxy import (
     check_argv,
     config_tar,
@@ -70,35 +69,34 @@ async def converge_names(
     cluster: str,
     image: str,
     table: Sequence[Endpoints],
+    steps: Sequence[NameStep],
     seen: Mapping[str, HostNames],
-    used: Set[str],
     now: float,
     prepare: Prepare | None = None,
 ) -> NamesOutcome:
-    """On every answering host the cluster uses (`used`: it has or gets a task there), one
-    running name proxy per exposed service with its config loaded, after `prepare` (the
-    cluster network); none for a service that exposes nothing, none on other hosts."""
+    """Each step's host (`minidock.core.endpoints.name_steps`): after `prepare` (the
+    cluster network), one running name proxy per service the step runs, with its config
+    loaded where its digest differs; the proxies the step removes, removed."""
     outcome = NamesOutcome()
-    exposed = sorted({e.service for e in table})
 
-    async def one(host: str, proxies: dict[str, NameProxy]) -> None:
-        services = exposed if host in used else []
+    async def one(step: NameStep) -> None:
+        host, proxies = step.host, seen.get(step.host) or {}
         try:
-            refused = await prepare(host) if services and prepare is not None else ""
+            refused = await prepare(host) if step.run and prepare is not None else ""
             if refused:
                 raise _NamesFailed(refused)
-            for service in services:
+            for service in step.run:
                 await _converge_one(sh, host, cluster, image, service, table, proxies, now, outcome)
         except (_NamesFailed, Unreachable, CommandTimeout) as exc:
             line = f"name proxies on {host}: {exc}"
             outcome.failures.append(line)
             outcome.events.append(Event(now, "act-failed", line, host=host))
-        for gone in sorted(set(proxies) - set(services)):
+        for gone in step.remove:
             await sh(host, remove_argv(cluster, gone))
             line = f"removed the name proxy of {gone} on {host}"
             outcome.events.append(Event(now, "names-removed", line, service=gone, host=host))
 
-    await asyncio.gather(*(one(h, p) for h, p in seen.items() if p is not None))
+    await asyncio.gather(*(one(s) for s in steps))
     return outcome
 
 

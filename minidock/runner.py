@@ -1,12 +1,16 @@
-"""One reconcile pass over real hosts: observe -> reconcile -> record -> act -> record.
-The acts themselves are the act path's (`minidock.acts`); this module only sequences them.
+"""One reconcile pass over real hosts: observe -> decide -> commit -> act -> fold -> commit.
 
-The decision (the Plan and the next controller state) is committed *before* acting, so a
-crash mid-act leaves a state that the next pass converges from: every act is either seen
-on the hosts by the next observation or simply decided again. Act results (failures, log
-tails of failed tasks) are committed after. The caller holds the state lock; every remote
-command is preceded by `store.fence()`, so a controller that lost the lock mid-pass (etcd:
-its lease) issues no further command, and its commits fail (docs/ha.md).
+The decision is the core's, whole (`minidock.core.decide`: the task verbs, the drain gate,
+what every proxy holds, certificates, hooks, jobs); the acts are the act path's
+(`minidock.carry`); this module only sequences them. The plan (its next controller state)
+is committed *before* acting, so a crash mid-act leaves a state that the next pass
+converges from: every act is either seen on the hosts by the next observation or simply
+decided again. What the acts learned (failures, log tails, hooks' and runs' outcomes,
+certificates) is folded into the state by the core and committed after. Secrets are
+masked once, at the two places a pass's words leave it: each commit, and its result. The
+caller holds the state lock; every remote command is preceded by `store.fence()`, so a
+controller that lost the lock mid-pass (etcd: its lease) issues no further command, and
+its commits fail (docs/ha.md).
 """
 
 from __future__ import annotations
@@ -15,23 +19,27 @@ import asyncio
 import gc
 import time
 from collections import Counter
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from minidock.acts import Acts, carry_out, held_ports, stop_graces
-from minidock.certify import certify
-from minidock.core import ControllerState, Plan, fold_outcomes, reconcile
+from minidock.acts import Acts, stop_graces
+from minidock.carry import carry_out
+from minidock.core import ControllerState, Plan, fold_outcomes
+from minidock.core.decide import decide
 from minidock.core.endpoints import names_in_use
-from minidock.core.routes import ingress_hosts, route_table
-from minidock.core.traffic import gate
+from minidock.core.routes import ingress_hosts
+from minidock.core.schedule import Times
 from minidock.core.watching import port_tables_needed, ports_conflict
 from minidock.ingress import observe_proxies
-from minidock.masking import NO_SECRETS, Masker, masker_for
-from minidock.model import Cluster, Inventory, Observed
+from minidock.masking import NO_SECRETS, Masker, Masks
+from minidock.model import Cluster, Event, Inventory, Observed
 from minidock.names import observe_names
 from minidock.observe import ProbeMemory, observe, port_tables
+from minidock.schedules import job_times
 from minidock.ssh import Executor
 from minidock.store import Store
+
+__all__ = ["PassResult", "decide_pass", "decision", "run_pass"]
 
 
 @dataclass
@@ -47,7 +55,7 @@ class PassResult:
     masker: Masker = NO_SECRETS  # the pass's masker: the command's next pass starts from it
 
 
-async def decide(
+async def decide_pass(
     cluster: Cluster,
     inventory: Inventory,
     state: ControllerState,
@@ -92,15 +100,19 @@ def decision(
     *,
     force_down: bool = False,
 ) -> Plan:
-    """`reconcile`, with what already lives in the process (the observation, the state)
-    out of the cyclic garbage collector's view while it runs (`gc.freeze`): the decision
-    frees what it makes by reference counting, and a full collection in the middle of it
-    would walk every task and slot of the fleet again (20-45 ms a time at 1,000 hosts and
-    10,000 tasks, docs/benchmarks.md)."""
+    """`decide`, given the scheduled jobs' times (minidock.schedules reads their cron
+    expressions: a job whose times cannot be had says why, and the pass goes on), with
+    what already lives in the process (the observation, the state) out of the cyclic
+    garbage collector's view while it runs (`gc.freeze`): the decision frees what it makes
+    by reference counting, and a full collection in the middle of it would walk every task
+    and slot of the fleet again (20-45 ms a time at 1,000 hosts and 10,000 tasks,
+    docs/benchmarks.md)."""
+    times: Mapping[str, Times | str] = job_times(
+        (ss.spec for ss in state.services.values() if not ss.removed), now
+    )
     gc.freeze()
     try:
-        plan = reconcile(cluster, inventory, observed, state, now, force_down=force_down)
-        return gate(plan, cluster, inventory, observed, now)  # routed tasks drain first
+        return decide(cluster, inventory, observed, state, now, times=times, force_down=force_down)
     finally:
         gc.unfreeze()
 
@@ -113,18 +125,19 @@ async def run_pass(
     *,
     clock: Callable[[], float] = time.time,
     force_down: bool = False,
-    masker: Masker | None = None,
+    masks: Masks | None = None,
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
 ) -> PassResult:
-    """Observe every host (or those in `scope`, `decide`), decide, record the decision,
-    act, record the outcome. `force_down` overrides the mass-loss guard for this pass
-    (the operator knows); `masker` is the command's masker from its previous pass
-    (`masking.masker_for`), `memory` its probes' (`observe.ProbeMemory`), which forgets
-    the hosts acted on: the next pass probes them."""
+    """Observe every host (or those in `scope`, `decide_pass`), decide, record the
+    decision, act, record the outcome. `force_down` overrides the mass-loss guard for this
+    pass (the operator knows); `masks` are the command's maskers (`masking.Masks`: the
+    same masker for all its passes, extended only by a secret it has not met), `memory`
+    its probes' (`observe.ProbeMemory`), which forgets the hosts acted on: the next pass
+    probes them."""
     now = clock()
     state = store.load()
-    result = await decide(
+    result = await decide_pass(
         cluster,
         inventory,
         state,
@@ -134,56 +147,31 @@ async def run_pass(
         memory=memory,
         scope=scope,
     )
-    mask = result.masker = masker_for(store, result.plan.state, result.observed, known=masker)
-    plan = mask.plan(result.plan)
-    result.plan = plan
+    masks = masks if masks is not None else Masks()
+    mask = result.masker = masks.of(store, result.plan.state, result.observed)
+    plan = result.plan = mask.plan(result.plan)
     store.commit(plan.state, plan.events)
     acts = Acts(
         executor,
         inventory,
         cluster.name,
         now,
-        mask,
         plan.state.controller,
         graces=stop_graces(plan.state),
         fence=store.fence,
-        ingress=cluster.ingress,
-        held_ports=held_ports(result.observed),
     )
-    plan, result.observed = await _certify(acts, cluster, inventory, result.observed, plan, store)
-    result.plan = plan
     if memory is not None:
         memory.forget([r.host for r in plan.run] + [s.container.host for s in plan.stop])
-    await carry_out(acts, plan, cluster, inventory, result.observed, now)
+    await carry_out(acts, plan, cluster, result.observed)
+    said: list[Event] = []
     if acts.events or acts.outcomes:
         final, learned = fold_outcomes(plan.state, acts.outcomes, now)
-        events = [replace(e, message=mask.line(e.message)) for e in acts.events + learned]
-        store.commit(final, events)
-        result.plan = Plan(final, plan.run, plan.stop, plan.pending, plan.waiting, plan.events)
-    result.done, result.failures = acts.done, acts.failures
-    result.acts = dict(Counter(e.kind for e in acts.events))
+        final = mask.state(final)
+        said = [replace(e, message=mask.line(e.message)) for e in learned]
+        done = [replace(e, message=mask.line(e.message)) for e in acts.events]
+        store.commit(final, done + said)
+        result.plan = replace(plan, state=final, events=(*plan.events, *said))
+    result.done = [mask(line) for line in acts.done]
+    result.failures = [mask(line) for line in acts.failures]
+    result.acts = dict(Counter(e.kind for e in acts.events + said))
     return result
-
-
-async def _certify(
-    acts: Acts,
-    cluster: Cluster,
-    inventory: Inventory,
-    observed: Observed,
-    plan: Plan,
-    store: Store,
-) -> tuple[Plan, Observed]:
-    """Order the ACME certificates that are due (minidock.certify) and commit what came of
-    it; the plan's state and the proxies' loaded digests as they are after it."""
-    if cluster.ingress is None or cluster.ingress.acme is None or not observed.proxies:
-        return plan, observed
-    table = route_table(cluster, inventory, observed, plan.state, acts.now)
-    done = await certify(acts.sh, cluster, table, plan.state.tls, observed.proxies, acts.now)
-    if not done.events:
-        return plan, observed
-    plan = replace(plan, state=replace(plan.state, tls=done.tls))
-    acts.fence()
-    store.commit(plan.state, done.events)
-    for event in done.events:
-        (acts.failures if event.kind.endswith("failed") else acts.done).append(event.message)
-    return plan, replace(observed, proxies=done.proxies)

@@ -41,7 +41,7 @@ from minidock.model import (
     Service,
 )
 from minidock.observe import observe
-from minidock.runner import PassResult, decide, run_pass
+from minidock.runner import PassResult, decide_pass, run_pass
 from minidock.state import Store
 from tests.behaviour import TICK, Clock, behave
 from tests.fakes import FakeDocker
@@ -344,7 +344,7 @@ class RunnerWorld(FleetDouble):
         """What a pass would decide now (`minidock plan`), recording and doing nothing."""
         assert self.cluster is not None
         now_state = self.state if state is None else state
-        run = decide(self.cluster, self.inventory, now_state, self.executor, clock=self.clock)
+        run = decide_pass(self.cluster, self.inventory, now_state, self.executor, clock=self.clock)
         return asyncio.run(run).plan
 
     def step(self, dt: float = TICK) -> Plan:

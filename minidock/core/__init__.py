@@ -26,9 +26,9 @@ from minidock.core.outcomes import ActOutcome, ExitNoted, StartFailed
 from minidock.core.outcomes import fold as fold_outcomes
 from minidock.core.plan import Pending, Plan, Run, Stop, Waiting
 from minidock.core.reconcile import reconcile
-from minidock.core.rollout import Rollout, RolloutPhase, failure_action, slot_target
+from minidock.core.rollout import failure_action, slot_target
 from minidock.core.slots import SlotPhase, SlotState
-from minidock.core.state import ControllerState, ServiceState
+from minidock.core.state import ControllerState, Rollout, RolloutPhase, ServiceState
 
 __all__ = [
     "ActOutcome",

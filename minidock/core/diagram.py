@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from minidock.core import hosts, rollout, slots, traffic
+from minidock.core.state import RolloutPhase
 
 __all__ = ["diagrams", "mermaid"]
 
@@ -85,7 +86,7 @@ def diagrams() -> str:
             group=open_slots,
             group_name="open",
         ),
-        mermaid("Rollout", rollout.TABLE, rollout.RolloutPhase.NONE),
+        mermaid("Rollout", rollout.TABLE, RolloutPhase.NONE),
         mermaid("Task traffic (routed services)", traffic.TABLE, traffic.TrafficPhase.UNROUTED),
     ]
     return "\n\n".join(blocks) + "\n"

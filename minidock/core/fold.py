@@ -10,17 +10,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from minidock.core.evolve import evolve
 from minidock.core.hosts import HostState
 from minidock.core.plan import Pending, Run, Stop, Waiting
 from minidock.core.slots import SlotState
+from minidock.core.state import ServiceState
 from minidock.core.supervise import ready
+from minidock.core.traffic import Traffic
 from minidock.model import Cluster, Container, Event, Host, Service
-
-if TYPE_CHECKING:  # state.py holds the rollout record, and rollout.py imports this module
-    from minidock.core.state import ServiceState
 
 __all__ = [
     "Effects",
@@ -50,9 +48,13 @@ class Effects:
     pending: tuple[Pending, ...] = ()
     waiting: tuple[Waiting, ...] = ()
     events: tuple[Event, ...] = ()
+    drains: tuple[Container, ...] = ()  # tasks to take out of every route before a stop
 
     def __add__(self, other: Effects) -> Effects:
-        if not (other.stops or other.runs or other.pending or other.waiting or other.events):
+        if (
+            not (other.stops or other.runs or other.pending or other.waiting or other.events)
+            and not other.drains
+        ):
             return self
         return Effects(
             self.stops + other.stops,
@@ -60,6 +62,7 @@ class Effects:
             self.pending + other.pending,
             self.waiting + other.waiting,
             self.events + other.events,
+            self.drains + other.drains,
         )
 
     @staticmethod
@@ -71,6 +74,7 @@ class Effects:
             tuple(x for p in parts for x in p.pending),
             tuple(x for p in parts for x in p.waiting),
             tuple(x for p in parts for x in p.events),
+            tuple(x for p in parts for x in p.drains),
         )
 
 
@@ -86,6 +90,7 @@ class View:
     unseen: Mapping[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
     inventory: Mapping[str, Host] = field(default_factory=dict)
     evict: Mapping[str, str] = field(default_factory=dict)  # container id -> why it moves
+    traffic: Traffic | None = None  # what the proxies hold: a stop-first replacement asks it
 
     def misplaced(self, target: Service, c: Container) -> str:
         """Why the task's host no longer satisfies the service's constraints ("" if it does):
@@ -120,6 +125,10 @@ class View:
         if hs is None:
             return False
         return hs.unreachable or (wait and hs.down and not hs.drained)
+
+    def holds(self, c: Container) -> bool:
+        """Whether stopping `c` now must wait for it to drain out of every route."""
+        return self.traffic is not None and self.traffic.holds(c)
 
     def run(self, target: Service, slot: int, host: str, reason: str, **kw: object) -> Run:
         tid = task_id(self.cluster.name, target.name, slot, target.spec_hash(), self.now)

@@ -18,79 +18,30 @@ import enum
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
+from minidock.core.state import ControllerState, HookRecord, ServiceState
 from minidock.model import OneOff, Service
 from minidock.units import format_duration
-
-if TYPE_CHECKING:  # the service's record holds a HookRecord: state.py imports this module
-    from minidock.core.state import ControllerState, ServiceState
 
 __all__ = [
     "HOOK_KIND",
     "HookAct",
-    "HookRecord",
     "HookStep",
     "assumed_succeeded",
     "awaited",
+    "cleared",
     "failed_line",
     "failing_hooks",
     "holds",
     "hook_run_id",
     "retried",
     "step",
+    "superseded",
     "timed_out",
     "waiting_line",
 ]
 
 HOOK_KIND = "hook"  # the minidock.oneoff label of a hook's one-off task
-
-
-class HookOutcome(enum.StrEnum):
-    NONE = ""  # decided, started or running: not finished yet
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class HookRecord:
-    """A service's before_update hook, as far as it went (in its ServiceState)."""
-
-    generation: int = 0  # the generation it runs (ran) for: 0, none yet
-    spec: str = ""  # that generation's spec hash
-    attempt: int = 0  # 1 more each time the operator re-applies after it failed
-    run: str = ""  # its run id ("": not decided for this generation and attempt yet)
-    host: str = ""
-    started: float = 0.0  # when a pass saw it started (0: decided, not started yet)
-    finished: float = 0.0
-    exit_code: int | None = None
-    outcome: HookOutcome = HookOutcome.NONE
-    why: str = ""  # a failure's line, with the end of the hook's output (masked)
-
-    @property
-    def name(self) -> str:
-        return f"hook {self.run}"
-
-    @property
-    def done(self) -> bool:
-        return self.outcome is not HookOutcome.NONE
-
-    @property
-    def succeeded(self) -> bool:
-        return self.outcome is HookOutcome.SUCCEEDED
-
-    @property
-    def failed(self) -> bool:
-        return self.outcome is HookOutcome.FAILED
-
-    def started_on(self, host: str, now: float) -> HookRecord:
-        return replace(self, host=host, started=self.started or now)
-
-    def ended(self, exit_code: int | None, why: str, now: float) -> HookRecord:
-        """Its outcome: succeeded when it exited 0, else failed, saying `why`."""
-        outcome = HookOutcome.SUCCEEDED if exit_code == 0 else HookOutcome.FAILED
-        said = "" if outcome is HookOutcome.SUCCEEDED else why
-        return replace(self, finished=now, exit_code=exit_code, outcome=outcome, why=said)
 
 
 def holds(ss: ServiceState) -> bool:
@@ -103,7 +54,16 @@ def holds(ss: ServiceState) -> bool:
         return False
     if ss.removed or record.generation > ss.generation:  # rolled back below the hook's
         return False
-    return not (record.succeeded and record.spec == spec.spec_hash())
+    return not cleared(record, spec)
+
+
+def cleared(record: HookRecord, spec: Service) -> bool:
+    """Whether tasks of `spec` may start as far as hooks go: it has no hook, or its hook
+    succeeded (for this generation or an earlier one of the very same spec)."""
+    if spec.before_update is None:
+        return True
+    digest = spec.spec_hash()
+    return record.cleared == digest or (record.succeeded and record.spec == digest)
 
 
 def failing_hooks(state: ControllerState) -> list[tuple[str, str]]:
@@ -124,7 +84,7 @@ def retried(record: HookRecord, generation: int) -> HookRecord:
     """The record once the operator applies the same spec again after its hook failed:
     the hook runs again (a new attempt, a new name); anything else is kept."""
     if record.failed and record.generation == generation:
-        return HookRecord(generation, record.spec, record.attempt + 1)
+        return record.renewed(generation, record.spec, record.attempt + 1)
     return record
 
 
@@ -141,50 +101,81 @@ class HookAct(enum.StrEnum):
     START = "start"  # create it (a created one of its name is kept) and start it
     WAIT = "wait"  # it runs, or may run on a host that did not answer
     COLLECT = "collect"  # it finished: read the end of its output, record the outcome
-    TIME_OUT = "time out"  # it ran past its timeout: read, record it failed, remove it
-    LOST = "lost"  # started, and on no host while every host answered
+    TIME_OUT = "time out"  # it ran past its timeout: failed; read its output, remove it
+    LOST = "lost"  # started, and on no host while every host answered: failed
     REMOVE = "remove"  # a hook one-off still running that its outcome is already kept for
+    SUPERSEDE = "supersede"  # an older generation's hook still runs: ended before the next
 
 
 @dataclass(frozen=True)
 class HookStep:
-    """The record to commit before acting, the act, and the one-off it is about."""
+    """The record to commit before acting, the act, and the one-off it is about; for a
+    start, where the hook runs (`host`, with the volumes of `slot`) and what (`spec`: its
+    generation's spec with the hook's command)."""
 
     record: HookRecord
     act: HookAct
     oneoff: OneOff | None = None
+    service: str = ""
+    host: str = ""
+    slot: int = 1
+    spec: Service | None = None
 
 
 def step(
     cluster: str, ss: ServiceState, seen: Sequence[OneOff], now: float, *, all_seen: bool = True
 ) -> HookStep:
     """One pass's decision for a service's hook, from its record and its hook one-offs on
-    the hosts that answered (`all_seen`: every host answered)."""
+    the hosts that answered (`all_seen`: every host answered). Hooks run one at a time: a
+    hook of an older generation (a newer apply came, or a rollback) that still runs is
+    ended first (`SUPERSEDE`), and the next generation's starts only once no host shows
+    it running (one that may run on a host that did not answer is waited for)."""
     spec, generation, record = ss.spec, ss.generation, ss.hook
-    mine = [o for o in seen if record.run and o.run == record.run and o.service == spec.name]
+    name = spec.name
+    mine = [o for o in seen if record.run and o.run == record.run and o.service == name]
+    running = [o for o in mine if not o.finished]
+    if record.done and running:  # timed out or superseded: the pass that said so stopped
+        return HookStep(record, HookAct.REMOVE, running[0], name)
+    if record.run and not record.done and record.generation != generation:
+        if running:
+            return HookStep(
+                superseded(record, generation, now), HookAct.SUPERSEDE, running[0], name
+            )
+        if not mine and not all_seen and record.started:
+            return HookStep(record, HookAct.WAIT, None, name)  # on a host that did not answer?
+        record = superseded(record, generation, now)  # finished or gone: nothing to end
     if not holds(ss) or (record.done and record.generation == generation):
-        running = [o for o in mine if not o.finished] if record.done else []
-        if running:  # it timed out, and the pass that said so stopped before removing it
-            return HookStep(record, HookAct.REMOVE, running[0])
-        return HookStep(record, HookAct.NONE)
+        return HookStep(record, HookAct.NONE, None, name)
     if record.generation != generation or not record.run:
         attempt = record.attempt if record.generation == generation else 0
-        run = hook_run_id(cluster, spec.name, generation, attempt)
-        return HookStep(HookRecord(generation, spec.spec_hash(), attempt, run), HookAct.START)
+        run = hook_run_id(cluster, name, generation, attempt)
+        return HookStep(
+            record.renewed(generation, spec.spec_hash(), attempt, run), HookAct.START, None, name
+        )
     if not mine:
         if not all_seen:  # it may be on a host that did not answer: never a second one
-            return HookStep(record, HookAct.WAIT)
-        return HookStep(record, HookAct.LOST if record.started else HookAct.START)
+            return HookStep(record, HookAct.WAIT, None, name)
+        if record.started:
+            why = failed_line(record, "is gone from every host (removed by hand?)", "")
+            return HookStep(record.ended(None, why, now), HookAct.LOST, None, name)
+        return HookStep(record, HookAct.START, None, name)
     found = mine[0]
     if found.finished:
-        return HookStep(record, HookAct.COLLECT, found)
+        return HookStep(record, HookAct.COLLECT, found, name)
     if found.state == "created":  # a crash between its create and its start
-        return HookStep(record, HookAct.START, found)
+        return HookStep(record, HookAct.START, found, name)
     timeout = spec.before_update.timeout if spec.before_update else 0.0
     record = record.started_on(found.host, now)  # found running after a crash: from now
-    if now >= record.started + timeout:
-        return HookStep(record, HookAct.TIME_OUT, found)
-    return HookStep(record, HookAct.WAIT, found)
+    if now >= record.started + timeout:  # failed now; the act reads its output, removes it
+        why = failed_line(record, timed_out(spec), "")
+        return HookStep(record.ended(None, why, now), HookAct.TIME_OUT, found, name)
+    return HookStep(record, HookAct.WAIT, found, name)
+
+
+def superseded(record: HookRecord, generation: int, now: float) -> HookRecord:
+    """An older generation's hook, ended because generation `generation` replaced it."""
+    why = failed_line(record, f"ended: generation {generation} superseded it", "")
+    return record.ended(None, why, now)
 
 
 def assumed_succeeded(state: ControllerState) -> ControllerState:
@@ -200,8 +191,8 @@ def assumed_succeeded(state: ControllerState) -> ControllerState:
 
 def _succeeded(ss: ServiceState) -> HookRecord:
     run = ss.hook.run if ss.hook.generation == ss.generation else ""
-    outcome = HookOutcome.SUCCEEDED
-    return HookRecord(ss.generation, ss.spec.spec_hash(), ss.hook.attempt, run, outcome=outcome)
+    fresh = ss.hook.renewed(ss.generation, ss.spec.spec_hash(), ss.hook.attempt, run)
+    return fresh.ended(0, "", 0.0)
 
 
 def awaited(state: ControllerState) -> frozenset[str]:

@@ -9,7 +9,7 @@ from minidock.core import hooks, rollout, slots
 from minidock.core import hosts as host_machine
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
-from minidock.core.state import ControllerState, ServiceState
+from minidock.core.state import ControllerState, Rollout, ServiceState
 from minidock.model import Cluster, Event, Observed, Service
 
 __all__ = [
@@ -126,13 +126,13 @@ def declined_retries(state: ControllerState, cluster: Cluster) -> list[tuple[str
     ]
 
 
-def _begun(old: ServiceState, svc: Service) -> rollout.Rollout:
+def _begun(old: ServiceState, svc: Service) -> Rollout:
     """The update an apply begins; `rollouts_started` says it, once admitted."""
     begun, _ = rollout.begin(old.rollout, _wanted(svc, old))
     return begun
 
 
-def _resumed(old: ServiceState) -> rollout.Rollout:
+def _resumed(old: ServiceState) -> Rollout:
     """The rollout of a generation that changes no task: kept, but an update paused by its
     failed hook resumes (the new generation runs its hook again, core/hooks.py)."""
     r = old.rollout

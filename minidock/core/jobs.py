@@ -20,12 +20,41 @@ from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Inventory, Observed, OneOff, Service
 
 __all__ = [
+    "JobAct",
+    "JobCollect",
+    "JobStart",
     "OneOffPlacement",
     "failing_jobs",
     "finished_oneoffs",
     "oneoff_spec",
     "place_oneoff",
 ]
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """Start a scheduled job's decided run: a one-off task of `spec` (the job's one-off
+    spec) on `host`, with the volumes of `slot`."""
+
+    job: str
+    run: str
+    due: float
+    host: str
+    slot: int
+    spec: Service
+
+
+@dataclass(frozen=True)
+class JobCollect:
+    """Read a scheduled job's finished run (the end of its output) for its record; the
+    container goes with the finished one-offs of a later pass, once the run is recorded."""
+
+    job: str
+    oneoff: OneOff
+    due: float
+
+
+JobAct = JobStart | JobCollect
 
 
 def oneoff_spec(
@@ -111,26 +140,30 @@ def finished_oneoffs(
     observed: Observed, jobs: Collection[str] = (), hooks: Collection[str] = ()
 ) -> tuple[OneOff, ...]:
     """The one-off tasks a pass removes as such: every finished one on a host that answered
-    (a running one belongs to whoever runs it; the pass never stops it), except the runs
-    of the scheduled `jobs`, which their job collects (core/schedule.py), and the `hooks`
-    (run ids) whose outcome is still to be read (core/hooks.py)."""
+    (a running one belongs to whoever runs it; the pass never stops it), except the
+    scheduled jobs' runs not yet recorded (`jobs`: their run ids, which their job reads
+    first: core/schedule.py), and the `hooks` (run ids) whose outcome is still to be read
+    (core/hooks.py)."""
     return tuple(
         o
         for seen in observed.hosts.values()
         if seen.ok
         for o in seen.oneoffs
         if o.finished
-        and not (o.kind == JOB_KIND and o.service in jobs)
+        and not (o.kind == JOB_KIND and o.run in jobs)
         and not (o.kind == HOOK_KIND and o.run in hooks)
     )
 
 
 def failing_jobs(state: ControllerState) -> list[tuple[str, str]]:
-    """(job, line) of each scheduled job whose latest run failed: exit 1 until one succeeds."""
+    """(job, line) of each scheduled job whose latest run failed (exit 1 until one
+    succeeds), or whose schedule gives no time (until it does)."""
     found = []
     for name, ss in sorted(state.services.items()):
         last = ss.job.last
-        if ss.spec.schedule is not None and last is not None and not last.succeeded:
+        if ss.spec.schedule is not None and ss.job.unscheduled:
+            found.append((name, f"{name}: no run decided: {ss.job.unscheduled}"))
+        elif ss.spec.schedule is not None and last is not None and not last.succeeded:
             said = f"exit {last.exit_code}" if last.exit_code is not None else "did not start"
             found.append((name, f"{name} last run failed ({said})"))
     return found

@@ -1,16 +1,25 @@
-"""What a pass decides, as values: the verbs (`run`, `stop`), what cannot happen yet
-(`pending`, `waiting`), the events, and the next controller state. Pure."""
+"""What a pass decides, as values: everything it will do, and the next controller state.
+Pure.
+
+A `Plan` is the whole of one pass's decision (`minidock.core.decide`): the task verbs
+(`run`, `stop`), what cannot happen yet (`pending`, `waiting`), the events, and what every
+proxy must hold (`routes` for the ingress proxies, `endpoints` for the name proxies, with
+the steps of each proxy), the certificates to order, the hooks' and scheduled jobs' steps
+and the finished one-off tasks to remove. The act path carries out its fields and decides
+nothing of its own (minidock.acts)."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from minidock.model import Container, Event, Service, task_name
-
-if TYPE_CHECKING:  # the state holds a Rollout, whose machine (rollout.py) makes plan values
-    from minidock.core.state import ControllerState
+from minidock.core.endpoints import Endpoints, NameStep
+from minidock.core.hooks import HookStep
+from minidock.core.jobs import JobAct
+from minidock.core.routes import ProxyStep, RouteTable
+from minidock.core.state import ControllerState
+from minidock.core.task_ports import NO_PORTS, TaskPorts
+from minidock.model import Container, Event, OneOff, Service, task_name
 
 __all__ = ["Pending", "Plan", "Run", "Stop", "WaitKind", "Waiting"]
 
@@ -27,6 +36,7 @@ class Run:
     reason: str
     replaces: Container | None = None
     restart: bool = False
+    ports: TaskPorts = NO_PORTS  # the host ports its routed container ports publish on
 
     @property
     def name(self) -> str:
@@ -117,6 +127,15 @@ class Plan:
     waiting: tuple[Waiting, ...] = ()
     events: tuple[Event, ...] = ()
     guard: str = ""  # the mass-loss guard held this pass: nothing was decided but probes
+    routes: RouteTable = ()  # the route table every answering ingress proxy holds
+    proxies: tuple[ProxyStep, ...] = ()  # each answering ingress proxy: started?, then loaded
+    endpoints: tuple[Endpoints, ...] = ()  # every exposed (service, port) and its upstreams
+    names: tuple[NameStep, ...] = ()  # each answering host's name proxies: run, remove
+    certificates: tuple[str, ...] = ()  # host names an ACME certificate is ordered for now
+    hooks: tuple[HookStep, ...] = ()  # the before_update hooks' acts
+    jobs: tuple[JobAct, ...] = ()  # the scheduled jobs' runs to start and runs to read
+    removals: tuple[OneOff, ...] = ()  # finished one-off tasks to remove
+    drains: tuple[Container, ...] = ()  # within a decision: tasks the traffic gate drains
 
     @property
     def actions(self) -> int:

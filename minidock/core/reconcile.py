@@ -42,6 +42,7 @@ from minidock.core.rollout import Outdated, slot_target
 from minidock.core.scheduler import Fleet, counted_as, over_capacity, place
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import exit_line, ready
+from minidock.core.traffic import Traffic
 from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
 
 __all__ = ["reconcile"]
@@ -110,8 +111,12 @@ def reconcile(
     now: float,
     *,
     force_down: bool = False,
+    traffic: Traffic | None = None,
 ) -> Plan:
     """One decision: what to run and stop so the observed fleet matches the desired state.
+    `traffic` (what the proxies hold) lets a rolling update drain a task out of every route
+    before it replaces it stop-first (`minidock.core.decide` hands it over; without it, as
+    in `plan`'s simulation, nothing drains).
 
     When the mass-loss guard holds (too many hosts failed this pass's probes, and not
     `force_down`), only the probes are recorded: no host goes down, nothing is decided."""
@@ -121,7 +126,7 @@ def reconcile(
     if guard:
         held = replace(state, hosts=hosts, guard=guard)
         return Plan(state=held, waiting=fx.waiting, events=fx.events, guard=guard)
-    view = _view(desired, inventory, observed, hosts, now, state)
+    view = _view(desired, inventory, observed, hosts, now, state, traffic)
     services, decided, wants, updates = _decide_services(view, state)
     fx = fx + decided
     fleet = None  # the scheduler's fleet, built only when something is to be placed
@@ -152,6 +157,7 @@ def reconcile(
         pending=fx.pending,
         waiting=fx.waiting,
         events=fx.events,
+        drains=fx.drains,
     )
 
 
@@ -263,6 +269,7 @@ def _view(
     hosts: Mapping[str, HostState],
     now: float,
     state: ControllerState,
+    traffic: Traffic | None = None,
 ) -> View:
     """The pass's view. "Mine" are this cluster's tasks this store's controller owns, on
     hosts that answered: another controller's tasks are never counted, stopped or moved."""
@@ -291,7 +298,8 @@ def _view(
             here = by_host.get(h.name, ())  # read only when the host is over capacity
             movable = (c for c in here if c.live and not _pinned(state, c))
             evict |= over_capacity(h, live, movable)
-    return View(cluster, now, hosts, mine, held, {h.name: h for h in inventory.hosts}, evict)
+    inventory_hosts = {h.name: h for h in inventory.hosts}
+    return View(cluster, now, hosts, mine, held, inventory_hosts, evict, traffic)
 
 
 def _pinned(state: ControllerState, c: Container) -> bool:

@@ -17,25 +17,20 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 from minidock.core import hooks, slots
 from minidock.core.fold import Effects, View, avoided, deps_block, set_slot, with_slot
 from minidock.core.plan import Pending, Run, Stop, Waiting, WaitKind
 from minidock.core.scheduler import Fleet, place, place_replacing, service_ports
+from minidock.core.state import Rollout, RolloutPhase, ServiceState
 from minidock.core.supervise import health_gate, ready
 from minidock.model import Container, Event, Service
-
-if TYPE_CHECKING:  # the service's record holds a Rollout: state.py imports this module
-    from minidock.core.state import ServiceState
 
 __all__ = [
     "TABLE",
     "Outdated",
-    "Rollout",
     "RolloutInput",
-    "RolloutPhase",
     "act_failed",
     "advance",
     "back_to_previous",
@@ -51,15 +46,6 @@ __all__ = [
 ]
 
 
-class RolloutPhase(enum.StrEnum):
-    NONE = "none"  # no rollout since the service was created
-    UPDATING = "updating"
-    PAUSED = "paused"  # a failure paused it: the operator applies again, or rolls back
-    ROLLING_BACK = "rolling_back"
-    ROLLED_BACK = "rolled_back"
-    COMPLETED = "completed"
-
-
 class RolloutInput(enum.StrEnum):
     BEGIN = "apply changes what tasks run"
     BEGIN_ROLLBACK = "rollback: the operator's, or update.failure_action's"
@@ -68,8 +54,6 @@ class RolloutInput(enum.StrEnum):
     FAILURE_PAUSE = "failure: pause"
     SETTLED = "every slot runs the target spec, ready"
 
-
-ACTIVE = (RolloutPhase.UPDATING, RolloutPhase.ROLLING_BACK)
 
 # (phase, input) -> next phase. A new rollout (an apply that changes what tasks run, or a
 # rollback) starts afresh from any phase, whatever the old one was doing.
@@ -84,29 +68,6 @@ TABLE: dict[tuple[RolloutPhase, RolloutInput], RolloutPhase] = {
     (RolloutPhase.ROLLING_BACK, RolloutInput.FAILURE_PAUSE): RolloutPhase.PAUSED,
     (RolloutPhase.ROLLING_BACK, RolloutInput.SETTLED): RolloutPhase.ROLLED_BACK,
 }
-
-
-@dataclass(frozen=True)
-class Rollout:
-    phase: RolloutPhase = RolloutPhase.NONE
-    reason: str = ""
-    failures: int = 0
-    total: int = 0
-    done: tuple[int, ...] = ()  # slots that reached the target spec in this rollout
-    inflight: tuple[int, ...] = ()  # slots whose new task is started but not yet through the gate
-    healthy_since: tuple[tuple[int, float], ...] = ()  # gate clock per in-flight slot
-    first_seen: tuple[tuple[int, float], ...] = ()  # when the controller first saw its task
-    last_batch_at: float = 0.0  # when the latest task passed its gate (for update.delay)
-    rollback: bool = field(default=False)  # its direction: back to the previous spec
-    relocating: bool = False  # moves tasks off hosts they may no longer use: no spec to undo
-
-    @property
-    def active(self) -> bool:
-        return self.phase in ACTIVE
-
-    @property
-    def paused(self) -> bool:
-        return self.phase is RolloutPhase.PAUSED
 
 
 # What a transition says, by its input: an event's kind and message, with {name} (the
@@ -189,8 +150,9 @@ def slot_target(ss: ServiceState, slot: int) -> Service:
     r = ss.rollout
     if r.paused and not r.rollback and slot not in r.done and ss.previous:
         return ss.previous
-    if ss.previous and hooks.holds(ss):  # nothing of the new spec before its hook
-        return ss.previous
+    if ss.previous and hooks.holds(ss):  # nothing of the new spec before its hook,
+        # and the previous spec only where its own hook succeeded (it may never have)
+        return ss.previous if hooks.cleared(ss.hook, ss.previous) else ss.spec
     return ss.spec
 
 
@@ -339,9 +301,12 @@ def _unseen_gate(ss: ServiceState, n: int, view: View) -> Waiting:
 
 
 def _gate_task(ss: ServiceState, n: int, new: list[Container]) -> Container | None:
-    """The in-flight slot's new task: the one assigned to it (never the hosts' clocks)."""
-    assigned = [c for c in new if c.task == ss.slot(n).task]
-    return min(assigned or new, key=lambda c: c.task) if new else None
+    """The in-flight slot's new task: the one assigned to it (never the hosts' clocks, and
+    never another task of the same spec: a move's old task has the very same spec)."""
+    assigned = ss.slot(n).task
+    if assigned:
+        return next((c for c in new if c.task == assigned), None)
+    return min(new, key=lambda c: c.task) if new else None
 
 
 def failed_after_gate(
@@ -409,7 +374,9 @@ def advance(
     # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
     # after slots not tried yet: the rollout moves on rather than retry one every pass
     due = [o for o in outdated if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed]
-    due.sort(key=lambda o: len(ss.slot(o.slot).attempts))
+    draining = view.traffic.draining if view.traffic is not None else {}
+    # a slot whose old task drains already goes first: it holds its share of parallelism
+    due.sort(key=lambda o: (o.task.task not in draining, len(ss.slot(o.slot).attempts)))
     fx = fx + _backing_off(ss, outdated, due, now)
     begun: list[int] = []
     for o in due[: max(0, room)]:
@@ -470,8 +437,11 @@ def _room(spec: Service, r: Rollout, now: float) -> int:
 def _start_replacement(
     target: Service, o: Outdated, record: slots.SlotState, fleet: Fleet, view: View
 ) -> tuple[Run | None, Effects]:
-    """start-first: a new task on another host first; where the old task holds a host port
-    that the new one needs, stop-first instead (the old task is stopped by the run)."""
+    """start-first: a new task on another host first. A move off a host the constraints no
+    longer allow (the same spec) surges start-first wherever the order, when another host
+    has room, as Swarm and Kubernetes surge: nothing of the new task clashes with the old.
+    Stop-first (the order, or the old task holding a host port the new one needs): the old
+    task is stopped by the run, once it has drained out of every route (`_stop_first`)."""
     old, name = o.task, target.name
     verb = f"move: {o.misplaced}" if o.misplaced else "update"
     fx = Effects()
@@ -479,20 +449,33 @@ def _start_replacement(
         where = place_replacing(target, fleet, old, only=old.host)
         if where.host is None:
             return None, Effects(pending=(Pending(name, o.slot, where.why),))
-        run = view.run(target, o.slot, old.host, verb, replaces=old)
-        return run, Effects(runs=(run,))
-    if target.update.order == "start-first":
+        return _stop_first(target, o, old.host, verb, view, fx)
+    relocating = bool(o.misplaced) and old.spec == target.spec_hash()
+    if target.update.order == "start-first" or relocating:
         where = place(target, fleet, avoid=avoided(old.host, record))
         if where.host is not None:
             run = view.run(target, o.slot, where.host, f"{verb} (start-first)")
             return run, Effects(runs=(run,))
-        if not set(service_ports(target)) & set(old.host_ports):
-            return None, Effects(pending=(Pending(name, o.slot, where.why),))
-        message = f"{name}.{o.slot}: host port held by the old task, replacing stop-first"
-        event = Event(view.now, "rollout-stop-first", message, service=name, slot=o.slot)
-        fx = Effects(events=(event,))
+        if target.update.order == "start-first":
+            if not set(service_ports(target)) & set(old.host_ports):
+                return None, Effects(pending=(Pending(name, o.slot, where.why),))
+            message = f"{name}.{o.slot}: host port held by the old task, replacing stop-first"
+            event = Event(view.now, "rollout-stop-first", message, service=name, slot=o.slot)
+            fx = Effects(events=(event,))
     where = place_replacing(target, fleet, old, avoid=(record.avoid,) if record.avoid else ())
     if where.host is None:
         return None, fx + Effects(pending=(Pending(name, o.slot, where.why),))
-    run = view.run(target, o.slot, where.host, verb, replaces=old)
+    return _stop_first(target, o, where.host, verb, view, fx)
+
+
+def _stop_first(
+    target: Service, o: Outdated, host: str, verb: str, view: View, fx: Effects
+) -> tuple[Run | None, Effects]:
+    """The run that stops the old task and starts its replacement, once the old task is
+    out of every route the proxies hold (kamal-proxy's order). Until then the old task
+    drains (`Effects.drains`: the traffic gate records it and says so) and the slot is
+    not in flight: the replacement is decided, and counted, only when it can start."""
+    if view.holds(o.task):
+        return None, fx + Effects(drains=(o.task,))
+    run = view.run(target, o.slot, host, verb, replaces=o.task)
     return run, fx + Effects(runs=(run,))

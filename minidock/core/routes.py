@@ -14,14 +14,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from minidock.core.specs import TaskSpecs
 from minidock.core.state import ControllerState
-from minidock.model import Cluster, Container, Inventory, Observed, Route, Service
+from minidock.model import (
+    Cluster,
+    Container,
+    Ingress,
+    Inventory,
+    Observed,
+    ProxyObservation,
+    Route,
+    Service,
+)
 
 __all__ = [
+    "ProxyStep",
     "RouteEntry",
     "RouteTable",
     "effective_services",
     "ingress_hosts",
+    "proxy_steps",
     "route_changes",
     "route_table",
     "routed_services",
@@ -43,6 +55,37 @@ class RouteEntry:
 
 
 RouteTable = tuple[RouteEntry, ...]  # most specific first: by host name, longest path first
+
+
+@dataclass(frozen=True)
+class ProxyStep:
+    """One answering ingress host's proxy this pass: (re)started first when it is missing,
+    stopped or of another spec (`start`, `why`), then the pass's route table loaded where
+    the proxy's loaded config differs from it."""
+
+    host: str
+    start: bool = False
+    why: str = ""
+
+
+def proxy_steps(
+    ingress: Ingress | None, proxies: Mapping[str, ProxyObservation]
+) -> tuple[ProxyStep, ...]:
+    """What each answering ingress host's proxy does this pass (a host that did not
+    answer is left for a later pass)."""
+    if ingress is None:
+        return ()
+    spec = ingress.proxy_spec()
+    steps = []
+    for host, proxy in sorted(proxies.items()):
+        if not proxy.ok:
+            continue
+        if proxy.running and proxy.spec == spec:
+            steps.append(ProxyStep(host))
+            continue
+        why = "had another spec" if proxy.running else "was not running"
+        steps.append(ProxyStep(host, True, why if proxy.spec else "was missing"))
+    return tuple(steps)
 
 
 def ingress_hosts(cluster: Cluster, inventory: Inventory) -> tuple[str, ...]:
@@ -93,24 +136,34 @@ def upstream(c: Container, port: int, inventory: Inventory) -> str | None:
 
 
 def route_table(
-    cluster: Cluster, inventory: Inventory, observed: Observed, state: ControllerState, now: float
+    cluster: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    state: ControllerState,
+    now: float,
+    specs: TaskSpecs | None = None,
 ) -> RouteTable:
     """Every route of every routed service, with the upstreams of its tasks that take
-    traffic now (draining tasks left out), most specific route first."""
+    traffic now (draining tasks left out), most specific route first. Each task is judged
+    by the spec it runs (`specs`): whether it takes traffic, and which of its container
+    ports the route (the same host name and path) reaches."""
     services = routed_services(cluster, state)
     if cluster.ingress is None or not services:
         return ()
-    taking = _taking_traffic(observed.containers(), services, state.draining, now)
+    specs = specs if specs is not None else TaskSpecs.of_state(cluster, state)
+    taking = _taking_traffic(observed.containers(), services, specs, state.draining, now)
     held = _held(observed, inventory, state)
     entries: list[RouteEntry] = []
     for name, service in services.items():
         for route in service.ingress:
+            key = _key(route.domain, route.path)
             pairs = sorted(
                 (address, c.task)
-                for c in taking.get(name, ())
-                if (address := upstream(c, route.port, inventory)) is not None
+                for c, own in taking.get(name, ())
+                if (port := _port_of(own, key)) is not None
+                and (address := upstream(c, port, inventory)) is not None
             )
-            kept = sorted(held.get(_key(route.domain, route.path), set()) - {a for a, _ in pairs})
+            kept = sorted(held.get(key, set()) - {a for a, _ in pairs})
             entries.append(
                 RouteEntry(
                     route,
@@ -120,6 +173,12 @@ def route_table(
                 )
             )
     return tuple(sorted(entries, key=_specificity))
+
+
+def _port_of(spec: Service, key: tuple[str, str]) -> int | None:
+    """The container port `spec`'s route of that host name and path reaches (None: its
+    spec has no such route)."""
+    return next((r.port for r in spec.ingress if _key(r.domain, r.path) == key), None)
 
 
 def _key(domain: str, path: str) -> tuple[str, str]:
@@ -154,14 +213,18 @@ def _held(
 def _taking_traffic(
     containers: Iterable[Container],
     services: Mapping[str, Service],
+    specs: TaskSpecs,
     draining: Mapping[str, float],
     now: float,
-) -> dict[str, list[Container]]:
-    found: dict[str, list[Container]] = {}
+) -> dict[str, list[tuple[Container, Service]]]:
+    """The tasks of each routed service that take traffic, each with the spec it runs."""
+    found: dict[str, list[tuple[Container, Service]]] = {}
     for c in containers:
-        service = services.get(c.service)
-        if service is not None and c.task not in draining and takes_traffic(c, service, now):
-            found.setdefault(c.service, []).append(c)
+        if c.service not in services or c.task in draining:
+            continue
+        own = specs.of(c)
+        if own is not None and takes_traffic(c, own, now):
+            found.setdefault(c.service, []).append((c, own))
     return found
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "job_run_id",
     "record_run",
     "step",
+    "unscheduled",
 ]
 
 HISTORY = 10  # finished runs kept per job
@@ -76,6 +77,8 @@ class JobRecord:
     pending: tuple[PendingRun, ...] = ()  # runs decided and not yet recorded
     runs: tuple[JobRun, ...] = ()  # finished runs, newest last, at most HISTORY
     skipped: int = 0  # runs skipped under concurrency = "forbid", all told
+    # why its schedule gives no time now ("": it does), said once per reason
+    unscheduled: str = ""
 
     @property
     def last(self) -> JobRun | None:
@@ -83,8 +86,9 @@ class JobRecord:
 
     @property
     def failing(self) -> bool:
-        """Whether its latest run failed (exit 1 until a later one succeeds)."""
-        return self.last is not None and not self.last.succeeded
+        """Whether its latest run failed, or its schedule gives no time (exit 1 until a
+        later run succeeds, or the schedule gives times again)."""
+        return bool(self.unscheduled) or (self.last is not None and not self.last.succeeded)
 
     def due_of(self, run: str) -> float | None:
         return next((p.due for p in self.pending if p.run == run), None)
@@ -160,6 +164,16 @@ def step(
     run = PendingRun(job_run_id(cluster, job.name, times.latest), times.latest)
     decided = replace(record, due=times.latest, pending=(*record.pending, run))
     return JobStep(decided, (*again, run), lost)
+
+
+def unscheduled(record: JobRecord, job: str, why: str, now: float) -> JobStep:
+    """A pass at which the job's schedule gives no time (`why`): no run is decided, runs
+    decided before are neither started nor lost; `job-schedule-failed` is said once per
+    reason (docs/jobs.md#schedules-that-never-fire)."""
+    if record.unscheduled == why:
+        return JobStep(record)
+    said = Event(now, "job-schedule-failed", f"no run decided: {why}", job)
+    return JobStep(replace(record, unscheduled=why), events=(said,))
 
 
 def record_run(record: JobRecord, run: JobRun, now: float) -> tuple[JobRecord, Event | None]:

@@ -7,20 +7,129 @@ per host, its phase, availability and last probe. Pure values, no behaviour.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import enum
+from dataclasses import dataclass, field, replace
 
-from minidock.core.hooks import HookRecord
 from minidock.core.hosts import HostState
 from minidock.core.passes import PassStats
-from minidock.core.rollout import Rollout
 from minidock.core.schedule import JobRecord
 from minidock.core.slots import SlotState
 from minidock.core.tls import TlsState
 from minidock.model import Service
 
-__all__ = ["ControllerState", "ServiceState"]
+__all__ = [
+    "ACTIVE",
+    "ControllerState",
+    "HookOutcome",
+    "HookRecord",
+    "Rollout",
+    "RolloutPhase",
+    "ServiceState",
+]
 
 
+# -- a rollout's record (its machine: core/rollout.py) ----------------------------------------
+class RolloutPhase(enum.StrEnum):
+    NONE = "none"  # no rollout since the service was created
+    UPDATING = "updating"
+    PAUSED = "paused"  # a failure paused it: the operator applies again, or rolls back
+    ROLLING_BACK = "rolling_back"
+    ROLLED_BACK = "rolled_back"
+    COMPLETED = "completed"
+
+
+ACTIVE = (RolloutPhase.UPDATING, RolloutPhase.ROLLING_BACK)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    phase: RolloutPhase = RolloutPhase.NONE
+    reason: str = ""
+    failures: int = 0
+    total: int = 0
+    done: tuple[int, ...] = ()  # slots that reached the target spec in this rollout
+    inflight: tuple[int, ...] = ()  # slots whose new task is started but not yet through the gate
+    healthy_since: tuple[tuple[int, float], ...] = ()  # gate clock per in-flight slot
+    first_seen: tuple[tuple[int, float], ...] = ()  # when the controller first saw its task
+    last_batch_at: float = 0.0  # when the latest task passed its gate (for update.delay)
+    rollback: bool = field(default=False)  # its direction: back to the previous spec
+    relocating: bool = False  # moves tasks off hosts they may no longer use: no spec to undo
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ACTIVE
+
+    @property
+    def paused(self) -> bool:
+        return self.phase is RolloutPhase.PAUSED
+
+
+# -- a before_update hook's record (its rules: core/hooks.py) ----------------------------------
+class HookOutcome(enum.StrEnum):
+    NONE = ""  # decided, started or running: not finished yet
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class HookRecord:
+    """A service's before_update hook, as far as it went (in its ServiceState)."""
+
+    generation: int = 0  # the generation it runs (ran) for: 0, none yet
+    spec: str = ""  # that generation's spec hash
+    attempt: int = 0  # 1 more each time the operator re-applies after it failed
+    run: str = ""  # its run id ("": not decided for this generation and attempt yet)
+    host: str = ""
+    started: float = 0.0  # when a pass saw it started (0: decided, not started yet)
+    finished: float = 0.0
+    exit_code: int | None = None
+    outcome: HookOutcome = HookOutcome.NONE
+    why: str = ""  # a failure's line, with the end of the hook's output (masked)
+    # the spec hash of the latest spec whose hook succeeded: its tasks may run while a
+    # later generation's hook is to run or runs, and a generation of that same spec
+    # (one that only scales, or changes only the hook) runs no hook
+    cleared: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"hook {self.run}"
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not HookOutcome.NONE
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome is HookOutcome.SUCCEEDED
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome is HookOutcome.FAILED
+
+    def started_on(self, host: str, now: float) -> HookRecord:
+        return replace(self, host=host, started=self.started or now)
+
+    def ended(self, exit_code: int | None, why: str, now: float) -> HookRecord:
+        """Its outcome: succeeded when it exited 0 (its spec then cleared), else failed,
+        saying `why`."""
+        if exit_code == 0:
+            return replace(
+                self,
+                finished=now,
+                exit_code=0,
+                outcome=HookOutcome.SUCCEEDED,
+                why="",
+                cleared=self.spec,
+            )
+        return replace(self, finished=now, exit_code=exit_code, outcome=HookOutcome.FAILED, why=why)
+
+    def renewed(self, generation: int, spec: str, attempt: int, run: str = "") -> HookRecord:
+        """A fresh record for a generation's hook (what was cleared is kept)."""
+        cleared = self.spec if self.succeeded and not self.cleared else self.cleared
+        return HookRecord(generation, spec, attempt, run, cleared=cleared)
+
+
+# -- the controller's state --------------------------------------------------------------------
 _EMPTY_SLOT = SlotState()
 
 

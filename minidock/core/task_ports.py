@@ -4,8 +4,8 @@ A routed service's task (one with `ingress` routes) is reached by the ingress pr
 a host port from the ingress's `task_ports` range, bound to its host's private address.
 The choice is the lowest port of the range that nothing on the host holds: every
 MiniDock task's published ports, anything else's, and the ports given to the tasks started
-on that host before it in the same pass. The act path asks just before each `docker run`,
-with what it holds of the host at that moment, and adds the ports given to its count.
+on that host before it in the same pass: the decision gives each run its ports
+(`minidock.core.decide`), host by host in the plan's order.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass
 
-from minidock.model import Ingress, Service
+from minidock.model import Ingress, Observed, Service
 
-__all__ = ["TaskPorts", "choose"]
+__all__ = ["NO_PORTS", "TaskPorts", "choose", "held"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,20 @@ class TaskPorts:
     @property
     def taken(self) -> tuple[int, ...]:
         return tuple(port for _, port, _ in self.bound)
+
+
+NO_PORTS = TaskPorts()
+
+
+def held(observed: Observed) -> dict[str, set[int]]:
+    """Host ports held on each answering host: every MiniDock task's and anything else's."""
+    found: dict[str, set[int]] = {}
+    for name, seen in observed.hosts.items():
+        if seen.ok:
+            ports = {p for c in (*seen.containers, *seen.others) for p in c.host_ports}
+            ports |= seen.ports_in_use
+            found[name] = {int(p.partition("/")[0]) for p in ports if p.partition("/")[0].isdigit()}
+    return found
 
 
 def choose(ingress: Ingress | None, service: Service, held: Set[int], reached_at: str) -> TaskPorts:

@@ -20,13 +20,21 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from minidock.core.endpoints import exposed_services
 from minidock.core.plan import Plan, Waiting, WaitKind
-from minidock.core.routes import routed_services, takes_traffic, upstream
+from minidock.core.routes import takes_traffic, upstream
+from minidock.core.specs import TaskSpecs
 from minidock.core.state import ControllerState
-from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
+from minidock.model import Cluster, Container, Event, Inventory, Observed
 
-__all__ = ["TABLE", "TrafficInput", "TrafficPhase", "gate", "loaded_upstreams", "step"]
+__all__ = [
+    "TABLE",
+    "Traffic",
+    "TrafficInput",
+    "TrafficPhase",
+    "gate",
+    "loaded_upstreams",
+    "step",
+]
 
 
 class TrafficPhase(enum.StrEnum):
@@ -88,28 +96,49 @@ def loaded_upstreams(observed: Observed) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
-class _Pass:
-    """What the gate knows of this pass."""
+class Traffic:
+    """What a pass knows of traffic, for the gate and for the rollouts that ask it before
+    they replace a task stop-first: the spec each task runs, every upstream the answering
+    proxies have loaded, the draining record, and the time."""
 
-    services: Mapping[str, Service]
+    specs: TaskSpecs
     inventory: Inventory
     loaded: frozenset[str]
     draining: Mapping[str, float]
     now: float
 
+    @staticmethod
+    def of(
+        cluster: Cluster,
+        inventory: Inventory,
+        observed: Observed,
+        state: ControllerState,
+        now: float,
+        specs: TaskSpecs | None = None,
+    ) -> Traffic:
+        specs = specs if specs is not None else TaskSpecs.of_state(cluster, state)
+        return Traffic(specs, inventory, loaded_upstreams(observed), state.draining, now)
+
+    def carries(self, c: Container) -> bool:
+        """Whether the task's own spec routes or exposes: it drains before it stops."""
+        own = self.specs.of(c)
+        return own is not None and bool(own.ingress or own.expose)
+
     def loaded_in(self, c: Container) -> bool:
-        service = self.services[c.service]
-        ports = {*service.routed_ports(), *service.expose}
+        own = self.specs.of(c)
+        if own is None:
+            return False
+        ports = {*own.routed_ports(), *own.expose}
         addresses = {upstream(c, port, self.inventory) for port in ports}
         return bool(addresses & self.loaded)
 
     def phase(self, c: Container, stopping: bool) -> TrafficPhase:
         """This pass's phase of a task: its phase so far, stepped by what the pass saw."""
-        service = self.services[c.service]
+        own = self.specs.of(c)
         since = self.draining.get(c.task)
         if since is not None:
             before = TrafficPhase.DRAINING
-        elif takes_traffic(c, service, self.now):
+        elif own is not None and takes_traffic(c, own, self.now):
             before = TrafficPhase.ROUTED
         else:
             before = TrafficPhase.UNROUTED
@@ -117,52 +146,46 @@ class _Pass:
             return step(before, _I.KEPT if since is not None else _I.READY)
         if self.loaded_in(c):
             return step(before, _I.STOP_LOADED)
-        waited = since is not None and self.now - since >= service.drain_timeout
+        timeout = own.drain_timeout if own is not None else 0.0
+        waited = since is not None and self.now - since >= timeout
         return step(before, _I.STOP_DONE if waited else _I.STOP_WAITING)
 
-
-def _pruned_routed(state: ControllerState) -> dict[str, Service]:
-    """Pruned services that had routes or exposed ports: their tasks drain too before
-    they stop."""
-    return {
-        n: ss.spec
-        for n, ss in state.services.items()
-        if ss.removed and (ss.spec.ingress or ss.spec.expose)
-    }
+    def holds(self, c: Container) -> bool:
+        """Whether a stop of `c` decided now must wait: it carries traffic, is live, and is
+        not drained yet (a rollout asks before it replaces a task stop-first)."""
+        return c.live and self.carries(c) and self.phase(c, stopping=True) is _P.DRAINING
 
 
-def _stopping(plan: Plan, services: Mapping[str, Service]) -> dict[str, Container]:
-    """The live routed tasks this plan stops, by task id."""
-    found = [s.container for s in plan.stop] + [r.replaces for r in plan.run if r.replaces]
-    return {c.task: c for c in found if c.live and c.service in services}
+def _stopping(plan: Plan, traffic: Traffic) -> dict[str, Container]:
+    """The live tasks carrying traffic that this plan stops or drains, by task id."""
+    found = [s.container for s in plan.stop] + list(plan.drains)
+    found += [r.replaces for r in plan.run if r.replaces]
+    return {c.task: c for c in found if c.live and traffic.carries(c)}
 
 
-def gate(
-    plan: Plan, cluster: Cluster, inventory: Inventory, observed: Observed, now: float
-) -> Plan:
-    """The plan with each stop of a routed or exposed task held until it is drained, the
-    draining record updated, a `draining` event when a task starts to drain and a wait
-    line per held task."""
+def gate(plan: Plan, traffic: Traffic) -> Plan:
+    """The plan with each stop of a task that routes or exposes held until it is drained,
+    the draining record updated, a `draining` event when a task starts to drain and a wait
+    line per held task. A stop-first replacement (a run that `replaces` a task) is never
+    held here: the rollout asked `Traffic.holds` before deciding it, and drained its task
+    first (`plan.drains`)."""
     state = plan.state
-    services = {
-        **_pruned_routed(state),
-        **exposed_services(cluster, state),
-        **routed_services(cluster, state),
-    }
-    if not services and not state.draining:
+    stopping = _stopping(plan, traffic)
+    if not stopping and not state.draining:
         return plan
-    known = _Pass(services, inventory, loaded_upstreams(observed), state.draining, now)
-    stopping = _stopping(plan, services)
+    now = traffic.now
     draining: dict[str, float] = {}
     held: set[str] = set()
     events: list[Event] = []
     waiting: list[Waiting] = []
     for task, c in stopping.items():
-        phase = known.phase(c, stopping=True)
+        phase = traffic.phase(c, stopping=True)
         if phase is TrafficPhase.DRAINING:
             held.add(task)
-            draining[task] = now if known.loaded_in(c) else state.draining.get(task, now)
-            left = services[c.service].drain_timeout - (now - draining[task])
+            draining[task] = now if traffic.loaded_in(c) else state.draining.get(task, now)
+            own = traffic.specs.of(c)
+            timeout = own.drain_timeout if own is not None else 0.0
+            left = timeout - (now - draining[task])
             line = f"draining {c.name}: {max(left, 0.0):.1f}s"
             waiting.append(Waiting(f"{c.service}.{c.slot}", line, WaitKind.DRAINING, c.service))
             if task not in state.draining:
@@ -170,26 +193,12 @@ def gate(
                 events.append(Event(now, "draining", line, c.service, c.slot, c.host, task))
         elif task in state.draining:
             draining[task] = state.draining[task]  # drained: kept until it is gone
-    return _held(plan, held, draining, events, waiting)
-
-
-def _held(
-    plan: Plan,
-    held: set[str],
-    draining: dict[str, float],
-    events: list[Event],
-    waiting: list[Waiting],
-) -> Plan:
-    """The plan without the held stops (and the stop-first runs waiting on them)."""
-    stop = tuple(s for s in plan.stop if s.container.task not in held)
-    run = tuple(r for r in plan.run if r.replaces is None or r.replaces.task not in held)
-    dropped = {r.task for r in plan.run if r not in run}
-    kept = tuple(e for e in plan.events if e.task not in dropped)
+    assert not any(r.replaces.task in held for r in plan.run if r.replaces), "undrained run"
     return replace(
         plan,
-        state=replace(plan.state, draining=draining),
-        stop=stop,
-        run=run,
+        state=replace(state, draining=draining),
+        stop=tuple(s for s in plan.stop if s.container.task not in held),
+        drains=(),
         waiting=(*plan.waiting, *waiting),
-        events=(*kept, *events),
+        events=(*plan.events, *events),
     )

@@ -23,8 +23,8 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from minidock.core.hosts import Availability, HostPhase, HostState
-from minidock.core.rollout import Rollout
 from minidock.core.slots import SlotPhase, SlotState
+from minidock.core.state import Rollout
 from minidock.core.tls import AcmeAccount, CertRecord
 from minidock.model import Service, looks_secret
 

@@ -18,13 +18,12 @@ from minidock.core import (
     rollouts_started,
 )
 from minidock.core.causes import failed_probes
-from minidock.core.routes import route_table
 from minidock.core.simulate import Simulation, simulate
 from minidock.ingress import route_loads
-from minidock.masking import NO_SECRETS, Masker, masker_for
+from minidock.masking import NO_SECRETS, Masker
 from minidock.model import Cluster, Event, Observed
 from minidock.plandoc import RouteLoad, plan_document
-from minidock.runner import decide
+from minidock.runner import decide_pass
 from minidock.spec import SpecError, load, load_inventory, secret_env_warnings
 from minidock.ssh import Executor
 from minidock.store import StateLocation, Store
@@ -102,7 +101,7 @@ async def plan(
     if has_state(location):
         with reading(location) as store:
             current, generation = store.load(), store.next_generation_id()
-            mask = masker_for(store, current)
+            mask = runtime.masks.of(store, current)
             new = store.latest_generation() is None
     mask = mask.also(desired.cluster.services)  # the file's secrets, new ones included
     gone = tuple(removals(current, desired.cluster))
@@ -133,7 +132,7 @@ async def _simulated(
     """Observe the fleet, then simulate every pass from `state` (with the what-ifs): the
     first pass's plan (masked), the simulation, and what was observed."""
     async with connected(runtime) as executor:
-        result = await decide(
+        result = await decide_pass(
             desired.cluster, desired.inventory, state, executor, clock=runtime.clock.now
         )
     now = runtime.clock.now()
@@ -147,11 +146,10 @@ def _route_loads(
     desired: Desired, observed: Observed, plan: Plan, runtime: Runtime
 ) -> tuple[RouteLoad, ...]:
     """What the first pass would load into each ingress proxy (none without an ingress)."""
-    cluster, inventory = desired.cluster, desired.inventory
-    if cluster.ingress is None:
+    ingress = desired.cluster.ingress
+    if ingress is None:
         return ()
-    table = route_table(cluster, inventory, observed, plan.state, runtime.clock.now())
-    return route_loads(table, cluster.ingress, observed.proxies, plan.state.tls)
+    return route_loads(plan.routes, ingress, plan.proxies, observed.proxies, plan.state.tls)
 
 
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:
@@ -302,7 +300,7 @@ async def _adoption(
 ) -> ControllerState:
     """A new store looks before it acts: tasks of its cluster that another store's
     controller started are adopted only with `adopt` (state loss, recovered on purpose)."""
-    result = await decide(
+    result = await decide_pass(
         desired.cluster, desired.inventory, admitted, executor, clock=runtime.clock.now
     )
     foreign = _refuse_foreign(admitted, result.observed, desired.cluster, file, adopt=adopt)
@@ -373,7 +371,7 @@ async def drain_plan(
     with reading(directory) as store:
         state = store.load()
         desired = admissible(state, read_desired(store, directory))
-        mask = masker_for(store, state)
+        mask = runtime.masks.of(store, state)
     if desired.inventory.host(host) is None and state.host(host).last_known is None:
         known = [h.name for h in desired.inventory.hosts]
         raise unknown("host", host, known, where=str(desired.inventory.path))

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from minidock.core.passes import PassStats
-from minidock.masking import masker_for
-from minidock.runner import decide
+from minidock.runner import decide_pass
 from minidock.ssh import Executor
 from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
@@ -105,10 +104,10 @@ async def _read_cluster(h: Held, executor: Executor, runtime: Runtime) -> Cluste
         with reading(h.location) as store:
             current = store.load()
             desired = read_desired(store, h.location)
-            result = await decide(
+            result = await decide_pass(
                 desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
             )
-            plan = masker_for(store, result.plan.state, result.observed).plan(result.plan)
+            plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
     except UseCaseError as exc:
         return ClusterReading(h.name, None, lock=lock_state(h.location), error=str(exc))
     document = status_document(current, desired.inventory, result.observed, plan)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from minidock.core.jobs import oneoff_spec, place_oneoff
 from minidock.jobs import OneOffFailed, OneOffTask, attach_oneoff, create_oneoff, remove_oneoff
-from minidock.masking import Masker, masker_for
+from minidock.masking import Masker
 from minidock.model import looks_secret
 from minidock.observe import observe
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Terminal, Unreachable
@@ -86,7 +86,7 @@ async def run_oneoff(
             if ss is None or ss.removed:
                 raise unknown("service", service, sorted(state.services))
             observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
-            mask = masker_for(store, state, observed)
+            mask = runtime.masks.of(store, state, observed)
         mask = Masker((*mask.secrets, *(v for k, v in env if looks_secret(k))))
         spec = oneoff_spec(ss.spec, command, env)
         placed = place_oneoff(ss, spec, desired.inventory, observed, state, host)

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from minidock.core.watching import backoff_ends, probe_scope
-from minidock.hookpass import run_hooks
-from minidock.jobpass import run_jobs
-from minidock.masking import Masker
+from minidock.masking import Masks
 from minidock.model import Cluster, Inventory
 from minidock.observe import ProbeMemory
 from minidock.runner import PassResult, run_pass
@@ -59,28 +57,26 @@ async def one_pass(
     *,
     clock: Callable[[], float],
     force_down: bool = False,
-    masker: Masker | None = None,
+    masks: Masks | None = None,
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
 ) -> PassResult:
-    """One reconcile pass (runner.run_pass), then its hooks' part (minidock.hookpass) and
-    its scheduled jobs' (minidock.jobpass) at the same time; `masker`: the command's,
-    from its last pass; `memory`: its probes' (watch's); `scope`: the only hosts it
-    probes (watch's passes between resyncs)."""
+    """One reconcile pass (runner.run_pass: its tasks, proxies, certificates, hooks and
+    scheduled jobs, one decision); `masks`: the command's maskers (its Runtime's);
+    `memory`: its probes' (watch's); `scope`: the only hosts it probes (watch's passes
+    between resyncs)."""
     now = clock()
-    result = await run_pass(
+    return await run_pass(
         cluster,
         inventory,
         store,
         executor,
         clock=lambda: now,
         force_down=force_down,
-        masker=masker,
+        masks=masks,
         memory=memory,
         scope=scope,
     )
-    result = await run_hooks(cluster, inventory, store, executor, result, now)
-    return await run_jobs(cluster, inventory, store, executor, result, now)
 
 
 async def converge_passes(
@@ -96,8 +92,8 @@ async def converge_passes(
 ) -> ConvergeOutcome:
     """One pass, or (with `wait`) passes `WAIT_INTERVAL` apart while they exit 3 and the
     timeout allows another, on `executor` (else one of its own). The caller holds the
-    lock. The passes share one masker: built by the first, extended only by a secret it
-    has not met (masking.masker_for)."""
+    lock. The passes share the command's masker (`runtime.masks`): built by the first,
+    extended only by a secret it has not met (masking.Masks)."""
     if executor is None:
         async with connected(runtime) as own:
             return await converge_passes(
@@ -113,7 +109,6 @@ async def converge_passes(
     clock, interrupt = runtime.clock, runtime.interrupt
     deadline = clock.monotonic() + timeout
     passes = 0
-    masker: Masker | None = None
     with interrupt.passes():
         while not interrupt.requested:
             started = clock.monotonic()
@@ -124,9 +119,8 @@ async def converge_passes(
                 executor,
                 clock=clock.now,
                 force_down=force_down,
-                masker=masker,
+                masks=runtime.masks,
             )
-            masker = result.masker
             passes += 1
             code = verdict(result)
             record_pass(store, result, code, clock.monotonic() - started, clock.now())
@@ -220,7 +214,6 @@ async def watch_step(
     executor: Executor,
     runtime: Runtime,
     cluster: str = "",
-    masker: Masker | None = None,
     *,
     memory: ProbeMemory | None = None,
     streams: EventStreams | None = None,
@@ -229,7 +222,7 @@ async def watch_step(
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works.
     The latest generation is read afresh, so an apply made meanwhile counts (and its
-    secrets join `masker`, the cluster's masker from the previous pass); `memory` is the
+    secrets join the command's masker, `runtime.masks`); `memory` is the
     cluster's probe memory, and `streams` follow the events of the hosts its inventory
     lists now. A pass that is not `full` (not a resync) probes only the hosts whose stream
     rang or is not up, or that `memory` has no good observation of (probe_scope);
@@ -254,7 +247,7 @@ async def watch_step(
                     store,
                     executor,
                     clock=runtime.clock.now,
-                    masker=masker,
+                    masks=runtime.masks,
                     memory=memory,
                     scope=scope,
                 )
@@ -303,7 +296,6 @@ async def watch(
     between passes, so other writers get their turn. A signal during a pass lets it finish
     (KeyboardInterrupt after it)."""
     require_applied(directory)
-    maskers: dict[str, Masker] = {}  # each cluster's, built once and kept across passes
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
     inventories = Inventories()
     bell = Bell(runtime.clock, interval)
@@ -322,14 +314,12 @@ async def watch(
                         executor,
                         runtime,
                         name,
-                        maskers.get(h.name),
                         memory=memory,
                         streams=streams,
                         full=full,
                         inventories=inventories,
                     )
                     if isinstance(step, PassDone):
-                        maskers[h.name] = step.result.masker
                         left.add(step, runtime.clock.now())
                         log.debug("%s: pass exit %d", h.name, step.exit_code)
                     report(step)

@@ -7,11 +7,9 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
-from minidock.core.routes import route_table
 from minidock.ingress import configs_for
-from minidock.masking import masker_for
 from minidock.model import Event
-from minidock.runner import decide
+from minidock.runner import decide_pass
 from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
@@ -39,12 +37,11 @@ async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:
         current = store.load()
         desired = read_desired(store, location)
         async with connected(runtime) as executor:
-            result = await decide(
+            result = await decide_pass(
                 desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
             )
-        plan = masker_for(store, result.plan.state, result.observed).plan(result.plan)
-    cluster, inventory = desired.cluster, desired.inventory
-    routes = route_table(cluster, inventory, result.observed, plan.state, runtime.clock.now())
+        plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
+    cluster, inventory, routes = desired.cluster, desired.inventory, plan.routes
     ingress = cluster.ingress
     digest = configs_for(routes, ingress, current.tls).digest if ingress else ""
     acme = ingress.acme if ingress is not None else None

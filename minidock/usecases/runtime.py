@@ -1,6 +1,8 @@
 """What the use cases reach the world through, passed in explicitly: hosts (an executor
-factory), time (a clock) and the controller's own Docker engine (for pushed images). The
-CLI wires the real ones; tests wire fakes."""
+factory), time (a clock) and the controller's own Docker engine (for pushed images), and
+what a command carries from start to end: its maskers (one per cluster: every line it
+shows or records is masked by them) and its interrupt. The CLI wires the real ones; tests
+wire fakes."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
+from minidock.masking import Masks
 from minidock.push import ControllerEngine, LocalEngine
 from minidock.ssh import Executor
 
@@ -32,13 +35,16 @@ def unheard(notice: str) -> None:
 @dataclass(frozen=True)
 class Runtime:
     """`notice` gets the one line a command prints before it waits (for another
-    writer's lock): the CLI sends it to stderr, so no wait is silent."""
+    writer's lock): the CLI sends it to stderr, so no wait is silent. `masks`: the
+    command's maskers (minidock.masking.Masks), one per cluster, for all its passes and
+    documents."""
 
     executor: ExecutorFactory
     clock: Clock
     engine: EngineFactory = LocalEngine
     notice: Callable[[str], None] = unheard
     interrupt: Interrupt = field(default_factory=lambda: Interrupt())
+    masks: Masks = field(default_factory=Masks)
 
 
 class Interrupt:

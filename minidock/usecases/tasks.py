@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from minidock.commands.docker import exec_argv, task_logs_argv
-from minidock.core.routes import route_table
-from minidock.masking import Masker, masker_for
+from minidock.masking import Masker
 from minidock.model import Container, Host, Inventory, Observed
 from minidock.observe import observe
+from minidock.runner import decision
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Terminal, Unreachable
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
@@ -67,11 +67,11 @@ async def _observe(directory: StateLocation, runtime: Runtime, executor: Executo
         state = store.load()
         desired = read_desired(store, directory)
         observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
-        mask = masker_for(store, state, observed)
+        mask = runtime.masks.of(store, state, observed)
     names = tuple(s.name for s in desired.cluster.services)
     slots = {name: ss.slot_numbers() for name, ss in state.services.items()}
-    table = route_table(desired.cluster, desired.inventory, observed, state, runtime.clock.now())
-    traffic = {t: "routed" for entry in table for t in entry.tasks}
+    plan = decision(desired.cluster, desired.inventory, observed, state, runtime.clock.now())
+    traffic = {t: "routed" for entry in plan.routes for t in entry.tasks}
     traffic |= dict.fromkeys(state.draining, "draining")
     return _Seen(desired.cluster.name, desired.inventory, names, observed, mask, slots, traffic)
 

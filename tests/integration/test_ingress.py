@@ -22,7 +22,9 @@ DOMAIN = "app.test"
 EDGE = "host1"
 
 
-def spec(image: str = WEB5, *, order: str = "stop-first", replicas: int = 3) -> str:
+def spec(image: str = WEB5, *, order: str = "stop-first", replicas: int = 3, on: str = "") -> str:
+    """The routed service `web` behind the edge's proxy (on host `on` only, if given)."""
+    placed = f'constraints = ["host == {on}"]\n' if on else ""
     return f"""
 [ingress]
 hosts = ["{EDGE}"]
@@ -30,7 +32,7 @@ hosts = ["{EDGE}"]
 [services.web]
 image = "{image}"
 replicas = {replicas}
-ingress = {{ host = "{DOMAIN}", port = 8080 }}
+{placed}ingress = {{ host = "{DOMAIN}", port = 8080 }}
 drain_timeout = "1s"
 
 [services.web.health]

@@ -175,6 +175,10 @@ def test_a_scheduled_job_runs_at_its_time_is_recorded_removed_and_a_failure_is_e
     collected = md("reconcile")
     assert collected.returncode == 1, collected.stderr
     assert "broken last run failed (exit 3)" in collected.stderr
+    # the pass that reads a run records it; the next removes its container, once on record
+    removed = md("reconcile")
+    assert removed.returncode == 1, removed.stderr
+    assert "removed finished one-off" in removed.stdout
     assert all(not found for found in oneoffs(fleet, md, ".job.").values())
     doc = {s["name"]: s for s in md.status()["services"]}
     tick, broken = doc["tick"]["job"], doc["broken"]["job"]

@@ -16,9 +16,15 @@ import pytest
 from minidock.commands.docker import run_argv
 from minidock.commands.facts import parse_inspect
 from minidock.core import ControllerState, Plan, Stop
-from minidock.core.endpoints import Endpoints, endpoint_table, names_in_use
+from minidock.core.endpoints import (
+    Endpoints,
+    NameStep,
+    endpoint_table,
+    name_steps,
+    names_in_use,
+)
 from minidock.core.state import ServiceState
-from minidock.core.traffic import gate
+from minidock.core.traffic import Traffic, gate
 from minidock.haproxy import NAMES_IMAGE, name_proxy_config, parse_digest, parse_names_probe
 from minidock.haproxy import run_argv as haproxy_run_argv
 from minidock.model import (
@@ -26,6 +32,7 @@ from minidock.model import (
     Container,
     HealthCheck,
     Host,
+    HostNames,
     HostObservation,
     Inventory,
     NameProxy,
@@ -152,14 +159,20 @@ def test_converging_starts_a_missing_proxy_loads_only_where_the_digest_differs()
         calls.append((host, argv))
         return Result(0, "", "")
 
-    seen = {
+    seen: dict[str, HostNames] = {
         "host1": {},  # no proxy yet: started, then loaded
         "host2": {"api": NameProxy("api", True, config.digest)},  # loaded already
         "host3": {"api": NameProxy("api", True, "old"), "gone": NameProxy("gone", True)},
         "host4": None,  # did not answer: left alone
     }
     used = {"host1", "host2", "host3", "host4"}
-    outcome = asyncio.run(converge_names(sh, "c", "names:1", table, seen, used, NOW))
+    steps = name_steps(table, seen, used, {})
+    assert steps == (
+        NameStep("host1", ("api",)),
+        NameStep("host2", ("api",)),
+        NameStep("host3", ("api",), ("gone",)),
+    )
+    outcome = asyncio.run(converge_names(sh, "c", "names:1", table, steps, seen, NOW))
     assert outcome.failures == []
     by_host = {h: [a[1] for h2, a in calls if h2 == h] for h in seen}
     assert by_host["host1"] == ["rm", "run", "cp", "exec", "kill"]
@@ -197,22 +210,23 @@ def test_names_are_looked_at_while_a_service_or_a_kept_spec_exposes() -> None:
     assert names_in_use(plain, kept)  # its proxies are removed by the passes that follow
 
 
+def gated(plan: Plan, seen: Observed, now: float) -> Plan:
+    """The traffic gate over `plan`, with what the pass knows of traffic (`Traffic.of`)."""
+    return gate(plan, Traffic.of(CLUSTER, INVENTORY, seen, plan.state, now))
+
+
 def test_an_exposed_task_leaves_every_name_proxy_before_it_stops() -> None:
     t = task(1)
     loaded = NameProxy("api", True, "d", ((8080, "t1", "10.0.0.1:31000"),))
     seen = replace(observed(t), names={"host2": {"api": loaded}})
-    held = gate(
-        Plan(ControllerState(), stop=(Stop(t, "scaled down"),)), CLUSTER, INVENTORY, seen, NOW
-    )
+    held = gated(Plan(ControllerState(), stop=(Stop(t, "scaled down"),)), seen, NOW)
     assert held.stop == ()
     assert held.state.draining == {"t1": NOW}
     assert [e.kind for e in held.events] == ["draining"]
     gone = replace(seen, names={"host2": {"api": NameProxy("api", True, "e")}})
-    waiting = gate(
-        Plan(held.state, stop=(Stop(t, "scaled down"),)), CLUSTER, INVENTORY, gone, NOW + 1
-    )
+    waiting = gated(Plan(held.state, stop=(Stop(t, "scaled down"),)), gone, NOW + 1)
     assert waiting.stop == ()  # out of every proxy, drain_timeout (5 s) still running
-    done = gate(Plan(held.state, stop=(Stop(t, "scaled down"),)), CLUSTER, INVENTORY, gone, NOW + 5)
+    done = gated(Plan(held.state, stop=(Stop(t, "scaled down"),)), gone, NOW + 5)
     assert [s.container.task for s in done.stop] == ["t1"]
 
 

@@ -29,9 +29,8 @@ from minidock.core.hooks import (
 from minidock.core.intents import admit
 from minidock.core.plan import WaitKind
 from minidock.core.reconcile import reconcile
-from minidock.core.rollout import Rollout, RolloutPhase
 from minidock.core.simulate import simulate
-from minidock.core.state import ControllerState, ServiceState
+from minidock.core.state import ControllerState, Rollout, RolloutPhase, ServiceState
 from minidock.model import Cluster, Hook, Host, OneOff, Service
 from minidock.runner import PassResult
 from minidock.spec import SpecError, load_cluster

@@ -11,8 +11,14 @@ from hypothesis import strategies as st
 
 from minidock.caddy import RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv, proxy_spec
 from minidock.core import ControllerState, Plan, Run, Stop
-from minidock.core.routes import RouteEntry, ingress_hosts, route_changes, route_table
-from minidock.core.traffic import TABLE, TrafficInput, TrafficPhase, gate, step
+from minidock.core.routes import (
+    RouteEntry,
+    ingress_hosts,
+    proxy_steps,
+    route_changes,
+    route_table,
+)
+from minidock.core.traffic import TABLE, Traffic, TrafficInput, TrafficPhase, gate, step
 from minidock.ingress import configs_for, route_loads
 from minidock.model import (
     Cluster,
@@ -114,24 +120,27 @@ def test_ingress_hosts_by_name_or_constraint() -> None:
     assert ingress_hosts(replace(CLUSTER, ingress=None), INVENTORY) == ()
 
 
+def gated(plan: Plan, cluster: Cluster, seen: Observed, now: float) -> Plan:
+    """The traffic gate over `plan`, with what the pass knows of traffic (`Traffic.of`)."""
+    return gate(plan, Traffic.of(cluster, INVENTORY, seen, plan.state, now))
+
+
 def plan_stopping(c: Container, state: ControllerState | None = None) -> Plan:
     return Plan(state or ControllerState(), stop=(Stop(c, "scaled down"),))
 
 
 def test_a_routed_task_drains_before_it_stops() -> None:
     t = task(1)
-    held = gate(
-        plan_stopping(t), CLUSTER, INVENTORY, observed(t, loaded=frozenset({"10.0.0.1:30000"})), NOW
-    )
+    held = gated(plan_stopping(t), CLUSTER, observed(t, loaded=frozenset({"10.0.0.1:30000"})), NOW)
     assert held.stop == ()
     assert held.state.draining == {"t1": NOW}
     assert [e.kind for e in held.events] == ["draining"]
     assert [w.subject for w in held.waiting] == ["web.1"]
     # the next pass: the proxy has loaded the routes without it, but drain_timeout runs
-    later = gate(plan_stopping(t, held.state), CLUSTER, INVENTORY, observed(t), NOW + 1)
+    later = gated(plan_stopping(t, held.state), CLUSTER, observed(t), NOW + 1)
     assert (later.stop, later.state.draining) == ((), {"t1": NOW})
     assert later.events == ()  # one draining event per task
-    done = gate(plan_stopping(t, held.state), CLUSTER, INVENTORY, observed(t), NOW + 2)
+    done = gated(plan_stopping(t, held.state), CLUSTER, observed(t), NOW + 2)
     assert [s.container.task for s in done.stop] == ["t1"]
 
 
@@ -139,38 +148,43 @@ def test_the_drain_clock_restarts_while_a_proxy_still_routes_to_the_task() -> No
     t = task(1)
     still = observed(t, loaded=frozenset({"10.0.0.1:30000"}))
     state = ControllerState(draining={"t1": NOW})
-    later = gate(plan_stopping(t, state), CLUSTER, INVENTORY, still, NOW + 5)
+    later = gated(plan_stopping(t, state), CLUSTER, still, NOW + 5)
     assert (later.stop, later.state.draining) == ((), {"t1": NOW + 5})
 
 
 def test_a_task_that_never_took_traffic_stops_at_once() -> None:
     t = task(1, health="unhealthy")
-    done = gate(plan_stopping(t), CLUSTER, INVENTORY, observed(t), NOW)
+    done = gated(plan_stopping(t), CLUSTER, observed(t), NOW)
     assert [s.container.task for s in done.stop] == ["t1"]
     assert done.state.draining == {}
 
 
-def test_a_stop_first_replacement_waits_for_the_old_task_to_drain() -> None:
+def test_a_task_a_rollout_drains_leaves_the_routes_and_its_drain_is_recorded() -> None:
+    """A rolling update that would replace a task stop-first drains it first (the rollout
+    asks `Traffic.holds`): the gate records the drain, and the run comes once drained."""
     t = task(1)
+    seen = observed(t, loaded=frozenset({"10.0.0.1:30000"}))
+    assert Traffic.of(CLUSTER, INVENTORY, seen, ControllerState(), NOW).holds(t)
+    held = gated(Plan(ControllerState(), drains=(t,)), CLUSTER, seen, NOW)
+    assert (held.drains, held.state.draining) == ((), {"t1": NOW})
+    assert [w.subject for w in held.waiting] == ["web.1"]
+    drained = Traffic.of(CLUSTER, INVENTORY, observed(t), held.state, NOW + 2)
+    assert not drained.holds(t)  # out of every loaded route for drain_timeout: it may stop
     run = Run(replace(WEB, image="web:6"), 1, "host2", "new1", "update", replaces=t)
-    plan = Plan(ControllerState(), run=(run,))
-    held = gate(plan, CLUSTER, INVENTORY, observed(t), NOW)
-    assert held.run == ()
-    assert "t1" in held.state.draining
+    done = gate(Plan(held.state, run=(run,)), drained)
+    assert done.run == (run,)
 
 
 def test_a_stop_no_longer_decided_ends_the_drain() -> None:
     t = task(1)
-    kept = gate(
-        Plan(ControllerState(draining={"t1": NOW})), CLUSTER, INVENTORY, observed(t), NOW + 1
-    )
+    kept = gated(Plan(ControllerState(draining={"t1": NOW})), CLUSTER, observed(t), NOW + 1)
     assert kept.state.draining == {}
 
 
 def test_services_without_routes_are_left_alone() -> None:
     plain = replace(CLUSTER, services=(replace(WEB, ingress=()),), ingress=None)
     plan = plan_stopping(task(1))
-    assert gate(plan, plain, INVENTORY, observed(task(1)), NOW) is plan
+    assert gated(plan, plain, observed(task(1)), NOW) is plan
 
 
 def test_the_traffic_table_is_whole_and_a_routed_task_always_drains() -> None:
@@ -252,7 +266,7 @@ def test_a_pruned_services_routed_tasks_drain_too() -> None:
     t = task(1)
     state = ControllerState(services={"web": ServiceState(WEB, 1, removed=True)})
     cluster = replace(CLUSTER, services=())
-    held = gate(plan_stopping(t, state), cluster, INVENTORY, observed(t), NOW)
+    held = gated(plan_stopping(t, state), cluster, observed(t), NOW)
     assert (held.stop, list(held.state.draining)) == ((), ["t1"])
 
 
@@ -305,7 +319,8 @@ def test_plan_says_what_each_proxy_would_load_route_by_route() -> None:
         "host3": ProxyObservation("host3", ok=True),  # no proxy yet
         "host4": loaded_as((moved,), "host4"),
     }
-    assert route_loads((web,), ingress, seen) == (
+    steps = proxy_steps(ingress, seen)
+    assert route_loads((web,), ingress, steps, seen) == (
         RouteLoad("host1", "unchanged"),
         RouteLoad("host2", "unreachable"),
         RouteLoad("host3", "start", ("+ */ -> web (2 upstreams)",)),

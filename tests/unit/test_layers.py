@@ -73,3 +73,20 @@ def test_the_use_cases_do_not_know_the_command_line() -> None:
             assert top not in {"typer", "rich", "click"}, f"{path.name} imports {module}"
             assert module != "minidock.cli", f"{path.name} imports the CLI"
             assert not module.startswith("minidock.lab"), f"{path.name} imports the lab"
+
+
+def test_every_module_of_the_package_has_its_layer() -> None:
+    """The layers contract (pyproject.toml, checked by `lint-imports`) names every
+    top-level module of the package: a new module is placed in a layer on purpose."""
+    import tomllib
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    (layers,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    named = {m.strip() for layer in layers["layers"] for m in layer.replace("|", ":").split(":")}
+    tops = {
+        f"minidock.{p.stem if p.is_file() else p.name}"
+        for p in PACKAGE.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
+    }
+    assert tops - named == set()
+    assert named - tops == set()

@@ -12,8 +12,9 @@ import pytest
 from minidock.core import hosts, rollout, slots, traffic
 from minidock.core.diagram import diagrams
 from minidock.core.hosts import HostPhase, HostState, Probe
-from minidock.core.rollout import Rollout, RolloutInput, RolloutPhase
+from minidock.core.rollout import RolloutInput
 from minidock.core.slots import SlotInput, SlotPhase, SlotState
+from minidock.core.state import Rollout, RolloutPhase
 from minidock.model import Container, RestartPolicy
 
 ROOT = Path(__file__).parents[2]

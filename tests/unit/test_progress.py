@@ -27,7 +27,7 @@ import minidock.cli
 from minidock.core import RolloutPhase, Waiting, set_drained
 from minidock.core.plan import WaitKind
 from minidock.core.rebalance import moves, record
-from minidock.core.rollout import Rollout
+from minidock.core.state import Rollout
 from minidock.model import HealthCheck, PortMapping, RestartPolicy, Service, UpdatePolicy
 from minidock.progress import (
     LiveProgress,

@@ -1,0 +1,251 @@
+"""A recorded plan carried out on the hosts: every field of one pass's `Plan`, in the order
+that keeps traffic whole. It decides nothing (minidock.core.decide did): each act's result
+the state must know is an outcome for the core (`minidock.core.outcomes`), and each act's
+line and event is kept on `Acts`.
+
+The order:
+1. certificates due, ordered (their HTTP-01 challenges answered by every ingress proxy);
+2. the ingress proxies: started where the plan says, then loaded with its route table and
+   the certificates (step 1's too); the name proxies with its endpoints: a task that
+   drains leaves every proxy in the pass that decides its stop, before any stop;
+3. the stops (every host at once), then the starts (hosts in parallel);
+4. the hooks' acts, the scheduled jobs' acts, and the finished one-off tasks removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from minidock.acts import ActFailed, Acts, ensure_network
+from minidock.certify import order
+from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
+from minidock.core.jobs import JobAct, JobStart
+from minidock.core.outcomes import CertFailed, HookEnded, HookStarted, JobEnded, JobStarted
+from minidock.core.plan import Plan, Run
+from minidock.core.schedule import JOB_KIND, JobRun
+from minidock.core.tls import TlsState
+from minidock.haproxy import NAMES_IMAGE
+from minidock.ingress import configs_for, converge_proxies
+from minidock.jobs import (
+    OneOffFailed,
+    OneOffTask,
+    create_oneoff,
+    output_tail,
+    remove_oneoff,
+    start_detached,
+)
+from minidock.model import Cluster, Observed, OneOff
+from minidock.names import converge_names
+from minidock.ssh import CommandTimeout, Unreachable
+
+__all__ = ["TAIL_LINES", "carry_out"]
+
+TAIL_LINES = 5  # lines of a hook's or a run's output kept with its outcome
+
+
+async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
+    """Every act of a recorded plan, in the module's order."""
+    tls = await _certificates(acts, plan, cluster, observed)
+    await _routes(acts, plan, cluster, observed, tls)
+    await _names(acts, plan, cluster, observed)
+    await asyncio.gather(*(acts.stop(s) for s in plan.stop))
+    await _by_host(plan.run, acts.run)
+    for hook in plan.hooks:
+        await _HOOK_ACTS[hook.act](acts, cluster, hook)
+    for job in plan.jobs:
+        await _job(acts, cluster, job)
+    for oneoff in plan.removals:
+        await _remove(acts, oneoff)
+
+
+# -- proxies ----------------------------------------------------------------------------------
+async def _certificates(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> TlsState:
+    """The certificates due, ordered; the TLS state the routes are served with."""
+    if not plan.certificates:
+        return plan.state.tls
+    acts.fence()
+    done = await order(
+        acts.sh,
+        cluster,
+        plan.certificates,
+        plan.routes,
+        plan.proxies,
+        plan.state.tls,
+        observed.proxies,
+        acts.now,
+    )
+    acts.outcomes.extend(done.outcomes)
+    for o in done.outcomes:
+        if isinstance(o, CertFailed):  # an order refused is a failed act (exit 1)
+            acts.failures.append(f"certificate for {o.name} not issued: {o.reason}")
+    for event in done.events:
+        acts.record_event(event)
+    observed.proxies.update(done.proxies)  # what the challenges' loads left loaded
+    return done.tls
+
+
+async def _routes(
+    acts: Acts, plan: Plan, cluster: Cluster, observed: Observed, tls: TlsState
+) -> None:
+    """The plan's route table into every answering ingress proxy (before any stop)."""
+    if cluster.ingress is None or not plan.proxies:
+        return
+    config = configs_for(plan.routes, cluster.ingress, tls)
+    acts.fence()
+    outcome = await converge_proxies(
+        acts.sh, cluster.name, cluster.ingress, config, plan.proxies, observed.proxies, acts.now
+    )
+    for event in outcome.events:
+        acts.record_event(event)
+
+
+async def _names(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
+    """The plan's endpoints into the name proxies its steps run, the others removed."""
+    if not plan.names:
+        return
+
+    async def prepare(host: str) -> str:
+        if host not in acts.networked:
+            try:
+                await ensure_network(acts.sh, host, cluster.name)
+            except ActFailed as exc:
+                return str(exc)
+            acts.networked.add(host)
+        return ""
+
+    outcome = await converge_names(
+        acts.sh,
+        cluster.name,
+        NAMES_IMAGE,
+        plan.endpoints,
+        plan.names,
+        observed.names,
+        acts.now,
+        prepare,
+    )
+    for event in outcome.events:
+        acts.record_event(event)
+
+
+# -- tasks ------------------------------------------------------------------------------------
+async def _by_host(runs: Sequence[Run], act: Callable[[Run], Awaitable[None]]) -> None:
+    """Hosts in parallel; on one host, in plan order (due restarts first)."""
+    per_host: dict[str, list[Run]] = {}
+    for r in runs:
+        per_host.setdefault(r.host, []).append(r)
+
+    async def one(batch: list[Run]) -> None:
+        for r in batch:
+            await act(r)
+
+    await asyncio.gather(*(one(b) for b in per_host.values()))
+
+
+# -- one-off tasks: hooks, scheduled runs, the finished -----------------------------------------
+def _task(acts: Acts, cluster: Cluster, step: HookStep | JobStart) -> OneOffTask:
+    if isinstance(step, HookStep):
+        assert step.spec is not None
+        spec, run, kind, host = step.spec, step.record.run, HOOK_KIND, step.host
+    else:
+        spec, run, kind, host = step.spec, step.run, JOB_KIND, step.host
+    return OneOffTask(spec, cluster.name, acts.hosts[host], run, kind, step.slot, acts.controller)
+
+
+async def _start(acts: Acts, task: OneOffTask, made: bool) -> bool:
+    """Create (unless `made`: a created one of its name was found) and start a one-off in
+    the background; whether this act created it. Raises OneOffFailed saying why not."""
+    acts.fence()
+    fresh = False if made else await create_oneoff(acts.executor, acts.inventory, task, acts.engine)
+    acts.fence()
+    await start_detached(acts.executor, task)
+    return fresh
+
+
+async def _hook_start(acts: Acts, cluster: Cluster, step: HookStep) -> None:
+    task = _task(acts, cluster, step)
+    try:
+        fresh = await _start(acts, task, made=step.oneoff is not None)
+    except (OneOffFailed, Unreachable, CommandTimeout) as exc:
+        acts.outcomes.append(HookEnded(step.service, task.run, None, str(exc), "could not start"))
+        return
+    acts.outcomes.append(HookStarted(step.service, task.run, task.host.name, fresh))
+
+
+async def _hook_collect(acts: Acts, cluster: Cluster, step: HookStep) -> None:
+    """A finished hook: the end of its output read for its outcome (the container goes
+    with the finished one-offs of the next pass, once the outcome is recorded)."""
+    found = step.oneoff
+    assert found is not None
+    tail = await _tail(acts, found)
+    record = step.record
+    took = (found.finished_at or acts.now) - (found.started_at or record.started or acts.now)
+    acts.outcomes.append(HookEnded(step.service, record.run, found.exit_code, tail, took=took))
+
+
+async def _hook_time_out(acts: Acts, cluster: Cluster, step: HookStep) -> None:
+    """A hook past its timeout (recorded failed by the decision): its output read for the
+    outcome, then removed, which kills it."""
+    found = step.oneoff
+    assert found is not None
+    tail = await _tail(acts, found)
+    acts.outcomes.append(HookEnded(step.service, step.record.run, None, tail))
+    await _remove(acts, found)
+
+
+async def _hook_remove(acts: Acts, cluster: Cluster, step: HookStep) -> None:
+    if step.oneoff is not None:
+        await _remove(acts, step.oneoff)
+
+
+_HOOK_ACTS: dict[HookAct, Callable[[Acts, Cluster, HookStep], Awaitable[None]]] = {
+    HookAct.START: _hook_start,
+    HookAct.COLLECT: _hook_collect,
+    HookAct.TIME_OUT: _hook_time_out,
+    HookAct.REMOVE: _hook_remove,
+    HookAct.SUPERSEDE: _hook_remove,
+}
+
+
+async def _job(acts: Acts, cluster: Cluster, act: JobAct) -> None:
+    """A scheduled run started in the background, or a finished one read for its record."""
+    if isinstance(act, JobStart):
+        task = _task(acts, cluster, act)
+        try:
+            fresh = await _start(acts, task, made=False)
+        except (OneOffFailed, Unreachable, CommandTimeout) as exc:
+            lost = JobRun(act.run, act.due, acts.now, acts.now, None, str(exc))
+            acts.outcomes.append(JobEnded(act.job, lost))
+            return
+        acts.outcomes.append(JobStarted(act.job, act.run, task.host.name, fresh))
+        return
+    o = act.oneoff
+    tail = await _tail(acts, o)
+    started = o.started_at or acts.now
+    run = JobRun(o.run, act.due, started, o.finished_at or started, o.exit_code, tail)
+    acts.outcomes.append(JobEnded(act.job, run))
+
+
+async def _tail(acts: Acts, found: OneOff) -> str:
+    host = acts.hosts.get(found.host)
+    if host is None:
+        return ""
+    acts.fence()
+    return await output_tail(acts.executor, host, found, TAIL_LINES)
+
+
+async def _remove(acts: Acts, o: OneOff) -> None:
+    """A one-off removed (killed first if it still runs): one event; a failure to remove
+    is an act failure (a later pass tries again)."""
+    host = acts.hosts.get(o.host)
+    if host is None:
+        return
+    acts.fence()
+    left = await remove_oneoff(acts.executor, host, o.name)
+    where = (o.service, 0, o.host, o.run)
+    if left:
+        acts.record("act-failed", left, where)
+    elif o.finished:
+        acts.record("oneoff-removed", f"removed finished one-off {o.name} on {o.host}", where)
+    else:
+        acts.record("oneoff-removed", f"removed {o.name} on {o.host} (it still ran)", where)

@@ -305,7 +305,20 @@ def _loaded(text: str) -> tuple[str, Loaded]:
         *server.get("routes", []),
         *(secure.get("routes", []) if isinstance(secure, dict) else []),
     ]
-    return digest, tuple(_route(r) for r in routes if isinstance(r, dict))
+    return digest, tuple(_route(r) for r in routes if isinstance(r, dict) and _serves(r))
+
+
+def _serves(route: dict[str, Any]) -> bool:
+    """Whether a loaded route is a service's route: it proxies, or answers 503 while no
+    task is ready. The 404 that ends each server, an ACME challenge's response and the
+    plain server's redirect of a TLS route are not (the TLS server has that route)."""
+    handlers = route.get("handle")
+    first = handlers[0] if isinstance(handlers, list) and handlers else {}
+    if not isinstance(first, dict):
+        return False
+    if first.get("handler") == "reverse_proxy":
+        return True
+    return first.get("handler") == "static_response" and first.get("status_code") == 503
 
 
 def _route(route: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:

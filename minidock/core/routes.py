@@ -239,11 +239,12 @@ LoadedRoutes = tuple[tuple[str, str, tuple[str, ...]], ...]  # a proxy's (Host, 
 
 
 def route_changes(table: RouteTable, loaded: LoadedRoutes) -> tuple[str, ...]:
-    """What loading `table` changes on a proxy that has loaded `loaded` (our config: its
-    last route is the catch-all 404): one line per route added (`+`), removed (`-`), or
-    sent to other upstreams (`~`, the addresses that join and leave)."""
+    """What loading `table` changes on a proxy that has loaded `loaded` (its services'
+    routes, as `minidock.caddy` reads them back: a TLS route once, its HTTPS one): one
+    line per route added (`+`), removed (`-`), or sent to other upstreams (`~`, the
+    addresses that join and leave)."""
     before: dict[tuple[str, str], tuple[str, ...]] = {}
-    for domain, path, upstreams in loaded[:-1]:
+    for domain, path, upstreams in loaded:
         before.setdefault(_key(domain, path), upstreams)
     lines: list[str] = []
     after: set[tuple[str, str]] = set()

@@ -298,6 +298,33 @@ def loaded_as(table: tuple[RouteEntry, ...], host: str = "host1") -> ProxyObserv
     )
 
 
+def test_a_loaded_tls_route_reads_back_once_with_its_upstreams() -> None:
+    """The plain server's redirect of a TLS route, the 404 ending each server and an ACME
+    challenge's response are not routes: a proxy that has loaded the table shows no
+    change against it (it used to list every TLS upstream as joining, and `- */`)."""
+    from minidock.caddy import Certificate
+
+    secure = RouteEntry(Route("app.test", "/", 8080), "web", ("10.0.0.1:30000",))
+    plain = RouteEntry(Route("plain.test", "/", 8080), "api", ("10.0.0.2:30000",))
+    specs = [
+        RouteSpec("app.test", "/", secure.upstreams, tls=True),
+        RouteSpec("plain.test", "/", plain.upstreams),
+    ]
+    certificate = [Certificate("CHAIN", "KEY")]
+    challenge = {"/.well-known/acme-challenge/t": "t.k"}
+    config = proxy_config(specs, Ingress(), certificate, challenge)
+    seen = parse_proxy_probe("host1", "running s\n" + config.text)
+    assert seen.routes == (
+        ("plain.test", "/", ("10.0.0.2:30000",)),
+        ("app.test", "/", ("10.0.0.1:30000",)),
+    )
+    assert route_changes((secure, plain), seen.routes) == ()
+    moved = replace(plain, upstreams=("10.0.0.2:30001",))
+    assert route_changes((secure, moved), seen.routes) == (
+        "~ plain.test/: +10.0.0.2:30001 -10.0.0.2:30000",
+    )
+
+
 def test_plan_says_what_each_proxy_would_load_route_by_route() -> None:
     api = RouteEntry(Route("app.test", "/api", 8080), "api", ("10.0.0.1:30002",))
     web = RouteEntry(Route("", "/", 8080), "web", ("10.0.0.1:30000", "10.0.0.2:30001"))

@@ -182,7 +182,9 @@ def _port_of(spec: Service, key: tuple[str, str]) -> int | None:
 
 
 def _key(domain: str, path: str) -> tuple[str, str]:
-    return domain, path.rstrip("/") or "/"
+    """A route's host and path as the proxy matches them: ignoring case (validate refuses
+    two routes that differ in case only), a trailing slash ignored."""
+    return domain.lower(), path.rstrip("/").lower() or "/"
 
 
 def _held(
@@ -228,11 +230,16 @@ def _taking_traffic(
     return found
 
 
-def _specificity(entry: RouteEntry) -> tuple[int, str, int, str]:
-    """Named hosts before the catch-all, then longer paths first (the proxy takes the first
-    route that matches)."""
-    route = entry.route
-    return (route.domain == "", route.domain, -len(route.path.rstrip("/")), route.path)
+def _specificity(entry: RouteEntry) -> tuple[bool, bool, int, str, int, str]:
+    """Caddy's own precedence (its Caddyfile adapter sorts site blocks so; with a JSON
+    config the first route that matches wins, so the order given is the order matched):
+    exact hosts, then wildcard hosts, then the catch-all; a more specific host first (its
+    length less its `*`s); for one host, longer paths first. The names and paths break
+    ties, so the order is a function of the routes alone."""
+    domain = entry.route.domain.lower()
+    path = entry.route.path.rstrip("/").lower()
+    host_specificity = len(domain) - domain.count("*")
+    return (domain == "", "*" in domain, -host_specificity, domain, -len(path), path)
 
 
 LoadedRoutes = tuple[tuple[str, str, tuple[str, ...]], ...]  # a proxy's (Host, path, upstreams)

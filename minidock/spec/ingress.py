@@ -115,10 +115,10 @@ def routes_of(
                 f"of its ports, or give it a health check on that port "
                 f"(e.g. wget -qO- http://127.0.0.1:{port}/)",
             )
-        domain = item.get("host", "")
+        domain = item.get("host", "").lower()  # a DNS name: the proxy matches it ignoring case
         tls = route_tls(item.get("tls", "off"), domain, (*where, "tls"), fail, base)
         route = Route(domain, item.get("path", "/"), port, tls)
-        if any((r.domain, r.path, r.port) == (route.domain, route.path, port) for r in routes):
+        if any(_claim(r) == _claim(route) and r.port == port for r in routes):
             raise fail(where, f"route {route} is given twice")
         routes.append(route)
     return tuple(routes)
@@ -140,18 +140,18 @@ def check_routes(cluster: Cluster, display: str) -> None:
     ingress = cluster.ingress
     if ingress is None:
         return
-    claimed: dict[tuple[str, str], str] = {}
+    claimed: dict[tuple[str, str], tuple[str, Route]] = {}
     _one_tls_per_host(cluster, display)
     for service in cluster.services:
         for route in service.ingress:
-            key = (route.domain, route.path.rstrip("/") or "/")
-            other = claimed.setdefault(key, service.name)
+            other, claimant = claimed.setdefault(_claim(route), (service.name, route))
             if other != service.name:
                 raise SpecError(
                     display,
                     f"services.{service.name}.ingress",
                     f"host {route.domain or '*'} path {route.path} is claimed by both "
-                    f"services {other} and {service.name}: give one another host or path",
+                    f"services {other}{_as_written(claimant, route)} and {service.name}: "
+                    "give one another host or path",
                 )
         for i, port in enumerate(service.ports):
             if port.protocol == "tcp" and ingress.owns_port(port.host_port):
@@ -163,6 +163,19 @@ def check_routes(cluster: Cluster, display: str) -> None:
                     f"({first}-{last}), where MiniDock publishes routed tasks: publish "
                     "another port, or move task_ports",
                 )
+
+
+def _claim(route: Route) -> tuple[str, str]:
+    """What a route takes as the proxy matches it: its host and path prefix, both ignoring
+    case (Caddy's host and path matchers do), a trailing slash ignored."""
+    return route.domain.lower(), route.path.rstrip("/").lower() or "/"
+
+
+def _as_written(first: Route, route: Route) -> str:
+    """How the first claimant wrote the claim, when it differs from `route` in case only."""
+    if (first.domain, first.path.rstrip("/")) == (route.domain, route.path.rstrip("/")):
+        return ""
+    return f" (as {first.domain or '*'}{first.path}: the proxy matches paths ignoring case)"
 
 
 def _one_tls_per_host(cluster: Cluster, display: str) -> None:

@@ -112,6 +112,34 @@ def test_the_most_specific_route_comes_first() -> None:
     ]
 
 
+def test_routes_are_ordered_as_caddy_orders_its_sites() -> None:
+    """Exact hosts before wildcards (`'*' < 'a'` put the wildcard first, and Caddy takes
+    the first route that matches), the catch-all last, longer paths first per host."""
+    routes = (
+        Route("", "/", 8080),
+        Route("*.example.com", "/", 8080),
+        Route("*.example.com", "/v2", 8080),
+        Route("api.example.com", "/", 8080),
+        Route("a.example.com", "/", 8080),
+        Route("api.example.com", "/admin", 8080),
+        Route("", "/static", 8080),
+    )
+    cluster = replace(CLUSTER, services=(replace(WEB, ingress=routes),))
+    table = route_table(cluster, INVENTORY, observed(), ControllerState(), NOW)
+    assert [str(e.route) for e in table] == [
+        "api.example.com/admin -> :8080",
+        "api.example.com/ -> :8080",
+        "a.example.com/ -> :8080",
+        "*.example.com/v2 -> :8080",
+        "*.example.com/ -> :8080",
+        "*/static -> :8080",
+        "*/ -> :8080",
+    ]
+    shuffled = replace(cluster, services=(replace(WEB, ingress=routes[::-1]),))
+    again = route_table(shuffled, INVENTORY, observed(), ControllerState(), NOW)
+    assert again == table
+
+
 def test_ingress_hosts_by_name_or_constraint() -> None:
     assert ingress_hosts(CLUSTER, INVENTORY) == ("host1",)
     edge = replace(CLUSTER, ingress=Ingress(constraints=(Constraint("role", "!=", "edge"),)))

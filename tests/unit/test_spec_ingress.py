@@ -71,6 +71,24 @@ def test_routes_are_not_part_of_what_a_task_runs_but_their_ports_are(tmp_path: P
 ROUTE = WEB + 'ingress = { host = "app.test", port = 8080 }\n'
 BAD = [
     (
+        WEB
+        + 'ingress = { host = "app.test", path = "/api", port = 8080 }\n'
+        + '[services.other]\nimage = "web:5"\n'
+        + HEALTH
+        + 'ingress = { host = "APP.test", path = "/API/", port = 8080 }\n',
+        "services.other.ingress: host app.test path /API/ is claimed by both services web "
+        "(as app.test/api: the proxy matches paths ignoring case) and other: give one "
+        "another host or path",
+    ),
+    (
+        ROUTE
+        + '[services.other]\nimage = "web:5"\n'
+        + HEALTH
+        + 'ingress = { host = "App.Test", port = 8080 }\n',
+        "services.other.ingress: host app.test path / is claimed by both services web and "
+        "other: give one another host or path",
+    ),
+    (
         ROUTE
         + '[services.other]\nimage = "web:5"\n'
         + HEALTH

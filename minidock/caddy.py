@@ -48,6 +48,7 @@ __all__ = [
     "proxy_run_argv",
     "proxy_spec",
     "remove_argv",
+    "stop_argv",
 ]
 
 ADMIN = "localhost:2019"  # Caddy's default admin address: loopback only, on the host network
@@ -68,6 +69,7 @@ DIAL_TIMEOUT = "1s"
 FAIL_DURATION = "30s"  # outlasts a lost host's detection under watch (docs/ingress.md, "Reloads")
 NETWORK = PROXY_NETWORK  # a namespace of its own (docker's default bridge), ports published
 MIGRATE_ACCEPT_QUEUE = "net.ipv4.tcp_migrate_req"  # Linux 5.14 and later
+STOP_GRACE = 10  # seconds a replaced proxy has to finish its requests under way
 NO_ROUTE = {"handler": "static_response", "status_code": 404, "body": "no route\n"}
 
 
@@ -229,6 +231,12 @@ def proxy_run_argv(cluster: str, ingress: Ingress) -> list[str]:
         ingress.image,
         "caddy", "run", "--resume",
     ]  # fmt: skip
+
+
+def stop_argv(cluster: str) -> list[str]:
+    """Stop the proxy gracefully before it is replaced: Caddy closes its listeners on
+    SIGTERM and finishes the requests under way (docker kills it after STOP_GRACE)."""
+    return ["docker", "stop", "--time", str(STOP_GRACE), proxy_name(cluster)]
 
 
 def remove_argv(cluster: str) -> list[str]:

@@ -22,6 +22,7 @@ from minidock.caddy import (
     proxy_probe_argv,
     proxy_run_argv,
     remove_argv,
+    stop_argv,
 )
 from minidock.core.routes import ProxyStep, RouteTable, route_changes
 from minidock.core.tls import TlsState
@@ -130,13 +131,17 @@ def route_loads(
     (with the state's ACME certificates, `tls`), with the route changes a load makes (for
     `plan`)."""
     config = configs_for(table, ingress, tls)
-    starts = {s.host: s.start for s in steps}
+    by_host = {s.host: s for s in steps}
     loads = []
     for host, proxy in sorted(seen.items()):
-        if host not in starts:
+        step = by_host.get(host)
+        if step is None:
             loads.append(RouteLoad(host, "unreachable"))
-        elif starts[host]:
+        elif step.start:
             loads.append(RouteLoad(host, "start", route_changes(table, ())))  # every route new
+        elif step.waits:
+            changes = () if proxy.digest == config.digest else route_changes(table, proxy.routes)
+            loads.append(RouteLoad(host, "waits", (step.waits, *changes)))
         elif proxy.digest == config.digest:
             loads.append(RouteLoad(host, "unchanged"))
         else:
@@ -156,6 +161,7 @@ async def _converge_one(
 ) -> None:
     host = step.host
     if step.start:
+        await sh(host, stop_argv(cluster))  # requests under way finish; fails if none runs
         await sh(host, remove_argv(cluster))
         res = await sh(host, proxy_run_argv(cluster, ingress))
         if res.exit_status != 0:

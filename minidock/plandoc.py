@@ -69,7 +69,9 @@ class PendingSlot:
 class RouteLoad:
     """What the first pass does to one ingress host's proxy: `load` (with the route
     changes), `start` (a proxy missing, stopped or of another spec, then its routes),
-    `unchanged`, or `unreachable` (the host did not answer: it keeps what it has)."""
+    `waits` (of another spec, replaced by a later pass: why, then the route changes it
+    loads meanwhile), `unchanged`, or `unreachable` (the host did not answer: it keeps
+    what it has)."""
 
     host: str
     action: str

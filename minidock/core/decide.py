@@ -37,7 +37,7 @@ from minidock.core.jobs import (
     oneoff_spec,
     place_oneoff,
 )
-from minidock.core.plan import Plan, Run
+from minidock.core.plan import Plan, Run, Waiting, WaitKind
 from minidock.core.reconcile import reconcile
 from minidock.core.routes import ProxyStep, RouteTable, proxy_steps, route_table
 from minidock.core.schedule import JOB_KIND, JobRecord, JobRun, PendingRun, Times, record_run
@@ -118,9 +118,19 @@ def _with_proxies(
     state = plan.state
     if cluster.ingress is not None:
         routes = route_table(cluster, inventory, observed, state, now, specs)
-        steps = proxy_steps(cluster.ingress, observed.proxies)
+        down = frozenset(name for name, hs in state.hosts.items() if hs.down)
+        steps = proxy_steps(cluster.ingress, observed.proxies, down)
         due_now = _due(cluster.ingress, routes, steps, state, now)
-        plan = replace(plan, routes=routes, proxies=steps, certificates=due_now)
+        waits = tuple(
+            Waiting(f"ingress proxy on {s.host}", s.waits, WaitKind.PROXY) for s in steps if s.waits
+        )
+        plan = replace(
+            plan,
+            routes=routes,
+            proxies=steps,
+            certificates=due_now,
+            waiting=(*plan.waiting, *waits),
+        )
     if observed.names:
         table = endpoint_table(cluster, inventory, observed, state, now, specs)
         used = {c.host for c in observed.containers()} | {r.host for r in plan.run}

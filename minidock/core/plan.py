@@ -80,6 +80,7 @@ class WaitKind(enum.Enum):
     STALLED = "stalled"  # a task paused by hand: it waits for someone to unpause it
     DRAINING = "draining"  # a routed task out of every route, waiting out drain_timeout
     HOOK = "hook"  # a generation's before_update hook, to run or running (core/hooks.py)
+    PROXY = "proxy"  # an ingress proxy to replace once another host's new one serves
 
     @property
     def moves(self) -> bool:

@@ -54,38 +54,60 @@ class RouteEntry:
     tasks: tuple[str, ...] = ()
 
 
-RouteTable = tuple[RouteEntry, ...]  # most specific first: by host name, longest path first
+RouteTable = tuple[RouteEntry, ...]  # most specific first, as Caddy matches (`_specificity`)
 
 
 @dataclass(frozen=True)
 class ProxyStep:
     """One answering ingress host's proxy this pass: (re)started first when it is missing,
     stopped or of another spec (`start`, `why`), then the pass's route table loaded where
-    the proxy's loaded config differs from it."""
+    the proxy's loaded config differs from it. A running proxy of another spec whose
+    replacement waits for another host's proxy to serve (`waits`, why) keeps running and
+    is loaded with the table; a later pass replaces it."""
 
     host: str
     start: bool = False
     why: str = ""
+    waits: str = ""
 
 
 def proxy_steps(
-    ingress: Ingress | None, proxies: Mapping[str, ProxyObservation]
+    ingress: Ingress | None,
+    proxies: Mapping[str, ProxyObservation],
+    down: frozenset[str] = frozenset(),
 ) -> tuple[ProxyStep, ...]:
     """What each answering ingress host's proxy does this pass (a host that did not
-    answer is left for a later pass)."""
+    answer is left for a later pass). A proxy that is missing or stopped serves nothing:
+    it is started at once. Running proxies of another spec (a new `image`, `http_port` or
+    `https_port`) are replaced one host at a time: one in a pass, and only while every
+    other ingress host's proxy serves (it answered, runs, and has loaded its routes; a
+    host that is `down` is out of the count), so the next is replaced once the one before
+    answers with its routes loaded. With one ingress host it is replaced at once."""
     if ingress is None:
         return ()
     spec = ingress.proxy_spec()
-    steps = []
+    serving = {h for h, p in proxies.items() if _serves(p) or h in down}
+    steps, replaced = [], ""
     for host, proxy in sorted(proxies.items()):
         if not proxy.ok:
             continue
         if proxy.running and proxy.spec == spec:
             steps.append(ProxyStep(host))
-            continue
-        why = "had another spec" if proxy.running else "was not running"
-        steps.append(ProxyStep(host, True, why if proxy.spec else "was missing"))
+        elif not proxy.running or not proxy.spec:
+            steps.append(ProxyStep(host, True, "was not running" if proxy.spec else "was missing"))
+        elif replaced or serving - {host} != set(proxies) - {host}:
+            out = sorted(set(proxies) - serving - {host})
+            why = f"{replaced}'s new proxy" if replaced else ", ".join(out)
+            steps.append(ProxyStep(host, waits=f"replaced once {why} serves"))
+        else:
+            replaced = host
+            steps.append(ProxyStep(host, True, "had another spec"))
     return tuple(steps)
+
+
+def _serves(proxy: ProxyObservation) -> bool:
+    """The proxy answered, runs, and has loaded a config of ours (its routes)."""
+    return proxy.ok and proxy.running and bool(proxy.digest)
 
 
 def ingress_hosts(cluster: Cluster, inventory: Inventory) -> tuple[str, ...]:

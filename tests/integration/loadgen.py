@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["Load", "Reply", "get"]
+__all__ = ["Load", "Reply", "get", "get_any"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,21 @@ class Reply:
     @property
     def ok(self) -> bool:
         return self.status == 200
+
+
+async def get_any(ports: tuple[int, ...], host: str, first: int = 0) -> tuple[Reply, int]:
+    """A client behind DNS round-robin: the GET to `ports[first]`, and to the next address
+    in turn while one gives no byte of a reply (refused; in the lab, docker's userland
+    proxy in front renders a refused connection as one closed before any reply). The last
+    reply, and how many addresses it took."""
+    for tried in range(len(ports)):
+        reply = await get(ports[(first + tried) % len(ports)], host)
+        if reply.status != 0 or not (reply.text == "" or reply.text.startswith(_NO_REPLY)):
+            return reply, tried + 1
+    return reply, len(ports)
+
+
+_NO_REPLY = ("ConnectionRefusedError", "ConnectionResetError")  # and "": closed, no byte
 
 
 async def get(port: int, host: str, path: str = "/", timeout: float = 30.0) -> Reply:
@@ -57,7 +72,9 @@ class Load:
     host: str
     clients: int = 4
     pause: float = 0.0
+    others: tuple[int, ...] = ()  # more addresses of the name (DNS round-robin): get_any
     replies: list[Reply] = field(default_factory=list)
+    fallbacks: int = 0  # requests that took another address than their first
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -71,14 +88,21 @@ class Load:
         assert self._thread is not None
         self._thread.join(timeout=60)
 
-    async def _client(self) -> None:
+    async def _client(self, n: int) -> None:
+        ports = (self.port, *self.others)
         while not self._stop.is_set():
-            self.replies.append(await get(self.port, self.host))
+            if self.others:  # each request to the next address, as round-robin DNS spreads
+                reply, took = await get_any(ports, self.host, first=n)
+                self.fallbacks += took > 1
+                n += 1
+            else:
+                reply = await get(self.port, self.host)
+            self.replies.append(reply)
             if self.pause:
                 await asyncio.sleep(self.pause)
 
     async def _run(self) -> None:
-        await asyncio.gather(*(self._client() for _ in range(self.clients)))
+        await asyncio.gather(*(self._client(n) for n in range(self.clients)))
 
     def failed(self) -> list[Reply]:
         return [r for r in self.replies if not r.ok]

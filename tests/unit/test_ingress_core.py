@@ -381,3 +381,57 @@ def test_plan_says_what_each_proxy_would_load_route_by_route() -> None:
         RouteLoad("host3", "start", ("+ */ -> web (2 upstreams)",)),
         RouteLoad("host4", "load", ("~ */: +10.0.0.1:30000 -10.0.0.2:30003",)),
     )
+
+
+def running_proxy(host: str, spec: str, digest: str = "d") -> ProxyObservation:
+    return ProxyObservation(host, True, True, spec, digest)
+
+
+def test_proxies_of_another_spec_are_replaced_one_host_at_a_time() -> None:
+    """An image change replaces one ingress host's proxy per pass, and the next only once
+    every other proxy answers with its routes loaded; a missing or stopped proxy (it
+    serves nothing) starts at once, and a host that is down is not waited for."""
+    old, new = Ingress(image="caddy:2.6"), Ingress(image="caddy:2.7")
+    spec = new.proxy_spec()
+    before = {h: running_proxy(h, old.proxy_spec()) for h in ("host1", "host2", "host3")}
+    first = proxy_steps(new, before)
+    assert [(s.host, s.start, s.waits) for s in first] == [
+        ("host1", True, ""),
+        ("host2", False, "replaced once host1's new proxy serves"),
+        ("host3", False, "replaced once host1's new proxy serves"),
+    ]
+    # the next pass: host1's new proxy runs but its routes did not load: nothing more yet
+    fresh = {**before, "host1": running_proxy("host1", spec, digest="")}
+    assert [s.host for s in proxy_steps(new, fresh) if s.start] == []
+    assert proxy_steps(new, fresh)[1].waits == "replaced once host1 serves"
+    served = {**before, "host1": running_proxy("host1", spec)}
+    assert [s.host for s in proxy_steps(new, served) if s.start] == ["host2"]
+    lost = {**served, "host3": ProxyObservation("host3", ok=False, error="timed out")}
+    assert [s.host for s in proxy_steps(new, lost) if s.start] == []  # host3 may be serving
+    down = proxy_steps(new, lost, down=frozenset({"host3"}))
+    assert [s.host for s in down if s.start] == ["host2"]
+    stopped = {**before, "host2": ProxyObservation("host2", True, False, old.proxy_spec())}
+    assert [(s.host, s.why) for s in proxy_steps(new, stopped) if s.start] == [
+        ("host2", "was not running")  # host1 and host3 wait for it to serve
+    ]
+    alone = proxy_steps(new, {"host1": before["host1"]})
+    assert [(s.host, s.start) for s in alone] == [("host1", True)]  # one host: at once
+
+
+def test_a_pass_waits_for_the_next_proxy_and_plan_says_so() -> None:
+    from minidock.core.decide import decide
+    from minidock.core.plan import WaitKind
+
+    ingress = Ingress(hosts=("host1", "host2"), image="caddy:2.7")
+    cluster = replace(CLUSTER, ingress=ingress)
+    seen = observed(task(1))
+    old = Ingress(hosts=("host1", "host2")).proxy_spec()
+    proxies = {h: running_proxy(h, old) for h in ("host1", "host2")}
+    plan = decide(cluster, INVENTORY, replace(seen, proxies=proxies), ControllerState(), NOW)
+    assert [(s.host, s.start) for s in plan.proxies] == [("host1", True), ("host2", False)]
+    (wait,) = [w for w in plan.waiting if w.kind is WaitKind.PROXY]
+    assert wait == "ingress proxy on host2: replaced once host1's new proxy serves"
+    assert not plan.converged  # apply --wait and reconcile's exit 3 go on to host2
+    loads = route_loads(plan.routes, ingress, plan.proxies, proxies)
+    assert [(r.host, r.action) for r in loads] == [("host1", "start"), ("host2", "waits")]
+    assert loads[1].changes[0] == "replaced once host1's new proxy serves"

@@ -69,7 +69,10 @@ def image_of(fleet: Fleet, md: Minidock, host: str) -> str:
     return res.stdout.strip()
 
 
-def replace_under_load(fleet: Fleet, md: Minidock, edges: tuple[str, ...]) -> Load:
+def replace_under_load(
+    fleet: Fleet, md: Minidock, edges: tuple[str, ...]
+) -> tuple[Load, list[str]]:
+    """The image changed under load; the load, and the proxy events of the change."""
     for host in edges:
         fleet.docker(host, "tag", OLD, NEW, check=True)
     apply(md, spec(OLD, edges))
@@ -83,13 +86,12 @@ def replace_under_load(fleet: Fleet, md: Minidock, edges: tuple[str, ...]) -> Lo
     replaced = proxy_events(md)[before:]
     starts = [e for e in replaced if e.startswith("proxy-started")]
     assert sorted(starts) == [f"proxy-started {h}" for h in edges]
-    return load
+    return load, replaced
 
 
 def test_an_image_change_replaces_one_ingress_host_at_a_time(fleet: Fleet, md: Minidock) -> None:
-    load = replace_under_load(fleet, md, EDGES)
+    load, replaced = replace_under_load(fleet, md, EDGES)
     assert load.failed() == [], f"{len(load.failed())} of {len(load.replies)}: {load.failed()[:5]}"
-    replaced = proxy_events(md)
     first = replaced.index("proxy-started host1")
     # host2's proxy is replaced only after host1's new one has loaded its routes
     assert replaced.index("routes-loaded host1", first) < replaced.index("proxy-started host2")
@@ -99,7 +101,7 @@ def test_an_image_change_replaces_one_ingress_host_at_a_time(fleet: Fleet, md: M
 def test_one_ingress_host_is_replaced_at_once(fleet: Fleet, md: Minidock) -> None:
     """Nothing else serves: its clients get no reply while it is replaced (the figure is
     printed for docs/ingress.md; the test asserts the replacement converges)."""
-    load = replace_under_load(fleet, md, EDGES[:1])
+    load, _ = replace_under_load(fleet, md, EDGES[:1])
     print(
         f"proxy image change, 1 ingress host: {len(load.failed())} of {len(load.replies)} "
         f"got no reply, {latency(load)}"

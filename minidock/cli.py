@@ -117,6 +117,15 @@ TimeoutOption = Annotated[str, typer.Option("--timeout", help="How long --wait m
 FileArg = Annotated[
     Path, typer.Argument(help="A cluster spec (TOML) or a Compose file.", show_default=False)
 ]
+InventoryOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--inventory",
+        help="The inventory, when the cluster file names none (else $MINIDOCK_INVENTORY, "
+        "else inventory.toml beside the file).",
+        show_default=False,
+    ),
+]
 QuietOption = Annotated[
     bool, typer.Option("--quiet", "-q", help="Plain lines, no live view (as on a pipe).")
 ]
@@ -402,9 +411,10 @@ def field_change(field: str, old: str, new: str) -> str:
 @app.command()
 def validate(
     file: Annotated[Path, typer.Argument(help="A cluster spec, a Compose file or an inventory.")],
+    inventory: InventoryOption = None,
 ) -> None:
     """Check a cluster spec (and its inventory) or an inventory; print OK or the error."""
-    checked_file = checked(lambda: usecases.validate(file))
+    checked_file = checked(lambda: usecases.validate(file, inventory))
     for line in checked_file.warnings:
         err.print(f"minidock: warning: {line}", markup=False)
     if checked_file.cluster is None:
@@ -446,12 +456,13 @@ def apply(
     ] = False,
     quiet: QuietOption = False,
     state: StateOption = None,
+    inventory: InventoryOption = None,
 ) -> None:
     """Validate, store as the next desired-state generation, reconcile."""
     limit = seconds(timeout, "--timeout")
     directory = state_dir(state)
     if dry_run:
-        print_plan(run(usecases.plan(file, directory, runtime(), prune=prune)))
+        print_plan(run(usecases.plan(file, directory, runtime(), prune=prune, inventory=inventory)))
         return
     view = live_view(wait, quiet)
     applied = run(
@@ -465,6 +476,7 @@ def apply(
             prune=prune,
             adopt=adopt,
             retry=retry,
+            inventory=inventory,
         ),
         view,
     )
@@ -488,13 +500,18 @@ def plan(
         typer.Option("--adopt", help="Plan as `apply --adopt`: take over another store's tasks."),
     ] = False,
     state: StateOption = None,
+    inventory: InventoryOption = None,
 ) -> None:
     """What apply would do, every step until convergence; changes nothing; refuses what
     apply refuses. With --lose, where the lost hosts' tasks would land, or why they cannot
     (exit 1)."""
     lost = tuple(lose or ())
     directory = state_dir(state)
-    planned = run(usecases.plan(file, directory, runtime(), prune=prune, lose=lost, adopt=adopt))
+    planned = run(
+        usecases.plan(
+            file, directory, runtime(), prune=prune, lose=lost, adopt=adopt, inventory=inventory
+        )
+    )
     print_plan(planned, as_json=as_json)
     raise typer.Exit(planned.exit_code)
 

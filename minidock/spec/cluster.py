@@ -57,30 +57,37 @@ from minidock.spec.secretfiles import build_secret_files
 __all__ = ["cluster_document", "load", "load_cluster", "secret_env_warnings", "topo_order"]
 
 
-def load_cluster(path: StrPath) -> Cluster:
+INVENTORY_ENV = "MINIDOCK_INVENTORY"
+DEFAULT_INVENTORY = "inventory.toml"  # beside the cluster file, when nothing else names one
+
+
+def load_cluster(path: StrPath, inventory: StrPath | None = None) -> Cluster:
     """Read, validate and convert a cluster file (TOML, or Compose: `minidock.spec.compose`);
-    the inventory it names is not read."""
-    return _read_cluster(Path(path), os.fspath(path), with_inventory=False)[0]
+    the inventory it names (or `inventory`, `$MINIDOCK_INVENTORY`, `inventory.toml` beside
+    it: `inventory_of`) is not read."""
+    return _read_cluster(Path(path), os.fspath(path), with_inventory=False, given=inventory)[0]
 
 
-def load(path: StrPath) -> tuple[Cluster, Inventory]:
-    """Load a cluster file and the inventory it names; errors name the file at fault (a
-    Compose file's, its own keys)."""
+def load(path: StrPath, inventory: StrPath | None = None) -> tuple[Cluster, Inventory]:
+    """Load a cluster file and its inventory (`inventory_of`); errors name the file at
+    fault (a Compose file's, its own keys)."""
     display = os.fspath(path)
-    cluster, _, inventory_display, locate = _read_cluster(Path(path), display, with_inventory=True)
-    inventory = read_inventory(Path(cluster.inventory_path), inventory_display)
+    cluster, _, inventory_display, locate = _read_cluster(
+        Path(path), display, with_inventory=True, given=inventory
+    )
+    hosts = read_inventory(Path(cluster.inventory_path), inventory_display)
     try:
-        check_ingress_hosts(cluster, inventory, display)
-        check_ingress_ports(cluster, inventory, display)
+        check_ingress_hosts(cluster, hosts, display)
+        check_ingress_ports(cluster, hosts, display)
     except SpecError as exc:
         raise locate(exc) from None
-    return cluster, inventory
+    return cluster, hosts
 
 
 def cluster_document(path: StrPath) -> dict[str, Any]:
     """The TOML document of a cluster file (a Compose file's translation), after every
     check `load_cluster` makes: what `minidock convert` prints."""
-    return _read_cluster(Path(path), os.fspath(path), with_inventory=False)[1]
+    return _read_cluster(Path(path), os.fspath(path), with_inventory=False, given=None)[1]
 
 
 def secret_env_warnings(cluster: Cluster, display: str) -> tuple[str, ...]:
@@ -118,21 +125,43 @@ def topo_order(services: Sequence[Service]) -> list[str]:
     return order
 
 
+def inventory_of(
+    doc: Mapping[str, Any], display: str, given: StrPath | None
+) -> tuple[str, str, str]:
+    """(absolute path, as messages name it, where it was named) of a cluster file's
+    inventory: its `inventory` key (relative to the file), else `given` (`--inventory`),
+    else `$MINIDOCK_INVENTORY` (both relative to the working directory), else
+    `inventory.toml` beside the file."""
+    base = os.path.dirname(os.path.abspath(display))
+    if isinstance(doc.get("inventory"), str):
+        named = doc["inventory"]
+        shown = os.path.normpath(os.path.join(os.path.dirname(display), os.path.expanduser(named)))
+        return resolve(base, named), shown, "inventory"
+    if given is not None or os.environ.get(INVENTORY_ENV):
+        named = os.fspath(given) if given is not None else os.environ[INVENTORY_ENV]
+        source = "--inventory" if given is not None else f"${INVENTORY_ENV}"
+        return resolve(os.getcwd(), named), os.path.expanduser(named), source
+    shown = os.path.join(os.path.dirname(display), DEFAULT_INVENTORY)
+    return os.path.join(base, DEFAULT_INVENTORY), shown, "the default"
+
+
 def _read_cluster(
-    path: Path, display: str, *, with_inventory: bool
+    path: Path, display: str, *, with_inventory: bool, given: StrPath | None
 ) -> tuple[Cluster, dict[str, Any], str, Callable[[SpecError], SpecError]]:
     """The cluster, its TOML document, how to name its inventory file in messages, and
     what tells a later problem of the file (about a TOML key path) where it is; a Compose
     file's problems name its own keys and lines."""
     if not is_compose_file(path):
         doc = read_toml(path, display)
-        found = _load_cluster(doc, path, display, with_inventory=with_inventory)
+        found = _load_cluster(doc, path, display, with_inventory=with_inventory, given=given)
         return (*_with_document(found, doc), _as_it_is)
     from minidock.spec.compose.translation import translate_file  # PyYAML only when needed
 
     translation = translate_file(path, display)
     try:
-        found = _load_cluster(translation.document, path, display, with_inventory=with_inventory)
+        found = _load_cluster(
+            translation.document, path, display, with_inventory=with_inventory, given=given
+        )
     except SpecError as exc:
         raise translation.locate(exc) from None
     return (*_with_document(found, translation.document), translation.locate)
@@ -149,34 +178,42 @@ def _with_document(
 
 
 def _load_cluster(
-    doc: dict[str, Any], path: Path, display: str, *, with_inventory: bool
+    doc: dict[str, Any], path: Path, display: str, *, with_inventory: bool, given: StrPath | None
 ) -> tuple[Cluster, str]:
     """The cluster, and how to name its inventory file in messages (which, with
     `with_inventory`, must be a file)."""
     check_schema("cluster", doc, display)
     abs_path = os.path.abspath(path)
-    inventory: str = doc["inventory"]
+    inventory_path, inventory_display, source = inventory_of(doc, display, given)
     base = os.path.dirname(abs_path)
     registries = _registries(doc.get("registries", {}), display, base)
     services = _build_services(doc.get("services", {}), display, base, doc["cluster"])
     cluster = Cluster(
         name=doc["cluster"],
         path=abs_path,
-        inventory_path=resolve(base, inventory),
+        inventory_path=inventory_path,
         services=tuple(_with_registry_auth(s, registries) for s in services),
         ingress=ingress_of(doc, display, base),
     )
     check_routes(cluster, display)
-    inventory_display = os.path.normpath(
-        os.path.join(os.path.dirname(display), os.path.expanduser(inventory))
-    )
     if with_inventory:
         target = Path(cluster.inventory_path)
+        how = {"inventory": "", "the default": f" ({_UNNAMED})"}.get(source, f" (from {source})")
         if not target.exists():
-            raise SpecError(display, "inventory", f"inventory file not found: {inventory_display}")
+            raise SpecError(
+                display, "inventory", f"inventory file not found: {inventory_display}{how}"
+            )
         if not target.is_file():
-            raise SpecError(display, "inventory", f"inventory is not a file: {inventory_display}")
+            raise SpecError(
+                display, "inventory", f"inventory is not a file: {inventory_display}{how}"
+            )
     return cluster, inventory_display
+
+
+_UNNAMED = (
+    "the default, as the file names no inventory: name one with inventory "
+    "(x-minidock.inventory in a Compose file), --inventory FILE or $MINIDOCK_INVENTORY"
+)
 
 
 def _service_pattern(*keys: str) -> re.Pattern[str]:

@@ -194,10 +194,11 @@ def admissible(state: ControllerState, desired: Desired) -> Desired:
     return replace(desired, inventory=effective_inventory(state, desired.inventory))
 
 
-def load_spec(path: Path) -> Desired:
-    """A cluster file and the inventory it names, validated."""
+def load_spec(path: Path, inventory: Path | None = None) -> Desired:
+    """A cluster file and its inventory (the one it names, else `inventory`, ...:
+    spec.cluster.inventory_of), validated."""
     try:
-        return Desired(*load(path))
+        return Desired(*load(path, inventory))
     except SpecError as exc:
         raise BadInput(str(exc)) from None
 

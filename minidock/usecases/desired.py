@@ -57,8 +57,9 @@ from minidock.usecases.passes import converge_passes
 from minidock.usecases.runtime import Runtime, connected
 
 
-def validate(file: Path) -> ValidateOutcome:
-    """Check a cluster file (and its inventory) or an inventory (a file with `hosts`)."""
+def validate(file: Path, inventory: Path | None = None) -> ValidateOutcome:
+    """Check a cluster file (and its inventory: its own, else `inventory`, ...:
+    spec.cluster.inventory_of) or an inventory (a file with `hosts`)."""
     try:
         with file.open("rb") as fh:
             doc = tomllib.load(fh)
@@ -68,12 +69,12 @@ def validate(file: Path) -> ValidateOutcome:
     try:
         if is_inventory:
             return ValidateOutcome(file, hosts=len(load_inventory(file).hosts))
-        cluster, inventory = load(file)
+        cluster, hosts = load(file, inventory)
     except SpecError as exc:
         raise BadInput(str(exc)) from None
     return ValidateOutcome(
         file,
-        len(inventory.hosts),
+        len(hosts.hosts),
         cluster=cluster.name,
         services=len(cluster.services),
         warnings=secret_env_warnings(cluster, str(file)),
@@ -88,6 +89,7 @@ async def plan(
     prune: bool = False,
     lose: tuple[str, ...] = (),
     adopt: bool = False,
+    inventory: Path | None = None,
 ) -> PlanOutcome:
     """What `apply FILE` would do, every step until convergence: observe, admit in memory,
     simulate the passes. Writes nothing, takes no lock, creates no state directory.
@@ -95,7 +97,7 @@ async def plan(
     file, removed services without `prune`, another store's tasks without `adopt`.
     Removed services are planned (dependents first) with `prune`. With `lose` (a what-if),
     those hosts are lost first; it exits 1 when something would stay pending."""
-    desired = load_spec(file)
+    desired = load_spec(file, inventory)
     location = home(directory, desired.cluster.name)
     current, generation, mask, new = ControllerState(), 1, NO_SECRETS, True
     if has_state(location):
@@ -170,6 +172,7 @@ async def apply(
     prune: bool = False,
     adopt: bool = False,
     retry: bool = False,
+    inventory: Path | None = None,
 ) -> ApplyOutcome:
     """Validate FILE, store it as the next generation (rollouts start for changed specs),
     then converge. An update this generation started that was rolled back fails it; the
@@ -179,7 +182,7 @@ async def apply(
     services without `prune`; a new store finding another store's tasks running, without
     `adopt`. The file the latest generation already holds stores nothing new. A store
     that holds another cluster keeps this one beside it (minidock.usecases.clusters)."""
-    desired = load_spec(file)
+    desired = load_spec(file, inventory)
     cluster = desired.cluster
     location = home(directory, cluster.name)
     fresh = not adopt and not has_state(location)

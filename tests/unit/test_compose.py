@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidock.model import Cluster
-from minidock.spec import SpecError, load_cluster
+from minidock.spec import SpecError, load, load_cluster
+from minidock.spec.cluster import cluster_document
 from minidock.spec.compose import is_compose_file
 from minidock.spec.compose.interpolate import InterpolationError, substitute
 from minidock.spec.compose.translation import translate_file
@@ -282,14 +283,58 @@ def test_x_minidock_expose_is_the_service_name_across_hosts(tmp_path: Path) -> N
     assert load_cluster(tmp_path / "compose.yaml").services[0].expose == (5432, 8080)
 
 
-def test_a_missing_name_or_inventory_is_refused(tmp_path: Path) -> None:
+def test_the_cluster_is_name_else_compose_project_name_else_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COMPOSE_PROJECT_NAME", raising=False)
+    monkeypatch.delenv("MINIDOCK_INVENTORY", raising=False)
+    project = tmp_path / "-My Shop.2"
+    project.mkdir()
+    path = project / "compose.yaml"
+    path.write_text("services: {}\n")
+    assert load_cluster(path).name == "myshop2"  # compose-go's NormalizeProjectName
+    assert load_cluster(path).inventory_path == str(project / "inventory.toml")
+    (project / ".env").write_text("COMPOSE_PROJECT_NAME=from_dotenv\n")
+    assert load_cluster(path).name == "from_dotenv"
+    monkeypatch.setenv("COMPOSE_PROJECT_NAME", "from-env")
+    assert load_cluster(path).name == "from-env"
+    path.write_text("name: Shop\nservices: {}\n")
+    translation = translate_file(path, "compose.yaml")
+    assert translation.document["cluster"] == "shop"
+    assert translation.warnings == (
+        "compose.yaml: name (line 1): taken as 'shop', normalised as Compose normalises it",
+    )
+    path.write_text("name: shop\nx-minidock: {cluster: own}\nservices: {}\n")
+    assert load_cluster(path).name == "own"
+
+
+def test_a_project_name_compose_would_refuse_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "compose.yaml"
-    path.write_text("x-minidock: {inventory: i.toml}\nservices: {}\n")
-    with pytest.raises(SpecError, match="missing name: set name"):
+    path.write_text("services: {}\n")
+    monkeypatch.setenv("COMPOSE_PROJECT_NAME", "Shop")
+    with pytest.raises(SpecError, match="COMPOSE_PROJECT_NAME 'Shop' is not a project name"):
         load_cluster(path)
+    path.write_text("name: '--'\nservices: {}\n")
+    with pytest.raises(SpecError, match="name \\(line 1\\): '--' has no letter or digit"):
+        load_cluster(path)
+
+
+def test_the_inventory_is_x_minidock_else_the_flag_else_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINIDOCK_INVENTORY", "env.toml")
+    for name in ("env.toml", "flag.toml", "own.toml"):
+        (tmp_path / name).write_text('[[hosts]]\nname = "h1"\n')
+    path = tmp_path / "compose.yaml"
     path.write_text("name: c\nservices: {}\n")
-    with pytest.raises(SpecError, match=r"missing x-minidock\.inventory"):
-        load_cluster(path)
+    assert load(path)[0].inventory_path == str(tmp_path / "env.toml")
+    assert load(path, "flag.toml")[0].inventory_path == str(tmp_path / "flag.toml")
+    assert "inventory" not in cluster_document(path)  # convert's TOML: the same rule applies
+    path.write_text("name: c\nx-minidock: {inventory: own.toml}\nservices: {}\n")
+    assert load(path, "flag.toml")[0].inventory_path == str(tmp_path / "own.toml")
 
 
 WARNED = """\
@@ -373,3 +418,15 @@ def test_the_example_compose_stack_is_the_example_toml_stack() -> None:
     playbooks = Path(__file__).parent.parent.parent / "playbooks"
     from_compose = load_cluster(playbooks / "stack.compose.yaml")
     assert comparable(from_compose) == comparable(load_cluster(playbooks / "stack.toml"))
+
+
+def test_validate_takes_the_inventory_from_the_flag(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MINIDOCK_INVENTORY", raising=False)
+    (in_tmp / "hosts.toml").write_text('[[hosts]]\nname = "h1"\n')
+    (in_tmp / "compose.yaml").write_text("name: c\nservices: {web: {image: web:5}}\n")
+    result = invoke("validate", "compose.yaml", "--inventory", "hosts.toml")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "OK: compose.yaml: cluster c, 1 services, 1 hosts\n"
+    assert "inventory.toml (the default" in one_line_error(invoke("validate", "compose.yaml"))

@@ -90,7 +90,7 @@ BAD = [
         "host-unknown-key",
     ),
     # -- required keys
-    c('cluster = "prod"\n', "missing required key 'inventory'", "missing-inventory-key"),
+    c('inventory = "inventory.toml"\n', "missing required key 'cluster'", "missing-cluster-key"),
     c(
         CLUSTER + "[services.web]\nreplicas = 2\n",
         "services.web: missing required key 'image'",
@@ -664,6 +664,45 @@ def test_bad_input_is_one_line_error(
     assert str(err.value) == expected
     assert err.value.file == name
     assert expected == f"{name}: {err.value.path}: {err.value.message}".replace(": : ", ": ")
+
+
+def test_the_inventory_is_the_files_else_the_flag_else_the_environment_else_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.delenv("MINIDOCK_INVENTORY", raising=False)
+    for place in ("app/inventory.toml", "app/named.toml", "work/flag.toml", "work/env.toml"):
+        (tmp_path / place).write_text(HOST)
+    spec = tmp_path / "app" / "cluster.toml"
+    spec.write_text('cluster = "prod"\n')
+    assert load(spec)[0].inventory_path == str(tmp_path / "app" / "inventory.toml")
+    monkeypatch.setenv("MINIDOCK_INVENTORY", "env.toml")  # relative to the working directory
+    assert load(spec)[0].inventory_path == str(tmp_path / "work" / "env.toml")
+    assert load(spec, "flag.toml")[0].inventory_path == str(tmp_path / "work" / "flag.toml")
+    spec.write_text('cluster = "prod"\ninventory = "named.toml"\n')
+    assert load(spec, "flag.toml")[0].inventory_path == str(tmp_path / "app" / "named.toml")
+
+
+def test_a_missing_default_inventory_says_how_to_name_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINIDOCK_INVENTORY", raising=False)
+    Path("cluster.toml").write_text('cluster = "prod"\n')
+    with pytest.raises(SpecError) as err:
+        load("cluster.toml")
+    assert str(err.value) == (
+        "cluster.toml: inventory: inventory file not found: inventory.toml (the default, as the "
+        "file names no inventory: name one with inventory (x-minidock.inventory in a Compose "
+        "file), --inventory FILE or $MINIDOCK_INVENTORY)"
+    )
+    monkeypatch.setenv("MINIDOCK_INVENTORY", "hosts.toml")
+    with pytest.raises(SpecError, match=r"not found: hosts\.toml \(from \$MINIDOCK_INVENTORY\)$"):
+        load("cluster.toml")
+    with pytest.raises(SpecError, match=r"not found: flag\.toml \(from --inventory\)$"):
+        load("cluster.toml", "flag.toml")
 
 
 def test_the_table_covers_enough_cases() -> None:

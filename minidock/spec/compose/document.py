@@ -5,6 +5,7 @@ profiles, then each service."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -127,22 +128,13 @@ def translate(ctx: Context) -> dict[str, Any]:
 
 
 def _own_top(ctx: Context, own: YDict) -> dict[str, Any]:
-    """cluster (x-minidock.cluster, else name) and inventory first, then the other
-    top-level MiniDock keys of x-minidock (registries, ...) as they are."""
-    cluster = own.get("cluster", ctx.doc.get("name"))
-    if cluster is None:
-        raise ctx.fail((), "missing name: set name (the cluster: MiniDock's label namespace)")
-    where = (_OWN, "cluster") if "cluster" in own else ("name",)
-    out: dict[str, Any] = {"cluster": text(ctx, cluster, where)}
-    ctx.came_from(("cluster",), where)
-    if "inventory" not in own:
-        raise ctx.fail(
-            (_OWN,) if _OWN in ctx.doc else (),
-            "missing x-minidock.inventory: name the inventory file, e.g. "
-            "x-minidock: {inventory: inventory/prod.toml}",
-        )
-    out["inventory"] = text(ctx, own["inventory"], (_OWN, "inventory"))
-    ctx.came_from(("inventory",), (_OWN, "inventory"))
+    """cluster (`cluster_name`) and inventory (x-minidock.inventory; left out, the cluster
+    file's rule picks one: spec.cluster.inventory_of) first, then the other top-level
+    MiniDock keys of x-minidock (registries, ...) as they are."""
+    out: dict[str, Any] = {"cluster": cluster_name(ctx, own)}
+    if "inventory" in own:
+        out["inventory"] = text(ctx, own["inventory"], (_OWN, "inventory"))
+        ctx.came_from(("inventory",), (_OWN, "inventory"))
     for key, value in own.items():
         if key in ("cluster", "inventory"):
             continue
@@ -151,6 +143,47 @@ def _own_top(ctx: Context, own: YDict) -> dict[str, Any]:
         out[key] = to_toml(ctx, value, (_OWN, key))
         ctx.came_from((key,), (_OWN, key))
     return out
+
+
+def normalize_project_name(name: str) -> str:
+    """A name as Compose normalises a project's (compose-go's NormalizeProjectName):
+    lowercase, only [a-z0-9_-] kept, no leading '_' or '-'."""
+    return "".join(re.findall(r"[a-z0-9_-]", name.lower())).lstrip("_-")
+
+
+def cluster_name(ctx: Context, own: YDict) -> str:
+    """x-minidock.cluster as it is; else `name`, else COMPOSE_PROJECT_NAME (the
+    environment or `.env`), else the file's directory's name, as Compose names a project:
+    `name` and the directory normalised, the variable taken only when already normal."""
+    if "cluster" in own:
+        ctx.came_from(("cluster",), (_OWN, "cluster"))
+        return text(ctx, own["cluster"], (_OWN, "cluster"))
+    if ctx.doc.get("name") not in (None, ""):
+        ctx.came_from(("cluster",), ("name",))
+        given = text(ctx, ctx.doc["name"], ("name",))
+        name = normalize_project_name(given)
+        if name != given:
+            ctx.warn(("name",), f"taken as {name!r}, normalised as Compose normalises it")
+        if name:
+            return name
+        raise ctx.fail(("name",), f"{given!r} has no letter or digit to name the cluster")
+    variable = ctx.lookup.get("COMPOSE_PROJECT_NAME", "")
+    if variable:
+        if normalize_project_name(variable) != variable:
+            raise ctx.fail(
+                (),
+                f"COMPOSE_PROJECT_NAME {variable!r} is not a project name: lowercase letters, "
+                "digits, '_' and '-', starting with a letter or digit",
+            )
+        return variable
+    name = normalize_project_name(os.path.basename(ctx.base))
+    if not name:
+        raise ctx.fail(
+            (),
+            f"no name: the directory {os.path.basename(ctx.base)!r} gives no project name; "
+            "set name (the cluster)",
+        )
+    return name
 
 
 def _volumes(ctx: Context) -> dict[str, YDict]:

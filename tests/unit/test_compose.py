@@ -363,6 +363,13 @@ services:
     healthcheck:
       test: pg_isready
       start_interval: 1s
+  one:
+    image: one:1
+    container_name: one
+    hostname: one
+    domainname: example.com
+    mac_address: 02:42:ac:11:00:02
+    healthcheck: {disable: true}
 volumes:
   pg:
     labels: {team: data}
@@ -383,8 +390,8 @@ def test_keys_that_change_nothing_are_warnings_each_naming_its_line(
     warned = [w.removeprefix("compose.yaml: ") for w in translate_file(path, path.name).warnings]
     assert warned == [
         "variable NOT_SET is not set: it is taken as empty",
-        "volumes.pg.labels (line 28): ignored: MiniDock labels its volumes itself",
-        "secrets.token.name (line 31): ignored: MiniDock has no secret store to name it in",
+        "volumes.pg.labels (line 35): ignored: MiniDock labels its volumes itself",
+        "secrets.token.name (line 38): ignored: MiniDock has no secret store to name it in",
         "services.web.platform (line 8): ignored: each host pulls the image for its own platform",
         "services.web.build (line 6): ignored: build the image and `minidock push` it",
         "services.web.pull_policy (line 7): ignored: a host pulls an image only when it lacks "
@@ -402,8 +409,20 @@ def test_keys_that_change_nothing_are_warnings_each_naming_its_line(
         "services.db.volumes[0] (line 22): 'cached' is ignored (it changes nothing on Linux)",
         "services.db.healthcheck.start_interval (line 25): ignored: checks run every interval "
         "from the start",
+        "services.one.container_name (line 28): ignored: a fixed name cannot apply to "
+        "replicas; MiniDock names each task SERVICE.SLOT.TASKID, and tasks reach each other "
+        "by service name",
+        "services.one.hostname (line 29): ignored: one hostname cannot apply to replicas; "
+        "each task's hostname is its container ID, and tasks reach each other by service name",
+        "services.one.domainname (line 30): ignored: tasks reach each other by service name "
+        "on the cluster's network",
+        "services.one.mac_address (line 31): ignored: one MAC address cannot apply to "
+        "replicas; Docker gives each task its own",
+        "services.one.healthcheck (line 32): no health check is set; an image's own "
+        "HEALTHCHECK, if it has one, runs",
     ]
-    web, db = load_cluster(path).services
+    web, db, one = load_cluster(path).services
+    assert (one.name, one.health) == ("one", None)
     assert (web.health, web.restart.condition, web.cpus, web.init) == (
         None,
         "on-failure",

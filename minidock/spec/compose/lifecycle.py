@@ -64,7 +64,9 @@ def healthcheck(s: Service) -> None:
     at = (*s.at, "healthcheck")
     body = s.section("healthcheck")
     s.known_keys(
-        body, at, ("test", "interval", "timeout", "retries", "start_period", "start_interval")
+        body,
+        at,
+        ("test", "interval", "timeout", "retries", "start_period", "start_interval", "disable"),
     )
     test = body.get("test")
     off = "disable" in body and boolean(s.ctx, body["disable"], (*at, "disable"))

@@ -31,16 +31,19 @@ IGNORED = {
     "attach": "ignored: minidock logs SERVICE reads a service's output",
     "develop": "ignored: it is for docker compose watch on a workstation",
     "pull_refresh_after": "ignored: hosts pull an image only when they lack it",
+    # cannot apply to a replicated task: each names what MiniDock does instead
+    "container_name": "ignored: a fixed name cannot apply to replicas; MiniDock names each "
+    "task SERVICE.SLOT.TASKID, and tasks reach each other by service name",
+    "hostname": "ignored: one hostname cannot apply to replicas; each task's hostname is "
+    "its container ID, and tasks reach each other by service name",
+    "domainname": "ignored: tasks reach each other by service name on the cluster's network",
+    "mac_address": "ignored: one MAC address cannot apply to replicas; Docker gives each "
+    "task its own",
 }
 
 _REMOVE = "not supported by MiniDock: remove it"
 # Refused, each with what to do instead.
 REFUSED = {
-    "container_name": "a fixed container name would break replicas (tasks are named "
-    "SERVICE.SLOT.TASKID): remove it; tasks reach each other by service name",
-    "hostname": "MiniDock does not set a task's hostname: remove it (tasks reach each other "
-    "by service name)",
-    "domainname": "MiniDock does not set a task's domain name: remove it",
     "privileged": "privileged tasks are not supported: give the capabilities the task needs "
     "with cap_add",
     "network_mode": "every task runs on its cluster's network (minidock-CLUSTER): remove it; "
@@ -68,7 +71,6 @@ REFUSED = {
     "oom_kill_disable": _REMOVE,
     "oom_score_adj": _REMOVE,
     "pids_limit": _REMOVE,
-    "mac_address": _REMOVE,
     "runtime": _REMOVE,
     "storage_opt": _REMOVE,
     "dns_opt": _REMOVE,

@@ -121,7 +121,7 @@ _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 def parse(text: str) -> YDict:
     """The document in `text`, a mapping; YAMLProblem names what is wrong, and where."""
     try:
-        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 -- _Loader is a SafeLoader
+        doc = _load_bounded(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "cannot parse"
@@ -140,6 +140,48 @@ def parse(text: str) -> YDict:
     if not isinstance(doc, YDict):
         raise YAMLProblem("a Compose file is a mapping with a services key")
     return doc
+
+
+MAX_VALUES = 100_000  # values of the file with every alias expanded: real files have thousands
+
+
+def _load_bounded(text: str) -> Any:
+    """The document, refused before it is built when its aliases expand it past
+    MAX_VALUES values (a few hundred bytes of nested aliases can name billions; compose-go
+    refuses them as "excessive aliasing"): PyYAML shares an alias's node, the walks after
+    it (interpolation, translation) would not."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expanded(node, {}) > MAX_VALUES:
+            raise YAMLProblem(
+                f"excessive aliasing: with its aliases expanded the file has more than "
+                f"{MAX_VALUES:,} values; write the repeated parts out or alias less"
+            )
+        return None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded(node: yaml.Node, seen: dict[int, int]) -> int:
+    """How many values `node` is with every alias expanded (each node counted once: `seen`)."""
+    known = seen.get(id(node))
+    if known is not None:
+        return known
+    seen[id(node)] = MAX_VALUES + 1  # a node that contains itself expands without end
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            total += _expanded(item, seen)
+            if total > MAX_VALUES:
+                break
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            total += _expanded(key, seen) + _expanded(value, seen)
+            if total > MAX_VALUES:
+                break
+    seen[id(node)] = total
+    return total
 
 
 def line_of(doc: Any, parts: Sequence[Part]) -> int | None:

@@ -158,7 +158,7 @@ class WarningLines(logging.Handler):
         err.print(f"minidock: warning: {record.getMessage()}", markup=False)
 
 
-_COMPOSE_LOG = logging.getLogger("minidock.spec.compose")
+_COMPOSE_LOG = logging.getLogger("minidock.spec")  # and minidock.spec.compose
 _COMPOSE_LOG.addHandler(WarningLines())
 _COMPOSE_LOG.propagate = False
 

@@ -52,7 +52,7 @@ from minidock.spec.ingress import (
 from minidock.spec.inventory import read_inventory
 from minidock.spec.messages import did_you_mean, render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
-from minidock.spec.secretfiles import build_secret_files
+from minidock.spec.secretfiles import build_secret_files, check_secret_mode
 
 __all__ = ["cluster_document", "load", "load_cluster", "secret_env_warnings", "topo_order"]
 
@@ -517,9 +517,7 @@ def _networks(names: list[str], at: tuple[Part, ...], fail: Fail, cluster: str) 
 def _secret_file(path: str, where: tuple[Part, ...], fail: Fail) -> str:
     """A secret file's value (one trailing newline dropped); refused when others may read it."""
     try:
-        mode = os.stat(path).st_mode
-        if mode & 0o077:
-            raise fail(where, f"{path} is readable or writable by others: chmod 600 {path}")
+        check_secret_mode(path, os.stat(path).st_mode, where, fail)
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except FileNotFoundError:

@@ -11,6 +11,7 @@ that only its owner may read (as for `secrets`); a task whose root filesystem is
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +21,9 @@ from minidock.spec.configs import check_task_path
 from minidock.spec.errors import Fail, Part
 from minidock.spec.reading import resolve
 
-__all__ = ["MAX_SECRET_BYTES", "build_secret_files"]
+__all__ = ["MAX_SECRET_BYTES", "build_secret_files", "check_secret_mode"]
+
+log = logging.getLogger("minidock.spec")
 
 MAX_SECRET_BYTES = 500 * 1024  # per secret, as Swarm's; the state keeps each one, sealed
 
@@ -76,14 +79,27 @@ def _value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: st
     return value
 
 
+def check_secret_mode(path: str, mode: int, where: Sequence[Part], fail: Fail) -> None:
+    """A secret file writable by every user is refused (anyone could swap the secret); one
+    the group or others may read (0644, 0664: what a git checkout leaves) is a warning
+    naming `chmod 600`, since it is read only here, on the controller, and sealed."""
+    if mode & 0o002:
+        raise fail(where, f"{path} is writable by every user: chmod 600 {path}")
+    if mode & 0o077:
+        problem = fail(
+            where,
+            f"{path} is open to the group or others (mode {mode & 0o777:04o}): chmod 600 {path}",
+        )
+        log.warning("%s", problem)
+
+
 def _read(path: str, where: tuple[Part, ...], fail: Fail) -> str:
     """A secret file's text exactly as it is (line endings kept); refused when others may
     read or write it."""
     limit = f"{MAX_SECRET_BYTES // 1024} KiB"
     try:
         found = os.stat(path)
-        if found.st_mode & 0o077:
-            raise fail(where, f"{path} is readable or writable by others: chmod 600 {path}")
+        check_secret_mode(path, found.st_mode, where, fail)
         if found.st_size > MAX_SECRET_BYTES:
             raise fail(where, f"{path} is {found.st_size} bytes, over the {limit} limit")
         with open(path, encoding="utf-8", newline="") as fh:

@@ -449,3 +449,27 @@ def test_validate_takes_the_inventory_from_the_flag(
     assert result.exit_code == 0, result.output
     assert result.stdout == "OK: compose.yaml: cluster c, 1 services, 1 hosts\n"
     assert "inventory.toml (the default" in one_line_error(invoke("validate", "compose.yaml"))
+
+
+def test_a_secret_file_a_git_checkout_left_0664_is_a_warning(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MINIDOCK_INVENTORY", raising=False)
+    (in_tmp / "inventory.toml").write_text('[[hosts]]\nname = "h1"\n')
+    (in_tmp / "db_password.txt").write_text("hunter2\n")
+    os.chmod(in_tmp / "db_password.txt", 0o664)
+    (in_tmp / "compose.yaml").write_text(
+        "name: c\nservices:\n  db:\n    image: postgres:16\n    secrets: [db_password]\n"
+        "secrets:\n  db_password: {file: db_password.txt}\n"
+    )
+    result = invoke("validate", "compose.yaml")
+    assert result.exit_code == 0, result.output
+    path = in_tmp / "db_password.txt"
+    assert result.stderr == (
+        'minidock: warning: compose.yaml: services.db.secret_files."/run/secrets/db_password"'
+        f".file: {path} is open to the group or others (mode 0664): chmod 600 {path}\n"
+    )
+    os.chmod(path, 0o666)
+    assert one_line_error(invoke("validate", "compose.yaml")).endswith(
+        f"{path} is writable by every user: chmod 600 {path}"
+    )

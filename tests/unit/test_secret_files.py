@@ -85,8 +85,8 @@ def test_a_secret_file_from_a_file_and_one_from_the_environment(
         ),
         (
             '"/run/x" = { file = "open.key" }',
-            'services.web.secret_files."/run/x".file: TMP/open.key is readable or writable '
-            "by others: chmod 600 TMP/open.key",
+            'services.web.secret_files."/run/x".file: TMP/open.key is writable by every '
+            "user: chmod 600 TMP/open.key",
         ),
         (
             '"/run/x" = { file = "binary.key" }',
@@ -106,7 +106,7 @@ def test_bad_secret_files_are_one_line_naming_the_key(
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     monkeypatch.setenv("API_TOKEN", "tok-51")
     secret(tmp_path / "ok.key", "hunter2")
-    secret(tmp_path / "open.key", "hunter2", 0o644)
+    secret(tmp_path / "open.key", "hunter2", 0o646)
     (tmp_path / "binary.key").write_bytes(b"\xff\xfehunter2")
     os.chmod(tmp_path / "binary.key", 0o600)
     extra = 'volumes = ["data:/data"]\nconfigs = { "/etc/app.conf" = { content = "x" } }\n'

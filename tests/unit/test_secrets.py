@@ -102,12 +102,24 @@ def test_bad_secrets_are_one_line_naming_the_field_never_the_value(
     assert "abc" not in str(err.value)
 
 
-@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660])
-def test_a_secret_file_others_may_read_is_refused(tmp_path: Path, mode: int) -> None:
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o664])
+def test_a_secret_file_others_may_read_is_a_warning(
+    tmp_path: Path, mode: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = secret_file(tmp_path, "s", "abc", mode)
+    with caplog.at_level("WARNING", logger="minidock.spec"):
+        load(spec(tmp_path, 'secrets = { P = { file = "s" } }\n'))
+    assert [r.getMessage().split(": ", 2)[2] for r in caplog.records] == [
+        f"{path} is open to the group or others (mode {mode:04o}): chmod 600 {path}"
+    ]
+
+
+@pytest.mark.parametrize("mode", [0o602, 0o666])
+def test_a_secret_file_every_user_may_write_is_refused(tmp_path: Path, mode: int) -> None:
     path = secret_file(tmp_path, "s", "abc", mode)
     with pytest.raises(SpecError) as err:
         load(spec(tmp_path, 'secrets = { P = { file = "s" } }\n'))
-    assert f"{path} is readable or writable by others: chmod 600 {path}" in str(err.value)
+    assert f"{path} is writable by every user: chmod 600 {path}" in str(err.value)
 
 
 def test_a_secret_travels_on_stdin_and_rolls_out_when_it_changes() -> None:

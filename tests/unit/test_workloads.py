@@ -157,16 +157,16 @@ def test_registry_credentials_go_to_the_services_pulling_from_that_registry(
     assert app.spec_hash() == Service(name="app", image=app.image).spec_hash()
 
 
-def test_a_registry_password_file_others_may_read_is_refused(tmp_path: Path) -> None:
+def test_a_registry_password_file_every_user_may_write_is_refused(tmp_path: Path) -> None:
     (tmp_path / "secrets").mkdir()
-    secret_file(tmp_path / "secrets" / "reg", "pw", mode=0o644)
+    secret_file(tmp_path / "secrets" / "reg", "pw", mode=0o666)
     path = spec(tmp_path, REGISTRIES.split('[registries."docker.io"]')[0])
     with pytest.raises(SpecError) as err:
         load(path)
     where = tmp_path / "secrets" / "reg"
     assert str(err.value) == (
-        f'{path}: registries."reg.example:5000".password.file: {where} is readable or '
-        f"writable by others: chmod 600 {where}"
+        f'{path}: registries."reg.example:5000".password.file: {where} is writable by '
+        f"every user: chmod 600 {where}"
     )
 
 

@@ -232,7 +232,7 @@ class Acts:
         is stopped for it."""
         image = svc.image
         if svc.image_source == "controller":
-            await self._push(host, image, where)
+            await self._push(host, image, where, built=svc.build is not None)
             return
         if (await self.sh(host, image_present_argv(image))).exit_status == 0:
             return
@@ -244,17 +244,19 @@ class Acts:
                 f"image {image} is not on {host} and cannot be pulled: {first_line(pulled)}"
             )
 
-    async def _push(self, host: str, image: str, where: _Where) -> None:
-        """image_source = "controller": stream the image from the controller's engine to a
-        host that lacks it (docker save | docker load over SSH)."""
+    async def _push(self, host: str, image: str, where: _Where, *, built: bool = False) -> None:
+        """image_source = "controller" (and every `build`): stream the image from the
+        controller's engine to a host that lacks it (docker save | docker load over SSH)."""
         if image not in self.local_images:
             self.local_images[image] = await self.engine.inspect(image)
         local = self.local_images[image]
         if local is None:
-            raise ActFailed(
-                f"image {image} is not in the controller's Docker engine "
-                "(image_source = controller): build or pull it there first"
+            how = (
+                "(built by apply): apply the file again to build it"
+                if built
+                else "(image_source = controller): build or pull it there first"
             )
+            raise ActFailed(f"image {image} is not in the controller's Docker engine {how}")
         pushed = await push_image(self.executor, self.engine, self.hosts[host], local)
         if not pushed.skipped:
             self.record("push", f"pushed {image} to {host} ({pushed.figure()})", where)

@@ -286,6 +286,10 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
                 err.print(f"minidock: {reason}", markup=False)  # another controller leads
             case usecases.PassSkipped():
                 pass  # another writer is at work: the next pass will see its result
+            case usecases.ImageBuilt(service=name, image=image, built=False):
+                out.print(f"{name}: {image} is built already", markup=False)
+            case usecases.ImageBuilt(service=name, image=image, seconds=took):
+                out.print(f"{name}: built {image} in {took:.1f}s", markup=False)
             case _:
                 assert_never(progress)
 

@@ -211,6 +211,26 @@ class ConfigFile:
 
 
 @dataclass(frozen=True)
+class Build:
+    """An image the controller builds with its own Docker engine (docs/compose.md#build):
+    `docker build` of `context` (an absolute path on the controller) with `dockerfile`
+    (absolute), `args`, `target` and `labels`, tagged `tag` (REPOSITORY:DIGEST12, the
+    digest over the context's files as .dockerignore leaves them, the Dockerfile, args,
+    target and labels) and `also` (the image name the file gave, when it gave one).
+    `always`: `docker build` runs at every apply (Compose's `pull_policy: build`), not only
+    when the controller's engine lacks the tag. The service's `image` is `tag`."""
+
+    context: str
+    dockerfile: str
+    tag: str
+    args: tuple[tuple[str, str], ...] = ()
+    target: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    also: str | None = None
+    always: bool = False
+
+
+@dataclass(frozen=True)
 class SecretFile:
     """A secret given to each task as a file at `target` (Compose's service `secrets`;
     docs/secrets.md): its text is read on the controller at apply, sealed at rest, masked
@@ -438,6 +458,9 @@ class Service:
     networks: tuple[str, ...] = ()  # existing networks joined besides the cluster's own
     # where hosts get the image: its registry (pulled), or this controller (pushed over SSH)
     image_source: ImageSource = "registry"
+    # built by the controller at apply (`image` is its content tag); not in the hash: the
+    # tag is (a changed context is a changed tag)
+    build: Build | None = None
     ingress: tuple[Route, ...] = ()  # routes from the cluster's ingress to its tasks
     drain_timeout: float = 5.0  # out of every route this long before a routed task stops
     # container ports reached as SERVICE:PORT from any task, through the name proxies

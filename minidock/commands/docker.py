@@ -22,6 +22,7 @@ from minidock.model import (
     LABEL_SLOT,
     LABEL_SPEC,
     LABEL_TASK,
+    Build,
     HealthCheck,
     SecretFile,
     Service,
@@ -31,6 +32,7 @@ from minidock.model import (
 __all__ = [
     "CONFIG_DIR",
     "ENV_FILE_STDIN",
+    "build_argv",
     "config_check_argv",
     "config_check_input",
     "config_dir_argvs",
@@ -40,6 +42,7 @@ __all__ = [
     "container_name",
     "created_argv",
     "docker_duration",
+    "engine_version_argv",
     "env_file_text",
     "exec_argv",
     "grace_seconds",
@@ -478,6 +481,26 @@ def network_connect_argv(network: str, container: str, alias: str) -> list[str]:
 def image_id_size_argv(image: str) -> list[str]:
     """Print "ID SIZE" of a local image (exit non-zero when it is missing)."""
     return ["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", _operand(image, "image")]
+
+
+def build_argv(build: Build) -> list[str]:
+    """`docker build` of a service's image on the controller, tagged by content (and with
+    the name the file gave, when it gave one); the context is the last operand."""
+    argv = ["docker", "build", "--file", build.dockerfile, "--tag", _operand(build.tag, "image")]
+    if build.also is not None:
+        argv += ["--tag", _operand(build.also, "image")]
+    for key, value in build.args:
+        argv += ["--build-arg", f"{key}={value}"]
+    if build.target is not None:
+        argv += ["--target", _operand(build.target, "build target")]
+    for key, value in build.labels:
+        argv += ["--label", f"{key}={value}"]
+    return [*argv, "--", build.context]
+
+
+def engine_version_argv() -> list[str]:
+    """Print the controller's Docker engine version (exit non-zero when none answers)."""
+    return ["docker", "version", "--format", "{{.Server.Version}}"]
 
 
 def save_argv(image: str) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from minidock import units
 from minidock.model import (
+    Build,
     Cluster,
     Constraint,
     HealthCheck,
@@ -38,6 +39,7 @@ from minidock.model import (
     looks_secret,
 )
 from minidock.schedules import cron_problem, timezone_problem
+from minidock.spec.buildctx import build_of
 from minidock.spec.compose import is_compose_file
 from minidock.spec.configs import build_configs
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
@@ -268,9 +270,10 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
     env: dict[str, str] = body.get("env", {})
     volumes = _volumes(body.get("volumes", []), (*at, "volumes"), fail)
     configs = build_configs(body.get("configs", {}), volumes, (*at, "configs"), fail, base)
+    build = _build(body, at, fail, base, cluster)
     return Service(
         name=name,
-        image=body["image"],
+        image=build.tag if build is not None else body["image"],
         replicas=0 if "schedule" in body else body.get("replicas", 1),
         command=tuple(command) if command is not None else None,
         env=tuple(sorted(env.items())),
@@ -290,13 +293,33 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         configs=configs,
         secret_files=build_secret_files(body, volumes, configs, at, fail, base),
         mode=_mode(body, at, fail),
-        image_source=body.get("image_source", "registry"),
+        image_source="controller" if build else body.get("image_source", "registry"),
+        build=build,
         schedule=_schedule(body, at, fail),
         before_update=_before_update(body.get("hooks", {}), (*at, "hooks"), fail),
         **_run_options(body, at, fail, cluster),
         **service_ingress(body, routes_of(body, at, fail, ports, base)),
         expose=tuple(sorted(body.get("expose", ()))),
     )
+
+
+def _build(
+    body: dict[str, Any], at: tuple[Part, ...], fail: Fail, base: str, cluster: str
+) -> Build | None:
+    """A service's `build` (docs/compose.md#build), its content tag worked out, or None."""
+    if "build" not in body:
+        return None
+    if body.get("image_source", "controller") != "controller":
+        raise fail(
+            (*at, "image_source"),
+            "a built image is pushed from the controller: remove image_source, or build",
+        )
+    if "@" in body.get("image", ""):
+        raise fail(
+            (*at, "image"),
+            "a built image is tagged by its content: give image without a digest, or no build",
+        )
+    return build_of(body, at, fail, base, cluster)
 
 
 _NOT_FOR_JOBS = {

@@ -32,6 +32,7 @@ from minidock.usecases.outcomes import (
     FailedUpdate,
     GenerationStored,
     HostProblem,
+    ImageBuilt,
     IntentOutcome,
     IntentRecorded,
     LogLine,
@@ -61,12 +62,20 @@ from minidock.usecases.outcomes import (
 )
 from minidock.usecases.passes import converge, reconcile, watch, watch_step
 from minidock.usecases.reads import events, follow_events, status
-from minidock.usecases.runtime import Clock, EngineFactory, ExecutorFactory, Interrupt, Runtime
+from minidock.usecases.runtime import (
+    BuilderFactory,
+    Clock,
+    EngineFactory,
+    ExecutorFactory,
+    Interrupt,
+    Runtime,
+)
 from minidock.usecases.tasks import exec_task, logs, ps
 
 __all__ = [
     "ApplyOutcome",
     "BadInput",
+    "BuilderFactory",
     "Busy",
     "Clock",
     "ConvergeOutcome",
@@ -83,6 +92,7 @@ __all__ = [
     "FleetReading",
     "GenerationStored",
     "HostProblem",
+    "ImageBuilt",
     "IntentOutcome",
     "IntentRecorded",
     "Interrupt",

@@ -41,6 +41,7 @@ from minidock.usecases.access import (
     writing,
 )
 from minidock.usecases.clusters import home, knowing_host, one
+from minidock.usecases.images import build_images
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
@@ -204,6 +205,7 @@ async def apply(
             desired = admissible(admitted, desired)
             if latest is None:  # a new store: what runs may be another store's
                 admitted = await _adoption(admitted, desired, executor, runtime, file, adopt=adopt)
+            await build_images(cluster, runtime, file, report)  # before anything is stored
             now = runtime.clock.now()
             _store_generation(
                 store, before, admitted, file, cluster, now, unchanged=unchanged, retry=retry

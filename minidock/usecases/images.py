@@ -1,14 +1,20 @@
 """`minidock push IMAGE`: put an image from the controller's engine on hosts over SSH, with
 no registry (docker save | docker load, `minidock.push`). It changes no state and takes no
-lock; the hosts are the stored desired state's inventory, or an inventory file given."""
+lock; the hosts are the stored desired state's inventory, or an inventory file given.
+
+`build_images`: what `apply` does first for services with a `build` (docs/compose.md#build):
+each image built on the controller's engine under its content tag, unless the engine holds
+that tag already; the passes then push it to the hosts that run it, as any image with
+`image_source = "controller"`. Nothing is stored when a build fails."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from minidock.model import Host, Inventory
+from minidock.build import BuildFailed, NoEngine
+from minidock.model import Cluster, Host, Inventory
 from minidock.push import Pushed, PushError, push_image
 from minidock.spec import SpecError, load_inventory
 from minidock.ssh import CommandTimeout, Unreachable
@@ -18,9 +24,11 @@ from minidock.usecases.clusters import chosen
 from minidock.usecases.outcomes import (
     BadInput,
     HostProblem,
+    ImageBuilt,
     OnPushProgress,
     PushOutcome,
     PushProgress,
+    UseCaseError,
     unknown,
 )
 from minidock.usecases.runtime import Runtime, connected
@@ -97,3 +105,38 @@ async def push(
         tuple(r for r in results if isinstance(r, Pushed)),
         tuple(r for r in results if isinstance(r, HostProblem)),
     )
+
+
+async def build_images(
+    cluster: Cluster, runtime: Runtime, file: Path, report: Callable[[ImageBuilt], None]
+) -> None:
+    """Build each service's image that has a `build`, in file order, unless the controller's
+    engine holds its content tag already (and the build is not `always`). Raises
+    UseCaseError (exit 1, one line) when no Docker engine answers or a build fails."""
+    builds = [s for s in cluster.services if s.build is not None]
+    if not builds:
+        return
+    builder = runtime.builder()
+    try:
+        await builder.check()
+    except NoEngine as exc:
+        raise UseCaseError(
+            f"{file}: services.{builds[0].name}.build: building an image needs a Docker "
+            f"engine on this controller, and none answers ({exc}): start one, or build the "
+            "image elsewhere, `minidock push` it and give image instead of build"
+        ) from None
+    for service in builds:
+        build = service.build
+        assert build is not None
+        if not build.always and await builder.has(build.tag):
+            report(ImageBuilt(service.name, build.tag, 0.0, built=False))
+            continue
+        started = runtime.clock.monotonic()
+        try:
+            await builder.build(build)
+        except BuildFailed as exc:
+            raise UseCaseError(
+                f"{file}: services.{service.name}.build: docker build of {build.context} "
+                f"failed: {exc}; nothing was applied"
+            ) from None
+        report(ImageBuilt(service.name, build.tag, runtime.clock.monotonic() - started))

@@ -180,7 +180,18 @@ class PassSkipped:
     cluster: str = ""  # which cluster's pass, when the store holds several
 
 
-Progress = GenerationStored | IntentRecorded | PassDone | PassSkipped
+@dataclass(frozen=True)
+class ImageBuilt:
+    """`apply` built a service's image on the controller (`seconds` taken), or found the
+    content tag there already (`built` False: nothing to build)."""
+
+    service: str
+    image: str
+    seconds: float
+    built: bool = True
+
+
+Progress = GenerationStored | IntentRecorded | PassDone | PassSkipped | ImageBuilt
 Report = Callable[[Progress], None]
 
 

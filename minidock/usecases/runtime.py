@@ -1,5 +1,6 @@
 """What the use cases reach the world through, passed in explicitly: hosts (an executor
-factory), time (a clock) and the controller's own Docker engine (for pushed images), and
+factory), time (a clock) and the controller's own Docker engine (for pushed and built
+images), and
 what a command carries from start to end: its maskers (one per cluster: every line it
 shows or records is masked by them) and its interrupt. The CLI wires the real ones; tests
 wire fakes."""
@@ -10,12 +11,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
+from minidock.build import ImageBuilder, LocalBuilder
 from minidock.masking import Masks
 from minidock.push import ControllerEngine, LocalEngine
 from minidock.ssh import Executor
 
 ExecutorFactory = Callable[[], Executor]
 EngineFactory = Callable[[], ControllerEngine]
+BuilderFactory = Callable[[], ImageBuilder]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Runtime:
     executor: ExecutorFactory
     clock: Clock
     engine: EngineFactory = LocalEngine
+    builder: BuilderFactory = LocalBuilder  # the controller's engine, for built images
     notice: Callable[[str], None] = unheard
     interrupt: Interrupt = field(default_factory=lambda: Interrupt())
     masks: Masks = field(default_factory=Masks)

@@ -135,7 +135,7 @@ def test_convert_refuses_a_toml_file_and_a_bad_compose_file(corpus: Path) -> Non
     assert one_line_error(invoke("convert", str(toml))) == (
         f"{toml}: not a Compose file (*.yaml, *.yml or compose*): nothing to convert"
     )
-    bad = corpus / "bad" / "build.yaml"
+    bad = corpus / "bad" / "build-context.yaml"
     assert one_line_error(invoke("convert", str(bad))).startswith(f"{bad}: services.web.build")
 
 
@@ -343,7 +343,7 @@ x-minidock: {inventory: inventory.toml}
 services:
   web:
     image: web:5
-    build: .
+    user: "1000"
     pull_policy: always
     platform: linux/amd64
     links: [db]
@@ -393,7 +393,6 @@ def test_keys_that_change_nothing_are_warnings_each_naming_its_line(
         "volumes.pg.labels (line 35): ignored: MiniDock labels its volumes itself",
         "secrets.token.name (line 38): ignored: MiniDock has no secret store to name it in",
         "services.web.platform (line 8): ignored: each host pulls the image for its own platform",
-        "services.web.build (line 6): ignored: build the image and `minidock push` it",
         "services.web.pull_policy (line 7): ignored: a host pulls an image only when it lacks "
         "it; give each build a new tag",
         "services.web.expose (line 10): ignored: tasks on one host reach each other by service "

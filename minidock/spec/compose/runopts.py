@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from minidock.spec.compose.build import translate_build
 from minidock.spec.compose.context import describe
 from minidock.spec.compose.envfiles import EnvFileProblem, read_env_file
 from minidock.spec.compose.service_base import Service
@@ -24,22 +25,19 @@ from minidock.spec.compose.yamldoc import Part, YDict, YList
 
 __all__ = ["commands", "environment", "expose", "extension", "image", "labels", "links"]
 
-BUILD = "MiniDock does not build images: build the image and `minidock push` it, or set image"
-
 
 def image(s: Service) -> None:
-    """`image` (required); `build` is refused without it and ignored beside it."""
-    if "image" not in s.body:
-        if "build" in s.body:
-            raise s.ctx.fail((*s.at, "build"), BUILD)
-        raise s.ctx.fail(s.at, "missing image: set the image its tasks run")
+    """`image` (required unless `build` is given: minidock.spec.compose.build); `pull_policy`."""
     if "build" in s.body:
-        s.ctx.warn((*s.at, "build"), f"ignored: {BUILD.split(': ', 1)[1].split(', or')[0]}")
+        translate_build(s)
+        return
+    if "image" not in s.body:
+        raise s.ctx.fail(s.at, "missing image: set the image its tasks run, or build")
     s.set("image", text(s.ctx, s.body["image"], (*s.at, "image")), "image")
     policy = s.body.get("pull_policy")
     where = (*s.at, "pull_policy")
     if policy == "build":
-        raise s.ctx.fail(where, BUILD)
+        raise s.ctx.fail(where, "pull_policy: build needs a build section: add build, or remove it")
     if policy not in (None, "missing", "if_not_present"):
         s.ctx.warn(
             where, "ignored: a host pulls an image only when it lacks it; give each build a new tag"

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup.sh
+bash scripts/setup.sh --demo  # the engine and the lab's tools only (scripts/engine.sh)
 md() { .venv/bin/minidock "$@"; }
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 started=0

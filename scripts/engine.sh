@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Make sure a Docker engine answers `docker info`, plus the tools the lab builds with.
 #
+#   bash scripts/engine.sh          everything the tests need (scripts/test.sh, .ci/run)
+#   bash scripts/engine.sh --demo   only what `minidock lab up` needs (scripts/demo.sh)
+#
 # Idempotent: packages are installed only when missing, and dockerd is started only when
 # no engine answers (and none is already starting). Safe to run on every CI step.
+# The lab's packages (--demo installs only these):
 #   - docker.io iptables: the engine (Debian's; FLEET-NOTES "Docker engine")
 #   - docker-compose:     Compose v1 (1.29), which pytest-docker and `minidock lab` drive
-#   - mmdebstrap:         builds the lab host image (sshd + dockerd) without a registry
+#   - mmdebstrap:         builds the lab host image (sshd + dockerd) and the proxies' images
+#                         (Debian's caddy and haproxy on a minbase root) without a registry
 #   - busybox-static:     the one binary inside every lab workload image
+# The tests' packages (added without --demo):
 #   - docker-registry:    Debian's distribution registry (2.8), the integration tests'
 #                         private registry (tests/integration/registry.py)
 #   - apache2-utils:      htpasswd, for that registry's password file
@@ -19,10 +25,18 @@
 #   - chromium:           a headless browser that Playwright drives (executable_path) to load
 #                         the dashboard in those tests
 #   - pebble:             Debian's ACME test server and its mock DNS (pebble-challtestsrv),
-#                         the lab's ACME CA for `tls = "acme"` (minidock/lab/acme.py)
+#                         the lab's ACME CA for `tls = "acme"` (minidock/lab/acme.py); a lab
+#                         made without it has no ACME server (`lab status` says so)
 #   - haproxy:            HAProxy 2.6, the name proxies' TCP proxy (docs/discovery.md): the unit
 #                         tests check the configs MiniDock builds with `haproxy -c`
 set -euo pipefail
+
+profile=tests
+case "${1:-}" in
+    --demo) profile=demo ;;
+    "") ;;
+    *) echo "engine.sh: unknown argument '$1' (use --demo, or nothing for the tests' set)" >&2; exit 2 ;;
+esac
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
 TIMEOUT=${MINIDOCK_ENGINE_TIMEOUT:-60}
@@ -43,8 +57,12 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-tool_pkgs=(docker-compose mmdebstrap busybox-static docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy)
-pkgs=("${tool_pkgs[@]}")
+lab_pkgs=(docker-compose mmdebstrap busybox-static)
+test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy)
+pkgs=("${lab_pkgs[@]}")
+if [ "$profile" = tests ]; then
+    pkgs+=("${test_pkgs[@]}")
+fi
 if ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")
 fi

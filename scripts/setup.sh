@@ -2,10 +2,23 @@
 # Prepare this machine for MiniDock's tests and demo. Idempotent and quick when done before:
 #   1. a Docker engine and the lab's tools (scripts/engine.sh),
 #   2. the virtualenv .venv with MiniDock installed editable with its dev extras.
+# `setup.sh --demo` (scripts/demo.sh) installs only what the demo runs: the engine and the
+# lab's tools (`engine.sh --demo`), and MiniDock without its dev and test extras; a later
+# `setup.sh` (scripts/test.sh) adds the rest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/engine.sh
+profile=tests
+case "${1:-}" in
+    --demo) profile=demo ;;
+    "") ;;
+    *) echo "setup.sh: unknown argument '$1' (use --demo, or nothing for the tests' set)" >&2; exit 2 ;;
+esac
+if [ "$profile" = demo ]; then
+    bash scripts/engine.sh --demo
+else
+    bash scripts/engine.sh
+fi
 
 if [ ! -x .venv/bin/python ]; then
     if ! python3 -m venv .venv 2>/dev/null; then
@@ -19,10 +32,25 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 # Reinstall only when the packaging changed (the install is editable: code changes need none).
+# The stamp is the hash of pyproject.toml and the extras installed ("dev" or "base"): a demo
+# set-up after a full one installs nothing; a full one after the demo's adds the extras.
 stamp=.venv/.minidock-setup
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import minidock' 2>/dev/null; then
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
+have=$(cat "$stamp" 2>/dev/null || true)
+[ "$have" = "$hash" ] && have="$hash dev"  # a stamp written before the profiles: a dev install
+if [ "$profile" = demo ] && [ "$have" = "$hash dev" ]; then
+    want=$have
+elif [ "$profile" = demo ]; then
+    want="$hash base"
+else
+    want="$hash dev"
+fi
+if [ "$have" != "$want" ] || ! .venv/bin/python -c 'import minidock' 2>/dev/null; then
+    if [ "$want" = "$hash base" ]; then
+        .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+    else
+        .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+    fi
     echo "$want" >"$stamp"
 fi
 

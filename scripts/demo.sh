@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The demo (README Quickstart): four route workers on a local lab fleet of three SSH +
-# Docker hosts; lose the host that carries two of them; MiniDock starts exactly two
-# replacements; bring the host back; its stale workers are removed. Real hosts, real output.
+# The demo (README Quickstart), on a local lab fleet of three SSH + Docker hosts:
+#   1. host loss: four route workers; lose the host that carries two of them; MiniDock starts
+#      exactly two replacements; bring the host back; its stale workers are removed;
+#   2. the application layer: a Compose file (playbooks/shop.compose.yaml) applied, reached
+#      through the ingress, updated to a new image under load with every request counted;
+#   3. the dashboard (`minidock serve`), left running beside the lab, and its address.
+# Real hosts, real output. It installs only what the lab needs (scripts/engine.sh --demo).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -62,8 +66,56 @@ reconcile_until_converged
 md status
 
 say "Every change is in the event log"
-md events --limit 20
+md events --limit 12
+
+say "The application layer: playbooks/shop.compose.yaml, a web app behind the ingress (Caddy on host1)"
+md apply playbooks/shop.compose.yaml --wait --timeout 2m
+edge=$(md lab status --json | python3 -c '
+import json, sys
+print(next(h["http_port"] for h in json.load(sys.stdin)["hosts"] if h["name"] == "host1"))')
+echo "\$ curl -H 'Host: app.test' http://127.0.0.1:$edge/    # host1's port 80"
+curl -sS --max-time 5 -H 'Host: app.test' "http://127.0.0.1:$edge/"
+echo
+
+say "A rolling update to web 6 (WEB_TAG=6) while a client sends a request every 0.1 s through the ingress"
+load=$MINIDOCK_STATE/load
+: >"$load.log"
+rm -f "$load.stop"
+(   # one request at a time; each line is the answer's body and HTTP status (000: none)
+    while [ ! -e "$load.stop" ]; do
+        out=$(curl -s --max-time 5 -w ' %{http_code}' -H 'Host: app.test' "http://127.0.0.1:$edge/" || true)
+        echo "${out//$'\n'/}" >>"$load.log"
+        sleep 0.1
+    done
+) &
+loader=$!
+sleep 2
+WEB_TAG=6 md apply playbooks/shop.compose.yaml --wait --timeout 2m
+sleep 2
+touch "$load.stop"
+wait "$loader"
+total=$(wc -l <"$load.log")
+failed=$(grep -cv ' 200$' "$load.log" || true)
+echo "requests through the ingress during the update: $total;" \
+    "answered by web 5: $(grep -c '^web 5 200$' "$load.log" || true)," \
+    "by web 6: $(grep -c '^web 6 200$' "$load.log" || true); failed: $failed"
+md ps web --cluster shop
+
+say "The dashboard: \`minidock serve\`, which only reads (no lock), left running beside the lab"
+serve_port=${MINIDOCK_DEMO_SERVE_PORT:-9440}
+if [ -f "$MINIDOCK_STATE/serve.pid" ]; then kill "$(cat "$MINIDOCK_STATE/serve.pid")" 2>/dev/null || true; fi
+setsid nohup .venv/bin/minidock serve --listen "127.0.0.1:$serve_port" \
+    >"$MINIDOCK_STATE/serve.log" 2>&1 </dev/null &
+echo $! >"$MINIDOCK_STATE/serve.pid"
+for _ in $(seq 1 50); do
+    curl -sf --max-time 2 -o /dev/null "http://127.0.0.1:$serve_port/api/status" && break
+    sleep 0.2
+done
+curl -sS --max-time 5 "http://127.0.0.1:$serve_port/metrics" | grep '^minidock_service_tasks{.*state="running"' || true
+echo "The dashboard: http://127.0.0.1:$serve_port/ (also /metrics, /api/status, /api/events);"
+echo "its log: $MINIDOCK_STATE/serve.log; stop it with \`kill \$(cat $MINIDOCK_STATE/serve.pid)\`."
 
 echo
 echo "The lab is still up: try \`minidock lab kill host2 --mode pause\` then \`minidock reconcile\`"
 echo "(with MINIDOCK_STATE=$MINIDOCK_STATE). Tear it down with \`.venv/bin/minidock lab down\`."
+[ "$failed" = 0 ]  # the demo fails if a request failed during the update

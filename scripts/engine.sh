@@ -12,6 +12,7 @@
 #   - mmdebstrap:         builds the lab host image (sshd + dockerd) and the proxies' images
 #                         (Debian's caddy and haproxy on a minbase root) without a registry
 #   - busybox-static:     the one binary inside every lab workload image
+#   - curl:               the demo's requests through the ingress and to the dashboard
 # The tests' packages (added without --demo):
 #   - docker-registry:    Debian's distribution registry (2.8), the integration tests'
 #                         private registry (tests/integration/registry.py)
@@ -57,7 +58,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # -- packages: install whatever is missing ------------------------------------------------
 need=()
 engine_pkgs=(docker.io iptables)
-lab_pkgs=(docker-compose mmdebstrap busybox-static)
+lab_pkgs=(docker-compose mmdebstrap busybox-static curl)
 test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy)
 pkgs=("${lab_pkgs[@]}")
 if [ "$profile" = tests ]; then

@@ -1,0 +1,1 @@
+INSERT INTO example.greetings(name) values ('Docker');

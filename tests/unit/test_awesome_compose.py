@@ -1,0 +1,209 @@
+"""Conformance over docker/awesome-compose (tests/data/awesome-compose, CC0: its LICENSE):
+each of the 39 samples' Compose files as the collection has it, nothing changed, with the
+files beside it that the loader reads (build contexts' small files: its NOTICE.md says
+which were left out), and the outcome MiniDock gives it: the converted spec's key facts
+for a file that validates, the one refusal line (whose reason docs/compose.md's support
+matrix gives) for the rest."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from minidock.spec import SpecError, load_cluster
+from minidock.spec.cluster import cluster_document
+
+SAMPLES = Path(__file__).parent.parent / "data" / "awesome-compose"
+RELATIVE = "a relative bind mount ("
+ADDRESS = "network options (aliases, addresses) are not supported"
+NETWORK_MODE = "every task runs on its cluster's network (minidock-CLUSTER): remove it"
+SYSCTLS = "not supported by MiniDock: remove it"
+
+REFUSED = {
+    "angular": ("services.web.volumes[0]", 9, RELATIVE),
+    "apache-php": ("services.web.volumes[0]", 9, RELATIVE),
+    "elasticsearch-logstash-kibana": ("services.logstash.volumes[0]", 25, RELATIVE),
+    "flask-redis": ("services.web.volumes[0]", 16, RELATIVE),
+    "minecraft": ("services.minecraft.volumes[0]", 13, RELATIVE),
+    "nginx-flask-mongo": ("services.web.volumes[0]", 5, RELATIVE),
+    "nginx-golang": ("services.proxy.volumes[0]", 5, RELATIVE),
+    "nginx-golang-mysql": ("services.proxy.volumes[0]", 37, RELATIVE),
+    "nginx-golang-postgres": ("services.proxy.volumes[0]", 34, RELATIVE),
+    "nginx-wsgi-flask": ("services.nginx-proxy.volumes[0]", 6, RELATIVE),
+    "pihole-cloudflared-DoH": ("services.cloudflared.networks.dns-net.ipv4_address", 16, ADDRESS),
+    "plex": ("services.plex.network_mode", 5, NETWORK_MODE),
+    "prometheus-grafana": ("services.prometheus.volumes[0]", 11, RELATIVE),
+    "react-express-mongodb": ("services.frontend.volumes[0]", 10, RELATIVE),
+    "react-express-mysql": ("services.backend.volumes[0]", 22, RELATIVE),
+    "react-java-mysql": ("services.frontend.volumes[0]", 42, RELATIVE),
+    "react-rust-postgres": ("services.frontend.volumes[0]", 12, RELATIVE),
+    "vuejs": ("services.web.volumes[0]", 9, RELATIVE),
+    "wasmedge-kafka-mysql": ("services.redpanda.volumes[0]", 20, RELATIVE),
+    "wasmedge-mysql-nginx": ("services.frontend.volumes[0]", 7, RELATIVE),
+    "wireguard": ("services.wireguard.sysctls", 25, SYSCTLS),
+}
+
+# sample: {service: its image, or ("build", context, target) for one the controller builds}
+VALID: dict[str, dict[str, str | tuple[str, str, str | None]]] = {
+    "aspnet-mssql": {
+        "web": ("build", "app/aspnetapp", None),
+        "db": "mcr.microsoft.com/azure-sql-edge:1.0.4",
+    },
+    "django": {"web": ("build", "app", "builder")},
+    "fastapi": {"api": ("build", ".", "builder")},
+    "flask": {"web": ("build", "app", "builder")},
+    "gitea-postgres": {"gitea": "gitea/gitea:latest", "db": "postgres:alpine"},
+    "nextcloud-postgres": {"nc": "nextcloud:apache", "db": "postgres:alpine"},
+    "nextcloud-redis-mariadb": {
+        "nc": "nextcloud:apache",
+        "redis": "redis:alpine",
+        "db": "mariadb:10.5",
+    },
+    "nginx-aspnet-mysql": {
+        "backend": ("build", "backend", None),
+        "db": "mariadb:10-focal",
+        "proxy": ("build", "proxy", None),
+    },
+    "nginx-flask-mysql": {
+        "db": "mariadb:10-focal",
+        "backend": ("build", "backend", "builder"),
+        "proxy": ("build", "proxy", None),
+    },
+    "nginx-nodejs-redis": {
+        "redis": "redislabs/redismod",
+        "web1": ("build", "web", None),
+        "web2": ("build", "web", None),
+        "nginx": ("build", "nginx", None),
+    },
+    "portainer": {"portainer": "portainer/portainer-ce:alpine"},
+    "postgresql-pgadmin": {"postgres": "postgres:latest", "pgadmin": "dpage/pgadmin4:latest"},
+    "react-nginx": {"frontend": ("build", ".", None)},
+    "sparkjava": {"sparkjava": ("build", "sparkjava", None)},
+    "sparkjava-mysql": {
+        "backend": ("build", "backend", None),
+        "db": "mariadb:10.6.4-focal",
+    },
+    "spring-postgres": {"backend": ("build", "backend", None), "db": "postgres"},
+    "traefik-golang": {"frontend": "traefik:2.6", "backend": ("build", "backend", None)},
+    "wordpress-mysql": {"db": "mariadb:10.6.4-focal", "wordpress": "wordpress:latest"},
+}
+
+
+def _compose_file(sample: str) -> Path:
+    return next(p for p in (SAMPLES / sample).iterdir() if p.name.startswith("compose."))
+
+
+def test_every_sample_has_an_expected_outcome() -> None:
+    samples = {p.name for p in SAMPLES.iterdir() if p.is_dir()}
+    assert len(samples) == 39
+    assert samples == set(REFUSED) | set(VALID)
+    assert not set(REFUSED) & set(VALID)
+    assert len(VALID) == 18
+    assert "CC0 1.0 Universal" in (SAMPLES / "LICENSE").read_text()
+
+
+@pytest.mark.parametrize("sample", sorted(REFUSED))
+def test_a_refused_sample_is_one_line_naming_the_key(
+    sample: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COMPOSE_PROJECT_NAME", raising=False)
+    key, line, reason = REFUSED[sample]
+    path = _compose_file(sample)
+    with pytest.raises(SpecError) as err:
+        load_cluster(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: {key} (line {line}): {reason}")
+
+
+@pytest.mark.parametrize("sample", sorted(VALID))
+def test_a_valid_sample_converts_to_the_spec_it_says(
+    sample: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COMPOSE_PROJECT_NAME", raising=False)
+    copy = tmp_path / sample
+    shutil.copytree(SAMPLES / sample, copy)
+    compose = _compose_file(sample).name
+    doc = cluster_document(copy / compose)
+    assert doc["cluster"] == sample  # the directory's name, as Compose names the project
+    assert "inventory" not in doc
+    cluster = load_cluster(copy / compose)
+    assert cluster.inventory_path == str(copy / "inventory.toml")
+    assert [s.name for s in cluster.services] == list(VALID[sample])
+    for service in cluster.services:
+        expected = VALID[sample][service.name]
+        if isinstance(expected, str):
+            assert service.build is None
+            assert service.image == expected
+            continue
+        _, context, target = expected
+        build = service.build
+        assert build is not None
+        assert build.context == str((copy / context).resolve())
+        assert build.dockerfile == str((copy / context / "Dockerfile").resolve())
+        assert build.target == target
+        assert build.also is None  # no image beside build: Compose's PROJECT-SERVICE name
+        assert re.fullmatch(rf"{sample.lower()}-{service.name}:[0-9a-f]{{12}}", build.tag)
+        assert service.image == build.tag
+
+
+def test_the_samples_key_facts() -> None:
+    pgadmin = cluster_document(SAMPLES / "postgresql-pgadmin" / "compose.yaml")["services"]
+    assert pgadmin["postgres"]["env"]["POSTGRES_USER"] == "yourUser"  # from its .env
+    assert pgadmin["postgres"]["ports"] == ["5432:5432"]
+    assert pgadmin["pgadmin"]["ports"] == ["5050:80"]
+    wordpress = cluster_document(SAMPLES / "wordpress-mysql" / "compose.yaml")["services"]
+    assert wordpress["db"]["volumes"] == ["db_data:/var/lib/mysql"]
+    assert wordpress["db"]["command"] == ["--default-authentication-plugin=mysql_native_password"]
+    assert wordpress["wordpress"]["env"]["WORDPRESS_DB_HOST"] == "db"
+    assert wordpress["wordpress"]["ports"] == ["80:80"]
+    assert wordpress["wordpress"]["restart"] == {"condition": "any"}
+    portainer = cluster_document(SAMPLES / "portainer" / "compose.yaml")["services"]["portainer"]
+    assert portainer["command"] == ["-H", "unix:///var/run/docker.sock"]
+    assert portainer["volumes"] == [
+        "/var/run/docker.sock:/var/run/docker.sock",
+        "portainer_data:/data",
+    ]
+
+
+def test_the_built_samples_key_facts() -> None:
+    mysql = cluster_document(SAMPLES / "nginx-flask-mysql" / "compose.yaml")["services"]
+    assert mysql["backend"]["build"] == {"context": "backend", "target": "builder"}
+    assert mysql["backend"]["depends_on"] == ["db"]  # condition: service_healthy
+    assert mysql["backend"]["secret_files"] == {
+        "/run/secrets/db-password": {"file": "db/password.txt"}
+    }
+    assert mysql["db"]["health"]["cmd"] == [
+        "/bin/sh",
+        "-c",
+        'mysqladmin ping -h 127.0.0.1 --password="$(cat /run/secrets/db-password)" --silent',
+    ]  # `$$` is Compose's literal `$`
+    assert (mysql["db"]["health"]["interval"], mysql["db"]["health"]["retries"]) == ("3s", 5)
+    assert mysql["proxy"]["build"] == {"context": "proxy"}
+    fastapi = cluster_document(SAMPLES / "fastapi" / "compose.yaml")["services"]["api"]
+    assert fastapi["env"] == {"PORT": "8000"}
+    assert fastapi["restart"] == {"condition": "none"}  # restart: "no"
+    flask = cluster_document(SAMPLES / "flask" / "compose.yaml")["services"]["web"]
+    assert flask["stop_signal"] == "SIGINT"
+    traefik = cluster_document(SAMPLES / "traefik-golang" / "compose.yaml")["services"]
+    assert traefik["backend"]["labels"]["traefik.http.routers.go.rule"] == "Path(`/`)"
+    assert traefik["frontend"]["command"] == [
+        "--providers.docker",
+        "--entrypoints.web.address=:80",
+        "--providers.docker.exposedbydefault=false",
+    ]
+    nodejs = cluster_document(SAMPLES / "nginx-nodejs-redis" / "compose.yaml")["services"]
+    assert nodejs["web1"]["restart"] == {"condition": "on-failure"}
+    assert nodejs["nginx"]["depends_on"] == ["web1", "web2"]
+    assert "hostname" not in nodejs["web1"]  # a warning: one hostname cannot fit replicas
+
+
+def test_two_services_built_from_one_context_share_its_tag() -> None:
+    cluster = load_cluster(SAMPLES / "nginx-nodejs-redis" / "compose.yaml")
+    web1, web2 = (next(s for s in cluster.services if s.name == n) for n in ("web1", "web2"))
+    assert web1.build is not None
+    assert web2.build is not None
+    assert web1.build.tag.split(":")[1] == web2.build.tag.split(":")[1]

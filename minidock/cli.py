@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
 
 import typer
-from typer.core import TyperGroup, TyperOption
+from typer.core import TyperGroup
 
 from minidock import usecases
 from minidock.model import Event
@@ -45,16 +45,6 @@ from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Pr
 MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
 T = TypeVar("T")
 GLOBAL_STATE: contextvars.ContextVar[str | None] = contextvars.ContextVar("state", default=None)
-
-
-def _flag_type(self: TyperOption, ctx: Any) -> str | None:
-    """The help's type column, left empty for a flag (typer shows `<bool>` beside every
-    flag, `--help` included: noise, a flag takes no value)."""
-    return None if self.is_flag else _typed(self, ctx)
-
-
-_typed = TyperOption.display_type_rich
-setattr(TyperOption, "display_type_rich", _flag_type)  # noqa: B010 (a method of typer's)
 
 
 class LazyGroup(TyperGroup):

@@ -24,12 +24,14 @@ docs/ingress.md.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from minidock.core.serving import RETRY_AFTER
 from minidock.model import PROXY_NETWORK, Ingress, ProxyObservation
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "ProxyConfig",
     "RouteSpec",
     "load_argv",
+    "maintenance_page",
     "parse_proxy_probe",
     "proxy_config",
     "proxy_name",
@@ -71,17 +74,36 @@ NETWORK = PROXY_NETWORK  # a namespace of its own (docker's default bridge), por
 MIGRATE_ACCEPT_QUEUE = "net.ipv4.tcp_migrate_req"  # Linux 5.14 and later
 STOP_GRACE = 10  # seconds a replaced proxy has to finish its requests under way
 NO_ROUTE = {"handler": "static_response", "status_code": 404, "body": "no route\n"}
+# Maintenance and pause (docs/ingress.md#maintenance-and-pause): a paused route marks each
+# request it holds with this variable (the route's label), for the error route that
+# releases it; a held request looks for an upstream again every HOLD_INTERVAL.
+HELD = "minidock_held"
+HOLD_INTERVAL = "250ms"
+PAGE = (
+    '<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8">'
+    "<title>503 Service Unavailable</title></head>\n"
+    "<body><h1>Service Unavailable</h1>\n<p>MESSAGE</p></body>\n</html>\n"
+)
 
 
 @dataclass(frozen=True)
 class RouteSpec:
     """One route as the proxy sees it: Host (""=any), path prefix, upstream addresses,
-    and whether it is served over HTTPS (then plain HTTP to it is redirected)."""
+    and whether it is served over HTTPS (then plain HTTP to it is redirected). In
+    maintenance (`maintenance`, the page's message) it answers 503 with that page; paused
+    (`hold` > 0) it holds each request up to `hold` seconds, then sends it upstream."""
 
     domain: str
     path: str
     upstreams: tuple[str, ...]
     tls: bool = False
+    maintenance: str = ""
+    hold: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """The route as one word: Host (`*` for any) and path."""
+        return f"{self.domain or '*'}{self.path}"
 
 
 @dataclass(frozen=True)
@@ -119,7 +141,8 @@ def _match(route: RouteSpec) -> list[dict[str, Any]]:
     return [match] if match else []
 
 
-def _handler(route: RouteSpec) -> dict[str, Any]:
+def _proxy(route: RouteSpec) -> dict[str, Any]:
+    """The route's requests sent to its upstreams (a 503 while it has none)."""
     if not route.upstreams:
         return {"handler": "static_response", "status_code": 503, "body": "no task is ready\n"}
     return {
@@ -134,6 +157,54 @@ def _handler(route: RouteSpec) -> dict[str, Any]:
     }
 
 
+def _handlers(route: RouteSpec) -> list[dict[str, Any]]:
+    """What the route does with a request: sends it upstream; in maintenance, answers the
+    page; paused, holds it (`_hold`)."""
+    if route.maintenance:
+        return [_maintenance(route.maintenance)]
+    if route.hold > 0:
+        return [{"handler": "vars", HELD: route.label}, _hold(route.hold)]
+    return [_proxy(route)]
+
+
+def _maintenance(message: str) -> dict[str, Any]:
+    """503 with the page, `Retry-After`, and nothing cached."""
+    return {
+        "handler": "static_response",
+        "status_code": 503,
+        "headers": {
+            "Content-Type": ["text/html; charset=utf-8"],
+            "Retry-After": [str(RETRY_AFTER)],
+            "Cache-Control": ["no-store"],
+        },
+        "body": maintenance_page(message),
+    }
+
+
+def maintenance_page(message: str) -> str:
+    """The maintenance page: the message, HTML-escaped, its braces as entities (Caddy reads
+    `{...}` in a response body as a placeholder)."""
+    text = html.escape(message).replace("{", "&#123;").replace("}", "&#125;")
+    return PAGE.replace("MESSAGE", text)
+
+
+def _hold(seconds: float) -> dict[str, Any]:
+    """Caddy's own wait for an upstream, with none to choose: the request waits, trying
+    again every HOLD_INTERVAL, for `seconds` (any method: `retry_match` takes them all).
+    It ends when that time is up or when a config is loaded (which cancels the wait):
+    either way the handler answers an error, and the server's error route of the same
+    route (`_releases`) sends the request upstream."""
+    return {
+        "handler": "reverse_proxy",
+        "upstreams": [],
+        "load_balancing": {
+            "try_duration": f"{round(seconds * 1000)}ms",
+            "try_interval": HOLD_INTERVAL,
+            "retry_match": [{}],
+        },
+    }
+
+
 def _redirect(ingress: Ingress) -> dict[str, Any]:
     """Plain HTTP to a TLS route: a permanent redirect to the same URL over HTTPS."""
     port = "" if ingress.https_port == 443 else f":{ingress.https_port}"
@@ -141,15 +212,26 @@ def _redirect(ingress: Ingress) -> dict[str, Any]:
     return {"handler": "static_response", "status_code": 308, "headers": {"Location": [location]}}
 
 
-def _routes(routes: Sequence[RouteSpec], handler: Any) -> list[dict[str, Any]]:
-    """Caddy routes for `routes`, each handled by `handler(route)`, then a 404 for a
+def _routes(routes: Sequence[RouteSpec], handlers: Any) -> list[dict[str, Any]]:
+    """Caddy routes for `routes`, each handled by `handlers(route)`, then a 404 for a
     request no route takes (Caddy's own answer would be an empty 200)."""
     found = [
-        {"match": _match(r), "handle": [handler(r)], "terminal": True} if _match(r) else
-        {"handle": [handler(r)], "terminal": True}
+        {"match": _match(r), "handle": handlers(r), "terminal": True} if _match(r) else
+        {"handle": handlers(r), "terminal": True}
         for r in routes
     ]  # fmt: skip
     return [*found, {"handle": [NO_ROUTE], "terminal": True}]
+
+
+def _releases(routes: Sequence[RouteSpec]) -> dict[str, Any]:
+    """The server's error routes: a request a paused route held (its `HELD` variable names
+    the route) goes to that route's upstreams once its hold ends."""
+    held = [
+        {"match": [{"vars": {HELD: [r.label]}}], "handle": [_proxy(r)], "terminal": True}
+        for r in routes
+        if r.hold > 0 and not r.maintenance
+    ]
+    return {"errors": {"routes": held}} if held else {}
 
 
 def _challenges(responses: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -176,8 +258,9 @@ def _body(
         "automatic_https": {"disable": True},
         "routes": [
             *_challenges(challenges),
-            *_routes(routes, lambda r: redirect if r.tls else _handler(r)),
+            *_routes(routes, lambda r: [redirect] if r.tls else _handlers(r)),
         ],
+        **_releases([r for r in routes if not r.tls]),
     }
     servers: dict[str, Any] = {SERVER: plain}
     apps: dict[str, Any] = {"http": {"servers": servers}}
@@ -187,7 +270,8 @@ def _body(
             "listen": [f":{ingress.https_port}"],
             "automatic_https": {"disable": True},
             "tls_connection_policies": [{}],  # TLS on; certificates chosen by SNI
-            "routes": _routes(secure, _handler),
+            "routes": _routes(secure, _handlers),
+            **_releases(secure),
         }
         pems = sorted({(c.chain, c.key) for c in certificates})
         load = [{"certificate": chain, "key": key} for chain, key in pems]
@@ -287,56 +371,96 @@ def parse_proxy_probe(host: str, stdout: str) -> ProxyObservation:
     spec = words[1] if len(words) > 1 else ""
     if not running:
         return ProxyObservation(host, True, running, spec)
-    digest, routes = _loaded(rest)
+    digest, routes, modes = _loaded(rest)
     upstreams = frozenset(u for _, _, ups in routes for u in ups)
-    return ProxyObservation(host, True, running, spec, digest, upstreams, routes=routes)
+    return ProxyObservation(
+        host, True, running, spec, digest, upstreams, routes=routes, modes=modes
+    )
 
 
 Loaded = tuple[tuple[str, str, tuple[str, ...]], ...]
+Modes = tuple[tuple[str, str, str], ...]
 
 
-def _loaded(text: str) -> tuple[str, Loaded]:
-    """The digest and the routes (Host, path, upstreams) of a saved config ("" and none
-    when there is none)."""
+def _loaded(text: str) -> tuple[str, Loaded, Modes]:
+    """The digest, the routes (Host, path, upstreams) and the modes of the routes not
+    serving (Host, path, "maintenance" or "paused") of a saved config ("" and none when
+    there is none). A paused route's upstreams are its error route's, where the requests
+    it holds go."""
     try:
         config = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError:
-        return "", ()
+        return "", (), ()
     servers = _get(config, "apps", "http", "servers")
     server = servers.get(SERVER, {}) if isinstance(servers, dict) else {}
     if not isinstance(server, dict):
-        return "", ()
+        return "", (), ()
     tag = server.get("@id", "")
     digest = tag[len(ID_PREFIX) :] if isinstance(tag, str) and tag.startswith(ID_PREFIX) else ""
     secure = servers.get(SERVER_TLS, {})
-    routes = [
-        *server.get("routes", []),
-        *(secure.get("routes", []) if isinstance(secure, dict) else []),
-    ]
-    return digest, tuple(_route(r) for r in routes if isinstance(r, dict) and _serves(r))
+    routes: list[tuple[str, str, tuple[str, ...]]] = []
+    modes: list[tuple[str, str, str]] = []
+    for each in (server, secure if isinstance(secure, dict) else {}):
+        released = _released(each)
+        for r in each.get("routes", []):
+            mode = _mode(r) if isinstance(r, dict) else ""
+            if not mode:
+                continue
+            domain, path = _where(r)
+            held = _held_label(r)
+            ups = released.get(held, ()) if held else tuple(_dials([r]))
+            routes.append((domain, path, ups))
+            if mode != "serving":
+                modes.append((domain, path, mode))
+    return digest, tuple(routes), tuple(modes)
 
 
-def _serves(route: dict[str, Any]) -> bool:
-    """Whether a loaded route is a service's route: it proxies, or answers 503 while no
-    task is ready. The 404 that ends each server, an ACME challenge's response and the
-    plain server's redirect of a TLS route are not (the TLS server has that route)."""
+def _mode(route: dict[str, Any]) -> str:
+    """A loaded route's mode if it is a service's route: "serving" (it proxies, or answers
+    503 while no task is ready), "maintenance" (its page), "paused" (it holds); "" for the
+    404 that ends each server, an ACME challenge's response and the plain server's
+    redirect of a TLS route (the TLS server has that route)."""
     handlers = route.get("handle")
     first = handlers[0] if isinstance(handlers, list) and handlers else {}
     if not isinstance(first, dict):
-        return False
+        return ""
     if first.get("handler") == "reverse_proxy":
-        return True
-    return first.get("handler") == "static_response" and first.get("status_code") == 503
+        return "serving"
+    if first.get("handler") == "vars" and HELD in first:
+        return "paused"
+    if first.get("handler") == "static_response" and first.get("status_code") == 503:
+        return "maintenance" if "Retry-After" in _get(first, "headers") else "serving"
+    return ""
 
 
-def _route(route: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
-    """One loaded route as (Host, path prefix, upstreams): the reverse of `_match`."""
+def _held_label(route: dict[str, Any]) -> str:
+    handlers = route.get("handle")
+    first = handlers[0] if isinstance(handlers, list) and handlers else {}
+    label = first.get(HELD, "") if isinstance(first, dict) else ""
+    return label if isinstance(label, str) else ""
+
+
+def _released(server: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The upstreams of each error route that releases held requests, by route label."""
+    found: dict[str, tuple[str, ...]] = {}
+    routes = _get(server, "errors", "routes")
+    for r in routes if isinstance(routes, list) else []:
+        matches = r.get("match") if isinstance(r, dict) else None
+        match = matches[0] if isinstance(matches, list) and matches else {}
+        labels = _get(match, "vars").get(HELD) if isinstance(_get(match, "vars"), dict) else None
+        if isinstance(labels, list) and labels and isinstance(labels[0], str):
+            found[labels[0]] = tuple(_dials([r]))
+    return found
+
+
+def _where(route: dict[str, Any]) -> tuple[str, str]:
+    """One loaded route's Host and path prefix: the reverse of `_match`."""
     matches = route.get("match")
     match = matches[0] if isinstance(matches, list) and matches else {}
     hosts, paths = _get(match, "host"), _get(match, "path")
     domain = hosts[0] if isinstance(hosts, list) and hosts else ""
     path = paths[0] if isinstance(paths, list) and paths else "/"
-    return str(domain), str(path), tuple(_dials([route]))
+    return str(domain), str(path)
 
 
 def _get(value: Any, *keys: str) -> Any:

@@ -25,6 +25,7 @@ from minidock.caddy import (
     stop_argv,
 )
 from minidock.core.routes import ProxyStep, RouteTable, route_changes
+from minidock.core.serving import Serving
 from minidock.core.tls import TlsState
 from minidock.model import Event, Host, Ingress, ProxyObservation
 from minidock.plandoc import RouteLoad
@@ -76,7 +77,14 @@ def configs_for(
             record = tls.record(route.domain)
             certificates[route.domain] = Certificate(record.chain, record.key)
     routes = [
-        RouteSpec(e.route.domain, e.route.path, e.upstreams, e.route.domain in certificates)
+        RouteSpec(
+            e.route.domain,
+            e.route.path,
+            e.upstreams,
+            e.route.domain in certificates,
+            e.mode.message if e.mode.serving is Serving.MAINTENANCE else "",
+            e.mode.timeout if e.mode.serving is Serving.PAUSED else 0.0,
+        )
         for e in table
     ]
     return proxy_config(routes, ingress, list(certificates.values()), challenges)
@@ -140,12 +148,13 @@ def route_loads(
         elif step.start:
             loads.append(RouteLoad(host, "start", route_changes(table, ())))  # every route new
         elif step.waits:
-            changes = () if proxy.digest == config.digest else route_changes(table, proxy.routes)
+            same = proxy.digest == config.digest
+            changes = () if same else route_changes(table, proxy.routes, proxy.modes)
             loads.append(RouteLoad(host, "waits", (step.waits, *changes)))
         elif proxy.digest == config.digest:
             loads.append(RouteLoad(host, "unchanged"))
         else:
-            loads.append(RouteLoad(host, "load", route_changes(table, proxy.routes)))
+            loads.append(RouteLoad(host, "load", route_changes(table, proxy.routes, proxy.modes)))
     return tuple(loads)
 
 

@@ -692,8 +692,11 @@ class ProxyObservation:
     digest: str = ""  # of the config it has loaded ("" when none is loaded)
     upstreams: frozenset[str] = frozenset()  # "ADDRESS:PORT" its loaded routes send to
     error: str = ""
-    # its loaded routes: (Host, path, upstreams) each, as in the config
+    # its loaded routes: (Host, path, upstreams) each, as in the config (a paused route's
+    # upstreams: those its held requests go to)
     routes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    # its loaded routes that do not serve: (Host, path, "maintenance" or "paused") each
+    modes: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from minidock.core.intents import (
     rollback,
     rollouts_started,
     set_drained,
+    set_serving,
 )
 from minidock.core.outcomes import ActOutcome, ExitNoted, StartFailed
 from minidock.core.outcomes import fold as fold_outcomes
@@ -63,6 +64,7 @@ __all__ = [
     "rollback",
     "rollouts_started",
     "set_drained",
+    "set_serving",
     "slot_target",
     "task_id",
 ]

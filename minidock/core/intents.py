@@ -9,6 +9,7 @@ from minidock.core import hooks, rollout, slots
 from minidock.core import hosts as host_machine
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
+from minidock.core.serving import ServingMode
 from minidock.core.state import ControllerState, Rollout, ServiceState
 from minidock.model import Cluster, Event, Observed, Service
 
@@ -24,6 +25,7 @@ __all__ = [
     "rollback",
     "rollouts_started",
     "set_drained",
+    "set_serving",
 ]
 
 
@@ -109,6 +111,7 @@ def _admitted(
         global_slots=old.global_slots,
         job=old.job.across(old.spec.schedule, svc.schedule),
         hook=old.hook,
+        serving=old.serving,
     )
 
 
@@ -185,6 +188,19 @@ def reset(state: ControllerState, service: str) -> ControllerState:
     """`minidock reset SERVICE`: clear crash-loop failures and backoff timers."""
     ss = state.services[service]
     return _with_service(state, replace(ss, slots=slots.renewed(ss.slots)))
+
+
+def set_serving(state: ControllerState, service: str, mode: ServingMode) -> ControllerState:
+    """`minidock maintenance SERVICE on|off`, `pause SERVICE`, `resume SERVICE`: how the
+    service's routes answer from the next pass on (core/serving.py). A service with no
+    route (in its effective spec) has nothing to set: ValueError saying so."""
+    ss = state.services[service]
+    if not ss.spec.ingress:
+        raise ValueError(
+            f"service {service} has no ingress route: maintenance and pause act on a "
+            "service's routes (give it `ingress = { host = .., port = .. }`)"
+        )
+    return _with_service(state, replace(ss, serving=mode))
 
 
 def pinned_on(state: ControllerState, host: str) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from minidock.core.serving import SERVING, Serving, ServingMode
 from minidock.core.specs import TaskSpecs
 from minidock.core.state import ControllerState
 from minidock.model import (
@@ -52,6 +53,12 @@ class RouteEntry:
     service: str
     upstreams: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
+    mode: ServingMode = SERVING  # serving, maintenance or paused: its service's (core/serving.py)
+
+    @property
+    def sends_to(self) -> tuple[str, ...]:
+        """The upstreams its requests go to: none in maintenance (the proxy answers)."""
+        return () if self.mode.serving is Serving.MAINTENANCE else self.upstreams
 
 
 RouteTable = tuple[RouteEntry, ...]  # most specific first, as Caddy matches (`_specificity`)
@@ -175,6 +182,7 @@ def route_table(
     specs = specs if specs is not None else TaskSpecs.of_state(cluster, state)
     taking = _taking_traffic(observed.containers(), services, specs, state.draining, now)
     held = _held(observed, inventory, state)
+    modes = {name: ss.serving for name, ss in state.services.items()}
     entries: list[RouteEntry] = []
     for name, service in services.items():
         for route in service.ingress:
@@ -192,6 +200,7 @@ def route_table(
                     name,
                     (*(a for a, _ in pairs), *kept),
                     tuple(t for _, t in pairs),
+                    modes.get(name, SERVING),
                 )
             )
     return tuple(sorted(entries, key=_specificity))
@@ -267,31 +276,52 @@ def _specificity(entry: RouteEntry) -> tuple[bool, bool, int, str, int, str]:
 LoadedRoutes = tuple[tuple[str, str, tuple[str, ...]], ...]  # a proxy's (Host, path, upstreams)
 
 
-def route_changes(table: RouteTable, loaded: LoadedRoutes) -> tuple[str, ...]:
+LoadedModes = tuple[tuple[str, str, str], ...]  # a proxy's routes not serving: (Host, path, mode)
+
+
+def route_changes(
+    table: RouteTable, loaded: LoadedRoutes, modes: LoadedModes = ()
+) -> tuple[str, ...]:
     """What loading `table` changes on a proxy that has loaded `loaded` (its services'
-    routes, as `minidock.caddy` reads them back: a TLS route once, its HTTPS one): one
-    line per route added (`+`), removed (`-`), or sent to other upstreams (`~`, the
-    addresses that join and leave)."""
+    routes, as `minidock.caddy` reads them back: a TLS route once, its HTTPS one) in
+    `modes` (those not serving): one line per route added (`+`), removed (`-`), sent to
+    other upstreams (`~`, the addresses that join and leave) or put in another mode (`~`,
+    the mode it enters)."""
     before: dict[tuple[str, str], tuple[str, ...]] = {}
     for domain, path, upstreams in loaded:
         before.setdefault(_key(domain, path), upstreams)
+    was = {_key(domain, path): mode for domain, path, mode in modes}
     lines: list[str] = []
     after: set[tuple[str, str]] = set()
     for entry in table:
         key = _key(entry.route.domain, entry.route.path)
         after.add(key)
         if key not in before:
-            count = len(entry.upstreams)
+            count = len(entry.sends_to)
             ready = f"{count} upstream{'s' if count != 1 else ''}" if count else "no task ready"
+            if entry.mode.serving is Serving.MAINTENANCE:
+                ready = "maintenance"
+            elif entry.mode.serving is Serving.PAUSED:
+                ready += ", paused"
             lines.append(f"+ {_label(key)} -> {entry.service} ({ready})")
             continue
-        joins = sorted(set(entry.upstreams) - set(before[key]))
-        leaves = sorted(set(before[key]) - set(entry.upstreams))
+        if was.get(key, Serving.ON.value) != entry.mode.serving.value:
+            lines.append(f"~ {_label(key)}: {_entering(entry.mode)}")
+        joins = sorted(set(entry.sends_to) - set(before[key]))
+        leaves = sorted(set(before[key]) - set(entry.sends_to))
         if joins or leaves:
             moves = [*(f"+{u}" for u in joins), *(f"-{u}" for u in leaves)]
             lines.append(f"~ {_label(key)}: {' '.join(moves)}")
     lines += [f"- {_label(key)}" for key in before if key not in after]
     return tuple(lines)
+
+
+def _entering(mode: ServingMode) -> str:
+    if mode.serving is Serving.MAINTENANCE:
+        return "maintenance (503 with its page)"
+    if mode.serving is Serving.PAUSED:
+        return f"paused (requests held up to {mode.timeout:g}s)"
+    return "serving again"
 
 
 def _label(key: tuple[str, str]) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from minidock.core.hosts import HostState
 from minidock.core.passes import PassStats
 from minidock.core.schedule import JobRecord
+from minidock.core.serving import SERVING, ServingMode
 from minidock.core.slots import SlotState
 from minidock.core.tls import TlsState
 from minidock.model import Service
@@ -149,6 +150,7 @@ class ServiceState:
     previous_failed: str = ""  # why `previous` was rolled back as failed ("" if it was not)
     job: JobRecord = field(default_factory=JobRecord)  # a scheduled job's runs (core/schedule.py)
     hook: HookRecord = field(default_factory=HookRecord)  # its before_update hook (core/hooks.py)
+    serving: ServingMode = SERVING  # its routes: serving, maintenance or paused (core/serving.py)
 
     def slot(self, n: int) -> SlotState:
         found = self.slots.get(n)

@@ -9,6 +9,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+phases=() marks=()
+phase() { phases+=("$1"); marks+=("$SECONDS"); }  # the time each part takes, printed at the end
+phase "set-up (packages, engine, .venv)"
 bash scripts/setup.sh --demo  # the engine and the lab's tools only (scripts/engine.sh)
 md() { .venv/bin/minidock "$@"; }
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -33,24 +36,46 @@ export MINIDOCK_STATE="$PWD/.minidock-demo"
 rm -rf "$MINIDOCK_STATE"
 
 say "A lab fleet: three hosts, each running sshd and dockerd, reachable only on 127.0.0.1"
+phase "lab up (images built where missing)"
 md lab down >/dev/null 2>&1 || true  # start from empty hosts, so every act shows below
-md lab up --hosts 3
+mkdir -p -m 700 "$MINIDOCK_STATE"
+# The application layer's ingress proxy (Caddy) is only needed after the host loss, and only
+# on host1, the ingress host of playbooks/shop.compose.yaml: its image builds beside the host
+# image (two builds, two cores), and loads into host1 while the route workers start.
+edge_host=host1
+(
+    md lab build ingress
+    until [ -e "$MINIDOCK_STATE/lab-is-up" ]; do sleep 0.5; done
+    md lab load ingress --host "$edge_host"
+    md lab status --json >"$MINIDOCK_STATE/lab-status.json"
+) >"$MINIDOCK_STATE/ingress.log" 2>&1 &
+ingress_job=$!
+ingress_ready() {  # the background job's end; its log when it failed
+    [ -z "$ingress_job" ] && return 0
+    wait "$ingress_job" && ingress_job="" && return 0
+    echo "preparing the ingress image failed:" >&2
+    cat "$MINIDOCK_STATE/ingress.log" >&2
+    exit 1
+}
+md lab up --hosts 3 --images workloads  # the host image and the busybox workloads only
+touch "$MINIDOCK_STATE/lab-is-up"
 md lab status
 
 say "Apply playbooks/route-workers.toml: four route workers, spread over the hosts"
+phase "host loss: apply, lose a host, replace, revive"
 md apply playbooks/route-workers.toml --wait --timeout 2m
+md status --json >"$MINIDOCK_STATE/status.json"
 md status
 
-lost=$(md status --json | python3 -c '
+read -r lost carried < <(python3 -c '
 import collections, json, sys
-tasks = json.load(sys.stdin)["tasks"]
+tasks = json.load(open(sys.argv[1]))["tasks"]
 per_host = collections.Counter(t["host"] for t in tasks if t["state"] == "running")
-print(max(sorted(per_host), key=lambda h: per_host[h]))')
-carried=$(md status --json | python3 -c "
-import json, sys
-print(sum(1 for t in json.load(sys.stdin)['tasks'] if t['host'] == '$lost' and t['state'] == 'running'))")
+lost = max(sorted(per_host), key=lambda h: per_host[h])
+print(lost, per_host[lost])' "$MINIDOCK_STATE/status.json")
 
 say "Lose $lost, which carries $carried workers: its container is stopped (the host is off)"
+[ "$lost" = "$edge_host" ] && ingress_ready  # the ingress image goes into $edge_host first
 md lab kill "$lost" --mode stop
 
 say "Reconcile as cron would, once per pass, until settled (exit 0; 3 means work remains, 4 a host is down)"
@@ -68,16 +93,21 @@ md status
 say "Every change is in the event log"
 md events --limit 12
 
-say "The application layer: playbooks/shop.compose.yaml, a web app behind the ingress (Caddy on host1)"
+say "The application layer: playbooks/shop.compose.yaml, a web app behind the ingress (Caddy on $edge_host)"
+phase "application: apply the Compose file, curl"
+ingress_ready
 md apply playbooks/shop.compose.yaml --wait --timeout 2m
-edge=$(md lab status --json | python3 -c '
+edge=$(python3 -c '
 import json, sys
-print(next(h["http_port"] for h in json.load(sys.stdin)["hosts"] if h["name"] == "host1"))')
-echo "\$ curl -H 'Host: app.test' http://127.0.0.1:$edge/    # host1's port 80"
+hosts = json.load(open(sys.argv[1]))["hosts"]
+print(next(h["http_port"] for h in hosts if h["name"] == sys.argv[2]))' \
+    "$MINIDOCK_STATE/lab-status.json" "$edge_host")
+echo "\$ curl -H 'Host: app.test' http://127.0.0.1:$edge/    # $edge_host's port 80"
 curl -sS --max-time 5 -H 'Host: app.test' "http://127.0.0.1:$edge/"
 echo
 
 say "A rolling update to web 6 (WEB_TAG=6) while a client sends a request every 0.1 s through the ingress"
+phase "application: rolling update under load"
 load=$MINIDOCK_STATE/load
 : >"$load.log"
 rm -f "$load.stop"
@@ -89,9 +119,9 @@ rm -f "$load.stop"
     done
 ) &
 loader=$!
-sleep 2
+sleep 1
 WEB_TAG=6 md apply playbooks/shop.compose.yaml --wait --timeout 2m
-sleep 2
+sleep 1
 touch "$load.stop"
 wait "$loader"
 total=$(wc -l <"$load.log")
@@ -102,19 +132,27 @@ echo "requests through the ingress during the update: $total;" \
 md ps web --cluster shop
 
 say "The dashboard: \`minidock serve\`, which only reads (no lock), left running beside the lab"
+phase "dashboard"
 serve_port=${MINIDOCK_DEMO_SERVE_PORT:-9440}
 if [ -f "$MINIDOCK_STATE/serve.pid" ]; then kill "$(cat "$MINIDOCK_STATE/serve.pid")" 2>/dev/null || true; fi
 setsid nohup .venv/bin/minidock serve --listen "127.0.0.1:$serve_port" \
     >"$MINIDOCK_STATE/serve.log" 2>&1 </dev/null &
 echo $! >"$MINIDOCK_STATE/serve.pid"
-for _ in $(seq 1 50); do
-    curl -sf --max-time 2 -o /dev/null "http://127.0.0.1:$serve_port/api/status" && break
+for _ in $(seq 1 100); do  # up once it serves a page (the fleet is observed on request)
+    curl -sf --max-time 2 -o /dev/null "http://127.0.0.1:$serve_port/static/style.css" && break
     sleep 0.2
 done
 curl -sS --max-time 5 "http://127.0.0.1:$serve_port/metrics" | grep '^minidock_service_tasks{.*state="running"' || true
 echo "The dashboard: http://127.0.0.1:$serve_port/ (also /metrics, /api/status, /api/events);"
 echo "its log: $MINIDOCK_STATE/serve.log; stop it with \`kill \$(cat $MINIDOCK_STATE/serve.pid)\`."
 
+phase end
+echo
+printf 'The demo took %s s:' "$SECONDS"
+for i in $(seq 0 $((${#phases[@]} - 2))); do
+    printf ' %s %s s;' "${phases[$i]}" "$((marks[i + 1] - marks[i]))"
+done
+echo
 echo
 echo "The lab is still up: try \`minidock lab kill host2 --mode pause\` then \`minidock reconcile\`"
 echo "(with MINIDOCK_STATE=$MINIDOCK_STATE). Tear it down with \`.venv/bin/minidock lab down\`."

@@ -13,10 +13,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from minidock.lab.builds import HOST
 from minidock.lab.directory import DEFAULT_PROJECT
 from minidock.lab.errors import LabError
 from minidock.lab.faults import KillMode
 from minidock.lab.fleet import Lab
+from minidock.lab.images import SET_NAMES, build_images, parse_sets
 
 __all__ = ["lab_app"]
 
@@ -90,20 +92,87 @@ def _lab_options(
     ctx.obj = {**options, "lab_root": root, "project": project}
 
 
+ImagesOption = Annotated[
+    str,
+    typer.Option(
+        "--images",
+        help=f"Image sets to build and load into every host: all, or some of "
+        f"{','.join(SET_NAMES)} (comma-separated).",
+    ),
+]
+SetsArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[IMAGE_SETS]...",
+        help=f"Image sets: all (the default), or some of {', '.join(SET_NAMES)}.",
+        show_default=False,
+    ),
+]
+OnHostsOption = Annotated[
+    list[str] | None, typer.Option("--host", help="Only this host (repeatable; default: all).")
+]
+
+
+def _sets(words: list[str] | None, option: str) -> tuple[str, ...]:
+    return parse_sets(",".join(words or ["all"]), option=option)
+
+
 @lab_app.command("up")
-def up_command(ctx: typer.Context, hosts: HostsOption = 3, bastion: BastionOption = False) -> None:
+def up_command(
+    ctx: typer.Context,
+    hosts: HostsOption = 3,
+    bastion: BastionOption = False,
+    image_sets: ImagesOption = "all",
+) -> None:
     """Build the images if needed, start host1..hostN, write inventory/lab.toml."""
     lab = _lab(ctx)
     try:
-        lab.up(hosts, bastion=bastion)
+        lab.up(hosts, bastion=bastion, sets=parse_sets(image_sets, option="--images"))
     except LabError as exc:
         raise _fail(exc) from exc
     rel = os.path.relpath(lab.inventory_path)
-    _console.print(f"lab up: {hosts} hosts in {lab.timings['up']:.1f}s; inventory: {rel}")
+    steps = ", ".join(
+        f"{step} {lab.timings[step]:.1f}s"
+        for step in ("host image", "compose up", "load images", "provision")
+        if step in lab.timings
+    )
+    _console.print(
+        f"lab up: {hosts} hosts in {lab.timings['up']:.1f}s ({steps}); inventory: {rel}",
+        markup=False,
+    )
     if bastion:
         through = os.path.relpath(lab.bastion_inventory_path)
         config = os.path.relpath(lab.ssh_config_path)
         _console.print(f"through the bastion: inventory {through}, ssh config {config}")
+
+
+@lab_app.command("build")
+def build_command(sets: SetsArgument = None) -> None:
+    """Build these image sets where missing, side by side (no lab needed): what `up` would
+    build, ahead of it. `host` names the host image (`all`: it and every set)."""
+    words = sets or ["all"]
+    try:
+        named = [w for w in words if w != HOST]
+        built = build_images(
+            _sets(named, "IMAGE_SETS") if named else (),
+            host=HOST in words or named == ["all"],
+        )
+    except LabError as exc:
+        raise _fail(exc) from exc
+    done = ", ".join(f"{tag} {seconds:.1f}s" for tag, seconds in built.items())
+    _console.print(f"lab build: {done or 'every image already built'}", markup=False)
+
+
+@lab_app.command("load")
+def load_command(ctx: typer.Context, sets: SetsArgument = None, host: OnHostsOption = None) -> None:
+    """Build these image sets where missing and load them into the running hosts (all, or
+    each --host): what a lab made with `up --images` lacks."""
+    lab = _lab(ctx)
+    try:
+        loaded = lab.load(_sets(sets, "IMAGE_SETS"), host)
+    except LabError as exc:
+        raise _fail(exc) from exc
+    _console.print(f"lab load: {', '.join(loaded) or 'every host had them'}", markup=False)
 
 
 @lab_app.command("down")

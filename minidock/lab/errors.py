@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["LabError", "NotOwnedError", "UnknownHostError"]
+__all__ = ["BadInputError", "LabError", "NotOwnedError", "UnknownHostError"]
 
 
 class LabError(Exception):
@@ -19,5 +19,11 @@ class UnknownHostError(LabError):
 
 class NotOwnedError(LabError):
     """The compose project or the lab files belong to another lab (refused: exit 2)."""
+
+    exit_code = 2
+
+
+class BadInputError(LabError):
+    """An option's value the lab does not know, e.g. an image set (exit 2)."""
 
     exit_code = 2

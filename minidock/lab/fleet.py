@@ -13,6 +13,7 @@ owns the compose project and the files (`minidock.lab.ownership`). The CLI
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import socket
 import time
@@ -31,6 +32,7 @@ from minidock.lab.bastion import (
     provision_bastion,
     wait_through_bastion,
 )
+from minidock.lab.builds import HOST, Builds, build_order
 from minidock.lab.compose import compose_document, compose_text, detect_dind_mode
 from minidock.lab.containers import HostContainers
 from minidock.lab.directory import LabBastion, LabHost, zone_for
@@ -146,39 +148,63 @@ class Lab(HostContainers):
         return claim
 
     # -- lifecycle
-    def prepare(self, n: int = 3, bastion: bool = False) -> Path:
-        """Everything before the containers start: images, key, DinD mode, ports, the
-        compose file (with `bastion`, a bastion too). Returns the compose file's path.
-        Keeps the ports of hosts whose containers still exist, so re-running `up` leaves
-        a running lab alone."""
+    def prepare(
+        self, n: int = 3, bastion: bool = False, sets: Sequence[str] = images.SET_NAMES
+    ) -> Path:
+        """Everything before the containers start: the host image and the image sets `sets`
+        built (side by side), key, DinD mode, ports, the compose file (with `bastion`, a
+        bastion too). Returns the compose file's path. Keeps the ports of hosts whose
+        containers still exist, so re-running `up` leaves a running lab alone."""
+        self._may_start(n)
+        with images.start_builds(sets) as builds:
+            path = self._prepare(n, bastion, builds)
+            self._built(builds.wait_all())
+        return path
+
+    def _may_start(self, n: int) -> None:
+        """What is checked before anything is built: a lab of n hosts, an engine, and
+        this lab's own compose project."""
         if n < 1:
             raise LabError("a lab needs at least one host")
         if not local.engine_available():
             raise LabError("no Docker engine answers `docker info` (run scripts/engine.sh)")
         self.check_owner("up")
-        started = time.monotonic()
-        self.timings.update({f"build {tag}": s for tag, s in images.build_images().items()})
-        self.timings["images"] = time.monotonic() - started
+
+    def _prepare(self, n: int, bastion: bool, builds: Builds) -> Path:
+        """`prepare` once `_may_start` passed, with the images building in `builds`: it
+        waits for the host image only (the other builds go on while the containers start)."""
+        step = time.monotonic()
+        self._built(builds.wait(HOST))
+        self.timings["host image"] = time.monotonic() - step
         self.ensure_key()
-        dind = self.dind_mode() or detect_dind_mode()
+        image = images.host_image_tag()
+        dind = self.dind_mode() or detect_dind_mode(image)
         taken: set[int] = set()
         hosts = _hosts_with_ports(n, self.project, self.hosts(), self.container_states(), taken)
         jump = _prepare_bastion(self, taken) if bastion else None
         acme = _lab_acme(self.lab_dir / ACME, f"{self.project}-{ACME}", taken)
-        image = images.host_image_tag()
         document = compose_document(self.project, hosts, image, dind, self.labels, jump, acme)
         write_atomic(self.compose_path, compose_text(document).encode())
         self.write_state(hosts, dind, image, jump)
         return self.compose_path
 
+    def _built(self, timings: dict[str, float]) -> None:
+        """Record the seconds each image took to build (`timings`, "build TAG")."""
+        self.timings.update({f"build {tag}": s for tag, s in timings.items()})
+
     def acme(self) -> LabAcme | None:
         """The lab's ACME server, as `lab up` made it (None before)."""
         return LabAcme.read(self.lab_dir / ACME)
 
-    def provision(self, timeout: float = 90.0) -> None:
+    def provision(
+        self,
+        timeout: float = 90.0,
+        sets: Sequence[str] = images.SET_NAMES,
+        builds: Builds | None = None,
+    ) -> None:
         """Everything after the containers start: authorized key, pinned known_hosts, the
-        inventory, images loaded into each host; then wait until every host answers SSH
-        and docker."""
+        inventory, the image sets `sets` loaded into each host (each once `builds`, when
+        given, has built it); then wait until every host answers SSH and docker."""
         hosts = self.hosts()
         if not hosts:
             raise LabError(f"no lab: run `{self.command('up')}`")
@@ -206,7 +232,10 @@ class Lab(HostContainers):
         self.wait_docker(names, timeout=max(1.0, started + timeout - step))
         self.timings["docker ready"] = time.monotonic() - step
         step = time.monotonic()
-        parallel(self.load_images, names)
+        for kind in sets:  # in the order built (the quick workloads first)
+            if builds is not None:
+                self._built(builds.wait(kind))
+            parallel(functools.partial(self.load_images, wanted=images.IMAGE_SETS[kind]), names)
         self.timings["load images"] = time.monotonic() - step
         step = time.monotonic()
         self.wait_ready(names, timeout=max(1.0, started + timeout - step))
@@ -217,17 +246,40 @@ class Lab(HostContainers):
             self.timings["bastion ready"] = time.monotonic() - step
         self.timings["provision"] = time.monotonic() - started
 
-    def up(self, n: int = 3, timeout: float = 120.0, bastion: bool = False) -> list[LabHost]:
-        """Start (or complete) a lab of n hosts (and, with `bastion`, a bastion) and write
-        its inventories. Idempotent."""
+    def up(
+        self,
+        n: int = 3,
+        timeout: float = 120.0,
+        bastion: bool = False,
+        sets: Sequence[str] = images.SET_NAMES,
+    ) -> list[LabHost]:
+        """Start (or complete) a lab of n hosts (and, with `bastion`, a bastion), holding
+        the image sets `sets`, and write its inventories. Idempotent. The images build side
+        by side, and the containers start as soon as the host image is there."""
         started = time.monotonic()
-        self.prepare(n, bastion)
-        step = time.monotonic()
-        local.run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
-        self.timings["compose up"] = time.monotonic() - step
-        self.provision(timeout=timeout)
+        order = build_order(sets, images.BUILD_COST)
+        self._may_start(n)
+        with images.start_builds(order) as builds:
+            self._prepare(n, bastion, builds)
+            step = time.monotonic()
+            local.run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
+            self.timings["compose up"] = time.monotonic() - step
+            self.provision(timeout=timeout, sets=order, builds=builds)
         self.timings["up"] = time.monotonic() - started
         return self.hosts()
+
+    def load(self, sets: Sequence[str], hosts: Sequence[str] | None = None) -> list[str]:
+        """Build the image sets `sets` where missing (side by side) and load them into the
+        running hosts `hosts` (default: every host). Returns the images loaded anywhere."""
+        self.check_owner("load")
+        names = [self.host(h).name for h in hosts] if hosts else [h.name for h in self.hosts()]
+        if not names:
+            raise LabError(f"no lab: run `{self.command('up')}`")
+        wanted = images.set_images(sets)
+        self._built(images.build_images(sets, host=False))
+        loaded: set[str] = set()
+        parallel(lambda host: loaded.update(self.load_images(host, wanted)), names)
+        return [image for image in wanted if image in loaded]
 
     def down(self) -> None:
         """Remove the host containers and their volumes; then, when the files are this

@@ -17,21 +17,23 @@ import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from minidock.lab import docker, local
-from minidock.lab.errors import LabError
+from minidock.lab import builds, docker, local
+from minidock.lab.errors import BadInputError, LabError
 
 __all__ = [
     "CRASH_IMAGE",
     "HOST_IMAGES",
     "IMAGE_REPO",
+    "IMAGE_SETS",
     "LAB_LABEL",
     "NAMES_IMAGE",
     "PROXY_IMAGE",
+    "SET_NAMES",
     "WEB5_IMAGE",
     "WEB6_IMAGE",
     "WEB_BROKEN_IMAGE",
@@ -44,7 +46,10 @@ __all__ = [
     "host_image_tag",
     "image_id",
     "load_images",
+    "parse_sets",
     "proxy_image_tag",
+    "set_images",
+    "start_builds",
 ]
 
 IMAGE_REPO = "minidock-lab"
@@ -336,21 +341,75 @@ def build_proxy_image() -> bool:
     return INGRESS_PROXY.build()
 
 
-def build_images() -> dict[str, float]:
-    """Make every lab image present locally; return seconds spent per built image."""
+# -- what a lab builds: the host image and image sets, built side by side ---------------------
+# The sets `lab up --images` and `lab build` / `lab load` name (docs/lab.md), each what one
+# kind of test or demo needs in every host. The host image is no set: every lab needs it.
+IMAGE_SETS: dict[str, tuple[str, ...]] = {
+    "workloads": WORKLOAD_IMAGES,
+    "ingress": (PROXY_IMAGE,),
+    "names": (NAMES_IMAGE,),
+}
+SET_NAMES = tuple(IMAGE_SETS)
+# Rough seconds each build takes from nothing (docs/benchmarks.md): the start order after
+# the host image, cheapest first (minidock.lab.builds.build_order).
+BUILD_COST = {builds.HOST: 30.0, "workloads": 1.0, "ingress": 25.0, "names": 25.0}
+
+
+def parse_sets(text: str, *, option: str) -> tuple[str, ...]:
+    """A comma-separated list of image sets (`all` for every one), checked: LabError (exit 2)
+    naming the option and the sets there are."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if words == ["all"]:
+        return SET_NAMES
+    unknown = [w for w in words if w not in IMAGE_SETS]
+    if unknown or not words:
+        problem = f"unknown image set '{unknown[0]}'" if unknown else "no image set named"
+        raise BadInputError(f"{option}: {problem}: use all, or some of {', '.join(SET_NAMES)}")
+    return tuple(dict.fromkeys(words))
+
+
+def set_images(sets: Sequence[str]) -> tuple[str, ...]:
+    """The images of these sets, in the sets' order."""
+    return tuple(image for name in sets for image in IMAGE_SETS[name])
+
+
+def _timed(build: Callable[[], bool], tag: Callable[[], str]) -> builds.Job:
+    def job() -> dict[str, float]:
+        started = time.monotonic()
+        return {tag(): time.monotonic() - started} if build() else {}
+
+    return job
+
+
+def _workloads() -> dict[str, float]:
     timings: dict[str, float] = {}
     for work in WORKLOADS:
         started = time.monotonic()
         if build_workload_image(work):
             timings[work.tag] = time.monotonic() - started
-    started = time.monotonic()
-    if build_host_image():
-        timings[host_image_tag()] = time.monotonic() - started
-    for image in (INGRESS_PROXY, NAME_PROXY):
-        started = time.monotonic()
-        if image.build():
-            timings[image.tag()] = time.monotonic() - started
     return timings
+
+
+JOBS: dict[str, builds.Job] = {
+    builds.HOST: _timed(build_host_image, host_image_tag),
+    "workloads": _workloads,
+    "ingress": _timed(INGRESS_PROXY.build, INGRESS_PROXY.tag),
+    "names": _timed(NAME_PROXY.build, NAME_PROXY.tag),
+}
+
+
+def start_builds(sets: Sequence[str] = SET_NAMES, *, host: bool = True) -> builds.Builds:
+    """Start building the host image (unless `host` is false) and these sets, side by side
+    (minidock.lab.builds): `with start_builds(...) as b: b.wait("host")`."""
+    names = builds.build_order([*([builds.HOST] if host else []), *sets], BUILD_COST)
+    return builds.Builds({name: JOBS[name] for name in names})
+
+
+def build_images(sets: Sequence[str] = SET_NAMES, *, host: bool = True) -> dict[str, float]:
+    """Make the host image and these sets present locally, side by side; seconds spent
+    per image built."""
+    with start_builds(sets, host=host) as running:
+        return running.wait_all()
 
 
 def load_images(container: str, images: Sequence[str], *, hint: str) -> list[str]:

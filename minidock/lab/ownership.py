@@ -21,7 +21,7 @@ from minidock.lab.directory import lab_command
 
 __all__ = ["Claim", "Verb", "refusal"]
 
-Verb = Literal["up", "down", "status", "kill", "revive"]
+Verb = Literal["up", "down", "status", "kill", "revive", "load"]
 
 
 @dataclass(frozen=True)

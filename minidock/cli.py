@@ -1163,6 +1163,39 @@ def state_migrate(
     )
 
 
+secrets_app = typer.Typer(
+    name="secrets",
+    help="Secret sources: edit an age-encrypted file (docs/secrets.md).",
+    no_args_is_help=True,
+)
+app.add_typer(secrets_app)
+
+
+@secrets_app.command("edit")
+def secrets_edit(
+    file: Annotated[Path, typer.Argument(help="The age file (a new one starts empty).")],
+    identity: Annotated[
+        str | None,
+        typer.Option("--identity", "-i", help="The age identity (default ~/.config/age/key.txt)."),
+    ] = None,
+    recipients: Annotated[
+        Path | None,
+        typer.Option(
+            "--recipients-file", "-R", help="Who may decrypt it (default FILE.recipients)."
+        ),
+    ] = None,
+) -> None:
+    """Decrypt FILE into a private 0600 file, open it in $VISUAL or $EDITOR, encrypt it
+    again to its recipients and replace FILE atomically."""
+    from minidock.usecases.secrets import edit_age_file
+
+    edited = checked(lambda: edit_age_file(file, identity=identity, recipients=recipients))
+    if edited.changed:
+        out.print(f"{file}: encrypted to the recipients of {edited.recipients}", markup=False)
+    else:
+        out.print(f"{file}: no changes", markup=False)
+
+
 # -- observability: metrics and the web view (docs/observability.md) ---------------------------
 @app.command()
 def metrics(

@@ -19,7 +19,9 @@ from minidock import units
 from minidock.spec.errors import Part
 
 # what a secret source must be (the schema's message and the loader's alike)
-ONE_SOURCE = 'expected a table with one of file = "path", env = "NAME" or command = [...]'
+ONE_SOURCE = (
+    'expected a table with one of file = "path", env = "NAME", command = [...] or age_file = "path"'
+)
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

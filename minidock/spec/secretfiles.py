@@ -21,7 +21,7 @@ from minidock.spec.configs import check_task_path
 from minidock.spec.errors import Fail, Part
 from minidock.spec.messages import ONE_SOURCE
 from minidock.spec.reading import resolve
-from minidock.spec.sources import command_value, remember
+from minidock.spec.sources import command_timeout, command_value, remember
 
 __all__ = [
     "MAX_SECRET_BYTES",
@@ -75,6 +75,7 @@ _SOURCES = {
     "file": (),
     "env": (),
     "command": ("timeout",),
+    "age_file": ("key", "identity", "identity_command", "timeout"),
 }
 
 
@@ -85,6 +86,10 @@ def one_source(source: dict[str, Any], where: tuple[Part, ...], fail: Fail) -> s
     if len(given) != 1:
         raise fail(where, ONE_SOURCE)
     kind = given[0]
+    if kind == "age_file" and "key" not in source:
+        raise fail(where, 'give the key = "NAME" of the age file\'s document beside age_file')
+    if "identity" in source and "identity_command" in source:
+        raise fail((*where, "identity_command"), "give one of identity or identity_command")
     for key in source:
         if key in (*_SOURCES, "uid", "gid", "mode") or key in _SOURCES[kind]:
             continue
@@ -101,7 +106,13 @@ def program_value(
     *,
     exact: bool,
 ) -> str:
-    """The value of a source that runs a program on the controller (`command`)."""
+    """The value of a source that runs a program on the controller: a `command`, or `age`
+    for an `age_file`."""
+    if kind == "age_file":
+        from minidock.spec.agefiles import age_value  # it imports check_secret_mode
+
+        timeout = command_timeout(source, where, fail)
+        return age_value(source, where, fail, base, timeout=timeout)
     return command_value(source, where, fail, base, exact=exact)
 
 

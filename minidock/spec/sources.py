@@ -17,7 +17,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +28,12 @@ from minidock.spec.errors import Fail, Part
 __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_OUTPUT_BYTES",
+    "cached_document",
+    "command_timeout",
     "command_value",
     "masked",
     "one_run",
+    "remember",
     "run_program",
 ]
 
@@ -46,6 +49,7 @@ class _Run:
     and directory, and every value read (to mask a later command's standard error)."""
 
     outputs: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict)
+    documents: dict[tuple[str, ...], dict[str, str]] = field(default_factory=dict)
     values: set[str] = field(default_factory=set)
 
 
@@ -60,6 +64,16 @@ def one_run() -> Iterator[None]:
         yield
     finally:
         _RUN.reset(token)
+
+
+def cached_document(key: tuple[str, ...], read: Callable[[], dict[str, str]]) -> dict[str, str]:
+    """A decrypted document (minidock.spec.agefiles) read once per run under `key`."""
+    run = _RUN.get()
+    if run is None:
+        return read()
+    if key not in run.documents:
+        run.documents[key] = read()
+    return run.documents[key]
 
 
 def remember(value: str) -> None:
@@ -88,9 +102,7 @@ def command_value(
     argv = tuple(str(a) for a in source["command"])
     if not argv[0]:
         raise fail((*where, "command", 0), "the program's name is empty: give its name or path")
-    timeout = units.parse_duration(source.get("timeout", DEFAULT_TIMEOUT))
-    if timeout <= 0:
-        raise fail((*where, "timeout"), 'must be more than 0s: give one like "30s"')
+    timeout = command_timeout(source, where, fail)
     run = _RUN.get()
     cached = None if run is None else run.outputs.get((base, argv))
     if cached is None:
@@ -103,6 +115,14 @@ def command_value(
     return cached if exact or not cached.endswith("\n") else cached[:-1]
 
 
+def command_timeout(source: dict[str, Any], where: tuple[Part, ...], fail: Fail) -> float:
+    """A source's `timeout` in seconds (default `DEFAULT_TIMEOUT`), more than 0."""
+    timeout = units.parse_duration(source.get("timeout", DEFAULT_TIMEOUT))
+    if timeout <= 0:
+        raise fail((*where, "timeout"), 'must be more than 0s: give one like "30s"')
+    return timeout
+
+
 def run_program(
     argv: Sequence[str],
     where: Sequence[Part],
@@ -112,6 +132,7 @@ def run_program(
     timeout: float,
     stdin: bytes | None = None,
     hint: str = "",
+    noise: Sequence[str] = (),
 ) -> str:
     """Run `argv` on the controller (see the module): its standard output, or one line
     naming it."""
@@ -141,7 +162,12 @@ def run_program(
                 f"`{name}` gave no answer in {units.format_duration(timeout)} and was stopped: "
                 'give it longer with timeout = "2m" beside the command',
             ) from None
-    return _output(name, proc.returncode, out, err, where, fail)
+    kept = [
+        line
+        for line in err.splitlines()
+        if not line.decode(errors="replace").startswith(tuple(noise))
+    ]
+    return _output(name, proc.returncode, out, b"\n".join(kept), where, fail)
 
 
 def _output(name: str, code: int, out: bytes, err: bytes, where: Sequence[Part], fail: Fail) -> str:

@@ -151,7 +151,7 @@ def _running(pid: int) -> bool:
         ('{ command = [""] }', "secrets.A.command[0]: the program's name is empty"),
         ('{ command = ["true"], timeout = "0s" }', "A.timeout: must be more than 0s"),
         ('{ command = ["printf", "\\\\377"] }', "`printf` printed something that is not UTF-8"),
-        ('{ command = ["true"], file = "x" }', 'with one of file = "path", env = "NAME" or'),
+        ('{ command = ["true"], file = "x" }', 'with one of file = "path", env = "NAME", command'),
         ('{ env = "HOME", timeout = "1s" }', "services.db.secrets.A.timeout: timeout does not go"),
     ],
 )

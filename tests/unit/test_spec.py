@@ -546,7 +546,7 @@ BAD = [
     c(
         WEB + '[registries."reg.example:5000"]\n' + 'username = "ci"\npassword = "hunter2"\n',
         'registries."reg.example:5000".password: expected a table with one of file = "path", '
-        'env = "NAME" or command = [...]',
+        'env = "NAME", command = [...] or age_file = "path"',
         "registry-password-inline",
     ),
     c(

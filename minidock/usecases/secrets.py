@@ -1,5 +1,7 @@
 """`minidock secrets edit FILE`: an age-encrypted secret document opened in the editor and
-encrypted again (docs/secrets.md#editing-an-age-file).
+encrypted again (docs/secrets.md#editing-an-age-file); `minidock secrets check FILE`: which
+services' running tasks hold an older value than the file's sources give now
+(docs/secrets.md#rotation).
 
 The document is decrypted into a private temporary directory (0700; under /dev/shm when
 there is one, so the plain text stays in memory), as a 0600 file; the editor runs on it;
@@ -21,12 +23,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from minidock.model import Container, Service, looks_secret
+from minidock.observe import observe
 from minidock.spec import SpecError
 from minidock.spec.agefiles import DEFAULT_IDENTITY, check_document, decrypt, encrypt
 from minidock.spec.errors import Part
+from minidock.store import StateLocation, Store
+from minidock.usecases.access import load_spec, read_desired, reading, require_applied
+from minidock.usecases.clusters import home
 from minidock.usecases.outcomes import BadInput, ExitCode
+from minidock.usecases.runtime import Runtime, connected
 
-__all__ = ["EditOutcome", "edit_age_file"]
+__all__ = ["EditOutcome", "SecretsCheckOutcome", "ServiceSecrets", "check_secrets", "edit_age_file"]
 
 # memory, not disk, for the plain copy; mkdtemp makes a 0700 directory of its own there
 _SHM = "/dev/shm"  # noqa: S108
@@ -145,3 +153,101 @@ def _replace(file: Path, text: str, recipients: Path) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+# -- secrets check ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServiceSecrets:
+    """One secret-bearing service of the file: its running tasks, how many hold an older
+    value (`older`, and the names of the secrets that changed: env names, paths in the
+    task), and how many run a spec no stored generation holds (`unknown`). No value."""
+
+    service: str
+    running: int
+    older: int = 0
+    changed: tuple[str, ...] = ()
+    unknown: int = 0
+
+
+@dataclass(frozen=True)
+class SecretsCheckOutcome:
+    """`secrets check FILE`: exit 1 when a running task holds an older value."""
+
+    file: Path
+    services: tuple[ServiceSecrets, ...]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FAILED if any(s.older for s in self.services) else ExitCode.OK
+
+
+async def check_secrets(
+    file: Path, directory: StateLocation, runtime: Runtime, inventory: Path | None = None
+) -> SecretsCheckOutcome:
+    """Read every secret of FILE now (its sources run as at apply), observe the running
+    tasks, and compare each task's values (those of the stored spec its label names) with
+    them, by name: nothing is changed, no value or digest is shown."""
+    desired = load_spec(file, inventory)
+    location = home(directory, desired.cluster.name)
+    require_applied(location)
+    with reading(location) as store:
+        stored = read_desired(store, location)
+        async with connected(runtime) as executor:
+            observed = await observe(executor, stored.inventory.hosts, desired.cluster.name)
+        tasks = [c for c in observed.containers() if c.cluster == desired.cluster.name and c.live]
+        specs = _specs(store, {(c.service, c.spec) for c in tasks})
+    found = []
+    for svc in desired.cluster.services:
+        if not _secret_names(svc):
+            continue
+        own = [c for c in tasks if c.service == svc.name and c.slot > 0]
+        found.append(_compare(svc, own, specs))
+    return SecretsCheckOutcome(file, tuple(found))
+
+
+def _compare(
+    svc: Service, tasks: Sequence[Container], specs: dict[tuple[str, str], Service]
+) -> ServiceSecrets:
+    now = _secret_names(svc)
+    older, unknown, changed = 0, 0, set()
+    for task in tasks:
+        ran = specs.get((svc.name, task.spec))
+        if ran is None:
+            unknown += 1
+            continue
+        then = _secret_names(ran)
+        differ = {name for name in now.keys() | then.keys() if now.get(name) != then.get(name)}
+        if differ:
+            older += 1
+            changed |= differ
+    return ServiceSecrets(svc.name, len(tasks), older, tuple(sorted(changed)), unknown)
+
+
+def _secret_names(svc: Service) -> dict[str, str]:
+    """Each secret of a service by its name (env name, or path in the task for a file):
+    its value with, for a file, its owner and mode. Compared here, never shown."""
+    named = dict(svc.secrets)
+    named |= {k: v for k, v in svc.env if looks_secret(k)}
+    named |= {f.target: f"{f.uid}:{f.gid}:{f.mode:o}:{f.value}" for f in svc.secret_files}
+    return named
+
+
+def _specs(store: Store, wanted: set[tuple[str, str]]) -> dict[tuple[str, str], Service]:
+    """The stored spec of each (service, spec hash) in `wanted` that one is found for: the
+    controller's current and previous specs, then the generations, newest first."""
+    found: dict[tuple[str, str], Service] = {}
+
+    def take(svc: Service | None) -> None:
+        if svc is not None and (key := (svc.name, svc.spec_hash())) in wanted:
+            found.setdefault(key, svc)
+
+    for ss in store.load().services.values():
+        take(ss.spec)
+        take(ss.previous)
+    gen = store.next_generation_id() - 1
+    while gen > 0 and wanted - found.keys():
+        cluster = store.generation(gen)
+        for svc in cluster.services if cluster is not None else ():
+            take(svc)
+        gen -= 1
+    return found

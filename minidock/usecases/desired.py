@@ -329,7 +329,8 @@ _WHY_KEYED = "the new labels reveal nothing of the values (docs/secrets.md#the-s
 
 def _rekeyed(before: ControllerState, cluster: Cluster, file: Path) -> tuple[str, ...]:
     """A line per service whose secrets are the same as stored but whose stored digest
-    is not this state's (an older MiniDock's unkeyed one): its tasks roll once."""
+    is not this state's (an older MiniDock's unkeyed one, or another key's: a state
+    migrated to a store with another key file): its tasks roll once."""
     lines = []
     for svc in cluster.services:
         ss = before.services.get(svc.name)
@@ -337,9 +338,14 @@ def _rekeyed(before: ControllerState, cluster: Cluster, file: Path) -> tuple[str
         if old is None or old.secret_digest == svc.secret_digest:
             continue
         if replace(old, secret_digest=svc.secret_digest) == svc:
+            how = (
+                "under another state's key (a state migrated without its key file)"
+                if old.secret_digest
+                else "by an older MiniDock from an unkeyed digest of the secrets"
+            )
             lines.append(
-                f"{file}: services.{svc.name}: its tasks roll once: their label was made by an "
-                f"older MiniDock from an unkeyed digest of the secrets; {_WHY_KEYED}"
+                f"{file}: services.{svc.name}: its tasks roll once: their label was made "
+                f"{how}; {_WHY_KEYED}"
             )
     return tuple(lines)
 

@@ -194,3 +194,27 @@ def test_tasks_an_older_minidock_labelled_roll_once_at_the_next_apply_saying_so(
     assert setup.apply(wait=True, timeout=60.0).exit_code is ExitCode.OK
     assert _labels(setup, "db") == rolled
     assert not _warnings(setup)
+
+
+def test_a_state_migrated_to_another_key_rolls_secret_bearing_services_once(
+    setup: Setup,
+) -> None:
+    """`state migrate` into a new directory, which makes its own key file: the hashes
+    stay as stored (nothing rolls on the way), the next apply rolls db once, saying why."""
+    setup.converged()
+    web, db = _labels(setup, "web"), _labels(setup, "db")
+    other = setup.root / "moved"
+    run(usecases.migrate(setup.state, other, setup.runtime().clock))
+    run(usecases.reconcile(other, setup.runtime(), setup.report))
+    assert (_labels(setup, "web"), _labels(setup, "db")) == (web, db)
+    outcome = run(
+        usecases.apply(setup.file, other, setup.runtime(), setup.report, wait=True, timeout=60)
+    )
+    assert outcome.exit_code is ExitCode.OK
+    assert _labels(setup, "web") == web
+    rolled = _labels(setup, "db")
+    assert len(rolled) == 1
+    assert not rolled.keys() & db.keys()
+    notes = [w for w in _warnings(setup) if "roll once" in w]
+    assert len(notes) == 1
+    assert "under another state's key" in notes[0]

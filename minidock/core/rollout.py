@@ -211,6 +211,7 @@ def rolled_back(
         job=ss.job.across(ss.spec.schedule, ss.previous.schedule),
         previous_failed=failed,
         hook=ss.hook,
+        older=ss.older,
     )
     return state, events
 

@@ -40,9 +40,9 @@ phase "lab up (images built where missing)"
 md lab down >/dev/null 2>&1 || true  # start from empty hosts, so every act shows below
 mkdir -p -m 700 "$MINIDOCK_STATE"
 # The application layer's ingress proxy (Caddy) is only needed after the host loss, and only
-# on host1, the ingress host of playbooks/shop.compose.yaml: its image builds beside the host
-# image (two builds, two cores), and loads into host1 while the route workers start.
-edge_host=host1
+# on host3, the ingress host of playbooks/shop.compose.yaml: its image builds beside the host
+# image (two builds, two cores) and loads into host3 while the host loss plays out.
+edge_host=host3
 (
     md lab build ingress
     until [ -e "$MINIDOCK_STATE/lab-is-up" ]; do sleep 0.5; done
@@ -63,9 +63,8 @@ md lab status
 
 say "Apply playbooks/route-workers.toml: four route workers, spread over the hosts"
 phase "host loss: apply, lose a host, replace, revive"
-md apply playbooks/route-workers.toml --wait --timeout 2m
+md apply playbooks/route-workers.toml --wait --timeout 2m  # its lines say where each one runs
 md status --json >"$MINIDOCK_STATE/status.json"
-md status
 
 read -r lost carried < <(python3 -c '
 import collections, json, sys
@@ -88,7 +87,6 @@ md status
 say "Bring $lost back: its old workers are stale, since their slots were refilled elsewhere"
 md lab revive "$lost"
 reconcile_until_converged
-md status
 
 say "Every change is in the event log"
 md events --limit 12
@@ -129,7 +127,8 @@ failed=$(grep -cv ' 200$' "$load.log" || true)
 echo "requests through the ingress during the update: $total;" \
     "answered by web 5: $(grep -c '^web 5 200$' "$load.log" || true)," \
     "by web 6: $(grep -c '^web 6 200$' "$load.log" || true); failed: $failed"
-md ps web --cluster shop
+echo "\$ curl -H 'Host: app.test' http://127.0.0.1:$edge/"
+curl -sS --max-time 5 -H 'Host: app.test' "http://127.0.0.1:$edge/"
 
 say "The dashboard: \`minidock serve\`, which only reads (no lock), left running beside the lab"
 phase "dashboard"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare this machine for MiniDock's tests and demo. Idempotent and quick when done before:
 #   1. a Docker engine and the lab's tools (scripts/engine.sh),
-#   2. the virtualenv .venv with MiniDock installed editable with its dev extras.
+#   2. the virtualenv .venv with MiniDock installed editable with its dev extras
+#      (pip runs beside 1's apt-get; python3-venv, when missing, is installed first).
 # `setup.sh --demo` (scripts/demo.sh) installs only what the demo runs: the engine and the
 # lab's tools (`engine.sh --demo`), and MiniDock without its dev and test extras; a later
 # `setup.sh` (scripts/test.sh) adds the rest.
@@ -14,17 +15,12 @@ case "${1:-}" in
     "") ;;
     *) echo "setup.sh: unknown argument '$1' (use --demo, or nothing for the tests' set)" >&2; exit 2 ;;
 esac
-if [ "$profile" = demo ]; then
-    bash scripts/engine.sh --demo
-else
-    bash scripts/engine.sh
-fi
-
 if [ ! -x .venv/bin/python ]; then
     if ! python3 -m venv .venv 2>/dev/null; then
         # Debian's python3 ships venv/ensurepip separately
         rm -rf .venv
         SUDO=(); [ "$(id -u)" -eq 0 ] || SUDO=(sudo)
+        "${SUDO[@]}" apt-get update -qq
         DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
             python3-venv >/dev/null
         python3 -m venv .venv
@@ -45,18 +41,37 @@ elif [ "$profile" = demo ]; then
 else
     want="$hash dev"
 fi
-if [ "$have" != "$want" ] || ! .venv/bin/python -c 'import minidock' 2>/dev/null; then
-    if [ "$want" = "$hash base" ]; then
-        .venv/bin/python -m pip install -q --disable-pip-version-check -e .
-    else
-        .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+install_minidock() {
+    if [ "$have" != "$want" ] || ! .venv/bin/python -c 'import minidock' 2>/dev/null; then
+        if [ "$want" = "$hash base" ]; then
+            .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+        else
+            .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+        fi
+        echo "$want" >"$stamp"
     fi
-    echo "$want" >"$stamp"
-fi
+    # MiniDock's own bytecode, compiled once here: an environment that sets
+    # PYTHONDONTWRITEBYTECODE (this machine's does) never writes it, and then every
+    # `minidock` process (the suite starts some 1,100) compiles its 130 modules again: about
+    # 0.3 s of CPU each (docs/benchmarks.md "The test suite"). compileall writes it whatever
+    # that variable says, and an edited module is compiled again the next time.
+    .venv/bin/python -m compileall -q minidock >/dev/null
+}
 
-# MiniDock's own bytecode, compiled once here: an environment that sets
-# PYTHONDONTWRITEBYTECODE (this machine's does) never writes it, and then every `minidock`
-# process (the suite starts some 1,100) compiles its 130 modules again: about 0.3 s of
-# CPU each (docs/benchmarks.md "The test suite"). compileall writes it whatever that
-# variable says, and an edited module is compiled again the next time; quick when current.
-.venv/bin/python -m compileall -q minidock >/dev/null
+# The install (pip, from the package index) and the engine's packages (apt) are
+# independent: they run side by side, and setup waits for both.
+install_minidock &
+installing=$!
+if [ "$profile" = demo ]; then
+    engine=(bash scripts/engine.sh --demo)
+else
+    engine=(bash scripts/engine.sh)
+fi
+if ! "${engine[@]}"; then
+    wait "$installing" || true
+    exit 1
+fi
+if ! wait "$installing"; then
+    echo "setup.sh: installing MiniDock into .venv failed (see above)" >&2
+    exit 1
+fi

@@ -6,15 +6,19 @@ nothing here runs Docker or mmdebstrap."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+import asyncssh
 import pytest
 from typer.testing import CliRunner
 
 from minidock.cli import app
-from minidock.lab import builds, images
+from minidock.lab import builds, fleet, images, local
 from minidock.lab.builds import HOST, Builds, build_order, workers_for
 from minidock.lab.errors import BadInputError, LabError
+from minidock.lab.fleet import Lab
+from minidock.lab.local import Process
 
 WAIT = 30.0  # a bound on waits for the other thread, so a broken build fails, never hangs
 
@@ -25,6 +29,7 @@ class Gated:
     def __init__(self, *names: str) -> None:
         self.gates = {name: threading.Event() for name in names}
         self.started: list[str] = []
+        self.finished: list[str] = []
         self.running = 0
         self.most = 0
         self._lock = threading.Lock()
@@ -41,6 +46,8 @@ class Gated:
                 assert self.gates[name].wait(WAIT), f"{name} never released"
                 if fail:
                     raise LabError(f"building {name} failed")
+                with self._lock:
+                    self.finished.append(name)
                 return {f"minidock-lab/{name}:x": 1.0}
             finally:
                 with self._lock:
@@ -172,3 +179,50 @@ def test_an_unknown_image_set_is_one_line_exit_2_before_any_docker(
         f"lab: {'--images' if args[0] == 'up' else 'IMAGE_SETS'}: unknown image set 'bogus':"
         " use all, or some of workloads, ingress, names"
     ]
+
+
+# -- lab up: the containers start on the host image alone ---------------------------------------
+def test_lab_up_starts_the_hosts_while_the_proxy_image_builds_and_loads_each_set_once_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ingress image's build is held until `docker-compose up` ran: were `up` to wait
+    for every build first, it would fail. The workloads are loaded before it, the ingress
+    set only after its build, and the names set, not asked for, is neither built nor loaded."""
+    fake = Gated(HOST, "workloads", "ingress", "names")
+    fake.gates[HOST].set()
+    fake.gates["workloads"].set()
+    monkeypatch.setattr(images, "JOBS", fake.jobs(*fake.gates))
+    events: list[str] = []
+
+    def run(argv: Sequence[str], **_: object) -> Process:
+        if argv[0] == "docker-compose" and "up" in argv:
+            events.append("compose up")
+            fake.gates["ingress"].set()
+        return Process(argv, 0, "", "")
+
+    monkeypatch.setattr(local, "run", run)
+    monkeypatch.setattr(local, "engine_available", lambda: True)
+    monkeypatch.setattr(fleet, "pebble_installed", lambda: False)
+    monkeypatch.setenv("MINIDOCK_LAB_DIND", "caps")
+    lab = Lab(tmp_path, "p")
+    key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+
+    def load(host: str, wanted: Sequence[str] = ()) -> list[str]:
+        kind = "ingress" if images.PROXY_IMAGE in wanted else "workloads"
+        events.append(f"load {kind} into {host}, built: {kind in fake.finished}")
+        return list(wanted)
+
+    monkeypatch.setattr(lab, "exec", lambda *_, **__: None)
+    monkeypatch.setattr(lab, "read_host_key", lambda *_, **__: key)
+    monkeypatch.setattr(lab, "container_addresses", dict)
+    monkeypatch.setattr(lab, "wait_docker", lambda *_, **__: None)
+    monkeypatch.setattr(lab, "wait_ready", lambda *_, **__: None)
+    monkeypatch.setattr(lab, "load_images", load)
+    hosts = lab.up(2, sets=["ingress", "workloads"])
+    assert [h.name for h in hosts] == ["host1", "host2"]
+    assert fake.started[:2] == [HOST, "workloads"]
+    assert "names" not in fake.started
+    assert events[0] == "compose up"
+    assert sorted(events[1:3]) == [f"load workloads into host{i}, built: True" for i in (1, 2)]
+    assert sorted(events[3:]) == [f"load ingress into host{i}, built: True" for i in (1, 2)]
+    assert {"build minidock-lab/host:x", "build minidock-lab/ingress:x"} <= set(lab.timings)

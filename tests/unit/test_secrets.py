@@ -14,7 +14,6 @@ from minidock.core.plan import WaitKind
 from minidock.masking import Masker, kept_masker
 from minidock.model import secret_values
 from minidock.spec import SpecError, load
-from minidock.spec.messages import ONE_SOURCE
 from tests.sim import World, host, svc
 
 CLUSTER = 'cluster = "prod"\ninventory = "inventory.toml"\n[services.db]\nimage = "db:1"\n'
@@ -66,15 +65,15 @@ def test_a_secret_from_the_controllers_environment(
         ),
         (
             'secrets = { P = { file = "s", env = "X" } }\n',
-            f"services.db.secrets.P: {ONE_SOURCE}",
+            'services.db.secrets.P: expected a table with one of file = "path" or env = "NAME"',
         ),
         (
             "secrets = { P = {} }\n",
-            f"services.db.secrets.P: {ONE_SOURCE}",
+            'services.db.secrets.P: expected a table with one of file = "path" or env = "NAME"',
         ),
         (
             'secrets = { P = "abc" }\n',
-            f"services.db.secrets.P: {ONE_SOURCE}",
+            'services.db.secrets.P: expected a table with one of file = "path" or env = "NAME"',
         ),
         (
             'env = { P = "x" }\nsecrets = { P = { file = "s" } }\n',

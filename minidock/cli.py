@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
 
 import typer
 from typer.core import TyperGroup
@@ -43,6 +43,9 @@ from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
 
 MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
+if TYPE_CHECKING:
+    from minidock.usecases.secrets import SecretsCheckOutcome
+
 T = TypeVar("T")
 GLOBAL_STATE: contextvars.ContextVar[str | None] = contextvars.ContextVar("state", default=None)
 
@@ -408,15 +411,15 @@ def validate(
     inventory: InventoryOption = None,
 ) -> None:
     """Check a cluster spec (and its inventory) or an inventory; print OK or the error."""
-    checked_file = checked(lambda: usecases.validate(file, inventory))
-    for line in checked_file.warnings:
+    resultfile = checked(lambda: usecases.validate(file, inventory))
+    for line in resultfile.warnings:
         err.print(f"minidock: warning: {line}", markup=False)
-    if checked_file.cluster is None:
-        out.print(f"OK: {file}: inventory with {checked_file.hosts} hosts", markup=False)
+    if resultfile.cluster is None:
+        out.print(f"OK: {file}: inventory with {resultfile.hosts} hosts", markup=False)
     else:
         out.print(
-            f"OK: {file}: cluster {checked_file.cluster}, {checked_file.services} services, "
-            f"{checked_file.hosts} hosts",
+            f"OK: {file}: cluster {resultfile.cluster}, {resultfile.services} services, "
+            f"{resultfile.hosts} hosts",
             markup=False,
         )
 
@@ -1161,6 +1164,79 @@ def state_migrate(
         f"{origin} is left as it was",
         markup=False,
     )
+
+
+secrets_app = typer.Typer(
+    name="secrets",
+    help="Secrets: edit an age-encrypted file; check which tasks hold an older value.",
+    no_args_is_help=True,
+)
+app.add_typer(secrets_app)
+
+
+@secrets_app.command("edit")
+def secrets_edit(
+    file: Annotated[Path, typer.Argument(help="The age file (a new one starts empty).")],
+    identity: Annotated[
+        str | None,
+        typer.Option("--identity", "-i", help="The age identity (default ~/.config/age/key.txt)."),
+    ] = None,
+    recipients: Annotated[
+        Path | None,
+        typer.Option(
+            "--recipients-file", "-R", help="Who may decrypt it (default FILE.recipients)."
+        ),
+    ] = None,
+) -> None:
+    """Decrypt FILE into a private 0600 file, open it in $VISUAL or $EDITOR, encrypt it
+    again to its recipients and replace FILE atomically."""
+    from minidock.usecases.secrets import edit_age_file
+
+    edited = checked(lambda: edit_age_file(file, identity=identity, recipients=recipients))
+    if edited.changed:
+        out.print(f"{file}: encrypted to the recipients of {edited.recipients}", markup=False)
+    else:
+        out.print(f"{file}: no changes", markup=False)
+
+
+@secrets_app.command("check")
+def secrets_check(
+    file: FileArg, state: StateOption = None, inventory: InventoryOption = None
+) -> None:
+    """Which services' running tasks hold an older secret value than FILE's sources give
+    now (read as at apply; no value or digest is printed). Exit 1 when one does."""
+    from minidock.usecases.secrets import check_secrets
+
+    result = run(check_secrets(file, state_dir(state), runtime(), inventory))
+    for line in secrets_lines(result):
+        out.print(line, markup=False)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+def secrets_lines(outcome: SecretsCheckOutcome) -> list[str]:
+    """One line per secret-bearing service of `secrets check`."""
+    lines = []
+    for s in outcome.services:
+        of = f"{s.older} of {s.running} running task{'s' if s.running != 1 else ''}"
+        if s.older:
+            lines.append(
+                f"{s.service}: {of} {'holds' if s.older == 1 else 'hold'} an older "
+                f"{', '.join(s.changed)}: "
+                f"`minidock apply {outcome.file}` rolls them out"
+            )
+        elif s.running == 0:
+            lines.append(f"{s.service}: no running task")
+        else:
+            lines.append(f"{s.service}: every running task holds the current values")
+        if s.unknown:
+            lines.append(
+                f"{s.service}: {s.unknown} running task(s) run a spec no stored generation "
+                "holds: cannot tell"
+            )
+    if not outcome.services:
+        lines.append(f"{outcome.file}: no service has secrets")
+    return lines
 
 
 # -- observability: metrics and the web view (docs/observability.md) ---------------------------

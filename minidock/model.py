@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 # -- labels every MiniDock container carries -------------------------------------------------
@@ -471,6 +472,10 @@ class Service:
     schedule: Schedule | None = None
     # hooks.before_update: run once per new generation before its first task; not in the hash
     before_update: Hook | None = None
+    # HMAC-SHA256 of the secret values under the state's digest key (`keyed`, done by the
+    # store at apply); the spec hash takes it instead of the values. "" while unkeyed: a
+    # service an older MiniDock stored, whose hash keeps the older, unkeyed form
+    secret_digest: str = field(default="", repr=False)
 
     def spec_hash(self) -> str:
         """Hash of everything that changes what a task runs: a new value means outdated.
@@ -483,15 +488,27 @@ class Service:
             object.__setattr__(self, "_spec_hash", known)
         return str(known)
 
+    def keyed(self, key: bytes) -> Service:
+        """This service with its `secret_digest` made under `key` (nothing to digest: as
+        it is). The digest covers every value `spec_hash` would otherwise take in clear:
+        `secrets`, secret files (with path, owner and mode), env values under
+        secret-looking keys."""
+        seen = _secret_seen(self)
+        if seen is None:
+            return self if not self.secret_digest else replace(self, secret_digest="")
+        digest = hmac.new(key, seen.encode(), hashlib.sha256).hexdigest()
+        return self if digest == self.secret_digest else replace(self, secret_digest=digest)
+
     def routed_ports(self) -> list[int]:
         """The container ports the service's routes send requests to, each once."""
         return sorted({r.port for r in self.ingress})
 
     def _hash_of_run(self) -> str:
+        keyed = bool(self.secret_digest)
         run: dict[str, Any] = {
             "image": self.image,
             "command": self.command,
-            "env": sorted(self.env),
+            "env": sorted((k, "" if keyed and looks_secret(k) else v) for k, v in self.env),
             "ports": sorted(str(p) for p in self.ports),
             "cpus": self.cpus,
             "memory": self.memory,
@@ -505,12 +522,12 @@ class Service:
             run["expose"] = sorted(self.expose)
         if self.configs:  # by digest: a changed content rolls out, an unchanged one does not
             run["configs"] = [f"{c.target}:{c.digest}" for c in self.configs]
-        if self.secrets:  # a digest: a changed secret rolls out, and no hash reveals it
-            values = json.dumps(sorted(self.secrets)).encode()
-            run["secrets"] = hashlib.sha256(values).hexdigest()
-        if self.secret_files:  # one digest, as for secrets: a change rolls out, unreadably
-            digests = json.dumps([f.digest() for f in self.secret_files]).encode()
-            run["secret_files"] = hashlib.sha256(digests).hexdigest()
+        if keyed:  # a keyed digest: a changed secret rolls out, and no hash reveals it
+            run["secret_digest"] = self.secret_digest
+            run["secrets"] = [k for k, _ in sorted(self.secrets)]
+            run["secret_files"] = [f.target for f in self.secret_files]
+        else:  # an older MiniDock's unkeyed form, kept so its tasks stay current until the
+            run |= _unkeyed_digests(self)  # next apply keys the spec (docs/secrets.md)
         defaults = _service_defaults()
         for name in RUN_OPTIONS:
             value = getattr(self, name)
@@ -518,6 +535,36 @@ class Service:
                 run[name] = _plain(value)
         blob = json.dumps(run, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _secret_seen(service: Service) -> str | None:
+    """The secret values the spec hash covers, as one JSON text (None: the service has
+    none)."""
+    env = sorted((k, v) for k, v in service.env if looks_secret(k))
+    files = [[f.target, f.uid, f.gid, f.mode, f.value] for f in service.secret_files]
+    if not (env or service.secrets or files):
+        return None
+    return json.dumps({"env": env, "secrets": sorted(service.secrets), "files": files})
+
+
+def _unkeyed_digests(service: Service) -> dict[str, str]:
+    """The spec hash's secret part as MiniDock wrote it before keyed digests: a plain
+    sha256 of the values (an oracle for short ones: only the hash of a service stored by an
+    older MiniDock, or built without a state, takes it)."""
+    run: dict[str, str] = {}
+    if service.secrets:
+        values = json.dumps(sorted(service.secrets)).encode()
+        run["secrets"] = hashlib.sha256(values).hexdigest()
+    if service.secret_files:
+        digests = json.dumps([f.digest() for f in service.secret_files]).encode()
+        run["secret_files"] = hashlib.sha256(digests).hexdigest()
+    return run
+
+
+def keyed_cluster(cluster: Cluster, key: bytes) -> Cluster:
+    """`cluster` with each service's secret digest made under `key` (`Service.keyed`)."""
+    services = tuple(s.keyed(key) for s in cluster.services)
+    return cluster if services == cluster.services else replace(cluster, services=services)
 
 
 # Service fields that change what a task runs, besides those spec_hash names one by one

@@ -30,6 +30,8 @@
 #                         made without it has no ACME server (`lab status` says so)
 #   - haproxy:            HAProxy 2.6, the name proxies' TCP proxy (docs/discovery.md): the unit
 #                         tests check the configs MiniDock builds with `haproxy -c`
+#   - age:                age 1.1 and age-keygen, for `age_file` secret sources and
+#                         `minidock secrets edit` (the unit tests make and read real age files)
 set -euo pipefail
 
 profile=tests
@@ -59,7 +61,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 need=()
 engine_pkgs=(docker.io iptables)
 lab_pkgs=(docker-compose mmdebstrap busybox-static curl)
-test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy)
+test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy age)
 pkgs=("${lab_pkgs[@]}")
 if [ "$profile" = tests ]; then
     pkgs+=("${test_pkgs[@]}")

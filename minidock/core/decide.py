@@ -72,11 +72,41 @@ def decide(
     plan = gate(plan, traffic)
     plan = _with_ports(plan, desired, inventory, observed)
     plan = _with_proxies(plan, desired, inventory, observed, now, specs)
+    plan = _with_older_dropped(plan, observed)
     if plan.guard:
         return plan
     plan = _with_hooks(plan, desired, inventory, observed, now)
     plan = _with_jobs(plan, desired, inventory, observed, now, times or {})
     return _with_removals(plan, observed)
+
+
+# -- the specs old tasks run ------------------------------------------------------------------
+def _with_older_dropped(plan: Plan, observed: Observed) -> Plan:
+    """Each service's older specs (`ServiceState.older`) that nothing runs any more are
+    dropped, once every host answered: no task of it is seen, and for a spec that
+    exposes, no name proxy of the service either (the pass that removes the last one
+    still looks at the name proxies: `endpoints.names_in_use` counts these specs)."""
+    state = plan.state
+    if not any(ss.older for ss in state.services.values()):
+        return plan
+    if not all(o.ok for o in observed.hosts.values()):
+        return plan
+    if any(names is None for names in observed.names.values()):
+        return plan
+    running = {(c.service, c.spec) for o in observed.hosts.values() for c in o.containers}
+    proxied = {s for names in observed.names.values() for s in names or {}}
+    services = dict(state.services)
+    for name, ss in state.services.items():
+        kept = tuple(
+            spec
+            for spec in ss.older
+            if (name, spec.spec_hash()) in running or (spec.expose and name in proxied)
+        )
+        if kept != ss.older:
+            services[name] = replace(ss, older=kept)
+    if services == state.services:
+        return plan
+    return replace(plan, state=replace(state, services=services))
 
 
 # -- host ports -------------------------------------------------------------------------------

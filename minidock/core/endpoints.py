@@ -52,7 +52,7 @@ def names_in_use(cluster: Cluster, state: ControllerState) -> bool:
     state keeps (current, previous, pruned) did, so proxies may be left to remove."""
     if any(s.expose for s in cluster.services):
         return True
-    kept = (spec for ss in state.services.values() for spec in (ss.spec, ss.previous))
+    kept = (spec for ss in state.services.values() for spec in (ss.spec, ss.previous, *ss.older))
     return any(spec is not None and spec.expose for spec in kept)
 
 

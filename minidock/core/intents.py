@@ -112,7 +112,21 @@ def _admitted(
         job=old.job.across(old.spec.schedule, svc.schedule),
         hook=old.hook,
         serving=old.serving,
+        older=_older(old, svc) if changed else old.older,
     )
+
+
+def _older(old: ServiceState, svc: Service) -> tuple[Service, ...]:
+    """The specs older than the new previous one (`old.spec`) that tasks may still run:
+    the old previous and the old older ones, each once, none of the new or previous spec's
+    hash (a pass drops each once no task of it is seen: core/decide.py)."""
+    taken = {svc.spec_hash(), old.spec.spec_hash()}
+    found: list[Service] = []
+    for spec in (old.previous, *old.older):
+        if spec is not None and spec.spec_hash() not in taken:
+            taken.add(spec.spec_hash())
+            found.append(spec)
+    return tuple(found)
 
 
 def declined_retries(state: ControllerState, cluster: Cluster) -> list[tuple[str, str]]:

@@ -211,6 +211,7 @@ def rolled_back(
         job=ss.job.across(ss.spec.schedule, ss.previous.schedule),
         previous_failed=failed,
         hook=ss.hook,
+        older=ss.older,
     )
     return state, events
 
@@ -384,7 +385,8 @@ def advance(
             waits = Pending(name, o.slot, blocked[1], dependency=blocked[0])
             fx = fx + Effects(pending=(waits,))
             break
-        run, replaced = _start_replacement(ss.spec, o, ss.slot(o.slot), fleet, view)
+        home = ss.host_of(o.slot)  # a global service's slot: its host's
+        run, replaced = _start_replacement(ss.spec, o, ss.slot(o.slot), fleet, view, home)
         fx = fx + replaced
         if run is not None:
             begun.append(o.slot)
@@ -435,21 +437,30 @@ def _room(spec: Service, r: Rollout, now: float) -> int:
 
 
 def _start_replacement(
-    target: Service, o: Outdated, record: slots.SlotState, fleet: Fleet, view: View
+    target: Service,
+    o: Outdated,
+    record: slots.SlotState,
+    fleet: Fleet,
+    view: View,
+    home: str = "",
 ) -> tuple[Run | None, Effects]:
     """start-first: a new task on another host first. A move off a host the constraints no
     longer allow (the same spec) surges start-first wherever the order, when another host
     has room, as Swarm and Kubernetes surge: nothing of the new task clashes with the old.
     Stop-first (the order, or the old task holding a host port the new one needs): the old
-    task is stopped by the run, once it has drained out of every route (`_stop_first`)."""
+    task is stopped by the run, once it has drained out of every route (`_stop_first`).
+    A global service's slot is its host's (`home`): its task is replaced there, stop-first,
+    which is in place unless the slot's old task runs on a host that left the service (its
+    constraints changed, and the slot's number went to a host that joined)."""
     old, name = o.task, target.name
     verb = f"move: {o.misplaced}" if o.misplaced else "update"
     fx = Effects()
     if target.pinned or target.mode == "global":  # its host (its data): in place, stop-first
-        where = place_replacing(target, fleet, old, only=old.host)
+        host = home if target.mode == "global" and home else old.host
+        where = place_replacing(target, fleet, old, only=host)
         if where.host is None:
             return None, Effects(pending=(Pending(name, o.slot, where.why),))
-        return _stop_first(target, o, old.host, verb, view, fx)
+        return _stop_first(target, o, host, verb, view, fx)
     relocating = bool(o.misplaced) and old.spec == target.spec_hash()
     if target.update.order == "start-first" or relocating:
         where = place(target, fleet, avoid=avoided(old.host, record))

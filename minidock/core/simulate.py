@@ -171,16 +171,25 @@ def _below(
     return tuple(found)
 
 
+# the diff of a service whose secrets are the same but digested under another key (an
+# older MiniDock's unkeyed digest, or a lost state's key): its tasks roll once
+_REKEYED = "re-keyed (the tasks' labels were made without this state's key)"
+
+
 def spec_diff(old: Service | None, new: Service | None) -> tuple[FieldChange, ...]:
     """What changed in a service, field by field (a new service: every set field; a removed
     one: nothing). Env and secret values, secret files and config contents are never shown,
     only which keys (paths in the task) changed."""
     if old is None or new is None:
         return ()
-    changes = []
+    changes: list[FieldChange] = []
     for f in dataclasses.fields(Service):
         before, after = getattr(old, f.name), getattr(new, f.name)
         if before == after:
+            continue
+        if f.name == "secret_digest":  # never shown; alone, the values are the same
+            if not any(c.field in ("env", "secrets", "secret_files") for c in changes):
+                changes.append(FieldChange("secrets", "(same values)", _REKEYED))
             continue
         if f.name in ("env", "secrets"):
             changes.append(FieldChange(f.name, *_keys_changed(before, after)))

@@ -4,8 +4,9 @@ During a rollout a service's old tasks run the previous spec: whether they take 
 (a health check or not), which container port a route reaches, which ports they expose
 and whether they carry the service's network alias are all questions of *their* spec, not
 of the one being rolled out (issue 31). A task's `minidock.spec` label names its spec by
-hash; the state keeps each service's current and previous spec. A task of a spec the
-state no longer keeps is judged by the service's effective spec.
+hash; the state keeps each service's current and previous spec, and the older specs that
+tasks were still seen running (`ServiceState.older`: several applies within one rollout).
+A task of a spec the state no longer keeps is judged by the service's effective spec.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class TaskSpecs:
         effective: dict[str, Service] = {s.name: s for s in cluster.services}
         for name, ss in state.services.items():
             effective[name] = ss.spec
-            for spec in (ss.previous, ss.spec):
+            for spec in (*ss.older, ss.previous, ss.spec):
                 if spec is not None:
                     kept[(name, spec.spec_hash())] = spec
         for s in cluster.services:

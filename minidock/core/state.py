@@ -150,6 +150,9 @@ class ServiceState:
     previous_failed: str = ""  # why `previous` was rolled back as failed ("" if it was not)
     job: JobRecord = field(default_factory=JobRecord)  # a scheduled job's runs (core/schedule.py)
     hook: HookRecord = field(default_factory=HookRecord)  # its before_update hook (core/hooks.py)
+    # specs older than `previous` that tasks may still run (applies within one rollout):
+    # kept so each such task is judged by what it runs (core/specs.py) until none is seen
+    older: tuple[Service, ...] = ()
     serving: ServingMode = SERVING  # its routes: serving, maintenance or paused (core/serving.py)
 
     def slot(self, n: int) -> SlotState:

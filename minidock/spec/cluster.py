@@ -54,7 +54,13 @@ from minidock.spec.ingress import (
 from minidock.spec.inventory import read_inventory
 from minidock.spec.messages import did_you_mean, render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
-from minidock.spec.secretfiles import build_secret_files, check_secret_mode
+from minidock.spec.secretfiles import (
+    build_secret_files,
+    check_secret_mode,
+    one_source,
+    program_value,
+)
+from minidock.spec.sources import one_run, remember
 
 __all__ = ["cluster_document", "load", "load_cluster", "secret_env_warnings", "topo_order"]
 
@@ -153,6 +159,13 @@ def _read_cluster(
     """The cluster, its TOML document, how to name its inventory file in messages, and
     what tells a later problem of the file (about a TOML key path) where it is; a Compose
     file's problems name its own keys and lines."""
+    with one_run():  # each secret command runs once, however many keys name it
+        return _read_cluster_once(path, display, with_inventory=with_inventory, given=given)
+
+
+def _read_cluster_once(
+    path: Path, display: str, *, with_inventory: bool, given: StrPath | None
+) -> tuple[Cluster, dict[str, Any], str, Callable[[SpecError], SpecError]]:
     if not is_compose_file(path):
         doc = read_toml(path, display)
         found = _load_cluster(doc, path, display, with_inventory=with_inventory, given=given)
@@ -409,7 +422,7 @@ def _volumes(items: list[str], at: tuple[Part, ...], fail: Fail) -> tuple[Volume
 
 
 def _secrets(
-    table: dict[str, dict[str, str]],
+    table: dict[str, dict[str, Any]],
     env: dict[str, str],
     at: tuple[Part, ...],
     fail: Fail,
@@ -425,15 +438,20 @@ def _secrets(
     return tuple(sorted(values))
 
 
-def _secret_value(source: dict[str, str], where: tuple[Part, ...], fail: Fail, base: str) -> str:
-    """The value of one secret source, `{ file = "path" }` or `{ env = "NAME" }`, read now."""
-    if "file" in source:
+def _secret_value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str) -> str:
+    """The value of one secret source (`{ file }`, `{ env }`, `{ command }`, `{ age_file }`:
+    `one_source`), read now; one trailing newline of a file or a command's output dropped."""
+    kind = one_source(source, where, fail)
+    if kind == "file":
         value = _secret_file(resolve(base, source["file"]), (*where, "file"), fail)
-    else:
+    elif kind == "env":
         name = source["env"]
         if name not in os.environ:
             raise fail((*where, "env"), f"{name} is not set in the controller's environment")
         value = os.environ[name]
+    else:
+        value = program_value(kind, source, where, fail, base, exact=False)
+    remember(value)
     if any(c in value for c in "\n\r\0"):
         raise fail(where, "the secret's value must not contain a line break or NUL")
     return value

@@ -18,6 +18,11 @@ from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped
 from minidock import units
 from minidock.spec.errors import Part
 
+# what a secret source must be (the schema's message and the loader's alike)
+ONE_SOURCE = (
+    'expected a table with one of file = "path", env = "NAME", command = [...] or age_file = "path"'
+)
+
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """` (did you mean 'web'?)` for the closest of `known` to a mistyped `name`, else ""
@@ -158,7 +163,7 @@ def _secret_bearing(parts: tuple[Part, ...]) -> bool:
 def _secret_message(kind: str | None, keyword: str, limit: Any, value: Any) -> str:
     """A message about an env or secret value that names its type, never the value."""
     if kind == "secret source" and keyword in ("minProperties", "maxProperties", "type"):
-        return 'expected a table with one of file = "path" or env = "NAME"'
+        return ONE_SOURCE
     if keyword == "type":
         types = [limit] if isinstance(limit, str) else list(limit)
         want = " or ".join(_TYPE_WORDS.get(t, t) for t in types)

@@ -19,9 +19,17 @@ from typing import Any
 from minidock.model import ConfigFile, SecretFile, Volume
 from minidock.spec.configs import check_task_path
 from minidock.spec.errors import Fail, Part
+from minidock.spec.messages import ONE_SOURCE
 from minidock.spec.reading import resolve
+from minidock.spec.sources import command_timeout, command_value, remember
 
-__all__ = ["MAX_SECRET_BYTES", "build_secret_files", "check_secret_mode"]
+__all__ = [
+    "MAX_SECRET_BYTES",
+    "build_secret_files",
+    "check_secret_mode",
+    "one_source",
+    "program_value",
+]
 
 log = logging.getLogger("minidock.spec")
 
@@ -62,20 +70,68 @@ def build_secret_files(
     return tuple(sorted(files, key=lambda f: f.target))
 
 
-def _value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str) -> str:
-    """The secret's text, from its one source: a file as it is, or the controller's
-    environment variable."""
-    given = [key for key in ("file", "env") if key in source]
+# each kind of secret source, and the keys that may go with it
+_SOURCES = {
+    "file": (),
+    "env": (),
+    "command": ("timeout",),
+    "age_file": ("key", "identity", "identity_command", "timeout"),
+}
+
+
+def one_source(source: dict[str, Any], where: tuple[Part, ...], fail: Fail) -> str:
+    """The kind of a secret source (its one key of `_SOURCES`); the keys beside it must be
+    its own (`timeout` with a `command`)."""
+    given = [key for key in _SOURCES if key in source]
     if len(given) != 1:
-        raise fail(where, 'give one of file = "path" or env = "NAME"')
-    if given == ["file"]:
-        return _read(resolve(base, source["file"]), (*where, "file"), fail)
-    name = source["env"]
-    if name not in os.environ:
-        raise fail((*where, "env"), f"{name} is not set in the controller's environment")
-    value = os.environ[name]
-    if len(value.encode()) > MAX_SECRET_BYTES:
-        raise fail((*where, "env"), f"over the {MAX_SECRET_BYTES // 1024} KiB limit")
+        raise fail(where, ONE_SOURCE)
+    kind = given[0]
+    if kind == "age_file" and "key" not in source:
+        raise fail(where, 'give the key = "NAME" of the age file\'s document beside age_file')
+    if "identity" in source and "identity_command" in source:
+        raise fail((*where, "identity_command"), "give one of identity or identity_command")
+    for key in source:
+        if key in (*_SOURCES, "uid", "gid", "mode") or key in _SOURCES[kind]:
+            continue
+        raise fail((*where, key), f"{key} does not go with {kind}: remove it")
+    return kind
+
+
+def program_value(
+    kind: str,
+    source: dict[str, Any],
+    where: tuple[Part, ...],
+    fail: Fail,
+    base: str,
+    *,
+    exact: bool,
+) -> str:
+    """The value of a source that runs a program on the controller: a `command`, or `age`
+    for an `age_file`."""
+    if kind == "age_file":
+        from minidock.spec.agefiles import age_value  # it imports check_secret_mode
+
+        timeout = command_timeout(source, where, fail)
+        return age_value(source, where, fail, base, timeout=timeout)
+    return command_value(source, where, fail, base, exact=exact)
+
+
+def _value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str) -> str:
+    """The secret's text, from its one source: a file or a command's output as it is, or
+    the controller's environment variable."""
+    kind = one_source(source, where, fail)
+    if kind == "file":
+        value = _read(resolve(base, source["file"]), (*where, "file"), fail)
+    elif kind == "env":
+        name = source["env"]
+        if name not in os.environ:
+            raise fail((*where, "env"), f"{name} is not set in the controller's environment")
+        value = os.environ[name]
+        if len(value.encode()) > MAX_SECRET_BYTES:
+            raise fail((*where, "env"), f"over the {MAX_SECRET_BYTES // 1024} KiB limit")
+    else:
+        value = program_value(kind, source, where, fail, base, exact=True)
+    remember(value)
     return value
 
 

@@ -119,6 +119,11 @@ class Store(Protocol):
         generation's id. `state.generation` must already name that id (ValueError)."""
         ...
 
+    def keyed(self, cluster: Cluster) -> Cluster:
+        """`cluster` with each service's secret digest made under this store's key
+        (`model.Service.keyed`): what `apply` stores and `plan` compares."""
+        ...
+
     def fence(self) -> None:
         """Raise `LeaseLost` unless this store's writer still holds the lock: called before
         every act on a host, so a deposed controller stops acting."""

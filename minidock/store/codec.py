@@ -26,7 +26,7 @@ from minidock.core.hosts import Availability, HostPhase, HostState
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import Rollout
 from minidock.core.tls import AcmeAccount, CertRecord
-from minidock.model import Service, looks_secret
+from minidock.model import Cluster, Service, keyed_cluster, looks_secret
 
 if TYPE_CHECKING:
     from minidock.store.sealing import SecretBox
@@ -150,6 +150,11 @@ class Codec:
 
     def __init__(self, box: SecretBox | None) -> None:
         self.box = box
+
+    def keyed(self, cluster: Cluster) -> Cluster:
+        """`cluster` with each service's secret digest under this store's digest key (the
+        box's; no box: as it is), as `apply` stores it and `plan` compares it."""
+        return cluster if self.box is None else keyed_cluster(cluster, self.box.digest_key)
 
     def dumps(self, value: object) -> str:
         """`value` as compact, stable JSON, its secret values sealed."""

@@ -200,6 +200,9 @@ class EtcdStore:
             return ControllerState()
         return self.codec.loads(found[0].value.decode(), ControllerState)
 
+    def keyed(self, cluster: Cluster) -> Cluster:
+        return self.codec.keyed(cluster)
+
     def latest_generation(self) -> tuple[int, Cluster] | None:
         end = range_end(self.keys.generations)
         found = self.kvs(self.keys.generations, end, limit=1, sort_order=rpc.RangeRequest.DESCEND)

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from minidock.store.base import StoreUnusable
 
@@ -47,6 +49,8 @@ SEALED = "minidock-sealed:1:"
 _KEY_BYTES = 32
 _NONCE_BYTES = 12
 _ID_BYTES = 8
+# what HKDF derives the spec hash's digest key for: a key of its own, never the sealing key
+_DIGEST_INFO = b"minidock spec-hash secret digest v1"
 
 
 class KeyProblem(StoreUnusable):
@@ -69,6 +73,15 @@ class SecretBox:
     @property
     def key_id(self) -> str:
         return hashlib.sha256(self.key).digest()[:_ID_BYTES].hex()
+
+    @property
+    def digest_key(self) -> bytes:
+        """The key of the spec hash's secret digest (HMAC-SHA256, `model.Service.keyed`):
+        derived from this key with HKDF-SHA256, so one key file serves both and neither
+        use weakens the other; a label made under it says nothing without the key file."""
+        return HKDF(algorithm=SHA256(), length=_KEY_BYTES, salt=None, info=_DIGEST_INFO).derive(
+            self.key
+        )
 
     def seal(self, value: str) -> str:
         """`value` sealed (a fresh nonce each time)."""

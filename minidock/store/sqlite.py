@@ -142,6 +142,9 @@ class SQLiteStore:
             return ControllerState()
         return self.codec.loads(row[0], ControllerState)
 
+    def keyed(self, cluster: Cluster) -> Cluster:
+        return self.codec.keyed(cluster)
+
     def latest_generation(self) -> tuple[int, Cluster] | None:
         """The newest desired-state generation and its id, or None before the first apply."""
         row = self._db.execute(

@@ -3,6 +3,7 @@ an apply of the stored spec with one service's replica count changed."""
 
 from __future__ import annotations
 
+import secrets
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from minidock.core.causes import failed_probes
 from minidock.core.simulate import Simulation, simulate
 from minidock.ingress import route_loads
 from minidock.masking import NO_SECRETS, Masker
-from minidock.model import Cluster, Event, Observed
+from minidock.model import Cluster, Event, Observed, keyed_cluster
 from minidock.plandoc import RouteLoad, plan_document
 from minidock.runner import decide_pass
 from minidock.spec import SpecError, load, load_inventory, secret_env_warnings
@@ -106,6 +107,9 @@ async def plan(
             current, generation = store.load(), store.next_generation_id()
             mask = runtime.masks.of(store, current)
             new = store.latest_generation() is None
+            desired = replace(desired, cluster=store.keyed(desired.cluster))
+    else:  # the key the first apply makes is not known yet: any other key compares alike
+        desired = replace(desired, cluster=keyed_cluster(desired.cluster, secrets.token_bytes(32)))
     mask = mask.also(desired.cluster.services)  # the file's secrets, new ones included
     gone = tuple(removals(current, desired.cluster))
     admitted = _admitted(current, file, desired.cluster, location, generation, prune=prune)
@@ -192,6 +196,8 @@ async def apply(
         if fresh:
             await _look_first(desired, executor, runtime, file, own)
         async with writing(location, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
+            cluster = store.keyed(cluster)  # the spec hash takes its secrets keyed, never clear
+            desired = replace(desired, cluster=cluster)
             before = store.load()
             latest = store.latest_generation()
             unchanged = latest is not None and latest[1] == cluster
@@ -203,15 +209,19 @@ async def apply(
             own = admitted.controller or controller_id(directory)
             admitted = replace(admitted, controller=own)
             desired = admissible(admitted, desired)
+            notes = _rekeyed(before, cluster, file)
             if latest is None:  # a new store: what runs may be another store's
-                admitted = await _adoption(admitted, desired, executor, runtime, file, adopt=adopt)
+                admitted, adopted = await _adoption(
+                    admitted, desired, executor, runtime, file, adopt=adopt
+                )
+                notes += adopted
             await build_images(cluster, runtime, file, report)  # before anything is stored
             now = runtime.clock.now()
             _store_generation(
                 store, before, admitted, file, cluster, now, unchanged=unchanged, retry=retry
             )
             services = len(cluster.services)
-            warned = secret_env_warnings(cluster, str(file))
+            warned = (*secret_env_warnings(cluster, str(file)), *notes)
             stored = GenerationStored(
                 generation, cluster.name, services, directory, not unchanged, warned
             )
@@ -302,14 +312,60 @@ async def _adoption(
     file: Path,
     *,
     adopt: bool,
-) -> ControllerState:
+) -> tuple[ControllerState, tuple[str, ...]]:
     """A new store looks before it acts: tasks of its cluster that another store's
-    controller started are adopted only with `adopt` (state loss, recovered on purpose)."""
+    controller started are adopted only with `adopt` (state loss, recovered on purpose);
+    with a line per secret-bearing service whose adopted tasks roll once (`_relabelled`)."""
     result = await decide_pass(
         desired.cluster, desired.inventory, admitted, executor, clock=runtime.clock.now
     )
     foreign = _refuse_foreign(admitted, result.observed, desired.cluster, file, adopt=adopt)
-    return replace(admitted, adopted=tuple(sorted({*admitted.adopted, *foreign})))
+    adopted = replace(admitted, adopted=tuple(sorted({*admitted.adopted, *foreign})))
+    return adopted, _relabelled(result.observed, desired.cluster, file) if foreign else ()
+
+
+_WHY_KEYED = "the new labels reveal nothing of the values (docs/secrets.md#the-spec-hash)"
+
+
+def _rekeyed(before: ControllerState, cluster: Cluster, file: Path) -> tuple[str, ...]:
+    """A line per service whose secrets are the same as stored but whose stored digest
+    is not this state's (an older MiniDock's unkeyed one, or another key's: a state
+    migrated to a store with another key file): its tasks roll once."""
+    lines = []
+    for svc in cluster.services:
+        ss = before.services.get(svc.name)
+        old = None if ss is None else ss.spec
+        if old is None or old.secret_digest == svc.secret_digest:
+            continue
+        if replace(old, secret_digest=svc.secret_digest) == svc:
+            how = (
+                "under another state's key (a state migrated without its key file)"
+                if old.secret_digest
+                else "by an older MiniDock from an unkeyed digest of the secrets"
+            )
+            lines.append(
+                f"{file}: services.{svc.name}: its tasks roll once: their label was made "
+                f"{how}; {_WHY_KEYED}"
+            )
+    return tuple(lines)
+
+
+def _relabelled(observed: Observed, cluster: Cluster, file: Path) -> tuple[str, ...]:
+    """A line per secret-bearing service with adopted tasks whose label is not this
+    state's: their secrets' digest was keyed by the lost state's key, so they roll once."""
+    names = {
+        c.service
+        for c in observed.containers()
+        if c.cluster == cluster.name
+        and (svc := cluster.service(c.service)) is not None
+        and svc.secret_digest
+        and c.spec != svc.spec_hash()
+    }
+    return tuple(
+        f"{file}: services.{name}: its adopted tasks roll once: their label digests the "
+        f"secrets under the lost state's key, which this state cannot check; {_WHY_KEYED}"
+        for name in sorted(names)
+    )
 
 
 def _refuse_foreign(
@@ -336,7 +392,7 @@ async def _look_first(
     """Before a new store is created (its directory, its controller id `own`), the
     adoption check it would make: a refused apply leaves nothing behind."""
     state = replace(admit(ControllerState(), desired.cluster, 1), controller=own)
-    await _adoption(state, desired, executor, runtime, file, adopt=False)
+    await _adoption(state, desired, executor, runtime, file, adopt=False)  # refuses, or no-op
 
 
 def _count(per_controller: dict[str, int]) -> str:

@@ -296,3 +296,29 @@ def test_traffic_holds_only_a_live_task_that_carries_traffic_and_is_not_drained(
     w2.apply(svc(replicas=1))
     w2.converge()
     assert not Traffic.of(plain, w2.inventory, w2.observe(), w2.state, w2.now).holds(w2.live()[0])
+
+
+# -- tasks of a spec two applies behind ----------------------------------------------------------
+def test_a_task_two_applies_behind_is_judged_by_its_own_spec_until_none_runs_it() -> None:
+    """Two applies within one rollout: the first generation's tasks run a spec that is
+    neither current nor previous. They are still judged by it (they expose, so they drain
+    and the name proxies keep them), the state keeps it while one is seen, and it goes
+    with the last of them."""
+    from minidock.core.endpoints import names_in_use
+    from minidock.store.codec import dumps, loads
+
+    w = TrafficWorld(edges(2))
+    first = web(replicas=1, ingress=(), expose=(7070,))
+    settled(w, first)
+    (task,) = w.live()
+    w.apply(web(replicas=1, ingress=(), image="web:6"))
+    w.apply(web(replicas=1, ingress=(), image="web:7"))  # before web:6 ran a task
+    assert w.cluster is not None
+    assert TaskSpecs.of_state(w.cluster, w.state).of(task) == first
+    assert names_in_use(w.cluster, w.state)
+    kept = w.state.services["web"]
+    assert kept.older == (first,)
+    assert loads(dumps(kept), type(kept)) == kept  # stored with the state
+    converged_within(w, 20)
+    assert w.state.services["web"].older == ()
+    assert not names_in_use(w.cluster, w.state)

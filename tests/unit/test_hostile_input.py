@@ -183,8 +183,8 @@ SECRET = "hunter2-s3cr3t"
             CLUSTER
             + f'[registries."r.example"]\nusername = "u"\npassword = "{SECRET}"\n'
             + '[services.web]\nimage = "web:5"\n',
-            'registries."r.example".password: expected a table with one of file = "path" or '
-            'env = "NAME"',
+            'registries."r.example".password: expected a table with one of file = "path", '
+            'env = "NAME", command = [...] or age_file = "path"',
             id="registry-password-inline",
         ),
     ],

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import pytest
+
 from minidock.commands.docker import run_argv, volume_name
 from minidock.core import rebalance, set_drained
 from minidock.model import Constraint, HealthCheck, PortMapping, UpdatePolicy, Volume
@@ -170,6 +172,21 @@ def test_a_global_service_honours_constraints_and_a_lost_host_is_not_refilled_el
         assert all(r.host != "h3" for r in plan.run)
     assert "h1 down" in plan.degraded()
     assert [p.slot for p in plan.pending] == [1]  # its host is down: pending there, exit 4
+
+
+@pytest.mark.parametrize("image", ["node-exporter:1", "node-exporter:2"])
+def test_a_global_service_whose_constraints_move_it_to_other_hosts_converges(image: str) -> None:
+    """The hosts that leave free their slot numbers for the one that joins: slot 1 goes
+    to h1 while its old task still runs on h2. That task is replaced on h1 (stop-first),
+    not in place on h2, which the constraints refuse (it was pending there forever)."""
+    w = World(hosts(3))
+    w.apply(exporter(constraints=(Constraint("host", "!=", "host1"),)))
+    w.converge()
+    assert per_host(w) == {"host2": 1, "host3": 2}
+    w.apply(exporter(image=image, constraints=(Constraint("host", "==", "host1"),)))
+    w.converge(limit=10)
+    assert per_host(w) == {"host1": 1}
+    assert {c.image for c in w.live("exporter")} == {image}
 
 
 def test_a_global_service_updates_in_place_per_host() -> None:

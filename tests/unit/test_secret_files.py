@@ -57,7 +57,8 @@ def test_a_secret_file_from_a_file_and_one_from_the_environment(
         ),
         (
             '"/run/x" = { file = "ok.key", env = "API_TOKEN" }',
-            'services.web.secret_files."/run/x": give one of file = "path" or env = "NAME"',
+            'services.web.secret_files."/run/x": expected a table with one of file = "path", '
+            'env = "NAME", command = [...] or age_file = "path"',
         ),
         (
             '"run/x" = { file = "ok.key" }',

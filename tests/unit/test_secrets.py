@@ -14,6 +14,7 @@ from minidock.core.plan import WaitKind
 from minidock.masking import Masker, kept_masker
 from minidock.model import secret_values
 from minidock.spec import SpecError, load
+from minidock.spec.messages import ONE_SOURCE
 from tests.sim import World, host, svc
 
 CLUSTER = 'cluster = "prod"\ninventory = "inventory.toml"\n[services.db]\nimage = "db:1"\n'
@@ -65,15 +66,15 @@ def test_a_secret_from_the_controllers_environment(
         ),
         (
             'secrets = { P = { file = "s", env = "X" } }\n',
-            'services.db.secrets.P: expected a table with one of file = "path" or env = "NAME"',
+            f"services.db.secrets.P: {ONE_SOURCE}",
         ),
         (
             "secrets = { P = {} }\n",
-            'services.db.secrets.P: expected a table with one of file = "path" or env = "NAME"',
+            f"services.db.secrets.P: {ONE_SOURCE}",
         ),
         (
             'secrets = { P = "abc" }\n',
-            'services.db.secrets.P: expected a table with one of file = "path" or env = "NAME"',
+            f"services.db.secrets.P: {ONE_SOURCE}",
         ),
         (
             'env = { P = "x" }\nsecrets = { P = { file = "s" } }\n',

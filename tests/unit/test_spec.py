@@ -545,8 +545,8 @@ BAD = [
     # -- registry credentials (issue 15): a password is never written in the spec or shown
     c(
         WEB + '[registries."reg.example:5000"]\n' + 'username = "ci"\npassword = "hunter2"\n',
-        'registries."reg.example:5000".password: expected a table with one of file = "path" '
-        'or env = "NAME"',
+        'registries."reg.example:5000".password: expected a table with one of file = "path", '
+        'env = "NAME", command = [...] or age_file = "path"',
         "registry-password-inline",
     ),
     c(

@@ -1,0 +1,190 @@
+"""Secret sources that run a program on the controller at apply (docs/secrets.md):
+`{ command = ["op", "read", "op://prod/db/password"] }`, whose standard output is the
+value, and (minidock.spec.agefiles) `{ age_file = ..., key = ... }`.
+
+A command runs with the controller's environment, in the cluster file's directory, with
+no standard input, in a process group of its own, for at most its `timeout` (default
+`DEFAULT_TIMEOUT`): past it the whole group is killed. Within one load of a cluster file
+(`one_run`) each command runs once, however many keys name it. Its output is never logged
+and never shown; on failure, one line names the command and shows its standard error with
+every secret value read so far (its own output included) masked. The value travels like
+any secret's: the env-file on stdin, never a remote command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from minidock import units
+from minidock.spec.errors import Fail, Part
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_OUTPUT_BYTES",
+    "cached_document",
+    "command_timeout",
+    "command_value",
+    "masked",
+    "one_run",
+    "remember",
+    "run_program",
+]
+
+DEFAULT_TIMEOUT = 30.0  # seconds a secret command may take: `timeout = "2m"` gives more
+MAX_OUTPUT_BYTES = 500 * 1024  # as for a secret file: the state keeps each value, sealed
+_STDERR_SHOWN = 300  # characters of a failed command's standard error in its one line
+MASK = "***"
+
+
+@dataclass
+class _Run:
+    """What one load of a cluster file has fetched: each command's output, by its argv
+    and directory, and every value read (to mask a later command's standard error)."""
+
+    outputs: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict)
+    documents: dict[tuple[str, ...], dict[str, str]] = field(default_factory=dict)
+    values: set[str] = field(default_factory=set)
+
+
+_RUN: ContextVar[_Run | None] = ContextVar("minidock_secret_run", default=None)
+
+
+@contextlib.contextmanager
+def one_run() -> Iterator[None]:
+    """One load of a cluster file: a command named by several keys runs once."""
+    token = _RUN.set(_Run())
+    try:
+        yield
+    finally:
+        _RUN.reset(token)
+
+
+def cached_document(key: tuple[str, ...], read: Callable[[], dict[str, str]]) -> dict[str, str]:
+    """A decrypted document (minidock.spec.agefiles) read once per run under `key`."""
+    run = _RUN.get()
+    if run is None:
+        return read()
+    if key not in run.documents:
+        run.documents[key] = read()
+    return run.documents[key]
+
+
+def remember(value: str) -> None:
+    """A secret value read in this run, masked in any later command's error."""
+    run = _RUN.get()
+    if run is not None and value:
+        run.values.add(value)
+
+
+def masked(text: str, values: Sequence[str] = ()) -> str:
+    """`text` with every secret value of this run (and `values`, each whole and line by
+    line) replaced by `***`, longest first."""
+    run = _RUN.get()
+    given = {*(run.values if run else ()), *values}
+    found = {part.strip() for v in given for part in (v, *v.splitlines())}
+    for value in sorted((v for v in found if v), key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
+def command_value(
+    source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str, *, exact: bool
+) -> str:
+    """The value a `{ command = [...], timeout = ... }` source prints: its standard output,
+    one trailing newline dropped unless `exact` (a secret file keeps every byte)."""
+    argv = tuple(str(a) for a in source["command"])
+    if not argv[0]:
+        raise fail((*where, "command", 0), "the program's name is empty: give its name or path")
+    timeout = command_timeout(source, where, fail)
+    run = _RUN.get()
+    cached = None if run is None else run.outputs.get((base, argv))
+    if cached is None:
+        cached = run_program(argv, (*where, "command"), fail, base, timeout=timeout)
+        if not cached.strip():
+            raise fail((*where, "command"), f"`{_name(argv)}` printed nothing on its output")
+        if run is not None:
+            run.outputs[(base, argv)] = cached
+    remember(cached)
+    return cached if exact or not cached.endswith("\n") else cached[:-1]
+
+
+def command_timeout(source: dict[str, Any], where: tuple[Part, ...], fail: Fail) -> float:
+    """A source's `timeout` in seconds (default `DEFAULT_TIMEOUT`), more than 0."""
+    timeout = units.parse_duration(source.get("timeout", DEFAULT_TIMEOUT))
+    if timeout <= 0:
+        raise fail((*where, "timeout"), 'must be more than 0s: give one like "30s"')
+    return timeout
+
+
+def run_program(
+    argv: Sequence[str],
+    where: Sequence[Part],
+    fail: Fail,
+    base: str,
+    *,
+    timeout: float,
+    stdin: bytes | None = None,
+    hint: str = "",
+    noise: Sequence[str] = (),
+) -> str:
+    """Run `argv` on the controller (see the module): its standard output, or one line
+    naming it."""
+    name = _name(argv)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=base,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            process_group=0,  # a timeout kills what it started too
+        )
+    except FileNotFoundError:
+        raise fail(where, f"`{name}` is not found on the controller: install it{hint}") from None
+    except OSError as exc:
+        raise fail(where, f"cannot run `{name}`: {exc.strerror or type(exc).__name__}") from None
+    with proc:
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise fail(
+                where,
+                f"`{name}` gave no answer in {units.format_duration(timeout)} and was stopped: "
+                'give it longer with timeout = "2m" beside the command',
+            ) from None
+    kept = [
+        line
+        for line in err.splitlines()
+        if not line.decode(errors="replace").startswith(tuple(noise))
+    ]
+    return _output(name, proc.returncode, out, b"\n".join(kept), where, fail)
+
+
+def _output(name: str, code: int, out: bytes, err: bytes, where: Sequence[Part], fail: Fail) -> str:
+    text = out.decode("utf-8", errors="replace")
+    if code != 0:
+        said = " ".join(masked(err.decode("utf-8", errors="replace"), [text]).split())
+        if len(said) > _STDERR_SHOWN:
+            said = said[: _STDERR_SHOWN - 3] + "..."
+        how = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
+        raise fail(where, f"`{name}` {how}: {said or '(nothing on its standard error)'}")
+    if len(out) > MAX_OUTPUT_BYTES:
+        raise fail(where, f"`{name}` printed over the {MAX_OUTPUT_BYTES // 1024} KiB limit")
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise fail(where, f"`{name}` printed something that is not UTF-8 text") from None
+
+
+def _name(argv: Sequence[str]) -> str:
+    return os.path.basename(argv[0]) if argv else "(empty command)"

@@ -10,7 +10,6 @@ import contextlib
 import contextvars
 import dataclasses
 import importlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NoReturn, TypeVar, assert_never
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from minidock import usecases
 from minidock.model import Event
@@ -48,6 +47,20 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 GLOBAL_STATE: contextvars.ContextVar[str | None] = contextvars.ContextVar("state", default=None)
+
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """The help's type column, left empty for a flag. Only for typer 0.29, which shows
+    `<bool>` beside every flag and which a virtualenv made before pyproject.toml pinned
+    0.28 may still have (scripts/setup.sh installs 0.28, which shows none)."""
+    return None if self.is_flag or _typed is None else _typed(self, ctx)
+
+
+_typed: Callable[[TyperOption, Any], str | None] | None = getattr(
+    TyperOption, "display_type_rich", None
+)
+if _typed is not None:
+    setattr(TyperOption, "display_type_rich", _flag_type)  # noqa: B010 (a method of typer's)
 
 
 class LazyGroup(TyperGroup):
@@ -126,7 +139,9 @@ QuietOption = Annotated[
 
 def _print_version(asked: bool) -> None:
     if asked:
-        out.print(f"minidock {importlib.metadata.version('minidock')}", markup=False)
+        from importlib import metadata  # only --version reads it (it loads email: ~5 ms)
+
+        out.print(f"minidock {metadata.version('minidock')}", markup=False)
         raise typer.Exit()
 
 

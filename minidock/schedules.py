@@ -8,13 +8,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from datetime import datetime
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import CroniterBadDateError, croniter
-from croniter.croniter import hash_expression_re
 
 from minidock.core.schedule import Times
 from minidock.model import Schedule, Service
+
+if TYPE_CHECKING:
+    from croniter import croniter
+
+# croniter (with dateutil under it) is imported in the functions that read an expression,
+# not with this module: every `minidock` process imports this module (the runner and
+# status do), and only a spec with a scheduled job reads one (docs/testing.md).
 
 __all__ = ["FIRING_YEARS", "cron_problem", "job_times", "times", "timezone_problem"]
 
@@ -34,6 +39,8 @@ _READ_ERRORS = (ValueError, TypeError, LookupError, OSError, ArithmeticError)
 
 
 def _cron(schedule: Schedule, at: float, *, bounded: bool = True) -> croniter:
+    from croniter import croniter  # lazy: see the top of this module
+
     zone = ZoneInfo(schedule.timezone)
     years = FIRING_YEARS if bounded else None
     start = datetime.fromtimestamp(at, zone)
@@ -68,6 +75,8 @@ def job_times(specs: Iterable[Service], now: float) -> dict[str, Times | str]:
 
 def _unreadable(schedule: Schedule, exc: Exception) -> str:
     """Why `schedule` has no times, in one line that is the same at every pass."""
+    from croniter import CroniterBadDateError  # lazy: see the top of this module
+
     said = f"schedule {schedule.cron!r} ({schedule.timezone})"
     if isinstance(exc, CroniterBadDateError):
         return f"{said} has no scheduled time within {FIRING_YEARS} years"
@@ -83,6 +92,8 @@ def cron_problem(expression: str, timezone: str = "UTC", now: float | None = Non
     croniter reads, with no random field, and a scheduled time in `timezone` within
     FIRING_YEARS of `now` (default: the current time) both ways. An unknown `timezone` is
     `timezone_problem`'s to say: the time is then not checked."""
+    from croniter import croniter  # lazy: see the top of this module
+
     if len(expression.split()) != 5:
         return "use five fields (minute hour day-of-month month day-of-week), e.g. '0 3 * * *'"
     if not croniter.is_valid(expression):
@@ -99,6 +110,8 @@ def cron_problem(expression: str, timezone: str = "UTC", now: float | None = Non
 
 def _random(expression: str) -> bool:
     """Whether a field of `expression` is croniter's `R` (a value drawn at random)."""
+    from croniter.croniter import hash_expression_re  # lazy: see the top of this module
+
     items = (item for field in expression.lower().split() for item in field.split(","))
     return any(
         (found := hash_expression_re.match(item)) is not None and found["hash_type"] == "r"
@@ -107,6 +120,8 @@ def _random(expression: str) -> bool:
 
 
 def _firing_problem(schedule: Schedule, now: float) -> str:
+    from croniter import CroniterBadDateError  # lazy: see the top of this module
+
     try:
         times(schedule, now)
     except CroniterBadDateError:

@@ -15,5 +15,7 @@ bash scripts/setup.sh
 # -- tests: any non-zero pytest exit fails this script, 5 ("no tests collected") included ----
 # Two pytest-xdist workers, a test file to each at a time (--dist loadfile): the lab tests
 # mostly wait on health checks and timeouts, so two labs (one per worker, 4 hosts each)
-# halve the suite's wall time on two cores (docs/testing.md). `-n 0` runs it in one process.
-.venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+# halve the suite's wall time on two cores (docs/testing.md). The files go out in the
+# order tests/conftest.py sorts them, longest first (--no-loadscope-reorder: not xdist's
+# most-tests-first, which left the one-test kill -9 matrix for last). `-n 0`: one process.
+.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

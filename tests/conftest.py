@@ -11,6 +11,7 @@ controller of an etcd state is given one: $MINIDOCK_KEY_FILE (docs/ha.md)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,23 @@ import pytest
 from minidock.store.sealing import KEY_ENV
 from tests.etcd import EtcdCluster, make_tls
 
-INTEGRATION_DIR = Path(__file__).parent / "integration"
+TESTS_DIR = Path(__file__).parent
+INTEGRATION_DIR = TESTS_DIR / "integration"
+
+# The order files run in. scripts/test.sh gives pytest-xdist's two workers a file at a time,
+# the next one when a worker is almost done with its own (`--dist loadfile
+# --no-loadscope-reorder`), so a long file taken last keeps one worker busy while the other
+# has nothing left. Longest first, then: the lab tests before the unit tests, the files
+# measured slowest first (seconds, each file alone, `-n 0`, docs/testing.md "Suite time"),
+# the others most tests first (xdist's own order). The unit files, short, fill the end.
+SLOWEST_FILES = {
+    "integration/test_ingress.py": 398,
+    "integration/test_converge.py": 375,
+    "integration/test_workloads.py": 329,
+    "integration/test_rollout.py": 271,
+    "integration/test_trust.py": 268,
+    "integration/test_kill9.py": 105,
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,6 +71,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in item.path.parents:
             item.add_marker(pytest.mark.integration)
+    tests_in = Counter(item.path for item in items)
+    items.sort(key=lambda item: _run_order(item.path, tests_in[item.path]))  # stable
+
+
+def _run_order(path: Path, tests: int) -> tuple[bool, float, int]:
+    """Where a file's tests go in the run (SLOWEST_FILES); a file's own order is kept."""
+    lab = INTEGRATION_DIR in path.parents
+    return (not lab, -SLOWEST_FILES.get(path.relative_to(TESTS_DIR).as_posix(), 0), -tests)
 
 
 # -- etcd: one three-member cluster for the session, each test under its own prefix ----------

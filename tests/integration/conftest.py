@@ -47,6 +47,7 @@ from minidock.model import Inventory
 from minidock.spec import load_inventory
 from minidock.status import status_schema
 
+INTEGRATION_DIR = Path(__file__).parent
 STATUS_SCHEMA = Draft202012Validator(status_schema())
 PROJECT_PREFIX = "minidock-labtest-"
 PID_LABEL = "minidock.lab.test-pid"
@@ -194,10 +195,24 @@ def docker_cleanup(pytestconfig: pytest.Config) -> list[str]:
 
 
 # -- the fleet --------------------------------------------------------------------------------
+LAB_FLEET = pytest.StashKey["Fleet"]()
+
+
 @pytest.fixture(scope="session")
-def lab_fleet(lab: Lab, docker_services: Services) -> Fleet:
+def lab_fleet(lab: Lab, docker_services: Services, pytestconfig: pytest.Config) -> Fleet:
     lab.provision()
-    return Fleet(lab, docker_services)
+    pytestconfig.stash[LAB_FLEET] = Fleet(lab, docker_services)
+    return pytestconfig.stash[LAB_FLEET]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last lab test before a unit test, the lab's tasks are removed: their
+    health checks (about 50 ms of CPU each, most tests check every second) would otherwise
+    run on beside tests that do not use the lab, until the session's end takes the lab
+    down. Lab tests run first (tests/conftest.py), so this is once a worker."""
+    fleet = item.config.stash.get(LAB_FLEET, None)
+    if fleet is not None and nextitem is not None and INTEGRATION_DIR not in nextitem.path.parents:
+        fleet.reset()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import enum
 import importlib
 import json
 import logging
@@ -368,6 +369,12 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         return
     changes = [s for s in doc.services if s.change != "unchanged"]
     loads = [r for r in doc.routes if r.action != "unchanged"]
+    for note in doc.serving:  # the operator's, kept by every plan
+        if note.mode == "maintenance":
+            line = f"in maintenance: its routes answer 503 ({note.message})"
+        else:
+            line = f"paused: its routes hold each new request up to {format_duration(note.timeout)}"
+        out.print(f"service {note.service}: {line}", markup=False)
     if not (changes or doc.steps or doc.pending or doc.below or loads) and planned.plan.converged:
         out.print("nothing to do: converged", markup=False)
         return
@@ -617,6 +624,8 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}: {job_line(s.job)}", markup=False)
         if s.hook is not None and s.hook.state == "failed":  # running: its waiting line
             out.print(f"{s.name}: {s.hook.why}", markup=False)
+        if s.serving is not None and s.serving.mode != "serving":
+            out.print(f"{s.name}: {serving_line(s)}", markup=False)
     routed = bool(doc.routes)
     tasks = Table("task", "slot", "host", "image", "gen", "state", "health")
     if routed:
@@ -643,6 +652,16 @@ def print_status(doc: StatusDocument) -> None:
         out.print(f"waiting: {w}", markup=False)
 
 
+def serving_line(s: ServiceSummary) -> str:
+    """A routed service's maintenance or pause, for `status`."""
+    m = s.serving
+    assert m is not None
+    since = time.strftime(" since %H:%M:%S", time.localtime(m.since)) if m.since else ""
+    if m.mode == "maintenance":
+        return f"in maintenance{since}: its routes answer 503 ({m.message})"
+    return f"paused{since}: its routes hold each new request up to {format_duration(m.timeout)}"
+
+
 def certificate_line(c: CertificateSummary) -> str:
     """One TLS name's certificate for `status`: its issuer and end, or why it has none."""
     day = "%Y-%m-%d"
@@ -666,7 +685,12 @@ def print_routes(doc: StatusDocument) -> None:
     routes = Table("route", "service", "port", "tasks taking traffic", title="ingress routes")
     for r in doc.routes:
         where = f"{r.host or '*'}{r.path}"
-        routes.add_row(where, r.service, str(r.port), ", ".join(r.upstreams) or "none (503)")
+        taking = ", ".join(r.upstreams) or "none (503)"
+        if r.mode == "maintenance":
+            taking = "none: maintenance (503 with its page)"
+        elif r.mode == "paused":
+            taking = f"paused: held, then {taking}"
+        routes.add_row(where, r.service, str(r.port), taking)
     out.print(routes)
     for c in doc.certificates:
         out.print(certificate_line(c), markup=False)
@@ -843,6 +867,69 @@ def reset(
     cleared = run(work)
     print_convergence(cleared.convergence)
     raise typer.Exit(cleared.exit_code)
+
+
+class Switch(enum.StrEnum):
+    ON = "on"
+    OFF = "off"
+
+
+@app.command()
+def maintenance(
+    service: str,
+    switch: Annotated[Switch, typer.Argument(help="on: answer 503 with the page; off: serve.")],
+    message: Annotated[
+        str | None, typer.Option("--message", help="The page's message (with `on`).")
+    ] = None,
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """The service's routes answer 503 with a maintenance page and Retry-After (on), or
+    serve its tasks again (off). Its tasks keep running."""
+    if message is not None and switch is Switch.OFF:
+        fail("--message goes with `on`: `minidock maintenance SERVICE on --message TEXT`")
+    if message is not None and not message.strip():
+        fail("--message: give the page's text, e.g. --message 'Back at 14:00 UTC'")
+    work = usecases.maintenance(
+        service,
+        state_dir(state),
+        runtime(),
+        printer(),
+        on=switch is Switch.ON,
+        message=message or "",
+        cluster=cluster,
+    )
+    done = run(work)
+    print_convergence(done.convergence)
+    raise typer.Exit(done.exit_code)
+
+
+@app.command("pause")
+def pause_command(
+    service: str,
+    timeout: Annotated[
+        str, typer.Option("--timeout", help="How long a request is held at most.")
+    ] = "30s",
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """The service's routes hold each new request until `minidock resume SERVICE`, or
+    until it has waited --timeout; then it goes to the tasks. Its tasks keep running."""
+    limit = seconds(timeout, "--timeout", at_least=1.0)
+    work = usecases.pause(
+        service, state_dir(state), runtime(), printer(), timeout=limit, cluster=cluster
+    )
+    done = run(work)
+    print_convergence(done.convergence)
+    raise typer.Exit(done.exit_code)
+
+
+@app.command("resume")
+def resume_command(service: str, state: StateOption = None, cluster: ClusterOption = None) -> None:
+    """A paused service's routes serve again: the requests they hold go to its tasks."""
+    done = run(usecases.resume(service, state_dir(state), runtime(), printer(), cluster=cluster))
+    print_convergence(done.convergence)
+    raise typer.Exit(done.exit_code)
 
 
 @app.command()

@@ -19,7 +19,15 @@ from minidock.core import ControllerState
 from minidock.core.simulate import FieldChange, Simulation, spec_diff
 from minidock.model import Cluster
 
-__all__ = ["ASSUMPTION", "PlanDocument", "RouteLoad", "plan_document", "plan_schema"]
+__all__ = [
+    "ASSUMPTION",
+    "PlanDocument",
+    "RouteLoad",
+    "ServingNote",
+    "plan_document",
+    "plan_schema",
+    "serving_notes",
+]
 
 ASSUMPTION = "every new task becomes healthy (as its health check or monitor would confirm)"
 
@@ -79,6 +87,18 @@ class RouteLoad:
 
 
 @dataclass(frozen=True)
+class ServingNote:
+    """A routed service whose routes do not serve its tasks now, as the operator set it
+    (docs/ingress.md#maintenance-and-pause): `maintenance` (with the page's message) or
+    `paused` (each request held up to `timeout` seconds). A plan changes neither."""
+
+    service: str
+    mode: str
+    message: str
+    timeout: float
+
+
+@dataclass(frozen=True)
 class Below:
     service: str
     running: int
@@ -97,6 +117,7 @@ class PlanDocument:
     below: tuple[Below, ...]
     converged: bool
     routes: tuple[RouteLoad, ...] = ()  # the first pass's loads on the ingress proxies
+    serving: tuple[ServingNote, ...] = ()  # routed services in maintenance or paused
 
     def to_json(self) -> dict[str, Any]:
         """The `plan --json` document (dicts, lists and scalars)."""
@@ -132,7 +153,19 @@ def plan_document(
         pending=tuple(PendingSlot(p.service, p.slot, mask(p.reason)) for p in sim.pending),
         below=tuple(Below(*b) for b in sim.below),
         converged=sim.converged and not sim.below,
+        serving=serving_notes(before, desired),
     )
+
+
+def serving_notes(state: ControllerState, desired: Cluster) -> tuple[ServingNote, ...]:
+    """The desired file's routed services whose routes are in maintenance or paused."""
+    found = []
+    for svc in desired.services:
+        ss = state.services.get(svc.name)
+        if ss is not None and svc.ingress and not ss.serving.on:
+            m = ss.serving
+            found.append(ServingNote(svc.name, m.serving.value, m.message, m.timeout))
+    return tuple(found)
 
 
 def _changes(

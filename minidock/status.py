@@ -19,7 +19,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
 from minidock.core.jobs import failing_jobs
-from minidock.core.routes import RouteTable
+from minidock.core.routes import RouteEntry, RouteTable
 from minidock.core.schedule import JOB_KIND, Times
 from minidock.core.supervise import ready
 from minidock.core.tls import TlsState, renews_at
@@ -48,6 +48,7 @@ __all__ = [
     "RolloutSummary",
     "RouteSummary",
     "ServiceSummary",
+    "ServingSummary",
     "StatusDocument",
     "TaskSummary",
     "status_document",
@@ -131,6 +132,21 @@ class JobSummary:
     runs: tuple[JobRunSummary, ...]
 
 
+ServingWord = Literal["serving", "maintenance", "paused"]
+
+
+@dataclass(frozen=True)
+class ServingSummary:
+    """How a routed service's routes answer (docs/ingress.md#maintenance-and-pause): to its
+    tasks, with the maintenance page of `message`, or holding each request up to
+    `timeout` seconds; `since` when the operator set it (None: never)."""
+
+    mode: ServingWord
+    message: str
+    timeout: float
+    since: float | None
+
+
 @dataclass(frozen=True)
 class ServiceSummary:
     name: str
@@ -148,6 +164,7 @@ class ServiceSummary:
     last_failure: str
     job: JobSummary | None = None  # a scheduled job's runs (docs/jobs.md)
     hook: HookSummary | None = None  # its before_update hook (docs/jobs.md#hooks)
+    serving: ServingSummary | None = None  # its routes' mode (None: it has no route)
 
 
 @dataclass(frozen=True)
@@ -178,6 +195,7 @@ class RouteSummary:
     port: int
     tasks: tuple[str, ...]  # ids of the observed tasks that take its traffic
     upstreams: tuple[str, ...]  # theirs in order, then those kept for silent hosts
+    mode: ServingWord = "serving"  # its service's: to the tasks, maintenance, or paused
 
 
 @dataclass(frozen=True)
@@ -331,7 +349,17 @@ def _service(
         last_failure=last_failure,
         job=_job(ss, observed),
         hook=_hook(ss),
+        serving=_serving(ss),
     )
+
+
+def _serving(ss: ServiceState) -> ServingSummary | None:
+    """A routed service's routes' mode (None: it has no route)."""
+    if not ss.spec.ingress:
+        return None
+    m = ss.serving
+    word: ServingWord = m.serving.value
+    return ServingSummary(word, m.message, m.timeout, m.since or None)
 
 
 def _hook(ss: ServiceState) -> HookSummary | None:
@@ -463,15 +491,16 @@ def status_document(
             for c in sorted(mine, key=lambda c: (c.service, c.slot, c.host))
         ),
         hosts=tuple(_host(h, mine, observed, plan) for h in inventory.hosts),
-        routes=tuple(
-            RouteSummary(
-                e.service, e.route.domain, e.route.path, e.route.port, e.tasks, e.upstreams
-            )
-            for e in routes
-        ),
+        routes=tuple(_route(e) for e in routes),
         proxies=tuple(_proxy(p, digest) for _, p in sorted(observed.proxies.items())),
         certificates=certificates(routes, state.tls, renew_before),
     )
+
+
+def _route(e: RouteEntry) -> RouteSummary:
+    mode: ServingWord = e.mode.serving.value
+    r = e.route
+    return RouteSummary(e.service, r.domain, r.path, r.port, e.tasks, e.upstreams, mode)
 
 
 def certificates(

@@ -379,8 +379,10 @@ class FakeDocker:
         labels = dict(v.partition("=")[::2] for f, v in options if f == "--label")
         bindings: dict[str, list[dict[str, str]]] = {}
         for f, v in options:
-            if f == "-p":
-                host_port, _, container = v.partition(":")
+            if f == "-p":  # HOST:CONTAINER, or IP:HOST:CONTAINER (a routed task's)
+                parts = v.split(":")
+                host_ip = parts[0] if len(parts) == 3 else ""
+                host_port, container = parts[-2], parts[-1]
                 port, _, proto = container.partition("/")
                 key = f"{port}/{proto or 'tcp'}"
                 if f"{host_port}/{proto or 'tcp'}" in self.held.get(host, set()):
@@ -404,7 +406,7 @@ class FakeDocker:
                         "allocated.",
                         125,
                     )
-                bindings.setdefault(key, []).append({"HostIp": "", "HostPort": host_port})
+                bindings.setdefault(key, []).append({"HostIp": host_ip, "HostPort": host_port})
         health = "starting" if any(f == "--health-cmd" for f, _ in options) else None
         doc = self._create(
             host, name, labels, image, bindings, health, "running" if start else "created"

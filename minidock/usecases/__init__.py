@@ -15,7 +15,17 @@ from minidock.usecases.convert import ConvertOutcome, convert
 from minidock.usecases.desired import apply, drain_plan, plan, scale, validate
 from minidock.usecases.fleetview import FleetReading, read_fleet
 from minidock.usecases.images import push
-from minidock.usecases.intents import activate, drain, forget, rebalance, reset, rollback
+from minidock.usecases.intents import (
+    activate,
+    drain,
+    forget,
+    maintenance,
+    pause,
+    rebalance,
+    reset,
+    resume,
+    rollback,
+)
 from minidock.usecases.jobs import RunOutcome, env_pairs, run_oneoff
 from minidock.usecases.migrate import migrate
 from minidock.usecases.outcomes import (
@@ -134,8 +144,10 @@ __all__ = [
     "forget",
     "ignore",
     "logs",
+    "maintenance",
     "migrate",
     "patience",
+    "pause",
     "plan",
     "ps",
     "push",
@@ -143,6 +155,7 @@ __all__ = [
     "rebalance",
     "reconcile",
     "reset",
+    "resume",
     "rollback",
     "run_oneoff",
     "scale",

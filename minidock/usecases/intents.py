@@ -9,6 +9,7 @@ from minidock import core
 from minidock.core import ControllerState
 from minidock.core.rebalance import moves as rebalance_moves
 from minidock.core.rebalance import record as record_moves
+from minidock.core.serving import SERVING, Serving, ServingMode, ended, in_maintenance, paused
 from minidock.model import Event, Inventory
 from minidock.observe import observe, observe_host
 from minidock.store import StateLocation
@@ -294,3 +295,104 @@ async def rebalance(
                 store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
             )
     return RebalanceOutcome(planned, convergence)
+
+
+async def maintenance(
+    service: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    on: bool,
+    message: str = "",
+    cluster: str | None = None,
+) -> IntentOutcome:
+    """SERVICE's routes answer 503 with a page of `message` and `Retry-After` (`on`), or
+    serve again (off); one pass loads the proxies. Off for a service not in maintenance
+    says so and changes nothing."""
+    if on:
+        return await _serving(
+            service, directory, runtime, report, lambda now: in_maintenance(message, now),
+            f"{service} in maintenance", cluster,
+        )  # fmt: skip
+    return await _ending(service, directory, runtime, report, Serving.MAINTENANCE, cluster)
+
+
+async def pause(
+    service: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    timeout: float,
+    cluster: str | None = None,
+) -> IntentOutcome:
+    """SERVICE's routes hold each new request until `resume`, or until it has waited
+    `timeout`, then send it to the tasks; one pass loads the proxies."""
+    line = f"{service} paused: its routes hold each new request up to {timeout:g}s"
+    return await _serving(
+        service, directory, runtime, report, lambda now: paused(timeout, now), line, cluster
+    )
+
+
+async def resume(
+    service: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    cluster: str | None = None,
+) -> IntentOutcome:
+    """SERVICE's paused routes serve again: the requests they hold go to the tasks. A
+    service that is not paused is said to be so (and stays as it was)."""
+    return await _ending(service, directory, runtime, report, Serving.PAUSED, cluster)
+
+
+async def _serving(
+    service: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    mode: Callable[[float], ServingMode],
+    message: str,
+    cluster: str | None,
+) -> IntentOutcome:
+    """Record SERVICE's routes' new mode (refused for an unknown service or one with no
+    route), then one pass."""
+
+    def change(state: ControllerState, desired: Desired) -> ControllerState:
+        _known_service(state, service)
+        try:
+            return core.set_serving(state, service, mode(runtime.clock.now()))
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+
+    targets = _of_service(directory, cluster, service)
+    return await _intent(targets, runtime, report, change, message, wait=False, timeout=0.0)
+
+
+async def _ending(
+    service: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    serving: Serving,
+    cluster: str | None,
+) -> IntentOutcome:
+    """`maintenance off` (MAINTENANCE) or `resume` (PAUSED): serving again if it was so."""
+    targets = _of_service(directory, cluster, service)
+    with reading(targets[0].location) as store:
+        ss = store.load().services.get(service)
+    was = ss.serving if ss is not None else SERVING
+    back = ended(was, serving)
+    word = "in maintenance" if serving is Serving.MAINTENANCE else "paused"
+    if back is None:
+        message = f"{service} was not {word}: nothing to end"
+        if not was.on:
+            message += f" (it is {was.serving.value})"
+    else:
+        message = f"{service} serves again" if serving is Serving.MAINTENANCE else (
+            f"{service} resumed: the requests its routes held go to its tasks"
+        )  # fmt: skip
+    kept = back if back is not None else was
+    return await _serving(service, directory, runtime, report, lambda now: kept, message, cluster)

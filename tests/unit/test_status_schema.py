@@ -31,6 +31,7 @@ from minidock.status import (
     RolloutSummary,
     RouteSummary,
     ServiceSummary,
+    ServingSummary,
     StatusDocument,
     TaskSummary,
     status_document,
@@ -69,6 +70,7 @@ def test_the_schema_names_exactly_the_fields_of_the_typed_records() -> None:
         (d["proxy"], ProxySummary),
         (d["service"]["properties"]["job"]["oneOf"][1], JobSummary),
         (d["service"]["properties"]["hook"]["oneOf"][1], HookSummary),
+        (d["service"]["properties"]["serving"]["oneOf"][1], ServingSummary),
         (d["job_run"], JobRunSummary),
     ]
     for node, cls in nodes:

@@ -1,8 +1,11 @@
 """The controller as an ACME client (RFC 8555, certbot's `acme` and `josepy`): one account
 per state, and a certificate per host name ordered with the HTTP-01 challenge, whose
 responses `publish` loads into every ingress proxy before the CA is told to validate, so
-whichever ingress host the name points at answers. The library is synchronous: each
-order runs in a worker thread. docs/ingress.md#acme.
+whichever ingress host the name points at answers. An order never waits in a pass:
+`start` makes it, publishes its responses and tells the CA they are up; `collect`, in a
+later pass, looks at it once (finalizing it when ready, fetching the certificate when
+valid). The library is synchronous: each call runs in a worker thread.
+docs/ingress.md#acme.
 """
 
 from __future__ import annotations
@@ -30,9 +33,8 @@ from minidock.core.tls import AcmeAccount
 from minidock.model import AcmeSettings
 from minidock.spec.certs import certificate_info
 
-__all__ = ["AcmeFailed", "Issued", "obtain", "retry_after"]
+__all__ = ["AcmeFailed", "Issued", "Started", "collect", "retry_after", "start"]
 
-ORDER_SECONDS = 90.0  # an order's validation and issuance, at most
 NETWORK_SECONDS = 20  # one request to the CA
 RATE_LIMITED = 3600.0  # a CA that says rateLimited is not asked again for an hour
 USER_AGENT = "minidock"
@@ -43,12 +45,24 @@ Publish = Callable[[Mapping[str, str]], Awaitable[None]]  # {path: response} int
 @dataclass(frozen=True)
 class Issued:
     """A certificate the CA issued: the PEM chain (leaf first), its key, and the leaf's
-    issuer and end."""
+    issuer, end and start."""
 
     chain: str
     key: str = field(repr=False)
     issuer: str = ""
     not_after: float = 0.0
+    not_before: float = 0.0
+
+
+@dataclass(frozen=True)
+class Started:
+    """An order made and its responses up: its URL, the certificate's key and request
+    (PEM), and the HTTP-01 responses by path (the proxies serve them until it is done)."""
+
+    url: str
+    key: str = field(repr=False)
+    csr: str = ""
+    responses: tuple[tuple[str, str], ...] = ()
 
 
 class AcmeFailed(Exception):
@@ -61,19 +75,47 @@ class AcmeFailed(Exception):
         self.retry_after = retry_after
 
 
-async def obtain(
-    settings: AcmeSettings, account: AcmeAccount | None, name: str, publish: Publish
-) -> tuple[AcmeAccount, Issued]:
-    """A certificate for `name` (the account made first when there is none at this
-    directory); AcmeFailed says why not."""
+async def start(
+    settings: AcmeSettings,
+    account: AcmeAccount | None,
+    name: str,
+    publish: Publish,
+) -> tuple[AcmeAccount, Started]:
+    """A new order for `name` (the account made first when there is none at this
+    directory), its responses published, the CA told to validate them: not waited for.
+    AcmeFailed says why not."""
     told = _Told()
+    with _failures(told), _trust(settings.ca_root) as verify:
+        session = await asyncio.to_thread(_Session, settings, account, verify, told)
+        pending = await asyncio.to_thread(session.order, name)
+        await publish(pending.responses)
+        await asyncio.to_thread(session.answer, pending)
+        started = Started(
+            pending.order.uri,
+            pending.key,
+            pending.order.csr_pem.decode(),
+            tuple(sorted(pending.responses.items())),
+        )
+        return session.account, started
+
+
+async def collect(
+    settings: AcmeSettings, account: AcmeAccount, url: str, csr: str, key: str
+) -> Issued | None:
+    """One look at a started order: its certificate once the CA has issued it (the order
+    finalized first when it is ready), None while the CA is still at it. AcmeFailed when
+    the order failed."""
+    told = _Told()
+    with _failures(told), _trust(settings.ca_root) as verify:
+        session = await asyncio.to_thread(_Session, settings, account, verify, told)
+        return await asyncio.to_thread(session.look, url, csr, key)
+
+
+@contextlib.contextmanager
+def _failures(told: _Told) -> Iterator[None]:
+    """The library's and the network's errors as AcmeFailed, in one line each."""
     try:
-        with _trust(settings.ca_root) as verify:
-            session = await asyncio.to_thread(_Session, settings, account, verify, told)
-            pending = await asyncio.to_thread(session.order, name)
-            await publish(pending.responses)
-            issued = await asyncio.to_thread(session.finish, pending)
-            return session.account, issued
+        yield
     except AcmeFailed:
         raise
     except messages.Error as exc:
@@ -82,8 +124,6 @@ async def obtain(
         raise AcmeFailed(_line(f"the CA refused: {exc.detail or exc.typ}"), wait) from None
     except errors.ValidationError as exc:
         raise AcmeFailed(_line(f"validation failed: {_validation(exc)}")) from None
-    except errors.TimeoutError:
-        raise AcmeFailed(f"the CA did not issue within {ORDER_SECONDS:.0f}s") from None
     except requests.RequestException as exc:
         raise AcmeFailed(_line(f"the ACME directory does not answer: {exc}")) from None
     except errors.Error as exc:
@@ -204,15 +244,41 @@ class _Session:
             responses[found[0].chall.path] = validation
         return _Pending(order, key_pem.decode(), answers, responses)
 
-    def finish(self, pending: _Pending) -> Issued:
-        """Tell the CA the responses are up, then wait for the certificate."""
+    def answer(self, pending: _Pending) -> None:
+        """Tell the CA the responses are up (it validates them in its own time)."""
         for body, response in pending.answers:
             self.client.answer_challenge(body, response)
-        deadline = datetime.datetime.now() + datetime.timedelta(seconds=ORDER_SECONDS)
-        done = self.client.poll_and_finalize(pending.order, deadline=deadline)
-        chain = done.fullchain_pem
+
+    def look(self, url: str, csr: str, key: str) -> Issued | None:
+        """One step of a started order: finalize it when ready, the certificate when valid
+        (None until then); AcmeFailed when the CA gave it up, with its reason."""
+        response = self.client._post_as_get(url)
+        body = messages.Order.from_json(response.json())
+        order = messages.OrderResource(uri=url, body=body, csr_pem=csr.encode())
+        if body.status == messages.STATUS_READY:
+            order = self.client.begin_finalization(order)
+            body = order.body
+        if body.status == messages.STATUS_INVALID:
+            raise AcmeFailed(_line(f"the order failed: {self._why(body)}"))
+        if body.status != messages.STATUS_VALID or body.certificate is None:
+            return None  # pending (validating) or processing: a later pass looks again
+        chain = self.client._post_as_get(body.certificate).text
         info = certificate_info(chain)
-        return Issued(chain, pending.key, info.issuer, info.not_after)
+        return Issued(chain, key, info.issuer, info.not_after, info.not_before)
+
+    def _why(self, body: messages.Order) -> str:
+        """Why an order is invalid: its own error, else its failed challenges'."""
+        error: Any = body.error
+        if error is not None:
+            return str(error.detail or error.typ)
+        details = []
+        for url in body.authorizations:
+            authz = messages.Authorization.from_json(self.client._post_as_get(url).json())
+            for chall in authz.challenges:
+                failure: Any = chall.error
+                if failure is not None:
+                    details.append(f"{authz.identifier.value}: {failure.detail or failure.typ}")
+        return "validation failed: " + ("; ".join(details) or "the CA gave no detail")
 
 
 def _new_account_key() -> JWK:

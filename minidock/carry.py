@@ -4,10 +4,12 @@ the state must know is an outcome for the core (`minidock.core.outcomes`), and e
 line and event is kept on `Acts`.
 
 The order:
-1. certificates due, ordered (their HTTP-01 challenges answered by every ingress proxy);
-2. the ingress proxies: started where the plan says, then loaded with its route table and
-   the certificates (step 1's too); the name proxies with its endpoints: a task that
-   drains leaves every proxy in the pass that decides its stop, before any stop;
+1. the ACME orders: those pending collected, those due started (their HTTP-01 responses
+   loaded into every ingress proxy first); none waits for the CA;
+2. the ingress proxies: started where the plan says, then loaded with its route table,
+   the certificates (step 1's too) and every pending order's responses; the name
+   proxies with its endpoints: a task that drains leaves every proxy in the pass that
+   decides its stop, before any stop;
 3. the stops (every host at once), then the starts (hosts in parallel);
 4. the hooks' acts, the scheduled jobs' acts, and the finished one-off tasks removed.
 """
@@ -15,7 +17,7 @@ The order:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from minidock.acts import ActFailed, Acts, ensure_network
 from minidock.certify import order
@@ -46,8 +48,8 @@ TAIL_LINES = 5  # lines of a hook's or a run's output kept with its outcome
 
 async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
     """Every act of a recorded plan, in the module's order."""
-    tls = await _certificates(acts, plan, cluster, observed)
-    await _routes(acts, plan, cluster, observed, tls)
+    tls, challenges = await _certificates(acts, plan, cluster, observed)
+    await _routes(acts, plan, cluster, observed, tls, challenges)
     await _names(acts, plan, cluster, observed)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
@@ -60,18 +62,23 @@ async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed
 
 
 # -- proxies ----------------------------------------------------------------------------------
-async def _certificates(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> TlsState:
-    """The certificates due, ordered; the TLS state the routes are served with."""
-    if not plan.certificates:
-        return plan.state.tls
+async def _certificates(
+    acts: Acts, plan: Plan, cluster: Cluster, observed: Observed
+) -> tuple[TlsState, dict[str, str]]:
+    """The pending orders collected and the due ones started; the TLS state the routes are
+    served with, and the HTTP-01 responses they keep serving."""
+    if not (plan.certificates or plan.collect):
+        return plan.state.tls, dict(plan.challenges)
     acts.fence()
     done = await order(
         acts.sh,
         cluster,
         plan.certificates,
+        plan.collect,
         plan.routes,
         plan.proxies,
         plan.state.tls,
+        dict(plan.challenges),
         observed.proxies,
         acts.now,
     )
@@ -82,16 +89,22 @@ async def _certificates(acts: Acts, plan: Plan, cluster: Cluster, observed: Obse
     for event in done.events:
         acts.record_event(event)
     observed.proxies.update(done.proxies)  # what the challenges' loads left loaded
-    return done.tls
+    return done.tls, done.challenges
 
 
 async def _routes(
-    acts: Acts, plan: Plan, cluster: Cluster, observed: Observed, tls: TlsState
+    acts: Acts,
+    plan: Plan,
+    cluster: Cluster,
+    observed: Observed,
+    tls: TlsState,
+    challenges: Mapping[str, str],
 ) -> None:
-    """The plan's route table into every answering ingress proxy (before any stop)."""
+    """The plan's route table into every answering ingress proxy (before any stop), with
+    the pending orders' HTTP-01 responses."""
     if cluster.ingress is None or not plan.proxies:
         return
-    config = configs_for(plan.routes, cluster.ingress, tls)
+    config = configs_for(plan.routes, cluster.ingress, tls, challenges)
     acts.fence()
     outcome = await converge_proxies(
         acts.sh, cluster.name, cluster.ingress, config, plan.proxies, observed.proxies, acts.now

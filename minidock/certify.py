@@ -1,35 +1,42 @@
-"""The ACME act of a pass: order each certificate the plan says is due
-(`Plan.certificates`, from `minidock.core.tls.due`) with the controller as the ACME client
-(`minidock.acme`), the HTTP-01 responses loaded into every answering ingress proxy first.
-Each order's result is an outcome for the core (`CertIssued`, `CertFailed`), folded into
-the state like every other act's; it runs before the pass's routes are loaded, which then
-serve the new certificates. docs/ingress.md#acme.
+"""The ACME acts of a pass, none of which waits for the CA: collect each order an earlier
+pass started (`Plan.collect`: one look each, `minidock.acme.collect`), then start each
+certificate the plan says is due (`Plan.certificates`, from `minidock.core.tls.due`),
+with the controller as the ACME client (`minidock.acme.start`): the HTTP-01 responses
+loaded into every answering ingress proxy first, then the CA told they are up. Each
+result is an outcome for the core (`CertIssued`, `CertOrdered`, `CertFailed`), folded into
+the state like every other act's; they run before the pass's routes are loaded, which
+then serve the new certificates and keep every pending order's responses.
+docs/ingress.md#acme.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from minidock.caddy import ProxyConfig
-from minidock.core.outcomes import CertFailed, CertIssued
+from minidock.core.outcomes import CertFailed, CertIssued, CertOrdered
 from minidock.core.routes import ProxyStep, RouteTable
-from minidock.core.tls import CertRecord, TlsState
+from minidock.core.tls import CertRecord, PendingOrder, TlsState
 from minidock.ingress import Shell, configs_for, converge_proxies
-from minidock.model import Cluster, Event, ProxyObservation
+from minidock.model import AcmeSettings, Cluster, Event, ProxyObservation
 
 __all__ = ["Ordered", "order"]
+
+Publish = Callable[[Mapping[str, str]], Awaitable[None]]  # {path: response} into the proxies
 
 
 @dataclass
 class Ordered:
-    """What the ACME act did: an outcome per order, the TLS state to serve the pass's
-    routes with (the new certificates in it), the proxies as it left them (their loaded
-    digests), and the events of loads that failed."""
+    """What the ACME acts did: an outcome per order, the TLS state to serve the pass's
+    routes with (the new certificates in it), the HTTP-01 responses the proxies keep
+    serving (every pending order's, the ones started now too), the proxies as the acts
+    left them (their loaded digests), and the events of loads that failed."""
 
-    outcomes: list[CertIssued | CertFailed] = field(default_factory=list)
+    outcomes: list[CertIssued | CertOrdered | CertFailed] = field(default_factory=list)
     tls: TlsState = field(default_factory=TlsState)
+    challenges: dict[str, str] = field(default_factory=dict)
     proxies: dict[str, ProxyObservation] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
 
@@ -38,52 +45,83 @@ async def order(
     sh: Shell,
     cluster: Cluster,
     names: Sequence[str],
+    collect: Sequence[str],
     table: RouteTable,
     steps: Sequence[ProxyStep],
     tls: TlsState,
+    challenges: Mapping[str, str],
     proxies: Mapping[str, ProxyObservation],
     now: float,
 ) -> Ordered:
-    """Each of `names` ordered in turn, its challenge answered by every answering proxy."""
+    """Each of `collect` looked at once, then each of `names` started in turn, its
+    responses served by every answering proxy (beside those of the orders pending)."""
     ingress = cluster.ingress
-    done = Ordered(tls=tls, proxies=dict(proxies))
-    if ingress is None or ingress.acme is None or not names:
+    done = Ordered(tls=tls, challenges=dict(challenges), proxies=dict(proxies))
+    if ingress is None or ingress.acme is None or not (names or collect):
         return done
     settings = ingress.acme
-    # the ACME client (requests, acme, josepy) loads only when an order is due: every
-    # other pass, and every command, starts without it
-    from minidock.acme import AcmeFailed, obtain
-
+    for name in collect:
+        await _collect(settings, name, done)
     for name in names:
 
         async def publish(responses: Mapping[str, str]) -> None:
-            config = configs_for(table, ingress, done.tls, responses)
+            config = configs_for(table, ingress, done.tls, {**done.challenges, **responses})
             await _load(sh, cluster, config, steps, done, now)
 
-        try:
-            account, got = await obtain(settings, done.tls.account, name, publish)
-        except AcmeFailed as exc:
-            done.outcomes.append(CertFailed(name, exc.reason, time.time(), exc.retry_after))
-            continue
-        at = time.time()
-        until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(got.not_after))
-        done.outcomes.append(
-            CertIssued(
-                name,
-                got.chain,
-                got.key,
-                issuer=got.issuer,
-                not_after=got.not_after,
-                directory=settings.directory,
-                account=account,
-                at=at,
-                until=until,
-            )
-        )
-        record = CertRecord(name, got.chain, got.key, got.issuer, got.not_after, at)
-        served = {**done.tls.certificates, name: record}
-        done.tls = replace(done.tls, account=account, certificates=served)
+        await _start(settings, name, publish, done)
     return done
+
+
+async def _start(settings: AcmeSettings, name: str, publish: Publish, done: Ordered) -> None:
+    # the ACME client (requests, acme, josepy) loads only when an order is due or pending:
+    # every other pass, and every command, starts without it
+    from minidock.acme import AcmeFailed, start
+
+    try:
+        account, started = await start(settings, done.tls.account, name, publish)
+    except AcmeFailed as exc:
+        done.outcomes.append(CertFailed(name, exc.reason, time.time(), exc.retry_after))
+        return
+    at = time.time()
+    pending = PendingOrder(started.url, started.key, started.csr, started.responses, at)
+    done.outcomes.append(CertOrdered(name, pending, account, settings.directory, at))
+    done.challenges.update(started.responses)
+    done.tls = replace(done.tls, account=account)
+
+
+async def _collect(settings: AcmeSettings, name: str, done: Ordered) -> None:
+    """One look at `name`'s pending order: issued (served from this pass on), failed
+    (backing off, its responses dropped), or still with the CA (nothing to say)."""
+    from minidock.acme import AcmeFailed, collect
+
+    record = done.tls.record(name)
+    pending, account = record.order, done.tls.account
+    if pending is None or account is None:
+        return
+    try:
+        got = await collect(settings, account, pending.url, pending.csr, pending.key)
+    except AcmeFailed as exc:
+        done.outcomes.append(CertFailed(name, exc.reason, time.time(), exc.retry_after))
+        for path, _ in pending.responses:
+            done.challenges.pop(path, None)
+        return
+    if got is None:
+        return
+    at = time.time()
+    until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(got.not_after))
+    done.outcomes.append(
+        CertIssued(
+            name, got.chain, got.key, issuer=got.issuer, not_after=got.not_after,
+            directory=settings.directory, account=account, at=at, until=until,
+            not_before=got.not_before,
+        )
+    )  # fmt: skip
+    for path, _ in pending.responses:
+        done.challenges.pop(path, None)
+    record = CertRecord(
+        name, got.chain, got.key, got.issuer, got.not_after, at, not_before=got.not_before
+    )
+    done.tls = replace(done.tls, certificates={**done.tls.certificates, name: record})
 
 
 async def _load(

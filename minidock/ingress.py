@@ -134,11 +134,12 @@ def route_loads(
     steps: Sequence[ProxyStep],
     seen: Mapping[str, ProxyObservation],
     tls: TlsState = NO_TLS,
+    challenges: Mapping[str, str] = MappingProxyType({}),
 ) -> tuple[RouteLoad, ...]:
     """What `converge_proxies` would do to each ingress host's proxy for this route table
     (with the state's ACME certificates, `tls`), with the route changes a load makes (for
     `plan`)."""
-    config = configs_for(table, ingress, tls)
+    config = configs_for(table, ingress, tls, challenges)
     by_host = {s.host: s for s in steps}
     loads = []
     for host, proxy in sorted(seen.items()):

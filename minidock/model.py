@@ -330,12 +330,12 @@ class AcmeSettings:
     """`[ingress] acme`: the ACME directory the controller orders certificates from, the
     account's contact, the root that directory's HTTPS chains to when it is a private CA
     (PEM, read at apply; "" for the system's roots), and how long before its end a
-    certificate is renewed."""
+    certificate is renewed (None, the default: when a third of its lifetime remains)."""
 
     email: str = ""
     directory: str = LETS_ENCRYPT
     ca_root: str = field(default="", repr=False)
-    renew_before: float = 30 * 86400.0
+    renew_before: float | None = None
 
 
 @dataclass(frozen=True)

@@ -461,7 +461,7 @@ def status_document(
     plan: Plan,
     routes: RouteTable = (),
     digest: str = "",
-    renew_before: float = 30 * 86400.0,
+    renew_before: float | None = None,
 ) -> StatusDocument:
     """The status document. `plan` is the dry-run decision for this observation (pending
     reasons and what the next pass would wait for); `routes` the route table a pass would
@@ -504,7 +504,7 @@ def _route(e: RouteEntry) -> RouteSummary:
 
 
 def certificates(
-    routes: RouteTable, tls: TlsState, renew_before: float
+    routes: RouteTable, tls: TlsState, renew_before: float | None = None
 ) -> tuple[CertificateSummary, ...]:
     """Each TLS host name of the route table and its certificate, by name."""
     found: dict[str, CertificateSummary] = {}

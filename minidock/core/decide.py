@@ -14,7 +14,9 @@ The decision, in order, each part reading what the parts before it decided:
 4. what every proxy holds: the route table and each ingress proxy's step, the endpoints and
    each host's name proxies (`routes`, `endpoints`), all judged from the state the gate
    left (a draining task is out of them in the pass that decides its stop);
-5. the ACME certificates due (`tls.due`), while every answering proxy runs its spec;
+5. the ACME orders: those to start (`tls.due`, while every answering proxy runs its
+   spec), those started by an earlier pass to collect (`tls.pending`), those past their
+   time failed (`tls.overdue`), and the HTTP-01 responses the proxies serve meanwhile;
 6. the before_update hooks' steps (`hooks.step`), the scheduled jobs' (`schedule.step`)
    with their placements, and the finished one-off tasks to remove.
 While the mass-loss guard holds, only probes are recorded and the proxies keep what they
@@ -26,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from minidock.core import hooks, schedule
+from minidock.core import hooks, schedule, tls
 from minidock.core.endpoints import endpoint_table, name_steps
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import (
@@ -150,7 +152,8 @@ def _with_proxies(
         routes = route_table(cluster, inventory, observed, state, now, specs)
         down = frozenset(name for name, hs in state.hosts.items() if hs.down)
         steps = proxy_steps(cluster.ingress, observed.proxies, down)
-        due_now = _due(cluster.ingress, routes, steps, state, now)
+        plan = _with_orders(plan, routes, now)
+        due_now = _due(cluster.ingress, routes, steps, plan.state, now)
         waits = tuple(
             Waiting(f"ingress proxy on {s.host}", s.waits, WaitKind.PROXY) for s in steps if s.waits
         )
@@ -173,6 +176,35 @@ def _with_proxies(
             plan, endpoints=table, names=name_steps(table, observed.names, used, aliased)
         )
     return plan
+
+
+def _with_orders(plan: Plan, routes: RouteTable, now: float) -> Plan:
+    """The pending ACME orders: those past ORDER_TIMEOUT failed (backing off, the old
+    certificate kept), the others collected this pass, their HTTP-01 responses kept in
+    every proxy's config, and a wait line each (a later pass collects what this one
+    does not)."""
+    state = plan.state
+    events = list(plan.events)
+    certs = state.tls
+    for name in tls.overdue(certs, now):
+        why = f"the CA did not issue within {tls.ORDER_TIMEOUT:.0f}s of the order"
+        certs = tls.failed(certs, name, why, now)
+        wait = certs.record(name).next_try - now
+        line = f"certificate for {name} not issued: {why}; next try in {wait:.0f}s"
+        events.append(Event(now, "certificate-failed", line))
+    collect = tls.pending(acme_names(routes), certs)
+    waits = tuple(
+        Waiting(f"certificate {n}", "order started, collected by a pass", WaitKind.CERTIFICATE)
+        for n in collect
+    )
+    return replace(
+        plan,
+        state=replace(state, tls=certs),
+        events=tuple(events),
+        collect=collect,
+        challenges=tuple(sorted(tls.challenges(certs).items())),
+        waiting=(*plan.waiting, *waits),
+    )
 
 
 def _due(

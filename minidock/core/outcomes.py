@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from minidock.core import hooks, rollout, slots, tls
 from minidock.core.schedule import JobRun, record_run
 from minidock.core.state import ControllerState, ServiceState
-from minidock.core.tls import AcmeAccount
+from minidock.core.tls import AcmeAccount, PendingOrder
 from minidock.model import Event
 from minidock.units import format_duration
 
@@ -26,6 +26,7 @@ __all__ = [
     "ActOutcome",
     "CertFailed",
     "CertIssued",
+    "CertOrdered",
     "ExitNoted",
     "HookEnded",
     "HookStarted",
@@ -114,6 +115,19 @@ class CertIssued:
     account: AcmeAccount
     at: float
     until: str = ""  # `not_after` as a reader reads it ("2027-03-02 10:00 UTC")
+    not_before: float = 0.0  # the leaf's start (0: not known)
+
+
+@dataclass(frozen=True)
+class CertOrdered:
+    """An ACME order a pass started for `name` (its responses up, the CA told), with the
+    account it used: later passes collect it."""
+
+    name: str
+    order: PendingOrder
+    account: AcmeAccount
+    directory: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,7 @@ ActOutcome = (
     | JobStarted
     | JobEnded
     | CertIssued
+    | CertOrdered
     | CertFailed
 )
 
@@ -211,9 +226,14 @@ def _job(
 
 
 def _certificate(
-    state: ControllerState, o: CertIssued | CertFailed
+    state: ControllerState, o: CertIssued | CertOrdered | CertFailed
 ) -> tuple[ControllerState, list[Event]]:
-    """A certificate issued, or an order refused (backing off), into the TLS state."""
+    """A certificate issued, an order started, or an order refused (backing off), into the
+    TLS state."""
+    if isinstance(o, CertOrdered):
+        after = tls.ordered(state.tls, o.name, o.order, o.account)
+        line = f"certificate for {o.name} ordered from {o.directory}: a later pass collects it"
+        return replace(state, tls=after), [Event(o.at, "certificate-ordered", line)]
     if isinstance(o, CertFailed):
         after = tls.failed(state.tls, o.name, o.reason, o.at, o.retry_after)
         wait = after.record(o.name).next_try - o.at
@@ -230,6 +250,7 @@ def _certificate(
         not_after=o.not_after,
         directory=o.directory,
         now=o.at,
+        not_before=o.not_before,
     )
     line = f"certificate for {o.name} issued by {o.issuer}, valid until {o.until}"
     return replace(state, tls=after), [Event(o.at, "certificate-issued", line)]

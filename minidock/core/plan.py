@@ -81,6 +81,7 @@ class WaitKind(enum.Enum):
     DRAINING = "draining"  # a routed task out of every route, waiting out drain_timeout
     HOOK = "hook"  # a generation's before_update hook, to run or running (core/hooks.py)
     PROXY = "proxy"  # an ingress proxy to replace once another host's new one serves
+    CERTIFICATE = "certificate"  # an ACME order started, collected by a later pass
 
     @property
     def moves(self) -> bool:
@@ -132,7 +133,9 @@ class Plan:
     proxies: tuple[ProxyStep, ...] = ()  # each answering ingress proxy: started?, then loaded
     endpoints: tuple[Endpoints, ...] = ()  # every exposed (service, port) and its upstreams
     names: tuple[NameStep, ...] = ()  # each answering host's name proxies: run, remove
-    certificates: tuple[str, ...] = ()  # host names an ACME certificate is ordered for now
+    certificates: tuple[str, ...] = ()  # host names an ACME order is started for now
+    collect: tuple[str, ...] = ()  # host names whose pending ACME order is looked at now
+    challenges: tuple[tuple[str, str], ...] = ()  # HTTP-01 (path, response) the proxies serve
     hooks: tuple[HookStep, ...] = ()  # the before_update hooks' acts
     jobs: tuple[JobAct, ...] = ()  # the scheduled jobs' runs to start and runs to read
     removals: tuple[OneOff, ...] = ()  # finished one-off tasks to remove

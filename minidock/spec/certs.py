@@ -27,11 +27,13 @@ __all__ = ["CertificateInfo", "acme_settings", "certificate_info", "name_covers"
 
 @dataclass(frozen=True)
 class CertificateInfo:
-    """What a PEM chain's leaf says: the names it is for, who issued it, when it ends."""
+    """What a PEM chain's leaf says: the names it is for, who issued it, when it ends and
+    when it began."""
 
     names: tuple[str, ...]
     issuer: str
     not_after: float  # epoch seconds
+    not_before: float = 0.0
 
 
 def certificate_info(chain: str) -> CertificateInfo:
@@ -48,7 +50,8 @@ def certificate_info(chain: str) -> CertificateInfo:
         )
     issuer = leaf.issuer.get_attributes_for_oid(NameOID.COMMON_NAME)
     shown = str(issuer[0].value) if issuer else leaf.issuer.rfc4514_string()
-    return CertificateInfo(names, shown, leaf.not_valid_after_utc.timestamp())
+    after, before = leaf.not_valid_after_utc.timestamp(), leaf.not_valid_before_utc.timestamp()
+    return CertificateInfo(names, shown, after, before)
 
 
 def name_covers(name: str, domain: str) -> bool:

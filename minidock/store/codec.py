@@ -25,7 +25,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from minidock.core.hosts import Availability, HostPhase, HostState
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import Rollout
-from minidock.core.tls import AcmeAccount, CertRecord
+from minidock.core.tls import AcmeAccount, CertRecord, PendingOrder
 from minidock.model import Cluster, Service, keyed_cluster, looks_secret
 
 if TYPE_CHECKING:
@@ -142,6 +142,7 @@ _upgrading(_converter, Rollout, _legacy_rollout)
 _sealing(_converter)
 _sealing_keys(_converter, AcmeAccount)  # the state's ACME account key
 _sealing_keys(_converter, CertRecord)  # each ACME certificate's key
+_sealing_keys(_converter, PendingOrder)  # the key of each ACME order not collected yet
 
 
 class Codec:

@@ -156,7 +156,8 @@ def _route_loads(
     ingress = desired.cluster.ingress
     if ingress is None:
         return ()
-    return route_loads(plan.routes, ingress, plan.proxies, observed.proxies, plan.state.tls)
+    tls, challenges = plan.state.tls, dict(plan.challenges)
+    return route_loads(plan.routes, ingress, plan.proxies, observed.proxies, tls, challenges)
 
 
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:

@@ -43,9 +43,10 @@ async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:
         plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
     cluster, inventory, routes = desired.cluster, desired.inventory, plan.routes
     ingress = cluster.ingress
-    digest = configs_for(routes, ingress, current.tls).digest if ingress else ""
+    challenges = dict(plan.challenges)  # a pending ACME order's, served meanwhile
+    digest = configs_for(routes, ingress, current.tls, challenges).digest if ingress else ""
     acme = ingress.acme if ingress is not None else None
-    renew = acme.renew_before if acme is not None else 30 * 86400.0
+    renew = acme.renew_before if acme is not None else None
     return status_document(current, inventory, result.observed, plan, routes, digest, renew)
 
 

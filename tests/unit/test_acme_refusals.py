@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from minidock.acme import RATE_LIMITED, AcmeFailed, obtain, retry_after
+from minidock.acme import RATE_LIMITED, AcmeFailed, retry_after, start
 from minidock.model import AcmeSettings
 
 
@@ -54,7 +54,7 @@ async def _publish(responses: Mapping[str, str]) -> None:
 def test_a_refusal_waits_for_the_cas_retry_after_when_it_is_longer(refusing_ca: str) -> None:
     before = time.time()
     with pytest.raises(AcmeFailed) as failed:
-        asyncio.run(obtain(AcmeSettings(directory=refusing_ca), None, "a.test", _publish))
+        asyncio.run(start(AcmeSettings(directory=refusing_ca), None, "a.test", _publish))
     assert failed.value.reason == "the CA refused: too many orders"
     assert failed.value.retry_after >= before + 7200 > before + RATE_LIMITED
 

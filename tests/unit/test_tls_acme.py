@@ -8,10 +8,26 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidock.core.tls import BACKOFF_FIRST, BACKOFF_MAX, TlsState, due, failed, issued, renews_at
+from minidock.core.tls import (
+    BACKOFF_FIRST,
+    BACKOFF_MAX,
+    ORDER_TIMEOUT,
+    AcmeAccount,
+    PendingOrder,
+    TlsState,
+    challenges,
+    due,
+    failed,
+    issued,
+    ordered,
+    overdue,
+    pending,
+    renews_at,
+)
 
 DAY = 86400.0
 DIRECTORY = "https://acme.test/dir"
+ACCOUNT = AcmeAccount(DIRECTORY, "JWK", "https://acme.test/acct/1")
 
 
 def with_certificate(name: str, not_after: float, directory: str = DIRECTORY) -> TlsState:
@@ -67,3 +83,119 @@ def test_the_back_off_doubles_up_to_a_day(failures: int) -> None:
     assert waits[0] == BACKOFF_FIRST
     assert all(b == min(2 * a, BACKOFF_MAX) for a, b in itertools.pairwise(waits))
     assert max(waits) <= BACKOFF_MAX
+
+
+# -- renewal by lifetime, and orders that never wait in a pass ------------------------------
+HOUR = 3600.0
+
+
+def issued_now(tls: TlsState, name: str, now: float, lifetime: float = DAY) -> TlsState:
+    """The CA's certificate for `name`: valid from a minute ago (CAs backdate) for
+    `lifetime`, as step-ca's and Let's Encrypt's short profiles issue."""
+    start = now - 60
+    return issued(
+        tls, name, f"CHAIN@{now}", "KEY", issuer="CA", not_after=start + lifetime,
+        directory=DIRECTORY, now=now, not_before=start,
+    )  # fmt: skip
+
+
+def test_a_certificate_renews_when_a_third_of_its_lifetime_remains() -> None:
+    tls = issued_now(TlsState(), "a.test", 0.0)  # 24 hours: renewed 8 hours before its end
+    record = tls.record("a.test")
+    assert renews_at(record) == record.not_after - 8 * HOUR
+    ninety = issued_now(TlsState(), "a.test", 0.0, 90 * DAY).record("a.test")
+    assert renews_at(ninety) == ninety.not_after - 30 * DAY  # Let's Encrypt's: 30 days
+    assert renews_at(record, 720 * HOUR) == record.not_after - 720 * HOUR  # set: as set
+    old = with_certificate("a.test", not_after=90 * DAY)  # kept before not_before was
+    assert renews_at(old.record("a.test")) == 90 * DAY - 30 * DAY
+
+
+def test_24_hour_certificates_are_ordered_once_per_renewal_window_across_simulated_days() -> None:
+    """A pass every minute for five days; an order is started by one pass and collected
+    by the next (the CA issues at once). With the lifetime rule: one order per window.
+    With `renew_before = 720h` on 24-hour certificates (the old default's trap), every
+    pass would order one."""
+
+    def run(renew_before: float | None) -> list[float]:
+        tls, starts, now = TlsState(), [], 0.0
+        while now < 5 * DAY:
+            collect = pending(["a.test"], tls)  # the decision first, as decide makes it
+            start = due(["a.test"], tls, DIRECTORY, now, renew_before)
+            for name in collect:  # then the acts: collected (the CA issued at once)
+                tls = issued_now(tls, name, now)
+            for name in start:
+                starts.append(now)
+                tls = ordered(tls, name, PendingOrder("u", "k", started=now), ACCOUNT)
+            now += 60
+        return starts
+
+    starts = run(None)
+    windows = [s // (16 * HOUR) for s in starts[1:]]
+    assert len(starts) == 1 + int((5 * DAY - 60) // (16 * HOUR + 60))  # first, then one a window
+    assert len(set(windows)) == len(windows)  # never two in one window
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(16 * HOUR <= g <= 16 * HOUR + 120 for g in gaps)  # at its window's start
+    assert len(run(720 * HOUR)) == 5 * DAY // 120  # every other pass: order, collect, ...
+
+
+def test_a_failing_ca_backs_off_within_the_window_and_the_old_certificate_serves() -> None:
+    tls = issued_now(TlsState(), "a.test", 0.0)
+    serving = tls.record("a.test").chain
+    tries, now = [], renews_at(tls.record("a.test"))
+    while now < tls.record("a.test").not_after:
+        if due(["a.test"], tls, DIRECTORY, now):
+            tries.append(now)
+            tls = failed(tls, "a.test", "the CA does not answer", now)
+        assert tls.record("a.test").chain == serving  # kept, and served
+        now += 60
+    waits = [b - a for a, b in itertools.pairwise(tries)]
+    assert waits[:3] == [BACKOFF_FIRST, 2 * BACKOFF_FIRST, 4 * BACKOFF_FIRST]
+    assert max(waits) <= DAY / 10 + 60  # capped at a tenth of its lifetime: tried again
+    assert len(tries) >= 6  # several tries before it ends, not one a day
+
+
+def test_a_pending_order_is_collected_keeps_its_responses_served_and_times_out() -> None:
+    order = PendingOrder("u", "k", "csr", (("/.well-known/acme-challenge/t", "t.k"),), 100.0)
+    tls = ordered(TlsState(), "a.test", order, ACCOUNT)
+    assert due(["a.test"], tls, DIRECTORY, 200.0) == ()  # not ordered twice
+    assert pending(["a.test", "b.test"], tls) == ("a.test",)
+    assert challenges(tls) == {"/.well-known/acme-challenge/t": "t.k"}
+    assert overdue(tls, 100.0 + ORDER_TIMEOUT - 1) == ()
+    assert overdue(tls, 100.0 + ORDER_TIMEOUT) == ("a.test",)
+    gone = failed(tls, "a.test", "late", 100.0 + ORDER_TIMEOUT)
+    assert (gone.record("a.test").order, challenges(gone)) == (None, {})
+    done = issued_now(tls, "a.test", 300.0)
+    assert (done.record("a.test").order, challenges(done)) == (None, {})
+
+
+def test_the_decision_collects_pending_orders_keeps_their_responses_and_fails_late_ones() -> None:
+    from dataclasses import replace
+
+    from minidock.core import ControllerState, admit
+    from minidock.core.decide import decide
+    from minidock.core.plan import WaitKind
+    from minidock.model import AcmeSettings, Ingress, Route, RouteTls
+    from tests.unit.test_ingress_core import CLUSTER, INVENTORY, WEB, observed, task
+
+    web = replace(WEB, ingress=(Route("app.test", "/", 8080, RouteTls("acme")),))
+    ingress = Ingress(hosts=("host1",), acme=AcmeSettings(directory=DIRECTORY))
+    cluster = replace(CLUSTER, services=(web,), ingress=ingress)
+    state = admit(ControllerState(), cluster, 1)
+    seen = observed(task(1))
+    proxy = replace(seen.proxies["host1"], spec=ingress.proxy_spec())
+    seen = replace(seen, proxies={"host1": proxy})
+    assert decide(cluster, INVENTORY, seen, state, 1000.0).certificates == ("app.test",)
+    order = PendingOrder("u", "k", "csr", (("/.well-known/acme-challenge/t", "t.k"),), 1000.0)
+    state = replace(state, tls=ordered(state.tls, "app.test", order, ACCOUNT))
+    plan = decide(cluster, INVENTORY, seen, state, 1010.0)
+    assert (plan.certificates, plan.collect) == ((), ("app.test",))  # collected, not ordered
+    assert plan.challenges == (("/.well-known/acme-challenge/t", "t.k"),)
+    assert [w.kind for w in plan.waiting if w.subject == "certificate app.test"] == [
+        WaitKind.CERTIFICATE
+    ]
+    late = decide(cluster, INVENTORY, seen, state, 1000.0 + ORDER_TIMEOUT)
+    assert (late.collect, late.challenges) == ((), ())
+    assert late.state.tls.record("app.test").failures == 1
+    assert [e.kind for e in late.events if e.kind.startswith("certificate")] == [
+        "certificate-failed"
+    ]

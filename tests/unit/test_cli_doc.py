@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import gc
 import json
 import re
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from minidock.status import status_schema
+from tests.source import parsed
 
 ROOT = Path(__file__).parents[2]
 CLI_MD = ROOT / "docs" / "cli.md"
@@ -78,19 +78,6 @@ def kinds_in(tree: ast.AST) -> set[str]:
                         if named_kind(t):
                             found.add(literal(v))
     return {k for k in found if k}
-
-
-def parsed(path: Path) -> ast.Module:
-    """`ast.parse` with the garbage collector off. On CPython 3.11 a finalizer the
-    collector runs while the tree is built (an asyncio Task an earlier test left with a
-    KeyboardInterrupt, logged as it is collected) fails the parse with "AST constructor
-    recursion depth mismatch"; what is collectable is collected first."""
-    gc.collect()
-    gc.disable()
-    try:
-        return ast.parse(path.read_text())
-    finally:
-        gc.enable()
 
 
 @functools.cache

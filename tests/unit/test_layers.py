@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import minidock
+from tests.source import parsed
 
 PACKAGE = Path(minidock.__file__).parent
 
@@ -40,7 +41,7 @@ CLI_MAY_IMPORT = {
 def imports(path: Path) -> dict[str, set[str]]:
     """Module -> names imported from it (`import x` gives the name "*")."""
     found: dict[str, set[str]] = {}
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.module:
             names = {a.name for a in node.names}
             if node.module == "minidock":  # `from minidock import usecases`

@@ -16,6 +16,7 @@ from minidock.core.rollout import RolloutInput
 from minidock.core.slots import SlotInput, SlotPhase, SlotState
 from minidock.core.state import Rollout, RolloutPhase
 from minidock.model import Container, RestartPolicy
+from tests.source import parsed
 
 ROOT = Path(__file__).parents[2]
 PACKAGE = ROOT / "minidock"
@@ -132,7 +133,7 @@ def test_slot_lifecycle_through_the_table() -> None:
 def _phase_keywords(path: Path) -> list[tuple[str, int]]:
     """Calls in `path` that pass a phase field by keyword (replace(x, phase=...), ...)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Call):
             for kw in node.keywords:
                 if kw.arg in PHASE_OWNERS and _builds_record(node):

@@ -170,7 +170,10 @@ class ServiceState:
         return len(self.slot_numbers())
 
     def host_of(self, slot: int) -> str:
-        """A global service's slot's host ("" for a replicated service)."""
+        """A global service's slot's host ("" for a replicated service, whatever hosts it
+        had while it was global)."""
+        if self.spec.mode != "global":
+            return ""
         return next((h for h, n in self.global_slots.items() if n == slot), "")
 
 

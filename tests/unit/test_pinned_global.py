@@ -189,6 +189,20 @@ def test_a_global_service_whose_constraints_move_it_to_other_hosts_converges(ima
     assert {c.image for c in w.live("exporter")} == {image}
 
 
+def test_a_global_service_made_replicated_places_its_slots_anywhere_it_may() -> None:
+    """The hosts a global service's slots were on are not a replicated one's: slot 1 was
+    host3's, and a replicated spec that keeps off host3 places it elsewhere (it was pending
+    on host3 for ever)."""
+    w = World(hosts(3))
+    w.apply(exporter(constraints=(Constraint("host", "==", "host3"),)))
+    w.converge()
+    assert per_host(w) == {"host3": 1}
+    w.apply(svc("exporter", replicas=2, constraints=(Constraint("host", "!=", "host3"),)))
+    w.containers["host3"] = []  # slot 1's task gone (its stop-first run cut short): refilled
+    w.converge(limit=20)
+    assert sorted(c.host for c in w.live("exporter")) == ["host1", "host2"]
+
+
 def test_a_global_service_updates_in_place_per_host() -> None:
     w = World(hosts(3))
     w.apply(exporter(health=HC, update=UpdatePolicy(parallelism=1, monitor=0)))

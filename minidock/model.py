@@ -182,8 +182,9 @@ class PortMapping:
 
 @dataclass(frozen=True)
 class Volume:
-    """A named volume (`source` a name: the task's data, kept on its host) or a bind mount
-    (`source` an absolute host path) at `target` inside the container."""
+    """A named volume (`source` a name: the task's data, kept on its host), a bind mount
+    (`source` an absolute host path) or an anonymous volume (`source` empty: Docker makes
+    one for each container) at `target` inside the container."""
 
     source: str
     target: str
@@ -191,9 +192,15 @@ class Volume:
 
     @property
     def named(self) -> bool:
-        return not self.source.startswith("/")
+        return bool(self.source) and not self.source.startswith("/")
+
+    @property
+    def anonymous(self) -> bool:
+        return not self.source
 
     def __str__(self) -> str:
+        if self.anonymous:
+            return self.target
         return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
 
 

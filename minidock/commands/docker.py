@@ -291,7 +291,10 @@ def _unscored(name: str) -> str:
 
 
 def volume_spec(volume: Volume, cluster: str, service: str, slot: int) -> str:
-    """`docker run -v` for a volume: a slot's own named volume, or the bind mount as is."""
+    """`docker run -v` for a volume: a slot's own named volume, the bind mount as is, or
+    the container path alone (an anonymous volume, one per container)."""
+    if volume.anonymous:
+        return volume.target
     source = volume_name(cluster, service, slot, volume.source) if volume.named else volume.source
     return f"{source}:{volume.target}" + (":ro" if volume.read_only else "")
 

@@ -396,13 +396,14 @@ _VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def _volumes(items: list[str], at: tuple[Part, ...], fail: Fail) -> tuple[Volume, ...]:
-    """Named volumes and bind mounts: absolute paths without '..', one mount per target."""
+    """Named volumes, bind mounts and anonymous volumes (a container path alone): absolute
+    paths without '..', one mount per target."""
     volumes: list[Volume] = []
     targets: dict[str, int] = {}
     for i, text in enumerate(items):
-        source, target, *mode = text.split(":")
+        source, target, *mode = text.split(":") if ":" in text else ("", text)
         where = (*at, i)
-        if not source.startswith("/") and not _VOLUME_NAME.fullmatch(source):
+        if source and not source.startswith("/") and not _VOLUME_NAME.fullmatch(source):
             raise fail(
                 where,
                 f"invalid volume {text!r}: a host path must be absolute "

@@ -3,7 +3,9 @@ read-only into each task (docs/configs.md).
 
 The checks the schema cannot express: an absolute, normal path in the task; no path that
 another config or a volume already mounts, or that lies inside another config (a file has
-no inside); a file that exists and is UTF-8 text; at most `MAX_CONFIG_BYTES`.
+no inside); a file that exists and is UTF-8 text; at most `MAX_CONFIG_BYTES`. A `dir`
+source is every file under a directory of the controller, each one a config at its path
+under the target, the whole at most `MAX_DIR_FILES` files and `MAX_DIR_BYTES`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ from minidock.model import ConfigFile, Volume
 from minidock.spec.errors import Fail, Part
 from minidock.spec.reading import resolve
 
-__all__ = ["MAX_CONFIG_BYTES", "build_configs", "check_task_path"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_DIR_BYTES", "MAX_DIR_FILES", "build_configs", "check_task_path"]
 
 MAX_CONFIG_BYTES = 500 * 1024  # per config, as Swarm's configs; the state keeps each one
+# per `dir` source (a read-only bind mount of a directory beside a Compose file): the
+# state keeps every file of it in every generation it holds
+MAX_DIR_BYTES = 1024 * 1024
+MAX_DIR_FILES = 100
 
 
 def build_configs(
@@ -28,12 +34,20 @@ def build_configs(
     fail: Fail,
     base: str,
 ) -> tuple[ConfigFile, ...]:
-    """Each `"/path/in/task" = { file = ... } | { content = ... }`, read now, by target."""
+    """Each `"/path/in/task" = { file = ... } | { content = ... } | { dir = ... }`, read
+    now, by target (a `dir`: one config per file under it)."""
     configs: list[ConfigFile] = []
     for target, source in table.items():
         where = (*at, target)
         others = [("the config at", c.target) for c in configs]
         check_task_path(target, volumes, others, where, fail)
+        if "dir" in source:
+            for name, content in _read_dir(resolve(base, source["dir"]), (*where, "dir"), fail):
+                path = f"{target.rstrip('/')}/{name}"
+                others = [("the config at", c.target) for c in configs]
+                check_task_path(path, volumes, others, where, fail)
+                configs.append(ConfigFile(path, content))
+            continue
         if "file" in source:
             content = _read(resolve(base, source["file"]), (*where, "file"), fail)
         else:
@@ -65,10 +79,10 @@ def check_task_path(
         )
     if posixpath.normpath(target) != target or ".." in target.split("/"):
         raise fail(where, f"{target!r} must be a plain path: write {posixpath.normpath(target)}")
-    for i, volume in enumerate(volumes):
+    for volume in volumes:
         inside = not in_volumes and _inside(target, volume.target)
         if volume.target == target or _inside(volume.target, target) or inside:
-            raise fail(where, f"{target} collides with volumes[{i}] ({volume.target})")
+            raise fail(where, f"{target} collides with the volume at {volume.target}")
     for what, other in others:
         if other == target or _inside(target, other) or _inside(other, target):
             raise fail(where, f"{target} collides with {what} {other}")
@@ -94,7 +108,43 @@ def _read(path: str, where: tuple[Part, ...], fail: Fail) -> str:
     except IsADirectoryError:
         raise fail(where, f"{path} is a directory: name a file") from None
     except UnicodeDecodeError:
-        raise fail(where, f"{path} is not UTF-8 text (configs are text files)") from None
+        raise fail(
+            where,
+            f"{path} is not UTF-8 text (configs are text files): build it into the image, "
+            "or use a volume",
+        ) from None
     except OSError as exc:
         raise fail(where, f"cannot read config file {path}: {type(exc).__name__}") from None
     return text
+
+
+def _read_dir(path: str, where: tuple[Part, ...], fail: Fail) -> list[tuple[str, str]]:
+    """(path under the directory, text) of every file under `path`, in path order; links to
+    files are read as their files, as a bind mount shows them. An empty directory is none."""
+    if not os.path.isdir(path):
+        found = "is not a directory" if os.path.exists(path) else "not found"
+        raise fail(where, f"{path} {found}")
+    files: list[tuple[str, str]] = []
+    total = 0
+    for top, dirs, names in os.walk(path):
+        dirs.sort()
+        for d in dirs:
+            if os.path.islink(os.path.join(top, d)):
+                shown = os.path.join(top, d)
+                raise fail(where, f"{shown} is a link to a directory: copy what it holds")
+        for name in sorted(names):
+            full = os.path.join(top, name)
+            rel = os.path.relpath(full, path).replace(os.sep, "/")
+            if not os.path.isfile(full):
+                raise fail(where, f"{full} is not a regular file: remove it from {path}")
+            text = _read(full, where, fail)
+            files.append((rel, text))
+            total += len(text.encode())
+            if len(files) > MAX_DIR_FILES or total > MAX_DIR_BYTES:
+                raise fail(
+                    where,
+                    f"{path} holds more than {MAX_DIR_FILES} files or "
+                    f"{MAX_DIR_BYTES // 1024 // 1024} MiB, what a directory of the controller "
+                    "may ship: build them into the image, or use a volume",
+                )
+    return files

@@ -17,32 +17,29 @@ from minidock.spec import SpecError, load_cluster
 from minidock.spec.cluster import cluster_document
 
 SAMPLES = Path(__file__).parent.parent / "data" / "awesome-compose"
-RELATIVE = "a relative bind mount ("
+RW = "a read-write bind mount of "
 ADDRESS = "network options (aliases, addresses) are not supported"
 NETWORK_MODE = "every task runs on its cluster's network (minidock-CLUSTER): remove it"
 SYSCTLS = "not supported by MiniDock: remove it"
 
 REFUSED = {
-    "angular": ("services.web.volumes[0]", 9, RELATIVE),
-    "apache-php": ("services.web.volumes[0]", 9, RELATIVE),
-    "elasticsearch-logstash-kibana": ("services.logstash.volumes[0]", 25, RELATIVE),
-    "flask-redis": ("services.web.volumes[0]", 16, RELATIVE),
-    "minecraft": ("services.minecraft.volumes[0]", 13, RELATIVE),
-    "nginx-flask-mongo": ("services.web.volumes[0]", 5, RELATIVE),
-    "nginx-golang": ("services.proxy.volumes[0]", 5, RELATIVE),
-    "nginx-golang-mysql": ("services.proxy.volumes[0]", 37, RELATIVE),
-    "nginx-golang-postgres": ("services.proxy.volumes[0]", 34, RELATIVE),
-    "nginx-wsgi-flask": ("services.nginx-proxy.volumes[0]", 6, RELATIVE),
+    "angular": ("services.web.volumes[0]", 9, RW),
+    "apache-php": ("services.web.volumes[0]", 9, RW),
+    "elasticsearch-logstash-kibana": ("services.logstash.volumes[0]", 25, RW),
+    "flask-redis": ("services.web.volumes[0]", 16, RW),
+    "minecraft": ("services.minecraft.volumes[0]", 13, RW),
+    "nginx-flask-mongo": ("services.web.volumes[0]", 5, RW),
+    "nginx-wsgi-flask": ("services.nginx-proxy.volumes[0]", 6, RW),
     "pihole-cloudflared-DoH": ("services.cloudflared.networks.dns-net.ipv4_address", 16, ADDRESS),
     "plex": ("services.plex.network_mode", 5, NETWORK_MODE),
-    "prometheus-grafana": ("services.prometheus.volumes[0]", 11, RELATIVE),
-    "react-express-mongodb": ("services.frontend.volumes[0]", 10, RELATIVE),
-    "react-express-mysql": ("services.backend.volumes[0]", 22, RELATIVE),
-    "react-java-mysql": ("services.frontend.volumes[0]", 42, RELATIVE),
-    "react-rust-postgres": ("services.frontend.volumes[0]", 12, RELATIVE),
-    "vuejs": ("services.web.volumes[0]", 9, RELATIVE),
-    "wasmedge-kafka-mysql": ("services.redpanda.volumes[0]", 20, RELATIVE),
-    "wasmedge-mysql-nginx": ("services.frontend.volumes[0]", 7, RELATIVE),
+    "prometheus-grafana": ("services.prometheus.volumes[0]", 11, RW),
+    "react-express-mongodb": ("services.frontend.volumes[0]", 10, RW),
+    "react-express-mysql": ("services.backend.volumes[1]", 23, RW),
+    "react-java-mysql": ("services.frontend.volumes[0]", 42, RW),
+    "react-rust-postgres": ("services.backend.volumes[0]", 29, RW),
+    "vuejs": ("services.web.volumes[0]", 9, RW),
+    "wasmedge-kafka-mysql": ("services.redpanda.volumes[0]", 20, RW),
+    "wasmedge-mysql-nginx": ("services.frontend.volumes[0]", 7, RW),
     "wireguard": ("services.wireguard.sysctls", 25, SYSCTLS),
 }
 
@@ -71,6 +68,17 @@ VALID: dict[str, dict[str, str | tuple[str, str, str | None]]] = {
         "db": "mariadb:10-focal",
         "backend": ("build", "backend", "builder"),
         "proxy": ("build", "proxy", None),
+    },
+    "nginx-golang": {"proxy": "nginx", "backend": ("build", "backend", "builder")},
+    "nginx-golang-mysql": {
+        "backend": ("build", "backend", "builder"),
+        "db": "mariadb:10-focal",
+        "proxy": "nginx",
+    },
+    "nginx-golang-postgres": {
+        "backend": ("build", "backend", "builder"),
+        "db": "postgres",
+        "proxy": "nginx",
     },
     "nginx-nodejs-redis": {
         "redis": "redislabs/redismod",
@@ -101,7 +109,7 @@ def test_every_sample_has_an_expected_outcome() -> None:
     assert len(samples) == 39
     assert samples == set(REFUSED) | set(VALID)
     assert not set(REFUSED) & set(VALID)
-    assert len(VALID) == 18
+    assert len(VALID) == 21
     assert "CC0 1.0 Universal" in (SAMPLES / "LICENSE").read_text()
 
 
@@ -199,6 +207,16 @@ def test_the_built_samples_key_facts() -> None:
     assert nodejs["web1"]["restart"] == {"condition": "on-failure"}
     assert nodejs["nginx"]["depends_on"] == ["web1", "web2"]
     assert "hostname" not in nodejs["web1"]  # a warning: one hostname cannot fit replicas
+
+
+def test_a_read_only_file_beside_the_compose_file_is_shipped_as_a_config() -> None:
+    path = SAMPLES / "nginx-golang-postgres" / "compose.yaml"
+    proxy = cluster_document(path)["services"]["proxy"]
+    assert proxy["configs"] == {"/etc/nginx/conf.d/default.conf": {"file": "./proxy/nginx.conf"}}
+    assert "volumes" not in proxy
+    (config,) = next(s for s in load_cluster(path).services if s.name == "proxy").configs
+    text = (SAMPLES / "nginx-golang-postgres" / "proxy" / "nginx.conf").read_text()
+    assert (config.target, config.content) == ("/etc/nginx/conf.d/default.conf", text)
 
 
 def test_two_services_built_from_one_context_share_its_tag() -> None:

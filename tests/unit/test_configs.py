@@ -77,9 +77,9 @@ BIG = "x" * (500 * 1024 + 1)
         ('"/etc/app/" = { content = "" }', "must be a plain path: write /etc/app"),
         ('"/" = { content = "" }', "'/' must be an absolute path in the task"),
         ('"/etc/a,b" = { content = "" }', "may not hold a comma, quote or line break"),
-        ('"/data" = { content = "" }', "/data collides with volumes[0] (/data)"),
+        ('"/data" = { content = "" }', "/data collides with the volume at /data"),
         ('"/data/x.conf" = { content = "" }', None),  # a file inside a volume's directory
-        ('"/srv/x" = { content = "" }', "/srv/x collides with volumes[1] (/srv/x/cache)"),
+        ('"/srv/x" = { content = "" }', "/srv/x collides with the volume at /srv/x/cache"),
         (
             '"/etc/a" = { content = "" }\n"/etc/a/b" = { content = "" }',
             "/etc/a/b collides with the config at /etc/a",

@@ -67,7 +67,7 @@ def test_a_secret_file_from_a_file_and_one_from_the_environment(
         ),
         (
             '"/data/pw" = { file = "ok.key" }',
-            'services.web.secret_files."/data/pw": /data/pw collides with volumes[0] (/data)',
+            'services.web.secret_files."/data/pw": /data/pw collides with the volume at /data',
         ),
         (
             '"/etc/app.conf" = { file = "ok.key" }',

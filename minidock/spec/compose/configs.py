@@ -58,11 +58,11 @@ def service_configs(s: Service) -> None:
     value = s.body["configs"]
     if not isinstance(value, YList):
         raise s.ctx.fail(at, f"expected a list, got {describe(value)}")
-    table: dict[str, dict[str, str]] = {}
+    table: dict[str, dict[str, str]] = s.out.get("configs", {})  # read-only bind mounts
     for i, item in enumerate(value):
         source, target = _one(s, item, (*at, i))
         if target in table:
-            raise s.ctx.fail((*at, i), f"{target} is given twice: one config per path")
+            raise s.ctx.fail((*at, i), f"{target} is given twice: one config or mount per path")
         table[target] = s.top.configs[source]
         s.ctx.came_from(("services", s.name, "configs", target), (*at, i))
     s.set("configs", table, "configs")

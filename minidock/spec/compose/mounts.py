@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 from minidock.spec.compose.context import describe
 from minidock.spec.compose.service_base import Service
 from minidock.spec.compose.values import boolean, items, mapping, text
@@ -99,27 +102,61 @@ _VOLUME_KEYS = ("type", "source", "target", "read_only", "consistency", "bind", 
 _NO_OP_MODES = ("rw", "cached", "delegated", "consistent")
 
 
+@dataclass(frozen=True)
+class _Mount:
+    """One entry of a service's `volumes`: `kind` is "bind" (a host path, or a path of the
+    controller's when relative), "volume" (a named volume) or "anonymous"."""
+
+    kind: str
+    source: str
+    target: str
+    read_only: bool
+
+
 def volumes(s: Service) -> None:
-    """`volumes`: declared named volumes and absolute bind mounts, short and long syntax."""
+    """`volumes`: declared named volumes, absolute bind mounts and anonymous volumes as the
+    TOML `volumes`; a read-only bind mount of a path beside the Compose file (relative, or
+    `~`) as a config of the service (its file, or every file of its directory)."""
     if "volumes" not in s.body:
         return
     found: list[str] = []
+    shipped: dict[str, dict[str, str]] = {}
     for i, item in items(s.list_of("volumes")):
         where = (*s.at, "volumes", i)
         if isinstance(item, YDict):
-            source, target, read_only = _long_volume(s, item, where)
+            mount = _long_volume(s, item, where)
         else:
-            source, target, read_only = _short_volume(s, text(s.ctx, item, where), where)
-        _check_source(s, source, where)
+            mount = _short_volume(s, text(s.ctx, item, where), where)
+        if mount.kind == "bind" and not mount.source.startswith("/"):
+            shipped[mount.target] = _shipped(s, mount, where)
+            s.ctx.came_from(("services", s.name, "configs", mount.target), where)
+            continue
+        if mount.kind == "volume" and mount.source not in s.top.volumes:
+            raise s.ctx.fail(
+                where,
+                f"volume {mount.source!r} is not declared: add it under the top-level volumes",
+            )
         s.ctx.came_from(("services", s.name, "volumes", len(found)), where)
-        found.append(f"{source}:{target}{':ro' if read_only else ''}")
-    s.set("volumes", found, "volumes")
+        if mount.kind == "anonymous":
+            found.append(mount.target)
+        else:
+            found.append(f"{mount.source}:{mount.target}{':ro' if mount.read_only else ''}")
+    if found:
+        s.set("volumes", found, "volumes")
+    if shipped:
+        s.out["configs"] = shipped
 
 
-def _short_volume(s: Service, spec: str, where: tuple[Part, ...]) -> tuple[str, str, bool]:
+def _is_path(source: str) -> bool:
+    """Whether a short-syntax source is a path (Compose's rule: it starts with `.`, `/` or
+    `~`), not a volume's name."""
+    return source.startswith((".", "/", "~"))
+
+
+def _short_volume(s: Service, spec: str, where: tuple[Part, ...]) -> _Mount:
     fields = spec.split(":")
     if len(fields) == 1:
-        raise s.ctx.fail(where, _anonymous(spec))
+        return _Mount("anonymous", "", spec, read_only=False)
     if len(fields) > 3:
         raise s.ctx.fail(where, f"invalid volume {spec!r}: use SOURCE:TARGET[:ro]")
     modes = fields[2].split(",") if len(fields) == 3 else []
@@ -128,17 +165,11 @@ def _short_volume(s: Service, spec: str, where: tuple[Part, ...]) -> tuple[str, 
             raise s.ctx.fail(where, f"volume option {mode!r} is not supported: use ro or rw")
         if mode in _NO_OP_MODES[1:]:
             s.ctx.warn(where, f"{mode!r} is ignored (it changes nothing on Linux)")
-    return fields[0], fields[1], "ro" in modes
+    kind = "bind" if _is_path(fields[0]) else "volume"
+    return _Mount(kind, fields[0], fields[1], read_only="ro" in modes)
 
 
-def _anonymous(target: str) -> str:
-    return (
-        f"an anonymous volume ({target}) is not supported: name it (NAME:{target}, declared "
-        "under the top-level volumes) or remove it"
-    )
-
-
-def _long_volume(s: Service, item: YDict, where: tuple[Part, ...]) -> tuple[str, str, bool]:
+def _long_volume(s: Service, item: YDict, where: tuple[Part, ...]) -> _Mount:
     s.known_keys(item, where, _VOLUME_KEYS)
     kind = item.get("type", "volume")
     if kind not in ("volume", "bind"):
@@ -146,11 +177,33 @@ def _long_volume(s: Service, item: YDict, where: tuple[Part, ...]) -> tuple[str,
             (*where, "type"), f"volume type {kind!r} is not supported: use volume or bind"
         )
     target = text(s.ctx, item.get("target"), (*where, "target"))
-    if item.get("source") in (None, ""):
-        raise s.ctx.fail(where, _anonymous(target))
-    source = text(s.ctx, item["source"], (*where, "source"))
     if "volume" in item and mapping(s.ctx, item["volume"], (*where, "volume")):
         raise s.ctx.fail((*where, "volume"), "volume options are not supported: remove them")
+    _bind_options(s, item, where)
+    if "consistency" in item:
+        s.ctx.warn((*where, "consistency"), "ignored (it changes nothing on Linux)")
+    read_only = boolean(s.ctx, item.get("read_only", False), (*where, "read_only"))
+    if item.get("source") in (None, ""):
+        if kind == "bind":
+            raise s.ctx.fail(where, "a bind mount needs a source: the path to mount")
+        if read_only:
+            raise s.ctx.fail(
+                (*where, "read_only"),
+                "an anonymous volume starts empty, so a read-only one holds nothing: remove "
+                "read_only, or mount a named volume",
+            )
+        return _Mount("anonymous", "", target, read_only=False)
+    source = text(s.ctx, item["source"], (*where, "source"))
+    if kind == "volume" and (_is_path(source) or "/" in source):
+        raise s.ctx.fail(
+            (*where, "source"),
+            f"a volume's source is the name of a volume declared under the top-level "
+            f"volumes, not a path ({source}): for a path of the host, give type: bind",
+        )
+    return _Mount(kind, source, target, read_only)
+
+
+def _bind_options(s: Service, item: YDict, where: tuple[Part, ...]) -> None:
     bind = mapping(s.ctx, item.get("bind"), (*where, "bind"))
     for key, value in bind.items():
         if key != "create_host_path" or not boolean(s.ctx, value, (*where, "bind", key)):
@@ -159,25 +212,30 @@ def _long_volume(s: Service, item: YDict, where: tuple[Part, ...]) -> tuple[str,
                 "bind options are not supported (MiniDock's bind mounts create a missing host "
                 "path, as docker run -v does): remove it",
             )
-    if "consistency" in item:
-        s.ctx.warn((*where, "consistency"), "ignored (it changes nothing on Linux)")
-    read_only = boolean(s.ctx, item.get("read_only", False), (*where, "read_only"))
-    return source, target, read_only
 
 
-def _check_source(s: Service, source: str, where: tuple[Part, ...]) -> None:
-    if source.startswith("/"):
-        return
-    if source.startswith((".", "~")):
+def _shipped(s: Service, mount: _Mount, where: tuple[Part, ...]) -> dict[str, str]:
+    """A bind mount of a path of the controller's (relative to the Compose file, or `~`):
+    read-only, it is the TOML config source of its file or directory, put on each host that
+    runs the service as every config is (docs/compose.md#files-beside-the-compose-file)."""
+    if not mount.read_only:
         raise s.ctx.fail(
             where,
-            f"a relative bind mount ({source}) names a path beside the Compose file, on the "
-            "controller, not on the hosts: write the absolute path on the hosts",
+            f"a read-write bind mount of {mount.source} (a path of the controller's, beside "
+            f"the Compose file) cannot be shared by {s.name}'s tasks on other hosts: mount it "
+            f"read-only ({mount.source}:{mount.target}:ro), which ships it to the hosts that "
+            "run them, or use a named volume for data the tasks write",
         )
-    if source not in s.top.volumes:
-        raise s.ctx.fail(
-            where, f"volume {source!r} is not declared: add it under the top-level volumes"
-        )
+    path = s.ctx.path(mount.source)
+    if os.path.isdir(path):
+        return {"dir": mount.source}
+    if os.path.isfile(path):
+        return {"file": mount.source}
+    raise s.ctx.fail(
+        where,
+        f"{mount.source} is not on the controller ({path}): a read-only bind mount of a path "
+        "beside the Compose file ships that file or directory; create it, or fix the path",
+    )
 
 
 def networks(s: Service) -> None:

@@ -287,7 +287,8 @@ class Ulimit:
 
 @dataclass(frozen=True)
 class LogConfig:
-    """The container's log driver and its options (`--log-driver`, `--log-opt`)."""
+    """The container's log driver and its options (`--log-driver`, `--log-opt`); no
+    driver (""): the engine's default driver, with the options."""
 
     driver: str
     options: tuple[tuple[str, str], ...] = ()
@@ -461,8 +462,10 @@ class Service:
     cap_drop: tuple[str, ...] = ()
     ulimits: tuple[Ulimit, ...] = ()
     log: LogConfig | None = None
-    extra_hosts: tuple[tuple[str, str], ...] = ()  # (name, address), sorted by name
+    # (name, address), sorted by name, a name's addresses in the order given
+    extra_hosts: tuple[tuple[str, str], ...] = ()
     dns: tuple[str, ...] = ()
+    sysctls: tuple[tuple[str, str], ...] = ()  # (key, value), sorted by key
     networks: tuple[str, ...] = ()  # existing networks joined besides the cluster's own
     # where hosts get the image: its registry (pulled), or this controller (pushed over SSH)
     image_source: ImageSource = "registry"
@@ -590,6 +593,7 @@ RUN_OPTIONS = (
     "log",
     "extra_hosts",
     "dns",
+    "sysctls",
     "networks",
 )
 

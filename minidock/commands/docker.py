@@ -375,10 +375,11 @@ def run_options_args(service: Service) -> list[str]:
     argv += [arg for cap in service.cap_drop for arg in ("--cap-drop", cap)]
     argv += [arg for limit in service.ulimits for arg in ("--ulimit", str(limit))]
     if service.log is not None:
-        argv += ["--log-driver", service.log.driver]
+        argv += ["--log-driver", service.log.driver] if service.log.driver else []
         argv += [arg for k, v in service.log.options for arg in ("--log-opt", f"{k}={v}")]
     argv += [arg for name, ip in service.extra_hosts for arg in ("--add-host", f"{name}:{ip}")]
     argv += [arg for server in service.dns for arg in ("--dns", server)]
+    argv += [arg for key, value in service.sysctls for arg in ("--sysctl", f"{key}={value}")]
     return argv
 
 

@@ -509,12 +509,19 @@ def _run_options(
     options["ulimits"] = _ulimits(body.get("ulimits", {}), (*at, "ulimits"), fail)
     if "log" in body:
         log_options: dict[str, str] = body["log"].get("options", {})
-        options["log"] = LogConfig(body["log"]["driver"], tuple(sorted(log_options.items())))
-    hosts: dict[str, str] = body.get("extra_hosts", {})
-    for name, address in hosts.items():
-        if address != "host-gateway":
-            _ip((*at, "extra_hosts", name), address, fail, ", or 'host-gateway'")
-    options["extra_hosts"] = tuple(sorted(hosts.items()))
+        options["log"] = LogConfig(
+            body["log"].get("driver", ""), tuple(sorted(log_options.items()))
+        )
+    hosts: dict[str, str | list[str]] = body.get("extra_hosts", {})
+    pairs: list[tuple[str, str]] = []
+    for name in sorted(hosts):
+        given = hosts[name]
+        for address in [given] if isinstance(given, str) else given:
+            if address != "host-gateway":
+                _ip((*at, "extra_hosts", name), address, fail, ", or 'host-gateway'")
+            pairs.append((name, address))
+    options["extra_hosts"] = tuple(pairs)
+    options["sysctls"] = tuple(sorted(body.get("sysctls", {}).items()))
     for i, address in enumerate(body.get("dns", [])):
         _ip((*at, "dns", i), address, fail, "")
     options["dns"] = tuple(body.get("dns", ()))

@@ -19,8 +19,7 @@ from minidock.spec.cluster import cluster_document
 SAMPLES = Path(__file__).parent.parent / "data" / "awesome-compose"
 RW = "a read-write bind mount of "
 ADDRESS = "network options (aliases, addresses) are not supported"
-NETWORK_MODE = "every task runs on its cluster's network (minidock-CLUSTER): remove it"
-SYSCTLS = "not supported by MiniDock: remove it"
+NETWORK_MODE = "every task runs on its cluster's network (minidock-CLUSTER), which its names"
 
 REFUSED = {
     "angular": ("services.web.volumes[0]", 9, RW),
@@ -40,7 +39,6 @@ REFUSED = {
     "vuejs": ("services.web.volumes[0]", 9, RW),
     "wasmedge-kafka-mysql": ("services.redpanda.volumes[0]", 20, RW),
     "wasmedge-mysql-nginx": ("services.frontend.volumes[0]", 7, RW),
-    "wireguard": ("services.wireguard.sysctls", 25, SYSCTLS),
 }
 
 # sample: {service: its image, or ("build", context, target) for one the controller builds}
@@ -96,6 +94,7 @@ VALID: dict[str, dict[str, str | tuple[str, str, str | None]]] = {
     },
     "spring-postgres": {"backend": ("build", "backend", None), "db": "postgres"},
     "traefik-golang": {"frontend": "traefik:2.6", "backend": ("build", "backend", None)},
+    "wireguard": {"wireguard": "linuxserver/wireguard"},
     "wordpress-mysql": {"db": "mariadb:10.6.4-focal", "wordpress": "wordpress:latest"},
 }
 
@@ -109,7 +108,7 @@ def test_every_sample_has_an_expected_outcome() -> None:
     assert len(samples) == 39
     assert samples == set(REFUSED) | set(VALID)
     assert not set(REFUSED) & set(VALID)
-    assert len(VALID) == 21
+    assert len(VALID) == 22
     assert "CC0 1.0 Universal" in (SAMPLES / "LICENSE").read_text()
 
 
@@ -217,6 +216,16 @@ def test_a_read_only_file_beside_the_compose_file_is_shipped_as_a_config() -> No
     (config,) = next(s for s in load_cluster(path).services if s.name == "proxy").configs
     text = (SAMPLES / "nginx-golang-postgres" / "proxy" / "nginx.conf").read_text()
     assert (config.target, config.content) == ("/etc/nginx/conf.d/default.conf", text)
+
+
+def test_wireguards_kernel_parameter_and_env_from_its_env_file() -> None:
+    path = SAMPLES / "wireguard" / "compose.yaml"
+    wireguard = cluster_document(path)["services"]["wireguard"]
+    assert wireguard["sysctls"] == {"net.ipv4.conf.all.src_valid_mark": "1"}
+    assert wireguard["cap_add"] == ["NET_ADMIN", "SYS_MODULE"]
+    assert wireguard["ports"] == ["51820:51820/udp"]
+    assert wireguard["env"]["TZ"] == "Etc/UTC"  # from its .env
+    assert wireguard["volumes"][2] == "/lib/modules:/lib/modules"
 
 
 def test_two_services_built_from_one_context_share_its_tag() -> None:

@@ -492,9 +492,9 @@ BAD = [
         "ulimit-type",
     ),
     c(
-        WEB + 'log = { options = { max-size = "10m" } }\n',
-        "services.web.log: missing required key 'driver'",
-        "log-no-driver",
+        WEB + "log = {}\n",
+        "services.web.log: {} should be non-empty",
+        "log-empty",
     ),
     c(
         WEB + 'log = { driver = "json-file", options = { max-file = 3 } }\n',

@@ -108,6 +108,8 @@ def translate(ctx: Context) -> dict[str, Any]:
             raise ctx.fail((key,), _TOP_REFUSED[key])
         raise ctx.fail((key,), f"unknown Compose key {key!r} (allowed: {', '.join(_TOP_KEYS)})")
     out: dict[str, Any] = _own_top(ctx, mapping(ctx, doc.get(_OWN), (_OWN,)))
+    for section in ("volumes", "networks", "secrets", "configs"):
+        _legacy_external(ctx, section)
     top = TopLevel(
         volumes=_volumes(ctx),
         networks=_networks(ctx),
@@ -186,6 +188,27 @@ def cluster_name(ctx: Context, own: YDict) -> str:
     return name
 
 
+def _legacy_external(ctx: Context, section: str) -> None:
+    """`external: {name: X}` (Compose file format 2 and 3) read as compose-go reads it:
+    `external: true` and `name: X`, with a warning; beside a different `name`, an error."""
+    for name, body in mapping(ctx, ctx.doc.get(section), (section,)).items():
+        at: tuple[Part, ...] = (section, name)
+        options = mapping(ctx, body, at)
+        external = options.get("external")
+        if not isinstance(external, YDict):
+            continue
+        if "name" in external:
+            given = text(ctx, external["name"], (*at, "external", "name"))
+            if "name" in options and options["name"] != given:
+                raise ctx.fail(
+                    (*at, "external", "name"), "name and external.name conflict: give only name"
+                )
+            ctx.warn((*at, "external", "name"), "deprecated: read as name and external: true")
+            options["name"] = given
+            options.lines.setdefault("name", options.lines["external"])
+        options["external"] = True
+
+
 def _volumes(ctx: Context) -> dict[str, YDict]:
     """The declared named volumes: MiniDock's own, one per slot, on the local driver."""
     declared: dict[str, YDict] = {}
@@ -230,7 +253,14 @@ def _networks(ctx: Context) -> dict[str, str]:
                 "which reaches outside",
             )
         declared[name] = ""
-        if name != "default":
+        if name == "default" and any(not str(key).startswith("x-") for key in options):
+            ctx.warn(
+                at,
+                "options ignored: the default network is the cluster's network "
+                "(minidock-CLUSTER), which MiniDock creates itself; use external: true to join "
+                "a network that exists on the hosts",
+            )
+        elif name != "default":
             ctx.warn(
                 at,
                 "not created: its services are on the cluster's network (minidock-CLUSTER), "

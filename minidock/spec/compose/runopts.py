@@ -145,12 +145,17 @@ def run_options(s: Service) -> None:
     if "stop_grace_period" in body:
         grace = duration(s.ctx, body["stop_grace_period"], (*at, "stop_grace_period"))
         s.set("stop_grace_period", grace, "stop_grace_period")
-    if "dns" in body:
-        s.set("dns", string_list(s.ctx, body["dns"], (*at, "dns")), "dns")
+    # an empty server (`dns: ${UNSET}`) is left out, as compose-go omits it: no dns
+    if "dns" in body and (
+        servers := [d for d in string_list(s.ctx, body["dns"], (*at, "dns")) if d]
+    ):
+        s.set("dns", servers, "dns")
+    if "sysctls" in body:
+        s.set("sysctls", _sysctls(s), "sysctls")
     if "ulimits" in body:
         s.set("ulimits", _ulimits(s), "ulimits")
-    if "logging" in body:
-        s.set("log", _logging(s), "logging")
+    if "logging" in body and (log := _logging(s)):
+        s.set("log", log, "logging")
     if "extra_hosts" in body:
         s.set("extra_hosts", _extra_hosts(s), "extra_hosts")
 
@@ -173,16 +178,19 @@ def _logging(s: Service) -> dict[str, Any]:
     at = (*s.at, "logging")
     body = mapping(s.ctx, s.body["logging"], at)
     s.known_keys(body, at, ("driver", "options"))
-    if "driver" not in body:
-        raise s.ctx.fail(at, "missing driver: name the log driver (json-file, local, ...)")
-    log: dict[str, Any] = {"driver": text(s.ctx, body["driver"], (*at, "driver"))}
+    log: dict[str, Any] = {}
+    if "driver" in body:  # left out: the engine's default driver, as Compose leaves it
+        log["driver"] = text(s.ctx, body["driver"], (*at, "driver"))
     options = mapping(s.ctx, body.get("options"), (*at, "options"))
     if options:
         log["options"] = {k: text(s.ctx, v, (*at, "options", k)) for k, v in options.items()}
     return log
 
 
-def _extra_hosts(s: Service) -> dict[str, str]:
+def _extra_hosts(s: Service) -> dict[str, str | list[str]]:
+    """NAME: ADDRESS lines for /etc/hosts, as compose-go reads them: a list of `name=ip` or
+    `name:ip` (`=` tried first; `ip1,ip2` is two addresses; a name given twice keeps both
+    addresses, in order), or a map of a name to an address or a list of them."""
     at = (*s.at, "extra_hosts")
     value = s.body["extra_hosts"]
     pairs: list[tuple[str, Any, tuple[Part, ...]]] = []
@@ -190,18 +198,30 @@ def _extra_hosts(s: Service) -> dict[str, str]:
         for i, item in items(value):
             entry = text(s.ctx, item, (*at, i))
             sep = "=" if "=" in entry else ":"
-            name, _, address = entry.partition(sep)
-            pairs.append((name, address, (*at, i)))
+            name, found_sep, address = entry.partition(sep)
+            if not found_sep:
+                raise s.ctx.fail((*at, i), f"{entry!r} has no address: write NAME=ADDRESS")
+            pairs.append((name, address.split(","), (*at, i)))
     else:
         pairs = [(k, v, (*at, k)) for k, v in mapping(s.ctx, value, at).items()]
-    found: dict[str, str] = {}
+    found: dict[str, list[str]] = {}
     for name, address, where in pairs:
-        if isinstance(address, list):
-            if len(address) != 1:
-                raise s.ctx.fail(where, "one address per name is supported")
-            address = address[0]
-        found[name] = text(s.ctx, address, where).removeprefix("[").removesuffix("]")
+        given = address if isinstance(address, list) else [address]
+        for one in given:
+            plain = text(s.ctx, one, where).removeprefix("[").removesuffix("]")
+            found.setdefault(name, []).append(plain)
         s.ctx.came_from(("services", s.name, "extra_hosts", name), where)
+    return {name: ips[0] if len(ips) == 1 else ips for name, ips in found.items()}
+
+
+def _sysctls(s: Service) -> dict[str, str]:
+    """`sysctls`: a map or a `KEY=VALUE` list, values as strings (`--sysctl KEY=VALUE`)."""
+    at = (*s.at, "sysctls")
+    found: dict[str, str] = {}
+    for key, (value, part) in key_values(s.ctx, s.body["sysctls"], at).items():
+        if value is None:
+            raise s.ctx.fail((*at, part), f"sysctl {key} has no value: write {key}=VALUE")
+        found[key] = value
     return found
 
 

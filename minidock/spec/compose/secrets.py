@@ -69,11 +69,16 @@ def _id(s: Service, value: Any, where: tuple[Part, ...]) -> int:
 
 
 def _mode(s: Service, value: Any, where: tuple[Part, ...]) -> str:
-    """The mode as octal digits, read as Docker reads it: `0440` (a number whose digits
-    are octal, which YAML 1.2 reads as 440) and the string "0440" are both 0o440."""
-    digits = text(s.ctx, value, where).removeprefix("0o")
-    if not digits.isascii() or not digits.isdigit() or "8" in digits or "9" in digits:
-        raise s.ctx.fail(where, f"{digits!r} is not an octal mode: write it like 0440")
-    if int(digits, 8) > 0o777:
-        raise s.ctx.fail(where, f"{digits} is not a file mode (at most 0777): write it like 0440")
-    return f"0{int(digits, 8):03o}"
+    """The mode as compose-go reads it: a number is the mode itself (`0440` and `0o440`
+    are octal to YAML, so 288, mode 0440; `440` is decimal, mode 0670), a string is octal
+    digits (`"0440"`, `"440"`)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        mode = value
+    else:
+        digits = text(s.ctx, value, where).removeprefix("0o")
+        if not digits.isascii() or not digits.isdigit() or "8" in digits or "9" in digits:
+            raise s.ctx.fail(where, f"{digits!r} is not an octal mode: write it like 0440")
+        mode = int(digits, 8)
+    if not 0 <= mode <= 0o777:
+        raise s.ctx.fail(where, f"{value} is not a file mode (at most 0777): write it like 0440")
+    return f"0{mode:03o}"

@@ -20,7 +20,7 @@ HONOURED = (
     "volumes", "networks", "depends_on", "healthcheck", "restart", "labels", "user",
     "working_dir", "cap_add", "cap_drop", "ulimits", "logging", "extra_hosts", "dns", "init",
     "read_only", "stop_signal", "stop_grace_period", "deploy", "scale", "cpus", "mem_limit",
-    "mem_reservation", "profiles", "links", "pull_policy", "secrets", "configs",
+    "mem_reservation", "profiles", "links", "pull_policy", "secrets", "configs", "sysctls",
 )  # fmt: skip
 
 # Ignored, with a warning: they change nothing MiniDock could do otherwise.
@@ -46,8 +46,9 @@ _REMOVE = "not supported by MiniDock: remove it"
 REFUSED = {
     "privileged": "privileged tasks are not supported: give the capabilities the task needs "
     "with cap_add",
-    "network_mode": "every task runs on its cluster's network (minidock-CLUSTER): remove it; "
-    "join existing networks with networks (external: true)",
+    "network_mode": "every task runs on its cluster's network (minidock-CLUSTER), which its "
+    "names and published ports need: remove it; join existing networks with networks "
+    "(external: true)",
     "external_links": "not supported: publish the other container's port and use its host's "
     "address, or an external network",
     "extends": "not supported: share settings with YAML anchors and merge keys "
@@ -57,7 +58,6 @@ REFUSED = {
     "device_cgroup_rules": _REMOVE,
     "gpus": _REMOVE,
     "security_opt": _REMOVE,
-    "sysctls": _REMOVE,
     "tmpfs": "tmpfs mounts are not supported: use a named volume, or remove it",
     "shm_size": _REMOVE,
     "pid": _REMOVE,
@@ -71,7 +71,8 @@ REFUSED = {
     "oom_kill_disable": _REMOVE,
     "oom_score_adj": _REMOVE,
     "pids_limit": _REMOVE,
-    "runtime": _REMOVE,
+    "runtime": "another container runtime is not supported: tasks run on each host's default "
+    "runtime (runc); remove it",
     "storage_opt": _REMOVE,
     "dns_opt": _REMOVE,
     "dns_search": "not supported: write full names, or add them with extra_hosts",

@@ -3,8 +3,10 @@
 PyYAML's safe loader (anchors, aliases, `<<` merge keys) with YAML 1.2's core schema for
 plain scalars, as Compose's Go YAML library reads them: `yes`, `no`, `on`, `off` are strings
 (`restart: no`), `8080:80` is a string (YAML 1.1 made it a base-60 integer), dates are
-strings. Mappings load as `YDict` and sequences as `YList`, which remember the 1-based line
-of each key and item, so an error can name the line it is about.
+strings, and `0440` is octal (288) as Go's YAML still reads it. `!reset` leaves its key
+out and `!override` is its value, as compose-go reads them in one file. Mappings load as
+`YDict` and sequences as `YList`, which remember the 1-based line of each key and item, so
+an error can name the line it is about.
 """
 
 from __future__ import annotations
@@ -78,10 +80,41 @@ _Loader.add_implicit_resolver(
 
 
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """An integer as Go's YAML reads it: `0o440` and `0x1f`, and YAML 1.1's `0440` still
+    octal (yaml.v3 keeps it "for compatibility"), so `mode: 0440` is 288 as in Compose."""
     text = str(loader.construct_scalar(node))
     if text.startswith("0o"):
         return int(text[2:], 8)
+    if _OCTAL_11.fullmatch(text):
+        return int(text, 8)
     return int(text, 0) if text.startswith("0x") else int(text, 10)
+
+
+_OCTAL_11 = re.compile(r"[-+]?0[0-7]+")
+
+
+class _Reset:
+    """A value tagged `!reset`: its key (or item) is left out, as compose-go leaves it out
+    (with a merge key, the merged-in value too); `!override` is the value as it is, since
+    one file has nothing else to merge it with."""
+
+
+_RESET = _Reset()
+
+
+def _construct_reset(loader: yaml.SafeLoader, node: yaml.Node) -> _Reset:
+    return _RESET
+
+
+def _construct_override(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return _construct_map(loader, node)
+    if isinstance(node, yaml.SequenceNode):
+        return _construct_seq(loader, node)
+    assert isinstance(node, yaml.ScalarNode)
+    resolved = loader.resolve(yaml.ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]
+    plain = yaml.ScalarNode(str(resolved), node.value, node.start_mark, node.end_mark, node.style)
+    return loader.construct_object(plain, deep=True)
 
 
 def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> YDict:
@@ -100,7 +133,12 @@ def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> YDict:
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, str | int | float | bool) and key is not None:
             raise YAMLProblem("a mapping key must be a plain value", key_node.start_mark.line + 1)
-        data[key] = loader.construct_object(value_node, deep=True)
+        value = loader.construct_object(value_node, deep=True)
+        if value is _RESET:
+            data.pop(key, None)
+            data.lines.pop(key, None)
+            continue
+        data[key] = value
         data.lines[key] = key_node.start_mark.line + 1
     return data
 
@@ -108,14 +146,18 @@ def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> YDict:
 def _construct_seq(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> YList:
     data = YList()
     for item in node.value:
-        data.append(loader.construct_object(item, deep=True))
-        data.lines.append(item.start_mark.line + 1)
+        value = loader.construct_object(item, deep=True)
+        if value is not _RESET:
+            data.append(value)
+            data.lines.append(item.start_mark.line + 1)
     return data
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+_Loader.add_constructor("!reset", _construct_reset)
+_Loader.add_constructor("!override", _construct_override)
 
 
 def parse(text: str) -> YDict:

@@ -76,9 +76,10 @@ def decide(
     plan = _with_proxies(plan, desired, inventory, observed, now, specs)
     plan = _with_older_dropped(plan, observed)
     if plan.guard:
-        return plan
+        return _with_names(plan, desired, inventory, observed, now, specs)
     plan = _with_hooks(plan, desired, inventory, observed, now)
     plan = _with_jobs(plan, desired, inventory, observed, now, times or {})
+    plan = _with_names(plan, desired, inventory, observed, now, specs)
     return _with_removals(plan, observed)
 
 
@@ -145,8 +146,7 @@ def _with_proxies(
     now: float,
     specs: TaskSpecs,
 ) -> Plan:
-    """The route table and each answering ingress proxy's step, and the certificates due;
-    the endpoints and each answering host's name proxies."""
+    """The route table and each answering ingress proxy's step, and the certificates due."""
     state = plan.state
     if cluster.ingress is not None:
         routes = route_table(cluster, inventory, observed, state, now, specs)
@@ -164,9 +164,29 @@ def _with_proxies(
             certificates=due_now,
             waiting=(*plan.waiting, *waits),
         )
+    return plan
+
+
+def _with_names(
+    plan: Plan,
+    cluster: Cluster,
+    inventory: Inventory,
+    observed: Observed,
+    now: float,
+    specs: TaskSpecs,
+) -> Plan:
+    """The endpoints and each answering host's name proxies, on every host the cluster
+    uses: where it has a task or starts one, and where a one-off of it runs or starts (a
+    hook, a scheduled run, `minidock run`), so that a migration reaches `db:5432` from a
+    host none of the cluster's tasks is on yet. Decided after the hooks and jobs, carried
+    out before them (carry.py), so the name answers when the one-off starts."""
     if observed.names:
-        table = endpoint_table(cluster, inventory, observed, state, now, specs)
+        table = endpoint_table(cluster, inventory, observed, plan.state, now, specs)
         used = {c.host for c in observed.containers()} | {r.host for r in plan.run}
+        seen = (o for h in observed.hosts.values() if h.ok for o in h.oneoffs)
+        used |= {o.host for o in seen if not o.finished}
+        used |= {h.host for h in plan.hooks if h.act is HookAct.START and h.host}
+        used |= {j.host for j in plan.jobs if isinstance(j, JobStart)}
         aliased: dict[str, set[str]] = {}
         for c in observed.containers():
             own = specs.of(c)

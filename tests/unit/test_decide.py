@@ -322,3 +322,28 @@ def test_a_task_two_applies_behind_is_judged_by_its_own_spec_until_none_runs_it(
     converged_within(w, 20)
     assert w.state.services["web"].older == ()
     assert not names_in_use(w.cluster, w.state)
+
+
+# -- a one-off reaches the cluster's names from a host none of its tasks is on -----------------
+def test_a_hook_on_a_host_without_tasks_gets_the_name_proxies_before_it_starts() -> None:
+    w = World([host("host1"), host("host2")])
+    db = svc("db", image="db:1", replicas=1, health=HC, expose=(5432,))
+    w.apply(replace(db, constraints=(Constraint("host", "==", "host2"),)))
+    w.converge()
+    (task,) = w.live()
+    w.containers["host2"] = [replace(c, published=((5432, 31000),)) for c in w.containers["host2"]]
+    w.now += 60  # past its monitor: it takes traffic
+    w.apply(replace(db, constraints=(Constraint("host", "==", "host2"),)), hooked("web:5"))
+    seen = replace(w.observe(), names={"host1": {}, "host2": {}})
+    plan = decide(w.cluster, w.inventory, seen, w.state, w.now)  # type: ignore[arg-type]
+    (start,) = plan.hooks
+    assert (start.act, start.host) == (HookAct.START, "host1")  # no task of the cluster there
+    assert plan.run == ()  # web's tasks wait for the hook
+    assert [(e.service, e.tasks) for e in plan.endpoints] == [("db", (task.task,))]
+    assert NameStep("host1", ("db",)) in plan.names  # started before the hook, in carry's order
+    later = replace(seen, hosts={**seen.hosts})
+    running = OneOff("h", "web.hook.x", "host1", "web", "x", HOOK_KIND, "running")
+    later.hosts["host1"] = replace(later.hosts["host1"], oneoffs=(running,))
+    w.state = plan.state
+    kept = decide(w.cluster, w.inventory, later, w.state, w.now)  # type: ignore[arg-type]
+    assert all(n.host != "host1" or "db" not in n.remove for n in kept.names)

@@ -197,41 +197,68 @@ async def apply(
         if fresh:
             await _look_first(desired, executor, runtime, file, own)
         async with writing(location, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
-            cluster = store.keyed(cluster)  # the spec hash takes its secrets keyed, never clear
-            desired = replace(desired, cluster=cluster)
-            before = store.load()
-            latest = store.latest_generation()
-            unchanged = latest is not None and latest[1] == cluster
-            generation = latest[0] if unchanged and latest else store.next_generation_id()
-            declined = [] if retry else declined_retries(before, cluster)
-            admitted = _admitted(
-                before, file, cluster, location, generation, prune=prune, retry=retry
+            desired, generation, declined = await _store_next(
+                store,
+                desired,
+                executor,
+                runtime,
+                report,
+                file,
+                directory,
+                location,
+                prune=prune,
+                adopt=adopt,
+                retry=retry,
             )
-            own = admitted.controller or controller_id(directory)
-            admitted = replace(admitted, controller=own)
-            desired = admissible(admitted, desired)
-            notes = _rekeyed(before, cluster, file)
-            if latest is None:  # a new store: what runs may be another store's
-                admitted, adopted = await _adoption(
-                    admitted, desired, executor, runtime, file, adopt=adopt
-                )
-                notes += adopted
-            await build_images(cluster, runtime, file, report)  # before anything is stored
-            now = runtime.clock.now()
-            _store_generation(
-                store, before, admitted, file, cluster, now, unchanged=unchanged, retry=retry
-            )
-            services = len(cluster.services)
-            warned = (*secret_env_warnings(cluster, str(file)), *notes)
-            stored = GenerationStored(
-                generation, cluster.name, services, directory, not unchanged, warned
-            )
-            report(stored)
             convergence = await converge_passes(
                 store, desired, runtime, report, wait=wait, timeout=timeout, executor=executor
             )
             failed = _declined(declined, file) or _failed(failed_updates(store.load(), generation))
     return ApplyOutcome(generation, convergence, failed)
+
+
+async def _store_next(
+    store: Store,
+    desired: Desired,
+    executor: Executor,
+    runtime: Runtime,
+    report: Report,
+    file: Path,
+    directory: StateLocation,
+    location: StateLocation,
+    *,
+    prune: bool,
+    adopt: bool,
+    retry: bool,
+) -> tuple[Desired, int, list[tuple[str, str]]]:
+    """Admit the file as the next generation (or the latest one again, unchanged), adopt
+    what runs on a new store, build its images, store it and report it: the desired state
+    to converge, its generation, and the failed updates `retry` was not given for."""
+    cluster = store.keyed(desired.cluster)  # the spec hash takes its secrets keyed, never clear
+    desired = replace(desired, cluster=cluster)
+    before = store.load()
+    latest = store.latest_generation()
+    unchanged = latest is not None and latest[1] == cluster
+    generation = latest[0] if unchanged and latest else store.next_generation_id()
+    declined = [] if retry else declined_retries(before, cluster)
+    admitted = _admitted(before, file, cluster, location, generation, prune=prune, retry=retry)
+    own = admitted.controller or controller_id(directory)
+    admitted = replace(admitted, controller=own)
+    desired = admissible(admitted, desired)
+    notes = _rekeyed(before, cluster, file)
+    if latest is None:  # a new store: what runs may be another store's
+        admitted, adopted = await _adoption(admitted, desired, executor, runtime, file, adopt=adopt)
+        notes += adopted
+    await build_images(cluster, runtime, file, report)  # before anything is stored
+    now = runtime.clock.now()
+    _store_generation(store, before, admitted, file, cluster, now, unchanged=unchanged, retry=retry)
+    warned = (*secret_env_warnings(cluster, str(file)), *notes)
+    report(
+        GenerationStored(
+            generation, cluster.name, len(cluster.services), directory, not unchanged, warned
+        )
+    )
+    return desired, generation, declined
 
 
 def _failed(updates: list[tuple[str, str]]) -> tuple[FailedUpdate, ...]:

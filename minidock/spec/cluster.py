@@ -57,10 +57,9 @@ from minidock.spec.reading import check_schema, compile_pattern, read_toml, reso
 from minidock.spec.secretfiles import (
     build_secret_files,
     check_secret_mode,
-    one_source,
-    program_value,
+    source_value,
 )
-from minidock.spec.sources import one_run, remember
+from minidock.spec.sources import one_run
 
 __all__ = ["cluster_document", "load", "load_cluster", "secret_env_warnings", "topo_order"]
 
@@ -440,19 +439,9 @@ def _secrets(
 
 
 def _secret_value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str) -> str:
-    """The value of one secret source (`{ file }`, `{ env }`, `{ command }`, `{ age_file }`:
-    `one_source`), read now; one trailing newline of a file or a command's output dropped."""
-    kind = one_source(source, where, fail)
-    if kind == "file":
-        value = _secret_file(resolve(base, source["file"]), (*where, "file"), fail)
-    elif kind == "env":
-        name = source["env"]
-        if name not in os.environ:
-            raise fail((*where, "env"), f"{name} is not set in the controller's environment")
-        value = os.environ[name]
-    else:
-        value = program_value(kind, source, where, fail, base, exact=False)
-    remember(value)
+    """The value of one secret source, read now (`source_value`); one trailing newline of
+    a file or a command's output dropped, and no line break or NUL left in it."""
+    value = source_value(source, where, fail, base, read_file=_secret_file, exact=False)
     if any(c in value for c in "\n\r\0"):
         raise fail(where, "the secret's value must not contain a line break or NUL")
     return value

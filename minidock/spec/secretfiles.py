@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from minidock.model import ConfigFile, SecretFile, Volume
@@ -116,22 +116,38 @@ def program_value(
     return command_value(source, where, fail, base, exact=exact)
 
 
-def _value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str) -> str:
-    """The secret's text, from its one source: a file or a command's output as it is, or
-    the controller's environment variable."""
+def source_value(
+    source: dict[str, Any],
+    where: tuple[Part, ...],
+    fail: Fail,
+    base: str,
+    *,
+    read_file: Callable[[str, tuple[Part, ...], Fail], str],
+    exact: bool,
+) -> str:
+    """The text of one secret source (`{ file }`, `{ env }`, `{ command }`, `{ age_file }`:
+    `one_source`), read now and remembered by the masker; a file read by `read_file`, a
+    program's output byte for byte when `exact`, else with one trailing newline dropped."""
     kind = one_source(source, where, fail)
     if kind == "file":
-        value = _read(resolve(base, source["file"]), (*where, "file"), fail)
+        value = read_file(resolve(base, source["file"]), (*where, "file"), fail)
     elif kind == "env":
         name = source["env"]
         if name not in os.environ:
             raise fail((*where, "env"), f"{name} is not set in the controller's environment")
         value = os.environ[name]
-        if len(value.encode()) > MAX_SECRET_BYTES:
-            raise fail((*where, "env"), f"over the {MAX_SECRET_BYTES // 1024} KiB limit")
     else:
-        value = program_value(kind, source, where, fail, base, exact=True)
+        value = program_value(kind, source, where, fail, base, exact=exact)
     remember(value)
+    return value
+
+
+def _value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str) -> str:
+    """A secret file's text, from its one source: a file or a command's output as it is,
+    or the controller's environment variable (within the size limit)."""
+    value = source_value(source, where, fail, base, read_file=_read, exact=True)
+    if "env" in source and len(value.encode()) > MAX_SECRET_BYTES:
+        raise fail((*where, "env"), f"over the {MAX_SECRET_BYTES // 1024} KiB limit")
     return value
 
 

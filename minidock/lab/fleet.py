@@ -125,8 +125,42 @@ def _lab_acme(folder: Path, container: str, taken: set[int]) -> LabAcme | None:
     return prepare_acme(folder, (ports[0], ports[1], ports[2]))
 
 
+class LabSessions(HostContainers):
+    """The lab's hosts reached as the controller reaches them: over SSH with the lab's
+    key and pinned host keys."""
+
+    def ssh_host(self, host: str) -> Host:
+        """A lab host as the controller sees it (for SSHExecutor)."""
+        return probe.ssh_host(self.host(host), self.key_path, self.known_hosts_path)
+
+    def wait_ready(self, hosts: Sequence[str] | None = None, timeout: float = 60.0) -> None:
+        """Wait until each host takes an SSH session with the lab's key and pinned host
+        key, and `docker ps` succeeds in it."""
+        names = list(hosts) if hosts is not None else [h.name for h in self.hosts()]
+        run_coro(probe.wait_until_ready([self.ssh_host(n) for n in names], timeout))
+
+    # -- SSH for tests and scripts
+    @contextlib.asynccontextmanager
+    async def connect(
+        self, host: str, **overrides: Any
+    ) -> AsyncIterator[asyncssh.SSHClientConnection]:
+        """`async with lab.connect("host1") as conn:` an SSH session to a lab host, with the
+        executor's options (keyword arguments override asyncssh.connect options)."""
+        async with probe.connect(self.ssh_host(host), **overrides) as conn:
+            yield conn
+
+    def run_ssh(self, host: str, command: str, **overrides: Any) -> asyncssh.SSHCompletedProcess:
+        """Run a shell command on a lab host over SSH (sync helper for tests and scripts)."""
+
+        async def go() -> asyncssh.SSHCompletedProcess:
+            async with self.connect(host, **overrides) as conn:
+                return await conn.run(command, check=False)
+
+        return run_coro(go())
+
+
 @dataclass
-class Lab(HostContainers):
+class Lab(LabSessions):
     """A lab fleet rooted at `root` (default: the working directory), compose project
     `project`; `labels` go on every host container, `timings` collects seconds per step."""
 
@@ -317,58 +351,31 @@ class Lab(HostContainers):
         self.wait_ready(timeout=timeout)
         readdress(self, timeout)
 
-    # -- readiness and status
-    def ssh_host(self, host: str) -> Host:
-        """A lab host as the controller sees it (for SSHExecutor)."""
-        return probe.ssh_host(self.host(host), self.key_path, self.known_hosts_path)
-
-    def wait_ready(self, hosts: Sequence[str] | None = None, timeout: float = 60.0) -> None:
-        """Wait until each host takes an SSH session with the lab's key and pinned host
-        key, and `docker ps` succeeds in it."""
-        names = list(hosts) if hosts is not None else [h.name for h in self.hosts()]
-        run_coro(probe.wait_until_ready([self.ssh_host(n) for n in names], timeout))
-
+    # -- status
     def status(self) -> list[HostStatus]:
         """Every host: its container state and what a real SSH session finds."""
         self.check_owner("status")
         hosts = self.hosts()
         states = self.container_states()
         found = run_coro(probe.probe_hosts([self.ssh_host(h.name) for h in hosts]))
-        return [
-            HostStatus(
-                h.name,
-                h.container,
-                states[h.name],
-                h.port,
-                p.ssh,
-                p.docker,
-                p.running,
-                p.error,
-                http_port=h.http_port,
-                https_port=h.https_port,
-                private_address=h.private_address,
-            )
-            for h, p in zip(hosts, found, strict=True)
-        ]
+        return [_status(h, states[h.name], p) for h, p in zip(hosts, found, strict=True)]
 
-    # -- SSH for tests and scripts
-    @contextlib.asynccontextmanager
-    async def connect(
-        self, host: str, **overrides: Any
-    ) -> AsyncIterator[asyncssh.SSHClientConnection]:
-        """`async with lab.connect("host1") as conn:` an SSH session to a lab host, with the
-        executor's options (keyword arguments override asyncssh.connect options)."""
-        async with probe.connect(self.ssh_host(host), **overrides) as conn:
-            yield conn
 
-    def run_ssh(self, host: str, command: str, **overrides: Any) -> asyncssh.SSHCompletedProcess:
-        """Run a shell command on a lab host over SSH (sync helper for tests and scripts)."""
-
-        async def go() -> asyncssh.SSHCompletedProcess:
-            async with self.connect(host, **overrides) as conn:
-                return await conn.run(command, check=False)
-
-        return run_coro(go())
+def _status(h: LabHost, state: str, p: probe.Probe) -> HostStatus:
+    """One host's status line: its container and what the SSH probe found."""
+    return HostStatus(
+        h.name,
+        h.container,
+        state,
+        h.port,
+        p.ssh,
+        p.docker,
+        p.running,
+        p.error,
+        http_port=h.http_port,
+        https_port=h.https_port,
+        private_address=h.private_address,
+    )
 
 
 def readdress(lab: Lab, timeout: float = 60.0) -> None:

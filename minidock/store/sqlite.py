@@ -254,13 +254,7 @@ class SQLiteStore:
         if _schema_version(self._db) != 1:
             return
         with self._transaction() as db:
-            if _schema_version(db) != 1:
-                return
-            _put_generations(db, self.codec, _generations(db, self.codec), replace=True)
-            row = db.execute("SELECT state_json FROM controller WHERE id = 1").fetchone()
-            if row is not None:
-                _put_state(db, self.codec.dumps(self.codec.loads(row[0], ControllerState)))
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            _seal_schema_1(db, self.codec)
         self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- internals ------------------------------------------------------------------------
@@ -306,6 +300,18 @@ def _put_generations(
         f"{verb} INTO generations (id, applied_at, source_path, cluster_json) VALUES (?, ?, ?, ?)",
         ((g.id, g.applied_at, g.source_path, codec.dumps(g.cluster)) for g in records),
     )
+
+
+def _seal_schema_1(db: sqlite3.Connection, codec: Codec) -> None:
+    """Every generation and the controller row of a schema-1 database written again
+    sealed, and the schema raised (nothing when another writer did it first)."""
+    if _schema_version(db) != 1:
+        return
+    _put_generations(db, codec, _generations(db, codec), replace=True)
+    row = db.execute("SELECT state_json FROM controller WHERE id = 1").fetchone()
+    if row is not None:
+        _put_state(db, codec.dumps(codec.loads(row[0], ControllerState)))
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _put_state(db: sqlite3.Connection, state_json: str) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar, Self
 
 __all__ = ["Load", "Reply", "get", "get_any"]
 
@@ -61,7 +62,30 @@ async def get(port: int, host: str, path: str = "/", timeout: float = 30.0) -> R
 
 
 @dataclass
-class Load:
+class Background:
+    """A load generator's thread: its `_run` goes on in an event loop of its own from the
+    start of a `with` block until the block ends (then `_stop` is set)."""
+
+    _stop: threading.Event = field(default_factory=threading.Event, kw_only=True)
+    _thread: threading.Thread | None = field(default=None, kw_only=True)
+    join_timeout: ClassVar[float] = 60.0
+
+    def __enter__(self) -> Self:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=self.join_timeout)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Load(Background):
     """`with Load(port, "app.test") as load:` keeps `clients` requests in flight (each
     client sends its next request when its last one ends, after `pause` seconds) until the
     block ends; `replies` holds every one. With no pause the clients take all the CPU they
@@ -75,18 +99,6 @@ class Load:
     others: tuple[int, ...] = ()  # more addresses of the name (DNS round-robin): get_any
     replies: list[Reply] = field(default_factory=list)
     fallbacks: int = 0  # requests that took another address than their first
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> Load:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(timeout=60)
 
     async def _client(self, n: int) -> None:
         ports = (self.port, *self.others)

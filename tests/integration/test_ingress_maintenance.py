@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import threading
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 
 from tests.integration.conftest import Fleet, Minidock
-from tests.integration.loadgen import Reply, get
+from tests.integration.loadgen import Background, Reply, get
 from tests.integration.test_ingress import DOMAIN, apply, http_port, paced_load, spec
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ def md(patient_md: Minidock) -> Minidock:
 
 
 @dataclass
-class Arrivals:
+class Arrivals(Background):
     """Open-loop load: a new request every `every` seconds, whatever the ones before are
     doing (a client waiting on its reply sends nothing more, so only arrivals like these
     show how many requests a pause holds); `replies` holds every one."""
@@ -38,18 +38,7 @@ class Arrivals:
     host: str
     every: float = 0.1
     replies: list[Reply] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> Arrivals:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(timeout=90)
+    join_timeout: ClassVar[float] = 90.0
 
     async def _one(self) -> None:
         self.replies.append(await get(self.port, self.host, timeout=60))

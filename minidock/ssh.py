@@ -19,7 +19,7 @@ import os
 import secrets
 import shlex
 import socket
-from collections.abc import AsyncIterable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -38,6 +38,7 @@ __all__ = [
     "OutputLine",
     "Result",
     "SSHExecutor",
+    "Sink",
     "Step",
     "Terminal",
     "Unreachable",
@@ -80,6 +81,8 @@ class OutputLine:
 
 
 OnLine = Callable[[OutputLine], None]
+Sink = Callable[[bytes], Awaitable[None]]  # takes one chunk of a command's stdout
+POUR_CHUNK = 1 << 20  # the most bytes of a poured command's stdout read at a time
 
 
 SSHD = "the host's sshd"  # how a failure's cause names the host (Unreachable.cause)
@@ -143,6 +146,20 @@ class Executor(Protocol):
     ) -> Result:
         """Run argv with `source` streamed to its stdin; `timeout` bounds each chunk's
         delivery and the wait for the exit after the last one, not the whole stream."""
+        ...
+
+    async def pour(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        sink: Sink,
+        *,
+        timeout: float | None = None,
+    ) -> Result:
+        """Run argv with its stdout handed to `sink` chunk by chunk as it comes (the Result's
+        stdout is empty, its stderr whole); the next chunk is read once `sink` returns, so
+        a slow sink slows the command, never fills memory. `timeout` bounds each chunk's
+        wait and the wait for the exit after the last one, not the whole stream."""
         ...
 
     async def follow(self, host: Host, argv: Sequence[str], on_line: OnLine) -> int:
@@ -737,6 +754,36 @@ class SSHExecutor:
                 raise self._pool.unreachable(host, exc) from None
             finally:
                 process.close()
+
+    async def pour(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        sink: Sink,
+        *,
+        timeout: float | None = None,
+    ) -> Result:
+        """Run argv with its stdout handed to `sink` chunk by chunk (flow-controlled: the
+        channel's window stays shut while `sink` works); see `Executor.pour`."""
+        command = _command(host, argv)
+        limit = host.command_timeout if timeout is None else timeout
+        async with self._host_limit(host), self._limit:
+            conn, process = await self._pool.session(host, command, encoding=None)
+            errors = asyncio.ensure_future(process.stderr.read())
+            try:
+                process.stdin.write_eof()
+                while chunk := await asyncio.wait_for(process.stdout.read(POUR_CHUNK), limit):
+                    await sink(chunk)
+                stderr = await asyncio.wait_for(errors, limit)
+                await asyncio.wait_for(process.wait_closed(), limit)
+            except TimeoutError:
+                raise CommandTimeout(host.name, _argv0(argv), limit, opened=True) from None
+            except (asyncssh.Error, OSError) as exc:
+                raise self._pool.unreachable(host, exc) from None
+            finally:
+                errors.cancel()
+                process.close()
+            return Result(self._pool.status(host, conn, process), "", _text(stderr))
 
     async def follow(self, host: Host, argv: Sequence[str], on_line: OnLine) -> int:
         """Run argv with no time limit, each output line to `on_line` as it comes. A

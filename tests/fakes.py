@@ -17,7 +17,7 @@ from typing import Any
 from minidock.commands.facts import PS_FORMAT
 from minidock.model import Host, image_registry
 from minidock.push import LocalImage
-from minidock.ssh import OnLine, OutputLine, Result, Terminal, Unreachable
+from minidock.ssh import OnLine, OutputLine, Result, Sink, Terminal, Unreachable
 from tests.behaviour import TICK, Clock, Life, act_of, advance
 
 Handler = Callable[[Host, list[str], str | None], Result]
@@ -46,6 +46,7 @@ class FakeExecutor:
         self.disconnected: list[str] = []  # hosts whose connection a caller dropped
         self.in_flight = 0
         self.max_in_flight = 0
+        self.pour_chunk = 1 << 20
 
     async def run(
         self,
@@ -78,6 +79,22 @@ class FakeExecutor:
         """The handler sees the streamed bytes as text (latin-1, so any bytes pass)."""
         data = b"".join([chunk async for chunk in source])
         return await self.run(host, argv, input=data.decode("latin-1"), timeout=timeout)
+
+    async def pour(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        sink: Sink,
+        *,
+        timeout: float | None = None,
+    ) -> Result:
+        """The handler's stdout (latin-1 text, so any bytes pass) to `sink` in chunks of
+        `pour_chunk` bytes; the Result without its stdout."""
+        result = await self.run(host, argv, timeout=timeout)
+        data = result.stdout.encode("latin-1")
+        for at in range(0, len(data), self.pour_chunk):
+            await sink(data[at : at + self.pour_chunk])
+        return Result(result.exit_status, "", result.stderr)
 
     async def follow(self, host: Host, argv: Sequence[str], on_line: OnLine) -> int:
         """The handler's whole output, line by line: stdout's lines, then stderr's."""

@@ -32,6 +32,7 @@ from minidock.model import (
 __all__ = [
     "CONFIG_DIR",
     "ENV_FILE_STDIN",
+    "LABEL_COPY",
     "build_argv",
     "config_check_argv",
     "config_check_input",
@@ -40,6 +41,8 @@ __all__ = [
     "config_mount_args",
     "config_write_argv",
     "container_name",
+    "copy_in_argv",
+    "copy_out_argv",
     "created_argv",
     "docker_duration",
     "engine_version_argv",
@@ -68,12 +71,17 @@ __all__ = [
     "start_argv",
     "stop_argv",
     "task_logs_argv",
+    "volume_exists_argv",
+    "volume_helper_argv",
+    "volume_helper_name",
     "volume_name",
+    "volume_rm_argv",
     "volume_spec",
 ]
 
 
 ENV_FILE_STDIN = "/dev/stdin"
+LABEL_COPY = "minidock.copy"  # a volume's helper (`volume_helper_argv`): the volume it holds
 # configs on a host, each named by its content's sha256; relative to the SSH user's home
 # (where every session starts), made absolute once per host by `config_dir_argvs`
 CONFIG_DIR = ".minidock/configs"
@@ -297,6 +305,59 @@ def volume_spec(volume: Volume, cluster: str, service: str, slot: int) -> str:
         return volume.target
     source = volume_name(cluster, service, slot, volume.source) if volume.named else volume.source
     return f"{source}:{volume.target}" + (":ro" if volume.read_only else "")
+
+
+# -- a volume's data, as a tar stream (minidock.volumecopy) ----------------------------------
+def volume_helper_name(volume: str) -> str:
+    """The container that holds a volume while its data streams in or out of it."""
+    return f"minidock-copy.{_operand(volume, 'volume')}"
+
+
+def volume_helper_argv(volume: str, target: str, image: str) -> list[str]:
+    """`docker create` (never started) of a container of the task's own image with the
+    volume mounted where the task mounts it, so that `docker cp` reaches the volume with no
+    task running and no other image; `volume-nocopy`: a volume it creates stays empty
+    (Docker would fill it from the image), and no network. Created, it makes the volume."""
+    if not target.startswith("/") or target == "/" or "," in target:
+        raise ValueError(f"invalid volume target: {target!r}")
+    mount = f"type=volume,source={_operand(volume, 'volume')},target={target},volume-nocopy=true"
+    return [
+        "docker",
+        "create",
+        "--name",
+        volume_helper_name(volume),
+        "--label",
+        f"{LABEL_COPY}={volume}",
+        "--network",
+        "none",
+        "--entrypoint",
+        "true",
+        "--mount",
+        mount,
+        _operand(image, "image"),
+    ]
+
+
+def copy_out_argv(container: str, path: str) -> list[str]:
+    """A tar stream of `path` (and all below it, owners and modes kept) on stdout, out of a
+    container running or not; the archive's one top entry is the path's last name."""
+    return ["docker", "cp", f"{_operand(container, 'container')}:{path}", "-"]
+
+
+def copy_in_argv(container: str, parent: str) -> list[str]:
+    """The tar stream on stdin (`copy_out_argv`'s) unpacked under `parent` in a container,
+    owners kept (`-a`): the stream of `/var/lib/data` goes in under `/var/lib`."""
+    return ["docker", "cp", "-a", "-", f"{_operand(container, 'container')}:{parent}"]
+
+
+def volume_exists_argv(volume: str) -> list[str]:
+    """Exit 0 (printing its name) when the volume is on the host, non-zero when not."""
+    return ["docker", "volume", "inspect", "--format", "{{.Name}}", _operand(volume, "volume")]
+
+
+def volume_rm_argv(volume: str) -> list[str]:
+    """Remove a volume and its data (refused by Docker while a container uses it)."""
+    return ["docker", "volume", "rm", _operand(volume, "volume")]
 
 
 def config_mount_args(configs: Sequence[tuple[str, str]]) -> list[str]:

@@ -64,7 +64,7 @@ until ids=$(docker ps -aq --filter label=minidock.cluster 2>&1); do
     sleep 0.1; i=$((i + 1))
 done
 [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
-for label in minidock.ingress minidock.names; do
+for label in minidock.ingress minidock.names minidock.copy; do
     proxies=$(docker ps -aq --filter label=$label)
     [ -z "$proxies" ] || docker rm -f -v $proxies >/dev/null
 done

@@ -1,0 +1,238 @@
+"""A volume's data as a tar stream over SSH: out of a container (`docker cp C:PATH -`,
+running or stopped), into one (`docker cp -a - C:PARENT`), and host to host through the
+controller (`pipe`), never held in memory: at most `PIPE_DEPTH` chunks of the executor's
+(`ssh.POUR_CHUNK`, 1 MiB) are in flight between the two hosts.
+
+A volume with no task on its host is reached through a helper (`open_volume`): a container
+of the task's own image, created and never started, with the volume mounted where the task
+mounts it (`commands.docker.volume_helper_argv`), so a host needs no other image; creating
+it makes the volume when it is not there. The stream of `/var/lib/data` has `data` as its
+one top entry and goes in under `/var/lib`: a stream taken from the running task (a
+backup) and one taken from a helper (a move) are the same stream.
+
+`minidock move` (usecases/volumes.py) and `minidock backup`/`restore` build on these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import posixpath
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import dataclass
+
+from minidock.commands.docker import (
+    copy_in_argv,
+    copy_out_argv,
+    rm_argv,
+    volume_exists_argv,
+    volume_helper_argv,
+    volume_helper_name,
+    volume_rm_argv,
+)
+from minidock.model import Host
+from minidock.ssh import Executor, Result, Sink
+from minidock.units import approx_size
+
+__all__ = [
+    "PIPE_DEPTH",
+    "Copied",
+    "CopyError",
+    "OnBytes",
+    "close_volume",
+    "copy_volume",
+    "open_volume",
+    "parent_of",
+    "pipe",
+    "remove_volume",
+    "stream_in",
+    "stream_out",
+    "volume_exists",
+]
+
+PIPE_DEPTH = 8  # chunks queued between the source host's stream and the target's
+OnBytes = Callable[[int], None]  # bytes streamed so far
+_END = b""
+
+
+class CopyError(Exception):
+    """A stream out of or into a container failed (one line, naming host and command)."""
+
+
+@dataclass(frozen=True)
+class Copied:
+    """One volume's copy: bytes streamed and seconds taken."""
+
+    volume: str
+    source: str
+    target: str
+    size: int
+    seconds: float
+
+    def figure(self) -> str:
+        """Size, time and rate, as people read them: "2.0MiB in 0.3s, 6.6MiB/s"."""
+        rate = f", {approx_size(int(self.size / self.seconds))}/s" if self.seconds > 0 else ""
+        return f"{approx_size(self.size)} in {self.seconds:.1f}s{rate}"
+
+
+def parent_of(path: str) -> str:
+    """Where the stream of `path` goes in: its parent directory."""
+    return posixpath.dirname(posixpath.normpath(path)) or "/"
+
+
+def _failed(what: str, host: Host, result: Result) -> CopyError:
+    text = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()
+    return CopyError(f"{what} failed on {host.name}: {text[0][:200]}")
+
+
+async def open_volume(executor: Executor, host: Host, volume: str, target: str, image: str) -> str:
+    """The helper holding `volume` at `target` on the host (made afresh: one left by an
+    interrupted copy is removed first), its name returned; the volume made if absent."""
+    await close_volume(executor, host, volume)
+    made = await executor.run(host, volume_helper_argv(volume, target, image))
+    if made.exit_status != 0:
+        raise _failed(f"docker create of a helper for {volume}", host, made)
+    return volume_helper_name(volume)
+
+
+async def close_volume(executor: Executor, host: Host, volume: str) -> None:
+    """Remove the volume's helper, if any (the volume stays)."""
+    await executor.run(host, rm_argv([volume_helper_name(volume)], force=True))
+
+
+async def volume_exists(executor: Executor, host: Host, volume: str) -> bool:
+    found = await executor.run(host, volume_exists_argv(volume))
+    return found.exit_status == 0 and found.stdout.strip() == volume
+
+
+async def remove_volume(executor: Executor, host: Host, volume: str) -> None:
+    """Remove the volume (and its helper); a volume already gone is no failure."""
+    await close_volume(executor, host, volume)
+    gone = await executor.run(host, volume_rm_argv(volume))
+    if gone.exit_status != 0 and await volume_exists(executor, host, volume):
+        raise _failed(f"docker volume rm {volume}", host, gone)
+
+
+async def stream_out(
+    executor: Executor,
+    host: Host,
+    container: str,
+    path: str,
+    sink: Sink,
+    *,
+    on_bytes: OnBytes | None = None,
+) -> int:
+    """Hand the tar stream of `path` in `container` to `sink`, chunk by chunk (the next
+    read once `sink` returns); the bytes streamed. Raises CopyError on a failed copy."""
+    size = 0
+
+    async def counted(chunk: bytes) -> None:
+        nonlocal size
+        size += len(chunk)
+        await sink(chunk)
+        if on_bytes is not None:
+            on_bytes(size)
+
+    done = await executor.pour(host, copy_out_argv(container, path), counted)
+    if done.exit_status != 0:
+        raise _failed(f"docker cp out of {container}:{path}", host, done)
+    return size
+
+
+async def stream_in(
+    executor: Executor,
+    host: Host,
+    container: str,
+    path: str,
+    source: AsyncIterable[bytes],
+    *,
+    on_bytes: OnBytes | None = None,
+) -> int:
+    """Unpack the tar stream of `path` (from `source`) into `container`, under its parent;
+    the bytes streamed. Raises CopyError on a failed copy."""
+    size = 0
+
+    async def counted() -> AsyncIterator[bytes]:
+        nonlocal size
+        async for chunk in source:
+            size += len(chunk)
+            if on_bytes is not None:
+                on_bytes(size)
+            yield chunk
+
+    done = await executor.feed(host, copy_in_argv(container, parent_of(path)), counted())
+    if done.exit_status != 0:
+        raise _failed(f"docker cp into {container}:{parent_of(path)}", host, done)
+    return size
+
+
+async def pipe(
+    executor: Executor,
+    source: tuple[Host, str],
+    target: tuple[Host, str],
+    path: str,
+    *,
+    on_bytes: OnBytes | None = None,
+) -> int:
+    """Stream `path` out of a container on one host into a container on another (each a
+    (host, container) pair) through the controller; the bytes streamed. The two commands
+    run at once, `PIPE_DEPTH` chunks at most between them; either failing fails both."""
+    queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue(PIPE_DEPTH)
+
+    async def produce() -> int:
+        try:
+            size = await stream_out(executor, *source, path, queue.put, on_bytes=on_bytes)
+        except Exception as exc:  # the consumer is told; a cancel (it is gone) is not
+            await queue.put(exc)
+            raise
+        await queue.put(_END)
+        return size
+
+    async def chunks() -> AsyncIterator[bytes]:
+        while (chunk := await queue.get()) != _END:
+            if isinstance(chunk, BaseException):
+                raise CopyError(f"the stream out of {source[0].name} ended: {chunk}")
+            yield chunk
+
+    producer = asyncio.ensure_future(produce())
+    try:
+        await stream_in(executor, *target, path, chunks())
+    except BaseException:
+        failed = producer.exception() if producer.done() and not producer.cancelled() else None
+        if failed is not None:
+            raise failed from None  # the source's failure: the cause
+        raise
+    finally:
+        if not producer.done():
+            producer.cancel()
+            with contextlib.suppress(BaseException):
+                await producer
+    return await producer
+
+
+async def copy_volume(
+    executor: Executor,
+    source: Host,
+    target: Host,
+    volume: str,
+    mount: tuple[str, str],
+    *,
+    on_bytes: OnBytes | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Copied:
+    """Copy a volume from one host to the same-named volume on another, through helpers
+    of the task's image on both (`mount`: the path the task mounts it at, and the image);
+    the target's volume is made when absent. The helpers are removed, the volumes stay."""
+    path, image = mount
+    started = clock()
+    try:
+        out = await open_volume(executor, source, volume, path, image)
+        into = await open_volume(executor, target, volume, path, image)
+        size = await pipe(executor, (source, out), (target, into), path, on_bytes=on_bytes)
+    finally:
+        with contextlib.suppress(Exception):
+            await close_volume(executor, source, volume)
+        with contextlib.suppress(Exception):
+            await close_volume(executor, target, volume)
+    return Copied(volume, source.name, target.name, size, clock() - started)

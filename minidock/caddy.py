@@ -91,7 +91,8 @@ class RouteSpec:
     """One route as the proxy sees it: Host (""=any), path prefix, upstream addresses,
     and whether it is served over HTTPS (then plain HTTP to it is redirected). In
     maintenance (`maintenance`, the page's message) it answers 503 with that page; paused
-    (`hold` > 0) it holds each request up to `hold` seconds, then sends it upstream."""
+    (`hold` > 0) it holds each request up to `hold` seconds, then sends it upstream.
+    With `weights`, each upstream takes that many turns of the round robin (`_turns`)."""
 
     domain: str
     path: str
@@ -99,6 +100,7 @@ class RouteSpec:
     tls: bool = False
     maintenance: str = ""
     hold: float = 0.0
+    weights: tuple[int, ...] = ()  # each upstream's, in order (a canary's share); () even
 
     @property
     def label(self) -> str:
@@ -147,7 +149,7 @@ def _proxy(route: RouteSpec) -> dict[str, Any]:
         return {"handler": "static_response", "status_code": 503, "body": "no task is ready\n"}
     return {
         "handler": "reverse_proxy",
-        "upstreams": [{"dial": address} for address in route.upstreams],
+        "upstreams": [{"dial": address} for address in _turns(route)],
         "load_balancing": {
             "selection_policy": {"policy": "round_robin"},
             "retries": RETRIES,
@@ -155,6 +157,19 @@ def _proxy(route: RouteSpec) -> dict[str, Any]:
         "health_checks": {"passive": {"fail_duration": FAIL_DURATION, "max_fails": 1}},
         "transport": {"protocol": "http", "dial_timeout": DIAL_TIMEOUT},
     }
+
+
+def _turns(route: RouteSpec) -> list[str]:
+    """The round robin's list: each upstream as many times as its weight, interleaved
+    (round by round), so a canary's share is spread over each cycle. This is what Caddy
+    2.7's `weighted_round_robin` policy (`weights`, one per upstream) does; Debian's Caddy
+    2.6 has no such policy, and an address listed twice is one upstream (its passive
+    health, its connections) taking two turns. docs/rollouts.md#canary."""
+    if not route.weights:
+        return list(route.upstreams)
+    paired = list(zip(route.upstreams, route.weights, strict=True))
+    rounds = max(route.weights)
+    return [address for turn in range(rounds) for address, weight in paired if weight > turn]
 
 
 def _handlers(route: RouteSpec) -> list[dict[str, Any]]:

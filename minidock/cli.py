@@ -702,7 +702,9 @@ def print_routes(doc: StatusDocument) -> None:
 def service_row(s: ServiceSummary) -> tuple[str, ...]:
     r = s.rollout
     rollout: str = r.status if r.status != "none" else ""
-    if r.active:
+    if r.canary is not None:
+        rollout = r.canary.line()
+    elif r.active:
         rollout += f" {r.done}/{r.total}"
     desired = f"{s.desired} x{s.replicas}"
     return (s.name, desired, str(s.running), str(s.healthy), s.state, s.image, rollout)
@@ -851,6 +853,29 @@ def rollback(
     raise typer.Exit(rolled.exit_code)
 
 
+# -- canary: promote (docs/rollouts.md#canary) ------------------------------------------------
+@app.command()
+def promote(
+    service: str,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = "5m",
+    quiet: QuietOption = False,
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """Promote the service's canary: once every canary task is ready, the rolling update
+    goes on. `minidock rollback SERVICE` removes the canary instead."""
+    limit = seconds(timeout, "--timeout")
+    view = live_view(wait, quiet)
+    work = usecases.promote(
+        service, state_dir(state), runtime(), view.report, wait=wait, timeout=limit, cluster=cluster
+    )
+    promoted = run(work, view)
+    view.finish(promoted.convergence)
+    raise typer.Exit(promoted.exit_code)
+
+
+# -- end of canary ---------------------------------------------------------------------------------
 @app.command()
 def reset(
     service: str,

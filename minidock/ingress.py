@@ -84,6 +84,7 @@ def configs_for(
             e.route.domain in certificates,
             e.mode.message if e.mode.serving is Serving.MAINTENANCE else "",
             e.mode.timeout if e.mode.serving is Serving.PAUSED else 0.0,
+            e.weights,
         )
         for e in table
     ]

@@ -29,6 +29,7 @@ LABEL_ONEOFF = "minidock.oneoff"
 
 Order = Literal["stop-first", "start-first"]
 FailureAction = Literal["pause", "rollback", "continue"]
+Promote = Literal["auto", "manual"]
 RestartCondition = Literal["any", "on-failure", "none"]
 DesiredState = Literal["running", "stopped"]
 OnHostLoss = Literal["replace", "wait"]
@@ -157,6 +158,14 @@ class UpdatePolicy:
     monitor: float = 5.0
     failure_action: FailureAction = "pause"
     max_failure_ratio: float = 0.0
+    # a canary (docs/rollouts.md#canary): `canary` tasks of the new spec beside the old
+    # ones first, `canary_weight` percent of each route's requests to them (0: each is one
+    # more upstream), promoted after `canary_monitor` healthy ("auto") or by `minidock
+    # promote` ("manual", Nomad's default)
+    canary: int = 0
+    canary_weight: int = 0
+    promote: Promote = "manual"
+    canary_monitor: float = 300.0
 
 
 @dataclass(frozen=True)

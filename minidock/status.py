@@ -37,6 +37,7 @@ from minidock.schedules import job_times
 from minidock.spec.certs import certificate_info
 
 __all__ = [
+    "CanarySummary",
     "CpuUsage",
     "FailedSlot",
     "HostSummary",
@@ -57,8 +58,33 @@ __all__ = [
 ]
 
 ServiceWord = Literal[
-    "stopped", "failed", "paused", "rolling_back", "updating", "converged", "degraded", "starting"
+    "stopped",
+    "failed",
+    "paused",
+    "rolling_back",
+    "updating",
+    "canary",
+    "converged",
+    "degraded",
+    "starting",
 ]
+
+
+@dataclass(frozen=True)
+class CanarySummary:
+    """A canary under way (docs/rollouts.md#canary)."""
+
+    tasks: int
+    wanted: int
+    weight: int
+    promote: str
+    promoted: bool
+
+    def line(self) -> str:
+        """`canary 1/1, 20% of requests, promote manual`."""
+        share = f"{self.weight}% of requests" if self.weight else "round-robin share"
+        how = "promoted" if self.promoted else f"promote {self.promote}"
+        return f"canary {self.tasks}/{self.wanted}, {share}, {how}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +97,7 @@ class RolloutSummary:
     failures: int
     reason: str
     active: bool
+    canary: CanarySummary | None = None
 
 
 @dataclass(frozen=True)
@@ -309,6 +336,14 @@ def service_state(ss: ServiceState, running: int, healthy: int, failed: int) -> 
     return "degraded" if healthy < running or running < wanted else "starting"
 
 
+def _canary(ss: ServiceState) -> CanarySummary | None:
+    r, policy = ss.rollout, ss.spec.update
+    if not r.in_canary:
+        return None
+    wanted = min(policy.canary, ss.wanted())
+    return CanarySummary(len(r.canary), wanted, policy.canary_weight, policy.promote, r.promoted)
+
+
 def generation_of(ss: ServiceState, spec_hash: str) -> int | None:
     if ss.spec.spec_hash() == spec_hash:
         return ss.generation
@@ -343,7 +378,9 @@ def _service(
         completed=len(done),
         image=ss.spec.image,
         generation=ss.generation,
-        rollout=RolloutSummary(r.phase, len(r.done), r.total, r.failures, r.reason, r.active),
+        rollout=RolloutSummary(
+            r.phase, len(r.done), r.total, r.failures, r.reason, r.active, _canary(ss)
+        ),
         failed=failed,
         pending=tuple(PendingSlot(p.slot, p.reason) for p in plan.pending if p.service == name),
         last_failure=last_failure,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minidock.core import hooks, rollout, slots
+from minidock.core import canary, hooks, rollout, slots
 from minidock.core import hosts as host_machine
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
@@ -20,6 +20,7 @@ __all__ = [
     "foreign_controllers",
     "forget",
     "pinned_on",
+    "promote",
     "removals",
     "reset",
     "rollback",
@@ -145,7 +146,8 @@ def declined_retries(state: ControllerState, cluster: Cluster) -> list[tuple[str
 
 def _begun(old: ServiceState, svc: Service) -> Rollout:
     """The update an apply begins; `rollouts_started` says it, once admitted."""
-    begun, _ = rollout.begin(old.rollout, _wanted(svc, old))
+    canaries = svc.update.canary > 0 and svc.mode != "global" and not svc.pinned
+    begun, _ = rollout.begin(old.rollout, _wanted(svc, old), canaries=canaries)
     return begun
 
 
@@ -163,13 +165,20 @@ def _wanted(svc: Service, old: ServiceState) -> int:
 
 
 def rollouts_started(before: ControllerState, after: ControllerState, now: float) -> list[Event]:
-    """A `rollout-started` event for each service that `admit` set updating."""
+    """A `rollout-started` event for each service that `admit` set updating (or began a
+    canary of)."""
     return [
-        Event(now, "rollout-started", f"{name}: updating to generation {ss.generation}", name)
+        Event(now, "rollout-started", f"{name}: {_verb(ss)} generation {ss.generation}", name)
         for name, ss in after.services.items()
-        if ss.rollout.phase == "updating"
+        if ss.rollout.phase in ("updating", "canary")
         and (name not in before.services or before.services[name].rollout != ss.rollout)
     ]
+
+
+def _verb(ss: ServiceState) -> str:
+    if ss.rollout.in_canary:
+        return f"canary of {canary.count(ss)} (update.canary) for"
+    return "updating to"
 
 
 def failed_updates(state: ControllerState, generation: int) -> list[tuple[str, str]]:
@@ -196,6 +205,23 @@ def rollback(state: ControllerState, service: str, *, force: bool = False) -> Co
         )
     back, _ = rolled_back(ss, "rolled back by the operator")  # the command says it
     return _with_service(state, back)
+
+
+def promote(state: ControllerState, service: str) -> ControllerState:
+    """`minidock promote SERVICE`: its canary is promoted as soon as every canary task is
+    ready (through `update.monitor`, whatever is left of `canary_monitor`), and the
+    rolling update goes on. Kept in the rollout's record until then, so it survives a
+    controller killed before the pass that acts on it. ValueError when there is no
+    canary to promote."""
+    ss = state.services[service]
+    r = ss.rollout
+    if not r.in_canary:
+        shown = r.phase.value if r.phase.value != "none" else "no rollout yet"
+        raise ValueError(
+            f"service {service} has no canary to promote (its rollout: {shown}); a canary "
+            "starts when an apply changes its tasks with update.canary set"
+        )
+    return _with_service(state, replace(ss, rollout=replace(r, promoted=True)))
 
 
 def reset(state: ControllerState, service: str) -> ControllerState:

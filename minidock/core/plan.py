@@ -82,6 +82,7 @@ class WaitKind(enum.Enum):
     HOOK = "hook"  # a generation's before_update hook, to run or running (core/hooks.py)
     PROXY = "proxy"  # an ingress proxy to replace once another host's new one serves
     CERTIFICATE = "certificate"  # an ACME order started, collected by a later pass
+    PROMOTE = "promote"  # a canary that passed, waiting for the operator's `minidock promote`
 
     @property
     def moves(self) -> bool:
@@ -93,7 +94,9 @@ class WaitKind(enum.Enum):
         return self in (WaitKind.HELD_DOWN, WaitKind.PINNED)
 
 
-_STILL = frozenset({WaitKind.ROLLOUT, WaitKind.HELD_DOWN, WaitKind.PINNED, WaitKind.STALLED})
+_STILL = frozenset(
+    {WaitKind.ROLLOUT, WaitKind.HELD_DOWN, WaitKind.PINNED, WaitKind.STALLED, WaitKind.PROMOTE}
+)
 
 
 class Waiting(str):

@@ -464,7 +464,7 @@ def _decide_slot(
         held_fx = fx + _held_waiting(ss, n, held, view)
         return SlotDecision(with_slot(ss, n, slots.hold(ss.slot(n))), held_fx)
     if not live:
-        filled = _fill(ss, n, target, True, services, view)
+        filled = _fill(ss, n, slot_target(ss, n, refill=True), True, services, view)
         return filled._replace(effects=fx + filled.effects)
     return _slot_with_tasks(ss, n, live, target, view, fx)
 
@@ -512,7 +512,7 @@ def _slot_without_task(
     view: View,
 ) -> SlotDecision:
     """Fold the slot's exited tasks into its restart bookkeeping, then want a new task."""
-    target = slot_target(ss, n)
+    target = slot_target(ss, n, refill=True)
     state = ss.slot(n)
     stops: list[Stop] = []
     lapsed: list[Container] = []
@@ -561,6 +561,8 @@ def _slot_with_tasks(
     name, spec = ss.spec.name, target.spec_hash()
     if len(live) > 1:
         keep = _survivor(ss, n, live, spec, view)
+        if keep is None and rollout.beside(ss, n):  # a canary and its old task: both stay
+            return SlotDecision(ss, fx)
         if keep is None:  # the assigned task is still starting: the others serve till then
             wait = Waiting(f"{name}.{n}", "replacement starting", WaitKind.REPLACEMENT, name)
             return SlotDecision(ss, fx + Effects(waiting=(wait,)))

@@ -19,13 +19,14 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from minidock.core import hooks, slots
+from minidock.core import canary, hooks, slots
 from minidock.core.fold import Effects, View, avoided, deps_block, set_slot, with_slot
 from minidock.core.plan import Pending, Run, Stop, Waiting, WaitKind
 from minidock.core.scheduler import Fleet, place, place_replacing, service_ports
 from minidock.core.state import Rollout, RolloutPhase, ServiceState
 from minidock.core.supervise import health_gate, ready
 from minidock.model import Container, Event, Service
+from minidock.units import format_duration
 
 __all__ = [
     "TABLE",
@@ -35,6 +36,7 @@ __all__ = [
     "advance",
     "back_to_previous",
     "begin",
+    "beside",
     "failed_after_gate",
     "failure_action",
     "gate",
@@ -48,6 +50,8 @@ __all__ = [
 
 class RolloutInput(enum.StrEnum):
     BEGIN = "apply changes what tasks run"
+    BEGIN_CANARY = "apply changes what tasks run, with update.canary"
+    PROMOTE = "every canary passed, and promote is auto or the operator's"
     BEGIN_ROLLBACK = "rollback: the operator's, or update.failure_action's"
     RESUME = "same spec applied again"
     FAILURE_TOLERATED = "failure within max_failure_ratio, or continue"
@@ -60,6 +64,10 @@ class RolloutInput(enum.StrEnum):
 TABLE: dict[tuple[RolloutPhase, RolloutInput], RolloutPhase] = {
     **{(p, RolloutInput.BEGIN): RolloutPhase.UPDATING for p in RolloutPhase},
     **{(p, RolloutInput.BEGIN_ROLLBACK): RolloutPhase.ROLLING_BACK for p in RolloutPhase},
+    **{(p, RolloutInput.BEGIN_CANARY): RolloutPhase.CANARY for p in RolloutPhase},
+    (RolloutPhase.CANARY, RolloutInput.PROMOTE): RolloutPhase.UPDATING,
+    (RolloutPhase.CANARY, RolloutInput.FAILURE_PAUSE): RolloutPhase.PAUSED,  # no previous spec
+    (RolloutPhase.CANARY, RolloutInput.SETTLED): RolloutPhase.COMPLETED,  # no slot to canary
     (RolloutPhase.PAUSED, RolloutInput.RESUME): RolloutPhase.UPDATING,
     (RolloutPhase.UPDATING, RolloutInput.FAILURE_TOLERATED): RolloutPhase.UPDATING,
     (RolloutPhase.UPDATING, RolloutInput.FAILURE_PAUSE): RolloutPhase.PAUSED,
@@ -77,6 +85,8 @@ TABLE: dict[tuple[RolloutPhase, RolloutInput], RolloutPhase] = {
 SAYS: dict[RolloutInput, tuple[str, str]] = {
     RolloutInput.BEGIN: ("rollout-started", "{name}: {why}"),
     RolloutInput.BEGIN_ROLLBACK: ("rollout-rollback", "{name}: rolling back: {why}"),
+    RolloutInput.BEGIN_CANARY: ("rollout-canary", "{name}: canary: {why}"),
+    RolloutInput.PROMOTE: ("rollout-promoted", "{name}: canary promoted: {why}"),
     RolloutInput.FAILURE_TOLERATED: ("rollout-failure", "{name}: {why}; continuing"),
     RolloutInput.FAILURE_PAUSE: ("rollout-paused", "{name}: paused: {why}"),
     RolloutInput.SETTLED: ("rollout-{phase}", "{name}: rollout {phase}"),
@@ -92,13 +102,17 @@ def begin(
     rollback: bool = False,
     reason: str = "",
     relocating: bool = False,
+    canaries: bool = False,
     said: Event | None = None,
 ) -> tuple[Rollout, Said]:
     """A new rollout of `total` slots (replacing `old`), forward to the new spec or back
-    to the previous one; `relocating` when it only moves tasks (constraints changed).
+    to the previous one; `relocating` when it only moves tasks (constraints changed);
+    `canaries`: forward, canary tasks first (core/canary.py).
     `said`: an event whose service, time and reason the transition's event takes (none:
     the command that asked says it)."""
     given = RolloutInput.BEGIN_ROLLBACK if rollback else RolloutInput.BEGIN
+    if canaries and not (rollback or relocating):
+        given = RolloutInput.BEGIN_CANARY
     fresh = Rollout(phase=old.phase)
     changes = {"total": total, "rollback": rollback, "reason": reason, "relocating": relocating}
     return step(fresh, given, said=said, **changes)
@@ -144,11 +158,17 @@ def undone(r: Rollout, slot: int) -> Rollout:
 
 
 # -- the service as its rollout moves it ------------------------------------------------------
-def slot_target(ss: ServiceState, slot: int) -> Service:
+def slot_target(ss: ServiceState, slot: int, *, refill: bool = False) -> Service:
     """The spec a slot should run: a paused rollout keeps slots it has not reached on the
-    previous spec, so a failed update costs no capacity."""
+    previous spec, so a failed update costs no capacity. A slot that had a task, refilled
+    (`refill`: it has no live task) during a canary, outside it, gets the previous spec
+    too (where its hook, if it has one, succeeded): the new spec runs in the canary's
+    tasks, until promoted. (A slot that never had a task gets the new spec.)"""
     r = ss.rollout
     if r.paused and not r.rollback and slot not in r.done and ss.previous:
+        return ss.previous
+    beside = r.in_canary and slot not in r.canary_slots() and ss.slot(slot).task
+    if refill and beside and ss.previous and hooks.cleared(ss.hook, ss.previous):
         return ss.previous
     if ss.previous and hooks.holds(ss):  # nothing of the new spec before its hook,
         # and the previous spec only where its own hook succeeded (it may never have)
@@ -173,6 +193,8 @@ def failure_action(
     r = ss.rollout
     policy = ss.spec.update
     said = cue(ss.spec.name, now, why)
+    if r.in_canary:  # a canary's failure is never tolerated: its traffic returns at once
+        return _canary_failed(ss, why, said)
     if tolerable and (
         policy.failure_action == "continue"
         or r.failures / max(1, r.total) <= policy.max_failure_ratio
@@ -184,6 +206,17 @@ def failure_action(
         return rolled_back(ss, f"rolled back: {why}", failed=why, said=said)
     paused, events = step(
         r, RolloutInput.FAILURE_PAUSE, said=said, reason=why, inflight=(), healthy_since=()
+    )
+    return replace(ss, rollout=paused), events
+
+
+def _canary_failed(ss: ServiceState, why: str, said: Event) -> tuple[ServiceState, Said]:
+    """A canary failed (its gate, its start, a before_update hook): rolled back, whatever
+    `failure_action` says (the old tasks never stopped); paused without a previous spec."""
+    if ss.previous is not None:
+        return rolled_back(ss, f"rolled back: canary {why}", failed=why, said=said)
+    paused, events = step(
+        ss.rollout, RolloutInput.FAILURE_PAUSE, said=said, reason=why, inflight=(), canary=()
     )
     return replace(ss, rollout=paused), events
 
@@ -206,7 +239,7 @@ def rolled_back(
         previous=ss.spec,
         previous_generation=ss.generation,
         rollout=back,
-        slots=slots.renewed(ss.slots),
+        slots=_given_back(slots.renewed(ss.slots), ss.rollout),
         global_slots=ss.global_slots,
         job=ss.job.across(ss.spec.schedule, ss.previous.schedule),
         previous_failed=failed,
@@ -214,6 +247,16 @@ def rolled_back(
         older=ss.older,
     )
     return state, events
+
+
+def _given_back(records: dict[int, slots.SlotState], r: Rollout) -> dict[int, slots.SlotState]:
+    """A canary's slots given back to the old tasks they ran beside (a canary rolled
+    back): each such slot keeps its old task, and its canary task is the one to stop."""
+    if not r.in_canary:
+        return records
+    empty = slots.SlotState()
+    back = {n: slots.assign(records.get(n, empty), task, host) for n, task, host in r.canary}
+    return {**records, **back}
 
 
 def act_failed(ss: ServiceState, slot: int, line: str, now: float) -> tuple[ServiceState, Said]:
@@ -229,38 +272,48 @@ def placed(ss: ServiceState, slot: int) -> ServiceState:
     """A slot given a new task by placement (a restart or a new slot, not a move) while
     the rollout is active and has not reached it: its task is in flight, through the gate."""
     r = ss.rollout
-    if r.active and slot not in r.done + r.inflight and not hooks.holds(ss):
+    if r.active and slot not in r.done + r.inflight and not (hooks.holds(ss) or r.in_canary):
         return replace(ss, rollout=started(r, [slot]))
     return ss
 
 
+def beside(ss: ServiceState, slot: int) -> bool:
+    """Whether the slot's canary task runs beside its old task (both stay, until the
+    canary is promoted or rolled back)."""
+    return ss.rollout.in_canary and slot in ss.rollout.canary_slots()
+
+
 # -- the gate: judging the tasks in flight ----------------------------------------------------
 def gate(ss: ServiceState, found: list[Container], view: View) -> tuple[ServiceState, Effects]:
-    """Judge every in-flight slot's new task; pass, wait, or fail with the failure action."""
+    """Judge every in-flight slot's new task; pass, wait, or fail with the failure action.
+    A canary that passes stays in flight beside its old task until it is promoted."""
     r = ss.rollout
     if not r.active or not r.inflight:
         return ss, Effects()
+    ss, fx = _promotion(ss, found, view.now)
+    r = ss.rollout
     name, spec, now = ss.spec.name, ss.spec.spec_hash(), view.now
+    judged = canary.judged(ss) if r.in_canary else ss.spec
     since, seen = dict(r.healthy_since), dict(r.first_seen)
     done, inflight, failures, failed = list(r.done), [], [], []
-    fx = Effects()
     for n in r.inflight:
-        new = [c for c in found if c.slot == n and c.spec == spec]
-        newest = _gate_task(ss, n, new)
+        newest = _gate_task(ss, n, [c for c in found if c.slot == n and c.spec == spec])
         if newest is not None:  # the gate runs on the controller's clock, not the host's
             seen.setdefault(n, now)
             if ready(newest):
                 since.setdefault(n, now)
-        verdict, why = health_gate(newest, ss.spec, since.get(n), now, seen_at=seen.get(n))
-        if verdict != "wait" or newest is None:
+        verdict, why = health_gate(newest, judged, since.get(n), now, seen_at=seen.get(n))
+        held = verdict == "ready" and r.in_canary  # beside its old task until promoted
+        if (verdict != "wait" and not held) or newest is None:
             seen.pop(n, None)
-        if verdict == "ready":
+        if held:
+            inflight.append(n)
+            fx = fx + Effects(waiting=(_canary_waiting(ss, n),))
+        elif verdict == "ready":
             done.append(n)
             since.pop(n, None)
             r = replace(r, last_batch_at=now)
-            old = [c for c in found if c.slot == n and c is not newest and c.live]
-            by = newest.task if newest else ""
-            fx = fx + Effects(stops=tuple(Stop(c, f"replaced by {by}") for c in old))
+            fx = fx + _passed(n, newest, found)
         elif verdict == "fail" and newest is not None:
             failures.append(why)
             failed.append(n)
@@ -284,12 +337,57 @@ def gate(ss: ServiceState, found: list[Container], view: View) -> tuple[ServiceS
         first_seen=tuple(sorted(seen.items())),
         failures=r.failures + len(failures),
     )
-    ss = replace(ss, rollout=r)
-    if failures:
-        ss, said = failure_action(ss, failures[-1], now)
-        ss = back_to_previous(ss, failed)
-        fx = fx + Effects(events=said)
-    return ss, fx
+    return _gated(replace(ss, rollout=r), failures, failed, now, fx)
+
+
+def _passed(n: int, newest: Container | None, found: list[Container]) -> Effects:
+    """A slot's new task passed its gate: the slot's other live tasks stop."""
+    old = [c for c in found if c.slot == n and c is not newest and c.live]
+    by = newest.task if newest else ""
+    return Effects(stops=tuple(Stop(c, f"replaced by {by}") for c in old))
+
+
+def _gated(
+    ss: ServiceState, failures: list[str], failed: list[int], now: float, fx: Effects
+) -> tuple[ServiceState, Effects]:
+    """The gate's failures, if any, through the failure action."""
+    if not failures:
+        return ss, fx
+    ss, said = failure_action(ss, failures[-1], now)
+    ss = back_to_previous(ss, failed)
+    return ss, fx + Effects(events=said)
+
+
+def _canary_waiting(ss: ServiceState, n: int) -> Waiting:
+    """A canary task that passed, beside its old task: waiting for the other canaries (or
+    for the next pass, which promotes it), or for the operator's `minidock promote`."""
+    name = ss.spec.name
+    if canary.due(ss):
+        return Waiting(f"{name}.{n}", "canary passed, promoting", WaitKind.GATE, name)
+    line = f"canary passed; `minidock promote {name}` promotes it (or rollback removes it)"
+    return Waiting(f"{name}.{n}", line, WaitKind.PROMOTE, name)
+
+
+def _promotion(
+    ss: ServiceState, found: list[Container], now: float
+) -> tuple[ServiceState, Effects]:
+    """A canary whose every task passed its gate (as the last pass judged it) is promoted
+    when it is due (auto, or the operator's word): the rollout updates, and the gate
+    then passes the canaries' slots, stopping their old tasks."""
+    r = ss.rollout
+    if not r.in_canary or not canary.due(ss) or len(r.canary) < canary.count(ss):
+        return ss, Effects()
+    spec, judged = ss.spec.spec_hash(), canary.judged(ss)
+    since, seen = dict(r.healthy_since), dict(r.first_seen)
+    for n in r.canary_slots():
+        newest = _gate_task(ss, n, [c for c in found if c.slot == n and c.spec == spec])
+        verdict, _ = health_gate(newest, judged, since.get(n), now, seen_at=seen.get(n))
+        if n not in r.inflight or verdict != "ready":
+            return ss, Effects()
+    healthy = f"healthy for {format_duration(judged.update.monitor)}"
+    why = "by the operator" if r.promoted else healthy
+    promoted, said = step(r, RolloutInput.PROMOTE, said=cue(ss.spec.name, now, why), canary=())
+    return replace(ss, rollout=promoted), Effects(events=said)
 
 
 def _unseen_gate(ss: ServiceState, n: int, view: View) -> Waiting:
@@ -359,6 +457,8 @@ def advance(
     assert fleet is not None  # reconcile builds it whenever a rollout has tasks to place
     if r.paused:
         return ss, Effects()
+    if r.in_canary:
+        return _canaries(ss, outdated, services, fleet, view)
     fx = Effects()
     if not r.active:
         moving = [o for o in outdated if o.misplaced]
@@ -397,6 +497,45 @@ def advance(
         count = f"{verb} {len(r.done) + len(begun)}/{total}"
         fx = fx + Effects(waiting=(Waiting(name, count, WaitKind.ROLLOUT, name),))
     return replace(ss, rollout=started(r, begun)), fx
+
+
+def _canaries(
+    ss: ServiceState,
+    outdated: tuple[Outdated, ...],
+    services: Mapping[str, ServiceState],
+    fleet: Fleet,
+    view: View,
+) -> tuple[ServiceState, Effects]:
+    """The canary's tasks (`update.canary` of them): each of the lowest outdated slots
+    gets a task of the new spec beside its old task (on another host where one fits, as
+    start-first; nothing stops), and nothing else is replaced until it is promoted."""
+    name, now, r = ss.spec.name, view.now, ss.rollout
+    kept = tuple(e for e in r.canary if e[0] in r.inflight)  # one whose run never happened
+    want, fx = canary.count(ss), Effects()
+    blocked = deps_block(services, view, ss)
+    begun: list[tuple[int, str, str]] = []
+    for o in sorted(outdated, key=lambda o: o.slot):
+        record = ss.slot(o.slot)
+        if len(kept) + len(begun) >= want:
+            break
+        if record.failed or now < record.next_start:
+            continue
+        if blocked:
+            waits = Pending(name, o.slot, blocked[1], dependency=blocked[0])
+            fx = fx + Effects(pending=(waits,))
+            break
+        where = place(ss.spec, fleet, avoid=avoided(o.task.host, record))
+        if where.host is None:
+            fx = fx + Effects(pending=(Pending(name, o.slot, where.why),))
+            continue
+        run = view.run(ss.spec, o.slot, where.host, "canary")
+        fx = fx + Effects(runs=(run,))
+        ss = with_slot(ss, o.slot, slots.assign(record, run.task, run.host))
+        begun.append((o.slot, o.task.task, o.task.host))
+    r = replace(started(r, [n for n, _, _ in begun]), canary=(*kept, *begun))
+    line = f"canary {len(r.canary)}/{want} beside {r.total or ss.wanted()} tasks"
+    fx = fx + Effects(waiting=(Waiting(name, line, WaitKind.ROLLOUT, name),))
+    return replace(ss, rollout=r), fx
 
 
 def hook_gate(ss: ServiceState, now: float) -> tuple[ServiceState, Effects]:

@@ -12,11 +12,12 @@ recomputed every pass from what the pass observed; nothing edits it. docs/ingres
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from minidock.core import canary
 from minidock.core.serving import SERVING, Serving, ServingMode
 from minidock.core.specs import TaskSpecs
-from minidock.core.state import ControllerState
+from minidock.core.state import ControllerState, ServiceState
 from minidock.model import (
     Cluster,
     Container,
@@ -54,11 +55,20 @@ class RouteEntry:
     upstreams: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
     mode: ServingMode = SERVING  # serving, maintenance or paused: its service's (core/serving.py)
+    # each upstream's weight, in the same order, while a canary takes `canary_weight`
+    # percent of the requests (core/canary.py); () when they all weigh the same
+    weights: tuple[int, ...] = ()
+    canary: int = 0  # that percent (0: no canary share)
+    canaries: int = 0  # how many of the upstreams are the canary's tasks
 
     @property
     def sends_to(self) -> tuple[str, ...]:
         """The upstreams its requests go to: none in maintenance (the proxy answers)."""
         return () if self.mode.serving is Serving.MAINTENANCE else self.upstreams
+
+    def weighed(self) -> tuple[tuple[str, int], ...]:
+        """Each upstream with its weight (1 each without a canary share)."""
+        return tuple(zip(self.upstreams, self.weights or (1,) * len(self.upstreams), strict=True))
 
 
 RouteTable = tuple[RouteEntry, ...]  # most specific first, as Caddy matches (`_specificity`)
@@ -182,28 +192,39 @@ def route_table(
     specs = specs if specs is not None else TaskSpecs.of_state(cluster, state)
     taking = _taking_traffic(observed.containers(), services, specs, state.draining, now)
     held = _held(observed, inventory, state)
-    modes = {name: ss.serving for name, ss in state.services.items()}
     entries: list[RouteEntry] = []
     for name, service in services.items():
+        ss = state.services.get(name)
+        mode = ss.serving if ss is not None else SERVING
         for route in service.ingress:
             key = _key(route.domain, route.path)
             pairs = sorted(
-                (address, c.task)
+                (address, c.task, c.spec)
                 for c, own in taking.get(name, ())
                 if (port := _port_of(own, key)) is not None
                 and (address := upstream(c, port, inventory)) is not None
             )
-            kept = sorted(held.get(key, set()) - {a for a, _ in pairs})
-            entries.append(
-                RouteEntry(
-                    route,
-                    name,
-                    (*(a for a, _ in pairs), *kept),
-                    tuple(t for _, t in pairs),
-                    modes.get(name, SERVING),
-                )
-            )
+            kept = sorted(held.get(key, set()) - {a for a, _, _ in pairs})
+            upstreams = (*(a for a, _, _ in pairs), *kept)
+            tasks = tuple(t for _, t, _ in pairs)
+            entry = RouteEntry(route, name, upstreams, tasks, mode)
+            entries.append(_canary_share(entry, ss, [s for _, _, s in pairs]))
     return tuple(sorted(entries, key=_specificity))
+
+
+def _canary_share(entry: RouteEntry, ss: ServiceState | None, specs: list[str]) -> RouteEntry:
+    """While the service's canary runs with `canary_weight`, its route's upstreams weighed
+    so that the canary's tasks (`specs`: what each observed upstream runs; the kept ones
+    are the old tasks') take that percent of the requests."""
+    running = canary.running_spec(ss)
+    percent = ss.spec.update.canary_weight if ss is not None and running else 0
+    if not percent:
+        return entry
+    flags = [s == running for s in specs] + [False] * (len(entry.upstreams) - len(specs))
+    weights = canary.weights(percent, flags)
+    if not any(flags) or all(flags):
+        return entry
+    return replace(entry, weights=weights, canary=percent, canaries=sum(flags))
 
 
 def _port_of(spec: Service, key: tuple[str, str]) -> int | None:
@@ -312,8 +333,29 @@ def route_changes(
         if joins or leaves:
             moves = [*(f"+{u}" for u in joins), *(f"-{u}" for u in leaves)]
             lines.append(f"~ {_label(key)}: {' '.join(moves)}")
+        lines += _share_change(entry, before[key], _label(key))
     lines += [f"- {_label(key)}" for key in before if key not in after]
     return tuple(lines)
+
+
+def _share_change(entry: RouteEntry, loaded: tuple[str, ...], label: str) -> list[str]:
+    """A line when the route's canary share changes: the proxy lists an upstream once per
+    turn of its round robin (minidock.caddy), so its loaded turns are compared."""
+    if not entry.sends_to:
+        return []
+    turns = {u: loaded.count(u) for u in set(loaded)}
+    weighed = dict(entry.weighed())
+    if _ratio(turns) == _ratio(weighed):
+        return []
+    if entry.canary:
+        share = f"canary {entry.canary}% of requests ({entry.canaries} of {len(weighed)} upstreams)"
+        return [f"~ {label}: {share}"]
+    return [f"~ {label}: every upstream an equal share"] if len(set(turns.values())) > 1 else []
+
+
+def _ratio(turns: dict[str, int]) -> dict[str, float]:
+    total = sum(turns.values()) or 1
+    return {u: round(t / total, 6) for u, t in turns.items()}
 
 
 def _entering(mode: ServingMode) -> str:

@@ -33,13 +33,14 @@ __all__ = [
 class RolloutPhase(enum.StrEnum):
     NONE = "none"  # no rollout since the service was created
     UPDATING = "updating"
+    CANARY = "canary"  # canary tasks of the new spec beside the old, until promoted
     PAUSED = "paused"  # a failure paused it: the operator applies again, or rolls back
     ROLLING_BACK = "rolling_back"
     ROLLED_BACK = "rolled_back"
     COMPLETED = "completed"
 
 
-ACTIVE = (RolloutPhase.UPDATING, RolloutPhase.ROLLING_BACK)
+ACTIVE = (RolloutPhase.UPDATING, RolloutPhase.CANARY, RolloutPhase.ROLLING_BACK)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class Rollout:
     last_batch_at: float = 0.0  # when the latest task passed its gate (for update.delay)
     rollback: bool = field(default=False)  # its direction: back to the previous spec
     relocating: bool = False  # moves tasks off hosts they may no longer use: no spec to undo
+    # a canary's slots (core/canary.py): (slot, the old task it runs beside, its host), so
+    # a rollback gives each slot back to its old task; and the operator's `promote`
+    canary: tuple[tuple[int, str, str], ...] = ()
+    promoted: bool = False
 
     @property
     def active(self) -> bool:
@@ -63,6 +68,13 @@ class Rollout:
     @property
     def paused(self) -> bool:
         return self.phase is RolloutPhase.PAUSED
+
+    @property
+    def in_canary(self) -> bool:
+        return self.phase is RolloutPhase.CANARY
+
+    def canary_slots(self) -> tuple[int, ...]:
+        return tuple(n for n, _, _ in self.canary)
 
 
 # -- a before_update hook's record (its rules: core/hooks.py) ----------------------------------

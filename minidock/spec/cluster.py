@@ -298,7 +298,7 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         desired=body.get("desired", "running"),
         on_host_loss=body.get("on_host_loss", "replace"),
         health=_health(body["health"], (*at, "health"), fail) if "health" in body else None,
-        update=_update(body.get("update", {})),
+        update=_update(body.get("update", {}), (*at, "update"), fail, body, volumes),
         restart=_restart(body.get("restart", {}), (*at, "restart"), fail),
         secrets=_secrets(body.get("secrets", {}), env, (*at, "secrets"), fail, base),
         volumes=volumes,
@@ -601,12 +601,48 @@ def _health(body: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> HealthChe
     return HealthCheck(cmd=tuple(body["cmd"]), **times, **extra)
 
 
-def _update(body: dict[str, Any]) -> UpdatePolicy:
-    kwargs: dict[str, Any] = _durations(body, ("delay", "monitor"))
-    kwargs |= {k: body[k] for k in ("parallelism", "order", "failure_action") if k in body}
+def _update(
+    body: dict[str, Any],
+    at: tuple[Part, ...],
+    fail: Fail,
+    service: dict[str, Any],
+    volumes: tuple[Volume, ...],
+) -> UpdatePolicy:
+    kwargs: dict[str, Any] = _durations(body, ("delay", "monitor", "canary_monitor"))
+    keys = ("parallelism", "order", "failure_action", "canary", "canary_weight", "promote")
+    kwargs |= {k: body[k] for k in keys if k in body}
     if "max_failure_ratio" in body:
         kwargs["max_failure_ratio"] = float(body["max_failure_ratio"])
-    return UpdatePolicy(**kwargs)
+    policy = UpdatePolicy(**kwargs)
+    _check_canary(policy, body, at, fail, service, volumes)
+    return policy
+
+
+def _check_canary(
+    policy: UpdatePolicy,
+    body: dict[str, Any],
+    at: tuple[Part, ...],
+    fail: Fail,
+    service: dict[str, Any],
+    volumes: tuple[Volume, ...],
+) -> None:
+    """A canary runs beside the old tasks: not for a global service (one task per host)
+    nor beside a task on its named volume; its other keys only with `canary`."""
+    if not policy.canary:
+        extra = next((k for k in ("canary_weight", "promote", "canary_monitor") if k in body), "")
+        if extra:
+            raise fail((*at, extra), "applies to a canary only: add canary = N, or remove it")
+        return
+    if service.get("mode") == "global":
+        why = "a global service runs one task per host, none beside it: remove canary"
+        raise fail((*at, "canary"), why)
+    named = next((v for v in volumes if v.named), None)
+    if named is not None:
+        raise fail(
+            (*at, "canary"),
+            f"a canary would share the named volume {named.source} with the task it runs "
+            "beside: remove canary (or the named volume)",
+        )
 
 
 def _restart(body: dict[str, Any], at: tuple[Part, ...], fail: Fail) -> RestartPolicy:

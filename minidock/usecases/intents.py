@@ -231,6 +231,37 @@ async def rollback(
     )
 
 
+async def promote(
+    service: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    wait: bool = False,
+    timeout: float = 0.0,
+    cluster: str | None = None,
+) -> IntentOutcome:
+    """Promote SERVICE's canary: as soon as every canary task is ready, its slots are done
+    and the rolling update goes on (docs/rollouts.md#canary). Refused without a canary."""
+
+    def change(state: ControllerState, desired: Desired) -> ControllerState:
+        _known_service(state, service)
+        try:
+            return core.promote(state, service)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+
+    return await _intent(
+        _of_service(directory, cluster, service),
+        runtime,
+        report,
+        change,
+        f"promoting the canary of {service}",
+        wait=wait,
+        timeout=timeout,
+    )
+
+
 async def reset(
     service: str,
     directory: StateLocation,

@@ -50,11 +50,15 @@ def test_rollout_table_starts_anywhere_and_fails_only_while_active() -> None:
     for phase in RolloutPhase:
         assert rollout.TABLE[(phase, RolloutInput.BEGIN)] is RolloutPhase.UPDATING
         assert rollout.TABLE[(phase, RolloutInput.BEGIN_ROLLBACK)] is RolloutPhase.ROLLING_BACK
+        assert rollout.TABLE[(phase, RolloutInput.BEGIN_CANARY)] is RolloutPhase.CANARY
     failures = {RolloutInput.FAILURE_PAUSE, RolloutInput.FAILURE_TOLERATED}
     assert {p for p, i in rollout.TABLE if i in failures} == {
         RolloutPhase.UPDATING,
+        RolloutPhase.CANARY,  # paused only without a previous spec (else rolled back)
         RolloutPhase.ROLLING_BACK,
     }
+    assert (RolloutPhase.CANARY, RolloutInput.FAILURE_TOLERATED) not in rollout.TABLE
+    assert rollout.TABLE[(RolloutPhase.CANARY, RolloutInput.PROMOTE)] is RolloutPhase.UPDATING
     with pytest.raises(KeyError):  # a completed rollout cannot be paused
         rollout.step(Rollout(phase=RolloutPhase.COMPLETED), RolloutInput.FAILURE_PAUSE)
 

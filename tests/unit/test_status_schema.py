@@ -19,6 +19,7 @@ import minidock.cli
 from minidock.model import HealthCheck, RestartPolicy, UpdatePolicy
 from minidock.state import ENV_STATE
 from minidock.status import (
+    CanarySummary,
     CpuUsage,
     FailedSlot,
     HookSummary,
@@ -60,6 +61,7 @@ def test_the_schema_names_exactly_the_fields_of_the_typed_records() -> None:
         (schema, StatusDocument),
         (d["service"], ServiceSummary),
         (d["rollout"], RolloutSummary),
+        (d["rollout"]["properties"]["canary"]["oneOf"][1], CanarySummary),
         (d["service"]["properties"]["failed"]["items"], FailedSlot),
         (d["service"]["properties"]["pending"]["items"], PendingSlot),
         (d["task"], TaskSummary),

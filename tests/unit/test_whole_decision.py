@@ -28,7 +28,9 @@ Properties (docs/testing.md#the-whole-decision states them and the bound):
 (d) a hook one-off runs at most once per generation, never two of one service at once,
     and no task of a spec with a hook starts before a hook of that spec exited 0; once
     converged the current spec's hook has run;
-(e) no pass raises on a spec that loads.
+(e) no pass raises on a spec that loads;
+(f) while a canary runs with `canary_weight`, each route's weights give the new spec's
+    tasks that percent (within canary.SHARE_TOLERANCE), and only then.
 
 Each break, reintroduced by a minimal mutation of today's core, fails (shrunk examples in
 the commit messages; Knobs left at their defaults unless named):
@@ -45,6 +47,10 @@ the commit messages; Knobs left at their defaults unless named):
   hooked spec before a pass;
 - break 5, a never-firing schedule loads and its times raise (cron_problem's firing check
   and job_times' catch removed): (e) CroniterBadDateError from the pass, job "0 0 31 2 *".
+Found while the canary was built, and fixed: a slot refilled during a canary with a
+previous spec whose hook never ran (d), "a task of 9cc6a3d86a58 before its hook
+succeeded"; and with the previous spec of a service that had no task (a), "not converged
+in 20", replicas 0 -> 3 with canary = 1 and a host port on all 3 hosts.
 Found on main and fixed: a global service moved by its constraints never converged (a),
 and tasks two applies behind were judged by the effective spec (b), (c), (a).
 
@@ -55,6 +61,7 @@ loss (test_properties.py draws it), registry and build keys.
 from __future__ import annotations
 
 import itertools
+import math
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -71,11 +78,12 @@ from hypothesis.stateful import (
     rule,
 )
 
-from minidock.core import ActOutcome, Plan, admit, fold_outcomes
+from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promote
 from minidock.core.endpoints import names_in_use
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import JobCollect, JobStart
 from minidock.core.outcomes import HookEnded, HookStarted, JobEnded, JobStarted
+from minidock.core.plan import WaitKind
 from minidock.core.routes import ingress_hosts, takes_traffic
 from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.core.scheduler import service_ports
@@ -120,6 +128,10 @@ class Knobs:
     monitor: str = "0s"
     volume: bool = False  # a bind mount
     job: str = ""  # the scheduled job's cron expression ("": no job)
+    canary: int = 0  # update.canary (0: none)
+    canary_weight: int = 0  # its percent of the route's requests (0: its round-robin share)
+    promote: str = "auto"  # "manual": the operator promotes (at once, or drawn earlier)
+    canary_monitor: str = "0s"
 
     def render(self) -> str:
         port = self.route or 8080
@@ -144,6 +156,10 @@ class Knobs:
         if self.hook:
             web.append(f'hooks = {{ before_update = {{ command = ["migrate", "{self.hook}"] }} }}')
         policy = f'parallelism = {self.parallelism}, order = "{self.order}"'
+        if self.canary:
+            policy += f', canary = {self.canary}, promote = "{self.promote}"'
+            policy += f', canary_monitor = "{self.canary_monitor}"'
+            policy += f", canary_weight = {self.canary_weight}" if self.canary_weight else ""
         web.append(f'update = {{ {policy}, monitor = "{self.monitor}" }}')
         if self.volume:
             web.append('volumes = ["/srv/web:/data"]')
@@ -175,6 +191,10 @@ knobs = st.builds(
     monitor=st.sampled_from(["0s", "10s"]),
     volume=st.booleans(),
     job=st.sampled_from(["", "* * * * *", "*/2 * * * *", "0 0 31 2 *"]),
+    canary=st.sampled_from([0, 0, 1, 2]),
+    canary_weight=st.sampled_from([0, 20, 50]),
+    promote=st.sampled_from(["auto", "manual"]),
+    canary_monitor=st.sampled_from(["0s", "20s"]),
 )
 
 INVENTORY = "\n".join(
@@ -199,11 +219,13 @@ def loaded(k: Knobs) -> tuple[Cluster, Inventory] | SpecError:
 
 
 def placeable(k: Knobs) -> bool:
-    """Whether every wanted task fits: a host port serves one task per host."""
+    """Whether every wanted task fits: a host port serves one task per host (a canary's
+    too, beside the old ones: one that fits nowhere waits, pending, docs/rollouts.md)."""
     if not k.host_port or k.mode == "global":
         return True
     hosts = 1 if "==" in k.place else 2 if "!=" in k.place else 3
-    return k.replicas <= hosts
+    beside = min(k.canary, k.replicas)  # a canary runs beside the old tasks: a host each
+    return k.replicas + beside <= hosts
 
 
 # -- the simulated fleet ----------------------------------------------------------------------
@@ -279,8 +301,33 @@ class Fleet(World):
                 if kill != "before fold":
                     self.state, _ = fold_outcomes(plan.state, outcomes, self.now)
             self.check_traffic(seen)  # what this pass loaded, against what it saw
+            self.check_share(plan)
+        if any(w.kind is WaitKind.PROMOTE for w in plan.waiting):
+            self.state = promote(self.state, "web")  # the operator answers at once
         self.tick(DT)
         return plan
+
+    def check_share(self, plan: Plan) -> None:
+        """(f): while a canary runs with `canary_weight`, each route sends its tasks that
+        percent of the requests (within the weights' tolerance), and only then."""
+        ss = self.state.services.get("web")
+        running = canary.running_spec(ss)
+        spec_of = {c.task: c.spec for c in self.live()}
+        for e in plan.routes:
+            if not e.canary:
+                continue
+            assert ss is not None
+            if not running or e.canary != ss.spec.update.canary_weight:
+                self.violations.append(f"(f) a canary share {e.canary}% outside a canary")
+            weighed = dict(e.weighed())
+            mine = sum(
+                weighed[u]
+                for u, t in zip(e.upstreams, e.tasks, strict=False)
+                if spec_of.get(t) == running
+            )
+            got = 100 * mine / sum(weighed.values())
+            if abs(got - e.canary) > canary.SHARE_TOLERANCE:
+                self.violations.append(f"(f) the canary took {got:.1f}%, not {e.canary}%")
 
     def load_proxies(self, plan: Plan) -> None:
         if plan.proxies:
@@ -556,6 +603,8 @@ class WholeDecision(RuleBasedStateMachine):
         self.fleet.take(cluster)
         self.since, self.steady = 0, False
         self.limit = bound(tasks, wanted, web.update.parallelism, k.hook, 0)
+        if web.update.canary:  # its tasks, its monitor, the promotion (docs/testing.md)
+            self.limit += 4 + math.ceil(web.update.canary_monitor / DT)
 
     @precondition(lambda self: self.fleet is not None)
     @rule(kills=st.lists(st.sampled_from(("", "", *KILLS)), min_size=1, max_size=4))
@@ -564,6 +613,16 @@ class WholeDecision(RuleBasedStateMachine):
         for kill in kills:
             self.limit += 2 if kill else 0
             self.judge(self.fleet.settled(self.fleet.one_pass(kill)))
+
+    @precondition(lambda self: self.fleet is not None)
+    @rule()
+    def promote_early(self) -> None:
+        """`minidock promote web` whenever a canary runs, ready or not."""
+        f = self.fleet
+        assert f is not None
+        ss = f.state.services.get("web")
+        if ss is not None and ss.rollout.in_canary:
+            f.state = promote(f.state, "web")
 
     @precondition(lambda self: self.fleet is not None)
     @rule()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from minidock.commands.docker import (
+    ConfigMount,
     created_argv,
     grace_seconds,
     image_present_argv,
@@ -104,7 +105,7 @@ class Acts:
         self.outcomes: list[ActOutcome] = []  # what the core must learn: it makes the events
         self.networked: set[str] = set()  # hosts where the cluster network is confirmed
         self.local_images: dict[str, LocalImage | None] = {}
-        self.configs = ConfigPlacer(lambda host, argv, stdin: self.sh(host, argv, stdin))
+        self.configs = ConfigPlacer(lambda host, argv, stdin: self.sh(host, argv, stdin), cluster)
 
     async def sh(
         self,
@@ -150,7 +151,7 @@ class Acts:
         where = (svc.name, r.slot, r.host, r.task)
         try:
             await self._ensure_image(r.host, svc, where)
-            mounts = await self.configs.place(r.host, svc.configs, r.task)
+            mounts = await self.configs.place(r.host, svc.configs, r.task, svc.name)
             if r.host not in self.networked:
                 await ensure_network(self.sh, r.host, self.cluster)
                 self.networked.add(r.host)
@@ -167,7 +168,7 @@ class Acts:
             self.outcomes.append(StartFailed(svc.name, r.slot, r.task, line))
             self.record("act-failed", f"run {line}", where)
 
-    async def _start(self, r: Run, configs: Sequence[tuple[str, str]]) -> bool:
+    async def _start(self, r: Run, configs: Sequence[ConfigMount]) -> bool:
         """Run the task (its configs, placed, mounted); False when it exists already (a
         crash between act and record). A task with extra networks is created, connected
         to them, then started."""
@@ -293,14 +294,14 @@ async def prepare_host(
     name: str,
     *,
     engine: ControllerEngine | None = None,
-) -> tuple[tuple[str, str], ...]:
+) -> tuple[ConfigMount, ...]:
     """What a task's start needs on `host`, done for a one-off task (`minidock.jobs`): the
     image (confirmed, pulled or pushed, as for a task), the configs placed, the cluster's
     network. Returns the config mounts; raises PrepareFailed saying what failed."""
     acts = Acts(executor, inventory, cluster, 0.0, engine=engine)
     try:
         await acts._ensure_image(host, service, (service.name, 0, host, name))
-        mounts = await acts.configs.place(host, service.configs, name)
+        mounts = await acts.configs.place(host, service.configs, name, service.name)
         await ensure_network(acts.sh, host, cluster)
     except (ActFailed, ConfigPlaceError, PushError, Unreachable, CommandTimeout) as exc:
         raise PrepareFailed(f"{name} on {host}: {exc}") from None

@@ -216,10 +216,16 @@ class Volume:
 @dataclass(frozen=True)
 class ConfigFile:
     """A file from the controller at `target` inside each task, read-only (docs/configs.md):
-    its text is kept in the desired state, and its digest names it on the hosts."""
+    its text is kept in the desired state, and its digest names it on the hosts.
+
+    `copy`, when set, is the path in the task of the writable copy the file is part of
+    (docs/configs.md#writable-copies): `target` itself for a file, the directory's path for
+    each file of a directory. A host holds one copy per service and content, mounted
+    writable; its writes stay on that host."""
 
     target: str
     content: str = field(repr=False)
+    copy: str = ""
 
     @property
     def digest(self) -> str:
@@ -447,7 +453,7 @@ class Service:
     # env values given by `secrets` (read on the controller at apply): masked everywhere
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     volumes: tuple[Volume, ...] = ()
-    configs: tuple[ConfigFile, ...] = ()  # sorted by target; each mounted read-only
+    configs: tuple[ConfigFile, ...] = ()  # sorted by target; read-only unless `copy`
     # secrets as files in the task (sorted by target), copied in before it starts
     secret_files: tuple[SecretFile, ...] = field(default=(), repr=False)
     mode: Mode = "replicated"  # "global": one task on every eligible host (replicas unused)
@@ -540,7 +546,7 @@ class Service:
         if self.expose:  # each exposed port is published, and the task has no name alias
             run["expose"] = sorted(self.expose)
         if self.configs:  # by digest: a changed content rolls out, an unchanged one does not
-            run["configs"] = [f"{c.target}:{c.digest}" for c in self.configs]
+            run["configs"] = [f"{c.target}:{c.digest}" + _copy_mark(c) for c in self.configs]
         if keyed:  # a keyed digest: a changed secret rolls out, and no hash reveals it
             run["secret_digest"] = self.secret_digest
             run["secrets"] = [k for k, _ in sorted(self.secrets)]
@@ -554,6 +560,12 @@ class Service:
                 run[name] = _plain(value)
         blob = json.dumps(run, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _copy_mark(config: ConfigFile) -> str:
+    """How a config's entry in the spec hash says it is part of a writable copy (nothing
+    for a read-only one, so that its hash is the one it always had)."""
+    return f":copy={config.copy}" if config.copy else ""
 
 
 def _secret_seen(service: Service) -> str | None:

@@ -13,6 +13,7 @@ import math
 import shlex
 import tarfile
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from minidock.model import (
     LABEL_CLUSTER,
@@ -33,6 +34,7 @@ __all__ = [
     "CONFIG_DIR",
     "ENV_FILE_STDIN",
     "LABEL_COPY",
+    "ConfigMount",
     "build_argv",
     "config_check_argv",
     "config_check_input",
@@ -77,6 +79,11 @@ __all__ = [
     "volume_name",
     "volume_rm_argv",
     "volume_spec",
+    "writable_dir_argv",
+    "writable_exists_argv",
+    "writable_finish_argvs",
+    "writable_tar",
+    "writable_unpack_argvs",
 ]
 
 
@@ -160,7 +167,7 @@ def run_argv(
     *,
     network: str | None = None,
     routed: Sequence[tuple[str, int, int]] = (),
-    configs: Sequence[tuple[str, str]] = (),
+    configs: Sequence[ConfigMount] = (),
     exposed_at: str | None = None,
 ) -> tuple[list[str], str]:
     """`docker run -d` for one task, and the env-file text to send on its stdin.
@@ -221,7 +228,7 @@ def oneoff_create_argv(
     *,
     slot: int = 1,
     network: str | None = None,
-    configs: Sequence[tuple[str, str]] = (),
+    configs: Sequence[ConfigMount] = (),
     interactive: bool = False,
     tty: bool = False,
 ) -> tuple[list[str], str]:
@@ -360,12 +367,23 @@ def volume_rm_argv(volume: str) -> list[str]:
     return ["docker", "volume", "rm", _operand(volume, "volume")]
 
 
-def config_mount_args(configs: Sequence[tuple[str, str]]) -> list[str]:
-    """A read-only bind mount per config: `--mount` (not `-v`) so that a file missing on
-    the host fails the start instead of becoming an empty directory."""
+class ConfigMount(NamedTuple):
+    """A placed config's bind mount: the host's path, the task's path, and whether it is a
+    writable copy (docs/configs.md#writable-copies) rather than a read-only config."""
+
+    source: str
+    target: str
+    writable: bool = False
+
+
+def config_mount_args(configs: Sequence[ConfigMount]) -> list[str]:
+    """A bind mount per config, read-only unless a writable copy: `--mount` (not `-v`) so
+    that a file missing on the host fails the start instead of becoming an empty
+    directory."""
     argv: list[str] = []
-    for source, target in configs:
-        argv += ["--mount", f"type=bind,source={source},target={target},readonly"]
+    for source, target, writable in configs:
+        mode = "" if writable else ",readonly"
+        argv += ["--mount", f"type=bind,source={source},target={target}{mode}"]
     return argv
 
 
@@ -392,6 +410,45 @@ def config_write_argv(path: str) -> list[str]:
 def config_finish_argvs(temporary: str, path: str) -> list[list[str]]:
     """Make the written file read-only for everyone and give it its name, atomically."""
     return [["chmod", "0444", "--", temporary], ["mv", "-f", "--", temporary, path]]
+
+
+def writable_dir_argv(path: str) -> list[str]:
+    """Make the directory that holds a host's writable copies (under its config one)."""
+    return ["mkdir", "-p", "--", path]
+
+
+def writable_exists_argv(path: str) -> list[str]:
+    """Exit 0 when the writable copy `path` is on the host (made whole, then renamed: a
+    copy that is there is complete)."""
+    return ["test", "-d", path]
+
+
+def writable_unpack_argvs(temporary: str) -> list[list[str]]:
+    """Make a copy's temporary directory, then unpack the tar stream on stdin
+    (`writable_tar`) into it."""
+    return [
+        ["mkdir", "-p", "--", temporary],
+        ["tar", "-x", "--no-same-owner", "-C", temporary, "-f", "-"],
+    ]
+
+
+def writable_finish_argvs(temporary: str, path: str) -> list[list[str]]:
+    """Let every user write the unpacked copy (a task's user is any user), then give it its
+    name, atomically."""
+    return [["chmod", "-R", "a+rwX", "--", temporary], ["mv", "-T", "--", temporary, path]]
+
+
+def writable_tar(files: Sequence[tuple[str, str]]) -> str:
+    """A tar stream of (path under the copy, text) files, mode 0666, as text for a
+    command's stdin (ASCII headers, UTF-8 contents: the stream byte for byte)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, text in files:
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o666
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue().decode("utf-8")
 
 
 def secret_files_argv(container: str) -> list[str]:

@@ -6,6 +6,8 @@ another config or a volume already mounts, or that lies inside another config (a
 no inside); a file that exists and is UTF-8 text; at most `MAX_CONFIG_BYTES`. A `dir`
 source is every file under a directory of the controller, each one a config at its path
 under the target, the whole at most `MAX_DIR_FILES` files and `MAX_DIR_BYTES`.
+`writable = true` (a `file` or a `dir`) makes it a writable copy on each host: the same
+files and limits, mounted as one file or one directory, so a volume may lie inside it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,20 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
+from typing import Any
 
 from minidock.model import ConfigFile, Volume
 from minidock.spec.errors import Fail, Part
 from minidock.spec.reading import resolve
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_DIR_BYTES", "MAX_DIR_FILES", "build_configs", "check_task_path"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_DIR_BYTES",
+    "MAX_DIR_FILES",
+    "build_configs",
+    "check_task_path",
+    "mounted",
+]
 
 MAX_CONFIG_BYTES = 500 * 1024  # per config, as Swarm's configs; the state keeps each one
 # per `dir` source (a read-only bind mount of a directory beside a Compose file): the
@@ -28,25 +38,34 @@ MAX_DIR_FILES = 100
 
 
 def build_configs(
-    table: dict[str, dict[str, str]],
+    table: dict[str, dict[str, Any]],
     volumes: Sequence[Volume],
     at: tuple[Part, ...],
     fail: Fail,
     base: str,
 ) -> tuple[ConfigFile, ...]:
     """Each `"/path/in/task" = { file = ... } | { content = ... } | { dir = ... }`, read
-    now, by target (a `dir`: one config per file under it)."""
+    now, by target (a `dir`: one config per file under it). With `writable = true` the
+    file or directory is a writable copy: its files carry `copy`, the target."""
     configs: list[ConfigFile] = []
     for target, source in table.items():
         where = (*at, target)
-        others = [("the config at", c.target) for c in configs]
-        check_task_path(target, volumes, others, where, fail)
+        given = [key for key in ("file", "content", "dir") if key in source]
+        if len(given) != 1:
+            said = " and ".join(given) or "no source"
+            raise fail(where, f"{said}: give one of file, content or dir")
+        copy = target if source.get("writable", False) else ""
+        if copy and "content" in source:
+            raise fail((*where, "writable"), "a writable config is a file or a dir: not content")
+        whole = bool(copy) and "dir" in source  # one mount: a volume may lie inside it
+        outside = [v for v in volumes if not (whole and _inside(v.target, target))]
+        check_task_path(target, outside, mounted(configs), where, fail)
         if "dir" in source:
             for name, content in _read_dir(resolve(base, source["dir"]), (*where, "dir"), fail):
                 path = f"{target.rstrip('/')}/{name}"
-                others = [("the config at", c.target) for c in configs]
-                check_task_path(path, volumes, others, where, fail)
-                configs.append(ConfigFile(path, content))
+                if not copy:
+                    check_task_path(path, volumes, mounted(configs), where, fail)
+                configs.append(ConfigFile(path, content, copy))
             continue
         if "file" in source:
             content = _read(resolve(base, source["file"]), (*where, "file"), fail)
@@ -55,8 +74,17 @@ def build_configs(
         size = len(content.encode())
         if size > MAX_CONFIG_BYTES:
             raise fail(where, f"{size} bytes is over the {MAX_CONFIG_BYTES // 1024} KiB limit")
-        configs.append(ConfigFile(target, content))
+        configs.append(ConfigFile(target, content, copy))
     return tuple(sorted(configs, key=lambda c: c.target))
+
+
+def mounted(configs: Sequence[ConfigFile]) -> list[tuple[str, str]]:
+    """(what, path in the task) of each mount the configs make: a read-only config's file,
+    a writable copy's file or directory, each once."""
+    found: dict[str, str] = {}
+    for c in configs:
+        found.setdefault(c.copy or c.target, "the writable copy at" if c.copy else "the config at")
+    return [(what, path) for path, what in found.items()]
 
 
 def check_task_path(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from minidock.model import ConfigFile, SecretFile, Volume
-from minidock.spec.configs import check_task_path
+from minidock.spec.configs import check_task_path, mounted
 from minidock.spec.errors import Fail, Part
 from minidock.spec.messages import ONE_SOURCE
 from minidock.spec.reading import resolve
@@ -57,7 +57,7 @@ def build_secret_files(
     files: list[SecretFile] = []
     for target, source in table.items():
         where = (*at, "secret_files", target)
-        others = [("the config at", c.target) for c in configs]
+        others = mounted(configs)
         others += [("the secret file at", f.target) for f in files]
         check_task_path(target, volumes, others, where, fail, in_volumes=False)
         value = _value(source, where, fail, base)

@@ -17,32 +17,31 @@ from minidock.spec import SpecError, load_cluster
 from minidock.spec.cluster import cluster_document
 
 SAMPLES = Path(__file__).parent.parent / "data" / "awesome-compose"
-RW = "a read-write bind mount of "
 ADDRESS = "network options (aliases, addresses) are not supported"
 NETWORK_MODE = "every task runs on its cluster's network (minidock-CLUSTER), which its names"
+RUNTIME = "another container runtime is not supported"
 
+# sample: (key, line, what the one line says after them)
 REFUSED = {
-    "angular": ("services.web.volumes[0]", 9, RW),
-    "apache-php": ("services.web.volumes[0]", 9, RW),
-    "elasticsearch-logstash-kibana": ("services.logstash.volumes[0]", 25, RW),
-    "flask-redis": ("services.web.volumes[0]", 16, RW),
-    "minecraft": ("services.minecraft.volumes[0]", 13, RW),
-    "nginx-flask-mongo": ("services.web.volumes[0]", 5, RW),
-    "nginx-wsgi-flask": ("services.nginx-proxy.volumes[0]", 6, RW),
+    "elasticsearch-logstash-kibana": (
+        "services.logstash.volumes[1]",
+        26,
+        "logstash/nginx.log is 1911841 bytes, over the 500 KiB limit",
+    ),
+    "minecraft": ("services.minecraft.volumes[0]", 13, "~/minecraft_data is not on the controller"),
     "pihole-cloudflared-DoH": ("services.cloudflared.networks.dns-net.ipv4_address", 16, ADDRESS),
     "plex": ("services.plex.network_mode", 5, NETWORK_MODE),
-    "prometheus-grafana": ("services.prometheus.volumes[0]", 11, RW),
-    "react-express-mongodb": ("services.frontend.volumes[0]", 10, RW),
-    "react-express-mysql": ("services.backend.volumes[1]", 23, RW),
-    "react-java-mysql": ("services.frontend.volumes[0]", 42, RW),
-    "react-rust-postgres": ("services.backend.volumes[0]", 29, RW),
-    "vuejs": ("services.web.volumes[0]", 9, RW),
-    "wasmedge-kafka-mysql": ("services.redpanda.volumes[0]", 20, RW),
-    "wasmedge-mysql-nginx": ("services.frontend.volumes[0]", 7, RW),
+    "wasmedge-kafka-mysql": ("services.etl.runtime", 32, RUNTIME),
+    "wasmedge-mysql-nginx": ("services.backend.runtime", 20, RUNTIME),
 }
+# files NOTICE.md says were left out (over 8,000 bytes) whose size decides an outcome:
+# written at their size into the sample's copy
+LEFT_OUT = {"elasticsearch-logstash-kibana": ("logstash/nginx.log", 1_911_841)}
 
 # sample: {service: its image, or ("build", context, target) for one the controller builds}
 VALID: dict[str, dict[str, str | tuple[str, str, str | None]]] = {
+    "angular": {"web": ("build", "angular", "builder")},
+    "apache-php": {"web": ("build", "app", "builder")},
     "aspnet-mssql": {
         "web": ("build", "app/aspnetapp", None),
         "db": "mcr.microsoft.com/azure-sql-edge:1.0.4",
@@ -50,12 +49,18 @@ VALID: dict[str, dict[str, str | tuple[str, str, str | None]]] = {
     "django": {"web": ("build", "app", "builder")},
     "fastapi": {"api": ("build", ".", "builder")},
     "flask": {"web": ("build", "app", "builder")},
+    "flask-redis": {"redis": "redislabs/redismod", "web": ("build", ".", "builder")},
     "gitea-postgres": {"gitea": "gitea/gitea:latest", "db": "postgres:alpine"},
     "nextcloud-postgres": {"nc": "nextcloud:apache", "db": "postgres:alpine"},
     "nextcloud-redis-mariadb": {
         "nc": "nextcloud:apache",
         "redis": "redis:alpine",
         "db": "mariadb:10.5",
+    },
+    "nginx-flask-mongo": {
+        "web": "nginx",
+        "backend": ("build", "flask", "builder"),
+        "mongo": "mongo",
     },
     "nginx-aspnet-mysql": {
         "backend": ("build", "backend", None),
@@ -84,9 +89,34 @@ VALID: dict[str, dict[str, str | tuple[str, str, str | None]]] = {
         "web2": ("build", "web", None),
         "nginx": ("build", "nginx", None),
     },
+    "nginx-wsgi-flask": {
+        "nginx-proxy": ("build", "nginx", None),
+        "flask-app": ("build", "flask", None),
+    },
     "portainer": {"portainer": "portainer/portainer-ce:alpine"},
     "postgresql-pgadmin": {"postgres": "postgres:latest", "pgadmin": "dpage/pgadmin4:latest"},
+    "prometheus-grafana": {"prometheus": "prom/prometheus", "grafana": "grafana/grafana"},
+    "react-express-mongodb": {
+        "frontend": ("build", "frontend", "development"),
+        "backend": ("build", "backend", "development"),
+        "mongo": "mongo:4.2.0",
+    },
+    "react-express-mysql": {
+        "backend": ("build", "backend", "development"),
+        "db": "mariadb:10.6.4-focal",
+        "frontend": ("build", "frontend", "development"),
+    },
+    "react-java-mysql": {
+        "backend": ("build", "backend", None),
+        "db": "mariadb:10.6.4-focal",
+        "frontend": ("build", "frontend", "development"),
+    },
     "react-nginx": {"frontend": ("build", ".", None)},
+    "react-rust-postgres": {
+        "frontend": ("build", "frontend", "development"),
+        "backend": ("build", "backend", "development"),
+        "db": "postgres:12-alpine",
+    },
     "sparkjava": {"sparkjava": ("build", "sparkjava", None)},
     "sparkjava-mysql": {
         "backend": ("build", "backend", None),
@@ -94,6 +124,7 @@ VALID: dict[str, dict[str, str | tuple[str, str, str | None]]] = {
     },
     "spring-postgres": {"backend": ("build", "backend", None), "db": "postgres"},
     "traefik-golang": {"frontend": "traefik:2.6", "backend": ("build", "backend", None)},
+    "vuejs": {"web": ("build", "vuejs", "development")},
     "wireguard": {"wireguard": "linuxserver/wireguard"},
     "wordpress-mysql": {"db": "mariadb:10.6.4-focal", "wordpress": "wordpress:latest"},
 }
@@ -108,22 +139,29 @@ def test_every_sample_has_an_expected_outcome() -> None:
     assert len(samples) == 39
     assert samples == set(REFUSED) | set(VALID)
     assert not set(REFUSED) & set(VALID)
-    assert len(VALID) == 22
+    assert (len(VALID), len(REFUSED)) == (33, 6)
     assert "CC0 1.0 Universal" in (SAMPLES / "LICENSE").read_text()
 
 
 @pytest.mark.parametrize("sample", sorted(REFUSED))
 def test_a_refused_sample_is_one_line_naming_the_key(
-    sample: str, monkeypatch: pytest.MonkeyPatch
+    sample: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("COMPOSE_PROJECT_NAME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # a controller's home without ~/x
     key, line, reason = REFUSED[sample]
-    path = _compose_file(sample)
+    copy = tmp_path / sample
+    shutil.copytree(SAMPLES / sample, copy)
+    if sample in LEFT_OUT:
+        name, size = LEFT_OUT[sample]
+        (copy / name).write_text("x" * size)
+    path = copy / _compose_file(sample).name
     with pytest.raises(SpecError) as err:
         load_cluster(path)
     message = str(err.value)
     assert "\n" not in message
-    assert message.startswith(f"{path}: {key} (line {line}): {reason}")
+    assert message.startswith(f"{path}: {key} (line {line}): ")
+    assert reason in message
 
 
 @pytest.mark.parametrize("sample", sorted(VALID))
@@ -234,3 +272,31 @@ def test_two_services_built_from_one_context_share_its_tag() -> None:
     assert web1.build is not None
     assert web2.build is not None
     assert web1.build.tag.split(":")[1] == web2.build.tag.split(":")[1]
+
+
+def test_read_write_mounts_beside_the_file_are_writable_copies() -> None:
+    mongo = cluster_document(SAMPLES / "react-express-mongodb" / "compose.yaml")["services"]
+    assert mongo["frontend"]["configs"] == {"/usr/src/app": {"dir": "./frontend", "writable": True}}
+    assert mongo["frontend"]["volumes"] == ["/usr/src/app/node_modules"]  # over the copy
+    assert mongo["backend"]["configs"] == {"/usr/src/app": {"dir": "./backend", "writable": True}}
+    mysql = cluster_document(SAMPLES / "react-express-mysql" / "compose.yaml")["services"]
+    assert mysql["backend"]["configs"] == {
+        "/code/src": {"dir": "./backend/src"},  # :ro, a read-only config per file
+        "/code/package.json": {"file": "./backend/package.json", "writable": True},
+        "/code/package-lock.json": {"file": "./backend/package-lock.json", "writable": True},
+    }
+    apache = cluster_document(SAMPLES / "apache-php" / "compose.yaml")["services"]["web"]
+    assert apache["configs"] == {"/var/www/html": {"dir": "./app", "writable": True}}
+    redis = cluster_document(SAMPLES / "flask-redis" / "compose.yaml")["services"]["web"]
+    assert redis["configs"] == {"/code": {"dir": ".", "writable": True}}
+    prometheus = cluster_document(SAMPLES / "prometheus-grafana" / "compose.yaml")["services"]
+    assert prometheus["prometheus"]["volumes"] == ["prom_data:/prometheus"]
+    assert prometheus["prometheus"]["configs"] == {
+        "/etc/prometheus": {"dir": "./prometheus", "writable": True}
+    }
+    cluster = load_cluster(SAMPLES / "nginx-flask-mongo" / "compose.yaml")
+    web, backend = (next(s for s in cluster.services if s.name == n) for n in ("web", "backend"))
+    (config,) = web.configs
+    assert (config.target, config.copy) == ("/tmp/nginx.conf", "/tmp/nginx.conf")
+    assert {c.copy for c in backend.configs} == {"/src"}
+    assert "/src/server.py" in {c.target for c in backend.configs}

@@ -1,6 +1,7 @@
 """Files beside a Compose file (docs/compose.md#files-beside-the-compose-file): a read-only
 bind mount of a relative or `~` path is the service's config (a file, or every file of a
-directory), content-hashed and limited; a read-write one is refused with the way out;
+directory), content-hashed and limited; a read-write one is a writable copy on each host,
+said in a warning;
 absolute bind mounts stay bind mounts; an anonymous volume is one per container."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from minidock.commands.docker import run_argv
 from minidock.model import ConfigFile, Service, Volume
 from minidock.spec import SpecError, load_cluster
 from minidock.spec.cluster import cluster_document
+from minidock.spec.compose.translation import translate_file
 from minidock.spec.configs import MAX_DIR_FILES
 
 HEAD = "name: shop\nservices:\n  web:\n    image: web:5\n    volumes:\n"
@@ -118,15 +120,46 @@ def test_a_changed_file_is_a_changed_spec_and_an_unchanged_one_is_not(tmp_path: 
         "{type: bind, source: ./conf, target: /etc/nginx}",
     ],
 )
-def test_a_read_write_relative_mount_is_refused_with_the_way_out(
+def test_a_read_write_relative_mount_is_a_writable_copy_with_a_warning(
     tmp_path: Path, mount: str
 ) -> None:
     conf_dir(tmp_path)
-    assert error(tmp_path, mount) == (
-        "services.web.volumes[0] (line 6): a read-write bind mount of ./conf (a path of the "
-        "controller's, beside the Compose file) cannot be shared by web's tasks on other "
-        "hosts: mount it read-only (./conf:/etc/nginx:ro), which ships it to the hosts that "
-        "run them, or use a named volume for data the tasks write"
+    path = compose(tmp_path, mount)
+    translation = translate_file(path, "compose.yaml")
+    doc, warnings = translation.document, translation.warnings
+    assert doc["services"]["web"]["configs"] == {"/etc/nginx": {"dir": "./conf", "writable": True}}
+    assert list(warnings) == [
+        "compose.yaml: services.web.volumes[0] (line 6): ./conf is shipped to each host that runs "
+        "web and mounted writable at /etc/nginx: each host's copy keeps its own writes, never "
+        "synced back, and is replaced when the files change; use a named volume for data that "
+        "must persist"
+    ]
+    (service,) = load_cluster(path).services
+    assert service.configs == (
+        ConfigFile("/etc/nginx/nginx.conf", "worker_processes 1;\n", copy="/etc/nginx"),
+        ConfigFile("/etc/nginx/sites/default", "server {}\n", copy="/etc/nginx"),
+    )
+    read_only = load(tmp_path, "./conf:/etc/nginx:ro")
+    assert service.spec_hash() != read_only.spec_hash()  # the same files, mounted otherwise
+
+
+def test_a_writable_copy_of_a_file_and_a_volume_inside_a_copied_directory(
+    tmp_path: Path,
+) -> None:
+    conf_dir(tmp_path)
+    (tmp_path / "app.ini").write_text("debug = 1\n")
+    service = load(tmp_path, "./app.ini:/etc/app.ini", "./conf:/app/", "/app/node_modules")
+    assert service.configs == (
+        ConfigFile("/app/nginx.conf", "worker_processes 1;\n", copy="/app"),
+        ConfigFile("/app/sites/default", "server {}\n", copy="/app"),
+        ConfigFile("/etc/app.ini", "debug = 1\n", copy="/etc/app.ini"),
+    )  # /app/ is the directory /app, as Docker mounts it
+    assert service.volumes == (Volume("", "/app/node_modules"),)  # mounted over the copy
+    assert error(tmp_path, "./conf:/app:ro", "/app/node_modules") == (
+        "services.web.volumes[0] (line 6): /app collides with the volume at /app/node_modules"
+    )  # read-only, the directory is its files, which a volume cannot lie among
+    assert error(tmp_path, "./conf:/app", "/app").startswith(
+        "services.web.volumes[0] (line 6): /app collides with the volume at /app"
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
+import tarfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidock.commands.docker import CONFIG_DIR, run_argv
+from minidock.commands.docker import CONFIG_DIR, ConfigMount, run_argv
 from minidock.configs import ConfigPlaceError, ConfigPlacer
 from minidock.core.simulate import spec_diff
 from minidock.model import ConfigFile, Service
@@ -91,6 +93,18 @@ BIG = "x" * (500 * 1024 + 1)
         (f'"/etc/a" = {{ content = "{BIG}" }}', "512001 bytes is over the 500 KiB limit"),
         ('"/etc/a" = { file = "x", content = "y" }', 'services.web.configs."/etc/a": '),
         ('"/etc/a" = { env = "X" }', 'services.web.configs."/etc/a": '),
+        ('"/etc/a" = { writable = true }', "no source: give one of file, content or dir"),
+        (
+            '"/etc/a" = { content = "y", writable = true }',
+            'services.web.configs."/etc/a".writable: a writable config is a file or a dir: not '
+            "content",
+        ),
+        ('"/srv" = { dir = "sub", writable = true }', None),  # one mount: a volume inside it
+        ('"/srv" = { dir = "sub" }', "/srv collides with the volume at /srv/x/cache"),
+        (
+            '"/etc/a" = { dir = "sub", writable = true }\n"/etc/a/b" = { content = "" }',
+            "/etc/a/b collides with the writable copy at /etc/a",
+        ),
     ],
 )
 def test_bad_configs_are_one_line_naming_the_key(
@@ -98,6 +112,8 @@ def test_bad_configs_are_one_line_naming_the_key(
 ) -> None:
     (tmp_path / "latin1.conf").write_bytes("caf\xe9".encode("latin-1"))
     (tmp_path / "big.conf").write_text(BIG)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "f").write_text("f\n")
     text = 'volumes = ["data:/data", "/srv/x/cache:/srv/x/cache"]\n[services.web.configs]\n'
     if expected is None:
         assert load(tmp_path, text + body).configs
@@ -132,11 +148,19 @@ def test_the_hash_follows_every_content(contents: dict[str, str]) -> None:
 
 def test_each_config_is_a_read_only_bind_mount_that_must_exist() -> None:
     argv, _ = run_argv(
-        with_configs(("/etc/a", "1")), "prod", 1, "t1", "h", configs=[("/root/x/d1", "/etc/a")]
+        with_configs(("/etc/a", "1")),
+        "prod",
+        1,
+        "t1",
+        "h",
+        configs=[ConfigMount("/root/x/d1", "/etc/a")],
     )
     at = argv.index("--mount")
     assert argv[at + 1] == "type=bind,source=/root/x/d1,target=/etc/a,readonly"
     assert "-v" not in argv
+    copy = ConfigMount("/root/x/copies/c1", "/app", writable=True)
+    argv, _ = run_argv(with_configs(("/app/a", "1")), "prod", 1, "t1", "h", configs=[copy])
+    assert argv[argv.index("--mount") + 1] == "type=bind,source=/root/x/copies/c1,target=/app"
 
 
 class FakeHost:
@@ -152,14 +176,18 @@ class FakeHost:
         self.calls.append(list(argv))
         match list(argv):
             case ["mkdir", "-p", "--", path]:
-                assert path == CONFIG_DIR
+                assert path == CONFIG_DIR or path.startswith(f"{self.home}/{CONFIG_DIR}/copies")
             case ["realpath", "-e", "--", path]:
                 return Result(0, f"{self.home}/{path}\n", "")
             case ["sha256sum", "--check", "--status", "-"]:
                 assert stdin is not None
-                digest, path = stdin.rstrip("\n").split("  ")
-                found = self.files.get(path)
-                good = found is not None and hashlib.sha256(found.encode()).hexdigest() == digest
+                good = True
+                for line in stdin.splitlines():
+                    digest, path = line.split("  ")
+                    found = self.files.get(path)
+                    good &= (
+                        found is not None and hashlib.sha256(found.encode()).hexdigest() == digest
+                    )
                 return Result(0 if good else 1, "", "")
             case ["dd", of, "status=none"]:
                 assert stdin is not None
@@ -168,26 +196,43 @@ class FakeHost:
                 pass
             case ["mv", "-f", "--", source, target]:
                 self.files[target] = self.files.pop(source)
+            case ["test", "-d", path]:
+                return Result(0 if any(f.startswith(f"{path}/") for f in self.files) else 1, "", "")
+            case ["tar", "-x", "--no-same-owner", "-C", into, "-f", "-"]:
+                assert stdin is not None
+                with tarfile.open(fileobj=io.BytesIO(stdin.encode())) as tar:
+                    for member in tar.getmembers():
+                        assert member.mode == 0o666
+                        data = tar.extractfile(member)
+                        assert data is not None
+                        self.files[f"{into}/{member.name}"] = data.read().decode()
+            case ["chmod", "-R", "a+rwX", "--", _]:
+                pass
+            case ["mv", "-T", "--", source, target]:
+                for name in [f for f in self.files if f.startswith(f"{source}/")]:
+                    self.files[target + name.removeprefix(source)] = self.files.pop(name)
             case other:
                 raise AssertionError(other)
         return Result(0, "", "")
 
 
-def place(fake: FakeHost, configs: Sequence[ConfigFile], task: str = "t1") -> list[tuple[str, str]]:
-    placer = ConfigPlacer(fake.sh)
-    return asyncio.run(placer.place("host1", configs, task))
+def place(fake: FakeHost, configs: Sequence[ConfigFile], task: str = "t1") -> list[ConfigMount]:
+    placer = ConfigPlacer(fake.sh, "prod")
+    return asyncio.run(placer.place("host1", configs, task, "web"))
 
 
 def test_a_host_gets_each_config_by_digest_written_aside_then_renamed() -> None:
     fake = FakeHost()
     config = ConfigFile("/etc/a", "one\n")
     path = f"/home/deploy/.minidock/configs/{config.digest}"
-    assert place(fake, [config]) == [(path, "/etc/a")]
+    assert place(fake, [config]) == [ConfigMount(path, "/etc/a")]
     assert fake.files == {path: "one\n"}
     renames = [c for c in fake.calls if c[0] == "mv"]
     assert renames == [["mv", "-f", "--", f"{path}.t1.tmp", path]]
     fake.calls.clear()
-    assert place(fake, [config], "t2") == [(path, "/etc/a")]  # there already: not written
+    assert place(fake, [config], "t2") == [
+        ConfigMount(path, "/etc/a")
+    ]  # there already: not written
     assert [c[0] for c in fake.calls] == ["mkdir", "realpath", "sha256sum"]
 
 
@@ -214,3 +259,55 @@ def test_a_plan_names_the_changed_paths_never_the_contents() -> None:
         "/etc/a, /etc/b",
         "+/etc/c ~/etc/a",
     )
+
+
+def test_a_writable_copy_is_unpacked_aside_checked_opened_and_renamed_once() -> None:
+    fake = FakeHost()
+    files = (ConfigFile("/app/a.py", "a\n", "/app"), ConfigFile("/app/lib/b.py", "b\n", "/app"))
+    single = ConfigFile("/etc/app.ini", "debug = 1\n", "/etc/app.ini")
+    mounts = place(fake, [*files, single])
+    root = "/home/deploy/.minidock/configs/copies"
+    (app, ini) = mounts
+    assert (app.target, app.writable, ini.target, ini.writable) == (
+        "/app",
+        True,
+        "/etc/app.ini",
+        True,
+    )
+    assert app.source.startswith(f"{root}/")
+    assert ini.source.endswith("/app.ini")
+    assert fake.files == {
+        f"{app.source}/a.py": "a\n",
+        f"{app.source}/lib/b.py": "b\n",
+        ini.source: "debug = 1\n",
+    }  # no read-only config files: the copy is the only file on the host
+    steps = [c[:2] for c in fake.calls if c[0] in ("tar", "sha256sum", "chmod", "mv")]
+    assert steps[:4] == [["tar", "-x"], ["sha256sum", "--check"], ["chmod", "-R"], ["mv", "-T"]]
+    fake.files[f"{app.source}/a.py"] = "written by the task\n"
+    fake.calls.clear()
+    assert place(fake, [*files, single], "t2") == mounts  # there: used with its writes
+    assert fake.files[f"{app.source}/a.py"] == "written by the task\n"
+    assert {c[0] for c in fake.calls} == {"mkdir", "realpath", "test"}
+    changed = [replace(files[0], content="a2\n"), files[1]]
+    (moved,) = place(fake, changed, "t3")
+    assert moved.source != app.source
+    assert fake.files[f"{moved.source}/a.py"] == "a2\n"
+
+
+def test_a_writable_copy_is_its_services_own_and_a_bad_upload_refused() -> None:
+    fake = FakeHost()
+    config = ConfigFile("/app/a.py", "a\n", "/app")
+    (web,) = place(fake, [config])
+    other = asyncio.run(ConfigPlacer(fake.sh, "prod").place("host1", [config], "t1", "worker"))
+    assert other[0].source != web.source  # another service's copy: its own writes
+    fake = FakeHost()
+    original = fake.sh
+
+    async def corrupting(host: str, argv: Sequence[str], stdin: str | None) -> Result:
+        if argv[0] == "tar":
+            return Result(0, "", "")  # unpacked nothing: the check finds no file
+        return await original(host, argv, stdin)
+
+    fake.sh = corrupting  # type: ignore[method-assign]
+    with pytest.raises(ConfigPlaceError, match="a file on the host has another sha256"):
+        place(fake, [config])

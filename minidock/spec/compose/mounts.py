@@ -115,12 +115,13 @@ class _Mount:
 
 def volumes(s: Service) -> None:
     """`volumes`: declared named volumes, absolute bind mounts and anonymous volumes as the
-    TOML `volumes`; a read-only bind mount of a path beside the Compose file (relative, or
-    `~`) as a config of the service (its file, or every file of its directory)."""
+    TOML `volumes`; a bind mount of a path beside the Compose file (relative, or `~`) as a
+    config of the service (its file, or every file of its directory), read-write as a
+    writable one."""
     if "volumes" not in s.body:
         return
     found: list[str] = []
-    shipped: dict[str, dict[str, str]] = {}
+    shipped: dict[str, dict[str, str | bool]] = {}
     for i, item in items(s.list_of("volumes")):
         where = (*s.at, "volumes", i)
         if isinstance(item, YDict):
@@ -128,8 +129,9 @@ def volumes(s: Service) -> None:
         else:
             mount = _short_volume(s, text(s.ctx, item, where), where)
         if mount.kind == "bind" and not mount.source.startswith("/"):
-            shipped[mount.target] = _shipped(s, mount, where)
-            s.ctx.came_from(("services", s.name, "configs", mount.target), where)
+            target = _plain_target(mount.target)
+            shipped[target] = _shipped(s, mount, where)
+            s.ctx.came_from(("services", s.name, "configs", target), where)
             continue
         if mount.kind == "volume" and mount.source not in s.top.volumes:
             raise s.ctx.fail(
@@ -145,6 +147,12 @@ def volumes(s: Service) -> None:
         s.set("volumes", found, "volumes")
     if shipped:
         s.out["configs"] = shipped
+
+
+def _plain_target(target: str) -> str:
+    """A shipped mount's path in the task without a trailing slash (`/var/www/html/` is the
+    directory `/var/www/html`, as Docker mounts it)."""
+    return target.rstrip("/") or target
 
 
 def _is_path(source: str) -> bool:
@@ -214,28 +222,32 @@ def _bind_options(s: Service, item: YDict, where: tuple[Part, ...]) -> None:
             )
 
 
-def _shipped(s: Service, mount: _Mount, where: tuple[Part, ...]) -> dict[str, str]:
+def _shipped(s: Service, mount: _Mount, where: tuple[Part, ...]) -> dict[str, str | bool]:
     """A bind mount of a path of the controller's (relative to the Compose file, or `~`):
-    read-only, it is the TOML config source of its file or directory, put on each host that
-    runs the service as every config is (docs/compose.md#files-beside-the-compose-file)."""
-    if not mount.read_only:
-        raise s.ctx.fail(
-            where,
-            f"a read-write bind mount of {mount.source} (a path of the controller's, beside "
-            f"the Compose file) cannot be shared by {s.name}'s tasks on other hosts: mount it "
-            f"read-only ({mount.source}:{mount.target}:ro), which ships it to the hosts that "
-            "run them, or use a named volume for data the tasks write",
-        )
+    the TOML config source of its file or directory, put on each host that runs the
+    service as every config is; read-write, a writable copy on each host, said in a
+    warning (docs/compose.md#files-beside-the-compose-file)."""
     path = s.ctx.path(mount.source)
     if os.path.isdir(path):
-        return {"dir": mount.source}
-    if os.path.isfile(path):
-        return {"file": mount.source}
-    raise s.ctx.fail(
-        where,
-        f"{mount.source} is not on the controller ({path}): a read-only bind mount of a path "
-        "beside the Compose file ships that file or directory; create it, or fix the path",
-    )
+        source: dict[str, str | bool] = {"dir": mount.source}
+    elif os.path.isfile(path):
+        source = {"file": mount.source}
+    else:
+        raise s.ctx.fail(
+            where,
+            f"{mount.source} is not on the controller ({path}): a bind mount of a path beside "
+            "the Compose file ships that file or directory; create it, or fix the path",
+        )
+    if not mount.read_only:
+        s.ctx.warn(
+            where,
+            f"{mount.source} is shipped to each host that runs {s.name} and mounted writable "
+            f"at {mount.target}: each host's copy keeps its own writes, never synced back, "
+            "and is replaced when the files change; use a named volume for data that must "
+            "persist",
+        )
+        source["writable"] = True
+    return source
 
 
 def networks(s: Service) -> None:

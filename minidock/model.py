@@ -129,6 +129,8 @@ class Inventory:
     # more than this share of hosts failing one pass's probes holds the pass: the
     # controller is more likely the one cut off than most of its fleet gone at once
     max_down_fraction: float = 0.5
+    # `[backup]`: the repository and password of services whose backup names neither
+    backup: BackupPolicy | None = None
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
@@ -421,6 +423,45 @@ class Hook:
     timeout: float = 600.0  # seconds it may run; past it, it is removed and has failed
 
 
+KEEP_RULES = ("last", "hourly", "daily", "weekly", "monthly", "yearly")  # restic's --keep-*
+
+
+@dataclass(frozen=True)
+class Keep:
+    """How many snapshots `restic forget --prune` keeps by each of its rules (0: that rule
+    keeps none); all 0: no retention, every snapshot is kept."""
+
+    last: int = 0
+    hourly: int = 0
+    daily: int = 0
+    weekly: int = 0
+    monthly: int = 0
+    yearly: int = 0
+
+    def rules(self) -> tuple[tuple[str, int], ...]:
+        """The rules given, in restic's order: (rule, count)."""
+        return tuple((r, getattr(self, r)) for r in KEEP_RULES if getattr(self, r))
+
+
+@dataclass(frozen=True)
+class BackupPolicy:
+    """A pinned service's `backup` (docs/backups.md): the restic repository its volumes'
+    snapshots go to (a path on the controller or a restic backend URL), where the
+    repository's password is read (a secret source as JSON, its paths absolute, with the
+    directory a command runs in: never the value, which is read when a backup runs), when
+    backups run on their own (a cron expression in `timezone`, or None), what is kept
+    after each backup, and whether each task is stopped while its volumes are copied.
+    The inventory's `[backup]` gives a repository and password a service leaves out.
+    Not in the spec hash: changing it changes no task."""
+
+    repository: str = ""
+    password_source: str = field(default="", repr=False)
+    schedule: str | None = None
+    timezone: str = "UTC"
+    keep: Keep = field(default_factory=Keep)
+    stop: bool = False
+
+
 @dataclass(frozen=True)
 class RegistryAuth:
     """Credentials for the registry a service's image is pulled from: the runner logs a
@@ -497,6 +538,10 @@ class Service:
     schedule: Schedule | None = None
     # hooks.before_update: run once per new generation before its first task; not in the hash
     before_update: Hook | None = None
+    # `backup` (docs/backups.md), and hooks.before_backup, run in each task before its
+    # volumes are copied; neither is in the hash
+    backup: BackupPolicy | None = None
+    before_backup: Hook | None = None
     # HMAC-SHA256 of the secret values under the state's digest key (`keyed`, done by the
     # store at apply); the spec hash takes it instead of the values. "" while unkeyed: a
     # service an older MiniDock stored, whose hash keeps the older, unkeyed form

@@ -32,6 +32,8 @@
 #                         tests check the configs MiniDock builds with `haproxy -c`
 #   - age:                age 1.1 and age-keygen, for `age_file` secret sources and
 #                         `minidock secrets edit` (the unit tests make and read real age files)
+#   - restic:             restic 0.14, the backup repository `minidock backup` writes to and
+#                         `minidock restore` reads from (docs/backups.md); runs on the controller
 set -euo pipefail
 
 profile=tests
@@ -61,7 +63,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 need=()
 engine_pkgs=(docker.io iptables)
 lab_pkgs=(docker-compose mmdebstrap busybox-static curl)
-test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy age)
+test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy age restic)
 pkgs=("${lab_pkgs[@]}")
 if [ "$profile" = tests ]; then
     pkgs+=("${test_pkgs[@]}")

@@ -39,6 +39,7 @@ from minidock.model import (
     looks_secret,
 )
 from minidock.schedules import cron_problem, timezone_problem
+from minidock.spec.backup import backup_of, before_backup_of, with_backup_defaults
 from minidock.spec.buildctx import build_of
 from minidock.spec.compose import is_compose_file
 from minidock.spec.configs import build_configs
@@ -86,6 +87,7 @@ def load(path: StrPath, inventory: StrPath | None = None) -> tuple[Cluster, Inve
     try:
         check_ingress_hosts(cluster, hosts, display)
         check_ingress_ports(cluster, hosts, display)
+        cluster = with_backup_defaults(cluster, hosts, display)
     except SpecError as exc:
         raise locate(exc) from None
     return cluster, hosts
@@ -244,7 +246,7 @@ def _build_services(
         return SpecError(display, render(parts), message)
 
     services = tuple(
-        _build_service(name, body, fail, base, cluster) for name, body in table.items()
+        _build_service(name, body, fail, base, (cluster, display)) for name, body in table.items()
     )
     names = list(table)
     for s in services:
@@ -268,7 +270,11 @@ def _build_services(
     return services
 
 
-def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, cluster: str) -> Service:
+def _build_service(
+    name: str, body: dict[str, Any], fail: Fail, base: str, names: tuple[str, str]
+) -> Service:
+    """One service; `names` are its cluster's and how its file is named in messages."""
+    cluster, display = names
     at: tuple[Part, ...] = ("services", name)
     ports = _ports(body.get("ports", []), at, fail)
     constraint_re = _service_pattern("constraints", "items")
@@ -309,6 +315,8 @@ def _build_service(name: str, body: dict[str, Any], fail: Fail, base: str, clust
         build=build,
         schedule=_schedule(body, at, fail),
         before_update=_before_update(body.get("hooks", {}), (*at, "hooks"), fail),
+        backup=backup_of(body, at, fail, base, display),
+        before_backup=before_backup_of(body, at, fail),
         **_run_options(body, at, fail, cluster),
         **service_ingress(body, routes_of(body, at, fail, ports, base)),
         expose=tuple(sorted(body.get("expose", ()))),
@@ -347,6 +355,7 @@ _NOT_FOR_JOBS = {
     "drain_timeout": "a job's runs take no traffic: remove drain_timeout",
     "hooks": "a job has no rollout to run hooks before: run the command in the job itself",
     "expose": "a job's runs take no traffic: remove expose",
+    "backup": "a job's runs keep no volume: back up the service whose task holds it",
 }
 
 

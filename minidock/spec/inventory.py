@@ -9,6 +9,7 @@ from typing import Any
 
 from minidock import sshconfig, units
 from minidock.model import Host, Inventory
+from minidock.spec.backup import backup_defaults
 from minidock.spec.errors import Fail, Part, SpecError, StrPath
 from minidock.spec.messages import render, show
 from minidock.spec.reading import check_schema, read_toml, resolve
@@ -66,7 +67,8 @@ def _build_inventory(doc: dict[str, Any], abs_path: str, display: str) -> Invent
         except sshconfig.SSHConfigError as exc:
             raise fail(("hosts", i), str(exc)) from None
     fraction = float(defaults.get("max_down_fraction", Inventory.max_down_fraction))
-    return Inventory(path=abs_path, hosts=tuple(hosts), max_down_fraction=fraction)
+    backup = backup_defaults(doc, fail, base, display)
+    return Inventory(path=abs_path, hosts=tuple(hosts), max_down_fraction=fraction, backup=backup)
 
 
 def _build_host(

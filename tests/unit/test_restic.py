@@ -1,0 +1,122 @@
+"""The restic adapter against Debian's real restic, on a repository in a temporary
+directory: made when missing, a stream saved as one snapshot and dumped back byte for byte,
+a failed stream leaving no snapshot, retention, a wrong password, and a password that is
+on no command line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from minidock import restic
+from minidock.model import Keep
+from minidock.restic import Repository, ResticError
+
+pytestmark = pytest.mark.skipif(not restic.restic_available(), reason="needs Debian's restic")
+
+PASSWORD = "pw-7c1e-not-on-argv"
+TAGS = {"cluster": "prod", "service": "db", "slot": "1", "volume": "data", "generation": "3"}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Repository:
+    """One repository for the module (each restic command derives its key: about 0.5 s of
+    CPU); each test tags its snapshots with its own service."""
+    made = Repository(str(tmp_path_factory.mktemp("restic") / "repo"), PASSWORD)
+    assert _run(restic.ensure(made)) is True
+    assert _run(restic.ensure(made)) is False  # there now
+    return made
+
+
+def _run(coro: Awaitable[object]) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def _feeding(data: bytes, step: int = 65536) -> Callable[[restic.Write], Awaitable[None]]:
+    async def feed(write: restic.Write) -> None:
+        for i in range(0, len(data), step):
+            await write(data[i : i + step])
+
+    return feed
+
+
+async def _dumped(repo: Repository, snapshot: str, filename: str) -> bytes:
+    return b"".join([chunk async for chunk in restic.dump(repo, snapshot, filename)])
+
+
+def test_a_stream_is_one_snapshot_tagged_and_dumped_back_byte_for_byte(repo: Repository) -> None:
+    data = os.urandom(300_000) + b"tail"
+    saved = _run(restic.backup(repo, "data.tar", TAGS, "host1", _feeding(data)))
+    assert isinstance(saved, restic.Saved)
+    assert saved.size == len(data)
+    found = _run(restic.snapshots(repo, {"service": "db", "slot": "1"}))
+    assert isinstance(found, list)
+    assert [s.short_id for s in found] == [saved.snapshot[:8]]
+    snap = found[0]
+    assert (snap.hostname, snap.filename, snap.tag("generation")) == ("host1", "/data.tar", "3")
+    assert dict(snap.tags) == TAGS
+    assert _run(restic.snapshots(repo, {"service": "db", "slot": "9"})) == []
+    assert _run(_dumped(repo, snap.id, snap.filename)) == data
+
+
+def test_a_stream_that_fails_saves_no_snapshot(repo: Repository) -> None:
+
+    async def broken(write: restic.Write) -> None:
+        await write(b"x" * 100_000)
+        raise OSError("the host went away")
+
+    with pytest.raises(OSError, match="went away"):
+        _run(restic.backup(repo, "data.tar", {**TAGS, "service": "broken"}, "host1", broken))
+    assert _run(restic.snapshots(repo, {"service": "broken"})) == []
+
+
+def test_forget_keeps_what_the_rules_keep_in_the_tagged_group_only(repo: Repository) -> None:
+    tags = {**TAGS, "service": "kept"}
+    ids = [
+        _run(restic.backup(repo, "d.tar", {**tags, "generation": str(g)}, "h", _feeding(b"%d" % g)))
+        for g in range(2)
+    ]
+    other = _run(restic.backup(repo, "d.tar", {**tags, "slot": "2"}, "h", _feeding(b"o")))
+    removed = _run(restic.forget(repo, Keep(last=1), {"service": "kept", "slot": "1"}))
+    assert isinstance(removed, list)
+    assert [r[:8] for r in removed] == [ids[0].snapshot[:8]]  # type: ignore[attr-defined]
+    left = _run(restic.snapshots(repo, {"service": "kept"}))
+    assert isinstance(left, list)
+    assert sorted(s.short_id for s in left) == sorted(
+        s.snapshot[:8]  # type: ignore[attr-defined]
+        for s in (ids[1], other)
+    )
+    assert _run(restic.forget(repo, Keep(), TAGS)) == []  # no rule: nothing forgotten
+
+
+def test_a_wrong_password_is_one_line(repo: Repository) -> None:
+    wrong = Repository(repo.location, "wrong-one")
+    with pytest.raises(ResticError) as err:
+        _run(restic.snapshots(wrong))
+    assert str(err.value) == "restic snapshots failed (exit 1): wrong password or no key found"
+    with pytest.raises(ResticError, match=r"^restic cat failed .*wrong password"):
+        _run(restic.ensure(wrong))
+
+
+def test_the_password_is_on_no_command_line(repo: Repository) -> None:
+    seen: list[bytes] = []
+
+    async def feed(write: restic.Write) -> None:
+        await write(b"some data")
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    seen.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+                except OSError:
+                    continue
+
+    _run(restic.backup(repo, "d.tar", TAGS, "h", feed))
+    ours = [c for c in seen if c.startswith(b"restic\0backup")]
+    assert len(ours) == 1
+    assert b"--stdin" in ours[0]
+    assert not any(PASSWORD.encode() in c for c in seen)
+    assert not any(repo.location.encode() in c for c in ours)  # the repository: env too

@@ -150,7 +150,7 @@ class Acts:
         svc = r.service
         where = (svc.name, r.slot, r.host, r.task)
         try:
-            await self._ensure_image(r.host, svc, where)
+            await self.ensure_image(r.host, svc, where)
             mounts = await self.configs.place(r.host, svc.configs, r.task, svc.name)
             if r.host not in self.networked:
                 await ensure_network(self.sh, r.host, self.cluster)
@@ -227,7 +227,7 @@ class Acts:
             await self._check(c.host, stop_argv(c.id, grace), "docker stop", timeout=limit)
         await self._check(c.host, rm_argv([c.id], force=True), "docker rm")
 
-    async def _ensure_image(self, host: str, svc: Service, where: _Where) -> None:
+    async def ensure_image(self, host: str, svc: Service, where: _Where) -> None:
         """Confirm the image on the host, or pull it (logging in first where the spec has
         credentials for its registry), or push it from the controller, before anything
         is stopped for it."""
@@ -300,7 +300,7 @@ async def prepare_host(
     network. Returns the config mounts; raises PrepareFailed saying what failed."""
     acts = Acts(executor, inventory, cluster, 0.0, engine=engine)
     try:
-        await acts._ensure_image(host, service, (service.name, 0, host, name))
+        await acts.ensure_image(host, service, (service.name, 0, host, name))
         mounts = await acts.configs.place(host, service.configs, name, service.name)
         await ensure_network(acts.sh, host, cluster)
     except (ActFailed, ConfigPlaceError, PushError, Unreachable, CommandTimeout) as exc:

@@ -10,7 +10,8 @@ The order:
    the certificates (step 1's too) and every pending order's responses; the name
    proxies with its endpoints: a task that drains leaves every proxy in the pass that
    decides its stop, before any stop;
-3. the stops (every host at once), then the starts (hosts in parallel);
+3. the stops (every host at once), then the starts (hosts in parallel), then the volume
+   moves' copies and removals (minidock.relocate);
 4. the hooks' acts, the scheduled jobs' acts, and the finished one-off tasks removed.
 """
 
@@ -39,6 +40,7 @@ from minidock.jobs import (
 )
 from minidock.model import Cluster, Observed, OneOff
 from minidock.names import converge_names
+from minidock.relocate import carry_move
 from minidock.ssh import CommandTimeout, Unreachable
 
 __all__ = ["TAIL_LINES", "carry_out"]
@@ -53,6 +55,8 @@ async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed
     await _names(acts, plan, cluster, observed)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
+    for move in plan.moves:
+        await carry_move(acts, move)
     for hook in plan.hooks:
         await _HOOK_ACTS[hook.act](acts, cluster, hook)
     for job in plan.jobs:

@@ -768,6 +768,40 @@ def drain(
     raise typer.Exit(drained.exit_code)
 
 
+# -- moves with volumes (docs/moves.md) ---------------------------------------------------------
+@app.command()
+def move(
+    slot: Annotated[str, typer.Argument(metavar="SERVICE.SLOT", help="The slot, e.g. db.1.")],
+    to: Annotated[str, typer.Option("--to", metavar="HOST", help="The host to move it to.")],
+    keep_source: Annotated[
+        bool, typer.Option("--keep-source", help="Keep the old host's volumes once moved.")
+    ] = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Until it runs there.")] = True,
+    timeout: TimeoutOption = "10m",
+    quiet: QuietOption = False,
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """Move a slot's task and its named volumes to another host: drained, stopped, its
+    volumes streamed there, started there; its old volumes removed once it is ready."""
+    limit = seconds(timeout, "--timeout")
+    view = live_view(wait, quiet)
+    work = usecases.move(
+        slot,
+        to,
+        state_dir(state),
+        runtime(),
+        view.report,
+        keep_source=keep_source,
+        wait=wait,
+        timeout=limit,
+        cluster=cluster,
+    )
+    moved = run(work, view)
+    view.finish(moved.convergence)
+    raise typer.Exit(moved.exit_code)
+
+
 @app.command()
 def activate(host: str, state: StateOption = None, cluster: ClusterOption = None) -> None:
     """Let a drained host take tasks again (running tasks are not moved back)."""

@@ -11,6 +11,7 @@ from minidock.core.fold import task_id
 from minidock.core.hosts import Availability, HostPhase, HostState, SeenTask
 from minidock.core.intents import (
     admit,
+    begin_move,
     declined_retries,
     failed_updates,
     foreign_controllers,
@@ -52,6 +53,7 @@ __all__ = [
     "Stop",
     "Waiting",
     "admit",
+    "begin_move",
     "declined_retries",
     "failed_updates",
     "failure_action",

@@ -11,10 +11,12 @@ from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
 from minidock.core.serving import ServingMode
 from minidock.core.state import ControllerState, Rollout, ServiceState
+from minidock.core.volumes import VolumeMove
 from minidock.model import Cluster, Event, Observed, Service
 
 __all__ = [
     "admit",
+    "begin_move",
     "declined_retries",
     "failed_updates",
     "foreign_controllers",
@@ -253,6 +255,42 @@ def pinned_on(state: ControllerState, host: str) -> list[str]:
         for n in ss.slot_numbers()
         if ss.slot(n).host == host and ss.slot(n).task
     ]
+
+
+def begin_move(
+    state: ControllerState,
+    service: str,
+    slot: int,
+    target: str,
+    now: float,
+    *,
+    keep_source: bool = False,
+) -> ControllerState:
+    """`minidock move SERVICE.SLOT --to HOST`: record the slot's move with its volumes
+    (core/volumes.py), carried out by the passes from here on. The same move asked again
+    (a command interrupted) changes nothing; ValueError (one line) when it cannot be."""
+    ss = state.services[service]
+    subject = f"{service}.{slot}"
+    if ss.spec.mode == "global" or not ss.spec.pinned:
+        why = "a global service's task belongs to its host" if ss.spec.mode == "global" else (
+            "it has no named volume, so nothing pins it: `minidock rebalance` or a "
+            "constraint moves it"
+        )  # fmt: skip
+        raise ValueError(f"{subject} cannot be moved with its volumes: {why}")
+    if slot not in ss.slot_numbers():
+        raise ValueError(f"{service} has no slot {slot} (slots 1..{ss.wanted()})")
+    underway = ss.moves.get(slot)
+    if underway is not None:
+        if underway.target == target and not underway.restore:
+            return state
+        raise ValueError(f"{subject} is already {underway.line()}; wait for it to end")
+    record = ss.slot(slot)
+    if not record.host:
+        raise ValueError(f"{subject} has no recorded host: nothing to move (it starts anywhere)")
+    if record.host == target:
+        raise ValueError(f"{subject} is on {target} already")
+    move = VolumeMove(target, record.host, keep_source=keep_source, since=now)
+    return _with_service(state, replace(ss, moves={**ss.moves, slot: move}))
 
 
 def set_drained(

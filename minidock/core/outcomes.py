@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from minidock.core import hooks, rollout, slots, tls
+from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied, fold_move
 from minidock.core.schedule import JobRun, record_run
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.tls import AcmeAccount, PendingOrder
@@ -150,6 +151,9 @@ ActOutcome = (
     | CertIssued
     | CertOrdered
     | CertFailed
+    | VolumesCopied
+    | MoveFailed
+    | SourceCleaned
 )
 
 
@@ -167,6 +171,8 @@ def fold(
             state, more = _hook(state, o, now)
         elif isinstance(o, JobStarted | JobEnded):
             state, more = _job(state, o, now)
+        elif isinstance(o, VolumesCopied | MoveFailed | SourceCleaned):
+            state, more = fold_move(state, o, now)
         else:
             state, more = _certificate(state, o)
         events += more

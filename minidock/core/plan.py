@@ -19,6 +19,7 @@ from minidock.core.jobs import JobAct
 from minidock.core.routes import ProxyStep, RouteTable
 from minidock.core.state import ControllerState
 from minidock.core.task_ports import NO_PORTS, TaskPorts
+from minidock.core.volumes import MoveAct
 from minidock.model import Container, Event, OneOff, Service, task_name
 
 __all__ = ["Pending", "Plan", "Run", "Stop", "WaitKind", "Waiting"]
@@ -83,6 +84,7 @@ class WaitKind(enum.Enum):
     PROXY = "proxy"  # an ingress proxy to replace once another host's new one serves
     CERTIFICATE = "certificate"  # an ACME order started, collected by a later pass
     PROMOTE = "promote"  # a canary that passed, waiting for the operator's `minidock promote`
+    MOVE = "move"  # a slot's move with its volumes under way (core/volumes.py)
 
     @property
     def moves(self) -> bool:
@@ -142,6 +144,7 @@ class Plan:
     hooks: tuple[HookStep, ...] = ()  # the before_update hooks' acts
     jobs: tuple[JobAct, ...] = ()  # the scheduled jobs' runs to start and runs to read
     removals: tuple[OneOff, ...] = ()  # finished one-off tasks to remove
+    moves: tuple[MoveAct, ...] = ()  # volume moves' copies and removals (core/moving.py)
     drains: tuple[Container, ...] = ()  # within a decision: tasks the traffic gate drains
 
     @property

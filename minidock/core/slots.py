@@ -30,6 +30,7 @@ __all__ = [
     "hold",
     "lose",
     "observe_task",
+    "relocate",
     "reset",
     "skip_backoff",
     "start_failed",
@@ -158,6 +159,12 @@ def hold(slot: SlotState) -> SlotState:
 def vanish(slot: SlotState) -> SlotState:
     """No task fills the slot (and none is held by an unreachable host)."""
     return _step(slot, SlotInput.VANISHED)
+
+
+def relocate(slot: SlotState, host: str) -> SlotState:
+    """A moved slot's data is on `host` now (core/volumes.py): its record names that host
+    and no task, so its next task starts there (the phase is the pass's to say)."""
+    return replace(slot, task="", host=host, avoid="")
 
 
 def lose(slot: SlotState) -> SlotState:

@@ -16,6 +16,7 @@ from minidock.core.schedule import JobRecord
 from minidock.core.serving import SERVING, ServingMode
 from minidock.core.slots import SlotState
 from minidock.core.tls import TlsState
+from minidock.core.volumes import VolumeMove
 from minidock.model import Service
 
 __all__ = [
@@ -166,6 +167,7 @@ class ServiceState:
     # kept so each such task is judged by what it runs (core/specs.py) until none is seen
     older: tuple[Service, ...] = ()
     serving: ServingMode = SERVING  # its routes: serving, maintenance or paused (core/serving.py)
+    moves: dict[int, VolumeMove] = field(default_factory=dict)  # slot -> its move (core/volumes.py)
 
     def slot(self, n: int) -> SlotState:
         found = self.slots.get(n)

@@ -29,6 +29,7 @@ from minidock.usecases.intents import (
 )
 from minidock.usecases.jobs import RunOutcome, env_pairs, run_oneoff
 from minidock.usecases.migrate import migrate
+from minidock.usecases.moves import move
 from minidock.usecases.outcomes import (
     ApplyOutcome,
     BadInput,
@@ -147,6 +148,7 @@ __all__ = [
     "logs",
     "maintenance",
     "migrate",
+    "move",
     "patience",
     "pause",
     "plan",

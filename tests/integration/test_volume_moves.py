@@ -6,15 +6,20 @@ Rebalance moves (tasks without data) are tests/integration/test_moves.py."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from minidock import volumecopy
+from minidock.commands.docker import volume_name
 from minidock.lab.images import WEB5_IMAGE
 from minidock.model import Inventory
 from minidock.ssh import SSHExecutor
-from tests.integration.conftest import Fleet
+from tests.integration.conftest import Fleet, Minidock
+from tests.integration.loadgen import Reply
+from tests.integration.test_ingress import EDGE, apply, converge, events, paced_load, spec
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +81,134 @@ def test_a_volume_streams_host_to_host_through_the_controller_whole(
     finally:
         for host in (source.name, target.name):
             fleet.docker(host, "volume", "rm", "-f", ROUND_TRIP_VOLUME)
+
+
+# -- minidock move ----------------------------------------------------------------------------
+MOVE_TIMEOUT = "3m"
+VOLUMES = '\nvolumes = ["data:/srv/data"]\n'
+
+
+def pinned_spec() -> str:
+    """The routed `web` of the ingress tests, one replica, with a named volume."""
+    body = spec(replicas=1)
+    return body.replace('drain_timeout = "1s"\n', 'drain_timeout = "1s"' + VOLUMES, 1)
+
+
+@pytest.fixture
+def md(patient_md: Minidock) -> Iterator[Minidock]:
+    """Patient probes; the slot's volume removed from every host afterwards (the lab's
+    reset removes containers only)."""
+    yield patient_md
+    volume = volume_name(patient_md.cluster, "web", 1, "data")
+    for host in patient_md.fleet.hosts:
+        patient_md.fleet.docker(host, "volume", "rm", "-f", volume)
+
+
+def placed(md: Minidock) -> tuple[str, str, str]:
+    """(the host web.1 runs on, a host to move it to, its volume's name)."""
+    apply(md, pinned_spec())
+    (task,) = md.tasks("web")
+    source = task["host"]
+    target = next(h for h in md.fleet.hosts if h not in (source, EDGE))
+    return source, target, volume_name(md.cluster, "web", 1, "data")
+
+
+def gaps(replies: list[Reply]) -> list[tuple[float, float, int]]:
+    """The windows of failed requests, in time order: (first start, last end, count), a
+    window ended by a request that succeeded."""
+    found: list[tuple[float, float, int]] = []
+    run: list[Reply] = []
+    for r in sorted(replies, key=lambda r: r.started):
+        if not r.ok:
+            run.append(r)
+            continue
+        if run:
+            found.append((run[0].started, max(x.started + x.seconds for x in run), len(run)))
+            run = []
+    if run:
+        found.append((run[0].started, max(x.started + x.seconds for x in run), len(run)))
+    return found
+
+
+def web_running(md: Minidock) -> list[str]:
+    """`HOST NAME` of every running web container on any host."""
+    return [
+        f"{host} {line.split()[0]}"
+        for host in md.fleet.hosts
+        for line in md.containers(host)
+        if line.startswith("web.") and line.endswith(" running")
+    ]
+
+
+def test_a_move_under_load_through_the_ingress_has_one_gap_the_stop(
+    fleet: Fleet, md: Minidock
+) -> None:
+    source, target, volume = placed(md)
+    fleet.exec(source, "sh", "-c", FILL.format(v=volume, mb=16), check=True)
+    before = listing(fleet, source, volume)
+    with paced_load(fleet) as load:
+        time.sleep(1)
+        started = time.monotonic()
+        res = md("move", "web.1", "--to", target, "--timeout", MOVE_TIMEOUT, "-q", timeout=240)
+        took = time.monotonic() - started
+        time.sleep(1)
+    assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-500:]
+    windows = gaps(load.replies)
+    shown = [f"{end - start:.2f}s ({n} requests)" for start, end, n in windows]
+    copied = events(md, "volumes-copied")
+    print(f"move under load: {took:.1f}s; gaps {shown}; {copied}; {len(load.replies)} requests")
+    assert len(windows) == 1, shown  # the stop is the only gap
+    assert load.replies[-1].ok
+    assert load.bodies() == {"web 5\n"}
+    assert web_running(md) == [f"{target} {md.tasks('web')[0]['name']}"]
+    assert listing(fleet, target, volume) == before
+    assert fleet.docker(source, "volume", "inspect", volume).returncode != 0
+    assert len(events(md, "moved")) == 1
+
+
+def helper(md: Minidock, host: str) -> str:
+    """The id of a volume's helper container on the host ("" when there is none)."""
+    return md.fleet.docker(host, "ps", "-aq", "--filter", "label=minidock.copy").stdout.strip()
+
+
+def kill_when(md: Minidock, args: tuple[str, ...], ready: str) -> None:
+    """Run `minidock ARGS` and kill -9 it once `ready` is seen: "draining" (an event) or
+    "copying" (a volume's helper container on some host)."""
+    proc = md.popen(*args)
+    for _ in range(600):
+        if proc.poll() is not None:
+            break
+        if ready == "draining" and events(md, "draining"):
+            break
+        helpers = [
+            md.fleet.docker(h, "ps", "-aq", "--filter", "label=minidock.copy")
+            for h in md.fleet.hosts
+        ]
+        if ready == "copying" and any(h.stdout.strip() for h in helpers):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, f"{args} ended before {ready}: {proc.communicate()}"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+
+
+def test_a_controller_killed_while_stopping_then_while_copying_leaves_one_copy_and_no_loss(
+    fleet: Fleet, md: Minidock
+) -> None:
+    source, target, volume = placed(md)
+    fleet.exec(source, "sh", "-c", FILL.format(v=volume, mb=32), check=True)
+    before = listing(fleet, source, volume)
+    started = time.monotonic()
+    kill_when(md, ("move", "web.1", "--to", target, "-q"), "draining")
+    assert len(web_running(md)) <= 1
+    kill_when(md, ("reconcile",), "copying")
+    assert web_running(md) == []  # the data on its way: no task runs anywhere
+    assert listing(fleet, source, volume) == before
+    converge(md)
+    took = time.monotonic() - started
+    print(f"move killed while stopping and while copying: converged in {took:.1f}s")
+    assert [line.split()[0] for line in web_running(md)] == [target]
+    assert listing(fleet, target, volume) == before
+    assert fleet.docker(source, "volume", "inspect", volume).returncode != 0
+    copied = events(md, "volumes-copied")
+    assert len(copied) == 1, copied

@@ -23,7 +23,13 @@ PACKAGE = ROOT / "minidock"
 
 # the only modules that may name a phase field when building or replacing a record
 PHASE_OWNERS = {
-    "phase": {"core/hosts.py", "core/slots.py", "core/rollout.py", "store/codec.py"},
+    "phase": {
+        "core/hosts.py",
+        "core/slots.py",
+        "core/rollout.py",
+        "core/volumes.py",
+        "store/codec.py",
+    },
     "availability": {"core/hosts.py", "store/codec.py"},
 }
 

@@ -1,0 +1,180 @@
+"""A pass's part in the slots' volume moves (core/volumes.py): what each move's slot does,
+the acts it needs, and what those acts learned folded back. Pure.
+
+`reconcile` asks `hold` first for every slot with a move: while the move holds (stopping,
+copying), the slot's tasks are stopped (drained first, by the traffic gate) and nothing
+starts one; else the slot is decided as any other, its record naming the target, and
+`ready` moves the move on once the target's task is ready. `acts` gives the pass's copies
+and removals; the act path reports `VolumesCopied`, `MoveFailed` or `SourceCleaned`,
+which `fold_move` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from minidock.core.fold import Effects, View, with_slot
+from minidock.core.hosts import HostPhase
+from minidock.core.plan import Stop, Waiting, WaitKind
+from minidock.core.rollout import slot_target
+from minidock.core.slots import relocate
+from minidock.core.state import ControllerState, ServiceState
+from minidock.core.supervise import ready as is_ready
+from minidock.core.volumes import MoveAct, MoveInput, MovePhase, VolumeMove
+from minidock.model import Container, Event
+from minidock.units import approx_size
+
+__all__ = [
+    "MoveFailed",
+    "MoveOutcome",
+    "SourceCleaned",
+    "VolumesCopied",
+    "acts",
+    "fold_move",
+    "hold",
+    "ready",
+    "waiting",
+]
+
+
+@dataclass(frozen=True)
+class VolumesCopied:
+    """Every named volume of the slot streamed to the move's target."""
+
+    service: str
+    slot: int
+    size: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MoveFailed:
+    """The copy failed (`line`, masked): the move ends, the slot stays where it was."""
+
+    service: str
+    slot: int
+    line: str
+
+
+@dataclass(frozen=True)
+class SourceCleaned:
+    """The slot's volumes on the move's source were removed."""
+
+    service: str
+    slot: int
+
+
+MoveOutcome = VolumesCopied | MoveFailed | SourceCleaned
+
+
+def _answered(view: View, host: str) -> bool:
+    hs = view.hosts.get(host)
+    return hs is not None and hs.phase is HostPhase.READY
+
+
+def _with_move(ss: ServiceState, n: int, move: VolumeMove | None) -> ServiceState:
+    moves = {k: v for k, v in ss.moves.items() if k != n}
+    return replace(ss, moves=moves if move is None else {**moves, n: move})
+
+
+def hold(
+    ss: ServiceState, n: int, here: Sequence[Container], view: View
+) -> tuple[ServiceState, Effects] | None:
+    """A holding move's slot: its tasks stopped, none started, and the move on to COPYING
+    once no task of the slot is seen or held anywhere; None for a slot decided as others."""
+    move = ss.moves.get(n)
+    if move is None or not move.holds:
+        return None
+    name, subject = ss.spec.name, f"{ss.spec.name}.{n}"
+    stops = tuple(Stop(c, f"{subject} {move.line()}") for c in here)
+    held = view.holders(ss, n)
+    if move.phase is MovePhase.STOPPING and not here and not held:
+        move = move.step(MoveInput.STOPPED)
+        ss = _with_move(ss, n, move)
+    line = move.line()
+    if held:
+        line += f" (waiting for {', '.join(held)} to answer)"
+    wait = Waiting(subject, line, WaitKind.MOVE, name)
+    return ss, Effects(stops=stops, waiting=(wait,))
+
+
+def ready(
+    ss: ServiceState, n: int, here: Sequence[Container], now: float
+) -> tuple[ServiceState, tuple[Event, ...]]:
+    """A starting move's slot once decided: on to CLEANING (or over, said by a `moved`
+    event) when the task its record names runs ready on the target."""
+    move = ss.moves.get(n)
+    if move is None or move.phase is not MovePhase.STARTING:
+        return ss, ()
+    record = ss.slot(n)
+    there = [c for c in here if c.host == move.target and c.task == record.task and is_ready(c)]
+    if not there:
+        return ss, ()
+    moved = move.step(MoveInput.READY)
+    if moved.phase is not MovePhase.DONE:
+        return _with_move(ss, n, moved), ()
+    line = f"{ss.spec.name}.{n}: moved to {move.target}"
+    kept = f" (its volumes stay on {move.source})" if move.keep_source and move.source else ""
+    event = Event(now, "moved", line + kept, service=ss.spec.name, slot=n, host=move.target)
+    return _with_move(ss, n, None), (event,)
+
+
+def waiting(ss: ServiceState) -> tuple[Waiting, ...]:
+    """A line for each move under way that does not hold its slot (starting, cleaning)."""
+    return tuple(
+        Waiting(f"{ss.spec.name}.{n}", move.line(), WaitKind.MOVE, ss.spec.name)
+        for n, move in sorted(ss.moves.items())
+        if not move.holds
+    )
+
+
+def acts(services: Mapping[str, ServiceState], view: View) -> tuple[MoveAct, ...]:
+    """The pass's copies (a copying move whose slot has no task seen, its two hosts
+    answering) and removals (a cleaning move whose source answers)."""
+    if not any(ss.moves for ss in services.values()):
+        return ()
+    busy = {(c.service, c.slot) for c in view.mine}
+    found: list[MoveAct] = []
+    for name, ss in sorted(services.items()):
+        for n, move in sorted(ss.moves.items()):
+            spec = slot_target(ss, n)
+            if move.phase is MovePhase.COPYING and (name, n) not in busy:
+                source_ok = move.restore or _answered(view, move.source)
+                if source_ok and _answered(view, move.target) and not view.holders(ss, n):
+                    found.append(MoveAct(name, n, spec, move))
+            elif move.phase is MovePhase.CLEANING and _answered(view, move.source):
+                found.append(MoveAct(name, n, spec, move, copy=False))
+    return tuple(found)
+
+
+def fold_move(
+    state: ControllerState, o: MoveOutcome, now: float
+) -> tuple[ControllerState, list[Event]]:
+    """A move act's outcome into the slot's move and record, with its event."""
+    ss = state.services.get(o.service)
+    move = ss.moves.get(o.slot) if ss is not None else None
+    if ss is None or move is None:
+        return state, []
+    subject = f"{o.service}.{o.slot}"
+    if isinstance(o, VolumesCopied) and move.phase is MovePhase.COPYING:
+        moved = replace(move.step(MoveInput.COPIED), size=o.size, seconds=o.seconds)
+        record = relocate(ss.slot(o.slot), move.target)
+        ss = with_slot(_with_move(ss, o.slot, moved), o.slot, record)
+        rate = f", {approx_size(int(o.size / o.seconds))}/s" if o.seconds > 0 else ""
+        origin = f"snapshot {move.snapshot}" if move.restore else move.source
+        kind = "volumes-copied"
+        line = f"{subject}: volumes copied from {origin} to {move.target}"
+        line += f" ({approx_size(o.size)}{rate})"
+    elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING:
+        ss = _with_move(ss, o.slot, None)
+        stays = move.source or "where the scheduler places it"
+        kind = "move-failed"
+        line = f"{subject}: move to {move.target} failed, it stays on {stays}: {o.line}"
+    elif isinstance(o, SourceCleaned) and move.phase is MovePhase.CLEANING:
+        ss = _with_move(ss, o.slot, None)
+        kind, line = "moved", f"{subject}: moved to {move.target}"
+    else:
+        return state, []
+    event = Event(now, kind, line, service=o.service, slot=o.slot, host=move.target)
+    return replace(state, services={**state.services, o.service: ss}), [event]

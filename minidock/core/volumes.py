@@ -1,0 +1,109 @@
+"""A slot's move with its data: the durable intent and its phases. Pure.
+
+`minidock move SERVICE.SLOT --to HOST` records a `VolumeMove` on the slot's service; every
+pass then decides the move's next step from it and from what it observes
+(`core/moving.py`), so a move interrupted anywhere (the command, the controller killed)
+goes on at the next pass, and at any instant at most one task of the slot runs:
+
+- STOPPING: the slot's task is drained from every route and stopped; nothing starts it;
+- COPYING: no task of the slot is seen (its source host answered): each named volume
+  streams from the source to the target (an act, `MoveAct`, done again from the start
+  when a pass is cut off before it was recorded: the target's copy is never yet used);
+- STARTING: copied, and the slot's record names the target: its task starts there;
+- CLEANING: the task on the target is ready: the source's volumes are removed (with
+  `keep_source`, they stay and the move ends here).
+
+A copy that fails ends the move (`failed`): the slot's record still names the source, so
+its task starts there again on its own data. A restore is a move whose source is a
+snapshot (`snapshot`, and `source` the host the volume was on, or ""): nothing to stop on
+a host that is gone, nothing to clean.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from minidock.model import Service
+
+__all__ = ["TABLE", "MoveAct", "MoveInput", "MovePhase", "VolumeMove"]
+
+
+class MovePhase(enum.StrEnum):
+    STOPPING = "stopping"  # the slot's task drains and stops on the source
+    COPYING = "copying"  # no task runs: the volumes stream to the target
+    STARTING = "starting"  # copied: the slot's task starts on the target
+    CLEANING = "cleaning"  # the target's task is ready: the source's volumes go
+    DONE = "done"  # the move is over (its record is dropped)
+
+
+class MoveInput(enum.StrEnum):
+    STOPPED = "no task of the slot seen"
+    COPIED = "volumes copied"
+    READY = "task ready on the target"
+    CLEANED = "source volumes removed"
+    FAILED = "copy failed"
+
+
+TABLE: dict[tuple[MovePhase, MoveInput], MovePhase] = {
+    (MovePhase.STOPPING, MoveInput.STOPPED): MovePhase.COPYING,
+    (MovePhase.COPYING, MoveInput.COPIED): MovePhase.STARTING,
+    (MovePhase.COPYING, MoveInput.FAILED): MovePhase.DONE,
+    (MovePhase.STARTING, MoveInput.READY): MovePhase.CLEANING,
+    (MovePhase.CLEANING, MoveInput.CLEANED): MovePhase.DONE,
+}
+
+
+@dataclass(frozen=True)
+class VolumeMove:
+    """One slot's move: from `source` to `target`, in `phase` (see the module)."""
+
+    target: str
+    source: str = ""
+    phase: MovePhase = MovePhase.STOPPING
+    keep_source: bool = False
+    snapshot: str = ""  # a restore: the snapshot streamed in instead of the source's volume
+    since: float = 0.0  # when it was asked for
+    size: int = 0  # bytes copied
+    seconds: float = 0.0  # how long the copy took
+
+    @property
+    def restore(self) -> bool:
+        return bool(self.snapshot)
+
+    @property
+    def holds(self) -> bool:
+        """Whether the slot must start no task: its data is on its way."""
+        return self.phase in (MovePhase.STOPPING, MovePhase.COPYING)
+
+    def step(self, given: MoveInput) -> VolumeMove:
+        """The next phase (the same when `given` does not apply); CLEANING is skipped to
+        DONE when the source stays (`keep_source`; a restore removes nothing)."""
+        phase = TABLE.get((self.phase, given), self.phase)
+        if phase is MovePhase.CLEANING and (self.keep_source or self.restore):
+            phase = MovePhase.DONE
+        return self if phase is self.phase else replace(self, phase=phase)
+
+    def line(self) -> str:
+        """Where the move is, as a status line says it."""
+        origin = f"snapshot {self.snapshot}" if self.restore else self.source
+        return {
+            MovePhase.STOPPING: f"moving to {self.target}: stopping its task on {origin}",
+            MovePhase.COPYING: f"moving to {self.target}: copying its volumes from {origin}",
+            MovePhase.STARTING: f"moving to {self.target}: starting its task there",
+            MovePhase.CLEANING: f"moved to {self.target}: removing its volumes on {origin}",
+            MovePhase.DONE: f"moved to {self.target}",
+        }[self.phase]
+
+
+@dataclass(frozen=True)
+class MoveAct:
+    """What a pass does for a move: copy the slot's volumes to the target (`copy`), or
+    remove them on the source (not `copy`). `spec` is the spec the slot runs: its named
+    volumes, where its task mounts them, and its image (the helpers' on both hosts)."""
+
+    service: str
+    slot: int
+    spec: Service
+    move: VolumeMove
+    copy: bool = True

@@ -1,0 +1,184 @@
+"""`minidock move`'s decisions on the model-level fleet (tests/sim.py's World): the move's
+phases pass by pass, and the property that a controller killed at any pass of a move
+(its decision recorded and not acted on, or acted on and its outcome lost) leaves at most
+one task of the slot running at any instant, never a task started on a volume without the
+data, and converges to the one task on the target with the data there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minidock import core
+from minidock.core import fold_outcomes
+from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
+from minidock.core.volumes import MovePhase
+from minidock.model import Volume
+from tests.sim import World, hosts, svc
+
+DB = svc("db", volumes=(Volume("data", "/data"),))
+DATA = "written by db.1"
+
+
+@dataclass
+class Fleet:
+    """A World plus each host's copy of db.1's volume, and the moves' acts done on it."""
+
+    world: World = field(default_factory=lambda: World(hosts(3)))
+    volumes: dict[str, str] = field(default_factory=dict)  # host -> what its volume holds
+    most_live: int = 0
+    fail_copy: bool = False
+
+    def start(self) -> str:
+        self.world.apply(DB)
+        self.world.converge()
+        (task,) = self.world.live("db")
+        self.volumes[task.host] = DATA
+        return task.host
+
+    def move(self, target: str, *, keep_source: bool = False) -> None:
+        w = self.world
+        w.state = core.begin_move(w.state, "db", 1, target, w.now, keep_source=keep_source)
+
+    def step(self, kill: str = "") -> None:
+        """One pass; `kill`: "before-acts" (the decision recorded, nothing done) or
+        "before-fold" (done, what the acts learned never recorded)."""
+        w = self.world
+        plan = w.plan()
+        w.record(plan)
+        if kill != "before-acts":
+            w.act(plan)
+            for c in w.live("db"):  # a task started only on its data
+                assert self.volumes.get(c.host) == DATA, (c.host, self.volumes)
+            outcomes = [self._act(a) for a in plan.moves]
+            if kill != "before-fold":
+                w.state, _ = fold_outcomes(w.state, outcomes, w.now)
+        self.most_live = max(self.most_live, len(w.live("db")))
+        w.tick()
+
+    def _act(self, act: core.volumes.MoveAct) -> object:
+        move = act.move
+        if not act.copy:
+            self.volumes.pop(move.source, None)
+            return SourceCleaned("db", 1)
+        self.volumes.pop(move.target, None)  # afresh, as minidock.relocate does
+        if self.fail_copy:
+            return MoveFailed("db", 1, "no space left on device")
+        self.volumes[move.target] = self.volumes[move.source]
+        return VolumesCopied("db", 1, 1000, 1.0)
+
+    def settle(self, limit: int = 30) -> None:
+        for _ in range(limit):
+            if not self.world.state.services["db"].moves and self.world.plan().converged:
+                return
+            self.step()
+        raise AssertionError(f"no convergence: {self.world.state.services['db'].moves}")
+
+
+def other(fleet: Fleet, source: str) -> str:
+    return next(h.name for h in fleet.world.hosts if h.name != source)
+
+
+def test_a_move_stops_copies_starts_then_removes_the_source_pass_by_pass() -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    phases = []
+    for _ in range(8):
+        moves = fleet.world.state.services["db"].moves
+        phases.append(moves[1].phase if moves else None)
+        fleet.step()
+    # the phase each pass starts from: the stop; the stop seen done and the copy; the
+    # start on the target; the task seen ready there and the source's volume removed
+    assert phases[:5] == [
+        MovePhase.STOPPING,
+        MovePhase.STOPPING,
+        MovePhase.STARTING,
+        MovePhase.STARTING,
+        None,
+    ], phases
+    (task,) = fleet.world.live("db")
+    assert task.host == target
+    assert fleet.volumes == {target: DATA}
+    assert fleet.world.state.services["db"].slot(1).host == target
+    assert fleet.most_live == 1
+
+
+def test_keep_source_ends_the_move_once_the_target_is_ready_with_both_volumes() -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target, keep_source=True)
+    fleet.settle()
+    assert fleet.volumes == {source: DATA, target: DATA}
+    assert [c.host for c in fleet.world.live("db")] == [target]
+
+
+def test_a_failed_copy_ends_the_move_and_the_task_starts_again_on_its_own_data() -> None:
+    fleet = Fleet(fail_copy=True)
+    source = fleet.start()
+    fleet.move(other(fleet, source))
+    fleet.settle()
+    assert [c.host for c in fleet.world.live("db")] == [source]
+    assert fleet.volumes == {source: DATA}
+    assert fleet.world.state.services["db"].slot(1).host == source
+
+
+@pytest.mark.parametrize(
+    ("problem", "target"),
+    [("already", "SOURCE"), ("no slot 2", "OTHER"), ("no named volume", "OTHER")],
+)
+def test_a_move_that_cannot_be_is_refused_in_one_line(problem: str, target: str) -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    to = source if target == "SOURCE" else other(fleet, source)
+    state = fleet.world.state
+    if problem == "no named volume":
+        fleet.world.apply(DB, svc("web"))
+        fleet.world.converge()
+        state = fleet.world.state
+    service = "web" if problem == "no named volume" else "db"
+    slot = 2 if "2" in problem else 1
+    with pytest.raises(ValueError, match=problem):
+        core.begin_move(state, service, slot, to, 0.0)
+
+
+def test_the_same_move_asked_again_changes_nothing_another_is_refused() -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    targets = [h.name for h in fleet.world.hosts if h.name != source]
+    fleet.move(targets[0])
+    state = fleet.world.state
+    assert core.begin_move(state, "db", 1, targets[0], 5.0) is state
+    with pytest.raises(ValueError, match="already moving to"):
+        core.begin_move(state, "db", 1, targets[1], 5.0)
+
+
+@settings(max_examples=60)
+@given(
+    kills=st.dictionaries(
+        st.integers(min_value=0, max_value=7), st.sampled_from(["before-acts", "before-fold"])
+    ),
+    keep_source=st.booleans(),
+)
+def test_a_controller_killed_at_any_passes_of_a_move_leaves_one_copy_and_no_loss(
+    kills: dict[int, str], keep_source: bool
+) -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target, keep_source=keep_source)
+    for n in range(8):
+        fleet.step(kills.get(n, ""))
+        assert DATA in fleet.volumes.values()  # some host always holds the data
+    fleet.settle()
+    assert fleet.most_live == 1
+    (task,) = fleet.world.live("db")
+    assert task.host == target
+    assert fleet.volumes[target] == DATA
+    assert fleet.world.state.services["db"].slot(1).host == target
+    assert (source in fleet.volumes) == keep_source

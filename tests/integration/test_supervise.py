@@ -136,8 +136,8 @@ def test_crash_loop_fails_after_exactly_max_attempts_and_reset_runs_it_again(
     assert "crasher.1 FAILED: task" in human.stdout
 
     # Failed holds across more cron passes (each a fresh controller process), past max_delay
+    time.sleep(2.5)  # the first past max_delay (2 s) since the failure, the others later
     for _ in range(3):
-        time.sleep(2.5)
         res = md("reconcile")
         assert res.returncode == 1, res.stdout + res.stderr
         assert "started" not in res.stdout

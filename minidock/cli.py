@@ -852,8 +852,13 @@ def rebalance(
 def forget(host: str, state: StateOption = None, cluster: ClusterOption = None) -> None:
     """A host gone for good: record its tasks as lost, so they are started elsewhere (and
     the inventory may drop it). A listed host that still answers is refused: drain it."""
+    from minidock.usecases import backups  # the backups that could restore its pinned slots
+
+    restoring = run(backups.restorable(host, state_dir(state), cluster=cluster))
     forgot = run(usecases.forget(host, state_dir(state), runtime(), printer(), cluster=cluster))
     print_convergence(forgot.convergence)
+    for line in restoring:
+        out.print(line, markup=False)
     raise typer.Exit(forgot.exit_code)
 
 
@@ -1460,6 +1465,79 @@ def serve(
             )
     except web.ServeInputError as exc:
         fail(str(exc))
+
+
+# -- backups (docs/backups.md) -----------------------------------------------------------------
+_PROGRESS_STEP = 64 << 20  # a progress line each time a volume's stream passes 64 MiB more
+
+
+def _backup_progress() -> Callable[[str, int], None]:
+    """Progress of large volumes on stderr: one line per `_PROGRESS_STEP` streamed."""
+    from minidock.usecases.backups import streamed
+
+    shown: dict[str, int] = {}
+
+    def on_bytes(label: str, size: int) -> None:
+        step = size // _PROGRESS_STEP
+        if step > shown.get(label, 0):
+            shown[label] = step
+            err.print(streamed(label, size), markup=False)
+
+    return on_bytes
+
+
+@app.command("backup")
+def backup_command(
+    target: Annotated[str, typer.Argument(help="SERVICE or SERVICE.SLOT (default: every slot).")],
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """Copy each named volume of the service's running tasks into its restic repository
+    (docker cp over SSH into restic backup --stdin), after its before_backup hook."""
+    from minidock.usecases import backups
+
+    done = run(
+        backups.backup(target, state_dir(state), runtime(), _backup_progress(), cluster=cluster)
+    )
+    if done.made:
+        out.print(f"initialised the restic repository {done.repository}", markup=False)
+    for s in done.saved:
+        out.print(s.line(), markup=False)
+    if done.forgotten:
+        out.print(f"forgot {done.forgotten} snapshot(s) by keep", markup=False)
+    for line in done.failed:
+        err.print(f"failed: {line}", markup=False)
+    raise typer.Exit(done.exit_code)
+
+
+@app.command("backups")
+def backups_command(
+    service: Annotated[str | None, typer.Argument(help="Only this service's snapshots.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """The snapshots of the cluster's backups (or of one service's), oldest first."""
+    from minidock.usecases import backups
+
+    listed = run(backups.list_backups(service, state_dir(state), cluster=cluster))
+    if as_json:
+        doc = {
+            "repository": listed.repository,
+            "snapshots": [
+                {**dataclasses.asdict(s), "tags": dict(s.tags), "paths": list(s.paths)}
+                for s in listed.snapshots
+            ],
+        }
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table("SNAPSHOT", "TIME", "SERVICE", "SLOT", "VOLUME", "HOST", "GENERATION", box=None)
+    for s in listed.snapshots:
+        row = (s.tag("service"), s.tag("slot"), s.tag("volume"), s.hostname, s.tag("generation"))
+        table.add_row(s.short_id, s.time[:19].replace("T", " "), *row)
+    out.print(table)
 
 
 def main() -> None:

@@ -4,7 +4,9 @@ model's stored form."""
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ from minidock.model import BackupPolicy, Cluster, Hook, Keep
 from minidock.spec import SpecError, load
 from minidock.spec.backup import password_value
 from minidock.store.codec import Codec
+from minidock.usecases.backups import repository_of
+from minidock.usecases.outcomes import BadInput
 
 CLUSTER = 'cluster = "prod"\n'
 DB = CLUSTER + '[services.db]\nimage = "postgres:16"\nvolumes = ["pgdata:/var/lib/data"]\n'
@@ -255,3 +259,49 @@ def test_a_compose_file_gives_backup_in_x_minidock(here: Path) -> None:
     found = r"^compose\.yaml: services\.db\.x-minidock\.backup\.keep.*: must be at least 1"
     with pytest.raises(SpecError, match=found):
         load("compose.yaml")
+
+
+def test_a_service_without_a_backup_key_backs_up_into_the_inventorys_repository(
+    here: Path,
+) -> None:
+    Path("inventory.toml").write_text(HOST + '[backup]\nrepository = "/srv/r"\n' + PASS + "\n")
+    Path("cluster.toml").write_text(DB)
+    cluster, inventory = load("cluster.toml")
+    db = cluster.service("db")
+    assert db is not None
+    policy, repo = repository_of(db, inventory)
+    assert (policy.repository, repo.location, repo.password) == ("/srv/r", "/srv/r", "s3cret-pass")
+    assert "s3cret-pass" not in repr(repo)
+    Path("inventory.toml").write_text(HOST)
+    cluster, inventory = load("cluster.toml")
+    with pytest.raises(BadInput) as err:
+        repository_of(db, inventory)
+    assert str(err.value) == (
+        "db has no backup repository: give it backup = { repository = ..., password = "
+        "{ file = ... } }, or [backup] in the inventory"
+    )
+    Path("pass").unlink()
+    with pytest.raises(BadInput, match=r"^cluster\.toml: .*password file not found"):
+        repository_of(replace(db, backup=BackupPolicy("/srv/r", _source_of(here))), inventory)
+
+
+def _source_of(here: Path) -> str:
+    return json.dumps(
+        {
+            "source": {"file": str(here / "pass")},
+            "base": str(here),
+            "file": "cluster.toml",
+            "at": "services.db.backup.password",
+        }
+    )
+
+
+def test_a_scheduled_backup_is_due_once_per_scheduled_time() -> None:
+    from minidock.core.schedule import backup_due
+    from minidock.usecases.backups import _epoch
+
+    assert backup_due(latest=1000.0, handled=999.0)
+    assert not backup_due(latest=1000.0, handled=1000.0)
+    assert _epoch("2026-12-03T03:00:04.405049187Z") == pytest.approx(1796266804.405049)
+    assert _epoch("2026-12-03T04:00:04+01:00") == 1796266804.0
+    assert _epoch("not a time") == 0.0

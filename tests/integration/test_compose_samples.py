@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,14 @@ Edit = Callable[[dict[str, Any]], None]
 def ok(res: subprocess.CompletedProcess[str]) -> str:
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout
+
+
+def apply(md: Minidock, path: Path) -> subprocess.CompletedProcess[str]:
+    """`minidock apply compose.yaml --wait`, its time printed (the test's measured cost)."""
+    started = time.monotonic()
+    res = md("apply", str(path), "--wait", "--timeout", "120s")
+    print(f"apply {path.parent.name}: {time.monotonic() - started:.1f}s")
+    return res
 
 
 def lab_sample(md: Minidock, sample: str, edit: Edit, dockerfiles: dict[str, str]) -> Path:
@@ -67,9 +76,13 @@ def built(md: Minidock) -> Iterator[None]:
         subprocess.run(["docker", "rmi", "-f", *ours], capture_output=True, check=False)
 
 
-def tasks(md: Minidock, service: str) -> dict[str, str]:
-    """The service's running tasks: container name to host."""
-    return {t["name"]: t["host"] for t in md.tasks(service) if t["state"] == "running"}
+def running(md: Minidock) -> dict[str, dict[str, str]]:
+    """The running tasks by service: container name to host (one `status`)."""
+    found: dict[str, dict[str, str]] = {}
+    for t in md.tasks():
+        if t["state"] == "running":
+            found.setdefault(t["service"], {})[t["name"]] = t["host"]
+    return found
 
 
 def golang_postgres(services: dict[str, Any]) -> None:
@@ -99,25 +112,27 @@ def test_nginx_golang_postgres_reaches_its_database_across_hosts_and_rolls_a_bui
     dockerfile = "FROM minidock-lab/web:5 AS builder\nCOPY page /www/index.html\n"
     path = lab_sample(md, "nginx-golang-postgres", golang_postgres, {"backend": dockerfile})
     (path.parent / "backend" / "page").write_text("backend v1\n")
-    ok(md("apply", str(path), "--wait", "--timeout", "120s"))
-    (db,), (backend,) = tasks(md, "db").items(), tasks(md, "backend").items()
+    ok(apply(md, path))
+    tasks = running(md)
+    (db,), (backend,) = tasks["db"].items(), tasks["backend"].items()
     assert (db[1], backend[1]) == ("host1", "host2")
-    by_name = ["--", "wget", "-qO-", "http://db:5432/"]
-    assert ok(md("exec", "backend.1", *by_name)) == "db-ok\n"  # from host2 to host1, by name
-    (proxy, host), *_ = tasks(md, "proxy").items()
+    by_name = ("wget", "-qO-", "http://db:5432/")
+    seen = fleet.docker("host2", "exec", backend[0], *by_name)
+    assert seen.stdout == "db-ok\n", seen.stderr  # from host2 to host1, by name
+    (proxy, host), *_ = tasks["proxy"].items()
     conf = (path.parent / "proxy" / "nginx.conf").read_text()
     shown = fleet.docker(host, "exec", proxy, "cat", "/etc/nginx/conf.d/default.conf")
     assert shown.stdout == conf
 
     (path.parent / "backend" / "page").write_text("backend v2\n")
-    ok(md("apply", str(path), "--wait", "--timeout", "120s"))
-    assert tasks(md, "db") == dict([db])  # the database untouched
-    (after,) = tasks(md, "backend").items()
-    assert after[0] != backend[0]
-    assert ok(md("exec", "backend.1", "--", "wget", "-qO-", "http://127.0.0.1:8080/")) == (
-        "backend v2\n"
-    )
-    assert ok(md("exec", "backend.1", *by_name)) == "db-ok\n"
+    ok(apply(md, path))
+    tasks = running(md)
+    assert tasks["db"] == dict([db])  # the database untouched
+    ((name, host),) = tasks["backend"].items()
+    assert name != backend[0]
+    page = fleet.docker(host, "exec", name, "wget", "-qO-", "http://127.0.0.1:8080/")
+    assert page.stdout == "backend v2\n"
+    assert fleet.docker(host, "exec", name, *by_name).stdout == "db-ok\n"
 
 
 def flask_redis(services: dict[str, Any]) -> None:
@@ -133,10 +148,10 @@ def test_flask_redis_gets_a_writable_copy_of_its_directory_on_each_host(
         'CMD ["httpd", "-f", "-p", "8000", "-h", "/code"]\n'
     )
     path = lab_sample(md, "flask-redis", flask_redis, {".": dockerfile})
-    applied = md("apply", str(path), "--wait", "--timeout", "120s")
+    applied = apply(md, path)
     ok(applied)
     assert ". is shipped to each host that runs web and mounted writable at /code" in applied.stderr
-    web = tasks(md, "web")
+    web = running(md)["web"]
     assert len(set(web.values())) == 2, web
     app = (path.parent / "app.py").read_text()
     (first, first_host), (second, second_host) = sorted(web.items())
@@ -150,8 +165,8 @@ def test_flask_redis_gets_a_writable_copy_of_its_directory_on_each_host(
     assert not (path.parent / "note.txt").exists()  # never synced back
 
     (path.parent / "app.py").write_text(app + "# changed\n")
-    ok(md("apply", str(path), "--wait", "--timeout", "120s"))
-    after = tasks(md, "web")
+    ok(apply(md, path))
+    after = running(md)["web"]
     assert not set(after) & set(web)  # rolled out
     for name, host in after.items():
         shown = fleet.docker(host, "exec", name, "cat", "/code/app.py").stdout

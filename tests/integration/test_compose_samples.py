@@ -12,6 +12,8 @@ named the real images' programs); every other key is the sample's own.
   writable copy on each host: the task writes into it, the write stays on that host and
   never reaches the controller, and a changed file beside the Compose file rolls out onto
   a fresh copy.
+- prometheus-grafana: two images (no build), each serving the directory beside the Compose
+  file that the sample mounts read-write, shipped to its host as one writable copy.
 """
 
 from __future__ import annotations
@@ -172,3 +174,32 @@ def test_flask_redis_gets_a_writable_copy_of_its_directory_on_each_host(
         shown = fleet.docker(host, "exec", name, "cat", "/code/app.py").stdout
         assert shown == app + "# changed\n"
         assert fleet.docker(host, "exec", name, "test", "-e", "/code/note.txt").returncode
+
+
+def prometheus_grafana(services: dict[str, Any]) -> None:
+    for name, folder, port in (
+        ("prometheus", "/etc/prometheus", 9090),
+        ("grafana", "/etc/grafana/provisioning/datasources", 3000),
+    ):
+        services[name]["image"] = WEB5_IMAGE
+        services[name]["command"] = ["httpd", "-f", "-p", str(port), "-h", folder]
+
+
+def test_prometheus_grafana_runs_from_images_with_its_directories_shipped(
+    md: Minidock, fleet: Fleet
+) -> None:
+    path = lab_sample(md, "prometheus-grafana", prometheus_grafana, {})
+    ok(apply(md, path))
+    tasks = running(md)
+    for service, port, file in (
+        ("prometheus", 9090, "prometheus/prometheus.yml"),
+        ("grafana", 3000, "grafana/datasource.yml"),
+    ):
+        ((name, host),) = tasks[service].items()
+        url = f"http://127.0.0.1:{port}/{Path(file).name}"
+        served = fleet.docker(host, "exec", name, "wget", "-qO-", url)
+        assert served.stdout == (path.parent / file).read_text(), served.stderr
+    mounts = fleet.docker(
+        host, "inspect", "--format", "{{range .Mounts}}{{.Type}}:{{.Destination}} {{end}}", name
+    ).stdout.split()
+    assert "bind:/etc/grafana/provisioning/datasources" in mounts  # one writable copy

@@ -406,6 +406,8 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         out.print(f"below: {b.service} would run {b.running} of {b.wanted}", markup=False)
     if planned.plan.guard:
         out.print(f"now: {planned.plan.guard}", markup=False)
+    for line in planned.promotes:  # a canary that waits for the operator's promote
+        out.print(f"waits: {line}", markup=False)
     for line in planned.failed_probes:
         out.print(f"probes failed: {line}", markup=False)
     lost = f" after losing {', '.join(doc.lost)}" if doc.lost else ""
@@ -626,6 +628,8 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}: {s.hook.why}", markup=False)
         if s.serving is not None and s.serving.mode != "serving":
             out.print(f"{s.name}: {serving_line(s)}", markup=False)
+        if s.rollout.canary is not None:  # a canary (docs/rollouts.md#canary)
+            out.print(f"{s.name}: {s.rollout.canary.line()}", markup=False)
     routed = bool(doc.routes)
     tasks = Table("task", "slot", "host", "image", "gen", "state", "health")
     if routed:

@@ -132,6 +132,9 @@ def rollout_progress(r: Rollout, parallelism: int) -> str:
         return f"paused: {r.reason}" if r.reason else "paused"
     if not r.active:
         return ""
+    if r.in_canary:
+        promoted = ", promoted" if r.promoted else ""
+        return f"canary: {len(r.canary)} beside the old tasks{promoted}"
     verb = "rolling back" if r.rollback else "moving" if r.relocating else "updating"
     total = r.total or len(r.done) + len(r.inflight)
     width = max(1, parallelism)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from minidock.core.hooks import assumed_succeeded
 from minidock.core.hosts import probe_step
 from minidock.core.intents import set_drained
-from minidock.core.plan import Pending, Plan, Run, Stop
+from minidock.core.plan import Pending, Plan, Run, Stop, WaitKind
 from minidock.core.reconcile import reconcile
 from minidock.core.scheduler import service_ports
 from minidock.core.state import ControllerState
@@ -84,12 +84,20 @@ def simulate(
         plan = reconcile(desired, inventory, seen, state, now)
         if plan.run or plan.stop:
             steps.append(Step(number, plan.run, plan.stop))
-        elif not plan.waiting:
-            break  # converged, or only pending: nothing a pass can change
+        elif not plan.waiting or _operators(plan):
+            break  # converged, or only pending or the operator's: no pass changes it
         tasks = _acted(tasks, plan, desired.name, now)
         state, now = assumed_succeeded(plan.state), now + _pause(desired)
     return Simulation(
         tuple(steps), plan.pending, plan.converged, _below(plan.state, tasks, desired), plan
+    )
+
+
+def _operators(plan: Plan) -> bool:
+    """Whether all the pass waits for that moves nothing is the operator's word (a canary
+    that waits for `minidock promote`): no later pass would change anything."""
+    return any(w.kind is WaitKind.PROMOTE for w in plan.waiting) and not any(
+        w.kind.moves for w in plan.waiting
     )
 
 

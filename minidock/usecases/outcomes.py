@@ -298,6 +298,11 @@ class PlanOutcome:
         each succeeds (core/simulate.py)."""
         return tuple(w for w in self.plan.waiting if w.kind is WaitKind.HOOK)
 
+    @property
+    def promotes(self) -> tuple[str, ...]:
+        """The canaries that passed and wait for the operator's `minidock promote`."""
+        return tuple(w for w in self.plan.waiting if w.kind is WaitKind.PROMOTE)
+
 
 @dataclass(frozen=True)
 class StatusOutcome:

@@ -77,11 +77,20 @@ function hostCard(doc, h, tasks, several) {
 
 function rolloutCard(doc, s, several) {
   const r = s.rollout;
-  return el("article", { class: "card", "data-rollout": s.name },
+  const card = el("article", { class: "card", "data-rollout": s.name },
     el("h3", {}, several ? `${doc.cluster} / ${s.name}` : s.name, el("span", { class: `badge ${tone(r.status)}` }, r.status)),
     el("p", { class: "figure" }, `${r.done} / ${r.total}`, el("small", {}, " slots replaced")),
     bar(r.done, r.total, r.status === "paused" ? "bad" : ""),
     el("p", { class: "sub" }, r.reason || `${r.failures} failures`));
+  if (r.canary) card.append(el("p", { class: "sub canary" }, canaryLine(r.canary)));
+  return card;
+}
+
+// A canary beside the old tasks (docs/rollouts.md#canary), as `status` prints it.
+function canaryLine(c) {
+  const share = c.weight ? `${c.weight}% of requests` : "round-robin share";
+  const how = c.promoted ? "promoted" : `promote ${c.promote}`;
+  return `canary ${c.tasks}/${c.wanted}, ${share}, ${how}`;
 }
 
 function render(body, problems) {
@@ -91,7 +100,7 @@ function render(body, problems) {
   for (const doc of docs) {
     for (const s of doc.services) {
       services.push(serviceCard(doc, s, doc.tasks, several));
-      if (["updating", "rolling_back", "paused"].includes(s.rollout.status)) rollouts.push(rolloutCard(doc, s, several));
+      if (["updating", "canary", "rolling_back", "paused"].includes(s.rollout.status)) rollouts.push(rolloutCard(doc, s, several));
     }
     for (const h of doc.hosts) hosts.push(hostCard(doc, h, doc.tasks, several));
     if (doc.guard) problems.push(doc.guard);

@@ -67,7 +67,8 @@ def steps() -> list[Command | File]:
 
 def script(found: list[Command | File]) -> str:
     """One bash script: files written with quoted here-documents, each command's output
-    kept in out/N, and a wrong exit status stopping the script, naming the command."""
+    kept in out/N (its start and end in out/N.time), and a wrong exit status stopping the
+    script, naming the command."""
     lines = ["mkdir -p out"]
     for n, step in enumerate(found):
         if isinstance(step, File):
@@ -75,9 +76,9 @@ def script(found: list[Command | File]) -> str:
             arrow = ">>" if step.append else ">"
             lines.append(f"cat {arrow} '{step.path}' <<'TUTORIAL_FILE'\n{step.text}TUTORIAL_FILE")
             continue
-        lines.append(f"{{ {step.line}\n}} >out/{n} 2>&1")
+        lines.append(f"t0=$EPOCHREALTIME; {{ {step.line}\n}} >out/{n} 2>&1")
         lines.append(
-            f'rc=$?; [ "$rc" -eq {step.exit_code} ] || '
+            f'rc=$?; echo "$t0 $EPOCHREALTIME" >out/{n}.time; [ "$rc" -eq {step.exit_code} ] || '
             f'{{ echo "step {n}: exit $rc, not {step.exit_code}"; cat out/{n}; exit 90; }}'
         )
     return "\n".join(lines) + "\n"
@@ -95,6 +96,17 @@ def pattern(shown: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(part))
     return re.compile("".join(out))
+
+
+def slowest(found: list[Command | File], out: Path, count: int = 8) -> str:
+    """The commands that took longest, with their seconds (what to cut when it grows)."""
+    took = []
+    for n, step in enumerate(found):
+        times = out / f"{n}.time"
+        if isinstance(step, Command) and times.exists():
+            start, end = (float(t) for t in times.read_text().split())
+            took.append((end - start, step.line))
+    return "\n".join(f"{s:6.1f} s  {line[:100]}" for s, line in sorted(took, reverse=True)[:count])
 
 
 def shim(fleet: Fleet, folder: Path) -> Path:
@@ -138,7 +150,8 @@ def test_the_tutorial_runs_as_written(fleet: Fleet, tmp_path: Path) -> None:
         ["bash", "tutorial.sh"], cwd=work, env=env, capture_output=True, text=True, timeout=600
     )
     took = time.monotonic() - started
-    print(f"the tutorial ran in {took:.1f} s")
+    print(f"the tutorial ran in {took:.1f} s; its slowest commands:")
+    print(slowest(found, work / "out"))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     for n, step in enumerate(found):
         if isinstance(step, Command):

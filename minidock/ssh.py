@@ -628,6 +628,27 @@ class _Pool:
             return conn
 
 
+async def _stream_in(process: Any, source: AsyncIterable[bytes], limit: float) -> None:
+    """`source` to the process's stdin, a chunk sent when the last one is taken."""
+    async for chunk in source:
+        process.stdin.write(chunk)
+        await asyncio.wait_for(process.stdin.drain(), limit)
+
+
+async def _stream_out(process: Any, sink: Sink, limit: float) -> bytes:
+    """The process's stdout to `sink` chunk by chunk until it ends; its stderr, whole."""
+    errors = asyncio.ensure_future(process.stderr.read())
+    try:
+        process.stdin.write_eof()
+        while chunk := await asyncio.wait_for(process.stdout.read(POUR_CHUNK), limit):
+            await sink(chunk)
+        stderr: bytes = await asyncio.wait_for(errors, limit)
+        await asyncio.wait_for(process.wait_closed(), limit)
+        return stderr
+    finally:
+        errors.cancel()
+
+
 class SSHExecutor:
     """Runs commands over pooled asyncssh connections (one per host).
 
@@ -744,9 +765,7 @@ class SSHExecutor:
         async with self._host_limit(host), self._limit:
             conn, process = await self._pool.session(host, command, encoding=None)
             try:
-                async for chunk in source:
-                    process.stdin.write(chunk)
-                    await asyncio.wait_for(process.stdin.drain(), limit)
+                await _stream_in(process, source, limit)
                 return await self._pool.finish(host, conn, process, _argv0(argv), limit)
             except TimeoutError:
                 raise CommandTimeout(host.name, _argv0(argv), limit) from None
@@ -769,19 +788,13 @@ class SSHExecutor:
         limit = host.command_timeout if timeout is None else timeout
         async with self._host_limit(host), self._limit:
             conn, process = await self._pool.session(host, command, encoding=None)
-            errors = asyncio.ensure_future(process.stderr.read())
             try:
-                process.stdin.write_eof()
-                while chunk := await asyncio.wait_for(process.stdout.read(POUR_CHUNK), limit):
-                    await sink(chunk)
-                stderr = await asyncio.wait_for(errors, limit)
-                await asyncio.wait_for(process.wait_closed(), limit)
+                stderr = await _stream_out(process, sink, limit)
             except TimeoutError:
                 raise CommandTimeout(host.name, _argv0(argv), limit, opened=True) from None
             except (asyncssh.Error, OSError) as exc:
                 raise self._pool.unreachable(host, exc) from None
             finally:
-                errors.cancel()
                 process.close()
             return Result(self._pool.status(host, conn, process), "", _text(stderr))
 

@@ -436,6 +436,19 @@ class Outdated:
     misplaced: str = ""
 
 
+def _begin(ss: ServiceState, outdated: tuple[Outdated, ...], now: float) -> tuple[Rollout, Effects]:
+    """The rollout's first pass: an update, or a move when every outdated task is only misplaced."""
+    moving = [o for o in outdated if o.misplaced]
+    relocating = len(moving) == len(outdated)
+    what = f"updating {len(outdated)} tasks"
+    if relocating:
+        what = f"moving {len(moving)} tasks: {moving[0].misplaced}"
+    r, said = begin(
+        ss.rollout, ss.wanted(), relocating=relocating, said=cue(ss.spec.name, now, what)
+    )
+    return r, Effects(events=said)
+
+
 def advance(
     ss: ServiceState,
     outdated: tuple[Outdated, ...],
@@ -461,13 +474,7 @@ def advance(
         return _canaries(ss, outdated, services, fleet, view)
     fx = Effects()
     if not r.active:
-        moving = [o for o in outdated if o.misplaced]
-        relocating = len(moving) == len(outdated)
-        what = f"updating {len(outdated)} tasks"
-        if relocating:
-            what = f"moving {len(moving)} tasks: {moving[0].misplaced}"
-        r, said = begin(r, ss.wanted(), relocating=relocating, said=cue(name, now, what))
-        fx = fx + Effects(events=said)
+        r, fx = _begin(ss, outdated, now)
     room = _room(ss.spec, r, now)
     if not r.inflight and now < r.last_batch_at + ss.spec.update.delay:
         fx = fx + Effects(waiting=(Waiting(name, "update delay", WaitKind.DELAY, name),))

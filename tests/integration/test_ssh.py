@@ -535,6 +535,29 @@ def test_local_feed_of_a_failing_source_closes_the_session(tmp_path: Path) -> No
     with_server(tmp_path, body)
 
 
+def test_local_pour_hands_stdout_to_the_sink_and_keeps_stderr_and_the_status(
+    tmp_path: Path,
+) -> None:
+    from minidock.ssh import POUR_CHUNK
+
+    got: list[bytes] = []
+    size = 6 * 1024 * 1024  # far more than one SSH window
+
+    async def sink(chunk: bytes) -> None:
+        assert len(chunk) <= POUR_CHUNK
+        got.append(chunk)
+
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        script = f"head -c {size} /dev/zero; echo done >&2; exit 3"
+        result = await ex.pour(box.host(), ["sh", "-c", script], sink)
+        assert (result.exit_status, result.stdout, result.stderr) == (3, "", "done\n")
+        assert sum(map(len, got)) == size
+        assert len(got) > 1
+        assert (await ex.run(box.host(), ["echo", "still"])).stdout == "still\n"
+
+    with_server(tmp_path, body)
+
+
 def test_local_follow_hands_over_each_line_of_both_streams(tmp_path: Path) -> None:
     from minidock.ssh import OutputLine
 

@@ -368,16 +368,27 @@ def _canary_waiting(ss: ServiceState, n: int) -> Waiting:
     return Waiting(f"{name}.{n}", line, WaitKind.PROMOTE, name)
 
 
+def _canary_complete(ss: ServiceState, found: list[Container], spec: str) -> bool:
+    """Whether every canary task the update can start has started: `update.canary` of
+    them, or fewer where fewer old tasks remain to stand beside (a slot with no task takes
+    none: 2 canaries for a service that had one task is one)."""
+    r = ss.rollout
+    if len(r.canary) >= canary.count(ss):
+        return True
+    mine = set(r.canary_slots())
+    return not any(c.spec != spec and c.slot not in mine for c in found)
+
+
 def _promotion(
     ss: ServiceState, found: list[Container], now: float
 ) -> tuple[ServiceState, Effects]:
     """A canary whose every task passed its gate (as the last pass judged it) is promoted
     when it is due (auto, or the operator's word): the rollout updates, and the gate
     then passes the canaries' slots, stopping their old tasks."""
-    r = ss.rollout
-    if not r.in_canary or not canary.due(ss) or len(r.canary) < canary.count(ss):
+    r, spec = ss.rollout, ss.spec.spec_hash()
+    if not r.in_canary or not canary.due(ss) or not _canary_complete(ss, found, spec):
         return ss, Effects()
-    spec, judged = ss.spec.spec_hash(), canary.judged(ss)
+    judged = canary.judged(ss)
     since, seen = dict(r.healthy_since), dict(r.first_seen)
     for n in r.canary_slots():
         newest = _gate_task(ss, n, [c for c in found if c.slot == n and c.spec == spec])

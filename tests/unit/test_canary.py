@@ -178,6 +178,19 @@ def test_canary_as_many_as_replicas_runs_one_beside_each() -> None:
     assert w.images() == ["web:6"] * 2
 
 
+def test_a_canary_larger_than_the_old_tasks_is_promoted_once_each_has_one_beside_it() -> None:
+    # one task of web:5, then web:6 with 2 replicas and 2 canaries: one old task to stand
+    # beside, so the canary is one task, and it is promoted (found by the whole-decision
+    # property: it waited for a second canary that no slot could take)
+    w = World(hosts(3))
+    w.apply(web("web:5", 1))
+    w.converge()
+    w.apply(web("web:6", 2, canary=2, promote="auto", canary_monitor=0.0))
+    w.converge()
+    assert w.images() == ["web:6"] * 2
+    assert w.rollout().phase != "canary"
+
+
 # -- the route's share -------------------------------------------------------------------
 @given(
     percent=st.integers(1, 99),

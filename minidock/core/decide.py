@@ -176,15 +176,18 @@ def _with_names(
     specs: TaskSpecs,
 ) -> Plan:
     """The endpoints and each answering host's name proxies, on every host the cluster
-    uses: where it has a task or starts one, and where a one-off of it runs or starts (a
-    hook, a scheduled run, `minidock run`), so that a migration reaches `db:5432` from a
-    host none of the cluster's tasks is on yet. Decided after the hooks and jobs, carried
-    out before them (carry.py), so the name answers when the one-off starts."""
+    uses: where it has a task or starts one, and where a one-off of it starts or is still
+    seen (a hook, a scheduled run, `minidock run`, until a pass removes it), so that a
+    migration reaches `db:5432` from a host none of the cluster's tasks is on yet. Decided
+    after the hooks and jobs, carried out before them (carry.py), so the name answers when
+    the one-off starts."""
     if observed.names:
         table = endpoint_table(cluster, inventory, observed, plan.state, now, specs)
         used = {c.host for c in observed.containers()} | {r.host for r in plan.run}
-        seen = (o for h in observed.hosts.values() if h.ok for o in h.oneoffs)
-        used |= {o.host for o in seen if not o.finished}
+        # a one-off keeps its host's names until it is removed: the pass that sees a hook
+        # finish records its outcome, and only the next one starts the update's tasks
+        # (often on that host); dropping the names in between restarted the proxy there
+        used |= {o.host for h in observed.hosts.values() if h.ok for o in h.oneoffs}
         used |= {h.host for h in plan.hooks if h.act is HookAct.START and h.host}
         used |= {j.host for j in plan.jobs if isinstance(j, JobStart)}
         aliased: dict[str, set[str]] = {}

@@ -347,3 +347,12 @@ def test_a_hook_on_a_host_without_tasks_gets_the_name_proxies_before_it_starts()
     w.state = plan.state
     kept = decide(w.cluster, w.inventory, later, w.state, w.now)  # type: ignore[arg-type]
     assert all(n.host != "host1" or "db" not in n.remove for n in kept.names)
+    # the pass that sees it finish (and records the hook's success) keeps the names too:
+    # the update's tasks start only in the next pass, one of them on host1
+    run = start.record.run
+    done = OneOff("h", f"web.hook.{run}", "host1", "web", run, HOOK_KIND, "exited", 0, w.now, w.now)
+    later.hosts["host1"] = replace(later.hosts["host1"], oneoffs=(done,))
+    proxied = replace(later, names={**later.names, "host1": {"db": NameProxy("db", True)}})
+    w.state = kept.state
+    finished = decide(w.cluster, w.inventory, proxied, w.state, w.now)  # type: ignore[arg-type]
+    assert NameStep("host1", ("db",)) in finished.names  # kept, not removed

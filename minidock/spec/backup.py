@@ -23,7 +23,7 @@ from minidock.schedules import cron_problem, timezone_problem
 from minidock.spec.errors import Fail, Part, SpecError
 from minidock.spec.messages import show
 from minidock.spec.reading import resolve
-from minidock.spec.secretfiles import check_secret_mode, source_value
+from minidock.spec.secretfiles import password_text, source_value
 
 __all__ = [
     "BACKENDS",
@@ -174,23 +174,9 @@ def _password(
 
 
 def _read(source: dict[str, Any], at: tuple[Part, ...], fail: Fail, base: str) -> str:
-    value = source_value(source, at, fail, base, read_file=_password_file, exact=False)
+    value = source_value(source, at, fail, base, read_file=password_text, exact=False)
     if not value:
         raise fail(at, "the password is empty")
     if any(c in value for c in "\n\r\0"):
         raise fail(at, "the password must not contain a line break or NUL")
     return value
-
-
-def _password_file(path: str, where: tuple[Part, ...], fail: Fail) -> str:
-    """A password file's text (one trailing newline dropped); refused when every user may
-    write it, as a secret file."""
-    try:
-        check_secret_mode(path, os.stat(path).st_mode, where, fail)
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise fail(where, f"password file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(where, f"cannot read password file {path}: {type(exc).__name__}") from None
-    return text[:-1] if text.endswith("\n") else text

@@ -57,7 +57,7 @@ from minidock.spec.messages import did_you_mean, render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
 from minidock.spec.secretfiles import (
     build_secret_files,
-    check_secret_mode,
+    secret_text,
     source_value,
 )
 from minidock.spec.sources import one_run
@@ -450,7 +450,7 @@ def _secrets(
 def _secret_value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: str) -> str:
     """The value of one secret source, read now (`source_value`); one trailing newline of
     a file or a command's output dropped, and no line break or NUL left in it."""
-    value = source_value(source, where, fail, base, read_file=_secret_file, exact=False)
+    value = source_value(source, where, fail, base, read_file=secret_text, exact=False)
     if any(c in value for c in "\n\r\0"):
         raise fail(where, "the secret's value must not contain a line break or NUL")
     return value
@@ -559,19 +559,6 @@ def _networks(names: list[str], at: tuple[Part, ...], fail: Fail, cluster: str) 
         if name == own:
             raise fail((*at, i), f"every task is on its cluster's network {own} already: remove it")
     return tuple(names)
-
-
-def _secret_file(path: str, where: tuple[Part, ...], fail: Fail) -> str:
-    """A secret file's value (one trailing newline dropped); refused when others may read it."""
-    try:
-        check_secret_mode(path, os.stat(path).st_mode, where, fail)
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise fail(where, f"secret file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(where, f"cannot read secret file {path}: {type(exc).__name__}") from None
-    return text[:-1] if text.endswith("\n") else text
 
 
 def _ports(items: list[str], at: tuple[Part, ...], fail: Fail) -> tuple[PortMapping, ...]:

@@ -116,6 +116,25 @@ def program_value(
     return command_value(source, where, fail, base, exact=exact)
 
 
+def secret_text(path: str, where: tuple[Part, ...], fail: Fail, what: str = "secret") -> str:
+    """A secret file's value (one trailing newline dropped); refused when its mode lets
+    others write it (check_secret_mode). `what` names it in errors ("secret", "password")."""
+    try:
+        check_secret_mode(path, os.stat(path).st_mode, where, fail)
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise fail(where, f"{what} file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(where, f"cannot read {what} file {path}: {type(exc).__name__}") from None
+    return text[:-1] if text.endswith("\n") else text
+
+
+def password_text(path: str, where: tuple[Part, ...], fail: Fail) -> str:
+    """A password file's value, read as a secret file's."""
+    return secret_text(path, where, fail, "password")
+
+
 def source_value(
     source: dict[str, Any],
     where: tuple[Part, ...],

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import minidock.cli
-from tests.fakes import FakeExecutor
 from tests.unit.test_cli import (  # noqa: F401 (fixtures)
     Fleet,
     QuickAsyncio,
@@ -20,7 +18,7 @@ from tests.unit.test_cli import (  # noqa: F401 (fixtures)
     one_line_error,
     ssh_calls,
 )
-from tests.unit.test_serving_cli import ROUTED, CaddyDocker, route, status
+from tests.unit.test_serving_cli import ROUTED, edge_fleet, route, status
 
 # each host reached at an address of its own (test_cli's share 127.0.0.1), so a task
 # that drains is told apart from the others in the proxy's loaded routes
@@ -41,22 +39,7 @@ CANARY = ROUTED.replace('image = "web:5"', 'image = "web:6"').replace(
 @pytest.fixture
 def edge(in_tmp: Path, monkeypatch: pytest.MonkeyPatch, ssh_calls: list[str]) -> Fleet:  # noqa: F811
     """test_serving_cli's fleet behind a fake Caddy, on INVENTORY."""
-    (in_tmp / "inventory.toml").write_text(INVENTORY)
-    (in_tmp / "cluster.toml").write_text(ROUTED)
-    docker = CaddyDocker()
-    executors: list[FakeExecutor] = []
-
-    def make() -> FakeExecutor:
-        docker.advance()
-        executors.append(docker.executor())
-        return executors[-1]
-
-    monkeypatch.setattr(minidock.cli, "SSHExecutor", make)
-    monkeypatch.setattr(minidock.cli, "asyncio", QuickAsyncio(docker))
-    fleet = Fleet(in_tmp, docker, executors, QuickAsyncio(docker))
-    fleet.run("apply", str(fleet.cluster))
-    fleet.settle()
-    return fleet
+    return edge_fleet(in_tmp, monkeypatch, INVENTORY, ROUTED)
 
 
 def canary_file(fleet: Fleet) -> Path:

@@ -83,8 +83,13 @@ class CaddyDocker(FakeDocker):
 
 @pytest.fixture
 def edge(in_tmp: Path, monkeypatch: pytest.MonkeyPatch, ssh_calls: list[str]) -> Fleet:  # noqa: F811
-    (in_tmp / "inventory.toml").write_text(FLEET)
-    (in_tmp / "cluster.toml").write_text(ROUTED)
+    return edge_fleet(in_tmp, monkeypatch, FLEET, ROUTED)
+
+
+def edge_fleet(root: Path, monkeypatch: pytest.MonkeyPatch, inventory: str, cluster: str) -> Fleet:
+    """A fleet behind a fake Caddy (inventory and cluster text), applied and settled."""
+    (root / "inventory.toml").write_text(inventory)
+    (root / "cluster.toml").write_text(cluster)
     docker = CaddyDocker()
     executors: list[FakeExecutor] = []
 
@@ -95,7 +100,7 @@ def edge(in_tmp: Path, monkeypatch: pytest.MonkeyPatch, ssh_calls: list[str]) ->
 
     monkeypatch.setattr(minidock.cli, "SSHExecutor", make)
     monkeypatch.setattr(minidock.cli, "asyncio", QuickAsyncio(docker))
-    fleet = Fleet(in_tmp, docker, executors, QuickAsyncio(docker))
+    fleet = Fleet(root, docker, executors, QuickAsyncio(docker))
     fleet.run("apply", str(fleet.cluster))
     fleet.settle()
     return fleet

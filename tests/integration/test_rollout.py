@@ -140,6 +140,7 @@ def test_web5_to_web6_keeps_replicas_minus_parallelism_healthy(md: Minidock, fle
         "total": REPLICAS,
         "failures": 0,
         "reason": "",
+        "canary": None,
     }
     assert {t["generation"] for t in doc["tasks"]} == {2}
     # one slot at a time: the hosts' own record of starts, one new task per batch

@@ -173,10 +173,15 @@ def helper(md: Minidock, host: str) -> str:
 
 def kill_when(md: Minidock, args: tuple[str, ...], ready: str) -> None:
     """Run `minidock ARGS` and kill -9 it once `ready` is seen: "draining" (an event) or
-    "copying" (a volume's helper container on some host)."""
+    "copying" (a volume's helper container on some host). A run that ends "not converged
+    yet" (exit 3) before that is run again, as cron would: a move takes several passes (the
+    stop is one, the copy a later one), and which pass the kill lands in is timing."""
     proc = md.popen(*args)
     for _ in range(600):
-        if proc.poll() is not None:
+        if proc.poll() == 3:
+            proc.communicate()
+            proc = md.popen(*args)
+        elif proc.poll() is not None:
             break
         if ready == "draining" and events(md, "draining"):
             break

@@ -18,6 +18,13 @@ starts from it): reading that file back is how a pass sees what a proxy has load
 config carries its digest as the `@id` of its server. Routes with TLS on are served by a
 second server on the HTTPS port (published too), with the certificates loaded as PEM
 (`tls.certificates.load_pem`, chosen by SNI), and plain HTTP to them is redirected.
+
+Each route is a server of its own (`minidock-route:SERVICE:HOST/PATH`), listening on an
+abstract unix socket in the proxy's namespace: the front servers match the request's Host
+and path and hand it to that server, which does what the route does (proxy, maintenance
+page, hold) inside one `subroute`. Caddy 2.6 labels its request metrics only by server and
+handler, so this is what makes its counts and latencies per route: `request_metrics`
+parses them (docs/observability.md#request-metrics).
 docs/ingress.md.
 """
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -42,15 +50,19 @@ __all__ = [
     "Certificate",
     "ProxyConfig",
     "RouteSpec",
+    "RouteTraffic",
     "load_argv",
     "maintenance_page",
     "parse_proxy_probe",
+    "parse_request_metrics",
     "proxy_config",
     "proxy_name",
     "proxy_probe_argv",
     "proxy_run_argv",
     "proxy_spec",
     "remove_argv",
+    "request_metrics_argv",
+    "route_server_name",
     "stop_argv",
 ]
 
@@ -60,6 +72,14 @@ LABEL_INGRESS = "minidock.ingress"
 LABEL_PROXY_SPEC = "minidock.ingress.spec"
 SERVER = "minidock"
 SERVER_TLS = "minidock-https"
+# Each route's own server (its name is SERVICE:HOST/PATH after the prefix), on an abstract
+# unix socket named by a digest of that name (the proxy's namespace is its own).
+ROUTE_SERVER = "minidock-route:"
+ROUTE_SOCKET = "unix/@minidock-route-"
+UNLOADED = "0"  # the mark in a config's socket names that a load replaces
+# The headers a route's server passes on as the front server set them: its peer is a unix
+# socket, which Caddy cannot read as an address, so it would drop them.
+FORWARDED = ("X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host")
 ID_PREFIX = "minidock-"
 # Retries (FLEET-NOTES): a request whose upstream refuses or does not answer in DIAL_TIMEOUT
 # is sent at once to the next upstream, up to RETRIES more times; a failed upstream is
@@ -101,6 +121,7 @@ class RouteSpec:
     maintenance: str = ""
     hold: float = 0.0
     weights: tuple[int, ...] = ()  # each upstream's, in order (a canary's share); () even
+    service: str = ""  # whose route it is (names its server, so its metrics)
 
     @property
     def label(self) -> str:
@@ -118,10 +139,18 @@ class Certificate:
 
 @dataclass(frozen=True)
 class ProxyConfig:
-    """A proxy's whole config, as the JSON text it is loaded as, and its digest."""
+    """A proxy's whole config, as JSON text, and its digest."""
 
     text: str
     digest: str
+
+    def loadable(self, load: str) -> str:
+        """The text to load, its route servers' sockets named for this load (`load`, a
+        word no earlier load of the proxy used). A name is never bound twice: Caddy 2.6
+        keeps a unix socket it hands from one config to the next open after both are
+        gone (it dups the descriptor and never closes the copy), so the next config to
+        bind that name fails, and an abstract socket cannot be unlinked to free it."""
+        return self.text.replace(f"@minidock-route-{UNLOADED}-", f"@minidock-route-{load}-")
 
 
 def proxy_name(cluster: str) -> str:
@@ -156,6 +185,7 @@ def _proxy(route: RouteSpec) -> dict[str, Any]:
         },
         "health_checks": {"passive": {"fail_duration": FAIL_DURATION, "max_fails": 1}},
         "transport": {"protocol": "http", "dial_timeout": DIAL_TIMEOUT},
+        "headers": {"request": {"set": {h: [f"{{http.request.header.{h}}}"] for h in FORWARDED}}},
     }
 
 
@@ -207,8 +237,8 @@ def _hold(seconds: float) -> dict[str, Any]:
     """Caddy's own wait for an upstream, with none to choose: the request waits, trying
     again every HOLD_INTERVAL, for `seconds` (any method: `retry_match` takes them all).
     It ends when that time is up or when a config is loaded (which cancels the wait):
-    either way the handler answers an error, and the server's error route of the same
-    route (`_releases`) sends the request upstream."""
+    either way the handler answers an error, and the route server's error route
+    (`_route_server`) sends the request upstream."""
     return {
         "handler": "reverse_proxy",
         "upstreams": [],
@@ -238,15 +268,62 @@ def _routes(routes: Sequence[RouteSpec], handlers: Any) -> list[dict[str, Any]]:
     return [*found, {"handle": [NO_ROUTE], "terminal": True}]
 
 
-def _releases(routes: Sequence[RouteSpec]) -> dict[str, Any]:
-    """The server's error routes: a request a paused route held (its `HELD` variable names
-    the route) goes to that route's upstreams once its hold ends."""
-    held = [
-        {"match": [{"vars": {HELD: [r.label]}}], "handle": [_proxy(r)], "terminal": True}
-        for r in routes
-        if r.hold > 0 and not r.maintenance
+def route_server_name(service: str, label: str) -> str:
+    """The name of a route's own server: what Caddy's metrics label its requests with."""
+    return f"{ROUTE_SERVER}{service}:{label}"
+
+
+def _socket(route: RouteSpec) -> str:
+    """The abstract socket of a route's server: named by the route, after a mark that
+    each load replaces with a name of its own (`ProxyConfig.loadable`)."""
+    name = route_server_name(route.service, route.label)
+    return f"{ROUTE_SOCKET}{UNLOADED}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
+def _hand_off(route: RouteSpec) -> list[dict[str, Any]]:
+    """The front server's handler of a route: the request handed to the route's own
+    server (Caddy's default flushing: a streamed response flushed as it comes; not
+    `flush_interval = -1`, which ties the request to the loaded config, so a load would
+    cut the requests under way, a paused route's held ones among them). A request the
+    front server of a config being replaced took just before the load, whose route
+    server has closed by the time it is handed off (the socket refuses), is served here
+    instead, by the route's upstreams (or its page): not counted, never failed."""
+    hand_off = {
+        "handler": "reverse_proxy",
+        "upstreams": [{"dial": _socket(route)}],
+        "transport": {"protocol": "http"},
+    }
+    direct = _maintenance(route.maintenance) if route.maintenance else _proxy(route)
+    return [
+        {
+            "handler": "subroute",
+            "routes": [{"handle": [hand_off]}],
+            "errors": {"routes": [{"handle": [direct]}]},
+        }
     ]
-    return {"errors": {"routes": held}} if held else {}
+
+
+def _route_server(route: RouteSpec) -> dict[str, Any]:
+    """A route's own server: one `subroute` does what the route does, and its error routes
+    answer what failed (a paused route's held request released to the upstreams; else the
+    error's status, as Caddy answers one). So each request is counted once, with the status
+    the client got and its whole time, under this server's name (Caddy 2.6's `metrics`
+    label requests by server and handler only)."""
+    held = route.hold > 0 and not route.maintenance
+    release = [{"match": [{"vars": {HELD: [route.label]}}], "handle": [_proxy(route)]}]
+    failed = {"handle": [{"handler": "static_response"}]}  # the error's status, no body
+    subroute = {
+        "handler": "subroute",
+        "routes": [{"handle": _handlers(route)}],
+        "errors": {"routes": [*(release if held else []), failed]},
+    }
+    return {
+        "listen": [_socket(route)],
+        "automatic_https": {"disable": True},
+        "protocols": ["h1"],
+        "metrics": {},
+        "routes": [{"handle": [subroute]}],
+    }
 
 
 def _challenges(responses: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -273,9 +350,8 @@ def _body(
         "automatic_https": {"disable": True},
         "routes": [
             *_challenges(challenges),
-            *_routes(routes, lambda r: [redirect] if r.tls else _handlers(r)),
+            *_routes(routes, lambda r: [redirect] if r.tls else _hand_off(r)),
         ],
-        **_releases([r for r in routes if not r.tls]),
     }
     servers: dict[str, Any] = {SERVER: plain}
     apps: dict[str, Any] = {"http": {"servers": servers}}
@@ -285,12 +361,13 @@ def _body(
             "listen": [f":{ingress.https_port}"],
             "automatic_https": {"disable": True},
             "tls_connection_policies": [{}],  # TLS on; certificates chosen by SNI
-            "routes": _routes(secure, _handlers),
-            **_releases(secure),
+            "routes": _routes(secure, _hand_off),
         }
         pems = sorted({(c.chain, c.key) for c in certificates})
         load = [{"certificate": chain, "key": key} for chain, key in pems]
         apps["tls"] = {"certificates": {"load_pem": load}}
+    for r in routes:
+        servers[route_server_name(r.service, r.label)] = _route_server(r)
     return {"admin": {"listen": ADMIN}, "apps": apps}
 
 
@@ -413,21 +490,51 @@ def _loaded(text: str) -> tuple[str, Loaded, Modes]:
     tag = server.get("@id", "")
     digest = tag[len(ID_PREFIX) :] if isinstance(tag, str) and tag.startswith(ID_PREFIX) else ""
     secure = servers.get(SERVER_TLS, {})
+    own = _route_servers(servers)
     routes: list[tuple[str, str, tuple[str, ...]]] = []
     modes: list[tuple[str, str, str]] = []
     for each in (server, secure if isinstance(secure, dict) else {}):
-        released = _released(each)
+        released = _released(each)  # a config from before routes had servers of their own
         for r in each.get("routes", []):
-            mode = _mode(r) if isinstance(r, dict) else ""
+            if not isinstance(r, dict):
+                continue
+            inner, releases = own.get(_handed_to(r), (r, released))
+            mode = _mode(inner)
             if not mode:
                 continue
             domain, path = _where(r)
-            held = _held_label(r)
-            ups = released.get(held, ()) if held else tuple(_dials([r]))
+            held = _held_label(inner)
+            ups = releases.get(held, ()) if held else tuple(_dials([inner]))
             routes.append((domain, path, ups))
             if mode != "serving":
                 modes.append((domain, path, mode))
     return digest, tuple(routes), tuple(modes)
+
+
+def _handed_to(route: dict[str, Any]) -> str:
+    """The socket of the route server a front route hands its requests to ("" if none)."""
+    handlers = route.get("handle")
+    first = handlers[0] if isinstance(handlers, list) and handlers else {}
+    dials = list(_dials(_get(first, "routes") or [])) if isinstance(first, dict) else []
+    return dials[0] if len(dials) == 1 and dials[0].startswith(ROUTE_SOCKET) else ""
+
+
+def _route_servers(servers: Any) -> dict[str, tuple[dict[str, Any], dict[str, tuple[str, ...]]]]:
+    """Each route server by its socket: what its subroute does with a request (a route's
+    `handle`), and the upstreams its error routes release held requests to."""
+    found: dict[str, tuple[dict[str, Any], dict[str, tuple[str, ...]]]] = {}
+    for name, server in servers.items() if isinstance(servers, dict) else ():
+        if not (isinstance(name, str) and name.startswith(ROUTE_SERVER)):
+            continue
+        listen, routes = _get(server, "listen"), _get(server, "routes")
+        first = routes[0] if isinstance(routes, list) and routes else {}
+        handlers = _get(first, "handle")
+        subroute = handlers[0] if isinstance(handlers, list) and handlers else {}
+        inner = _get(subroute, "routes")
+        whole = isinstance(listen, list) and listen and isinstance(inner, list) and inner
+        if whole and isinstance(inner[0], dict) and isinstance(subroute, dict):
+            found[str(listen[0])] = (inner[0], _released(subroute))
+    return found
 
 
 def _mode(route: dict[str, Any]) -> str:
@@ -490,3 +597,118 @@ def _dials(routes: Iterable[Any]) -> Iterable[str]:
             for up in handler.get("upstreams", []) if isinstance(handler, dict) else []:
                 if isinstance(up, dict) and isinstance(up.get("dial"), str):
                     yield up["dial"]
+
+
+# -- request metrics (docs/observability.md#request-metrics) --------------------------------
+
+METRICS_URL = "http://localhost:2019/metrics"  # the admin API's, on the proxy's loopback
+DURATION = "caddy_http_request_duration_seconds"
+STARTED = "process_start_time_seconds"  # always there: tells a read from no requests yet
+_METRICS = (
+    (
+        "set -u\n"
+        "got=$(if command -v wget >/dev/null 2>&1; then wget -qO- URL;"
+        " elif command -v curl >/dev/null 2>&1; then curl -fsS URL;"
+        " else bash -c 'exec 3<>/dev/tcp/127.0.0.1/2019 &&"
+        ' printf "GET /metrics HTTP/1.0\\r\\nHost: localhost:2019\\r\\n\\r\\n" >&3 && cat <&3\';'
+        " fi) || { echo 'the admin API did not answer' >&2; exit 1; }\n"
+        "printf '%s\\n' \"$got\" | grep -E '^(DURATION|STARTED)' || true\n"
+    )
+    .replace("URL", METRICS_URL)
+    .replace("DURATION", DURATION)
+    .replace("STARTED", STARTED)
+)
+
+
+@dataclass(frozen=True)
+class RouteTraffic:
+    """What one proxy counted for one route since it started, from Caddy's own metrics:
+    requests by status class ("2xx", ...), and their durations as a histogram (each
+    bucket's upper bound and the cumulative count under it, +Inf being `count`)."""
+
+    service: str
+    route: str  # its label: Host (`*` for any) and path
+    classes: tuple[tuple[str, float], ...]
+    buckets: tuple[tuple[float, float], ...]
+    count: float
+    seconds: float
+
+
+def request_metrics_argv(cluster: str) -> list[str]:
+    """Read the proxy's request metrics (its admin API's /metrics, with whatever HTTP
+    client the image has: the official image's wget, else curl, else bash), keeping the
+    request durations and the process's start time (so a read of a proxy that has served
+    nothing yet is told from one that failed)."""
+    return ["docker", "exec", proxy_name(cluster), "sh", "-c", _METRICS]
+
+
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
+    """One line of Prometheus' text format: name, labels, value (None: not a sample)."""
+    line = line.strip()
+    if not line or line.startswith("#"):
+        return None
+    name, brace, rest = line.partition("{")
+    if brace:
+        inside, _, value = rest.rpartition("}")
+        labels = {
+            k: re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], v)
+            for k, v in _LABEL.findall(inside)
+        }
+    else:
+        name, _, value = line.partition(" ")
+        labels = {}
+    try:
+        return name.strip(), labels, float(value.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_request_metrics(text: str) -> tuple[RouteTraffic, ...] | None:
+    """What `request_metrics_argv` printed, as each route's traffic (None when it is not
+    Caddy's metrics: the process's start time is missing). Only the route servers'
+    outer handler (`subroute`) is read: each request is counted there once."""
+    classes: dict[tuple[str, str], dict[str, float]] = {}
+    buckets: dict[tuple[str, str], dict[float, float]] = {}
+    sums: dict[tuple[str, str], float] = {}
+    started = False
+    for line in text.splitlines():
+        sample = _sample(line)
+        if sample is None:
+            continue
+        name, labels, value = sample
+        started = started or name == STARTED
+        server = labels.get("server", "")
+        if not name.startswith(DURATION) or labels.get("handler") != "subroute":
+            continue
+        if not server.startswith(ROUTE_SERVER):
+            continue
+        service, _, route = server[len(ROUTE_SERVER) :].partition(":")
+        key = (service, route)
+        if name == DURATION + "_count":
+            code = labels.get("code", "")
+            word = f"{code[:1]}xx" if len(code) == 3 and code.isdigit() else "other"
+            counted = classes.setdefault(key, {})
+            counted[word] = counted.get(word, 0.0) + value
+        elif name == DURATION + "_sum":
+            sums[key] = sums.get(key, 0.0) + value
+        elif name == DURATION + "_bucket" and labels.get("le", "") not in ("", "+Inf"):
+            bound = float(labels["le"])
+            per = buckets.setdefault(key, {})
+            per[bound] = per.get(bound, 0.0) + value
+    if not started:
+        return None
+    return tuple(
+        RouteTraffic(
+            service,
+            route,
+            tuple(sorted(counted.items())),
+            tuple(sorted(buckets.get((service, route), {}).items())),
+            sum(counted.values()),
+            sums.get((service, route), 0.0),
+        )
+        for (service, route), counted in sorted(classes.items())
+    )

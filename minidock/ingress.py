@@ -8,6 +8,7 @@ fatal. docs/ingress.md.
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -85,6 +86,7 @@ def configs_for(
             e.mode.message if e.mode.serving is Serving.MAINTENANCE else "",
             e.mode.timeout if e.mode.serving is Serving.PAUSED else 0.0,
             e.weights,
+            e.service,
         )
         for e in table
     ]
@@ -186,9 +188,11 @@ async def _converge_one(
 
 
 async def _load(sh: Shell, host: str, cluster: str, config: ProxyConfig) -> None:
-    """`caddy reload` of the config, retried while a fresh proxy's admin API comes up."""
+    """`caddy reload` of the config, retried while a fresh proxy's admin API comes up;
+    each load's route servers on sockets of their own (`ProxyConfig.loadable`)."""
+    text = config.loadable(secrets.token_hex(6))
     for attempt in range(LOAD_TRIES):
-        res = await sh(host, load_argv(cluster), config.text)
+        res = await sh(host, load_argv(cluster), text)
         if res.exit_status == 0:
             return
         if attempt + 1 < LOAD_TRIES:

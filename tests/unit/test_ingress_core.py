@@ -35,6 +35,7 @@ from minidock.model import (
     Service,
 )
 from minidock.plandoc import RouteLoad
+from tests.caddyview import front
 
 NOW = 1000.0
 WEB = Service(
@@ -256,7 +257,7 @@ def test_the_config_routes_hosts_and_paths_with_retries() -> None:
             [RouteSpec("app.test", "/api/", ("10.0.0.1:30000",))], Ingress(http_port=8000)
         ).text
     )
-    server = config["apps"]["http"]["servers"]["minidock"]
+    server = front(config)
     assert config["admin"] == {"listen": "localhost:2019"}
     assert server["listen"] == [":8000"]
     route, fallback = server["routes"]
@@ -268,10 +269,8 @@ def test_the_config_routes_hosts_and_paths_with_retries() -> None:
     assert "try_duration" not in balancing
     assert "try_interval" not in balancing
     assert handler["health_checks"]["passive"]["max_fails"] == 1
-    empty = json.loads(proxy_config([RouteSpec("", "/", ())], Ingress()).text)
-    assert (
-        empty["apps"]["http"]["servers"]["minidock"]["routes"][0]["handle"][0]["status_code"] == 503
-    )
+    empty = front(proxy_config([RouteSpec("", "/", ())], Ingress()).text)
+    assert empty["routes"][0]["handle"][0]["status_code"] == 503
 
 
 def test_the_proxy_publishes_its_port_keeps_accept_queues_and_probes_read_what_it_says() -> None:

@@ -5,7 +5,6 @@ upstream) and reads it back (docs/ingress.md#maintenance-and-pause)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +26,7 @@ from minidock.core.serving import (
 from minidock.ingress import configs_for
 from minidock.model import Cluster, Ingress, Route, Service
 from minidock.store.codec import from_data, to_data
+from tests.caddyview import front
 from tests.unit.test_ingress_core import CLUSTER, INVENTORY, NOW, WEB, observed, task
 
 API = Service("api", "api:1", ingress=(Route("app.test", "/api", 9000),))
@@ -39,8 +39,7 @@ def applied(cluster: Cluster = BOTH) -> ControllerState:
 
 
 def server(config_text: str, name: str = "minidock") -> dict[str, Any]:
-    found: dict[str, Any] = json.loads(config_text)["apps"]["http"]["servers"][name]
-    return found
+    return front(config_text, name)
 
 
 def test_the_mode_is_the_services_desired_state_kept_across_applies_and_the_store() -> None:

@@ -18,6 +18,7 @@ from minidock.caddy import HELD, LABEL_INGRESS
 from minidock.model import Host
 from minidock.ssh import Result
 from minidock.status import status_schema
+from tests.caddyview import front
 from tests.fakes import FakeDocker, FakeExecutor
 from tests.unit.test_cli import (  # noqa: F401 (fixtures)
     FLEET,
@@ -109,7 +110,7 @@ def edge_fleet(root: Path, monkeypatch: pytest.MonkeyPatch, inventory: str, clus
 def route(fleet: Fleet) -> dict[str, Any]:
     """The loaded route of app.test on the edge's proxy."""
     assert isinstance(fleet.docker, CaddyDocker)
-    routes = fleet.docker.loaded()["apps"]["http"]["servers"]["minidock"]["routes"]
+    routes = front(fleet.docker.loaded())["routes"]
     found: dict[str, Any] = next(r for r in routes if r.get("match", [{}])[0].get("host"))
     return found
 

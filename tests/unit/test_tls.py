@@ -24,6 +24,7 @@ from minidock.spec import SpecError, load
 from minidock.spec.certs import certificate_info, name_covers
 from minidock.store.codec import Codec
 from minidock.store.sealing import SecretBox
+from tests.caddyview import front
 from tests.tlsfiles import PrivateCA, write_pair
 from tests.unit.test_spec_ingress import HEAD, INVENTORY, WEB
 
@@ -121,8 +122,7 @@ def test_tls_routes_get_an_https_server_their_certificates_and_a_redirect() -> N
     ]
     config = proxy_config(routes, Ingress(https_port=8443), [Certificate(chain, key)])
     body = json.loads(config.text)
-    servers = body["apps"]["http"]["servers"]
-    plain, secure = servers["minidock"], servers["minidock-https"]
+    plain, secure = front(body), front(body, "minidock-https")
     assert (plain["listen"], secure["listen"]) == ([":80"], [":8443"])
     redirect = plain["routes"][0]["handle"][0]
     assert redirect["status_code"] == 308
@@ -180,7 +180,7 @@ def test_an_acme_route_is_plain_http_until_its_certificate_is_issued() -> None:
     table = (RouteEntry(Route("app.test", "/", 8080, RouteTls("acme")), "web", ("10.0.0.1:1",)),)
     challenge = {"/.well-known/acme-challenge/TOKEN": "TOKEN.THUMB"}
     before = json.loads(configs_for(table, Ingress(), TlsState(), challenge).text)
-    plain = before["apps"]["http"]["servers"]["minidock"]["routes"]
+    plain = front(before)["routes"]
     assert plain[0] == {
         "match": [{"path": ["/.well-known/acme-challenge/TOKEN"]}],
         "handle": [{"handler": "static_response", "status_code": 200, "body": "TOKEN.THUMB"}],

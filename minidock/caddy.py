@@ -49,6 +49,7 @@ __all__ = [
     "LABEL_PROXY_SPEC",
     "Certificate",
     "ProxyConfig",
+    "ProxyTraffic",
     "RouteSpec",
     "RouteTraffic",
     "load_argv",
@@ -60,6 +61,7 @@ __all__ = [
     "proxy_probe_argv",
     "proxy_run_argv",
     "proxy_spec",
+    "proxy_traffic",
     "remove_argv",
     "request_metrics_argv",
     "route_server_name",
@@ -634,6 +636,18 @@ class RouteTraffic:
     seconds: float
 
 
+@dataclass(frozen=True)
+class ProxyTraffic:
+    """One ingress proxy's request metrics as read now: each route's traffic since the
+    proxy started (`started`, epoch seconds: its counters begin at 0 then), or why they
+    could not be read (`error`; then nothing is known, never zero)."""
+
+    host: str
+    routes: tuple[RouteTraffic, ...] = ()
+    started: float = 0.0
+    error: str = ""
+
+
 def request_metrics_argv(cluster: str) -> list[str]:
     """Read the proxy's request metrics (its admin API's /metrics, with whatever HTTP
     client the image has: the official image's wget, else curl, else bash), keeping the
@@ -665,6 +679,15 @@ def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
         return name.strip(), labels, float(value.split()[0])
     except (ValueError, IndexError):
         return None
+
+
+def proxy_traffic(host: str, text: str) -> ProxyTraffic:
+    """What `request_metrics_argv` printed on `host`, as its proxy's traffic."""
+    routes = parse_request_metrics(text)
+    if routes is None:
+        return ProxyTraffic(host, error="the proxy's /metrics has no Caddy metrics")
+    starts = [s[2] for s in map(_sample, text.splitlines()) if s is not None and s[0] == STARTED]
+    return ProxyTraffic(host, routes, starts[0] if starts else 0.0)
 
 
 def parse_request_metrics(text: str) -> tuple[RouteTraffic, ...] | None:

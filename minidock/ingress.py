@@ -16,13 +16,16 @@ from types import MappingProxyType
 from minidock.caddy import (
     Certificate,
     ProxyConfig,
+    ProxyTraffic,
     RouteSpec,
     load_argv,
     parse_proxy_probe,
     proxy_config,
     proxy_probe_argv,
     proxy_run_argv,
+    proxy_traffic,
     remove_argv,
+    request_metrics_argv,
     stop_argv,
 )
 from minidock.core.routes import ProxyStep, RouteTable, route_changes
@@ -32,7 +35,14 @@ from minidock.model import Event, Host, Ingress, ProxyObservation
 from minidock.plandoc import RouteLoad
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
-__all__ = ["ProxyOutcome", "configs_for", "converge_proxies", "observe_proxies", "route_loads"]
+__all__ = [
+    "ProxyOutcome",
+    "configs_for",
+    "converge_proxies",
+    "observe_proxies",
+    "read_traffic",
+    "route_loads",
+]
 
 NO_TLS = TlsState()
 LOAD_TRIES = 20  # a proxy just started answers its admin API within a second or so
@@ -58,6 +68,26 @@ async def observe_proxies(
 
     found = await asyncio.gather(*(one(h) for h in hosts))
     return {p.host: p for p in found}
+
+
+async def read_traffic(
+    executor: Executor, hosts: Sequence[Host], cluster: str
+) -> tuple[ProxyTraffic, ...]:
+    """Each ingress host's proxy's request metrics, read concurrently (one `docker exec`
+    per host); a host or proxy that does not answer is said, never read as no traffic."""
+
+    async def one(host: Host) -> ProxyTraffic:
+        argv = request_metrics_argv(cluster)
+        try:
+            res = await executor.run(host, argv, timeout=host.probe_timeout)
+        except (Unreachable, CommandTimeout) as exc:
+            return ProxyTraffic(host.name, error=exc.reason)
+        if res.exit_status != 0:
+            detail = " ".join((res.stderr or res.stdout).split())[:200]
+            return ProxyTraffic(host.name, error=f"reading its metrics failed: {detail}")
+        return proxy_traffic(host.name, res.stdout)
+
+    return tuple(await asyncio.gather(*(one(h) for h in hosts)))
 
 
 def configs_for(

@@ -146,7 +146,24 @@ METRICS: dict[str, MetricInfo] = {
     "minidock_lock_held_since_timestamp_seconds": MetricInfo(
         "gauge", C, "When the lock's holder took it (absent while nobody holds it)"
     ),
+    "minidock_ingress_up": MetricInfo(
+        "gauge", CH, "1 when the ingress proxy on the host answered with its request metrics"
+    ),
+    "minidock_ingress_started_timestamp_seconds": MetricInfo(
+        "gauge", CH, "When the host's ingress proxy started: its request counters begin at 0"
+    ),
+    "minidock_ingress_requests": MetricInfo(
+        "counter",
+        (*CH, "service", "route", "class"),
+        "Requests the host's ingress proxy answered on the route, by status class (1xx..5xx)",
+    ),
+    "minidock_ingress_request_duration_seconds": MetricInfo(
+        "histogram",
+        (*CH, "service", "route"),
+        "How long the host's ingress proxy took to answer the route's requests",
+    ),
 }
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 
 CONTAINER_STATES: tuple[str, ...] = get_args(ContainerState)
 SERVICE_WORDS: tuple[str, ...] = get_args(ServiceWord)
@@ -200,6 +217,27 @@ def _cluster(out: _Families, c: ClusterReading) -> None:
         out.add("minidock_lock_held_since_timestamp_seconds", key, c.lock.since)
     if c.document is not None:
         _document(out, c.name, c.document)
+    _traffic(out, c)
+
+
+def _traffic(out: _Families, c: ClusterReading) -> None:
+    """Each ingress proxy's request metrics, as Caddy counted them (nothing when unread)."""
+    for proxy in c.traffic:
+        key = (c.name, proxy.host)
+        out.add("minidock_ingress_up", key, float(not proxy.error))
+        if proxy.error:
+            continue
+        if proxy.started:
+            out.add("minidock_ingress_started_timestamp_seconds", key, proxy.started)
+        histogram = out.family("minidock_ingress_request_duration_seconds")
+        assert isinstance(histogram, HistogramMetricFamily)
+        for r in proxy.routes:
+            labels = (*key, r.service, r.route)
+            counted = dict(r.classes)
+            for word in (*STATUS_CLASSES, *sorted(set(counted) - set(STATUS_CLASSES))):
+                out.add("minidock_ingress_requests", (*labels, word), counted.get(word, 0.0))
+            buckets = [(_bound(b), n) for b, n in r.buckets]
+            histogram.add_metric(list(labels), [*buckets, ("+Inf", r.count)], r.seconds)
 
 
 def _passes(out: _Families, c: ClusterReading) -> None:

@@ -1,17 +1,23 @@
 """One read-only look at the whole fleet, for `minidock metrics` and `minidock serve`: per
 cluster the status document (the stored state, a fresh observation, the plan a pass would
-make), the pass statistics and whether a writer holds the lock. Takes no lock, changes
+make), the pass statistics, whether a writer holds the lock, and each ingress proxy's
+request metrics (read here, where they are shown, not by the passes: Caddy keeps the
+counters, so a read is as fresh as the scrape and a pass carries nothing). Takes no lock, changes
 nothing. A store that does not answer, or a cluster that cannot be read, is carried as an
 error, never as an empty fleet."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minidock.caddy import ProxyTraffic
 from minidock.core.passes import PassStats
+from minidock.core.routes import ingress_hosts
+from minidock.ingress import read_traffic
 from minidock.runner import decide_pass
 from minidock.ssh import Executor
 from minidock.status import StatusDocument, status_document
@@ -39,13 +45,14 @@ class LockState:
 @dataclass(frozen=True)
 class ClusterReading:
     """One cluster as read now: its status document, or the one line why it could not be
-    read (`document` None)."""
+    read (`document` None); each ingress proxy's request metrics (`traffic`)."""
 
     name: str
     document: StatusDocument | None
     passes: PassStats = field(default_factory=PassStats)
     lock: LockState = LockState(None)
     error: str = ""
+    traffic: tuple[ProxyTraffic, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,14 +111,20 @@ async def _read_cluster(h: Held, executor: Executor, runtime: Runtime) -> Cluste
         with reading(h.location) as store:
             current = store.load()
             desired = read_desired(store, h.location)
-            result = await decide_pass(
-                desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
+            edges = ingress_hosts(desired.cluster, desired.inventory)
+            routed = any(s.ingress for s in desired.cluster.services)
+            hosts = [x for x in desired.inventory.hosts if x.name in edges] if routed else []
+            result, traffic = await asyncio.gather(
+                decide_pass(
+                    desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
+                ),
+                read_traffic(executor, hosts, desired.cluster.name),
             )
             plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
     except UseCaseError as exc:
         return ClusterReading(h.name, None, lock=lock_state(h.location), error=str(exc))
     document = status_document(current, desired.inventory, result.observed, plan)
-    return ClusterReading(h.name, document, current.passes, lock_state(h.location))
+    return ClusterReading(h.name, document, current.passes, lock_state(h.location), traffic=traffic)
 
 
 def lock_state(location: StateLocation) -> LockState:

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from minidock import usecases
+from minidock.caddy import ProxyTraffic, proxy_traffic
 from minidock.cli import app
 from minidock.core.passes import PASS_BUCKETS, PassStats
 from minidock.metrics import METRICS, metrics_text, write_textfile
@@ -227,3 +228,30 @@ def test_the_documented_cron_line_writes_the_textfile(tmp_path: Path) -> None:
         in unit
     )
     assert "Environment=MINIDOCK_STATE=/var/lib/minidock" in unit
+
+
+def test_request_metrics_per_route_and_class_and_an_unread_proxy_is_up_0() -> None:
+    text = (Path(__file__).parent.parent / "data" / "caddy" / "metrics-2.6.2.txt").read_text()
+    read, lost = proxy_traffic("host1", text), ProxyTraffic("host2", error="timed out")
+    reading = FleetReading(1.0, (ClusterReading("uc", None, traffic=(read, lost)),))
+    found = samples(metrics_text(reading))
+    one = (("cluster", "uc"), ("host", "host1"))
+    web = (*one, ("route", "*/"), ("service", "web"))
+    assert found[("minidock_ingress_up", one)] == 1
+    assert found[("minidock_ingress_up", (("cluster", "uc"), ("host", "host2")))] == 0
+    assert found[("minidock_ingress_started_timestamp_seconds", one)] == read.started > 0
+    by_class = {
+        dict(labels)["class"]: v
+        for (name, labels), v in found.items()
+        if name == "minidock_ingress_requests_total" and dict(labels)["service"] == "web"
+    }
+    assert by_class == {"1xx": 0, "2xx": 7, "3xx": 0, "4xx": 0, "5xx": 2}
+    count = found[("minidock_ingress_request_duration_seconds_count", tuple(sorted(web)))]
+    assert count == 9
+    inf = tuple(sorted((*web, ("le", "+Inf"))))
+    assert found[("minidock_ingress_request_duration_seconds_bucket", inf)] == 9
+    assert not [
+        labels
+        for (name, labels) in found
+        if ("host", "host2") in labels and name.startswith("minidock_ingress_request")
+    ]  # unread: no series, no zeros

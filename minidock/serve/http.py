@@ -8,6 +8,7 @@ GET /api/status  the `status --json` document (503 with the reasons when a store
                  could not be read)
 GET /api/events  the event log as JSON (?since=10m, ?limit=N, ?service=, ?host=); with
                  ?follow=1, Server-Sent Events: the newest `limit`, then each new one
+GET /api/traffic each ingress proxy's request counters per route (traffic_json)
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from minidock.model import Event
 from minidock.serve.access import COOKIE, Access
 from minidock.serve.shared import EventHub, SharedReading
 from minidock.units import parse_duration
-from minidock.usecases.fleetview import status_json
+from minidock.usecases.fleetview import FleetReading, status_json
 
 __all__ = ["SECURITY_HEADERS", "App", "Handler"]
 
@@ -114,6 +115,8 @@ class Handler(BaseHTTPRequestHandler):
             self._status()
         elif path == "/api/events":
             self._events(query)
+        elif path == "/api/traffic":
+            self._json(HTTPStatus.OK, traffic_json(self.app.reading.current()))
         else:
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
 
@@ -237,6 +240,39 @@ class Handler(BaseHTTPRequestHandler):
         line = _TOKEN.sub("token=***", format % args)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         print(f"{stamp} {self.client_address[0]} {line}", file=sys.stderr, flush=True)
+
+
+def traffic_json(reading: FleetReading) -> dict[str, Any]:
+    """Each cluster's ingress proxies' request metrics as read with the observation
+    (docs/observability.md#request-metrics): counters since each proxy started."""
+    return {
+        "at": reading.at,
+        "clusters": [
+            {
+                "cluster": c.name,
+                "proxies": [
+                    {
+                        "host": p.host,
+                        "error": p.error or None,
+                        "started": p.started or None,
+                        "routes": [
+                            {
+                                "service": r.service,
+                                "route": r.route,
+                                "classes": dict(r.classes),
+                                "count": r.count,
+                                "seconds": r.seconds,
+                                "buckets": [list(b) for b in r.buckets],
+                            }
+                            for r in p.routes
+                        ],
+                    }
+                    for p in c.traffic
+                ],
+            }
+            for c in reading.clusters
+        ],
+    }
 
 
 def _event_query(query: dict[str, str]) -> tuple[usecases.EventFilter, int]:

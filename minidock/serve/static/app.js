@@ -1,6 +1,7 @@
-// The MiniDock dashboard: polls /api/status (the `status --json` document) and follows
-// /api/events (Server-Sent Events). Plain DOM, no build step; text only through
-// textContent, never as HTML.
+// The MiniDock dashboard: polls /api/status (the `status --json` document) and
+// /api/traffic (the ingress proxies' request counters), and follows /api/events
+// (Server-Sent Events). Plain DOM, no build step; text only through textContent, never
+// as HTML.
 const POLL_MS = 3000;
 const EVENTS_SHOWN = 30;
 const $ = (id) => document.getElementById(id);
@@ -114,6 +115,110 @@ function render(body, problems) {
   box.hidden = problems.length === 0;
 }
 
+// Request metrics (docs/observability.md#request-metrics): each route's counters summed
+// over the ingress proxies, kept for the last HISTORY readings; the chart shows the rate
+// between two readings, by status class, and the latency of the requests between them.
+const HISTORY = 40;
+const CLASSES = ["2xx", "3xx", "4xx", "5xx"];
+const history = new Map(); // "cluster service route" -> [{at, counts, seconds, buckets}]
+
+function sumRoutes(body) {
+  const found = new Map();
+  for (const c of body.clusters) {
+    for (const p of c.proxies) {
+      if (p.error) continue;
+      for (const r of p.routes) {
+        const key = `${c.cluster}\u0000${r.service}\u0000${r.route}`;
+        const s = found.get(key) || { cluster: c.cluster, service: r.service, route: r.route,
+          counts: {}, count: 0, seconds: 0, buckets: new Map() };
+        for (const [k, v] of Object.entries(r.classes)) s.counts[k] = (s.counts[k] || 0) + v;
+        s.count += r.count;
+        s.seconds += r.seconds;
+        for (const [le, n] of r.buckets) s.buckets.set(le, (s.buckets.get(le) || 0) + n);
+        found.set(key, s);
+      }
+    }
+  }
+  return found;
+}
+
+function intervals(points) {
+  const out = [];
+  for (let i = 1; i < points.length; i++) {
+    const a = points[i - 1], b = points[i], dt = b.at - a.at, n = b.count - a.count;
+    if (dt <= 0 || n < 0) continue; // no time passed, or a proxy restarted (counters reset)
+    const rates = {};
+    for (const k of CLASSES) rates[k] = ((b.counts[k] || 0) - (a.counts[k] || 0)) / dt;
+    let p99 = null;
+    for (const [le, m] of [...b.buckets.entries()].sort((x, y) => x[0] - y[0])) {
+      if (n > 0 && m - (a.buckets.get(le) || 0) >= 0.99 * n) { p99 = le; break; }
+    }
+    out.push({ rates, total: n / dt, mean: n > 0 ? (b.seconds - a.seconds) / n : null, p99 });
+  }
+  return out;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function chart(points) {
+  const w = 240, h = 60, step = w / HISTORY;
+  const top = Math.max(1, ...points.map((p) => p.total));
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("class", "chart");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "requests per second by status class");
+  points.slice(-HISTORY).forEach((p, i) => {
+    let y = h;
+    for (const k of CLASSES) {
+      const bar = (h * p.rates[k]) / top;
+      if (bar <= 0) continue;
+      const rect = document.createElementNS(SVG, "rect");
+      rect.setAttribute("x", String(i * step));
+      rect.setAttribute("y", String(y - bar));
+      rect.setAttribute("width", String(Math.max(1, step - 1)));
+      rect.setAttribute("height", String(bar));
+      rect.setAttribute("class", `c${k}`);
+      svg.append(rect);
+      y -= bar;
+    }
+  });
+  return svg;
+}
+
+function trafficCard(s, points, several) {
+  const last = points[points.length - 1];
+  const fmt = (x) => (x >= 10 ? x.toFixed(0) : x.toFixed(1));
+  const ms = (x) => (x == null ? "–" : `${(x * 1000).toFixed(x < 0.01 ? 1 : 0)} ms`);
+  const errors = last && last.total > 0 ? (100 * last.rates["5xx"]) / last.total : 0;
+  const card = el("article", { class: "card", "data-route": `${s.service} ${s.route}` },
+    el("h3", {}, several ? `${s.cluster} / ${s.service}` : s.service, el("span", { class: "sub" }, s.route)),
+    el("p", { class: "figure" }, last ? fmt(last.total) : "–", el("small", {}, " requests/s")),
+    chart(points),
+    el("p", { class: "sub" }, last ? `5xx ${errors.toFixed(1)}% · mean ${ms(last.mean)} · p99 ≤ ${ms(last.p99)}`
+      : "counting since the proxies started: a rate needs two readings"),
+    el("p", { class: "sub" }, CLASSES.map((k) => `${k} ${s.counts[k] || 0}`).join(" · ")));
+  return card;
+}
+
+async function refreshTraffic() {
+  const res = await fetch("/api/traffic", { cache: "no-store", credentials: "same-origin" });
+  if (!res.ok) return;
+  const body = await res.json();
+  const now = sumRoutes(body);
+  const several = new Set(body.clusters.map((c) => c.cluster)).size > 1;
+  const cards = [];
+  for (const [key, s] of now) {
+    const list = history.get(key) || [];
+    if (!list.length || list[list.length - 1].at !== body.at) list.push({ at: body.at, ...s });
+    while (list.length > HISTORY + 1) list.shift();
+    history.set(key, list);
+    cards.push(trafficCard(s, intervals(list), several));
+  }
+  const unread = body.clusters.flatMap((c) => c.proxies.filter((p) => p.error).map((p) => `${p.host}: ${p.error}`));
+  for (const u of unread) cards.push(el("p", { class: "sub bad" }, `ingress proxy not read: ${u}`));
+  $("traffic").replaceChildren(...(cards.length ? cards : [el("p", { class: "muted" }, "no request counted yet")]));
+}
+
 async function refresh() {
   try {
     const res = await fetch("/api/status", { cache: "no-store", credentials: "same-origin" });
@@ -126,6 +231,7 @@ async function refresh() {
     if (res.ok) render(body, []);
     else render(body.status, body.errors || [`the server answered ${res.status}`]);
     $("freshness").textContent = `observed ${new Date(observed || Date.now()).toLocaleTimeString()} · live`;
+    await refreshTraffic();
   } catch (err) {
     $("freshness").textContent = `disconnected (${err.message}); retrying`;
   }

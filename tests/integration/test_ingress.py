@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from minidock.caddy import AUTOSAVE, proxy_name
+from tests.caddyview import front
 from tests.integration.conftest import Fleet, Minidock
 from tests.integration.loadgen import Load, get
 
@@ -79,7 +80,9 @@ def loaded(fleet: Fleet, md: Minidock) -> dict[str, Any]:
 
 
 def upstreams(fleet: Fleet, md: Minidock) -> list[str]:
-    routes = loaded(fleet, md)["apps"]["http"]["servers"]["minidock"]["routes"]
+    """The upstreams the edge's loaded routes send to, each hand-off to a route's own
+    server resolved (tests/caddyview.py)."""
+    routes = front(loaded(fleet, md))["routes"]
     return sorted(u["dial"] for r in routes for h in r["handle"] for u in h.get("upstreams", []))
 
 

@@ -14,6 +14,7 @@ import pytest
 from minidock.lab.images import WEB5_IMAGE as WEB5
 from minidock.lab.images import WEB6_IMAGE as WEB6
 from minidock.lab.images import WEB_BROKEN_IMAGE as BROKEN
+from tests.caddyview import front
 from tests.integration.conftest import Fleet, Minidock
 from tests.integration.test_ingress import (
     apply,
@@ -62,7 +63,8 @@ def until_canary_passed(md: Minidock, passes: int = 60) -> dict[str, Any]:
 
 
 def dials(fleet: Fleet, md: Minidock) -> list[str]:
-    routes = loaded(fleet, md)["apps"]["http"]["servers"]["minidock"]["routes"]
+    """The edge's loaded upstreams in turn order, each hand-off resolved (caddyview)."""
+    routes = front(loaded(fleet, md))["routes"]
     return [u["dial"] for r in routes for h in r["handle"] for u in h.get("upstreams", [])]
 
 

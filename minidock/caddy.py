@@ -24,7 +24,8 @@ abstract unix socket in the proxy's namespace: the front servers match the reque
 and path and hand it to that server, which does what the route does (proxy, maintenance
 page, hold) inside one `subroute`. Caddy 2.6 labels its request metrics only by server and
 handler, so this is what makes its counts and latencies per route: `request_metrics`
-parses them (docs/observability.md#request-metrics).
+parses them (docs/observability.md#request-metrics). With `[ingress] request_metrics =
+false` there are no route servers: the front servers do each route's work themselves.
 docs/ingress.md.
 """
 
@@ -328,6 +329,18 @@ def _route_server(route: RouteSpec) -> dict[str, Any]:
     }
 
 
+def _releases(routes: Sequence[RouteSpec]) -> dict[str, Any]:
+    """A front server's error routes when routes are served directly (no route servers,
+    `[ingress] request_metrics = false`): a request a paused route held (its `HELD`
+    variable names the route) goes to that route's upstreams once its hold ends."""
+    held = [
+        {"match": [{"vars": {HELD: [r.label]}}], "handle": [_proxy(r)], "terminal": True}
+        for r in routes
+        if r.hold > 0 and not r.maintenance
+    ]
+    return {"errors": {"routes": held}} if held else {}
+
+
 def _challenges(responses: Mapping[str, str]) -> list[dict[str, Any]]:
     """ACME HTTP-01 responses, each at its path on any host (before every route)."""
     return [
@@ -347,13 +360,16 @@ def _body(
     challenges: Mapping[str, str],
 ) -> dict[str, Any]:
     redirect = _redirect(ingress)
+    counted = ingress.request_metrics
+    serve = _hand_off if counted else _handlers
     plain = {
         "listen": [f":{ingress.http_port}"],
         "automatic_https": {"disable": True},
         "routes": [
             *_challenges(challenges),
-            *_routes(routes, lambda r: [redirect] if r.tls else _hand_off(r)),
+            *_routes(routes, lambda r: [redirect] if r.tls else serve(r)),
         ],
+        **({} if counted else _releases([r for r in routes if not r.tls])),
     }
     servers: dict[str, Any] = {SERVER: plain}
     apps: dict[str, Any] = {"http": {"servers": servers}}
@@ -363,12 +379,13 @@ def _body(
             "listen": [f":{ingress.https_port}"],
             "automatic_https": {"disable": True},
             "tls_connection_policies": [{}],  # TLS on; certificates chosen by SNI
-            "routes": _routes(secure, _hand_off),
+            "routes": _routes(secure, serve),
+            **({} if counted else _releases(secure)),
         }
         pems = sorted({(c.chain, c.key) for c in certificates})
         load = [{"certificate": chain, "key": key} for chain, key in pems]
         apps["tls"] = {"certificates": {"load_pem": load}}
-    for r in routes:
+    for r in routes if counted else ():
         servers[route_server_name(r.service, r.label)] = _route_server(r)
     return {"admin": {"listen": ADMIN}, "apps": apps}
 
@@ -640,12 +657,15 @@ class RouteTraffic:
 class ProxyTraffic:
     """One ingress proxy's request metrics as read now: each route's traffic since the
     proxy started (`started`, epoch seconds: its counters begin at 0 then), or why they
-    could not be read (`error`; then nothing is known, never zero)."""
+    could not be read (`error`; then nothing is known, never zero). `counted` False: the
+    ingress counts nothing per route (`[ingress] request_metrics = false`), so only
+    whether the proxy answered is known."""
 
     host: str
     routes: tuple[RouteTraffic, ...] = ()
     started: float = 0.0
     error: str = ""
+    counted: bool = True
 
 
 def request_metrics_argv(cluster: str) -> list[str]:
@@ -681,11 +701,14 @@ def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
         return None
 
 
-def proxy_traffic(host: str, text: str) -> ProxyTraffic:
-    """What `request_metrics_argv` printed on `host`, as its proxy's traffic."""
+def proxy_traffic(host: str, text: str, counted: bool = True) -> ProxyTraffic:
+    """What `request_metrics_argv` printed on `host`, as its proxy's traffic (with
+    `counted` False, only whether it answered)."""
     routes = parse_request_metrics(text)
     if routes is None:
         return ProxyTraffic(host, error="the proxy's /metrics has no Caddy metrics")
+    if not counted:
+        return ProxyTraffic(host, counted=False)
     starts = [s[2] for s in map(_sample, text.splitlines()) if s is not None and s[0] == STARTED]
     return ProxyTraffic(host, routes, starts[0] if starts else 0.0)
 

@@ -71,10 +71,11 @@ async def observe_proxies(
 
 
 async def read_traffic(
-    executor: Executor, hosts: Sequence[Host], cluster: str
+    executor: Executor, hosts: Sequence[Host], cluster: str, counted: bool = True
 ) -> tuple[ProxyTraffic, ...]:
     """Each ingress host's proxy's request metrics, read concurrently (one `docker exec`
-    per host); a host or proxy that does not answer is said, never read as no traffic."""
+    per host); a host or proxy that does not answer is said, never read as no traffic.
+    `counted` False (`[ingress] request_metrics = false`): whether each answered, only."""
 
     async def one(host: Host) -> ProxyTraffic:
         argv = request_metrics_argv(cluster)
@@ -85,7 +86,7 @@ async def read_traffic(
         if res.exit_status != 0:
             detail = " ".join((res.stderr or res.stdout).split())[:200]
             return ProxyTraffic(host.name, error=f"reading its metrics failed: {detail}")
-        return proxy_traffic(host.name, res.stdout)
+        return proxy_traffic(host.name, res.stdout, counted)
 
     return tuple(await asyncio.gather(*(one(h) for h in hosts)))
 

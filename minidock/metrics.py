@@ -147,7 +147,10 @@ METRICS: dict[str, MetricInfo] = {
         "gauge", C, "When the lock's holder took it (absent while nobody holds it)"
     ),
     "minidock_ingress_up": MetricInfo(
-        "gauge", CH, "1 when the ingress proxy on the host answered with its request metrics"
+        "gauge",
+        CH,
+        "1 when the ingress proxy on the host answered its metrics read (its only series "
+        "with request_metrics = false)",
     ),
     "minidock_ingress_started_timestamp_seconds": MetricInfo(
         "gauge", CH, "When the host's ingress proxy started: its request counters begin at 0"
@@ -225,8 +228,8 @@ def _traffic(out: _Families, c: ClusterReading) -> None:
     for proxy in c.traffic:
         key = (c.name, proxy.host)
         out.add("minidock_ingress_up", key, float(not proxy.error))
-        if proxy.error:
-            continue
+        if proxy.error or not proxy.counted:
+            continue  # unread, or `request_metrics = false`: up is all there is
         if proxy.started:
             out.add("minidock_ingress_started_timestamp_seconds", key, proxy.started)
         histogram = out.family("minidock_ingress_request_duration_seconds")

@@ -368,7 +368,9 @@ class Ingress:
     """The cluster's ingress (`[ingress]`): which hosts run a proxy (named in `hosts`, or
     those meeting `constraints`; neither: every host), its HTTP port and image, and the
     range of host ports MiniDock publishes routed tasks on. Its HTTPS port serves the
-    routes with TLS on."""
+    routes with TLS on. With `request_metrics` each route is a server of its own in the
+    proxy, which counts its requests (docs/observability.md#request-metrics); without,
+    the front servers proxy directly and nothing is counted per route."""
 
     hosts: tuple[str, ...] = ()
     constraints: tuple[Constraint, ...] = ()
@@ -377,6 +379,7 @@ class Ingress:
     image: str = "caddy:2"
     task_ports: tuple[int, int] = (30000, 30999)  # first, last (inclusive)
     acme: AcmeSettings | None = None  # given when a route has tls = "acme"
+    request_metrics: bool = True
 
     def serves(self, host: Host) -> bool:
         """Whether `host` runs one of this ingress's proxies."""

@@ -34,6 +34,8 @@
 #                         `minidock secrets edit` (the unit tests make and read real age files)
 #   - restic:             restic 0.14, the backup repository `minidock backup` writes to and
 #                         `minidock restore` reads from (docs/backups.md); runs on the controller
+#   - caddy:              Caddy 2.6, the lab proxy's own package, run locally by the unit tests
+#                         of what MiniDock's proxy configs do in it (tests/localcaddy.py)
 set -euo pipefail
 
 profile=tests
@@ -63,7 +65,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 need=()
 engine_pkgs=(docker.io iptables)
 lab_pkgs=(docker-compose mmdebstrap busybox-static curl)
-test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy age restic)
+test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy age restic caddy)
 pkgs=("${lab_pkgs[@]}")
 if [ "$profile" = tests ]; then
     pkgs+=("${test_pkgs[@]}")

@@ -254,6 +254,7 @@ def traffic_json(reading: FleetReading) -> dict[str, Any]:
                     {
                         "host": p.host,
                         "error": p.error or None,
+                        "request_metrics": p.counted,
                         "started": p.started or None,
                         "routes": [
                             {

@@ -75,6 +75,8 @@ _KIND_WORDS = {
     "volume": "a string like 'pgdata:/var/lib/postgresql/data' or '/srv/conf:/etc/app:ro'",
     "constraint": "a string like 'zone == a'",
     "image": "an image reference string like 'web:5'",
+    "request metrics": "true (each route counted by a server of its own) or false (the "
+    "proxy sends directly, nothing counted per route)",
 }
 _TYPE_WORDS = {
     "string": "a string",

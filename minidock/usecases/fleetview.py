@@ -114,11 +114,13 @@ async def _read_cluster(h: Held, executor: Executor, runtime: Runtime) -> Cluste
             edges = ingress_hosts(desired.cluster, desired.inventory)
             routed = any(s.ingress for s in desired.cluster.services)
             hosts = [x for x in desired.inventory.hosts if x.name in edges] if routed else []
+            ingress = desired.cluster.ingress
+            counted = ingress is None or ingress.request_metrics
             result, traffic = await asyncio.gather(
                 decide_pass(
                     desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
                 ),
-                read_traffic(executor, hosts, desired.cluster.name),
+                read_traffic(executor, hosts, desired.cluster.name, counted),
             )
             plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
     except UseCaseError as exc:

@@ -255,3 +255,15 @@ def test_request_metrics_per_route_and_class_and_an_unread_proxy_is_up_0() -> No
         for (name, labels) in found
         if ("host", "host2") in labels and name.startswith("minidock_ingress_request")
     ]  # unread: no series, no zeros
+
+
+def test_with_request_metrics_off_only_ingress_up_is_exposed() -> None:
+    """`[ingress] request_metrics = false`: the proxy is read (up 1), and even a /metrics
+    that has route series (a proxy not yet loaded with the new config) gives none."""
+    text = (Path(__file__).parent.parent / "data" / "caddy" / "metrics-2.6.2.txt").read_text()
+    read = proxy_traffic("host1", text, counted=False)
+    reading = FleetReading(1.0, (ClusterReading("uc", None, traffic=(read,)),))
+    found = samples(metrics_text(reading))
+    ingress = sorted({name for name, _ in found if name.startswith("minidock_ingress")})
+    assert ingress == ["minidock_ingress_up"]
+    assert found[("minidock_ingress_up", (("cluster", "uc"), ("host", "host1")))] == 1

@@ -99,3 +99,30 @@ def test_the_read_is_one_docker_exec_with_the_images_own_http_client() -> None:
     for client in ("wget -qO-", "curl -fsS", "/dev/tcp/127.0.0.1/2019"):
         assert client in script
     assert "caddy_http_request_duration_seconds|process_start_time_seconds" in script
+
+
+def test_with_request_metrics_off_the_front_servers_proxy_directly_and_read_back_alike() -> None:
+    """`[ingress] request_metrics = false`: no route server, no socket, nothing counted;
+    the front servers do each route's work themselves, and a probe reads the same routes
+    and modes back as from the config with route servers (the drain gate's input)."""
+    routes = [
+        RouteSpec("app.test", "/api", ("10.0.0.1:30000",), service="api", hold=5.0),
+        RouteSpec("app.test", "/", ("10.0.0.2:30000", "10.0.0.3:30000"), service="web", tls=True),
+        RouteSpec("", "/", ("10.0.0.4:30000",), service="any"),
+    ]
+    on, off = proxy_config(routes, Ingress()), proxy_config(routes, Ingress(request_metrics=False))
+    assert on.digest != off.digest  # a change of the key reloads the proxies
+    assert off.loadable("a1") == off.text  # no socket to name
+    servers = json.loads(off.text)["apps"]["http"]["servers"]
+    assert sorted(servers) == ["minidock", "minidock-https"]
+    assert "metrics" not in json.dumps(servers)
+    plain, secure = servers["minidock"], servers["minidock-https"]
+    assert [h["handler"] for h in plain["routes"][0]["handle"]] == ["vars", "reverse_proxy"]
+    assert plain["routes"][1]["handle"][0]["status_code"] == 308  # web is TLS: redirected
+    assert secure["routes"][0]["handle"][0]["handler"] == "reverse_proxy"
+    release = plain["errors"]["routes"][0]  # api's held requests, once the hold ends
+    assert [u["dial"] for u in release["handle"][0]["upstreams"]] == ["10.0.0.1:30000"]
+    seen_on = parse_proxy_probe("host1", "running s\n" + on.loadable("b2"))
+    seen_off = parse_proxy_probe("host1", "running s\n" + off.text)
+    assert (seen_off.routes, seen_off.modes) == (seen_on.routes, seen_on.modes)
+    assert seen_off.upstreams == frozenset(u for r in routes for u in r.upstreams)

@@ -52,6 +52,16 @@ def test_routes_drain_timeout_and_the_ingress_load(tmp_path: Path) -> None:
     assert (host1.reached_at, host2.reached_at) == ("10.1.0.1", "10.0.0.2")
 
 
+def test_request_metrics_is_on_unless_the_ingress_turns_it_off(tmp_path: Path) -> None:
+    route = WEB + 'ingress = { host = "app.test", port = 8080 }\n'
+    for table, expected in (("", True), ("request_metrics = true\n", True),
+                            ("request_metrics = false\n", False)):  # fmt: skip
+        cluster, _ = loaded(tmp_path, "[ingress]\n" + table + route)
+        assert cluster.ingress.request_metrics is expected  # type: ignore[attr-defined]
+    cluster, _ = loaded(tmp_path, route)  # no [ingress] table: the defaults
+    assert cluster.ingress.request_metrics is True  # type: ignore[attr-defined]
+
+
 def test_a_route_without_an_ingress_table_gets_every_host(tmp_path: Path) -> None:
     cluster, _ = loaded(tmp_path, WEB + "ingress = { port = 8080 }\n")
     assert cluster.ingress == Ingress()  # type: ignore[attr-defined]
@@ -159,6 +169,16 @@ BAD = [
         "ingress.task_ports: must be FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, "
         "got '900-1000'",
     ),
+    (
+        '[ingress]\nrequest_metrics = "off"\n' + ROUTE,
+        "ingress.request_metrics: expected true (each route counted by a server of its own) "
+        "or false (the proxy sends directly, nothing counted per route), got string 'off'",
+    ),
+    (
+        "[ingress]\nrequest_metrics = 0\n" + ROUTE,
+        "ingress.request_metrics: expected true (each route counted by a server of its own) "
+        "or false (the proxy sends directly, nothing counted per route), got integer 0",
+    ),
 ]
 
 
@@ -205,4 +225,28 @@ def test_a_compose_host_port_on_the_ingress_is_refused_naming_its_compose_key(
         "which its proxy holds on host1, where api may run: publish another host port (or "
         "route it through the ingress), or keep api off the ingress hosts: constraints = "
         '["host != host1"]'
+    )
+
+
+def test_compose_takes_request_metrics_in_x_minidock_and_names_a_bad_value(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "inventory.toml").write_text(INVENTORY)
+    compose = tmp_path / "compose.yaml"
+    body = (
+        "name: prod\nx-minidock:\n  inventory: inventory.toml\n"
+        "  ingress: {hosts: [host1], request_metrics: VALUE}\nservices:\n"
+        "  web:\n    image: web:5\n    ports: ['8080:8080']\n"
+        "    x-minidock: {ingress: {port: 8080}}\n"
+    )
+    compose.write_text(body.replace("VALUE", "false"))
+    cluster, _ = load(compose)
+    assert cluster.ingress == Ingress(hosts=("host1",), request_metrics=False)
+    compose.write_text(body.replace("VALUE", "'no'"))
+    with pytest.raises(SpecError) as err:
+        load(compose)
+    assert str(err.value) == (
+        f"{compose}: x-minidock.ingress.request_metrics (line 4): expected true (each route "
+        "counted by a server of its own) or false (the proxy sends directly, nothing counted "
+        "per route), got string 'no'"
     )

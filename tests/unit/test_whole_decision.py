@@ -10,10 +10,12 @@ committed. `WholeDecision` draws applies of the cluster file through the real lo
 refused apply, skipped), changing any of: image, replicas (0 too), mode, constraints (moves),
 health check on/off, host ports, the route and its container port, expose, a config, a
 before_update hook and how many passes it runs, update order, parallelism and monitor, a
-bind mount, and a scheduled job; passes run between applies, some cut by a controller kill
-(after the commit: before any act; after the proxy loads and stops; after every act, the
-outcomes lost). Every spec drawn is loaded, so the loader's own refusals shape the draws
-(a route needs its port named by a health check or `ports`); ~15 ms a load, cached.
+bind mount, a scheduled job, and `[ingress] request_metrics` (the proxy's loaded routes
+are read back from the real config, a server per route or not, as a probe reads them);
+passes run between applies, some cut by a controller kill (after the commit: before any
+act; after the proxy loads and stops; after every act, the outcomes lost). Every spec drawn
+is loaded, so the loader's own refusals shape the draws (a route needs its port named by a
+health check or `ports`); ~15 ms a load, cached.
 
 Properties (docs/testing.md#the-whole-decision states them and the bound):
 (a) every apply converges within `bound(...)` passes of it: every live task of the current
@@ -78,6 +80,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from minidock.caddy import parse_proxy_probe
 from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promote
 from minidock.core.endpoints import names_in_use
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
@@ -87,6 +90,7 @@ from minidock.core.plan import WaitKind
 from minidock.core.routes import ingress_hosts, takes_traffic
 from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.core.scheduler import service_ports
+from minidock.ingress import configs_for
 from minidock.model import (
     Cluster,
     Container,
@@ -132,6 +136,7 @@ class Knobs:
     canary_weight: int = 0  # its percent of the route's requests (0: its round-robin share)
     promote: str = "auto"  # "manual": the operator promotes (at once, or drawn earlier)
     canary_monitor: str = "0s"
+    request_metrics: bool = True  # [ingress]: a server per route behind the front, or not
 
     def render(self) -> str:
         port = self.route or 8080
@@ -166,7 +171,7 @@ class Knobs:
         parts = [
             'cluster = "fleet"',
             'inventory = "inventory.toml"',
-            '[ingress]\nhosts = ["host1"]',
+            '[ingress]\nhosts = ["host1"]' + ("" if self.request_metrics else _OFF),
             "[services.web]\n" + "\n".join(web),
         ]
         if self.job:
@@ -174,6 +179,7 @@ class Knobs:
         return "\n".join(parts) + "\n"
 
 
+_OFF = "\nrequest_metrics = false"
 knobs = st.builds(
     Knobs,
     image=st.sampled_from(["web:1", "web:2", "web:3"]),
@@ -195,6 +201,7 @@ knobs = st.builds(
     canary_weight=st.sampled_from([0, 20, 50]),
     promote=st.sampled_from(["auto", "manual"]),
     canary_monitor=st.sampled_from(["0s", "20s"]),
+    request_metrics=st.booleans(),
 )
 
 INVENTORY = "\n".join(
@@ -236,7 +243,8 @@ class Fleet(World):
 
     started_with: dict[str, Service] = field(default_factory=dict)  # container id -> spec
     routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # loaded
-    digest: str = ""  # of the ingress proxy's loaded table ("": none loaded yet)
+    digest: str = ""  # of the ingress proxy's loaded config ("": none loaded yet)
+    loads: int = 0  # configs the ingress proxy loaded (each names its route sockets anew)
     names: dict[str, dict[str, NameProxy]] = field(default_factory=dict)  # host -> proxies
     oneoffs: dict[str, list[OneOff]] = field(default_factory=dict)
     ends: dict[str, float] = field(default_factory=dict)  # one-off id -> when it exits 0
@@ -330,9 +338,20 @@ class Fleet(World):
                 self.violations.append(f"(f) the canary took {got:.1f}%, not {e.canary}%")
 
     def load_proxies(self, plan: Plan) -> None:
+        """The act path's loads: the ingress proxy's real config built from `plan.routes`
+        (`configs_for`, route servers or not as `[ingress] request_metrics` says) and
+        loaded where its digest differs; what the proxy then has is what a probe reads back
+        from that config (`parse_proxy_probe`); then each host's name proxies."""
         if plan.proxies:
-            self.routes = {(e.route.domain, e.route.path): e.upstreams for e in plan.routes}
-            self.digest = str(hash(tuple(sorted(self.routes.items()))))
+            assert self.cluster is not None
+            assert self.cluster.ingress is not None
+            config = configs_for(plan.routes, self.cluster.ingress)
+            if config.digest != self.digest:
+                self.loads += 1
+                text = config.loadable(f"load{self.loads}")
+                seen = parse_proxy_probe("host1", "running spec\n" + text)
+                self.routes = {(domain, path): ups for domain, path, ups in seen.routes}
+                self.digest = seen.digest
         for step in plan.names:
             proxies = self.names[step.host]
             for service in step.remove:

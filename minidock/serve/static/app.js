@@ -216,6 +216,8 @@ async function refreshTraffic() {
   }
   const unread = body.clusters.flatMap((c) => c.proxies.filter((p) => p.error).map((p) => `${p.host}: ${p.error}`));
   for (const u of unread) cards.push(el("p", { class: "sub bad" }, `ingress proxy not read: ${u}`));
+  const off = body.clusters.filter((c) => c.proxies.some((p) => !p.error && p.request_metrics === false));
+  for (const c of off) cards.push(el("p", { class: "muted" }, `${c.cluster}: request metrics off ([ingress] request_metrics = false)`));
   $("traffic").replaceChildren(...(cards.length ? cards : [el("p", { class: "muted" }, "no request counted yet")]));
 }
 

@@ -132,7 +132,8 @@ def translate(ctx: Context) -> dict[str, Any]:
 def _own_top(ctx: Context, own: YDict) -> dict[str, Any]:
     """cluster (`cluster_name`) and inventory (x-minidock.inventory; left out, the cluster
     file's rule picks one: spec.cluster.inventory_of) first, then the other top-level
-    MiniDock keys of x-minidock (registries, ...) as they are."""
+    MiniDock keys of x-minidock (registries, ingress, ...) as they are, each key of theirs
+    known by its Compose key for errors."""
     out: dict[str, Any] = {"cluster": cluster_name(ctx, own)}
     if "inventory" in own:
         out["inventory"] = text(ctx, own["inventory"], (_OWN, "inventory"))
@@ -144,6 +145,8 @@ def _own_top(ctx: Context, own: YDict) -> dict[str, Any]:
             raise ctx.fail((_OWN, key), "give a service's MiniDock keys in its own x-minidock")
         out[key] = to_toml(ctx, value, (_OWN, key))
         ctx.came_from((key,), (_OWN, key))
+        for sub in value if isinstance(value, YDict) else ():
+            ctx.came_from((key, sub), (_OWN, key, sub))  # an error names the key it is about
     return out
 
 

@@ -90,9 +90,14 @@ ID_PREFIX = "minidock-"
 # `try_duration`: a retry that waits (`try_interval`) is ended, and the request answered
 # 502, when a config is loaded meanwhile (Caddy 2.6 selects on the unloaded handler's
 # context); one that does not wait never looks at it. docs/ingress.md, "Reloads".
+# When passive health has marked every upstream of a route, Caddy answers `503 no
+# upstreams available` without sending the request anywhere: the route's LAST_RESORT error
+# route sends such a request to the same upstreams with no passive health, so a route is
+# never shut out while one of its tasks answers (docs/ingress.md, "Retries").
 RETRIES = 3
 DIAL_TIMEOUT = "1s"
 FAIL_DURATION = "30s"  # outlasts a lost host's detection under watch (docs/ingress.md, "Reloads")
+NONE_AVAILABLE = {"vars": {"{http.error.status_code}": ["503"]}}  # nothing was sent
 NETWORK = PROXY_NETWORK  # a namespace of its own (docker's default bridge), ports published
 MIGRATE_ACCEPT_QUEUE = "net.ipv4.tcp_migrate_req"  # Linux 5.14 and later
 STOP_GRACE = 10  # seconds a replaced proxy has to finish its requests under way
@@ -175,10 +180,12 @@ def _match(route: RouteSpec) -> list[dict[str, Any]]:
     return [match] if match else []
 
 
-def _proxy(route: RouteSpec) -> dict[str, Any]:
-    """The route's requests sent to its upstreams (a 503 while it has none)."""
+def _proxy(route: RouteSpec, passive: bool = True) -> dict[str, Any]:
+    """The route's requests sent to its upstreams (a 503 while it has none); `passive`
+    False: with no passive health (every upstream tried, marked or not)."""
     if not route.upstreams:
         return {"handler": "static_response", "status_code": 503, "body": "no task is ready\n"}
+    health = {"passive": {"fail_duration": FAIL_DURATION, "max_fails": 1}}
     return {
         "handler": "reverse_proxy",
         "upstreams": [{"dial": address} for address in _turns(route)],
@@ -186,10 +193,21 @@ def _proxy(route: RouteSpec) -> dict[str, Any]:
             "selection_policy": {"policy": "round_robin"},
             "retries": RETRIES,
         },
-        "health_checks": {"passive": {"fail_duration": FAIL_DURATION, "max_fails": 1}},
+        **({"health_checks": health} if passive else {}),
         "transport": {"protocol": "http", "dial_timeout": DIAL_TIMEOUT},
         "headers": {"request": {"set": {h: [f"{{http.request.header.{h}}}"] for h in FORWARDED}}},
     }
+
+
+def _last_resort(route: RouteSpec) -> list[dict[str, Any]]:
+    """The error route of a route that proxies: a request its proxy answered `503 no
+    upstreams available` (passive health had marked every upstream, so it was sent
+    nowhere: safe to send, whatever its method) goes to the same upstreams with no passive
+    health. A lone task that failed one dial answers the next request, not a 503 for
+    FAIL_DURATION; a lost host is still skipped while another task is unmarked."""
+    if route.maintenance or route.hold > 0 or not route.upstreams:
+        return []
+    return [{"match": [NONE_AVAILABLE], "handle": [_proxy(route, passive=False)]}]
 
 
 def _turns(route: RouteSpec) -> list[str]:
@@ -290,13 +308,14 @@ def _hand_off(route: RouteSpec) -> list[dict[str, Any]]:
     cut the requests under way, a paused route's held ones among them). A request the
     front server of a config being replaced took just before the load, whose route
     server has closed by the time it is handed off (the socket refuses), is served here
-    instead, by the route's upstreams (or its page): not counted, never failed."""
+    instead, by the route's upstreams (or its page; with no passive health, as a last
+    resort is): not counted, never failed."""
     hand_off = {
         "handler": "reverse_proxy",
         "upstreams": [{"dial": _socket(route)}],
         "transport": {"protocol": "http"},
     }
-    direct = _maintenance(route.maintenance) if route.maintenance else _proxy(route)
+    direct = _maintenance(route.maintenance) if route.maintenance else _proxy(route, False)
     return [
         {
             "handler": "subroute",
@@ -308,17 +327,18 @@ def _hand_off(route: RouteSpec) -> list[dict[str, Any]]:
 
 def _route_server(route: RouteSpec) -> dict[str, Any]:
     """A route's own server: one `subroute` does what the route does, and its error routes
-    answer what failed (a paused route's held request released to the upstreams; else the
-    error's status, as Caddy answers one). So each request is counted once, with the status
-    the client got and its whole time, under this server's name (Caddy 2.6's `metrics`
-    label requests by server and handler only)."""
+    answer what failed (a paused route's held request released to the upstreams; a request
+    no unmarked upstream was left for sent to them all, `_last_resort`; else the error's
+    status, as Caddy answers one). So each request is counted once, with the status the
+    client got and its whole time, under this server's name (Caddy 2.6's `metrics` label
+    requests by server and handler only)."""
     held = route.hold > 0 and not route.maintenance
     release = [{"match": [{"vars": {HELD: [route.label]}}], "handle": [_proxy(route)]}]
     failed = {"handle": [{"handler": "static_response"}]}  # the error's status, no body
     subroute = {
         "handler": "subroute",
         "routes": [{"handle": _handlers(route)}],
-        "errors": {"routes": [*(release if held else []), failed]},
+        "errors": {"routes": [*(release if held else []), *_last_resort(route), failed]},
     }
     return {
         "listen": [_socket(route)],
@@ -332,13 +352,24 @@ def _route_server(route: RouteSpec) -> dict[str, Any]:
 def _releases(routes: Sequence[RouteSpec]) -> dict[str, Any]:
     """A front server's error routes when routes are served directly (no route servers,
     `[ingress] request_metrics = false`): a request a paused route held (its `HELD`
-    variable names the route) goes to that route's upstreams once its hold ends."""
+    variable names the route) goes to that route's upstreams once its hold ends; a request
+    a route's proxy found no unmarked upstream for goes to its `_last_resort`, the route
+    matched again as the front matched it (the same order)."""
     held = [
         {"match": [{"vars": {HELD: [r.label]}}], "handle": [_proxy(r)], "terminal": True}
         for r in routes
         if r.hold > 0 and not r.maintenance
     ]
-    return {"errors": {"routes": held}} if held else {}
+    last = [
+        {
+            "match": [{**m, **NONE_AVAILABLE} for m in _match(r) or [{}]],
+            "handle": resort["handle"],
+            "terminal": True,
+        }
+        for r in routes
+        for resort in _last_resort(r)
+    ]
+    return {"errors": {"routes": [*held, *last]}} if held or last else {}
 
 
 def _challenges(responses: Mapping[str, str]) -> list[dict[str, Any]]:

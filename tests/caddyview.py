@@ -1,8 +1,9 @@
 """A loaded Caddy config read as a front server that does each route's work itself: every
 hand-off to a route server (minidock.caddy: one server per route, for its metrics)
 replaced by what that server does, and its held-request releases gathered as the front
-server's error routes. Tests of what a route does read it through this view; the tests
-of the route servers themselves read the config as it is."""
+server's error routes (its last resort, `minidock.caddy._last_resort`, is left out). Tests
+of what a route does read it through this view; the tests of the route servers themselves,
+and of the last resort, read the config as it is."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import copy
 import json
 from typing import Any
 
-from minidock.caddy import ROUTE_SERVER
+from minidock.caddy import HELD, ROUTE_SERVER
 
 __all__ = ["front"]
 
@@ -29,7 +30,7 @@ def front(config: str | dict[str, Any], name: str = "minidock") -> dict[str, Any
         dial = first["routes"][0]["handle"][0]["upstreams"][0]["dial"]
         inner = by_socket[dial]["routes"][0]["handle"][0]
         route["handle"] = inner["routes"][0]["handle"]
-        releases += [r for r in inner["errors"]["routes"] if "match" in r]
+        releases += [r for r in inner["errors"]["routes"] if HELD in str(r.get("match"))]
     if releases:
         server["errors"] = {"routes": releases}
     return server

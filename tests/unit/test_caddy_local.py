@@ -1,7 +1,8 @@
 """MiniDock's proxy configs in a real Caddy (Debian's 2.6, the lab proxy's own package, run
 locally by tests/localcaddy.py): what the configs make Caddy do, where reading the JSON
 cannot tell. Route servers renamed on every load hold no descriptor or socket across
-loads."""
+loads; a route whose every upstream failed a dial (passive health marks each for
+FAIL_DURATION) still sends the next request to its tasks (docs/ingress.md, "Retries")."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from minidock.caddy import RouteSpec, proxy_config
 from minidock.model import Ingress
 from tests.etcd import free_ports
-from tests.localcaddy import LocalCaddy, Upstream, get, local_caddy
+from tests.localcaddy import LocalCaddy, Upstream, get, local_caddy, refused
 
 LOADS = 50
 
@@ -90,3 +91,60 @@ def test_fifty_loads_of_changing_routes_leave_no_descriptor_or_socket_behind(
     # one listening socket per route of the last load, none of the 59 loads before it
     assert len(sockets) == (len(routes) if request_metrics else 0), sockets
     assert all(f"x{caddy.loads}-" in name for name in sockets)
+
+
+def test_a_lone_task_that_failed_a_dial_answers_the_next_request(
+    caddy: LocalCaddy, ingress: Ingress
+) -> None:
+    """Its port closed, one request fails (502: the dial refused, retried, nothing else to
+    try) and passive health marks the task for FAIL_DURATION; the port open again, the
+    very next request is answered by it, not `503 no upstreams available` for 30 s."""
+    task = Upstream("task 1\n")
+    assert refused(task.port)
+    caddy.load(proxy_config([RouteSpec("app.test", "/", (task.dial,), service="web")], ingress))
+    assert get(ingress.http_port, "app.test")[0] == 502
+    task.open()
+    try:
+        assert get(ingress.http_port, "app.test") == (200, "task 1\n")
+    finally:
+        task.close()
+
+
+@pytest.mark.parametrize("request_metrics", [True, False], ids=["route-servers", "direct"])
+def test_a_route_whose_every_task_failed_a_dial_is_not_shut_out(
+    caddy: LocalCaddy, ingress: Ingress, request_metrics: bool
+) -> None:
+    """Two tasks, both refusing at first (each request fails over to the other, so one
+    marks both); both open again: the next requests are answered, by both in turn, and
+    by web's own tasks (api's route, matched first, has a task of its own)."""
+    ingress = Ingress(http_port=ingress.http_port, https_port=ingress.https_port,
+                      request_metrics=request_metrics)  # fmt: skip
+    tasks = [Upstream("task 1\n"), Upstream("task 2\n")]
+    api = Upstream("api\n")
+    routes = [
+        RouteSpec("app.test", "/api", (api.dial,), service="api"),
+        RouteSpec("app.test", "/", tuple(t.dial for t in tasks), service="web"),
+    ]
+    caddy.load(proxy_config(routes, ingress))
+    assert get(ingress.http_port, "app.test")[0] == 502
+    for t in (*tasks, api):
+        t.open()
+    try:
+        answers = {get(ingress.http_port, "app.test") for _ in range(4)}
+        assert answers == {(200, "task 1\n"), (200, "task 2\n")}
+        assert get(ingress.http_port, "app.test", "/api/x") == (200, "api\n")
+    finally:
+        for t in (*tasks, api):
+            t.close()
+
+
+def test_a_lost_task_is_skipped_and_no_request_fails(
+    caddy: LocalCaddy, ingress: Ingress, tasks: list[Upstream]
+) -> None:
+    """One of three tasks refuses: every request is answered by the other two (the
+    refused dial retried at once, then the task skipped by passive health)."""
+    route = RouteSpec("app.test", "/", tuple(t.dial for t in tasks), service="web")
+    caddy.load(proxy_config([route], ingress))
+    tasks[1].close()
+    answers = [get(ingress.http_port, "app.test") for _ in range(12)]
+    assert set(answers) == {(200, "task 0\n"), (200, "task 2\n")}

@@ -434,3 +434,59 @@ def test_a_pass_waits_for_the_next_proxy_and_plan_says_so() -> None:
     loads = route_loads(plan.routes, ingress, plan.proxies, proxies)
     assert [(r.host, r.action) for r in loads] == [("host1", "start"), ("host2", "waits")]
     assert loads[1].changes[0] == "replaced once host1's new proxy serves"
+
+
+def test_a_route_whose_every_upstream_is_marked_falls_back_to_them_without_passive_health() -> None:
+    """Caddy answers `503 no upstreams available` (sending the request nowhere) while
+    passive health marks every upstream: the route's last resort takes exactly that error
+    to the same upstreams, unmarked. tests/unit/test_caddy_local.py runs it in Caddy."""
+    up = ("10.0.0.1:30000", "10.0.0.2:30000")
+    routes = [
+        RouteSpec("app.test", "/down", up, service="down", maintenance="later"),
+        RouteSpec("app.test", "/held", up, service="held", hold=5.0),
+        RouteSpec("app.test", "/none", (), service="none"),
+        RouteSpec("app.test", "/api", up[:1], service="api"),
+        RouteSpec("", "/", up, service="web"),
+    ]
+    none_available = {"vars": {"{http.error.status_code}": ["503"]}}
+
+    def unmarked(handler: dict[str, object]) -> None:
+        assert handler["handler"] == "reverse_proxy"
+        assert "health_checks" not in handler  # every upstream tried, marked or not
+        assert handler["load_balancing"] == {  # type: ignore[comparison-overlap]
+            "selection_policy": {"policy": "round_robin"}, "retries": 3
+        }  # fmt: skip
+
+    servers = json.loads(proxy_config(routes, Ingress()).text)["apps"]["http"]["servers"]
+    web = servers["minidock-route:web:*/"]["routes"][0]["handle"][0]
+    assert web["routes"][0]["handle"][0]["health_checks"]["passive"]["max_fails"] == 1
+    resort, failed = web["errors"]["routes"]
+    assert resort["match"] == [none_available]
+    (handler,) = resort["handle"]
+    unmarked(handler)
+    assert [u["dial"] for u in handler["upstreams"]] == list(up)
+    assert failed == {"handle": [{"handler": "static_response"}]}
+    for name in ("down", "none"):  # a page or a 503 of its own: nothing to fall back to
+        (own,) = [s for n, s in servers.items() if n.startswith(f"minidock-route:{name}:")]
+        assert len(own["routes"][0]["handle"][0]["errors"]["routes"]) == 1
+    (held,) = [s for n, s in servers.items() if n.startswith("minidock-route:held:")]
+    release, _ = held["routes"][0]["handle"][0]["errors"]["routes"]  # its release only
+    assert release["match"] == [{"vars": {"minidock_held": ["app.test/held"]}}]
+    # the front server's own fallback, for a request a load caught: unmarked too
+    hand_off = servers["minidock"]["routes"][3]["handle"][0]  # api's
+    unmarked(hand_off["errors"]["routes"][0]["handle"][0])
+
+    direct = proxy_config(routes, Ingress(request_metrics=False)).text
+    plain = json.loads(direct)["apps"]["http"]["servers"]["minidock"]
+    errors = plain["errors"]["routes"]
+    assert errors[0]["match"] == [{"vars": {"minidock_held": ["app.test/held"]}}]
+    # then each route that proxies, matched again as the front matches it, in its order
+    assert [e["match"] for e in errors[1:]] == [
+        [{"host": ["app.test"], "path": ["/api", "/api/*"], **none_available}],
+        [none_available],
+    ]
+    for e, ups in zip(errors[1:], (up[:1], up), strict=True):
+        unmarked(e["handle"][0])
+        assert [u["dial"] for u in e["handle"][0]["upstreams"]] == list(ups)
+    seen = parse_proxy_probe("host1", "running s\n" + direct)
+    assert {r[:2]: r[2] for r in seen.routes}[("", "/")] == up  # read back as before

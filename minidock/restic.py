@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from minidock.model import Keep
@@ -37,6 +37,7 @@ __all__ = [
     "forget",
     "restic_available",
     "snapshots",
+    "stdin_name",
     "tag_filter",
 ]
 
@@ -106,6 +107,12 @@ class Saved:
     size: int
     added: int
     seconds: float
+
+
+def stdin_name(volume: str) -> str:
+    """The one file of a volume's snapshot (`--stdin-filename`): `VOLUME.tar`, which
+    restic keeps as `/VOLUME.tar`; a restore dumps it back."""
+    return f"{volume}.tar"
 
 
 def restic_available() -> bool:
@@ -265,7 +272,7 @@ async def forget(repo: Repository, keep: Keep, tags: Mapping[str, str]) -> list[
     return [str(s["id"]) for g in groups or [] for s in g.get("remove") or []]
 
 
-async def dump(repo: Repository, snapshot: str, filename: str) -> AsyncIterator[bytes]:
+async def dump(repo: Repository, snapshot: str, filename: str) -> AsyncGenerator[bytes, None]:
     """The bytes of `filename` in `snapshot` (`restic dump`), chunk by chunk, as a restore
     streams them into a volume; a failure (after the last chunk) is a ResticError. Leaving
     the iteration early stops restic."""

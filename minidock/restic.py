@@ -273,17 +273,25 @@ async def forget(repo: Repository, keep: Keep, tags: Mapping[str, str]) -> list[
 
 
 async def dump(repo: Repository, snapshot: str, filename: str) -> AsyncGenerator[bytes, None]:
-    """The bytes of `filename` in `snapshot` (`restic dump`), chunk by chunk, as a restore
-    streams them into a volume; a failure (after the last chunk) is a ResticError. Leaving
-    the iteration early stops restic."""
+    """The bytes of `filename` in `snapshot` (`restic dump`), in chunks of about 1 MiB (the
+    pipe gives 64 KiB at a time: gathered, the SSH stream they feed makes a sixteenth of
+    the writes; docs/benchmarks.md, "Volumes"), as a restore streams them into a volume;
+    a failure (after the last chunk) is a ResticError. Leaving the iteration early stops
+    restic."""
     args = ["dump", snapshot, filename]
     proc = await _start(repo, args)
     assert proc.stdout is not None
     assert proc.stderr is not None
     errors = asyncio.ensure_future(proc.stderr.read())
     try:
+        pending = b""
         while chunk := await proc.stdout.read(_CHUNK):
-            yield chunk
+            pending += chunk
+            if len(pending) >= _CHUNK:
+                yield pending
+                pending = b""
+        if pending:
+            yield pending
         if await proc.wait() != 0:
             raise _failure(repo, args, await errors, proc.returncode)
     finally:

@@ -71,7 +71,14 @@ RootOption = Annotated[
     Path | None,
     typer.Option("--root", help="Directory holding .lab/ and inventory/ (default: working dir)."),
 ]
-ProjectOption = Annotated[str, typer.Option("--project", help="Compose project name.")]
+ProjectOption = Annotated[
+    str,
+    typer.Option(
+        "--project",
+        envvar="MINIDOCK_LAB_PROJECT",
+        help="Compose project name (default: $MINIDOCK_LAB_PROJECT, else minidock-lab).",
+    ),
+]
 HostsOption = Annotated[int, typer.Option("--hosts", min=1, max=20, help="How many hosts.")]
 BastionOption = Annotated[
     bool,

@@ -69,8 +69,9 @@ RECIPE_LABEL = "minidock.lab.recipe"
 LAB_LABEL = "minidock.lab"
 
 HOST_SUITE = "bookworm"
-HOST_PACKAGES = ("openssh-server", "docker.io", "iptables", "procps", "iproute2")
-PROXY_PACKAGES = ("caddy", "ca-certificates")
+# `mount` for the `disk` fault (mount, umount), iproute2 for `ss` (minidock.lab.faults)
+HOST_PACKAGES = ("openssh-server", "docker.io", "iptables", "procps", "iproute2", "mount")
+PROXY_PACKAGES = ("caddy", "coreutils", "ca-certificates")
 NAMES_PACKAGES = ("haproxy",)
 BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = (
@@ -182,24 +183,61 @@ def build_workload_image(work: Workload) -> bool:
     return True
 
 
-# -- the host image and the proxy image (mmdebstrap minbase roots) ----------------------------
+# -- the host image and the proxy images (mmdebstrap roots) -----------------------------------
+# Where the time of a cold build goes (docs/benchmarks.md, "The demo"): not the downloads but
+# dpkg, unpacking and configuring each package on two cores. So the roots hold only what the
+# lab runs, and nothing makes dpkg do more than it must:
+# - merged /usr made by mmdebstrap's own hook, not by the usrmerge package, which pulls in perl
+#   (46 MB, the largest thing in a minbase root after Docker);
+# - no fsync per file (`force-unsafe-io`): a build that dies is thrown away whole anyway;
+# - docs, man pages and translations left out by `path-exclude`, set for the packages after
+#   the essential set only: set from the start, mmdebstrap filters every essential package
+#   through mmtarfilter (a Python process each), which cost more than the files it saves;
+#   the essential set's copies are removed at the end instead.
+MMDEBSTRAP_HOOKS = Path("/usr/share/mmdebstrap/hooks")  # Debian's mmdebstrap package
+MERGED_USR = f"--hook-dir={MMDEBSTRAP_HOOKS / 'merged-usr'}"
+_DOCS = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*")
+
+
+def _excluded(paths: Sequence[str]) -> str:
+    """An essential hook: dpkg leaves `paths` out of every package installed after it."""
+    lines = " ".join(f'"path-exclude={path}"' for path in paths)
+    return f'--essential-hook=printf "%s\\n" {lines} > "$1"/etc/dpkg/dpkg.cfg.d/minidock-lab'
+
+
+_RM_DOCS = 'rm -rf "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/locale/*'
 _SLIM = (
     '--aptopt=Acquire::Retries "3"',
     "--dpkgopt=path-exclude=/usr/share/man/*",
     "--dpkgopt=path-exclude=/usr/share/locale/*",
     "--dpkgopt=path-exclude=/usr/share/doc/*",
 )
+# Docker's and containerd's tools the lab never runs (ctr, libnetwork's test tools, the
+# v1 shims): 68 MB of the host image.
+HOST_UNUSED = (
+    "/usr/bin/ctr",
+    "/usr/bin/dnet",
+    "/usr/sbin/ovrouter",
+    "/usr/bin/containerd-shim",
+    "/usr/bin/containerd-shim-runc-v1",
+)
 
 
 def host_recipe() -> tuple[str, list[str], dict[str, bytes]]:
-    """(recipe hash, mmdebstrap argv with {dir} for the uploads dir, files to upload)."""
+    """(recipe hash, mmdebstrap argv with {dir} for the uploads dir, files to upload).
+    The essential set (no apt: the hosts install nothing) plus HOST_PACKAGES, configured
+    by their own maintainer scripts (the sshd user, iptables' alternatives, ...)."""
     files = {"sshd_config": data("sshd_config"), "daemon.json": data("daemon.json")}
     argv = [
         "mmdebstrap",
         "--quiet",
-        "--variant=minbase",
+        "--variant=essential",
         f"--include={','.join(HOST_PACKAGES)}",
-        *_SLIM,
+        MERGED_USR,
+        '--aptopt=Acquire::Retries "3"',
+        "--dpkgopt=force-unsafe-io",
+        _excluded([*_DOCS, *HOST_UNUSED]),
+        f"--customize-hook={_RM_DOCS}",
         # every host makes its own host key at first start (see host-init.sh)
         '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
         "--customize-hook=upload {dir}/sshd_config /etc/ssh/sshd_config.d/minidock-lab.conf",
@@ -241,24 +279,27 @@ NAMES_CHANGES = ('CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/hap
 
 @dataclass(frozen=True)
 class RootImage:
-    """A lab image made of Debian packages on a minbase root (mmdebstrap | docker import),
-    cached under a recipe-derived tag (`cache`) and tagged `name` too."""
+    """A lab image made of Debian packages (mmdebstrap | docker import), cached under a
+    recipe-derived tag (`cache`) and tagged `name` too. `variant` and `options` are
+    mmdebstrap's; `hooks` are customize hooks run in the root."""
 
     name: str
     cache: str  # the repository of the cache tag: IMAGE_REPO/CACHE:RECIPE
     packages: tuple[str, ...]
     changes: tuple[str, ...]
-    hook: str  # a customize hook run in the root
+    hooks: tuple[str, ...]
+    variant: str = "minbase"
+    options: tuple[str, ...] = _SLIM
 
     def recipe(self) -> tuple[str, list[str]]:
         """(recipe hash, mmdebstrap argv)."""
         argv = [
             "mmdebstrap",
             "--quiet",
-            "--variant=minbase",
+            f"--variant={self.variant}",
             f"--include={','.join(self.packages)}",
-            *_SLIM,
-            f"--customize-hook={self.hook}",
+            *self.options,
+            *(f"--customize-hook={hook}" for hook in self.hooks),
             HOST_SUITE,
             "-",
         ]
@@ -276,17 +317,29 @@ class RootImage:
         return built
 
 
-# the ingress proxy: Debian's caddy (the binary links libc and libzstd: FLEET-NOTES)
+# The ingress proxy: Debian's caddy with what it links (libc, libzstd, ...), coreutils for
+# the `cat` a pass reads the saved config with (minidock.caddy), and the CA bundle the
+# official image has. Caddy needs no maintainer script, so the packages are only unpacked
+# (mmdebstrap's `extract` variant: no essential set, no dpkg run): 5 s of CPU where a
+# minbase root took 28 (docs/benchmarks.md, "The demo").
 INGRESS_PROXY = RootImage(
     PROXY_IMAGE,
     "proxy",
     PROXY_PACKAGES,
     PROXY_CHANGES,
-    'mkdir -p "$1"/config "$1"/data "$1"/srv',
+    (
+        'mkdir -p "$1"/config "$1"/data "$1"/srv "$1"/etc/ssl/certs "$1"/tmp',
+        'chmod 1777 "$1"/tmp',
+        'cat "$1"/usr/share/ca-certificates/mozilla/*.crt > "$1"/etc/ssl/certs/ca-certificates.crt',
+        _RM_DOCS,
+    ),
+    variant="extract",
+    options=(MERGED_USR, '--aptopt=Acquire::Retries "3"'),
 )
-# the name proxies: Debian's haproxy (docs/discovery.md)
+# the name proxies: Debian's haproxy (docs/discovery.md); a minbase root, whose perl and
+# bash the lab's by-name test clients use
 NAME_PROXY = RootImage(
-    NAMES_IMAGE, "names", NAMES_PACKAGES, NAMES_CHANGES, 'mkdir -p "$1"/usr/local/etc/haproxy'
+    NAMES_IMAGE, "names", NAMES_PACKAGES, NAMES_CHANGES, ('mkdir -p "$1"/usr/local/etc/haproxy',)
 )
 
 
@@ -352,7 +405,7 @@ IMAGE_SETS: dict[str, tuple[str, ...]] = {
 SET_NAMES = tuple(IMAGE_SETS)
 # Rough seconds each build takes from nothing (docs/benchmarks.md): the start order after
 # the host image, cheapest first (minidock.lab.builds.build_order).
-BUILD_COST = {builds.HOST: 30.0, "workloads": 1.0, "ingress": 25.0, "names": 25.0}
+BUILD_COST = {builds.HOST: 20.0, "workloads": 1.0, "ingress": 5.0, "names": 25.0}
 
 
 def parse_sets(text: str, *, option: str) -> tuple[str, ...]:

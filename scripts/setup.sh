@@ -4,8 +4,9 @@
 #   2. the virtualenv .venv with MiniDock installed editable with its dev extras
 #      (pip runs beside 1's apt-get; python3-venv, when missing, is installed first).
 # `setup.sh --demo` (scripts/demo.sh) installs only what the demo runs: the engine and the
-# lab's tools (`engine.sh --demo`), and MiniDock without its dev and test extras; a later
-# `setup.sh` (scripts/test.sh) adds the rest.
+# lab's tools (`engine.sh --tools`, then `--demo`), and MiniDock without its dev and test
+# extras; on a fresh machine it also builds the lab's images beside the engine's install.
+# A later `setup.sh` (scripts/test.sh) adds the rest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -62,16 +63,48 @@ install_minidock() {
 # independent: they run side by side, and setup waits for both.
 install_minidock &
 installing=$!
-if [ "$profile" = demo ]; then
-    engine=(bash scripts/engine.sh --demo)
-else
-    engine=(bash scripts/engine.sh)
+if [ "$profile" = tests ]; then
+    if ! bash scripts/engine.sh; then
+        wait "$installing" || true
+        exit 1
+    fi
+    if ! wait "$installing"; then
+        echo "setup.sh: installing MiniDock into .venv failed (see above)" >&2
+        exit 1
+    fi
+    exit 0
 fi
-if ! "${engine[@]}"; then
+
+# The demo's set-up on a fresh machine (no engine installed, so no lab image either) also
+# builds the lab's images (`minidock lab build`: the host image, the ingress proxy, the
+# workloads), and starts them as soon as the lab's tools and .venv are there, beside
+# apt-get installing the engine: the builds are mmdebstrap's (dpkg's) work, the engine's
+# install mostly dpkg's and Python's byte-compiling, two cores for the two
+# (docs/benchmarks.md, "The demo"). Each build's `docker import` waits for the engine.
+if ! bash scripts/engine.sh --tools; then
     wait "$installing" || true
     exit 1
 fi
 if ! wait "$installing"; then
     echo "setup.sh: installing MiniDock into .venv failed (see above)" >&2
     exit 1
+fi
+building=""
+built=$(mktemp)
+trap 'rm -f "$built"' EXIT
+if ! docker info >/dev/null 2>&1 && ! command -v dockerd >/dev/null 2>&1; then
+    .venv/bin/minidock lab build host ingress workloads >"$built" 2>&1 &
+    building=$!
+fi
+if ! bash scripts/engine.sh --demo; then
+    [ -z "$building" ] || wait "$building" || true
+    exit 1
+fi
+if [ -n "$building" ]; then
+    if ! wait "$building"; then
+        echo "setup.sh: building the lab's images failed:" >&2
+        cat "$built" >&2
+        exit 1
+    fi
+    cat "$built"
 fi

@@ -66,6 +66,10 @@ PROXY_IMAGE = "caddy:2"
 NAMES_IMAGE = "haproxy:2.6"
 HOST_IMAGES = (*WORKLOAD_IMAGES, PROXY_IMAGE, NAMES_IMAGE)  # what `lab up` loads into every host
 RECIPE_LABEL = "minidock.lab.recipe"
+# A build may start before the engine does (scripts/setup.sh --demo builds while apt-get
+# installs it): an image missing because no engine answered is built, and its import waits
+# this long for the engine.
+ENGINE_WAIT = 180.0
 LAB_LABEL = "minidock.lab"
 
 HOST_SUITE = "bookworm"
@@ -86,7 +90,10 @@ def data(name: str) -> bytes:
 
 
 def image_recipe(tag: str) -> str | None:
-    """The recipe label of a local image (None when the image is missing)."""
+    """The recipe label of a local image (None when the image is missing, or no docker
+    client is installed yet: scripts/setup.sh --demo builds while apt-get installs it)."""
+    if shutil.which("docker") is None:
+        return None
     proc = local.run(docker.image_label_argv(tag, RECIPE_LABEL), check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
 
@@ -179,6 +186,7 @@ def build_workload_image(work: Workload) -> bool:
     recipe = hashlib.sha256(tarball + json.dumps(changes).encode()).hexdigest()[:16]
     if image_recipe(work.tag) == recipe:
         return False
+    local.wait_for_engine(ENGINE_WAIT)
     local.run(docker.import_argv(work.tag, [*changes, _labels(recipe)]), input=tarball)
     return True
 
@@ -371,6 +379,7 @@ def _build_root_image(
             [arg.replace("{dir}", tmp) for arg in argv],
             docker.import_argv(staging, [_labels(recipe), *changes]),
             timeout=900,
+            before_consumer=lambda: local.wait_for_engine(ENGINE_WAIT),
         )
     if debs.returncode != 0 or imported.returncode != 0:
         local.run(docker.rmi_argv(staging, force=True), check=False)

@@ -76,35 +76,37 @@ if [ "$profile" = tests ]; then
 fi
 
 # The demo's set-up on a fresh machine (no engine installed, so no lab image either) also
-# builds the lab's images (`minidock lab build`: the host image, the ingress proxy, the
-# workloads), and starts them as soon as the lab's tools and .venv are there, beside
-# apt-get installing the engine: the builds are mmdebstrap's (dpkg's) work, the engine's
-# install mostly dpkg's and Python's byte-compiling, two cores for the two
-# (docs/benchmarks.md, "The demo"). Each build's `docker import` waits for the engine.
+# builds the lab's images (the host image, the ingress proxy, the workloads), started as
+# soon as the lab's tools are installed: with the system's python3 and nothing but the
+# standard library (`python3 -m minidock.lab.prebuild`), beside pip and beside apt-get
+# installing the engine. The builds are mmdebstrap's (dpkg's) work, the engine's install
+# mostly dpkg's and Python's byte-compiling, pip mostly waiting on the index: the two cores
+# stay busy (docs/benchmarks.md, "The demo"). Each build's `docker import` waits for the
+# engine (minidock.lab.local.wait_for_engine).
 if ! bash scripts/engine.sh --tools; then
     wait "$installing" || true
-    exit 1
-fi
-if ! wait "$installing"; then
-    echo "setup.sh: installing MiniDock into .venv failed (see above)" >&2
     exit 1
 fi
 building=""
 built=$(mktemp)
 trap 'rm -f "$built"' EXIT
 if ! docker info >/dev/null 2>&1 && ! command -v dockerd >/dev/null 2>&1; then
-    .venv/bin/minidock lab build host ingress workloads >"$built" 2>&1 &
+    PYTHONPATH="$PWD" python3 -m minidock.lab.prebuild host ingress workloads >"$built" 2>&1 &
     building=$!
 fi
-if ! bash scripts/engine.sh --demo; then
-    [ -z "$building" ] || wait "$building" || true
-    exit 1
+failed=0
+bash scripts/engine.sh --demo || failed=1
+if ! wait "$installing"; then
+    echo "setup.sh: installing MiniDock into .venv failed (see above)" >&2
+    failed=1
 fi
 if [ -n "$building" ]; then
-    if ! wait "$building"; then
+    if wait "$building"; then
+        cat "$built"
+    else
         echo "setup.sh: building the lab's images failed:" >&2
         cat "$built" >&2
-        exit 1
+        failed=1
     fi
-    cat "$built"
 fi
+exit "$failed"

@@ -1,11 +1,16 @@
 """Local commands for the lab (minidock.lab.local): a pipe whose consumer starts only once
 something is ready, and waiting for a Docker engine that is still being installed (a build
 started by scripts/setup.sh --demo before the engine). The engine is a fake; the pipe runs
-real processes (printf, cat, sleep)."""
+real processes (printf, cat, sleep). And `python3 -m minidock.lab.prebuild`, which setup.sh
+runs before MiniDock's dependencies are installed, on the standard library alone."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +63,29 @@ def test_wait_for_engine_gives_up_after_its_timeout(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(local, "engine_available", lambda: False)
     with pytest.raises(LabError, match="no Docker engine answered within 0s"):
         local.wait_for_engine(0)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def prebuild(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -S -m minidock.lab.prebuild ARGS` from the source tree: -S keeps every
+    installed package (MiniDock's dependencies among them) off the path."""
+    return subprocess.run(
+        [sys.executable, "-S", "-m", "minidock.lab.prebuild", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"},
+        check=False,
+    )
+
+
+def test_prebuild_runs_on_the_standard_library_alone() -> None:
+    done = prebuild("nonesuch")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "lab: IMAGE_SETS: unknown image set 'nonesuch': use all, or some of "
+        "workloads, ingress, names"
+    ]

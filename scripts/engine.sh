@@ -13,7 +13,7 @@
 #   - docker.io iptables: the engine (Debian's; FLEET-NOTES "Docker engine")
 #   - docker-compose:     Compose v1 (1.29), which pytest-docker and `minidock lab` drive
 #   - mmdebstrap:         builds the lab host image (sshd + dockerd) and the proxies' images
-#                         (Debian's caddy and haproxy on a minbase root) without a registry
+#                         (Debian's caddy unpacked, haproxy on a minbase root) without a registry
 #   - busybox-static:     the one binary inside every lab workload image
 #   - curl:               the demo's requests through the ingress and to the dashboard
 # The tests' packages (added without --demo):

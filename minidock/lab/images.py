@@ -1,6 +1,8 @@
-"""The lab's images, built locally (no registry): the host image (sshd + dockerd, with
-mmdebstrap and `docker import`), the ingress and name proxies' images (Debian's caddy and
-haproxy on a minbase root) and the workload images (Debian's static busybox).
+"""The lab's images, built locally (no registry): the host image (sshd + dockerd on Debian's
+essential set, with mmdebstrap and `docker import`), the ingress and name proxies' images
+(Debian's caddy unpacked with what it links; haproxy on a minbase root) and the workload
+images (Debian's static busybox). Only the standard library: `python3 -m
+minidock.lab.prebuild` builds them before MiniDock's dependencies are installed.
 
 Each image is labelled with a hash of its recipe, so a rebuild happens only when the recipe
 changes; the host image's tag is that hash. `load_images` copies workload images into a

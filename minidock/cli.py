@@ -1544,6 +1544,50 @@ def backups_command(
     out.print(table)
 
 
+@app.command("restore")
+def restore_command(
+    target: Annotated[
+        str, typer.Argument(metavar="SERVICE[.SLOT]", help="The slot (default: every slot).")
+    ],
+    snapshot: Annotated[
+        list[str] | None,
+        typer.Option("--snapshot", metavar="ID", help="A snapshot, once per volume."),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", metavar="HOST", help="Restore it on this host.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Even while its host answers (its data forks).")
+    ] = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Until it runs.")] = True,
+    timeout: TimeoutOption = "10m",
+    quiet: QuietOption = False,
+    state: StateOption = None,
+    cluster: ClusterOption = None,
+) -> None:
+    """Put a backup back: the task stopped, each named volume made afresh from its
+    snapshot (restic dump over SSH), the task started (on --host, its new home)."""
+    from minidock.usecases import restores
+
+    limit = seconds(timeout, "--timeout")
+    view = live_view(wait, quiet)
+    work = restores.restore(
+        target,
+        state_dir(state),
+        runtime(),
+        view.report,
+        snapshots=snapshot or (),
+        host=host,
+        force=force,
+        wait=wait,
+        timeout=limit,
+        cluster=cluster,
+    )
+    restored = run(work, view)
+    view.finish(restored.convergence)
+    raise typer.Exit(restored.exit_code)
+
+
 def main() -> None:
     os.environ.setdefault("COLUMNS", "160")
     app()

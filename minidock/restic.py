@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from minidock.model import Keep
@@ -37,6 +37,7 @@ __all__ = [
     "forget",
     "restic_available",
     "snapshots",
+    "stdin_name",
     "tag_filter",
 ]
 
@@ -106,6 +107,12 @@ class Saved:
     size: int
     added: int
     seconds: float
+
+
+def stdin_name(volume: str) -> str:
+    """The one file of a volume's snapshot (`--stdin-filename`): `VOLUME.tar`, which
+    restic keeps as `/VOLUME.tar`; a restore dumps it back."""
+    return f"{volume}.tar"
 
 
 def restic_available() -> bool:
@@ -265,18 +272,26 @@ async def forget(repo: Repository, keep: Keep, tags: Mapping[str, str]) -> list[
     return [str(s["id"]) for g in groups or [] for s in g.get("remove") or []]
 
 
-async def dump(repo: Repository, snapshot: str, filename: str) -> AsyncIterator[bytes]:
-    """The bytes of `filename` in `snapshot` (`restic dump`), chunk by chunk, as a restore
-    streams them into a volume; a failure (after the last chunk) is a ResticError. Leaving
-    the iteration early stops restic."""
+async def dump(repo: Repository, snapshot: str, filename: str) -> AsyncGenerator[bytes, None]:
+    """The bytes of `filename` in `snapshot` (`restic dump`), in chunks of about 1 MiB (the
+    pipe gives 64 KiB at a time: gathered, the SSH stream they feed makes a sixteenth of
+    the writes; docs/benchmarks.md, "Volumes"), as a restore streams them into a volume;
+    a failure (after the last chunk) is a ResticError. Leaving the iteration early stops
+    restic."""
     args = ["dump", snapshot, filename]
     proc = await _start(repo, args)
     assert proc.stdout is not None
     assert proc.stderr is not None
     errors = asyncio.ensure_future(proc.stderr.read())
     try:
+        pending = b""
         while chunk := await proc.stdout.read(_CHUNK):
-            yield chunk
+            pending += chunk
+            if len(pending) >= _CHUNK:
+                yield pending
+                pending = b""
+        if pending:
+            yield pending
         if await proc.wait() != 0:
             raise _failure(repo, args, await errors, proc.returncode)
     finally:

@@ -37,7 +37,8 @@ rm -rf "$MINIDOCK_STATE"
 
 say "A lab fleet: three hosts, each running sshd and dockerd, reachable only on 127.0.0.1"
 phase "lab up (images built where missing)"
-md lab down >/dev/null 2>&1 || true  # start from empty hosts, so every act shows below
+# start from empty hosts, so every act shows below (a checkout that never made a lab has none)
+if [ -e .lab/lab.json ]; then md lab down >/dev/null 2>&1 || true; fi
 mkdir -p -m 700 "$MINIDOCK_STATE"
 # The application layer's ingress proxy (Caddy) is only needed after the host loss, and only
 # on host3, the ingress host of playbooks/shop.compose.yaml: its image builds beside the host

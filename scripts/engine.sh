@@ -3,6 +3,9 @@
 #
 #   bash scripts/engine.sh          everything the tests need (scripts/test.sh, .ci/run)
 #   bash scripts/engine.sh --demo   only what `minidock lab up` needs (scripts/demo.sh)
+#   bash scripts/engine.sh --tools  only the lab's tools below (mmdebstrap, busybox-static,
+#                                   curl), no engine: scripts/setup.sh --demo starts the lab's
+#                                   image builds with them while the engine is installed
 #
 # Idempotent: packages are installed only when missing, and dockerd is started only when
 # no engine answers (and none is already starting). Safe to run on every CI step.
@@ -10,7 +13,7 @@
 #   - docker.io iptables: the engine (Debian's; FLEET-NOTES "Docker engine")
 #   - docker-compose:     Compose v1 (1.29), which pytest-docker and `minidock lab` drive
 #   - mmdebstrap:         builds the lab host image (sshd + dockerd) and the proxies' images
-#                         (Debian's caddy and haproxy on a minbase root) without a registry
+#                         (Debian's caddy unpacked, haproxy on a minbase root) without a registry
 #   - busybox-static:     the one binary inside every lab workload image
 #   - curl:               the demo's requests through the ingress and to the dashboard
 # The tests' packages (added without --demo):
@@ -41,8 +44,9 @@ set -euo pipefail
 profile=tests
 case "${1:-}" in
     --demo) profile=demo ;;
+    --tools) profile=tools ;;
     "") ;;
-    *) echo "engine.sh: unknown argument '$1' (use --demo, or nothing for the tests' set)" >&2; exit 2 ;;
+    *) echo "engine.sh: unknown argument '$1' (use --demo, --tools, or nothing for the tests' set)" >&2; exit 2 ;;
 esac
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
@@ -70,7 +74,7 @@ pkgs=("${lab_pkgs[@]}")
 if [ "$profile" = tests ]; then
     pkgs+=("${test_pkgs[@]}")
 fi
-if ! engine_answers; then
+if [ "$profile" != tools ] && ! engine_answers; then
     pkgs+=("${engine_pkgs[@]}")
 fi
 for pkg in "${pkgs[@]}"; do
@@ -78,12 +82,19 @@ for pkg in "${pkgs[@]}"; do
         need+=("$pkg")
     fi
 done
+# The package lists are fetched once for the runs of the next 10 minutes (`--tools`, then
+# `--demo` or the tests' set): the stamp is in /run, so a reboot forgets it.
+updated=/run/minidock-engine-apt-updated
 if [ "${#need[@]}" -gt 0 ]; then
     log "installing: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -qq
+    if [ -z "$(find "$updated" -mmin -10 2>/dev/null)" ]; then
+        "${SUDO[@]}" apt-get update -qq
+        "${SUDO[@]}" touch "$updated"
+    fi
     "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+[ "$profile" = tools ] && exit 0
 
 # -- engine: start dockerd only when nothing answers -----------------------------------------
 if engine_answers; then

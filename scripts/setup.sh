@@ -4,8 +4,9 @@
 #   2. the virtualenv .venv with MiniDock installed editable with its dev extras
 #      (pip runs beside 1's apt-get; python3-venv, when missing, is installed first).
 # `setup.sh --demo` (scripts/demo.sh) installs only what the demo runs: the engine and the
-# lab's tools (`engine.sh --demo`), and MiniDock without its dev and test extras; a later
-# `setup.sh` (scripts/test.sh) adds the rest.
+# lab's tools (`engine.sh --tools`, then `--demo`), and MiniDock without its dev and test
+# extras; on a fresh machine it also builds the lab's images beside the engine's install.
+# A later `setup.sh` (scripts/test.sh) adds the rest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -62,16 +63,50 @@ install_minidock() {
 # independent: they run side by side, and setup waits for both.
 install_minidock &
 installing=$!
-if [ "$profile" = demo ]; then
-    engine=(bash scripts/engine.sh --demo)
-else
-    engine=(bash scripts/engine.sh)
+if [ "$profile" = tests ]; then
+    if ! bash scripts/engine.sh; then
+        wait "$installing" || true
+        exit 1
+    fi
+    if ! wait "$installing"; then
+        echo "setup.sh: installing MiniDock into .venv failed (see above)" >&2
+        exit 1
+    fi
+    exit 0
 fi
-if ! "${engine[@]}"; then
+
+# The demo's set-up on a fresh machine (no engine installed, so no lab image either) also
+# builds the lab's images (the host image, the ingress proxy, the workloads), started as
+# soon as the lab's tools are installed: with the system's python3 and nothing but the
+# standard library (`python3 -m minidock.lab.prebuild`), beside pip and beside apt-get
+# installing the engine. The builds are mmdebstrap's (dpkg's) work, the engine's install
+# mostly dpkg's and Python's byte-compiling, pip mostly waiting on the index: the two cores
+# stay busy (docs/benchmarks.md, "The demo"). Each build's `docker import` waits for the
+# engine (minidock.lab.local.wait_for_engine).
+if ! bash scripts/engine.sh --tools; then
     wait "$installing" || true
     exit 1
 fi
+building=""
+built=$(mktemp)
+trap 'rm -f "$built"' EXIT
+if ! docker info >/dev/null 2>&1 && ! command -v dockerd >/dev/null 2>&1; then
+    PYTHONPATH="$PWD" python3 -m minidock.lab.prebuild host ingress workloads >"$built" 2>&1 &
+    building=$!
+fi
+failed=0
+bash scripts/engine.sh --demo || failed=1
 if ! wait "$installing"; then
     echo "setup.sh: installing MiniDock into .venv failed (see above)" >&2
-    exit 1
+    failed=1
 fi
+if [ -n "$building" ]; then
+    if wait "$building"; then
+        cat "$built"
+    else
+        echo "setup.sh: building the lab's images failed:" >&2
+        cat "$built" >&2
+        failed=1
+    fi
+fi
+exit "$failed"

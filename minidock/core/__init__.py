@@ -12,6 +12,7 @@ from minidock.core.hosts import Availability, HostPhase, HostState, SeenTask
 from minidock.core.intents import (
     admit,
     begin_move,
+    begin_restore,
     declined_retries,
     failed_updates,
     foreign_controllers,
@@ -54,6 +55,7 @@ __all__ = [
     "Waiting",
     "admit",
     "begin_move",
+    "begin_restore",
     "declined_retries",
     "failed_updates",
     "failure_action",

@@ -17,6 +17,7 @@ from minidock.model import Cluster, Event, Observed, Service
 __all__ = [
     "admit",
     "begin_move",
+    "begin_restore",
     "declined_retries",
     "failed_updates",
     "foreign_controllers",
@@ -291,6 +292,50 @@ def begin_move(
         raise ValueError(f"{subject} is on {target} already")
     move = VolumeMove(target, record.host, keep_source=keep_source, since=now)
     return _with_service(state, replace(ss, moves={**ss.moves, slot: move}))
+
+
+def begin_restore(
+    state: ControllerState,
+    service: str,
+    slot: int,
+    target: str,
+    snapshots: tuple[tuple[str, str], ...],
+    now: float,
+) -> ControllerState:
+    """`minidock restore SERVICE.SLOT`: record the slot's restore (a move whose source is
+    `snapshots`, (volume, snapshot id) for each named volume) onto `target` (its recorded
+    host, or another), carried out by the passes. The first snapshot is the one shown. A
+    Failed slot (a restore that failed) is cleared. The same restore asked again changes
+    nothing; ValueError (one line) when it cannot be."""
+    ss = state.services[service]
+    subject = f"{service}.{slot}"
+    if not ss.spec.pinned:
+        raise ValueError(f"{subject} has no named volume: there is nothing to restore into")
+    if ss.spec.desired != "running":
+        raise ValueError(
+            f"{service} is desired {ss.spec.desired}: a restore starts its task on the data; "
+            f'apply it with desired = "running" first'
+        )
+    if slot not in ss.slot_numbers():
+        raise ValueError(f"{service} has no slot {slot} (slots 1..{ss.wanted()})")
+    wanted = {v.source for v in ss.spec.volumes if v.named}
+    if {v for v, _ in snapshots} != wanted or not snapshots:
+        raise ValueError(f"{subject}: a restore names one snapshot for each of {sorted(wanted)}")
+    record = ss.slot(slot)
+    if ss.spec.mode == "global" and target != record.host:
+        raise ValueError(
+            f"{subject}: a global service's task belongs to {record.host or 'its host'}"
+        )
+    shown = snapshots[0][1][:8]
+    underway = ss.moves.get(slot)
+    if underway is not None:
+        if underway.restore and (underway.target, underway.snapshots) == (target, snapshots):
+            return state
+        raise ValueError(f"{subject} is already {underway.line()}; wait for it to end")
+    move = VolumeMove(target, record.host, snapshot=shown, snapshots=snapshots, since=now)
+    record = slots.reset(record) if record.failed else record
+    ss = replace(ss, moves={**ss.moves, slot: move}, slots={**ss.slots, slot: record})
+    return _with_service(state, ss)
 
 
 def set_drained(

@@ -6,7 +6,9 @@ copying), the slot's tasks are stopped (drained first, by the traffic gate) and 
 starts one; else the slot is decided as any other, its record naming the target, and
 `ready` moves the move on once the target's task is ready. `acts` gives the pass's copies
 and removals; the act path reports `VolumesCopied`, `MoveFailed` or `SourceCleaned`,
-which `fold_move` records.
+which `fold_move` records. A restore (a move from a snapshot) ends with `restored`; one
+whose stream failed leaves its slot Failed (`restore-failed`): its volume may be empty or
+partly written, so no task starts on it until the operator restores again or resets.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
 from minidock.core.rollout import slot_target
-from minidock.core.slots import relocate
+from minidock.core.slots import relocate, restore_failed
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import ready as is_ready
 from minidock.core.volumes import MoveAct, MoveInput, MovePhase, VolumeMove
@@ -114,9 +116,17 @@ def ready(
     moved = move.step(MoveInput.READY)
     if moved.phase is not MovePhase.DONE:
         return _with_move(ss, n, moved), ()
-    line = f"{ss.spec.name}.{n}: moved to {move.target}"
-    kept = f" (its volumes stay on {move.source})" if move.keep_source and move.source else ""
-    event = Event(now, "moved", line + kept, service=ss.spec.name, slot=n, host=move.target)
+    subject = f"{ss.spec.name}.{n}"
+    if move.restore:
+        kind, line = "restored", f"{subject}: restored from snapshot {move.snapshot}"
+        line += f" on {move.target}"
+        if move.source and move.source != move.target:
+            line += f" (its old volumes stay on {move.source})"
+    else:
+        kind, line = "moved", f"{subject}: moved to {move.target}"
+        if move.keep_source and move.source:
+            line += f" (its volumes stay on {move.source})"
+    event = Event(now, kind, line, service=ss.spec.name, slot=n, host=move.target)
     return _with_move(ss, n, None), (event,)
 
 
@@ -166,6 +176,13 @@ def fold_move(
         kind = "volumes-copied"
         line = f"{subject}: volumes copied from {origin} to {move.target}"
         line += f" ({approx_size(o.size)}{rate})"
+    elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING and move.restore:
+        ss = _with_move(ss, o.slot, None)
+        kind = "restore-failed"
+        line = f"{subject}: restore of snapshot {move.snapshot} on {move.target} failed: {o.line}"
+        line += f"; the slot is Failed: `minidock restore {subject}` tries again, `minidock "
+        line += f"reset {o.service}` starts it on what its volume holds"
+        ss = with_slot(ss, o.slot, restore_failed(ss.slot(o.slot), line))
     elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING:
         ss = _with_move(ss, o.slot, None)
         stays = move.source or "where the scheduler places it"

@@ -32,6 +32,7 @@ __all__ = [
     "observe_task",
     "relocate",
     "reset",
+    "restore_failed",
     "skip_backoff",
     "start_failed",
     "unplaced",
@@ -48,7 +49,7 @@ class SlotPhase(enum.StrEnum):
     RUNNING = "running"  # its task is ready: running, and healthy where checked
     UNREACHABLE = "unreachable"  # its task's host does not answer: the task holds the slot
     BACKING_OFF = "backing_off"  # its last task failed; the next one waits for the backoff
-    FAILED = "failed"  # the crash-loop limit: only `reset` or a new apply revives it
+    FAILED = "failed"  # the crash-loop limit or a failed restore: `reset` or an apply revives it
     COMPLETE = "complete"  # its task exited and, by restart.condition, is not restarted
 
 
@@ -63,6 +64,7 @@ class SlotInput(enum.StrEnum):
     FAILED_RETRY = "task failed"
     FAILED_LIMIT = "task failed max_attempts times"
     EXITED_DONE = "task exited, no restart"
+    RESTORE_FAILED = "restore failed"
     RESET = "reset"
 
 
@@ -77,6 +79,7 @@ _NEXT: dict[SlotInput, SlotPhase] = {
     SlotInput.FAILED_RETRY: SlotPhase.BACKING_OFF,
     SlotInput.FAILED_LIMIT: SlotPhase.FAILED,
     SlotInput.EXITED_DONE: SlotPhase.COMPLETE,
+    SlotInput.RESTORE_FAILED: SlotPhase.FAILED,
     SlotInput.RESET: SlotPhase.EMPTY,
 }
 TERMINAL = (SlotPhase.FAILED, SlotPhase.COMPLETE)  # only RESET (or a new apply) leaves them
@@ -165,6 +168,12 @@ def relocate(slot: SlotState, host: str) -> SlotState:
     """A moved slot's data is on `host` now (core/volumes.py): its record names that host
     and no task, so its next task starts there (the phase is the pass's to say)."""
     return replace(slot, task="", host=host, avoid="")
+
+
+def restore_failed(slot: SlotState, line: str) -> SlotState:
+    """A restore's stream failed (core/moving.py): no task starts on a volume it may have
+    emptied until the operator restores again or `reset`s the service."""
+    return _step(slot, SlotInput.RESTORE_FAILED, last_exit=line)
 
 
 def lose(slot: SlotState) -> SlotState:

@@ -14,9 +14,12 @@ goes on at the next pass, and at any instant at most one task of the slot runs:
   `keep_source`, they stay and the move ends here).
 
 A copy that fails ends the move (`failed`): the slot's record still names the source, so
-its task starts there again on its own data. A restore is a move whose source is a
-snapshot (`snapshot`, and `source` the host the volume was on, or ""): nothing to stop on
-a host that is gone, nothing to clean.
+its task starts there again on its own data. A restore (`minidock restore`) is a move whose
+source is a backup: `snapshots` names the snapshot streamed into each named volume,
+`source` the host the slot was recorded on (the target itself, another host, or "" when
+that host was forgotten). Its task is stopped wherever it runs; nothing is cleaned (a
+volume left on another host stays); a failed restore makes the slot Failed instead of
+starting a task on a volume it may have emptied (core/moving.py).
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ class VolumeMove:
     source: str = ""
     phase: MovePhase = MovePhase.STOPPING
     keep_source: bool = False
-    snapshot: str = ""  # a restore: the snapshot streamed in instead of the source's volume
+    snapshot: str = ""  # a restore: the snapshot asked for (shown), streamed in instead
+    snapshots: tuple[tuple[str, str], ...] = ()  # a restore: (volume, snapshot id) each
     since: float = 0.0  # when it was asked for
     size: int = 0  # bytes copied
     seconds: float = 0.0  # how long the copy took
@@ -70,6 +74,10 @@ class VolumeMove:
     @property
     def restore(self) -> bool:
         return bool(self.snapshot)
+
+    def snapshot_of(self, volume: str) -> str:
+        """The snapshot a restore streams into `volume` (the spec's name of it), or ""."""
+        return dict(self.snapshots).get(volume, "")
 
     @property
     def holds(self) -> bool:
@@ -86,13 +94,25 @@ class VolumeMove:
 
     def line(self) -> str:
         """Where the move is, as a status line says it."""
-        origin = f"snapshot {self.snapshot}" if self.restore else self.source
+        if self.restore:
+            return self._restore_line()
+        origin = self.source
         return {
             MovePhase.STOPPING: f"moving to {self.target}: stopping its task on {origin}",
             MovePhase.COPYING: f"moving to {self.target}: copying its volumes from {origin}",
             MovePhase.STARTING: f"moving to {self.target}: starting its task there",
             MovePhase.CLEANING: f"moved to {self.target}: removing its volumes on {origin}",
             MovePhase.DONE: f"moved to {self.target}",
+        }[self.phase]
+
+    def _restore_line(self) -> str:
+        where = f"restoring snapshot {self.snapshot} on {self.target}"
+        return {
+            MovePhase.STOPPING: f"{where}: stopping its task",
+            MovePhase.COPYING: f"{where}: streaming it into its volumes",
+            MovePhase.STARTING: f"{where}: starting its task there",
+            MovePhase.CLEANING: f"{where}: starting its task there",
+            MovePhase.DONE: f"restored snapshot {self.snapshot} on {self.target}",
         }[self.phase]
 
 

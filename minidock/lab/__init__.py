@@ -15,24 +15,63 @@ other commands never import this package. The modules, one duty each:
 - `docker`: argv builders and parsers for the local Docker engine and docker-compose
 - `local`: local commands, pipes, atomic writes
 - `cli`: the typer app `lab_app`
+- `prebuild`: `python3 -m minidock.lab.prebuild`, the image builds with the standard library only
 
 See docs/lab.md.
 """
 
-from minidock.lab.cli import lab_app
-from minidock.lab.directory import DEFAULT_PROJECT, LabHost, zone_for
-from minidock.lab.errors import LabError, NotOwnedError, UnknownHostError
-from minidock.lab.faults import KILL_MODES, KillMode
-from minidock.lab.fleet import Lab, remove_project
-from minidock.lab.images import (
-    CRASH_IMAGE,
-    WEB5_IMAGE,
-    WEB6_IMAGE,
-    WEB_BROKEN_IMAGE,
-    WORKLOAD_IMAGES,
-)
-from minidock.lab.local import engine_available
-from minidock.lab.probe import HostStatus
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minidock.lab.cli import lab_app
+    from minidock.lab.directory import DEFAULT_PROJECT, LabHost, zone_for
+    from minidock.lab.errors import LabError, NotOwnedError, UnknownHostError
+    from minidock.lab.faults import KILL_MODES, KillMode
+    from minidock.lab.fleet import Lab, remove_project
+    from minidock.lab.images import (
+        CRASH_IMAGE,
+        WEB5_IMAGE,
+        WEB6_IMAGE,
+        WEB_BROKEN_IMAGE,
+        WORKLOAD_IMAGES,
+    )
+    from minidock.lab.local import engine_available
+    from minidock.lab.probe import HostStatus
+
+# Each name is imported from its module when first asked for (PEP 562), so a module that
+# needs only the standard library (`python3 -m minidock.lab.prebuild`, run before MiniDock's
+# dependencies are installed: scripts/setup.sh --demo) loads none of the others.
+_HOMES = {
+    "lab_app": "cli",
+    "DEFAULT_PROJECT": "directory",
+    "LabHost": "directory",
+    "zone_for": "directory",
+    "LabError": "errors",
+    "NotOwnedError": "errors",
+    "UnknownHostError": "errors",
+    "KILL_MODES": "faults",
+    "KillMode": "faults",
+    "Lab": "fleet",
+    "remove_project": "fleet",
+    "CRASH_IMAGE": "images",
+    "WEB5_IMAGE": "images",
+    "WEB6_IMAGE": "images",
+    "WEB_BROKEN_IMAGE": "images",
+    "WORKLOAD_IMAGES": "images",
+    "engine_available": "local",
+    "HostStatus": "probe",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "CRASH_IMAGE",

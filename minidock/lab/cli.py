@@ -13,12 +13,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from minidock.lab.builds import HOST
 from minidock.lab.directory import DEFAULT_PROJECT
 from minidock.lab.errors import LabError
 from minidock.lab.faults import KillMode
 from minidock.lab.fleet import Lab
-from minidock.lab.images import SET_NAMES, build_images, parse_sets
+from minidock.lab.images import SET_NAMES, build_named, built_line, parse_sets
 
 __all__ = ["lab_app"]
 
@@ -71,7 +70,14 @@ RootOption = Annotated[
     Path | None,
     typer.Option("--root", help="Directory holding .lab/ and inventory/ (default: working dir)."),
 ]
-ProjectOption = Annotated[str, typer.Option("--project", help="Compose project name.")]
+ProjectOption = Annotated[
+    str,
+    typer.Option(
+        "--project",
+        envvar="MINIDOCK_LAB_PROJECT",
+        help="Compose project name (default: $MINIDOCK_LAB_PROJECT, else minidock-lab).",
+    ),
+]
 HostsOption = Annotated[int, typer.Option("--hosts", min=1, max=20, help="How many hosts.")]
 BastionOption = Annotated[
     bool,
@@ -150,17 +156,11 @@ def up_command(
 def build_command(sets: SetsArgument = None) -> None:
     """Build these image sets where missing, side by side (no lab needed): what `up` would
     build, ahead of it. `host` names the host image (`all`: it and every set)."""
-    words = sets or ["all"]
     try:
-        named = [w for w in words if w != HOST]
-        built = build_images(
-            _sets(named, "IMAGE_SETS") if named else (),
-            host=HOST in words or named == ["all"],
-        )
+        built = build_named(sets or [])
     except LabError as exc:
         raise _fail(exc) from exc
-    done = ", ".join(f"{tag} {seconds:.1f}s" for tag, seconds in built.items())
-    _console.print(f"lab build: {done or 'every image already built'}", markup=False)
+    _console.print(built_line(built), markup=False)
 
 
 @lab_app.command("load")

@@ -1,6 +1,8 @@
-"""The lab's images, built locally (no registry): the host image (sshd + dockerd, with
-mmdebstrap and `docker import`), the ingress and name proxies' images (Debian's caddy and
-haproxy on a minbase root) and the workload images (Debian's static busybox).
+"""The lab's images, built locally (no registry): the host image (sshd + dockerd on Debian's
+essential set, with mmdebstrap and `docker import`), the ingress and name proxies' images
+(Debian's caddy unpacked with what it links; haproxy on a minbase root) and the workload
+images (Debian's static busybox). Only the standard library: `python3 -m
+minidock.lab.prebuild` builds them before MiniDock's dependencies are installed.
 
 Each image is labelled with a hash of its recipe, so a rebuild happens only when the recipe
 changes; the host image's tag is that hash. `load_images` copies workload images into a
@@ -40,8 +42,10 @@ __all__ = [
     "WORKLOAD_IMAGES",
     "build_host_image",
     "build_images",
+    "build_named",
     "build_proxy_image",
     "build_workload_image",
+    "built_line",
     "data",
     "host_image_tag",
     "image_id",
@@ -66,11 +70,16 @@ PROXY_IMAGE = "caddy:2"
 NAMES_IMAGE = "haproxy:2.6"
 HOST_IMAGES = (*WORKLOAD_IMAGES, PROXY_IMAGE, NAMES_IMAGE)  # what `lab up` loads into every host
 RECIPE_LABEL = "minidock.lab.recipe"
+# A build may start before the engine does (scripts/setup.sh --demo builds while apt-get
+# installs it): an image missing because no engine answered is built, and its import waits
+# this long for the engine.
+ENGINE_WAIT = 180.0
 LAB_LABEL = "minidock.lab"
 
 HOST_SUITE = "bookworm"
-HOST_PACKAGES = ("openssh-server", "docker.io", "iptables", "procps", "iproute2")
-PROXY_PACKAGES = ("caddy", "ca-certificates")
+# `mount` for the `disk` fault (mount, umount), iproute2 for `ss` (minidock.lab.faults)
+HOST_PACKAGES = ("openssh-server", "docker.io", "iptables", "procps", "iproute2", "mount")
+PROXY_PACKAGES = ("caddy", "coreutils", "ca-certificates")
 NAMES_PACKAGES = ("haproxy",)
 BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = (
@@ -85,7 +94,10 @@ def data(name: str) -> bytes:
 
 
 def image_recipe(tag: str) -> str | None:
-    """The recipe label of a local image (None when the image is missing)."""
+    """The recipe label of a local image (None when the image is missing, or no docker
+    client is installed yet: scripts/setup.sh --demo builds while apt-get installs it)."""
+    if shutil.which("docker") is None:
+        return None
     proc = local.run(docker.image_label_argv(tag, RECIPE_LABEL), check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
 
@@ -178,28 +190,66 @@ def build_workload_image(work: Workload) -> bool:
     recipe = hashlib.sha256(tarball + json.dumps(changes).encode()).hexdigest()[:16]
     if image_recipe(work.tag) == recipe:
         return False
+    local.wait_for_engine(ENGINE_WAIT)
     local.run(docker.import_argv(work.tag, [*changes, _labels(recipe)]), input=tarball)
     return True
 
 
-# -- the host image and the proxy image (mmdebstrap minbase roots) ----------------------------
+# -- the host image and the proxy images (mmdebstrap roots) -----------------------------------
+# Where the time of a cold build goes (docs/benchmarks.md, "The demo"): not the downloads but
+# dpkg, unpacking and configuring each package on two cores. So the roots hold only what the
+# lab runs, and nothing makes dpkg do more than it must:
+# - merged /usr made by mmdebstrap's own hook, not by the usrmerge package, which pulls in perl
+#   (46 MB, the largest thing in a minbase root after Docker);
+# - no fsync per file (`force-unsafe-io`): a build that dies is thrown away whole anyway;
+# - docs, man pages and translations left out by `path-exclude`, set for the packages after
+#   the essential set only: set from the start, mmdebstrap filters every essential package
+#   through mmtarfilter (a Python process each), which cost more than the files it saves;
+#   the essential set's copies are removed at the end instead.
+MMDEBSTRAP_HOOKS = Path("/usr/share/mmdebstrap/hooks")  # Debian's mmdebstrap package
+MERGED_USR = f"--hook-dir={MMDEBSTRAP_HOOKS / 'merged-usr'}"
+_DOCS = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*")
+
+
+def _excluded(paths: Sequence[str]) -> str:
+    """An essential hook: dpkg leaves `paths` out of every package installed after it."""
+    lines = " ".join(f'"path-exclude={path}"' for path in paths)
+    return f'--essential-hook=printf "%s\\n" {lines} > "$1"/etc/dpkg/dpkg.cfg.d/minidock-lab'
+
+
+_RM_DOCS = 'rm -rf "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/locale/*'
 _SLIM = (
     '--aptopt=Acquire::Retries "3"',
     "--dpkgopt=path-exclude=/usr/share/man/*",
     "--dpkgopt=path-exclude=/usr/share/locale/*",
     "--dpkgopt=path-exclude=/usr/share/doc/*",
 )
+# Docker's and containerd's tools the lab never runs (ctr, libnetwork's test tools, the
+# v1 shims): 68 MB of the host image.
+HOST_UNUSED = (
+    "/usr/bin/ctr",
+    "/usr/bin/dnet",
+    "/usr/sbin/ovrouter",
+    "/usr/bin/containerd-shim",
+    "/usr/bin/containerd-shim-runc-v1",
+)
 
 
 def host_recipe() -> tuple[str, list[str], dict[str, bytes]]:
-    """(recipe hash, mmdebstrap argv with {dir} for the uploads dir, files to upload)."""
+    """(recipe hash, mmdebstrap argv with {dir} for the uploads dir, files to upload).
+    The essential set (no apt: the hosts install nothing) plus HOST_PACKAGES, configured
+    by their own maintainer scripts (the sshd user, iptables' alternatives, ...)."""
     files = {"sshd_config": data("sshd_config"), "daemon.json": data("daemon.json")}
     argv = [
         "mmdebstrap",
         "--quiet",
-        "--variant=minbase",
+        "--variant=essential",
         f"--include={','.join(HOST_PACKAGES)}",
-        *_SLIM,
+        MERGED_USR,
+        '--aptopt=Acquire::Retries "3"',
+        "--dpkgopt=force-unsafe-io",
+        _excluded([*_DOCS, *HOST_UNUSED]),
+        f"--customize-hook={_RM_DOCS}",
         # every host makes its own host key at first start (see host-init.sh)
         '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
         "--customize-hook=upload {dir}/sshd_config /etc/ssh/sshd_config.d/minidock-lab.conf",
@@ -241,24 +291,27 @@ NAMES_CHANGES = ('CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/hap
 
 @dataclass(frozen=True)
 class RootImage:
-    """A lab image made of Debian packages on a minbase root (mmdebstrap | docker import),
-    cached under a recipe-derived tag (`cache`) and tagged `name` too."""
+    """A lab image made of Debian packages (mmdebstrap | docker import), cached under a
+    recipe-derived tag (`cache`) and tagged `name` too. `variant` and `options` are
+    mmdebstrap's; `hooks` are customize hooks run in the root."""
 
     name: str
     cache: str  # the repository of the cache tag: IMAGE_REPO/CACHE:RECIPE
     packages: tuple[str, ...]
     changes: tuple[str, ...]
-    hook: str  # a customize hook run in the root
+    hooks: tuple[str, ...]
+    variant: str = "minbase"
+    options: tuple[str, ...] = _SLIM
 
     def recipe(self) -> tuple[str, list[str]]:
         """(recipe hash, mmdebstrap argv)."""
         argv = [
             "mmdebstrap",
             "--quiet",
-            "--variant=minbase",
+            f"--variant={self.variant}",
             f"--include={','.join(self.packages)}",
-            *_SLIM,
-            f"--customize-hook={self.hook}",
+            *self.options,
+            *(f"--customize-hook={hook}" for hook in self.hooks),
             HOST_SUITE,
             "-",
         ]
@@ -276,17 +329,29 @@ class RootImage:
         return built
 
 
-# the ingress proxy: Debian's caddy (the binary links libc and libzstd: FLEET-NOTES)
+# The ingress proxy: Debian's caddy with what it links (libc, libzstd, ...), coreutils for
+# the `cat` a pass reads the saved config with (minidock.caddy), and the CA bundle the
+# official image has. Caddy needs no maintainer script, so the packages are only unpacked
+# (mmdebstrap's `extract` variant: no essential set, no dpkg run): 5 s of CPU where a
+# minbase root took 28 (docs/benchmarks.md, "The demo").
 INGRESS_PROXY = RootImage(
     PROXY_IMAGE,
     "proxy",
     PROXY_PACKAGES,
     PROXY_CHANGES,
-    'mkdir -p "$1"/config "$1"/data "$1"/srv',
+    (
+        'mkdir -p "$1"/config "$1"/data "$1"/srv "$1"/etc/ssl/certs "$1"/tmp',
+        'chmod 1777 "$1"/tmp',
+        'cat "$1"/usr/share/ca-certificates/mozilla/*.crt > "$1"/etc/ssl/certs/ca-certificates.crt',
+        _RM_DOCS,
+    ),
+    variant="extract",
+    options=(MERGED_USR, '--aptopt=Acquire::Retries "3"'),
 )
-# the name proxies: Debian's haproxy (docs/discovery.md)
+# the name proxies: Debian's haproxy (docs/discovery.md); a minbase root, whose perl and
+# bash the lab's by-name test clients use
 NAME_PROXY = RootImage(
-    NAMES_IMAGE, "names", NAMES_PACKAGES, NAMES_CHANGES, 'mkdir -p "$1"/usr/local/etc/haproxy'
+    NAMES_IMAGE, "names", NAMES_PACKAGES, NAMES_CHANGES, ('mkdir -p "$1"/usr/local/etc/haproxy',)
 )
 
 
@@ -318,6 +383,7 @@ def _build_root_image(
             [arg.replace("{dir}", tmp) for arg in argv],
             docker.import_argv(staging, [_labels(recipe), *changes]),
             timeout=900,
+            before_consumer=lambda: local.wait_for_engine(ENGINE_WAIT),
         )
     if debs.returncode != 0 or imported.returncode != 0:
         local.run(docker.rmi_argv(staging, force=True), check=False)
@@ -352,7 +418,7 @@ IMAGE_SETS: dict[str, tuple[str, ...]] = {
 SET_NAMES = tuple(IMAGE_SETS)
 # Rough seconds each build takes from nothing (docs/benchmarks.md): the start order after
 # the host image, cheapest first (minidock.lab.builds.build_order).
-BUILD_COST = {builds.HOST: 30.0, "workloads": 1.0, "ingress": 25.0, "names": 25.0}
+BUILD_COST = {builds.HOST: 20.0, "workloads": 1.0, "ingress": 5.0, "names": 25.0}
 
 
 def parse_sets(text: str, *, option: str) -> tuple[str, ...]:
@@ -410,6 +476,22 @@ def build_images(sets: Sequence[str] = SET_NAMES, *, host: bool = True) -> dict[
     per image built."""
     with start_builds(sets, host=host) as running:
         return running.wait_all()
+
+
+def build_named(words: Sequence[str]) -> dict[str, float]:
+    """`lab build [host] [SET...]`: the image sets named (`all`, the default: every set and
+    the host image), and the host image when `host` is named; seconds per image built.
+    BadInputError (exit 2) for an unknown set."""
+    words = list(words) or ["all"]
+    named = [w for w in words if w != builds.HOST]
+    sets = parse_sets(",".join(named), option="IMAGE_SETS") if named else ()
+    return build_images(sets, host=builds.HOST in words or named == ["all"])
+
+
+def built_line(built: dict[str, float]) -> str:
+    """What `lab build` prints: each image built and its seconds."""
+    done = ", ".join(f"{tag} {seconds:.1f}s" for tag, seconds in built.items())
+    return f"lab build: {done or 'every image already built'}"
 
 
 def load_images(container: str, images: Sequence[str], *, hint: str) -> list[str]:

@@ -8,6 +8,7 @@ import contextlib
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,15 +64,27 @@ def run(
 
 
 def pipe(
-    producer: Sequence[str], consumer: Sequence[str], *, timeout: float = 300.0
+    producer: Sequence[str],
+    consumer: Sequence[str],
+    *,
+    timeout: float = 300.0,
+    before_consumer: Callable[[], None] | None = None,
 ) -> tuple[Process, Process]:
     """`producer | consumer` without a shell; returns both (the producer's stdout is empty:
-    it went to the consumer). Raises LabError only when a command cannot start."""
+    it went to the consumer). `before_consumer` runs once the producer has started, before
+    the consumer starts (the producer blocks on a full pipe meanwhile). Raises LabError only
+    when a command cannot start (or what `before_consumer` raises, the producer killed)."""
     try:
         with subprocess.Popen(
             list(producer), stdout=subprocess.PIPE, stderr=subprocess.PIPE
         ) as first:
             assert first.stdout is not None
+            if before_consumer is not None:
+                try:
+                    before_consumer()
+                except BaseException:
+                    first.kill()
+                    raise
             second = subprocess.run(
                 list(consumer),
                 stdin=first.stdout,
@@ -132,3 +145,21 @@ def engine_available() -> bool:
         return run(docker.info_argv(), check=False, timeout=20).returncode == 0
     except LabError:
         return False
+
+
+_engine_seen = False  # once an engine answered, this process does not ask again
+
+
+def wait_for_engine(timeout: float) -> None:
+    """Return once a Docker engine answers (at once when one did before in this process);
+    LabError after `timeout` seconds without one. A build started while the engine is still
+    being installed (scripts/setup.sh --demo) waits here before its `docker import`."""
+    global _engine_seen
+    deadline = time.monotonic() + timeout
+    while not _engine_seen:
+        if engine_available():
+            _engine_seen = True
+        elif time.monotonic() >= deadline:
+            raise LabError(f"no Docker engine answered within {timeout:.0f}s (scripts/engine.sh)")
+        else:
+            time.sleep(0.5)

@@ -228,8 +228,8 @@ class _Job:
                 on_bytes=lambda n: self.on_bytes(label, n),
             )
 
-        tags = self.tags(task.slot, volume.source)
-        done = await restic.backup(self.repo, f"{volume.source}.tar", tags, task.host, feed)
+        tags, filename = self.tags(task.slot, volume.source), restic.stdin_name(volume.source)
+        done = await restic.backup(self.repo, filename, tags, task.host, feed)
         return VolumeBackup(
             task.name,
             task.host,
@@ -353,7 +353,7 @@ async def _restorable_slots(
             lines.append(
                 f"{spec.name}.{n} {volume}: snapshot {last.short_id} of "
                 f"{last.time[:19].replace('T', ' ')} UTC (from {last.hostname}) could restore "
-                f"it: minidock restore {spec.name}.{n} --snapshot {last.short_id} --host HOST"
+                f"it: minidock restore {spec.name}.{n} --snapshot {last.short_id}"
             )
     return lines
 

@@ -45,14 +45,15 @@ async def _intent(
     runtime: Runtime,
     report: Report,
     change: Change | Forgets,
-    message: str,
+    message: str | Callable[[], str],
     *,
     wait: bool,
     timeout: float,
     check: Check | None = None,
 ) -> IntentOutcome:
     """Record the operator's `change` in each target cluster and converge it there; `check`
-    (when given) looks at the world first, under the lock, and may refuse."""
+    (when given) looks at the world first, under the lock, and may refuse. `message` may be
+    written by the check (a callable, called after it)."""
 
     async def one_cluster(h: Held) -> IntentOutcome:
         require_applied(h.location)
@@ -61,15 +62,16 @@ async def _intent(
             desired = read_desired(store, h.location)
             if check is not None:
                 await check(store.load(), desired)
+            said = message() if callable(message) else message
             changed = change(store.load(), desired)
             changed, events = changed if isinstance(changed, tuple) else (changed, [])
             desired = admissible(changed, desired)  # e.g. a drain lets an unlisted host go
-            store.commit(changed, [Event(runtime.clock.now(), "intent", message), *events])
-            shown(IntentRecorded(message))
+            store.commit(changed, [Event(runtime.clock.now(), "intent", said), *events])
+            shown(IntentRecorded(said))
             convergence = await converge_passes(
                 store, desired, runtime, shown, wait=wait, timeout=timeout
             )
-        return IntentOutcome(message, convergence)
+        return IntentOutcome(said, convergence)
 
     return await each_intent(targets, one_cluster)
 

@@ -1,9 +1,12 @@
-"""`minidock backup` on the real lab with Debian's real restic on the controller: data
-written into a volume-pinned service's volume is backed up on its schedule by `watch`
-(after its before_backup hook), listed by `minidock backups`, and the snapshot's file holds
-the volume as it was; a backup by hand then prunes the first by keep. Its throughput (MB/s
-through the controller) is printed beside a plain `ssh HOST docker cp ... | restic backup
---stdin` of the same volume (docs/benchmarks.md)."""
+"""`minidock backup` and `minidock restore` on the real lab with Debian's real restic on the
+controller: data written into a volume-pinned service's volume is backed up on its
+schedule by `watch` (after its before_backup hook), listed by `minidock backups`, and the
+snapshot's file holds the volume as it was; a backup by hand then prunes the first by keep.
+Its throughput (MB/s through the controller) is printed beside a plain `ssh HOST docker cp
+... | restic backup --stdin` of the same volume (docs/benchmarks.md). Then the issue's
+whole story: a backup, the host stopped for good and forgotten (and dropped from the
+inventory), the slot restarted elsewhere on an empty volume, a restore elsewhere refused
+while that host answers, then forced, and the data read back from the restored task."""
 
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+import tomli_w
 
 from minidock import restic
-from tests.integration.conftest import Fleet, Minidock
+from tests.integration.conftest import Fleet, Minidock, patient_inventory
 
 pytestmark = [
     pytest.mark.integration,
@@ -155,3 +159,68 @@ def test_a_pinned_volume_is_backed_up_on_schedule_and_by_hand_listed_and_pruned(
         f"the whole command); ssh | restic backup --stdin {size / plain / 1e6:.1f} MB/s "
         f"({plain:.2f}s); {res.stdout.strip()}"
     )
+
+
+RESTORED = """
+[services.db]
+image = "minidock-lab/web:5"
+command = ["sh", "-c", "exec httpd -f -p 8080 -h /www"]
+volumes = ["dbdata:/data"]
+backup = {{ repository = "{repo}", password = {{ file = "{password}" }} }}
+"""
+
+
+def test_a_backup_is_restored_on_another_host_after_its_host_is_forgotten(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    inventory = patient_inventory(fleet, tmp_path / "lab.toml")
+    md = Minidock(fleet, tmp_path, inventory=inventory)
+    password, repo = tmp_path / "restic.pass", tmp_path / "repo"
+    password.write_text(PASSWORD + "\n")
+    password.chmod(0o600)
+    res = md("apply", str(md.spec(RESTORED.format(repo=repo, password=password))), "--wait")
+    assert res.returncode == 0, res.stdout + res.stderr
+    (task,) = md.tasks("db")
+    lost = task["host"]
+    fill = "head -c 4m /dev/urandom > /data/blob && echo kept > /data/note && sha256sum /data/blob"
+    name = f"db.1.{task['id']}"
+    written = fleet.docker(lost, "exec", name, "sh", "-c", fill, check=True).stdout.split()[0]
+    res = md("backup", "db.1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    (snap,) = json.loads(md("backups", "db", "--json").stdout)["snapshots"]
+
+    # the host is gone for good: stopped, forgotten, dropped from the inventory
+    fleet.kill(lost, "stop")
+    res = md("forget", lost)
+    said = f"could restore it: minidock restore db.1 --snapshot {snap['short_id']}"
+    assert said in res.stdout, res.stdout + res.stderr
+    lab = tomllib.loads(inventory.read_text())
+    lab["hosts"] = [h for h in lab["hosts"] if h["name"] != lost]
+    inventory.write_text(tomli_w.dumps(lab))
+    res = md("reconcile")  # db.1 starts afresh elsewhere, on an empty volume
+    (fresh,) = md.tasks("db")
+    assert fresh["host"] != lost, res.stdout + res.stderr
+    empty = fleet.docker(fresh["host"], "exec", f"db.1.{fresh['id']}", "ls", "/data")
+    assert empty.stdout.split() == [], empty
+
+    target = next(h["name"] for h in lab["hosts"] if h["name"] != fresh["host"])
+    refused = md("restore", "db.1", "--host", target)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"is on {fresh['host']}, which answers" in refused.stderr
+    assert "`--force` on" in refused.stderr
+    assert md.tasks("db")[0]["id"] == fresh["id"]  # refused: nothing stopped
+
+    started = time.monotonic()
+    res = md("restore", "db.1", "--snapshot", snap["short_id"], "--host", target, "--force")
+    took = time.monotonic() - started
+    assert res.returncode == 0, res.stdout + res.stderr
+    (back,) = md.tasks("db")
+    assert back["host"] == target
+    read = fleet.docker(target, "exec", f"db.1.{back['id']}", "sh", "-c", "sha256sum /data/blob")
+    assert read.stdout.split()[0] == written
+    note = fleet.docker(target, "exec", f"db.1.{back['id']}", "cat", "/data/note")
+    assert note.stdout == "kept\n"
+    kinds = [e["kind"] for e in json.loads(md("events", "--json", "-n", "200").stdout)]
+    assert kinds.index("restored") > kinds.index("volumes-copied") > kinds.index("intent")
+    assert PASSWORD not in res.stdout + res.stderr + refused.stderr
+    print(f"restore of 4 MiB on {target} after {lost} was forgotten: {took:.1f}s\n{res.stdout}")

@@ -146,6 +146,18 @@ def test_cli_down_with_the_other_labs_project_exits_2_with_one_line(
     assert engine.changes == []
 
 
+def test_cli_takes_the_project_from_minidock_lab_project(
+    two_labs: tuple[Path, Path], engine: FakeEngine
+) -> None:
+    a, _ = two_labs
+    result = CliRunner().invoke(
+        app, ["lab", "--root", str(a), "down"], env={"MINIDOCK_LAB_PROJECT": "lab-b"}
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("lab: compose project 'lab-b' belongs to another checkout")
+    assert engine.changes == []
+
+
 # -- a root that holds another project's files ---------------------------------------------------
 @pytest.mark.parametrize(
     ("verb", "act"),

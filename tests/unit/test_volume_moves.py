@@ -1,11 +1,13 @@
-"""`minidock move`'s decisions on the model-level fleet (tests/sim.py's World): the move's
-phases pass by pass, and the property that a controller killed at any pass of a move
-(its decision recorded and not acted on, or acted on and its outcome lost) leaves at most
-one task of the slot running at any instant, never a task started on a volume without the
-data, and converges to the one task on the target with the data there."""
+"""`minidock move`'s and `minidock restore`'s decisions on the model-level fleet
+(tests/sim.py's World): the phases pass by pass, and the property that a controller killed
+at any pass of a move or a restore (its decision recorded and not acted on, or acted on
+and its outcome lost) leaves at most one task of the slot running at any instant, never a
+task started on a volume without the data (a restore's: the snapshot's), and converges to
+the one task on the target with the data there."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -16,11 +18,13 @@ from minidock import core
 from minidock.core import fold_outcomes
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
 from minidock.core.volumes import MovePhase
-from minidock.model import Volume
+from minidock.model import Event, Volume
 from tests.sim import World, hosts, svc
 
 DB = svc("db", volumes=(Volume("data", "/data"),))
 DATA = "written by db.1"
+SNAPSHOT = "db.1 as its backup holds it"
+SNAP_ID = "4f2a9c1e" + "0" * 56
 
 
 @dataclass
@@ -31,6 +35,8 @@ class Fleet:
     volumes: dict[str, str] = field(default_factory=dict)  # host -> what its volume holds
     most_live: int = 0
     fail_copy: bool = False
+    before: set[str] | None = None  # a restore's: the tasks that ran before it (on DATA)
+    events: list[Event] = field(default_factory=list)  # the decisions' and the folds'
 
     def start(self) -> str:
         self.world.apply(DB)
@@ -43,19 +49,27 @@ class Fleet:
         w = self.world
         w.state = core.begin_move(w.state, "db", 1, target, w.now, keep_source=keep_source)
 
+    def restore(self, target: str) -> None:
+        w = self.world
+        w.state = core.begin_restore(w.state, "db", 1, target, (("data", SNAP_ID),), w.now)
+        self.before = {c.id for c in w.live("db")}
+
     def step(self, kill: str = "") -> None:
         """One pass; `kill`: "before-acts" (the decision recorded, nothing done) or
         "before-fold" (done, what the acts learned never recorded)."""
         w = self.world
         plan = w.plan()
         w.record(plan)
+        self.events += plan.events
         if kill != "before-acts":
             w.act(plan)
             for c in w.live("db"):  # a task started only on its data
-                assert self.volumes.get(c.host) == DATA, (c.host, self.volumes)
+                want = DATA if self.before is None or c.id in self.before else SNAPSHOT
+                assert self.volumes.get(c.host) == want, (c.host, self.volumes)
             outcomes = [self._act(a) for a in plan.moves]
             if kill != "before-fold":
-                w.state, _ = fold_outcomes(w.state, outcomes, w.now)
+                w.state, folded = fold_outcomes(w.state, outcomes, w.now)
+                self.events += folded
         self.most_live = max(self.most_live, len(w.live("db")))
         w.tick()
 
@@ -67,6 +81,10 @@ class Fleet:
         self.volumes.pop(move.target, None)  # afresh, as minidock.relocate does
         if self.fail_copy:
             return MoveFailed("db", 1, "no space left on device")
+        if move.restore:
+            assert move.snapshot_of("data") == SNAP_ID
+            self.volumes[move.target] = SNAPSHOT
+            return VolumesCopied("db", 1, 1000, 1.0)
         self.volumes[move.target] = self.volumes[move.source]
         return VolumesCopied("db", 1, 1000, 1.0)
 
@@ -182,3 +200,148 @@ def test_a_controller_killed_at_any_passes_of_a_move_leaves_one_copy_and_no_loss
     assert fleet.volumes[target] == DATA
     assert fleet.world.state.services["db"].slot(1).host == target
     assert (source in fleet.volumes) == keep_source
+
+
+# -- restores: a move whose source is a snapshot ------------------------------------------------
+def test_a_restore_in_place_stops_the_task_streams_the_snapshot_and_starts_it_on_it() -> None:
+    fleet = Fleet()
+    host = fleet.start()
+    fleet.restore(host)
+    assert fleet.world.state.services["db"].moves[1].line() == (
+        f"restoring snapshot 4f2a9c1e on {host}: stopping its task"
+    )
+    fleet.settle()
+    (task,) = fleet.world.live("db")
+    assert (task.host, fleet.volumes) == (host, {host: SNAPSHOT})
+    assert task.id not in (fleet.before or set())
+    assert fleet.most_live == 1
+    kinds = [e.kind for e in fleet.events]
+    assert kinds.index("restored") > kinds.index("volumes-copied")
+    (said,) = [e.message for e in fleet.events if e.kind == "restored"]
+    assert said == f"db.1: restored from snapshot 4f2a9c1e on {host}"
+
+
+def test_a_restore_on_another_host_moves_the_record_and_leaves_the_old_volume() -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.restore(target)
+    fleet.settle()
+    assert [c.host for c in fleet.world.live("db")] == [target]
+    assert fleet.volumes == {source: DATA, target: SNAPSHOT}  # nothing cleaned
+    assert fleet.world.state.services["db"].slot(1).host == target
+    assert fleet.most_live == 1
+    (said,) = [e.message for e in fleet.events if e.kind == "restored"]
+    assert said.endswith(f"on {target} (its old volumes stay on {source})")
+
+
+def test_a_slot_whose_host_was_forgotten_starts_only_on_the_restored_data() -> None:
+    fleet = Fleet()
+    lost = fleet.start()
+    w = fleet.world
+    w.kill_host(lost)
+    w.state, _ = core.forget(w.state, lost, w.now)
+    del fleet.volumes[lost]  # gone with its host
+    target = other(fleet, lost)
+    fleet.restore(target)  # before any pass: the slot has no host, no task
+    assert w.state.services["db"].moves[1].source == ""
+    fleet.settle()
+    assert [c.host for c in w.live("db")] == [target]
+    assert fleet.volumes == {target: SNAPSHOT}
+
+
+def test_a_failed_restore_leaves_the_slot_failed_until_restored_again_or_reset() -> None:
+    fleet = Fleet(fail_copy=True)
+    host = fleet.start()
+    fleet.restore(host)
+    for _ in range(6):
+        fleet.step()
+    w = fleet.world
+    record = w.state.services["db"].slot(1)
+    assert (w.live("db"), w.state.services["db"].moves, record.failed) == ([], {}, True)
+    assert "restore of snapshot 4f2a9c1e" in record.last_exit
+    assert "`minidock restore db.1` tries again" in record.last_exit
+    assert "restore-failed" in [e.kind for e in fleet.events]
+    assert w.plan().run == ()  # Failed: nothing starts on the emptied volume
+
+    fleet.fail_copy = False
+    fleet.restore(host)  # again: the Failed slot is cleared by the restore itself
+    fleet.settle()
+    assert [c.host for c in w.live("db")] == [host]
+    assert fleet.volumes == {host: SNAPSHOT}
+
+    failing = Fleet(fail_copy=True)
+    host = failing.start()
+    failing.restore(host)
+    for _ in range(6):
+        failing.step()
+    failing.world.state = core.reset(failing.world.state, "db")
+    failing.world.converge()
+    assert [c.host for c in failing.world.live("db")] == [host]  # on what its volume holds
+
+
+@pytest.mark.parametrize(
+    ("problem", "change"),
+    [
+        ("no named volume", "web"),
+        ("no slot 2", "slot"),
+        ("one snapshot for each of ['data']", "volumes"),
+        ("already restoring snapshot", "another"),
+        ("desired stopped", "stopped"),
+    ],
+)
+def test_a_restore_that_cannot_be_is_refused_in_one_line(problem: str, change: str) -> None:
+    fleet = Fleet()
+    host = fleet.start()
+    w = fleet.world
+    service, slot, picks = "db", 1, (("data", SNAP_ID),)
+    if change == "web":
+        w.apply(DB, svc("web"))
+        w.converge()
+        service = "web"
+    elif change == "stopped":
+        w.apply(svc("db", volumes=DB.volumes, desired="stopped"))
+    elif change == "slot":
+        slot = 2
+    elif change == "volumes":
+        picks = (("logs", SNAP_ID),)
+    elif change == "another":
+        fleet.restore(host)
+        picks = (("data", "9" * 64),)
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        core.begin_restore(w.state, service, slot, host, picks, 0.0)
+
+
+def test_the_same_restore_asked_again_changes_nothing() -> None:
+    fleet = Fleet()
+    host = fleet.start()
+    fleet.restore(host)
+    state = fleet.world.state
+    assert core.begin_restore(state, "db", 1, host, (("data", SNAP_ID),), 9.0) is state
+    with pytest.raises(ValueError, match="already restoring"):
+        core.begin_move(state, "db", 1, other(fleet, host), 9.0)
+
+
+@settings(max_examples=60)
+@given(
+    kills=st.dictionaries(
+        st.integers(min_value=0, max_value=7), st.sampled_from(["before-acts", "before-fold"])
+    ),
+    elsewhere=st.booleans(),
+)
+def test_a_controller_killed_at_any_passes_of_a_restore_starts_only_on_the_snapshot(
+    kills: dict[int, str], elsewhere: bool
+) -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source) if elsewhere else source
+    fleet.restore(target)
+    for n in range(8):
+        fleet.step(kills.get(n, ""))  # asserts: no task started since on other than SNAPSHOT
+    fleet.settle()
+    assert fleet.most_live == 1
+    (task,) = fleet.world.live("db")
+    assert task.host == target
+    assert fleet.volumes[target] == SNAPSHOT
+    assert fleet.world.state.services["db"].slot(1).host == target
+    assert (fleet.volumes.get(source) == DATA) == elsewhere  # the old volume stays elsewhere

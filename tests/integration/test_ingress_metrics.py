@@ -16,7 +16,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import Fleet, Minidock
 from tests.integration.loadgen import get
-from tests.integration.test_ingress import DOMAIN, EDGE, apply, http_port, paced_load, spec
+from tests.integration.test_ingress import (
+    DOMAIN,
+    EDGE,
+    apply,
+    http_port,
+    loaded,
+    paced_load,
+    spec,
+)
 from tests.integration.test_serve import CHROMIUM, DEADLINE, eventually, serving
 
 pytestmark = pytest.mark.integration
@@ -96,3 +104,26 @@ def _rate(text: str) -> float | None:
     """The requests per second a traffic card shows ("12.5 requests/s"), once it has one."""
     word = text.split()[0]
     return float(word) if word.replace(".", "", 1).isdigit() and float(word) > 0 else None
+
+
+def test_with_request_metrics_off_the_front_serves_and_only_up_is_exposed(
+    fleet: Fleet, md: Minidock
+) -> None:
+    """`[ingress] request_metrics = false`: the edge's loaded config has no route server,
+    its front server proxies to the task itself, and `minidock metrics` has one ingress
+    series for the edge, `minidock_ingress_up 1`: nothing counted, so nothing shown."""
+    body = spec(replicas=1).replace("[ingress]\n", "[ingress]\nrequest_metrics = false\n", 1)
+    apply(md, body)
+    servers = loaded(fleet, md)["apps"]["http"]["servers"]
+    assert sorted(servers) == ["minidock"]
+    replies = [asyncio.run(get(http_port(fleet), DOMAIN)) for _ in range(10)]
+    assert [(r.status, r.text) for r in replies] == [(200, "web 5\n")] * 10
+    res = md("metrics")
+    assert res.returncode == 0, res.stdout + res.stderr
+    ingress = [
+        (s.name, s.labels.get("host"), s.value)
+        for family in text_string_to_metric_families(res.stdout)
+        for s in family.samples
+        if s.name.startswith("minidock_ingress")
+    ]
+    assert ingress == [("minidock_ingress_up", EDGE, 1.0)]

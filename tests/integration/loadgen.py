@@ -1,16 +1,30 @@
 """A load generator that records every response: asyncio HTTP/1.1 clients, one request per
-connection, against a loopback port (the lab host's published port 80). Used by the
-ingress tests (every failure counts) and benchmarks/bench_ingress.py."""
+connection, against a loopback port (the lab host's published port 80), and HTTP/2 clients
+over TLS (`H2Load`, the published port 443). Used by the ingress tests (every failure
+counts) and benchmarks/bench_ingress.py."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Self
 
-__all__ = ["Load", "Reply", "get", "get_any"]
+import hpack
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    RstStreamFrame,
+    SettingsFrame,
+)
+
+__all__ = ["H2Load", "Load", "Reply", "get", "get_any", "get_h2"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +36,7 @@ class Reply:
     seconds: float
     status: int
     text: str
+    refused: bool = False  # HTTP/2: the server said it did not process it (safe to retry)
 
     @property
     def ok(self) -> bool:
@@ -115,6 +130,138 @@ class Load(Background):
 
     async def _run(self) -> None:
         await asyncio.gather(*(self._client(n) for n in range(self.clients)))
+
+    def failed(self) -> list[Reply]:
+        return [r for r in self.replies if not r.ok]
+
+    def bodies(self) -> set[str]:
+        return {r.text for r in self.replies if r.ok}
+
+
+async def get_h2(port: int, host: str, root: str, path: str = "/", timeout: float = 30.0) -> Reply:
+    """One GET over HTTP/2 on a connection of its own, as curl does: TLS to 127.0.0.1:port
+    with SNI and :authority `host`, verified against the PEM CA `root`, ALPN h2 only; the
+    preface, SETTINGS and the request's HEADERS sent at once. Recorded whatever happens; a
+    reply `refused` when the server said it did not process the request: a GOAWAY whose
+    last-stream-id is below the request's stream, or RST_STREAM REFUSED_STREAM, which RFC
+    9113 (sections 6.8 and 8.7) lets a client retry on a new connection, whatever the
+    method. A failed reply's text lists the frames received, in order.
+
+    Frames, not Python's `h2` state machine: that one refuses every frame after a GOAWAY,
+    even the response to a stream the GOAWAY says will be processed."""
+    started = time.monotonic()
+    context = ssl.create_default_context(cadata=root)
+    context.set_alpn_protocols(["h2"])
+    frames: list[str] = []
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=context, server_hostname=host
+            )
+            try:
+                return await _exchange(reader, writer, host, path, started, frames)
+            finally:
+                writer.close()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        text = f"{type(exc).__name__}: {exc} after {frames}"
+        return Reply(started, time.monotonic() - started, 0, text)
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+STREAM = 1  # the request's: the first a client opens
+REFUSED_STREAM = 0x7
+
+
+async def _exchange(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    host: str,
+    path: str,
+    started: float,
+    frames: list[str],
+) -> Reply:
+    def reply(status: int, text: str, refused: bool = False) -> Reply:
+        return Reply(started, time.monotonic() - started, status, text, refused)
+
+    tls = writer.get_extra_info("ssl_object")
+    if tls is None or tls.selected_alpn_protocol() != "h2":
+        return reply(0, "the server did not take h2 (ALPN)")
+    head = [(":method", "GET"), (":scheme", "https"), (":authority", host), (":path", path)]
+    flags = ["END_HEADERS", "END_STREAM"]
+    request = HeadersFrame(STREAM, hpack.Encoder().encode(head), flags=flags)
+    writer.write(PREFACE + SettingsFrame(0).serialize() + request.serialize())
+    await writer.drain()
+    decoder, block, status, body = hpack.Decoder(), b"", 0, bytearray()
+    while True:
+        frame, length = Frame.parse_frame_header(memoryview(await reader.readexactly(9)))
+        frame.parse_body(memoryview(await reader.readexactly(length)))
+        frames.append(_frame(frame))
+        match frame:
+            case SettingsFrame() if "ACK" not in frame.flags:
+                writer.write(SettingsFrame(0, flags=["ACK"]).serialize())
+            case PingFrame() if "ACK" not in frame.flags:
+                writer.write(PingFrame(0, frame.opaque_data, flags=["ACK"]).serialize())
+            case GoAwayFrame() if frame.last_stream_id < STREAM:
+                return reply(0, f"not processed: {frames}", refused=True)
+            case RstStreamFrame() if frame.stream_id == STREAM:
+                return reply(0, f"reset: {frames}", refused=frame.error_code == REFUSED_STREAM)
+            case HeadersFrame() | ContinuationFrame() if frame.stream_id == STREAM:
+                block += frame.data
+                if "END_HEADERS" in frame.flags:
+                    status = status or int(dict(decoder.decode(block))[":status"])
+                    block = b""
+            case DataFrame() if frame.stream_id == STREAM:
+                body += frame.data
+        if frame.stream_id == STREAM and "END_STREAM" in frame.flags:
+            return reply(status, body.decode(errors="replace"))
+        await writer.drain()
+
+
+def _frame(frame: Frame) -> str:
+    """A received frame in a word, with what a GOAWAY or a reset said."""
+    name = type(frame).__name__.removesuffix("Frame").upper()
+    match frame:
+        case GoAwayFrame():
+            return f"GOAWAY(last_stream_id={frame.last_stream_id}, error={frame.error_code})"
+        case RstStreamFrame():
+            return f"RST_STREAM({frame.stream_id}, error={frame.error_code})"
+    flags = f" {'|'.join(sorted(frame.flags))}" if frame.flags else ""
+    return f"{name}({frame.stream_id}{flags})"
+
+
+@dataclass
+class H2Load(Background):
+    """`with H2Load(port, "app.test", root) as load:` keeps `clients` HTTP/2 requests in
+    flight over TLS, each on a connection of its own (`get_h2`), until the block ends;
+    `replies` holds every one. With `retry`, a request the server refused (`Reply.refused`:
+    not processed, per its GOAWAY) is sent again on a new connection, up to 3 times, as
+    RFC 9113 allows and browsers do; `refusals` keeps each refused attempt. Without it, a
+    refused request is a failure, as curl 7.88 makes it (exit 16)."""
+
+    port: int
+    host: str
+    root: str
+    clients: int = 4
+    pause: float = 0.0
+    retry: bool = True
+    replies: list[Reply] = field(default_factory=list)
+    refusals: list[Reply] = field(default_factory=list)
+
+    async def _client(self) -> None:
+        while not self._stop.is_set():
+            first = reply = await get_h2(self.port, self.host, self.root)
+            for _ in range(3 if self.retry else 0):
+                if not reply.refused:
+                    break
+                self.refusals.append(reply)
+                reply = await get_h2(self.port, self.host, self.root)
+            seconds = reply.started + reply.seconds - first.started
+            self.replies.append(replace(reply, started=first.started, seconds=seconds))
+            if self.pause:
+                await asyncio.sleep(self.pause)
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._client() for _ in range(self.clients)))
 
     def failed(self) -> list[Reply]:
         return [r for r in self.replies if not r.ok]

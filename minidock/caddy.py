@@ -396,6 +396,7 @@ def _body(
     plain = {
         "listen": [f":{ingress.http_port}"],
         "automatic_https": {"disable": True},
+        "protocols": ["h1"],
         "routes": [
             *_challenges(challenges),
             *_routes(routes, lambda r: [redirect] if r.tls else serve(r)),
@@ -410,6 +411,7 @@ def _body(
             "listen": [f":{ingress.https_port}"],
             "automatic_https": {"disable": True},
             "tls_connection_policies": [{}],  # TLS on; certificates chosen by SNI
+            "protocols": ["h1", "h2"] if ingress.http2 else ["h1"],
             "routes": _routes(secure, serve),
             **({} if counted else _releases(secure)),
         }

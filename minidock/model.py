@@ -370,7 +370,10 @@ class Ingress:
     range of host ports MiniDock publishes routed tasks on. Its HTTPS port serves the
     routes with TLS on. With `request_metrics` each route is a server of its own in the
     proxy, which counts its requests (docs/observability.md#request-metrics); without,
-    the front servers proxy directly and nothing is counted per route."""
+    the front servers proxy directly and nothing is counted per route. `http2` lets the
+    HTTPS server speak HTTP/2 (off by default: with it on, a config load refuses a
+    request that crosses it on a new connection, which only some clients send again:
+    docs/ingress.md#http2-and-config-loads)."""
 
     hosts: tuple[str, ...] = ()
     constraints: tuple[Constraint, ...] = ()
@@ -380,6 +383,7 @@ class Ingress:
     task_ports: tuple[int, int] = (30000, 30999)  # first, last (inclusive)
     acme: AcmeSettings | None = None  # given when a route has tls = "acme"
     request_metrics: bool = True
+    http2: bool = False
 
     def serves(self, host: Host) -> bool:
         """Whether `host` runs one of this ingress's proxies."""

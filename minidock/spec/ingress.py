@@ -47,7 +47,9 @@ def ingress_of(doc: dict[str, Any], display: str, base: str) -> Ingress | None:
     if "hosts" in body and "constraints" in body:
         raise fail(("ingress", "constraints"), "give hosts or constraints, not both")
     options: dict[str, Any] = {
-        k: body[k] for k in ("http_port", "https_port", "image", "request_metrics") if k in body
+        k: body[k]
+        for k in ("http_port", "https_port", "image", "request_metrics", "http2")
+        if k in body
     }
     if options.get("https_port", 443) == options.get("http_port", 80):
         raise fail(("ingress", "https_port"), "must differ from http_port")

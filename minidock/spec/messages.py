@@ -75,6 +75,7 @@ _KIND_WORDS = {
     "volume": "a string like 'pgdata:/var/lib/postgresql/data' or '/srv/conf:/etc/app:ro'",
     "constraint": "a string like 'zone == a'",
     "image": "an image reference string like 'web:5'",
+    "http2": "true (the HTTPS server speaks HTTP/2 and HTTP/1.1) or false (HTTP/1.1 only)",
     "request metrics": "true (each route counted by a server of its own) or false (the "
     "proxy sends directly, nothing counted per route)",
 }

@@ -4,8 +4,9 @@ Each config load shuts the proxy's old server down, and Go's HTTP/2 server sends
 connection it holds one GOAWAY with the last stream it processed: a request that crosses
 it is refused, not processed, which RFC 9113 lets a client retry on a new connection, as
 Chromium does. The load here is HTTP/2 over TLS, one request per connection (as curl sends
-it), through host1's published 443: the clients that retry such a request must see no
-failure, and the twin that does not (curl 7.88, exit 16) may fail only by such refusals.
+it), through host1's published 443, with `[ingress] http2 = true` (HTTP/2 is off by
+default for this reason): the clients that retry such a request must see no failure, and
+the twin that does not (curl 7.88, exit 16) may fail only by such refusals.
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ def md(patient_md: Minidock) -> Minidock:
 
 
 def spec(image: str, cert: Path, key: Path) -> str:
-    """The routed service `web` over HTTPS on the edge's proxy, replaced start-first."""
+    """The routed service `web` over HTTPS on the edge's proxy (HTTP/2 on), replaced
+    start-first."""
     return f"""
 [ingress]
 hosts = ["{EDGE}"]
+http2 = true
 
 [services.web]
 image = "{image}"

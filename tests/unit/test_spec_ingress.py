@@ -62,6 +62,15 @@ def test_request_metrics_is_on_unless_the_ingress_turns_it_off(tmp_path: Path) -
     assert cluster.ingress.request_metrics is True  # type: ignore[attr-defined]
 
 
+def test_http2_is_off_unless_the_ingress_turns_it_on(tmp_path: Path) -> None:
+    route = WEB + 'ingress = { host = "app.test", port = 8080 }\n'
+    for table, expected in (("", False), ("http2 = false\n", False), ("http2 = true\n", True)):
+        cluster, _ = loaded(tmp_path, "[ingress]\n" + table + route)
+        assert cluster.ingress.http2 is expected  # type: ignore[attr-defined]
+    cluster, _ = loaded(tmp_path, route)  # no [ingress] table: the defaults
+    assert cluster.ingress.http2 is False  # type: ignore[attr-defined]
+
+
 def test_a_route_without_an_ingress_table_gets_every_host(tmp_path: Path) -> None:
     cluster, _ = loaded(tmp_path, WEB + "ingress = { port = 8080 }\n")
     assert cluster.ingress == Ingress()  # type: ignore[attr-defined]
@@ -173,6 +182,11 @@ BAD = [
         '[ingress]\nrequest_metrics = "off"\n' + ROUTE,
         "ingress.request_metrics: expected true (each route counted by a server of its own) "
         "or false (the proxy sends directly, nothing counted per route), got string 'off'",
+    ),
+    (
+        '[ingress]\nhttp2 = "yes"\n' + ROUTE,
+        "ingress.http2: expected true (the HTTPS server speaks HTTP/2 and HTTP/1.1) "
+        "or false (HTTP/1.1 only), got string 'yes'",
     ),
     (
         "[ingress]\nrequest_metrics = 0\n" + ROUTE,

@@ -143,6 +143,19 @@ def test_tls_routes_get_an_https_server_their_certificates_and_a_redirect() -> N
     assert other.digest != config.digest  # a new certificate is a new config: loaded
 
 
+def test_the_https_server_speaks_http2_only_when_the_ingress_says_so() -> None:
+    """HTTP/1.1 by default: a config load refuses an HTTP/2 request crossing it on a new
+    connection (docs/ingress.md#http2-and-config-loads); never HTTP/3, whose UDP port is
+    not published."""
+    routes = [RouteSpec("app.test", "/", ("10.0.0.1:30000",), tls=True)]
+    certificate = [Certificate(*CA.leaf("app.test"))]
+    plain = json.loads(proxy_config(routes, Ingress(), certificate).text)
+    on = json.loads(proxy_config(routes, Ingress(http2=True), certificate).text)
+    assert front(plain, "minidock-https")["protocols"] == ["h1"]
+    assert front(on, "minidock-https")["protocols"] == ["h1", "h2"]
+    assert front(plain)["protocols"] == front(on)["protocols"] == ["h1"]
+
+
 def test_a_routes_key_is_sealed_at_rest_and_opens_again() -> None:
     chain, key = CA.leaf("app.test")
     tls = RouteTls("files", chain, key)

@@ -10,7 +10,7 @@ committed. `WholeDecision` draws applies of the cluster file through the real lo
 refused apply, skipped), changing any of: image, replicas (0 too), mode, constraints (moves),
 health check on/off, host ports, the route and its container port, expose, a config, a
 before_update hook and how many passes it runs, update order, parallelism and monitor, a
-bind mount, a scheduled job, and `[ingress] request_metrics` (the proxy's loaded routes
+bind mount, a scheduled job, and `[ingress] request_metrics` and `http2` (the proxy's loaded routes
 are read back from the real config, a server per route or not, as a probe reads them);
 passes run between applies, some cut by a controller kill (after the commit: before any
 act; after the proxy loads and stops; after every act, the outcomes lost). Every spec drawn
@@ -137,6 +137,7 @@ class Knobs:
     promote: str = "auto"  # "manual": the operator promotes (at once, or drawn earlier)
     canary_monitor: str = "0s"
     request_metrics: bool = True  # [ingress]: a server per route behind the front, or not
+    http2: bool = False  # [ingress]: the HTTPS server's protocols (the loaded config's)
 
     def render(self) -> str:
         port = self.route or 8080
@@ -171,7 +172,9 @@ class Knobs:
         parts = [
             'cluster = "fleet"',
             'inventory = "inventory.toml"',
-            '[ingress]\nhosts = ["host1"]' + ("" if self.request_metrics else _OFF),
+            '[ingress]\nhosts = ["host1"]'
+            + ("" if self.request_metrics else _OFF)
+            + ("\nhttp2 = true" if self.http2 else ""),
             "[services.web]\n" + "\n".join(web),
         ]
         if self.job:
@@ -202,6 +205,7 @@ knobs = st.builds(
     promote=st.sampled_from(["auto", "manual"]),
     canary_monitor=st.sampled_from(["0s", "20s"]),
     request_metrics=st.booleans(),
+    http2=st.booleans(),
 )
 
 INVENTORY = "\n".join(

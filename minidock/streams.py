@@ -7,14 +7,15 @@ rings of many hosts into one pass). A stream that breaks after it was up (its pr
 killed, sshd gone, the connection closed by its keepalives) rings too, since events may
 have been lost, and is reopened after a pause (1 s, doubling to 30 s while it keeps
 failing), with `--since` the last event it delivered (the host's clock), so events
-meanwhile are replayed. A stream that has been open UP_AFTER (1 s) rings once, so that
-what happened before docker subscribed it (a container killed as the stream opened) is
-seen by a pass then, not at the resync. One that cannot open at all (the host is off)
-rings nothing: the passes find that host (a host whose stream is not up is probed by
-every pass). Between resyncs a pass probes only the hosts whose stream rang or is not
-up (core.watching.probe_scope, `take`); every other host's stream is up and silent, so
-its last observation stands. A lost event (docker's own, between a stream's opening and
-docker subscribing it) is caught by the resync, which probes every host.
+meanwhile are replayed; a first stream replays from the second it started on the host
+(commands.facts.events_argv), so what happened before docker subscribed it (a container
+killed as the stream opened) is not lost either. A stream that has been open UP_AFTER
+(1 s) rings once, so that a pass then sees what happened before the stream started. One
+that cannot open at all (the host is off) rings nothing: the passes find that host (a
+host whose stream is not up is probed by every pass). Between resyncs a pass probes only
+the hosts whose stream rang or is not up (core.watching.probe_scope, `take`); every
+other host's stream is up and silent, so its last observation stands; the resync probes
+every host whatever the streams said.
 """
 
 from __future__ import annotations

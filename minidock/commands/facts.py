@@ -95,14 +95,18 @@ def events_argv(cluster: str, since: str = "") -> list[str]:
     """Follow the docker events of this cluster's containers that can change a decision
     (`WATCHED_EVENTS`), a line each: the action, the container id and the event's time in
     nanoseconds on the host's clock; with `since` (a time `event_since` made), replay
-    those from then on first."""
+    those from then on first. Without, from the second the command started on the host
+    (its own clock, read by `date` before docker runs): docker subscribes a stream a
+    moment after it starts (seconds, on a loaded host), and an event meanwhile is
+    replayed, not lost."""
     argv = ["docker", "events", "--filter", "type=container"]
     argv += ["--filter", f"label={LABEL_CLUSTER}={cluster}"]
     for name in WATCHED_EVENTS:
         argv += ["--filter", f"event={name}"]
+    argv += ["--format", "{{.Action}} {{.ID}} {{.TimeNano}}"]
     if since:
-        argv += ["--since", since]
-    return [*argv, "--format", "{{.Action}} {{.ID}} {{.TimeNano}}"]
+        return [*argv, "--since", since]
+    return ["sh", "-c", 'exec "$@" --since "$(date +%s)"', "sh", *argv]
 
 
 def parse_event(line: str) -> tuple[str, str, int] | None:

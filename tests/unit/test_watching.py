@@ -16,7 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minidock import streams
-from minidock.commands.facts import health_word, inspect_argv, listing_key, parse_listing, ps_argv
+from minidock.commands.facts import (
+    events_argv,
+    health_word,
+    inspect_argv,
+    listing_key,
+    parse_listing,
+    ps_argv,
+)
 from minidock.core.hosts import SLOW_GRACE, HostPhase, HostState, probe_step
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import ControllerState, ServiceState
@@ -320,6 +327,29 @@ def test_passes_between_resyncs_see_exactly_what_a_full_probe_sees(
 
 
 # -- the event streams' rings and ups -------------------------------------------------------
+def test_a_first_stream_replays_from_the_second_it_started_and_a_reopened_one_from_its_last_event(
+    tmp_path: Path,
+) -> None:
+    """Run by a real sh, with a docker that prints its argv: a first stream's `--since` is
+    the host's clock when it started (an event before docker subscribes it is replayed);
+    a reopened one's is the last event it delivered, given as it is."""
+    docker = tmp_path / "docker"
+    docker.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    docker.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    before = int(subprocess.run(["date", "+%s"], capture_output=True, text=True).stdout)
+    first = subprocess.run(events_argv("prod"), env=env, capture_output=True, text=True)
+    after = int(subprocess.run(["date", "+%s"], capture_output=True, text=True).stdout)
+    said = first.stdout.splitlines()
+    assert said[:3] == ["events", "--filter", "type=container"]
+    assert "label=minidock.cluster=prod" in said
+    assert said[-2] == "--since"
+    assert before <= int(said[-1]) <= after, said
+    again = events_argv("prod", "1700000000.000000123")
+    assert again[:2] == ["docker", "events"]
+    assert again[-2:] == ["--since", "1700000000.000000123"]
+
+
 class _HeldStream:
     """An executor whose `docker events` stays open until the test ends it, printing the
     lines the test sends."""

@@ -136,6 +136,8 @@ def up_command(
         lab.up(hosts, bastion=bastion, sets=parse_sets(image_sets, option="--images"))
     except LabError as exc:
         raise _fail(exc) from exc
+    for note in lab.notes:
+        _errors.print(f"lab: {note}", markup=False)
     rel = os.path.relpath(lab.inventory_path)
     steps = ", ".join(
         f"{step} {lab.timings[step]:.1f}s"

@@ -241,9 +241,10 @@ def project_containers_argv(project: str) -> list[str]:
 
 
 def project_dirs_argv(project: str) -> list[str]:
-    """The compose working directory of every container of a project, one a line: which
-    lab directory the project belongs to."""
-    template = f'{{{{.Label "{COMPOSE_DIR_LABEL}"}}}}'
+    """The state and compose working directory of every container of a project, one a
+    line (`running /r/a/.lab`): which lab directory the project belongs to, and whether
+    that lab still runs."""
+    template = f'{{{{.State}}}} {{{{.Label "{COMPOSE_DIR_LABEL}"}}}}'
     return ["docker", "ps", "-a", *_project_filter(project), "--format", template]
 
 

@@ -60,9 +60,17 @@ def remove_project(project: str) -> None:
             local.run(docker.remove_resources_argv(kind, names), check=False)
 
 
-def project_dirs(project: str) -> set[str]:
-    """The compose working directories the project's containers were created from."""
-    return set(docker.parse_lines(local.run(docker.project_dirs_argv(project)).stdout))
+LIVE_STATES = frozenset({"running", "paused", "restarting"})
+
+
+def project_dirs(project: str) -> dict[str, bool]:
+    """The compose working directories the project's containers were created from, each
+    with whether a container of it still runs (paused counts: a fault, not an end)."""
+    dirs: dict[str, bool] = {}
+    for line in docker.parse_lines(local.run(docker.project_dirs_argv(project)).stdout):
+        state, _, directory = line.partition(" ")
+        dirs[directory] = dirs.get(directory, False) or state in LIVE_STATES
+    return dirs
 
 
 def _port_free(port: int) -> bool:
@@ -166,6 +174,7 @@ class Lab(LabSessions):
 
     labels: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what `up` did beyond starting hosts
 
     # -- ownership
     def check_owner(self, verb: Verb, args: str = "") -> Claim:
@@ -175,7 +184,9 @@ class Lab(LabSessions):
         runs = False
         if verb == "up" and recorded not in (None, self.project):
             runs = str(self.lab_dir) in project_dirs(str(recorded))
-        claim = Claim(self.root, self.project, project_dirs(self.project), recorded, runs)
+        dirs = project_dirs(self.project)
+        live = [d for d, running in dirs.items() if running]
+        claim = Claim(self.root, self.project, list(dirs), recorded, runs, live)
         problem = refusal(claim, verb, args)
         if problem is not None:
             raise NotOwnedError(problem)
@@ -202,7 +213,15 @@ class Lab(LabSessions):
             raise LabError("a lab needs at least one host")
         if not local.engine_available():
             raise LabError("no Docker engine answers `docker info` (run scripts/engine.sh)")
-        self.check_owner("up")
+        claim = self.check_owner("up")
+        stale = claim.foreign_dirs()
+        if stale:  # refusal() let them pass: none of their containers runs
+            remove_project(self.project)
+            where = ", ".join(str(Path(d).parent) for d in stale)
+            self.notes.append(
+                f"removed compose project {self.project!r}'s stopped containers, left by"
+                f" the lab in {where} (none of them ran)"
+            )
 
     def _prepare(self, n: int, bastion: bool, builds: Builds) -> Path:
         """`prepare` once `_may_start` passed, with the images building in `builds`: it

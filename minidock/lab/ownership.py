@@ -4,9 +4,11 @@ Two things can belong to another lab. A **compose project** belongs to the lab d
 its containers were created from (compose labels each container with its working
 directory, which is a lab's `.lab/`); a command refuses a project whose containers come
 from another directory, since container names (`<project>-hostN`) would reach that lab's
-hosts. The **files** under a root (`inventory/lab.toml`, `.lab/known_hosts`,
-`.lab/lab.json`, ...) belong to the project `.lab/lab.json` names; a command for another
-project never deletes them, and `up` never overwrites them while that lab still runs.
+hosts, unless none of those containers runs: then the other lab is gone (a reboot, an
+engine started on a copied disk) and `up` removes its leftovers. The **files** under a
+root (`inventory/lab.toml`, `.lab/known_hosts`, `.lab/lab.json`, ...) belong to the
+project `.lab/lab.json` names; a command for another project never deletes them, and
+`up` never overwrites them while that lab still runs.
 The decision is pure (`refusal`); `minidock.lab.fleet.Lab.check_owner` gathers the facts.
 """
 
@@ -33,6 +35,7 @@ class Claim:
     project_dirs: Collection[str]  # compose working dirs of the project's containers
     recorded: str | None  # the project root/.lab/lab.json names; None: no lab files here
     recorded_runs: bool = False  # that recorded project still has containers from root
+    live_dirs: Collection[str] = ()  # those of project_dirs with a running (or paused) container
 
     @property
     def lab_dir(self) -> str:
@@ -41,6 +44,10 @@ class Claim:
     def foreign_dirs(self) -> list[str]:
         """Working dirs of the project's containers that are not this lab's."""
         return sorted(set(self.project_dirs) - {self.lab_dir})
+
+    def foreign_lab_runs(self) -> bool:
+        """A container of the project from another lab directory runs (or is paused)."""
+        return bool(set(self.foreign_dirs()) & set(self.live_dirs))
 
     def owns_containers(self) -> bool:
         """Some of the project's containers exist and all come from this lab directory."""
@@ -66,6 +73,8 @@ def refusal(claim: Claim, verb: Verb, args: str = "", cwd: Path | None = None) -
     checkout owns is named as such, with nothing to operate it from here."""
     command = f"{verb} {args}".strip()
     foreign = claim.foreign_dirs()
+    if foreign and verb == "up" and not claim.foreign_lab_runs():
+        foreign = []  # stopped leftovers (a reboot, a copied disk): up removes them
     if foreign:
         where = ", ".join(str(_root_of(d)) for d in foreign)
         head = (

@@ -67,7 +67,7 @@ def test_compose_project_argvs() -> None:
     assert docker.project_containers_argv("lab-a") == ["docker", "ps", "-aq", *PROJECT_FILTER]
     assert docker.project_dirs_argv("lab-a") == [
         "docker", "ps", "-a", *PROJECT_FILTER,
-        "--format", '{{.Label "com.docker.compose.project.working_dir"}}',
+        "--format", '{{.State}} {{.Label "com.docker.compose.project.working_dir"}}',
     ]  # fmt: skip
     assert docker.remove_containers_argv(["c1", "c2"]) == ["docker", "rm", "-f", "-v", "c1", "c2"]
     assert docker.resources_argv("volume", "lab-a") == [

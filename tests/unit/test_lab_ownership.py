@@ -26,21 +26,25 @@ PROJECT_LABEL = "label=com.docker.compose.project="
 
 @dataclass
 class FakeEngine:
-    """Containers by compose project, each with the working dir compose recorded; answers
-    the lab's queries and records every command that would change something."""
+    """Containers by compose project, each with the working dir compose recorded and its
+    state; answers the lab's queries and records every command that would change
+    something."""
 
     containers: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)  # by project; default running
     changes: list[list[str]] = field(default_factory=list)
 
-    def add(self, project: str, lab_dir: Path, n: int = 2) -> None:
+    def add(self, project: str, lab_dir: Path, n: int = 2, state: str = "running") -> None:
         self.containers[project] = [(f"{project}-c{i}", str(lab_dir)) for i in range(n)]
+        self.states[project] = state
 
     def run(self, argv: Sequence[str], **_: object) -> Process:
         argv = list(argv)
         project = next((a[len(PROJECT_LABEL) :] for a in argv if a.startswith(PROJECT_LABEL)), "")
         mine = self.containers.get(project, [])
         if argv[:3] == ["docker", "ps", "-a"] and "--format" in argv:
-            return Process(argv, 0, "".join(f"{d}\n" for _, d in mine), "")
+            state = self.states.get(project, "running")
+            return Process(argv, 0, "".join(f"{state} {d}\n" for _, d in mine), "")
         if argv[:3] == ["docker", "ps", "-aq"]:
             return Process(argv, 0, "".join(f"{c}\n" for c, _ in mine), "")
         if argv[1:3] in (["volume", "ls"], ["network", "ls"]):
@@ -293,7 +297,8 @@ def test_refusal_rules() -> None:
     assert refusal(claim(recorded="q"), "status", cwd=cwd) == (
         "/r/a holds the lab of compose project 'q', not 'p': use `minidock lab --project q status`"
     )
-    assert refusal(claim(project_dirs=["/r/b/.lab"]), "up", cwd=cwd) == (
+    running_b = claim(project_dirs=["/r/b/.lab"], live_dirs=["/r/b/.lab"])
+    assert refusal(running_b, "up", cwd=cwd) == (
         "compose project 'p' belongs to another checkout's lab (in /r/b), not to this one"
         " (/r/a); this checkout's own lab takes another project name:"
         " `minidock lab --project NAME up`"
@@ -310,6 +315,52 @@ def test_refusal_rules() -> None:
     assert claim(recorded=None, project_dirs=["/r/a/.lab"]).owns_files()
     assert not claim(recorded=None).owns_files()
     assert not claim(recorded="q", project_dirs=["/r/a/.lab"]).owns_files()
+
+
+def test_up_takes_over_a_project_another_labs_stopped_containers_left() -> None:
+    """A lab none of whose containers runs is gone (a reboot, an engine started on a copied
+    disk: CI once found the demo's project left so by another checkout): `up` may replace
+    it; every other command, and `up` while one of its containers runs or is paused, is
+    still refused."""
+    cwd = Path("/r/a")
+    stopped = claim(recorded=None, project_dirs=["/r/b/.lab"], live_dirs=[])
+    assert refusal(stopped, "up", cwd=cwd) is None
+    for verb in ("down", "status", "kill", "revive", "load"):
+        assert refusal(stopped, verb, cwd=cwd) is not None  # type: ignore[arg-type]
+    running = claim(recorded=None, project_dirs=["/r/b/.lab"], live_dirs=["/r/b/.lab"])
+    assert refusal(running, "up", cwd=cwd) is not None
+    ours_runs = claim(project_dirs=["/r/a/.lab", "/r/b/.lab"], live_dirs=["/r/a/.lab"])
+    assert refusal(ours_runs, "up", cwd=cwd) is None  # only ours runs: b's are leftovers
+
+
+@pytest.mark.parametrize("state", ["exited", "created", "dead"])
+def test_up_removes_the_stopped_leftovers_of_another_root_and_names_them(
+    tmp_path: Path, engine: FakeEngine, state: str
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    make_lab_files(b, "minidock-lab")
+    engine.add("minidock-lab", b.resolve() / ".lab", state=state)
+    before_b = files_under(b)
+    lab = Lab(a, project="minidock-lab")
+    lab._may_start(2)
+    assert ["docker", "rm", "-f", "-v", "minidock-lab-c0", "minidock-lab-c1"] in engine.changes
+    assert engine.containers["minidock-lab"] == []
+    assert lab.notes == [
+        "removed compose project 'minidock-lab''s stopped containers, left by the lab in"
+        f" {b.resolve()} (none of them ran)"
+    ]
+    assert files_under(b) == before_b  # the other root's files are its own
+
+
+@pytest.mark.parametrize("state", ["running", "paused", "restarting"])
+def test_up_refuses_another_roots_lab_while_a_container_of_it_runs(
+    tmp_path: Path, engine: FakeEngine, state: str
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    engine.add("minidock-lab", b.resolve() / ".lab", state=state)
+    with pytest.raises(NotOwnedError, match="belongs to another checkout's lab"):
+        Lab(a, project="minidock-lab")._may_start(2)
+    assert engine.changes == []
 
 
 def test_lab_command_shows_root_and_project_only_when_not_the_default(tmp_path: Path) -> None:

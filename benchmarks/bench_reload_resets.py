@@ -56,14 +56,28 @@ def start(container: str, address: str) -> None:
         docker(container, "run", "-d", "--name", name, "-p", f"{address}:{port}:8080", IMAGE)
     name, ingress = HOST_NETWORK
     docker(container, "rm", "-f", name)
-    run = proxy_run_argv("x", ingress)[1:]  # MiniDock's argv, moved onto the host's network
-    run[run.index("--name") + 1] = name
-    at = run.index("--publish")
-    run[at : at + 4] = ["--network", "host"]  # drops --publish and --sysctl
-    docker(container, *run)
+    docker(container, *on_host_network(proxy_run_argv("x", ingress)[1:], name))
     cluster, ingress = OWN_NAMESPACE
     docker(container, "rm", "-f", f"minidock-ingress-{cluster}")
     docker(container, *proxy_run_argv(cluster, ingress)[1:])
+
+
+def on_host_network(run: list[str], name: str) -> list[str]:
+    """MiniDock's `docker run` argv for the proxy, named `name` and moved onto the host's
+    network: its --publish and --sysctl options (and their values) dropped."""
+    out: list[str] = []
+    words = iter(run)
+    for word in words:
+        if word in ("--publish", "--sysctl"):
+            next(words)
+        elif word == "--name":
+            out += [word, name]
+            next(words)
+        elif word == "run":
+            out += [word, "--network", "host"]
+        else:
+            out.append(word)
+    return out
 
 
 def stop(container: str) -> None:

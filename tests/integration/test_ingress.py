@@ -152,8 +152,15 @@ def assert_no_failure(load: Load | H2Load, fleet: Fleet, md: Minidock) -> None:
         lines = (log.stdout + log.stderr).splitlines()
         errors = [line for line in lines if '"error"' in line][-10:]
         loads = [line[:120] for line in lines if '"load complete"' in line][-10:]
-        detail = "\n".join([*errors, "loads:", *loads, "events:", *timeline(md)])
+        at = [f"{wall_clock(r.started):.3f} {r.status} {r.text[:80]!r}" for r in failed[:5]]
+        detail = "\n".join([*errors, "failed at:", *at, "loads:", *loads, "events:", *timeline(md)])
         raise AssertionError(f"{len(failed)} of {len(load.replies)} failed: {failed[:5]}\n{detail}")
+
+
+def wall_clock(monotonic: float) -> float:
+    """A time.monotonic() reading as a Unix time, to set beside the proxy's log and the
+    events."""
+    return time.time() - time.monotonic() + monotonic
 
 
 def timeline(md: Minidock) -> list[str]:

@@ -35,11 +35,11 @@ from minidock.lab.bastion import (
 from minidock.lab.builds import HOST, Builds, build_order
 from minidock.lab.compose import compose_document, compose_text, detect_dind_mode
 from minidock.lab.containers import HostContainers
-from minidock.lab.directory import LabBastion, LabHost, zone_for
+from minidock.lab.directory import LabBastion, LabDir, LabHost, zone_for
 from minidock.lab.errors import LabError, NotOwnedError
 from minidock.lab.faults import CLEAN_SCRIPT, KillMode
 from minidock.lab.local import parallel, run_coro, write_atomic
-from minidock.lab.ownership import Claim, Verb, refusal
+from minidock.lab.ownership import Claim, Verb, refusal, takeover
 from minidock.lab.probe import HostStatus
 from minidock.model import Host
 
@@ -167,26 +167,33 @@ class LabSessions(HostContainers):
         return run_coro(go())
 
 
+def _claim(lab: LabDir, verb: Verb) -> Claim:
+    """The facts ownership decides on: the project's containers by lab directory (and
+    which still run), and the project the root's files were written for."""
+    recorded = lab.recorded_project()
+    runs = False
+    if verb == "up" and recorded not in (None, lab.project):
+        runs = str(lab.lab_dir) in project_dirs(str(recorded))
+    dirs = project_dirs(lab.project)
+    live = [d for d, running in dirs.items() if running]
+    return Claim(lab.root, lab.project, list(dirs), recorded, runs, live)
+
+
 @dataclass
 class Lab(LabSessions):
     """A lab fleet rooted at `root` (default: the working directory), compose project
-    `project`; `labels` go on every host container, `timings` collects seconds per step."""
+    `project`; `labels` go on every host container, `timings` collects seconds per step,
+    `notes` what `up` did beyond starting hosts."""
 
     labels: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # what `up` did beyond starting hosts
+    notes: list[str] = field(default_factory=list)
 
     # -- ownership
     def check_owner(self, verb: Verb, args: str = "") -> Claim:
         """What this machine says about the project and the files; NotOwnedError (one
         line naming the command that does reach that lab) when `verb` must not act."""
-        recorded = self.recorded_project()
-        runs = False
-        if verb == "up" and recorded not in (None, self.project):
-            runs = str(self.lab_dir) in project_dirs(str(recorded))
-        dirs = project_dirs(self.project)
-        live = [d for d, running in dirs.items() if running]
-        claim = Claim(self.root, self.project, list(dirs), recorded, runs, live)
+        claim = _claim(self, verb)
         problem = refusal(claim, verb, args)
         if problem is not None:
             raise NotOwnedError(problem)
@@ -213,15 +220,10 @@ class Lab(LabSessions):
             raise LabError("a lab needs at least one host")
         if not local.engine_available():
             raise LabError("no Docker engine answers `docker info` (run scripts/engine.sh)")
-        claim = self.check_owner("up")
-        stale = claim.foreign_dirs()
-        if stale:  # refusal() let them pass: none of their containers runs
+        note = takeover(self.check_owner("up"))
+        if note is not None:
             remove_project(self.project)
-            where = ", ".join(str(Path(d).parent) for d in stale)
-            self.notes.append(
-                f"removed compose project {self.project!r}'s stopped containers, left by"
-                f" the lab in {where} (none of them ran)"
-            )
+            self.notes.append(note)
 
     def _prepare(self, n: int, bastion: bool, builds: Builds) -> Path:
         """`prepare` once `_may_start` passed, with the images building in `builds`: it

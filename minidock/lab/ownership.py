@@ -21,7 +21,7 @@ from typing import Literal
 
 from minidock.lab.directory import lab_command
 
-__all__ = ["Claim", "Verb", "refusal"]
+__all__ = ["Claim", "Verb", "refusal", "takeover"]
 
 Verb = Literal["up", "down", "status", "kill", "revive", "load"]
 
@@ -67,6 +67,22 @@ def _root_of(directory: str) -> Path:
     return path.parent if path.name == ".lab" else path
 
 
+def _roots(directories: Collection[str]) -> str:
+    return ", ".join(str(_root_of(d)) for d in directories)
+
+
+def takeover(claim: Claim) -> str | None:
+    """What `up` says when it removes the project's containers that another lab directory
+    left stopped (refusal() let `up` pass them: none runs), or None when there are none."""
+    foreign = claim.foreign_dirs()
+    if not foreign:
+        return None
+    return (
+        f"removed compose project {claim.project!r}'s stopped containers, left by the lab"
+        f" in {_roots(foreign)} (none of them ran)"
+    )
+
+
 def refusal(claim: Claim, verb: Verb, args: str = "", cwd: Path | None = None) -> str | None:
     """Why `minidock lab VERB ARGS` must not act on this lab (one line), or None when it
     may. A command the line names reaches only a lab this root owns: a lab another
@@ -76,10 +92,9 @@ def refusal(claim: Claim, verb: Verb, args: str = "", cwd: Path | None = None) -
     if foreign and verb == "up" and not claim.foreign_lab_runs():
         foreign = []  # stopped leftovers (a reboot, a copied disk): up removes them
     if foreign:
-        where = ", ".join(str(_root_of(d)) for d in foreign)
         head = (
             f"compose project {claim.project!r} belongs to another checkout's lab"
-            f" (in {where}), not to this one ({claim.root})"
+            f" (in {_roots(foreign)}), not to this one ({claim.root})"
         )
         return f"{head}; {_own_lab_hint(claim, verb, command, cwd)}"
     recorded = claim.recorded

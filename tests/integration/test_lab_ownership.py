@@ -96,3 +96,40 @@ def test_a_lab_command_with_the_other_labs_project_is_refused_and_deletes_nothin
             assert fleet.ssh(host, "docker ps").exit_status == 0
     finally:
         remove_project(mine.project)
+
+
+def test_up_takes_over_a_project_another_roots_lab_left_stopped(tmp_path: Path) -> None:
+    """A lab whose containers all stopped (a reboot; CI once started its engine on a disk
+    that held the demo's project so) is gone: `up` of that project from another root
+    removes them, says so in one line, and starts its own; the other root's files stay."""
+    project = f"{PROJECT_PREFIX}{os.getpid()}-t"
+    labels = {PID_LABEL: str(os.getpid()), HOSTNAME_LABEL: socket.gethostname()}
+    gone = Lab(tmp_path / "gone", project=project, labels=labels)
+    try:
+        gone.up(1, sets=("ingress",))
+        left = files_of(gone)
+        ids = subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert ids
+        running = lab_command(tmp_path, "--root", "new", "--project", project, "up")
+        assert_refused(running, "belongs to another checkout's lab")  # still runs: refused
+        subprocess.run(["docker", "stop", "-t", "1", *ids], check=True, capture_output=True)
+
+        new = tmp_path / "new"
+        taken = lab_command(
+            tmp_path, "--root", "new", "--project", project, "up", "--hosts", "1",
+            "--images", "ingress",
+        )  # fmt: skip
+        assert taken.returncode == 0, taken.stderr
+        assert taken.stderr.splitlines() == [
+            f"lab: removed compose project '{project}''s stopped containers, left by the lab"
+            f" in {gone.root} (none of them ran)"
+        ]
+        mine = Lab(new, project=project)
+        assert mine.container_state("host1") == "running"
+        assert all(row.ssh and row.docker for row in mine.status())
+        assert files_of(gone) == left  # the other root's files are its own
+    finally:
+        remove_project(project)

@@ -19,7 +19,7 @@ from minidock.lab.directory import LabDir, LabHost, lab_command
 from minidock.lab.errors import NotOwnedError
 from minidock.lab.fleet import Lab
 from minidock.lab.local import Process
-from minidock.lab.ownership import Claim, refusal
+from minidock.lab.ownership import Claim, refusal, takeover
 
 PROJECT_LABEL = "label=com.docker.compose.project="
 
@@ -331,6 +331,14 @@ def test_up_takes_over_a_project_another_labs_stopped_containers_left() -> None:
     assert refusal(running, "up", cwd=cwd) is not None
     ours_runs = claim(project_dirs=["/r/a/.lab", "/r/b/.lab"], live_dirs=["/r/a/.lab"])
     assert refusal(ours_runs, "up", cwd=cwd) is None  # only ours runs: b's are leftovers
+
+
+def test_takeover_names_the_roots_it_removes_and_nothing_without_them() -> None:
+    assert takeover(claim(project_dirs=["/r/a/.lab"])) is None  # only this root's
+    assert takeover(claim(project_dirs=["/r/b/.lab", "/r/c/.lab"])) == (
+        "removed compose project 'p''s stopped containers, left by the lab in /r/b, /r/c"
+        " (none of them ran)"
+    )
 
 
 @pytest.mark.parametrize("state", ["exited", "created", "dead"])

@@ -38,6 +38,7 @@ __all__ = [
     "reload_argv",
     "remove_argv",
     "run_argv",
+    "stop_argv",
 ]
 
 # The name proxies' image: HAProxy 2.6 under the official image's name and config path
@@ -46,6 +47,9 @@ NAMES_IMAGE = "haproxy:2.6"
 LABEL_NAMES = "minidock.names"  # CLUSTER: a name proxy of that cluster (never a task)
 LABEL_NAMES_SERVICE = "minidock.names.service"
 
+# Seconds a removed name proxy has to finish the connections under way (HAProxy's soft
+# stop) before docker kills it: as long as a task's default stop_grace_period.
+STOP_GRACE = 10
 DIGEST_PREFIX = "# minidock-names "
 CONFIG_PATH = "/usr/local/etc/haproxy/haproxy.cfg"  # the official image's path
 
@@ -106,7 +110,9 @@ def run_argv(cluster: str, service: str, image: str) -> list[str]:
     """Start a service's name proxy on the cluster's network under the service's name,
     restarted by docker between passes: HAProxy in master-worker mode on an empty config
     until a pass loads its first one (as root, so the same argv runs the official image,
-    whose user could not replace its config)."""
+    whose user could not replace its config). `docker stop` sends SIGUSR1, the master's
+    soft stop (the official image's STOPSIGNAL): the listeners close, the connections under
+    way are served to their end, then HAProxy exits."""
     start = 'mkdir -p "${1%/*}"; [ -f "$1" ] || echo global > "$1"; exec haproxy -W -db -f "$1"'
     return [
         "docker", "run", "-d",
@@ -116,10 +122,18 @@ def run_argv(cluster: str, service: str, image: str) -> list[str]:
         "--network", cluster_network(cluster),
         "--network-alias", service,
         "--restart", "unless-stopped",
+        "--stop-signal", "USR1",
         "--user", "0",
         "--entrypoint", "sh",
         image, "-c", start, "sh", CONFIG_PATH,
     ]  # fmt: skip
+
+
+def stop_argv(cluster: str, service: str) -> list[str]:
+    """Stop a name proxy gracefully before it is removed (`run_argv`'s stop signal; docker
+    kills it after STOP_GRACE; a proxy started without it, by an
+    older MiniDock, stops on SIGTERM: at once)."""
+    return ["docker", "stop", "--time", str(STOP_GRACE), name_proxy_name(cluster, service)]
 
 
 def remove_argv(cluster: str, service: str) -> list[str]:

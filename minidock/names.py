@@ -1,7 +1,8 @@
 """The name proxies over SSH (docs/discovery.md): observe each host's, and converge them on
 the pass's endpoint table, as the decision's steps say (`minidock.core.endpoints`): on each
 host, start a missing or stopped one, load a config only where its digest differs (copied
-in, checked by HAProxy, then a seamless reload), remove those the step removes. A host
+in, checked by HAProxy, then a seamless reload), stop (the connections under way served
+to their end) and remove those the step removes. A host
 that does not answer is left for a later pass, never fatal."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from minidock.haproxy import (
     reload_argv,
     remove_argv,
     run_argv,
+    stop_argv,
 )
 from minidock.model import Event, Host, HostNames, NameProxy
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
@@ -76,7 +78,8 @@ async def converge_names(
 ) -> NamesOutcome:
     """Each step's host (`minidock.core.endpoints.name_steps`): after `prepare` (the
     cluster network), one running name proxy per service the step runs, with its config
-    loaded where its digest differs; the proxies the step removes, removed."""
+    loaded where its digest differs; the proxies the step removes, stopped gracefully and
+    removed."""
     outcome = NamesOutcome()
 
     async def one(step: NameStep) -> None:
@@ -91,10 +94,16 @@ async def converge_names(
             line = f"name proxies on {host}: {exc}"
             outcome.failures.append(line)
             outcome.events.append(Event(now, "act-failed", line, host=host))
-        for gone in step.remove:
-            await sh(host, remove_argv(cluster, gone))
-            line = f"removed the name proxy of {gone} on {host}"
-            outcome.events.append(Event(now, "names-removed", line, service=gone, host=host))
+        await asyncio.gather(*(remove(host, gone) for gone in step.remove))
+
+    async def remove(host: str, service: str) -> None:
+        """Stopped first: HAProxy closes its listeners and serves the connections under way
+        to their end (a client that looked the name up before and connects while it stops
+        is refused: the name's hand-over race, docs/discovery.md); then removed."""
+        await sh(host, stop_argv(cluster, service))
+        await sh(host, remove_argv(cluster, service))
+        line = f"removed the name proxy of {service} on {host}"
+        outcome.events.append(Event(now, "names-removed", line, service=service, host=host))
 
     await asyncio.gather(*(one(s) for s in steps))
     return outcome

@@ -6,6 +6,7 @@ connection, and `expose` turned on and then off keeps the name answering."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import time
@@ -13,7 +14,11 @@ from collections import Counter
 
 import pytest
 
+from minidock.core.endpoints import Endpoints, NameStep
 from minidock.haproxy import NAMES_IMAGE, name_proxy_name
+from minidock.model import HostNames, Inventory, NameProxy
+from minidock.names import NamesOutcome, converge_names
+from minidock.ssh import Result, SSHExecutor
 from tests.integration.conftest import Fleet, Minidock, patient_inventory
 
 pytestmark = pytest.mark.integration
@@ -311,3 +316,75 @@ def test_expose_turned_on_then_off_keeps_the_name_answering(
         CLIENT_HOST, "ps", "-q", "--filter", f"name={name_proxy_name(md.cluster, 'api')}"
     )
     assert proxies.stdout.strip() == ""  # turned off: the name proxy is gone
+
+
+AWAIT_SAID = "for i in $(seq 100); do [ -e /tmp/said ] && break; sleep 0.1; done; cat /tmp/said"
+
+
+def test_a_name_proxy_removed_under_a_request_serves_it_to_its_end(
+    fleet: Fleet, lab_inventory: Inventory
+) -> None:
+    """A name proxy a pass removes (`expose` turned off, a host no longer used, a service
+    gone) while a request through it is under way: the request is answered, then the proxy
+    is gone. The adapter's own acts over SSH on a lab host, with an upstream that answers
+    3 s after it is asked (killed at once, as `docker rm -f` did, the request got nothing)."""
+    cluster, network = "gone", "minidock-gone"
+    host = lab_inventory.host(CLIENT_HOST)
+    assert host is not None
+    upstream, asker = "gone-slow", "gone-client"
+    proxy = name_proxy_name(cluster, "slow")
+    # the upstream marks a request it has read (not the proxy's checks, which send nothing)
+    slow = 'nc -ll -p 9000 -e sh -c "read -r line && : >/tmp/asked && sleep 3 && echo answered"'
+    ask = (
+        "exec 3<>/dev/tcp/slow/9000 && echo x >&3 && said=$(timeout 10 head -n1 <&3); "
+        'echo "said: $said" > /tmp/said'
+    )
+
+    def converge(step: NameStep, seen: HostNames, table: tuple[Endpoints, ...]) -> list[str]:
+        async def go() -> NamesOutcome:
+            executor = SSHExecutor()
+
+            async def sh(name: str, argv: list[str], stdin: str | None = None) -> Result:
+                return await executor.run(host, argv, input=stdin)
+
+            try:
+                seen_at = {CLIENT_HOST: seen}
+                return await converge_names(sh, cluster, NAMES_IMAGE, table, [step], seen_at, 0.0)
+            finally:
+                await executor.close()
+
+        done = asyncio.run(go())
+        assert done.failures == [], done.failures
+        return [e.kind for e in done.events]
+
+    try:
+        fleet.docker(CLIENT_HOST, "network", "create", network, check=True)
+        on_network = ("run", "-d", "--network", network, "--name")
+        fleet.docker(CLIENT_HOST, *on_network, upstream, WEB5, "sh", "-c", slow, check=True)
+        fleet.docker(CLIENT_HOST, *on_network, asker, CLIENT_IMAGE, "sleep", "inf", check=True)
+        where = f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}'
+        found = fleet.docker(CLIENT_HOST, "inspect", "-f", where, upstream, check=True)
+        address = found.stdout.strip()
+        table = (Endpoints("slow", 9000, (f"{address}:9000",), ("t1",)),)
+        assert converge(NameStep(CLIENT_HOST, ("slow",)), {}, table) == [
+            "names-started", "endpoints-loaded"
+        ]  # fmt: skip
+        fleet.docker(CLIENT_HOST, "exec", "-d", asker, "bash", "-c", ask, check=True)
+        for _ in range(100):  # the upstream has the request: it is under way
+            if (
+                fleet.docker(CLIENT_HOST, "exec", upstream, "test", "-e", "/tmp/asked").returncode
+                == 0
+            ):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the request never reached the upstream")
+        running = {"slow": NameProxy("slow", True, "")}
+        removed = converge(NameStep(CLIENT_HOST, (), ("slow",)), running, table)
+        assert removed == ["names-removed"]
+        said = fleet.docker(CLIENT_HOST, "exec", asker, "sh", "-c", AWAIT_SAID).stdout
+        assert said == "said: answered\n", said
+        assert fleet.docker(CLIENT_HOST, "ps", "-aq", "--filter", f"name={proxy}").stdout == ""
+    finally:
+        fleet.docker(CLIENT_HOST, "rm", "-f", upstream, asker, proxy)
+        fleet.docker(CLIENT_HOST, "network", "rm", network)

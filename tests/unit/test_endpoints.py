@@ -177,7 +177,7 @@ def test_converging_starts_a_missing_proxy_loads_only_where_the_digest_differs()
     by_host = {h: [a[1] for h2, a in calls if h2 == h] for h in seen}
     assert by_host["host1"] == ["rm", "run", "cp", "exec", "kill"]
     assert by_host["host2"] == []
-    assert by_host["host3"] == ["cp", "exec", "kill", "rm"]  # and the proxy of `gone` removed
+    assert by_host["host3"] == ["cp", "exec", "kill", "stop", "rm"]  # `gone`: stopped, removed
     assert by_host["host4"] == []
     assert [e.kind for e in outcome.events].count("endpoints-loaded") == 2
     assert loaded_name_upstreams(seen) == frozenset()
@@ -270,6 +270,8 @@ def test_the_name_proxy_starts_under_the_services_name_on_the_cluster_network() 
     assert argv[argv.index("--label") + 1] == "minidock.names=c"
     assert "haproxy -W -db" in argv[-3]
     assert NAMES_IMAGE in argv
+    # docker stop sends the master's soft stop: the connections under way are served
+    assert argv[argv.index("--stop-signal") + 1] == "USR1"
 
 
 def test_expose_in_the_spec(tmp_path: Path) -> None:

@@ -16,6 +16,15 @@ host whose stream is not up is probed by every pass). Between resyncs a pass pro
 the hosts whose stream rang or is not up (core.watching.probe_scope, `take`); every
 other host's stream is up and silent, so its last observation stands; the resync probes
 every host whatever the streams said.
+
+Docker says `die` before `docker ps` does: the daemon logs the event, cleans the container
+up (its network, its mounts: a while on a loaded host), and only then updates the view
+`ps` reads, so a pass that probes at once may still see the container running. A stream
+therefore keeps each container whose `die` came until a probe of its host shows it not
+live (or its `start` or `destroy` came); until then its host counts as rung, and the
+watch runs another pass soon (`unconfirmed`). A `die` no probe has confirmed within
+DIED_PATIENCE (its host does not answer, or `ps` never catches up) is let go: the resync
+sees it.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from minidock.commands.facts import event_since, events_argv, parse_event
@@ -38,6 +47,7 @@ log = logging.getLogger(__name__)
 FIRST_PAUSE = 1.0  # seconds before a broken stream is reopened; doubles while it fails
 LAST_PAUSE = 30.0
 UP_AFTER = 1.0  # seconds a stream must have lasted (or a line) to count as having been up
+DIED_PATIENCE = 30.0  # seconds a probe may show a container live after its `die`
 
 
 @dataclass
@@ -52,6 +62,7 @@ class _Stream:
     broken: int = 0  # how many times it ended after it was up
     up: bool = False  # open, and up (a line came, or it lasted UP_AFTER): it would tell
     rung: bool = False  # it rang since the last pass took its rings (`take`)
+    died: dict[str, float] = field(default_factory=dict)  # short id -> when its `die` came
     events: list[str] = field(default_factory=list)  # the last few actions (diagnostics)
 
 
@@ -83,10 +94,26 @@ class EventStreams:
         that a host neither rang nor down is as its last probe saw it
         (core.watching.probe_scope)."""
         mine = [s for (c, _), s in self._streams.items() if c == cluster]
-        rung = frozenset(s.host.name for s in mine if s.rung)
+        rung = frozenset(s.host.name for s in mine if s.rung or s.died)
         for s in mine:
             s.rung = False
         return rung, frozenset(s.host.name for s in mine if s.up)
+
+    def seen(self, cluster: str, live: Mapping[str, Set[str]]) -> None:
+        """A pass of `cluster` observed these hosts, with these containers live (short
+        ids): a `die` is confirmed once its container is not among them."""
+        now = time.monotonic()
+        for (c, name), stream in self._streams.items():
+            if c != cluster:
+                continue
+            for died, at in list(stream.died.items()):
+                gone = name in live and died not in live[name]
+                if gone or now - at >= DIED_PATIENCE:  # a host that does not answer, too
+                    del stream.died[died]
+
+    def unconfirmed(self) -> bool:
+        """Whether a `die` came that no probe has shown yet: another pass is due soon."""
+        return any(s.died for s in self._streams.values())
 
     def _ring(self, stream: _Stream) -> None:
         stream.rung = True
@@ -145,6 +172,10 @@ class EventStreams:
                 return
             delivered = stream.up = True
             stream.last_event = max(stream.last_event, found[2])
+            if found[0] == "die":
+                stream.died[found[1][:12]] = time.monotonic()
+            elif found[0] in ("start", "destroy"):
+                stream.died.pop(found[1][:12], None)
             stream.events = [*stream.events[-9:], found[0]]
             log.debug("%s: docker event %s %s", stream.host.name, found[0], found[1][:12])
             self._ring(stream)

@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from minidock.core.watching import backoff_ends, probe_scope
 from minidock.masking import Masks
-from minidock.model import Cluster, Inventory
+from minidock.model import Cluster, Inventory, Observed
 from minidock.observe import ProbeMemory
 from minidock.runner import PassResult, run_pass
 from minidock.ssh import Executor
@@ -255,11 +255,22 @@ async def watch_step(
                 code = verdict(result)
                 seconds = runtime.clock.monotonic() - started
                 record_pass(store, result, code, seconds, runtime.clock.now())
+            if streams is not None:
+                streams.seen(desired.cluster.name, live_ids(result.observed))
     except Busy as exc:
         return PassSkipped(str(exc), cluster=cluster)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
     return PassDone(result, code, cluster)
+
+
+def live_ids(observed: Observed) -> dict[str, set[str]]:
+    """The short ids of the live containers on each host a pass observed."""
+    return {
+        name: {c.id[:12] for c in (*seen.containers, *seen.others) if c.live}
+        for name, seen in observed.hosts.items()
+        if seen.ok
+    }
 
 
 @dataclass
@@ -328,7 +339,8 @@ async def watch(
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
                 await run_scheduled([h.location for h in targets], runtime, due, runtime.notice)
-                bell.finished(under_way=left.under_way, backoff_left=left.backoff)
+                under_way = left.under_way or streams.unconfirmed()  # docker's ps lags its `die`
+                bell.finished(under_way=under_way, backoff_left=left.backoff)
                 await bell.wait()
         finally:
             await streams.close()

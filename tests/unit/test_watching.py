@@ -399,6 +399,49 @@ def test_a_stream_counts_as_up_only_once_it_would_tell_and_its_rings_are_taken_o
     ]
 
 
+def test_a_die_keeps_its_host_rung_until_a_probe_shows_the_container_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Docker logs `die` before `ps` shows it (it cleans the container up first): the host
+    stays rung, and the watch busy, until a probe of it no longer shows the container live;
+    a `start` or `destroy` of it ends the wait too, and so does DIED_PATIENCE."""
+    monkeypatch.setattr(streams, "UP_AFTER", 60.0)
+    h1 = Host("h1", "127.0.0.1")
+    other = "b" * 64
+
+    async def scenario() -> None:
+        held = _HeldStream()
+        events = streams.EventStreams(cast(Executor, held), lambda host: None)
+        events.follow("c", [h1])
+        events.take("c")
+        await held.lines.put(f"die {WEB} 1700000000000000000")
+        await asyncio.sleep(0.01)
+        assert events.take("c")[0] == {"h1"}
+        assert events.unconfirmed()
+        events.seen("c", {"h1": {WEB[:12]}})  # ps lags: still running
+        assert events.take("c")[0] == {"h1"}
+        assert events.unconfirmed()
+        events.seen("c", {"h2": set()})  # another host's probe says nothing of h1's
+        assert events.unconfirmed()
+        events.seen("c", {"h1": {other[:12]}})  # ps caught up: gone
+        assert events.take("c")[0] == frozenset()
+        assert not events.unconfirmed()
+        for ends in (f"start {WEB} 1700000000000000001", f"destroy {WEB} 1700000000000000002"):
+            await held.lines.put(f"die {WEB} 1700000000000000000")
+            await held.lines.put(ends)
+            await asyncio.sleep(0.01)
+            assert not events.unconfirmed()
+        await held.lines.put(f"die {other} 1700000000000000003")
+        await asyncio.sleep(0.01)
+        monkeypatch.setattr(streams, "DIED_PATIENCE", 0.0)
+        events.seen("c", {})  # h1 did not answer, and the patience is out
+        assert not events.unconfirmed()
+        await held.lines.put(None)
+        await events.close()
+
+    asyncio.run(scenario())
+
+
 # -- watch parses its inventory again only when the file changed ----------------------------
 def test_watch_parses_the_inventory_again_only_when_its_bytes_change(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

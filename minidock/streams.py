@@ -17,7 +17,7 @@ the hosts whose stream rang or is not up (core.watching.probe_scope, `take`); ev
 other host's stream is up and silent, so its last observation stands; the resync probes
 every host whatever the streams said.
 
-Docker says `die` before `docker ps` does: the daemon logs the event, cleans the container
+Docker may say `die` before `docker ps` does: 20.10 logs the event, cleans the container
 up (its network, its mounts: a while on a loaded host), and only then updates the view
 `ps` reads, so a pass that probes at once may still see the container running. A stream
 therefore keeps each container whose `die` came until a probe of its host shows it not

@@ -131,8 +131,7 @@ def run_argv(cluster: str, service: str, image: str) -> list[str]:
 
 def stop_argv(cluster: str, service: str) -> list[str]:
     """Stop a name proxy gracefully before it is removed (`run_argv`'s stop signal; docker
-    kills it after STOP_GRACE; a proxy started without it, by an
-    older MiniDock, stops on SIGTERM: at once)."""
+    kills it after STOP_GRACE; one an older MiniDock started stops on SIGTERM, at once)."""
     return ["docker", "stop", "--time", str(STOP_GRACE), name_proxy_name(cluster, service)]
 
 

@@ -2,8 +2,8 @@
 the pass's endpoint table, as the decision's steps say (`minidock.core.endpoints`): on each
 host, start a missing or stopped one, load a config only where its digest differs (copied
 in, checked by HAProxy, then a seamless reload), stop (the connections under way served
-to their end) and remove those the step removes. A host
-that does not answer is left for a later pass, never fatal."""
+to their end) and remove those the step removes. A host that does not answer is left for
+a later pass, never fatal."""
 
 from __future__ import annotations
 

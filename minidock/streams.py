@@ -23,8 +23,8 @@ up (its network, its mounts: a while on a loaded host), and only then updates th
 therefore keeps each container whose `die` came until a probe of its host shows it not
 live (or its `start` or `destroy` came); until then its host counts as rung, and the
 watch runs another pass soon (`unconfirmed`). A `die` no probe has confirmed within
-DIED_PATIENCE (its host does not answer, or `ps` never catches up) is let go: the resync
-sees it.
+core.watching.DIED_PATIENCE (its host does not answer, or `ps` never catches up) is let
+go: the resync sees it.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from minidock.commands.facts import event_since, events_argv, parse_event
+from minidock.core.watching import unconfirmed_dies
 from minidock.model import Host
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Unreachable
 
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 FIRST_PAUSE = 1.0  # seconds before a broken stream is reopened; doubles while it fails
 LAST_PAUSE = 30.0
 UP_AFTER = 1.0  # seconds a stream must have lasted (or a line) to count as having been up
-DIED_PATIENCE = 30.0  # seconds a probe may show a container live after its `die`
 
 
 @dataclass
@@ -104,12 +104,8 @@ class EventStreams:
         ids): a `die` is confirmed once its container is not among them."""
         now = time.monotonic()
         for (c, name), stream in self._streams.items():
-            if c != cluster:
-                continue
-            for died, at in list(stream.died.items()):
-                gone = name in live and died not in live[name]
-                if gone or now - at >= DIED_PATIENCE:  # a host that does not answer, too
-                    del stream.died[died]
+            if c == cluster:
+                stream.died = unconfirmed_dies(stream.died, live.get(name), now)
 
     def unconfirmed(self) -> bool:
         """Whether a `die` came that no probe has shown yet: another pass is due soon."""

@@ -16,6 +16,7 @@ from minidock.model import Service
 
 __all__ = [
     "ANSWER_FACTOR",
+    "DIED_PATIENCE",
     "HISTORY",
     "PROGRESS",
     "SETTLE",
@@ -27,6 +28,7 @@ __all__ = [
     "probe_scope",
     "slow",
     "to_inspect",
+    "unconfirmed_dies",
 ]
 
 # -- which containers need docker inspect ---------------------------------------------------
@@ -114,6 +116,23 @@ def backoff_ends(state: ControllerState, now: float) -> float | None:
         if slot.next_start > now and not slot.failed
     ]
     return min(left, default=None)
+
+
+DIED_PATIENCE = 30.0  # seconds a probe may show a container live after its `die`
+
+
+def unconfirmed_dies(
+    died: Mapping[str, float], live: Set[str] | None, now: float
+) -> dict[str, float]:
+    """Of a host's `die`s (container id -> when it came), those no probe has confirmed yet:
+    Docker 20.10 says `die` before `docker ps` does (minidock.streams), so a die stands
+    while a probe of the host (`live`: the ids it found live; None: not observed by this
+    pass) still lists its container live, and is let go DIED_PATIENCE after it came."""
+    return {
+        cid: at
+        for cid, at in died.items()
+        if now - at < DIED_PATIENCE and (live is None or cid in live)
+    }
 
 
 # -- when the next pass runs ----------------------------------------------------------------

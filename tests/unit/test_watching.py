@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -24,6 +25,7 @@ from minidock.commands.facts import (
     parse_listing,
     ps_argv,
 )
+from minidock.core import watching
 from minidock.core.hosts import SLOW_GRACE, HostPhase, HostState, probe_step
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import ControllerState, ServiceState
@@ -38,13 +40,14 @@ from minidock.core.watching import (
     probe_scope,
     slow,
     to_inspect,
+    unconfirmed_dies,
 )
 from minidock.model import Host, HostObservation, Inventory, PortMapping, Service
 from minidock.observe import ProbeMemory, observe
 from minidock.runner import run_pass
 from minidock.spec import SpecError
 from minidock.ssh import Executor, OutputLine, Result, Step, batch_script, parse_batch
-from minidock.usecases import access
+from minidock.usecases import access, passes
 from tests.fakes import FakeDocker, FakeExecutor, ok
 from tests.sim import RunnerWorld, hosts, svc
 
@@ -399,6 +402,48 @@ def test_a_stream_counts_as_up_only_once_it_would_tell_and_its_rings_are_taken_o
     ]
 
 
+def test_a_die_stands_while_a_probe_lists_its_container_live_and_until_the_patience() -> None:
+    died = {"a": 100.0, "b": 100.0}
+    assert unconfirmed_dies(died, {"a", "c"}, 101.0) == {"a": 100.0}  # b: probed, not live
+    assert unconfirmed_dies(died, None, 101.0) == died  # the host was not observed
+    assert unconfirmed_dies(died, {"a", "b"}, 100.0 + watching.DIED_PATIENCE) == {}
+
+
+def test_a_die_stands_while_the_probes_observation_lists_its_task_live() -> None:
+    """What a watch pass hands the streams (passes.live_ids of its observation) confirms
+    a die once the probe no longer lists the task live."""
+    docker = FakeDocker()
+    labels = {
+        "minidock.cluster": "c",
+        "minidock.service": "web",
+        "minidock.slot": "1",
+        "minidock.task": "t1",
+        "minidock.spec": "s",
+    }
+    web = docker.add("host1", "web.1.t1", labels)
+    host = Host("host1", "10.0.0.1")
+    executor = docker.executor()
+    events = streams.EventStreams(executor, lambda name: None)
+
+    async def scenario() -> list[bool]:
+        events.follow("c", [host])
+        await asyncio.sleep(0.01)  # the fake answers no `docker events`: the stream ends
+        stream = events.stream("c", "host1")
+        assert stream is not None
+        stream.died[web[:12]] = time.monotonic()  # its `die` came
+        said = []
+        for status in ("running", "exited"):  # ps lags, then catches up
+            docker.engines["host1"][web]["State"]["Status"] = status
+            observed = await observe(executor, [host], "c")
+            assert [c.task for c in observed.containers()] == ["t1"]
+            events.seen("c", passes.live_ids(observed))
+            said.append(events.unconfirmed())
+        await events.close()
+        return said
+
+    assert asyncio.run(scenario()) == [True, False]
+
+
 def test_a_die_keeps_its_host_rung_until_a_probe_shows_the_container_gone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -433,7 +478,7 @@ def test_a_die_keeps_its_host_rung_until_a_probe_shows_the_container_gone(
             assert not events.unconfirmed()
         await held.lines.put(f"die {other} 1700000000000000003")
         await asyncio.sleep(0.01)
-        monkeypatch.setattr(streams, "DIED_PATIENCE", 0.0)
+        monkeypatch.setattr(watching, "DIED_PATIENCE", 0.0)
         events.seen("c", {})  # h1 did not answer, and the patience is out
         assert not events.unconfirmed()
         await held.lines.put(None)

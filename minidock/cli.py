@@ -1336,6 +1336,55 @@ def state_migrate(
     )
 
 
+@state_app.command("backup")
+def state_backup(
+    file: Annotated[Path, typer.Argument(help="The file to write (0600; replaced atomically).")],
+    state: StateOption = None,
+) -> None:
+    """Write a consistent copy of the whole state (every cluster, generations, controller
+    state, events, the controller id) into FILE; secrets stay sealed, the key file is not
+    in it. Takes no lock: safe while a pass runs."""
+    location = state_dir(state)
+    done = checked(lambda: usecases.backup_state(location, file))
+    out.print(
+        f"wrote {file}: {len(done.clusters)} cluster(s) ({', '.join(done.clusters)}), "
+        f"{done.generations} generations, {done.events} events, controller {done.controller}",
+        markup=False,
+    )
+    if done.key_id:
+        out.print(
+            f"its secrets are sealed with key {done.key_id}: keep the key file "
+            "(DIR/secrets.key or $MINIDOCK_KEY_FILE) apart from it; a restore needs both",
+            markup=False,
+        )
+
+
+@state_app.command("restore")
+def state_restore(
+    file: Annotated[Path, typer.Argument(help="A file `minidock state backup` wrote.")],
+    key_file: Annotated[
+        Path | None,
+        typer.Option("--key-file", help="The old controller's key file, copied into the state."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a state the store already holds.")
+    ] = False,
+    state: StateOption = None,
+) -> None:
+    """Put a state backup back into this controller's store (a new machine's), with the
+    old controller's id, so the next pass converges the same fleet with no change."""
+    location = state_dir(state)
+    done = run(
+        usecases.restore_state(file, location, runtime().clock, key_file=key_file, force=force)
+    )
+    out.print(
+        f"restored {', '.join(done.clusters)} into {location}: {done.generations} "
+        f"generations, {done.events} events, controller {done.controller}; "
+        "`minidock plan` shows what a pass would do",
+        markup=False,
+    )
+
+
 secrets_app = typer.Typer(
     name="secrets",
     help="Secrets: edit an age-encrypted file; check which tasks hold an older value.",

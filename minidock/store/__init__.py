@@ -84,8 +84,9 @@ class Backend(Protocol):
         """Whether anything was ever stored there (reading it creates nothing)."""
         ...
 
-    def controller_id(self) -> str:
-        """The location's controller id (made once, random), labelled on every task."""
+    def controller_id(self, given: str | None = None) -> str:
+        """The location's controller id (made once, random, or `given` when none was made
+        yet: a restored state keeps its id), labelled on every task."""
         ...
 
     def existing_controller_id(self) -> str | None:
@@ -162,9 +163,9 @@ def has_state(location: StateLocation) -> bool:
     return backend(location).has_state()
 
 
-def controller_id(location: StateLocation) -> str:
+def controller_id(location: StateLocation, given: str | None = None) -> str:
     """`Backend.controller_id` of `location`."""
-    return backend(location).controller_id()
+    return backend(location).controller_id(given)
 
 
 def existing_controller_id(location: StateLocation) -> str | None:

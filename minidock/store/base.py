@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from minidock.core import ControllerState
 from minidock.model import Cluster, Event
+
+if TYPE_CHECKING:
+    from minidock.store.codec import Codec
 
 __all__ = [
     "GenerationRecord",
@@ -135,7 +138,13 @@ class Store(Protocol):
 
 
 class PortableStore(Store, Protocol):
-    """A store that can be copied whole: what `state migrate` reads and writes."""
+    """A store that can be copied whole: what `state migrate` reads and writes, and
+    `state backup` writes out with its own codec (secret values stay sealed)."""
+
+    @property
+    def codec(self) -> Codec:
+        """Its JSON round-trips, secret values sealed by its key."""
+        ...
 
     def snapshot(self) -> Snapshot:
         """Everything the store holds, read at one point in time."""

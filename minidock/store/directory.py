@@ -134,17 +134,19 @@ def ensure_state_dir(directory: Path) -> Path:
 CONTROLLER_ID_NAME = "controller-id"
 
 
-def controller_id(directory: Path) -> str:
+def controller_id(directory: Path, given: str | None = None) -> str:
     """This state directory's controller id (made once, random), labelled on every task it
     starts. It lives beside state.db, not in it: a lost state.db keeps its identity, so an
-    apply adopts the tasks at once, while another directory's store needs `--adopt`."""
+    apply adopts the tasks at once, while another directory's store needs `--adopt`.
+    `given`: the id to take when none was made yet (`state restore` on a new controller);
+    the id there wins when one was."""
     path = directory / CONTROLLER_ID_NAME
     try:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
     ensure_state_dir(directory)
-    new = os.urandom(6).hex()
+    new = given or os.urandom(6).hex()
     tmp = path.with_name(f".{CONTROLLER_ID_NAME}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     with os.fdopen(fd, "w") as f:

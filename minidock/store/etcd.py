@@ -344,13 +344,13 @@ def existing_controller_id(url: EtcdURL) -> str | None:
         store.close()
 
 
-def controller_id(url: EtcdURL) -> str:
-    """This store's controller id, labelled on every task it starts: made once (random)
-    by the first to ask, kept under its own key (docs/state.md)."""
+def controller_id(url: EtcdURL, given: str | None = None) -> str:
+    """This store's controller id, labelled on every task it starts: made once (random,
+    or `given`) by the first to ask, kept under its own key (docs/state.md)."""
     store = EtcdStore.open(url)
     try:
         key = store.keys.controller_id
-        new = os.urandom(6).hex().encode()
+        new = (given or os.urandom(6).hex()).encode()
         reply = store.client.txn(
             rpc.TxnRequest(
                 compare=[compare_create(key, 0)], success=[put(key, new)], failure=[get(key)]
@@ -687,8 +687,8 @@ class EtcdBackend:
     def has_state(self) -> bool:
         return has_state(self.location)
 
-    def controller_id(self) -> str:
-        return controller_id(self.location)
+    def controller_id(self, given: str | None = None) -> str:
+        return controller_id(self.location, given)
 
     def existing_controller_id(self) -> str | None:
         return existing_controller_id(self.location)

@@ -431,8 +431,8 @@ class SQLiteBackend:
     def has_state(self) -> bool:
         return has_state(self.location)
 
-    def controller_id(self) -> str:
-        return controller_id(self.location)
+    def controller_id(self, given: str | None = None) -> str:
+        return controller_id(self.location, given)
 
     def existing_controller_id(self) -> str | None:
         check_state_dir(self.location)  # a path that is a file, another user's: refused

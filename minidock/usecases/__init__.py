@@ -82,6 +82,7 @@ from minidock.usecases.runtime import (
     Interrupt,
     Runtime,
 )
+from minidock.usecases.statefile import StateBackupOutcome, backup_state, restore_state
 from minidock.usecases.tasks import exec_task, logs, ps
 
 __all__ = [
@@ -125,6 +126,7 @@ __all__ = [
     "RunOutcome",
     "Runtime",
     "ScaleOutcome",
+    "StateBackupOutcome",
     "StateLocation",
     "StatusOutcome",
     "StoreDown",
@@ -135,6 +137,7 @@ __all__ = [
     "Writer",
     "activate",
     "apply",
+    "backup_state",
     "converge",
     "convert",
     "drain",
@@ -159,6 +162,7 @@ __all__ = [
     "rebalance",
     "reconcile",
     "reset",
+    "restore_state",
     "resume",
     "rollback",
     "run_oneoff",

@@ -1,4 +1,4 @@
 """MiniDock: an agentless Docker fleet orchestrator over SSH."""
 
 __all__ = ["__version__"]
-__version__ = "0.1.0"
+__version__ = "0.5.0"

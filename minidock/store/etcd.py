@@ -65,7 +65,9 @@ __all__ = [
     "seal_at_rest",
 ]
 
-SCHEMA_VERSION = 2  # 1: secrets in clear (sealed by the first writer); 2: sealed
+# 1: secrets in clear (sealed by the first writer); 2: sealed; 3: written by MiniDock 0.5,
+# refused by an older one (as minidock.store.sqlite.SCHEMA_VERSION); raised by the writer
+SCHEMA_VERSION = 3
 _ID_DIGITS = 20  # zero-padded ids: the keys' byte order is the ids' order
 
 
@@ -421,8 +423,11 @@ class EtcdWriter:
         if not self.held:
             raise RuntimeError(f"the writer lock on {self.url} is not held")
         store = EtcdStore(self.url, self.client, self)
-        if 0 < self.meta.schema < SCHEMA_VERSION and self.meta_rev > 0:
+        if self.meta.schema == 1 and self.meta_rev > 0:
             seal_at_rest(store, self)
+        elif 1 < self.meta.schema < SCHEMA_VERSION and self.meta_rev > 0:  # only marked
+            new = replace(self.meta, schema=SCHEMA_VERSION, commit=uuid.uuid4().hex)
+            self.fenced_txn([put(self.keys.meta, new.dumps().encode())], new)
         return store
 
     def fence(self) -> None:

@@ -50,7 +50,11 @@ __all__ = [
     "prepare",
 ]
 
-SCHEMA_VERSION = 2  # 1: secrets in clear (sealed by the first writer); 2: sealed
+# 1: secrets in clear (sealed by the first writer); 2: sealed; 3: written by MiniDock 0.5,
+# whose controller state holds records (backup intents, restores awaited) that an older
+# MiniDock would drop on its next write, so an older one refuses it (CHANGELOG.md).
+# Raised by the first writer (`seal_at_rest`); readers leave an older database as it is.
+SCHEMA_VERSION = 3
 _BUSY_TIMEOUT = 10.0  # seconds a reader/writer waits for SQLite's own short-lived locks
 
 _SCHEMA = (
@@ -248,14 +252,18 @@ class SQLiteStore:
             _append(db, snapshot.events)
 
     def seal_at_rest(self) -> None:
-        """A schema-1 database (secrets in clear): every generation and the controller row
+        """An older database raised to this schema by its writer before its pass: a
+        schema-1 one (secrets in clear) has every generation and the controller row
         rewritten sealed in one transaction, then the WAL checkpointed and truncated, so
-        no clear value is left in either file (the writer does this before its pass)."""
-        if _schema_version(self._db) != 1:
+        no clear value is left in either file; a schema-2 one is only marked."""
+        version = _schema_version(self._db)
+        if version in (0, SCHEMA_VERSION):
             return
         with self._transaction() as db:
             _seal_schema_1(db, self.codec)
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if version == 1:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- internals ------------------------------------------------------------------------
     @property
@@ -342,8 +350,8 @@ def _schema_version(db: sqlite3.Connection) -> int:
 
 def _migrate(db: sqlite3.Connection, path: Path) -> None:
     """Create the schema on first use; refuse a newer one. Readers of a current database
-    take no lock; a schema-1 database is left for its first writer to seal."""
-    if _schema_version(db) in (1, SCHEMA_VERSION):
+    take no lock; an older one (1, 2) is left for its first writer to raise (and seal)."""
+    if 0 < _schema_version(db) <= SCHEMA_VERSION:
         return
     db.execute("BEGIN IMMEDIATE")
     try:

@@ -302,7 +302,7 @@ def test_an_etcd_controller_without_the_key_refuses(
 def test_an_older_clear_etcd_state_is_sealed_by_its_first_writer_and_compacted(
     fleet: Fleet, etcd_cluster: EtcdCluster, etcd_url: str
 ) -> None:
-    from minidock.store.etcd import EtcdStore, EtcdWriter, Meta, generation_doc
+    from minidock.store.etcd import SCHEMA_VERSION, EtcdStore, EtcdWriter, Meta, generation_doc
     from minidock.store.etcd_client import put
 
     location = parse_location(etcd_url)
@@ -338,7 +338,7 @@ def test_an_older_clear_etcd_state_is_sealed_by_its_first_writer_and_compacted(
     assert leaks(listed.stdout.encode()) == []
     reader = EtcdStore.open(location)
     try:
-        assert reader.meta()[0].schema == 2
+        assert reader.meta()[0].schema == SCHEMA_VERSION
         assert reader.load().services["db"].spec.secrets == (("DB_PASSWORD", DB_SECRET),)
     finally:
         reader.close()

@@ -1,0 +1,80 @@
+"""Two controllers of different versions on one state (issue 45): a state written by
+MiniDock 0.4 (schema 2) is read as it is by 0.5's readers and raised to schema 3 by 0.5's
+first writer; from then on a controller that knows only schema 2 (0.4) refuses it with one
+line (it would drop what 0.5 records), and its readers alike. Both stores."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from minidock import store as stores
+from minidock.store import etcd as etcd_store
+from minidock.store import sqlite as sqlite_store
+from minidock.store.directory import DB_NAME
+from minidock.store.location import EtcdURL
+from tests.etcd import EtcdCluster
+from tests.unit.test_state import _event, _state
+
+
+def _commit(location: stores.StateLocation) -> None:
+    stores.prepare(location)
+    lock = stores.writer_lock(location)
+    lock.acquire()
+    store = lock.store()
+    try:
+        store.commit(_state(1), [_event(1)])
+    finally:
+        store.close()
+        lock.release()
+
+
+def _version(directory: Path) -> int:
+    db = sqlite3.connect(directory / DB_NAME)
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_schema_2_directory_is_raised_by_the_first_writer_then_refused_by_an_older_minidock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    with monkeypatch.context() as older:  # MiniDock 0.4 writes it
+        older.setattr(sqlite_store, "SCHEMA_VERSION", 2)
+        _commit(state)
+    assert _version(state) == 2
+    reader = stores.open_reader(state)  # 0.5 reads it, as it is
+    assert reader.load() == _state(1)
+    reader.close()
+    assert _version(state) == 2
+    _commit(state)  # 0.5's first writer raises it
+    assert _version(state) == sqlite_store.SCHEMA_VERSION == 3
+    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", 2)  # 0.4 again
+    with pytest.raises(stores.StoreUnusable, match=r"has schema version 3; .* upgrade minidock"):
+        stores.open_reader(state)
+
+
+def test_an_etcd_state_is_raised_alike(
+    etcd_url: str, etcd_cluster: EtcdCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = stores.parse_location(etcd_url)
+    assert isinstance(url, EtcdURL)
+    _commit(url)
+    store = etcd_store.EtcdStore.open(url)
+    meta = replace(store.meta()[0], schema=2)  # as MiniDock 0.4 left it
+    store.close()
+    done = etcd_cluster.etcdctl("put", etcd_store.Keys(url.prefix).meta.decode(), meta.dumps())
+    assert done.returncode == 0, done.stderr
+    _commit(url)  # 0.5's first writer raises it
+    store = etcd_store.EtcdStore.open(url)
+    assert store.meta()[0].schema == etcd_store.SCHEMA_VERSION == 3
+    assert store.load() == _state(1)
+    store.close()
+    monkeypatch.setattr(etcd_store, "SCHEMA_VERSION", 2)  # 0.4 again
+    with pytest.raises(stores.StoreUnusable, match=r"schema version 3; .* upgrade minidock"):
+        stores.open_reader(url)

@@ -1,13 +1,14 @@
 """Every example in the docs validates as written (issue 45): each ```toml block of the
-README and docs/*.md is loaded by the real loaders, an inventory example as an inventory,
-any other as a cluster spec, and each ```yaml block with `services:` as a Compose file
-(with an inventory beside it, and the files it binds made). A fragment (a service's keys without its image, a table of
-one key) is completed only with what it leaves out: a cluster name, an inventory, an
-image for each service it names, the files and the secret sources it reads (made in a
-temporary directory: a secret file, a command on PATH, a real age file). A block marked
-`<!-- not-validated: why -->` on the line before it is skipped, with the reason in the doc;
-so is one marked `<!-- tutorial: file|append ... -->`: tests/integration/test_tutorial.py
-applies those, joined as the tutorial says, on the lab.
+README and docs/*.md is loaded by the real loaders, an inventory example as an
+inventory, any other as a cluster spec, and each ```yaml block with `services:` as a
+Compose file (with an inventory beside it, and the files it binds made). A fragment (a
+service's keys without its image, a table of one key) is completed only with what it
+leaves out: a cluster name, an inventory, an image for each service it names, the files
+and the secret sources it reads (made in a temporary directory: a secret file, a command
+on PATH, a real age file). A block marked `<!-- not-validated: why -->` on the line
+before it is skipped, with the reason in the doc; so is one marked `<!-- tutorial:
+file|append ... -->`: tests/integration/test_tutorial.py applies those, joined as the
+tutorial says, on the lab.
 """
 
 from __future__ import annotations
@@ -76,10 +77,8 @@ def test_the_docs_have_examples() -> None:
 def test_each_example_validates_as_written(
     example: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if example.lang == "yaml":  # a Compose file (a block that is not YAML fails here)
-        doc = yaml.safe_load(example.text)
-    else:
-        doc = tomllib.loads(example.text)  # a block that is not TOML fails here
+    # a block that is not YAML (a Compose file) or TOML fails here
+    doc = yaml.safe_load(example.text) if example.lang == "yaml" else tomllib.loads(example.text)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     work = tmp_path / "etc"

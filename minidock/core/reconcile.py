@@ -590,7 +590,7 @@ def _slot_with_tasks(
         return SlotDecision(ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why))
     misplaced = view.misplaced(target, task)
     if misplaced and target.pinned and task.spec == spec:
-        why = f"{misplaced}, but it holds its named volume there (drain --move-volumes-unsafe)"
+        why = f"{misplaced}, but it holds its named volume there: `minidock move {name}.{n}`"
         held = Waiting(f"{name}.{n}", why, WaitKind.PINNED, name)
         return SlotDecision(ss, fx + Effects(waiting=(held,)))
     if task.spec != spec or misplaced:
@@ -724,7 +724,8 @@ def _move(
     if want.target.pinned and not view.hosts[want.old.host].move_volumes:
         why = (
             f"{want.why}: it holds its named volume on {want.old.host}; "
-            f"`minidock drain {want.old.host} --move-volumes-unsafe` moves it without its data"
+            f"`minidock move {want.service}.{want.slot} --to HOST` moves it with its data "
+            f"(`drain {want.old.host} --move-volumes-unsafe`: without it)"
         )
         return None, Effects(pending=(Pending(want.service, want.slot, why),))
     record = services[want.service].slot(want.slot)

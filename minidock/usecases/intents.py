@@ -119,8 +119,9 @@ async def drain(
         if pinned and not move_volumes:
             raise BadInput(
                 f"{host} carries {', '.join(pinned)}, which keep their named volumes there: "
-                f"a drain would leave their data behind; `minidock drain {host} "
-                "--move-volumes-unsafe` moves them anyway (they start with empty volumes)"
+                f"a drain would leave their data behind; `minidock move {pinned[0]} --to HOST` "
+                f"moves each with its data first, `minidock drain {host} --move-volumes-unsafe` "
+                "without it (they start with empty volumes)"
             )
         return core.set_drained(state, host, True, move_volumes=move_volumes)
 

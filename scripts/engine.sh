@@ -39,6 +39,8 @@
 #                         `minidock restore` reads from (docs/backups.md); runs on the controller
 #   - caddy:              Caddy 2.6, the lab proxy's own package, run locally by the unit tests
 #                         of what MiniDock's proxy configs do in it (tests/localcaddy.py)
+#   - pipx:               installs MiniDock's wheel as docs/operations.md does, in
+#                         tests/integration/test_operations.py
 set -euo pipefail
 
 profile=tests
@@ -69,7 +71,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 need=()
 engine_pkgs=(docker.io iptables)
 lab_pkgs=(docker-compose mmdebstrap busybox-static curl)
-test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy age restic caddy)
+test_pkgs=(docker-registry apache2-utils etcd-server etcd-client openssh-client prometheus chromium pebble haproxy age restic caddy pipx)
 pkgs=("${lab_pkgs[@]}")
 if [ "$profile" = tests ]; then
     pkgs+=("${test_pkgs[@]}")

@@ -1,7 +1,8 @@
 """The one canonical operator set-up (docs/operations.md), run as documented: the cron line
 under `env -i` (cron's empty environment) against the lab fleet, and the whole set-up from
-an empty machine (user, directories, clone, venv with the system's Python) as a user of
-its own."""
+an empty machine (user, directories, a wheel of this checkout installed with pipx into the
+system's Python) as a user of its own, through a first plan, apply and cron pass, to the
+state's backup restored on a second controller whose first pass changes nothing."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from minidock import __version__
 from tests.integration.conftest import Fleet, Minidock
 
 DOCS = Path(__file__).parents[2] / "docs" / "operations.md"
 DOC_STATE = "/var/lib/minidock"
-DOC_BINARY = "/opt/minidock/.venv/bin/minidock"
+DOC_BINARY = "/opt/minidock/bin/minidock"
 
 
 def documented(marker: str) -> str:
@@ -72,7 +74,7 @@ DOC_PATHS = {  # the documented paths, and where under the test's root each goes
     "/etc/minidock": "etc",
     "/home/minidock": "home",
 }
-DOC_CLONE_URL = "https://git.example.org/minidock.git"
+DOC_WHEEL = f"/tmp/minidock-{__version__}-py3-none-any.whl"
 REPO = Path(__file__).parents[2]
 
 
@@ -85,10 +87,10 @@ class Machine:
     user: str
 
     def line(self, command: str) -> str:
-        """A documented line with this machine's paths, user and clone URL."""
+        """A documented line with this machine's paths, user and wheel."""
+        command = command.replace(DOC_WHEEL, str(self.root / Path(DOC_WHEEL).name))
         for doc, here in DOC_PATHS.items():
             command = command.replace(doc, str(self.root / here))
-        command = command.replace(DOC_CLONE_URL, str(REPO))
         command = re.sub(r"(?<=-[ugo] )minidock\b", self.user, command)
         return re.sub(r"(?<=useradd )(.*) minidock$", rf"\1 {self.user}", command)
 
@@ -101,8 +103,8 @@ class Machine:
             words = ["/usr/sbin/runuser", "-u", words[2], "--", "/usr/bin/env", *words[3:]]
         elif words[:1] == ["sudo"]:
             words = words[1:]
-        return subprocess.run(
-            ["env", "-i", "PATH=/usr/bin:/bin:/usr/sbin:/sbin", *words],
+        return subprocess.run(  # HOME: pip's cache, for pipx's install of the dependencies
+            ["env", "-i", "PATH=/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/root", *words],
             capture_output=True,
             text=True,
             timeout=600,
@@ -115,6 +117,15 @@ def machine() -> Iterator[Machine]:
     root = Path(tempfile.mkdtemp(prefix="md-ops-", dir="/tmp"))
     root.chmod(0o755)
     made = Machine(root, f"mdops{os.getpid()}")
+    built = subprocess.run(  # the wheel the docs have the operator copy to the controller
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    assert (root / Path(DOC_WHEEL).name).is_file(), sorted(p.name for p in root.iterdir())
     try:
         yield made
     finally:
@@ -167,12 +178,15 @@ def test_the_documented_set_up_runs_as_its_own_user_and_converges(
             continue
         done = machine.run(command)
         assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
-    venv_python = (machine.root / "opt" / ".venv" / "bin" / "python3").resolve()
+    venv_python = (machine.root / "opt" / "venvs" / "minidock" / "bin" / "python").resolve()
     assert not venv_python.is_relative_to("/root"), venv_python  # the system's Python
     assert (machine.root / "state").stat().st_mode & 0o777 == 0o700
     give_the_lab(machine, fleet)
 
     (apply_line,) = console_lines("apply")
+    planned = machine.run(apply_line.replace(f"{DOC_BINARY} apply", f"{DOC_BINARY} plan"))
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "run web.1." in planned.stdout
     applied = machine.run(apply_line)
     assert applied.returncode in (0, 3), applied.stdout + applied.stderr
     assert applied.stdout.startswith("generation 1: ops (1 services)\n")
@@ -196,3 +210,57 @@ def test_the_documented_set_up_runs_as_its_own_user_and_converges(
         ).stdout.split()
     ]
     assert sorted(name.split(".")[:2] for name in running) == [["web", "1"], ["web", "2"]]
+
+    # the controller's own backup, restored on a second controller (operations.md)
+    kept = machine.root / "home" / "state.json"  # the user's own directory
+    backup = machine.line(" ".join(documented("state-backup").split()[5:]))
+    assert backup.endswith(" state backup /var/backups/minidock-state.json")
+    backup = backup.replace("/var/backups/minidock-state.json", str(kept))
+    ran = subprocess.run(
+        ["env", "-i", "/usr/sbin/runuser", "-u", machine.user, "--", "/bin/sh", "-c", backup],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    second = machine.root / "state2"
+    made = machine.run(f"sudo install -d -o minidock -g minidock -m 0700 {second}")
+    assert made.returncode == 0, made.stderr
+    restore = machine.run(
+        f"sudo -u minidock MINIDOCK_STATE={second} {DOC_BINARY} state restore "
+        f"{kept} --key-file {state / 'secrets.key'}"
+    )
+    assert restore.returncode == 0, restore.stdout + restore.stderr
+    ids = sorted(
+        line
+        for host in fleet.hosts
+        for line in fleet.docker(
+            host, "ps", "-q", "--filter", "label=minidock.cluster=ops", "--no-trunc"
+        ).stdout.split()
+    )
+    again = subprocess.run(
+        [
+            "env",
+            "-i",
+            "/usr/sbin/runuser",
+            "-u",
+            machine.user,
+            "--",
+            "/bin/sh",
+            "-c",
+            cron.replace(str(state), str(second)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", "")  # nothing to do
+    assert ids == sorted(
+        line
+        for host in fleet.hosts
+        for line in fleet.docker(
+            host, "ps", "-q", "--filter", "label=minidock.cluster=ops", "--no-trunc"
+        ).stdout.split()
+    )

@@ -7,16 +7,28 @@ a field added to ServiceState fails here until it has a row and a value below.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from minidock.core import admit, begin_restore, promote, reset, rollback, scale, set_serving
+from minidock.core import (
+    admit,
+    begin_restore,
+    promote,
+    reset,
+    rollback,
+    scale,
+    set_drained,
+    set_serving,
+)
 from minidock.core.rollout import failure_action
 from minidock.core.schedule import JobRecord
-from minidock.core.serving import SERVING, in_maintenance
+from minidock.core.serving import SERVING, in_maintenance, paused
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import (
     CHANGED_BY,
@@ -253,3 +265,97 @@ def test_scale_after_an_automatic_rollback_keeps_the_count_and_never_retries() -
     assert "web:broken" not in {r.service.image for p in w.log[before:] for r in p.run}
     assert w.state.services["web"].previous_failed  # `rollback` still refuses to go back
     assert not plan.run
+
+
+@pytest.mark.parametrize("mode", ["maintenance", "pause"])
+def test_the_operators_rollback_keeps_maintenance_and_pause(mode: str) -> None:
+    w = _served()
+    w.step()
+    held = in_maintenance("back soon", w.now) if mode == "maintenance" else paused(10.0, w.now)
+    w.state = set_serving(w.state, "web", held)
+    w.state = rollback(w.state, "web")
+    w.converge()
+    assert w.state.services["web"].serving == held
+
+
+def test_a_pruned_service_has_nothing_to_roll_back() -> None:
+    w = _served()
+    w.converge()
+    w.apply(DB)  # web pruned
+    with pytest.raises(ValueError, match="service web was pruned: it has nothing to roll back"):
+        rollback(w.state, "web")
+
+
+# -- the operator's commands drawn in any order (a focused property) ---------------------
+WEB_POLICY = UpdatePolicy(canary=1, promote="manual", canary_monitor=0.0, monitor=0.0)
+
+
+def _web(image: int, replicas: int) -> object:
+    return svc(image=f"web:{image}", replicas=replicas, ingress=ROUTE, update=WEB_POLICY, health=HC)
+
+
+OPERATOR = ["apply", "scale", "rollback", "promote", "reset", "drain", "on", "off", "pause"]
+COMMANDS = st.lists(
+    st.sampled_from([*OPERATOR, "rollback db"]),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(commands=COMMANDS, counts=st.lists(st.integers(1, 3), min_size=8, max_size=8))
+def test_any_commands_carry_a_recorded_restore_and_the_serving_mode(
+    commands: list[str], counts: list[int]
+) -> None:
+    """A restore cut mid-stream (db.1) and web's serving mode survive any sequence of
+    apply, scale, rollback, promote, reset, drain; during a canary no old task is replaced by the
+    new spec (the canary never grows past update.canary), and no slot ever holds three
+    live tasks."""
+    w = World(hosts(3))
+    image, replicas = 5, 2
+    w.apply(DB, _web(image, replicas))
+    w.converge()
+    (task,) = w.live("db")
+    w.state = begin_restore(w.state, "db", 1, task.host, SNAPSHOT, w.now)
+    w.step()
+    w.step()
+    serving, had = w.state.services["web"].serving, set[int]()
+    for command, count in zip(commands, counts, strict=False):
+        db_env = (("GEN", str(image)),)
+        if command == "apply":
+            image, replicas = image + 1, count
+            w.apply(replace(DB, env=db_env), _web(image, replicas))
+            had = {c.slot for c in w.live("web")}  # a slot that had a task: its old spec
+        elif command == "scale":
+            w.state = scale(w.state, "web", count, w.generation + 1)
+            w.generation += 1
+        elif command in ("rollback", "rollback db"):
+            with contextlib.suppress(ValueError):  # nothing to go back to
+                w.state = rollback(w.state, command.split()[-1] if " " in command else "web")
+        elif command == "promote":
+            with contextlib.suppress(ValueError):  # no canary
+                w.state = promote(w.state, "web")
+        elif command == "drain":  # one host drained at a time
+            for h in w.hosts:
+                w.state = set_drained(w.state, h.name, h.name == f"host{count}")
+        elif command == "reset":
+            w.state = reset(reset(w.state, "web"), "db")
+        else:
+            serving = {
+                "on": in_maintenance("back soon", w.now),
+                "off": SERVING,
+                "pause": paused(10.0, w.now),
+            }[command]
+            w.state = set_serving(w.state, "web", serving)
+        for _ in range(3):
+            w.step()
+            ss = w.state.services["web"]
+            assert w.state.services["db"].moves[1].phase is MovePhase.COPYING
+            assert not w.live("db")  # never on the half-written volume
+            assert ss.serving == serving
+            assert all(len(tasks) <= 2 for tasks in w.slots("web").values())
+            had &= set(ss.slots)  # a slot scaled away (its record gone) never had a task
+            if ss.rollout.in_canary:  # (a slot that never had a task gets the new spec)
+                beside = had - set(ss.rollout.canary_slots())
+                newest = ss.spec.spec_hash()
+                assert not [c for c in w.live("web") if c.spec == newest and c.slot in beside]

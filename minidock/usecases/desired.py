@@ -1,5 +1,5 @@
 """Use cases on a cluster file: validate it, plan it (a dry run), apply it; and `scale`,
-an apply of the stored spec with one service's replica count changed."""
+a new generation of the spec a service runs with its replica count changed."""
 
 from __future__ import annotations
 

@@ -492,8 +492,15 @@ def advance(
         fx = fx + Effects(waiting=(Waiting(name, "update delay", WaitKind.DELAY, name),))
     blocked = deps_block(services, view, ss)
     # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
-    # after slots not tried yet: the rollout moves on rather than retry one every pass
-    due = [o for o in outdated if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed]
+    # after slots not tried yet: the rollout moves on rather than retry one every pass; a
+    # slot with another live task still to stop (a superseded canary's, draining) waits
+    # for it, so that no slot holds three live tasks
+    live = _live_per_slot(ss, view)
+    due = [
+        o
+        for o in outdated
+        if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed and live[o.slot] < 2
+    ]
     draining = view.traffic.draining if view.traffic is not None else {}
     # a slot whose old task drains already goes first: it holds its share of parallelism
     due.sort(key=lambda o: (o.task.task not in draining, len(ss.slot(o.slot).attempts)))
@@ -534,7 +541,7 @@ def _canaries(
     kept = tuple(e for e in r.canary if e[0] in r.inflight)  # one whose run never happened
     want, fx = canary.count(ss), Effects()
     blocked = deps_block(services, view, ss)
-    live = Counter(c.slot for c in view.mine if c.service == name and c.live)
+    live = _live_per_slot(ss, view)
     begun: list[tuple[int, str, str]] = []
     for o in sorted(outdated, key=lambda o: o.slot):
         record = ss.slot(o.slot)
@@ -558,6 +565,11 @@ def _canaries(
     line = f"canary {len(r.canary)}/{want} beside {r.total or ss.wanted()} tasks"
     fx = fx + Effects(waiting=(Waiting(name, line, WaitKind.ROLLOUT, name),))
     return replace(ss, rollout=r), fx
+
+
+def _live_per_slot(ss: ServiceState, view: View) -> Counter[int]:
+    """How many live tasks each of the service's slots holds, as the pass sees them."""
+    return Counter(c.slot for c in view.mine if c.service == ss.spec.name and c.live)
 
 
 def hook_gate(ss: ServiceState, now: float) -> tuple[ServiceState, Effects]:

@@ -343,3 +343,20 @@ def test_an_apply_during_a_canary_ends_it_and_starts_its_own() -> None:
     w.state = promote(w.state, "web")
     w.converge()
     assert w.images() == ["web:7"] * 3
+
+
+def test_an_apply_during_a_canary_of_a_start_first_update_never_makes_three_tasks() -> None:
+    w = canaried(promote="manual", canary=1)
+    for _ in range(4):
+        w.step()
+    (superseded,) = ids(w, "web:6")
+    w.apply(svc(image="web:7", replicas=3, health=HC, update=UpdatePolicy(order="start-first")))
+    for _ in range(4):  # the traffic gate holds its stop while it drains out of the routes
+        plan = w.plan()
+        w.act(replace(plan, stop=tuple(s for s in plan.stop if s.container.id != superseded)))
+        w.record(plan)
+        w.tick()
+        for n, tasks in w.slots("web").items():
+            assert len(tasks) <= 2, f"slot {n} holds {tasks}"
+    w.converge()
+    assert w.images() == ["web:7"] * 3

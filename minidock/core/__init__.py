@@ -23,6 +23,8 @@ from minidock.core.intents import (
     reset,
     rollback,
     rollouts_started,
+    scale,
+    scaled_cluster,
     set_drained,
     set_serving,
 )
@@ -69,6 +71,8 @@ __all__ = [
     "reset",
     "rollback",
     "rollouts_started",
+    "scale",
+    "scaled_cluster",
     "set_drained",
     "set_serving",
     "slot_target",

@@ -10,7 +10,7 @@ from minidock.core import hosts as host_machine
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
 from minidock.core.serving import ServingMode
-from minidock.core.state import ControllerState, Rollout, ServiceState
+from minidock.core.state import ControllerState, Rollout, ServiceState, Transition
 from minidock.core.volumes import VolumeMove
 from minidock.model import Cluster, Event, Observed, Service
 
@@ -28,6 +28,8 @@ __all__ = [
     "reset",
     "rollback",
     "rollouts_started",
+    "scale",
+    "scaled_cluster",
     "set_drained",
     "set_serving",
 ]
@@ -91,32 +93,46 @@ def admit(
 def _admitted(
     old: ServiceState | None, svc: Service, generation: int, declined: bool
 ) -> ServiceState:
-    """One service's state once `svc` is applied (`admit`'s rules)."""
+    """One service's state once `svc` is applied (`admit`'s rules). Every field the
+    admission may not change (core/state.py, CHANGED_BY) is carried: a recorded move or
+    restore, maintenance or pause, a rebalance."""
     if old is None:
         return ServiceState(spec=svc, generation=generation)
     if declined:
         return old
+    admitted = Transition.ADMIT
     if old.spec == svc and old.rollout.paused and not old.rollout.rollback:
         # said by the apply itself (its generation line), as a begun update is
         resumed, _ = rollout.step(old.rollout, RolloutInput.RESUME, failures=0, reason="")
         hook = hooks.retried(old.hook, old.generation)  # a failed hook runs again
-        return replace(old, rollout=resumed, hook=hook)
+        return old.through(admitted, rollout=resumed, hook=hook)
     if old.spec == svc:
         hook = hooks.retried(old.hook, old.generation)  # a failed hook runs again
-        return old if hook is old.hook else replace(old, hook=hook)
-    changed = old.spec.spec_hash() != svc.spec_hash()
-    return ServiceState(
+        return old if hook is old.hook else old.through(admitted, hook=hook)
+    if old.spec.spec_hash() == svc.spec_hash():  # no task changes: the same rollout
+        return old.through(
+            admitted,
+            spec=svc,
+            generation=generation,
+            rollout=_resumed(old),
+            slots=slots.renewed(old.slots),
+            removed=False,
+            job=old.job.across(old.spec.schedule, svc.schedule),
+        )
+    return old.through(
+        admitted,
         spec=svc,
         generation=generation,
-        previous=old.spec if changed else old.previous,
-        previous_generation=old.generation if changed else old.previous_generation,
-        rollout=_begun(old, svc) if changed else _resumed(old),
-        slots=slots.renewed(old.slots),
-        global_slots=old.global_slots,
+        previous=old.spec,
+        previous_generation=old.generation,
+        rollout=_begun(old, svc),
+        # a canary superseded: its slots go back to the old tasks they ran beside, so
+        # its tasks leave the routes and stop, and the new update starts from there
+        slots=rollout.given_back(slots.renewed(old.slots), old.rollout),
+        removed=False,
+        previous_failed="",
         job=old.job.across(old.spec.schedule, svc.schedule),
-        hook=old.hook,
-        serving=old.serving,
-        older=_older(old, svc) if changed else old.older,
+        older=_older(old, svc),
     )
 
 
@@ -136,13 +152,15 @@ def _older(old: ServiceState, svc: Service) -> tuple[Service, ...]:
 def declined_retries(state: ControllerState, cluster: Cluster) -> list[tuple[str, str]]:
     """Services `cluster` gives the very spec of an update that was rolled back as failed,
     with why it failed: applying it again is a no-op (the contract's unchanged re-apply)
-    unless the operator asks for the update again (`apply --retry`)."""
+    unless the operator asks for the update again (`apply --retry`). Its count does not
+    make it another spec: `scale` after the rollback scaled the failed spec too."""
     return [
         (svc.name, ss.previous_failed)
         for svc in cluster.services
         if (ss := state.services.get(svc.name)) is not None
         and ss.previous_failed
-        and ss.previous == svc
+        and ss.previous is not None
+        and ss.previous == replace(svc, replicas=ss.previous.replicas)
         and ss.spec != svc
     ]
 
@@ -198,6 +216,8 @@ def rollback(state: ControllerState, service: str, *, force: bool = False) -> Co
     """`minidock rollback SERVICE`: go back to the previous spec; never to one that was
     itself rolled back as failed, unless `force`."""
     ss = state.services[service]
+    if ss.removed:
+        raise ValueError(f"service {service} was pruned: it has nothing to roll back")
     if ss.previous is None:
         raise ValueError(f"service {service} has no previous spec to roll back to")
     if ss.previous_failed and not force:
@@ -208,6 +228,37 @@ def rollback(state: ControllerState, service: str, *, force: bool = False) -> Co
         )
     back, _ = rolled_back(ss, "rolled back by the operator")  # the command says it
     return _with_service(state, back)
+
+
+def scale(state: ControllerState, service: str, replicas: int, generation: int) -> ControllerState:
+    """`minidock scale SERVICE=N` as generation `generation`: the count of the spec that
+    runs (the effective one: after a rollback, the rolled-back-to spec, never the file's
+    spec that was left), and of the previous spec, so that a rollback keeps the count
+    too. No task changes spec, so no rollout begins; any other service is untouched.
+    Every durable field is carried (core/state.py, CHANGED_BY). As any new generation,
+    Failed slots and backoff are forgotten, and an update paused by its failed hook
+    resumes (the hook runs again for the new generation)."""
+    ss = state.services[service]
+    previous = ss.previous and replace(ss.previous, replicas=replicas)
+    scaled = ss.through(
+        Transition.SCALE,
+        spec=replace(ss.spec, replicas=replicas),
+        generation=generation,
+        previous=previous,
+        rollout=_resumed(ss),
+        slots=slots.renewed(ss.slots),
+    )
+    return replace(state, generation=generation, services={**state.services, service: scaled})
+
+
+def scaled_cluster(state: ControllerState, cluster: Cluster, service: str) -> Cluster:
+    """The generation `scale` stores: `cluster` with SERVICE's spec as the state runs it
+    (its new count), so the stored desired state says what runs; the next `apply FILE`
+    sets what the file says."""
+    ss = state.services[service]
+    return replace(
+        cluster, services=tuple(ss.spec if s.name == service else s for s in cluster.services)
+    )
 
 
 def promote(state: ControllerState, service: str) -> ControllerState:
@@ -224,13 +275,13 @@ def promote(state: ControllerState, service: str) -> ControllerState:
             f"service {service} has no canary to promote (its rollout: {shown}); a canary "
             "starts when an apply changes its tasks with update.canary set"
         )
-    return _with_service(state, replace(ss, rollout=replace(r, promoted=True)))
+    return _with_service(state, ss.through(Transition.PROMOTE, rollout=replace(r, promoted=True)))
 
 
 def reset(state: ControllerState, service: str) -> ControllerState:
     """`minidock reset SERVICE`: clear crash-loop failures and backoff timers."""
     ss = state.services[service]
-    return _with_service(state, replace(ss, slots=slots.renewed(ss.slots)))
+    return _with_service(state, ss.through(Transition.RESET, slots=slots.renewed(ss.slots)))
 
 
 def set_serving(state: ControllerState, service: str, mode: ServingMode) -> ControllerState:
@@ -243,7 +294,7 @@ def set_serving(state: ControllerState, service: str, mode: ServingMode) -> Cont
             f"service {service} has no ingress route: maintenance and pause act on a "
             "service's routes (give it `ingress = { host = .., port = .. }`)"
         )
-    return _with_service(state, replace(ss, serving=mode))
+    return _with_service(state, ss.through(Transition.SERVE, serving=mode))
 
 
 def pinned_on(state: ControllerState, host: str) -> list[str]:

@@ -583,7 +583,8 @@ def _slot_with_tasks(
     ss = with_slot(ss, n, slots.observe_task(ss.slot(n), task, ready=ready(task)))
     if view.hosts[task.host].drained or task.id in view.evict:
         why = f"drain {task.host}" if view.hosts[task.host].drained else view.evict[task.id]
-        return SlotDecision(ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why))
+        moved = slot_target(ss, n, refill=True)  # an old task, during a canary: its spec
+        return SlotDecision(ss, fx, Want(WantKind.MOVE, name, n, moved, old=task, why=why))
     ss, rebalancing = _rebalanced(ss, n, task)
     if rebalancing and ready(task) and task.spec == spec:
         why = f"rebalance: off {task.host}"

@@ -16,6 +16,7 @@ swap of specs (`rolled_back`) are here too: no other module decides anything of 
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -23,7 +24,7 @@ from minidock.core import canary, hooks, slots
 from minidock.core.fold import Effects, View, avoided, deps_block, set_slot, with_slot
 from minidock.core.plan import Pending, Run, Stop, Waiting, WaitKind
 from minidock.core.scheduler import Fleet, place, place_replacing, service_ports
-from minidock.core.state import Rollout, RolloutPhase, ServiceState
+from minidock.core.state import Rollout, RolloutPhase, ServiceState, Transition
 from minidock.core.supervise import health_gate, ready
 from minidock.model import Container, Event, Service
 from minidock.units import format_duration
@@ -40,6 +41,7 @@ __all__ = [
     "failed_after_gate",
     "failure_action",
     "gate",
+    "given_back",
     "hook_gate",
     "placed",
     "rolled_back",
@@ -227,31 +229,30 @@ def rolled_back(
     """Swap to the previous spec and roll every task back the same way; a failing rollback
     pauses (never loops), since a rollback's failure action is never another rollback.
     `failed`: why the spec being left failed (then `rollback` will not return to it). The
-    slots' records (`slots.renewed`), a global service's hosts and a scheduled job's
-    record are kept; nothing else.
+    slots' records (`slots.renewed`; a canary's given back to their old tasks) change;
+    every other durable field (core/state.py, CHANGED_BY) is carried: maintenance or
+    pause, a recorded move or restore, a rebalance, a global service's hosts, the hook.
     `said`: as for `begin` (the failure action's rollback is said; the operator's is not)."""
     assert ss.previous is not None
-    fresh = type(ss)  # ServiceState, which imports this module: every other field its default
     back, events = begin(ss.rollout, ss.wanted(), rollback=True, reason=reason, said=said)
-    state = fresh(
+    state = ss.through(
+        Transition.ROLLBACK,
         spec=ss.previous,
         generation=ss.previous_generation or ss.generation,
         previous=ss.spec,
         previous_generation=ss.generation,
         rollout=back,
-        slots=_given_back(slots.renewed(ss.slots), ss.rollout),
-        global_slots=ss.global_slots,
+        slots=given_back(slots.renewed(ss.slots), ss.rollout),
         job=ss.job.across(ss.spec.schedule, ss.previous.schedule),
         previous_failed=failed,
-        hook=ss.hook,
-        older=ss.older,
     )
     return state, events
 
 
-def _given_back(records: dict[int, slots.SlotState], r: Rollout) -> dict[int, slots.SlotState]:
+def given_back(records: dict[int, slots.SlotState], r: Rollout) -> dict[int, slots.SlotState]:
     """A canary's slots given back to the old tasks they ran beside (a canary rolled
-    back): each such slot keeps its old task, and its canary task is the one to stop."""
+    back, or superseded by a new apply): each such slot keeps its old task, and its
+    canary task is the one to stop (drained out of the routes first, core/traffic.py)."""
     if not r.in_canary:
         return records
     empty = slots.SlotState()
@@ -491,8 +492,15 @@ def advance(
         fx = fx + Effects(waiting=(Waiting(name, "update delay", WaitKind.DELAY, name),))
     blocked = deps_block(services, view, ss)
     # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
-    # after slots not tried yet: the rollout moves on rather than retry one every pass
-    due = [o for o in outdated if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed]
+    # after slots not tried yet: the rollout moves on rather than retry one every pass; a
+    # slot with another live task still to stop (a superseded canary's, draining) waits
+    # for it, so that no slot holds three live tasks
+    live = _live_per_slot(ss, view)
+    due = [
+        o
+        for o in outdated
+        if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed and live[o.slot] < 2
+    ]
     draining = view.traffic.draining if view.traffic is not None else {}
     # a slot whose old task drains already goes first: it holds its share of parallelism
     due.sort(key=lambda o: (o.task.task not in draining, len(ss.slot(o.slot).attempts)))
@@ -526,17 +534,20 @@ def _canaries(
 ) -> tuple[ServiceState, Effects]:
     """The canary's tasks (`update.canary` of them): each of the lowest outdated slots
     gets a task of the new spec beside its old task (on another host where one fits, as
-    start-first; nothing stops), and nothing else is replaced until it is promoted."""
+    start-first; nothing stops), and nothing else is replaced until it is promoted. A slot
+    with another live task still to stop (a superseded canary draining out of the
+    routes) waits for it: a slot never holds three live tasks."""
     name, now, r = ss.spec.name, view.now, ss.rollout
     kept = tuple(e for e in r.canary if e[0] in r.inflight)  # one whose run never happened
     want, fx = canary.count(ss), Effects()
     blocked = deps_block(services, view, ss)
+    live = _live_per_slot(ss, view)
     begun: list[tuple[int, str, str]] = []
     for o in sorted(outdated, key=lambda o: o.slot):
         record = ss.slot(o.slot)
         if len(kept) + len(begun) >= want:
             break
-        if record.failed or now < record.next_start:
+        if record.failed or now < record.next_start or live[o.slot] > 1:
             continue
         if blocked:
             waits = Pending(name, o.slot, blocked[1], dependency=blocked[0])
@@ -554,6 +565,11 @@ def _canaries(
     line = f"canary {len(r.canary)}/{want} beside {r.total or ss.wanted()} tasks"
     fx = fx + Effects(waiting=(Waiting(name, line, WaitKind.ROLLOUT, name),))
     return replace(ss, rollout=r), fx
+
+
+def _live_per_slot(ss: ServiceState, view: View) -> Counter[int]:
+    """How many live tasks each of the service's slots holds, as the pass sees them."""
+    return Counter(c.slot for c in view.mine if c.service == ss.spec.name and c.live)
 
 
 def hook_gate(ss: ServiceState, now: float) -> tuple[ServiceState, Effects]:

@@ -21,12 +21,14 @@ from minidock.model import Service
 
 __all__ = [
     "ACTIVE",
+    "CHANGED_BY",
     "ControllerState",
     "HookOutcome",
     "HookRecord",
     "Rollout",
     "RolloutPhase",
     "ServiceState",
+    "Transition",
 ]
 
 
@@ -169,6 +171,14 @@ class ServiceState:
     serving: ServingMode = SERVING  # its routes: serving, maintenance or paused (core/serving.py)
     moves: dict[int, VolumeMove] = field(default_factory=dict)  # slot -> its move (core/volumes.py)
 
+    def through(self, transition: Transition, **changes: object) -> ServiceState:
+        """This state after `transition`: `changes` set, every other field carried as it
+        is. A field the transition may not change (`CHANGED_BY`) is a bug: AssertionError."""
+        stray = sorted(k for k in changes if transition not in CHANGED_BY[k])
+        if stray:
+            raise AssertionError(f"{transition.name} may not change {', '.join(stray)}")
+        return replace(self, **changes)  # type: ignore[arg-type]
+
     def slot(self, n: int) -> SlotState:
         found = self.slots.get(n)
         return _EMPTY_SLOT if found is None else found
@@ -189,6 +199,44 @@ class ServiceState:
         if self.spec.mode != "global":
             return ""
         return next((h for h, n in self.global_slots.items() if n == slot), "")
+
+
+class Transition(enum.StrEnum):
+    """The operator's and the rollout's transitions of a service's whole state."""
+
+    ADMIT = "apply: a spec admitted"
+    SCALE = "scale SERVICE=N"
+    ROLLBACK = "rollback: the operator's, update.failure_action's, a failed canary's"
+    PROMOTE = "promote SERVICE"
+    RESET = "reset SERVICE"
+    SERVE = "maintenance SERVICE on|off, pause SERVICE, resume SERVICE"
+
+
+_T = Transition
+
+# Every field of ServiceState, with the transitions that may change it: every other
+# transition carries it as it is (`ServiceState.through`, which each of them goes through).
+# An intent (a recorded move or restore, maintenance or pause, a rebalance) ends only by
+# its own completion or the operator's word for it, so no transition here resets it. A
+# field added to ServiceState fails tests/unit/test_durable.py until it has its row.
+CHANGED_BY: dict[str, frozenset[Transition]] = {
+    "spec": frozenset({_T.ADMIT, _T.SCALE, _T.ROLLBACK}),
+    "generation": frozenset({_T.ADMIT, _T.SCALE, _T.ROLLBACK}),
+    "previous": frozenset({_T.ADMIT, _T.SCALE, _T.ROLLBACK}),  # SCALE: its count too
+    "previous_generation": frozenset({_T.ADMIT, _T.ROLLBACK}),
+    "rollout": frozenset({_T.ADMIT, _T.SCALE, _T.ROLLBACK, _T.PROMOTE}),
+    # failures and backoff forgotten; a superseded or failed canary's slots given back
+    "slots": frozenset({_T.ADMIT, _T.SCALE, _T.ROLLBACK, _T.RESET}),
+    "removed": frozenset({_T.ADMIT}),  # a pruned service named again by the file
+    "global_slots": frozenset(),
+    "rebalance": frozenset(),
+    "previous_failed": frozenset({_T.ADMIT, _T.ROLLBACK}),
+    "job": frozenset({_T.ADMIT, _T.ROLLBACK}),  # a changed schedule is armed afresh
+    "hook": frozenset({_T.ADMIT}),  # the same spec applied again runs a failed hook again
+    "older": frozenset({_T.ADMIT}),
+    "serving": frozenset({_T.SERVE}),
+    "moves": frozenset(),
+}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Use cases on a cluster file: validate it, plan it (a dry run), apply it; and `scale`,
-an apply of the stored spec with one service's replica count changed."""
+a new generation of the spec a service runs with its replica count changed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from minidock.core import (
     foreign_controllers,
     removals,
     rollouts_started,
+    scaled_cluster,
 )
+from minidock.core import scale as scale_service
 from minidock.core.causes import failed_probes
 from minidock.core.simulate import Simulation, simulate
 from minidock.ingress import route_loads
@@ -490,27 +492,24 @@ async def scale(
     timeout: float = 0.0,
     cluster: str | None = None,
 ) -> ScaleOutcome:
-    """`scale SERVICE=N`: the stored spec with SERVICE's new replica count, stored as the
-    next generation (as an apply of it would be), then converged. The cluster file is not
-    rewritten: the next `apply FILE` sets the count the file says."""
+    """`scale SERVICE=N`: the count of the spec SERVICE runs (after a rollback, the
+    rolled-back-to spec, never the one it left; core.scale), stored as the next
+    generation with that spec, then converged. The cluster file is not rewritten: the
+    next `apply FILE` sets what the file says."""
     if replicas < 0:
         raise BadInput(f"scale {service}={replicas}: replicas must be 0 or more")
     require_applied(directory)
     store_root, directory = directory, one(directory, cluster, service)
     async with writing(directory, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
         desired = read_desired(store, directory)
-        old = desired.cluster.service(service)
-        if old is None:
+        before = store.load()
+        ss = before.services.get(service)
+        if desired.cluster.service(service) is None or ss is None or ss.removed:
             raise unknown("service", service, [s.name for s in desired.cluster.services])
-        scaled = replace(
-            desired.cluster,
-            services=tuple(
-                replace(s, replicas=replicas) if s.name == service else s
-                for s in desired.cluster.services
-            ),
-        )
+        old = ss.spec
         generation = store.next_generation_id()
-        admitted = admit(store.load(), scaled, generation)
+        admitted = scale_service(before, service, replicas, generation)
+        scaled = scaled_cluster(admitted, desired.cluster, service)
         message = f"scaled {service} from {old.replicas} to {replicas} as generation {generation}"
         event = Event(runtime.clock.now(), "scale", message, service)
         store.commit(admitted, [event], generation=scaled, source_path=f"scale {service}")

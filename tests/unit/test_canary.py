@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidock.caddy import RouteSpec, proxy_config
-from minidock.core import canary, promote, rollback
+from minidock.core import canary, promote, rollback, set_drained
 from minidock.core.plan import WaitKind
 from minidock.core.progress_rule import outlook
 from minidock.core.routes import route_changes, route_table
@@ -296,3 +296,67 @@ def test_canary_keys_refused_with_one_line(
         _load(tmp_path, update, extra)
     assert words in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+# -- the canary across the operator's other commands (issue 43, breaks 9 and 10) ----------
+def test_a_drain_during_a_manual_canary_moves_old_tasks_on_the_old_spec() -> None:
+    # break 9: drain HOST moved the non-canary slots onto the unpromoted spec, so the
+    # canary grew past update.canary
+    w = canaried(promote="manual", canary=1)
+    for _ in range(4):
+        w.step()
+    drained = next(c.host for c in w.live() if c.slot == 3)
+    w.state = set_drained(w.state, drained, True)
+    for _ in range(12):
+        w.step()
+    assert w.rollout().phase == "canary"
+    assert len(ids(w, "web:6")) == 1  # update.canary, not one more per drained task
+    assert all(c.host != drained for c in w.live() if c.image == "web:5" and c.slot != 1)
+    assert sorted(c.image for c in w.live() if c.slot == 3) == ["web:5"]
+
+
+def test_an_apply_during_a_canary_ends_it_and_starts_its_own() -> None:
+    # break 10: the superseded canary stayed running (and routed) until a promote, and
+    # its slot held three live tasks meanwhile
+    w = canaried(promote="manual", canary=1)
+    for _ in range(4):
+        w.step()
+    (superseded,) = ids(w, "web:6")
+    w.apply(web("web:7", 3, promote="manual", canary=1))
+    for _ in range(4):  # the traffic gate holds its stop while it drains out of the routes
+        plan = w.plan()
+        assert superseded in {s.container.id for s in plan.stop}
+        w.act(replace(plan, stop=tuple(s for s in plan.stop if s.container.id != superseded)))
+        w.record(plan)
+        w.tick()
+        for n, tasks in w.slots("web").items():
+            assert len(tasks) <= 2, f"slot {n} holds {tasks}"
+    for _ in range(12):
+        w.step()
+        for n, tasks in w.slots("web").items():
+            assert len(tasks) <= 2, f"slot {n} holds {tasks}"
+    assert superseded not in {c.id for c in w.live()}
+    assert not ids(w, "web:6")
+    assert len(ids(w, "web:7")) == 1  # its own canary, beside an old task
+    assert len(ids(w, "web:5")) == 3
+    assert w.rollout().phase == "canary"
+    w.state = promote(w.state, "web")
+    w.converge()
+    assert w.images() == ["web:7"] * 3
+
+
+def test_an_apply_during_a_canary_of_a_start_first_update_never_makes_three_tasks() -> None:
+    w = canaried(promote="manual", canary=1)
+    for _ in range(4):
+        w.step()
+    (superseded,) = ids(w, "web:6")
+    w.apply(svc(image="web:7", replicas=3, health=HC, update=UpdatePolicy(order="start-first")))
+    for _ in range(4):  # the traffic gate holds its stop while it drains out of the routes
+        plan = w.plan()
+        w.act(replace(plan, stop=tuple(s for s in plan.stop if s.container.id != superseded)))
+        w.record(plan)
+        w.tick()
+        for n, tasks in w.slots("web").items():
+            assert len(tasks) <= 2, f"slot {n} holds {tasks}"
+    w.converge()
+    assert w.images() == ["web:7"] * 3

@@ -170,6 +170,58 @@ def test_scale_stores_a_generation_with_the_new_count_and_converges(setup: Setup
     assert setup.file.read_text() == STACK_WITH_SECRET  # the file is the operator's
 
 
+def _web_images(setup: Setup) -> list[str]:
+    return sorted(
+        doc["Config"]["Image"]
+        for doc in setup.docker.containers()
+        if doc["Config"]["Labels"].get("minidock.service") == "web" and doc["State"]["Running"]
+    )
+
+
+def _scaled(setup: Setup, replicas: int) -> None:
+    done = run(
+        usecases.scale(
+            "web", replicas, setup.state, setup.runtime(), setup.report, wait=True, timeout=60.0
+        )
+    )
+    assert done.exit_code is ExitCode.OK, done
+
+
+def test_scale_after_a_rollback_scales_the_spec_that_runs(setup: Setup) -> None:
+    # issue 43, break 8: scale re-admitted the file's spec with the new count, so after
+    # `rollback web` (web:6 back to web:5) it rolled forward to web:6
+    setup.file.write_text(STACK_WITH_SECRET.replace('"web:5"', '"web:6"'))
+    assert setup.apply(wait=True, timeout=60.0).exit_code is ExitCode.OK
+    back = run(
+        usecases.rollback("web", setup.state, setup.runtime(), setup.report, wait=True, timeout=60)
+    )
+    assert back.exit_code is ExitCode.OK, back
+    _scaled(setup, 3)
+    assert _web_images(setup) == ["web:5"] * 3
+    with Store.open(setup.state) as store:
+        latest = store.latest_generation()
+        assert latest is not None
+        web = latest[1].service("web")
+        assert web is not None
+        assert (web.image, web.replicas) == ("web:5", 3)  # the stored desired state runs
+    again = run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
+    assert again.exit_code is ExitCode.OK
+    assert _web_images(setup) == ["web:5"] * 3
+
+
+def test_scale_after_an_automatic_rollback_keeps_its_count(setup: Setup) -> None:
+    # issue 43, break 8: scale retried the image rolled back as failed, which failed again
+    # and rolled back to the old count; the file applied again is still declined
+    setup.file.write_text(STACK_WITH_SECRET.replace('"web:5"', '"web:broken"'))
+    failed = setup.apply(wait=True, timeout=60.0)
+    assert failed.exit_code is not ExitCode.OK
+    _scaled(setup, 3)
+    assert _web_images(setup) == ["web:5"] * 3
+    again = setup.apply(wait=True, timeout=60.0)  # the failed spec, at its own count
+    assert "applying it again changes nothing" in str(again)
+    assert _web_images(setup) == ["web:5"] * 3
+
+
 def test_scale_refuses_an_unknown_service_and_changes_nothing(setup: Setup) -> None:
     with pytest.raises(BadInput, match="unknown service 'wbe'"):
         run(usecases.scale("wbe", 3, setup.state, setup.runtime(), setup.report))

@@ -244,3 +244,18 @@ def test_an_env_file_line_is_named_by_its_number_never_its_text(
     line = refusal(tmp_path, HEAD + "    env_file: web.env\n")
     assert line == f"services.web.env_file (line 5): {tmp_path}/web.env {problem}"
     assert "s3cret" not in line
+
+
+@pytest.mark.parametrize(
+    ("key", "line"),
+    [
+        ("    deploy:\n      replicas: 1001\n", "deploy.replicas (line 6)"),
+        ("    scale: 5000\n", "scale (line 5)"),
+    ],
+)
+def test_a_count_past_the_most_replicas_is_refused_at_its_compose_key(
+    tmp_path: Path, key: str, line: str
+) -> None:
+    """As `replicas` in TOML (at most model.MAX_REPLICAS): a plan would build the slots."""
+    got = "1001" if "1001" in key else "5000"
+    assert refusal(tmp_path, HEAD + key) == f"services.web.{line}: must be at most 1000, got {got}"

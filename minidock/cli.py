@@ -161,7 +161,8 @@ def global_options(
 
 # -- wiring -----------------------------------------------------------------------------------
 class WarningLines(logging.Handler):
-    """Warnings from reading files (a Compose key MiniDock ignores): one stderr line each."""
+    """Warnings from reading files (a Compose key MiniDock ignores) and the state (a count
+    over the maximum an older MiniDock stored): one stderr line each."""
 
     def emit(self, record: logging.LogRecord) -> None:
         err.print(f"minidock: warning: {record.getMessage()}", markup=False)
@@ -170,6 +171,9 @@ class WarningLines(logging.Handler):
 _COMPOSE_LOG = logging.getLogger("minidock.spec")  # and minidock.spec.compose
 _COMPOSE_LOG.addHandler(WarningLines())
 _COMPOSE_LOG.propagate = False
+_STORE_LOG = logging.getLogger("minidock.store")
+_STORE_LOG.addHandler(WarningLines())
+_STORE_LOG.propagate = False
 
 
 def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
@@ -1230,8 +1234,10 @@ def scale(
     """Give a service a new replica count: the stored spec with N replicas, stored as a new
     generation and converged (the cluster file is not changed)."""
     service, equals, count = assignment.partition("=")
-    if not (service and equals and count.isdigit()):
+    if not (service and equals and count.isascii() and count.isdigit()):
         fail(f"scale: use SERVICE=N with N a number of replicas, e.g. web=3 (got {assignment!r})")
+    if len(count) > 18:  # past any maximum, and past what int() reads past 4300 digits
+        fail(usecases.too_many_replicas(service, "N"))
     limit = seconds(timeout, "--timeout")
     work = usecases.scale(
         service, int(count), state_dir(state), runtime(), printer(),

@@ -480,11 +480,18 @@ class RegistryAuth:
     password: str = field(repr=False)
 
 
+# The most slots one service may have (docs/formats.md#at-most-1000-replicas): every pass
+# builds a service's slot range whole, keeps a record per slot in the state and places
+# each empty slot over every host, so the count is held in memory, never streamed. 1000 is
+# past what one service of a fleet driven over SSH runs, and a pass builds it at once.
+MAX_REPLICAS = 1000
+
+
 @dataclass(frozen=True)
 class Service:
     name: str
     image: str
-    replicas: int = 1
+    replicas: int = 1  # 0 .. MAX_REPLICAS
     command: tuple[str, ...] | None = None
     env: tuple[tuple[str, str], ...] = ()
     ports: tuple[PortMapping, ...] = ()

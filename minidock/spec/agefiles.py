@@ -6,8 +6,9 @@ The file is decrypted on the controller at apply by Debian's `age` binary (`age 
 the same runner as a `command` source (minidock.spec.sources: no shell, a timeout, one
 line on failure). The plain text, never written to disk, is a dotenv document (`KEY=VALUE`
 lines, as python-dotenv reads them, without interpolation) or a JSON object of strings;
-each file is decrypted once per load however many keys it gives. `encrypt` writes a
-document back for `minidock secrets edit`.
+each file is decrypted once per load however many keys it gives. A document's problem
+names its file and line number, never the line's text (a password wrapped onto a line of its
+own would be shown). `encrypt` writes a document back for `minidock secrets edit`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from dotenv import dotenv_values
 from dotenv.parser import parse_stream
 
+from minidock.spec.compose.envfiles import line_of
 from minidock.spec.errors import Fail, Part, SpecError
 from minidock.spec.messages import did_you_mean
 from minidock.spec.reading import resolve
@@ -39,6 +41,9 @@ AGE = "age"  # Debian's package of the same name: the format's reference impleme
 DEFAULT_IDENTITY = "~/.config/age/key.txt"
 _HINT = " (Debian and Ubuntu: apt-get install age)"
 _NOISE = ("age: report unexpected",)  # age's second line on every error: a web address
+# A line of one word: a name without its value, or a value wrapped onto a line of its own.
+# Never quoted in a message: that line may be (part of) a password.
+_BARE = "a line without `=`: write NAME=VALUE on one line (a long value may not wrap)"
 
 
 def age_value(
@@ -140,11 +145,10 @@ def parse_document(text: str, path: str, where: Sequence[Part], fail: Fail) -> d
         return _json_document(text, path, where, fail)
     for binding in parse_stream(io.StringIO(text)):
         if binding.error:
-            raise fail(where, f"{path} line {binding.original.line}: not KEY=VALUE")
+            raise fail(where, f"{path} line {line_of(binding)}: not KEY=VALUE")
+        if binding.key is not None and binding.value is None:
+            raise fail(where, f"{path} line {line_of(binding)}: {_BARE}")
     values = dotenv_values(stream=io.StringIO(text), interpolate=False)
-    bare = [k for k, v in values.items() if v is None]
-    if bare:
-        raise fail(where, f"{path}: {bare[0]} has no value: write {bare[0]}=VALUE")
     return {k: v for k, v in values.items() if v is not None}
 
 

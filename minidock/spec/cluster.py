@@ -6,12 +6,14 @@ port ranges and clashes, volume targets, backoff bounds.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import ipaddress
+import logging
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
@@ -56,11 +58,12 @@ from minidock.spec.inventory import read_inventory
 from minidock.spec.messages import did_you_mean, render, show
 from minidock.spec.reading import check_schema, compile_pattern, read_toml, resolve, shipped_schema
 from minidock.spec.secretfiles import (
+    MAX_SECRET_BYTES,
     build_secret_files,
     secret_text,
     source_value,
 )
-from minidock.spec.sources import one_run
+from minidock.spec.sources import one_run, reread_failures
 
 __all__ = ["cluster_document", "load", "load_cluster", "secret_env_warnings", "topo_order"]
 
@@ -80,10 +83,11 @@ def load(path: StrPath, inventory: StrPath | None = None) -> tuple[Cluster, Inve
     """Load a cluster file and its inventory (`inventory_of`); errors name the file at
     fault (a Compose file's, its own keys)."""
     display = os.fspath(path)
-    cluster, _, inventory_display, locate = _read_cluster(
-        Path(path), display, with_inventory=True, given=inventory
-    )
-    hosts = read_inventory(Path(cluster.inventory_path), inventory_display)
+    with one_run():  # the inventory's failing password command: the file's values masked
+        cluster, _, inventory_display, locate = _read_cluster(
+            Path(path), display, with_inventory=True, given=inventory
+        )
+        hosts = read_inventory(Path(cluster.inventory_path), inventory_display)
     try:
         check_ingress_hosts(cluster, hosts, display)
         check_ingress_ports(cluster, hosts, display)
@@ -167,9 +171,14 @@ def _read_cluster(
 def _read_cluster_once(
     path: Path, display: str, *, with_inventory: bool, given: StrPath | None
 ) -> tuple[Cluster, dict[str, Any], str, Callable[[SpecError], SpecError]]:
+    base = os.path.dirname(os.path.abspath(path))
     if not is_compose_file(path):
         doc = read_toml(path, display)
-        found = _load_cluster(doc, path, display, with_inventory=with_inventory, given=given)
+        try:
+            found = _load_cluster(doc, path, display, with_inventory=with_inventory, given=given)
+        except SpecError:
+            reread_failures(lambda: _read_every_secret(doc, base))
+            raise
         return (*_with_document(found, doc), _as_it_is)
     from minidock.spec.compose.translation import translate_file  # PyYAML only when needed
 
@@ -179,8 +188,57 @@ def _read_cluster_once(
             translation.document, path, display, with_inventory=with_inventory, given=given
         )
     except SpecError as exc:
+        reread_failures(lambda: _read_every_secret(translation.document, base))
         raise translation.locate(exc) from None
     return (*_with_document(found, translation.document), translation.locate)
+
+
+def _read_every_secret(doc: Mapping[str, Any], base: str) -> None:
+    """Read every secret source of a cluster document that a failed program stopped the
+    load before (each value remembered, to mask that program's standard error): those of
+    the registries, and each service's secrets, secret files and backup password. Their
+    own problems are not told, nor a file's mode."""
+    sources: list[Any] = [r.get("password") for r in _tables(doc.get("registries"))]
+    for body in _tables(doc.get("services")):
+        for key in ("secrets", "secret_files"):
+            sources += _tables(body.get(key))
+        backup = body.get("backup")
+        sources.append(backup.get("password") if isinstance(backup, dict) else None)
+    quiet = logging.getLogger("minidock.spec")
+    with _silenced(quiet):
+        for source in sources:
+            if isinstance(source, dict):
+                with contextlib.suppress(SpecError):
+                    source_value(source, (), _no_fail, base, read_file=_read_quietly, exact=True)
+
+
+def _tables(table: Any) -> list[dict[str, Any]]:
+    """The values of `table` that are tables (none when it is not one)."""
+    return [v for v in table.values() if isinstance(v, dict)] if isinstance(table, dict) else []
+
+
+def _no_fail(parts: Sequence[Part], message: str) -> SpecError:
+    return SpecError("", render(parts), message)
+
+
+def _read_quietly(path: str, where: tuple[Part, ...], fail: Fail) -> str:
+    """A secret file's text, or "" when it cannot be read (no mode check)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read(MAX_SECRET_BYTES + 1)
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+@contextlib.contextmanager
+def _silenced(logger: logging.Logger) -> Iterator[None]:
+    """`logger` says nothing meanwhile (a file's mode was told when it was first read)."""
+    before = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = before
 
 
 def _as_it_is(error: SpecError) -> SpecError:

@@ -7,8 +7,10 @@ no standard input, in a process group of its own, for at most its `timeout` (def
 `DEFAULT_TIMEOUT`): past it the whole group is killed. Within one load of a cluster file
 (`one_run`) each command runs once, however many keys name it. Its output is never logged
 and never shown; on failure, one line names the command and shows its standard error with
-every secret value read so far (its own output included) masked. The value travels like
-any secret's: the env-file on stdin, never a remote command line.
+every secret value masked, its own output included: the load's reader reads every other
+source of the file after a failure (`reread_failures`), so a value read later in the file (an
+`{ env }` one a `set -x` trace shows) is masked too. The value travels like any secret's:
+the env-file on stdin, never a remote command line.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minidock import units
-from minidock.spec.errors import Fail, Part
+from minidock.spec.errors import Fail, Part, SpecError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -34,6 +36,7 @@ __all__ = [
     "masked",
     "one_run",
     "remember",
+    "reread_failures",
     "run_program",
 ]
 
@@ -43,14 +46,27 @@ _STDERR_SHOWN = 300  # characters of a failed command's standard error in its on
 MASK = "***"
 
 
+@dataclass(frozen=True)
+class _Failure:
+    """A program that failed, and its error: the standard error it shows is masked again
+    once every secret value of the load is known (`reread_failures`)."""
+
+    error: SpecError
+    shown: str  # its standard error as the error shows it
+    err: str  # its standard error, as it printed it
+    out: str  # its standard output: a value it printed before failing is masked too
+
+
 @dataclass
 class _Run:
     """What one load of a cluster file has fetched: each command's output, by its argv
-    and directory, and every value read (to mask a later command's standard error)."""
+    and directory, every value read (to mask a command's standard error), and each program
+    that failed (run once: a second source naming it gets its error again)."""
 
     outputs: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict)
     documents: dict[tuple[str, ...], dict[str, str]] = field(default_factory=dict)
     values: set[str] = field(default_factory=set)
+    failures: dict[tuple[str, tuple[str, ...]], _Failure] = field(default_factory=dict)
 
 
 _RUN: ContextVar[_Run | None] = ContextVar("minidock_secret_run", default=None)
@@ -58,7 +74,11 @@ _RUN: ContextVar[_Run | None] = ContextVar("minidock_secret_run", default=None)
 
 @contextlib.contextmanager
 def one_run() -> Iterator[None]:
-    """One load of a cluster file: a command named by several keys runs once."""
+    """One load of a cluster file (and its inventory): a command named by several keys
+    runs once. Within a run already under way, that run goes on."""
+    if _RUN.get() is not None:
+        yield
+        return
     token = _RUN.set(_Run())
     try:
         yield
@@ -81,6 +101,29 @@ def remember(value: str) -> None:
     run = _RUN.get()
     if run is not None and value:
         run.values.add(value)
+
+
+def reread_failures(read_the_rest: Callable[[], None]) -> None:
+    """After a load failed: when a program failed in it, `read_the_rest` reads every
+    secret source of the file (its own failures ignored) and each failure's error shows its
+    standard error masked with every value now known. Nothing when no program failed."""
+    run = _RUN.get()
+    if run is None or not run.failures:
+        return
+    failures = list(run.failures.values())
+    read_the_rest()
+    for failure in failures:
+        error = failure.error
+        error.message = error.message.replace(failure.shown, _shown(failure.err, failure.out))
+
+
+def _shown(err: str, out: str) -> str:
+    """A failed program's standard error on one line, every secret value of this run and
+    its own output masked, then cut to `_STDERR_SHOWN` characters."""
+    said = " ".join(masked(err, [out]).split())
+    if len(said) > _STDERR_SHOWN:
+        said = said[: _STDERR_SHOWN - 3] + "..."
+    return said or "(nothing on its standard error)"
 
 
 def masked(text: str, values: Sequence[str] = ()) -> str:
@@ -137,6 +180,10 @@ def run_program(
     """Run `argv` on the controller (see the module): its standard output, or one line
     naming it."""
     name = _name(argv)
+    run = _RUN.get()
+    failed = None if run is None else run.failures.get((base, tuple(argv)))
+    if failed is not None:
+        raise failed.error  # a program runs once per load, failing or not
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -167,17 +214,20 @@ def run_program(
         for line in err.splitlines()
         if not line.decode(errors="replace").startswith(tuple(noise))
     ]
-    return _output(name, proc.returncode, out, b"\n".join(kept), where, fail)
-
-
-def _output(name: str, code: int, out: bytes, err: bytes, where: Sequence[Part], fail: Fail) -> str:
-    text = out.decode("utf-8", errors="replace")
-    if code != 0:
-        said = " ".join(masked(err.decode("utf-8", errors="replace"), [text]).split())
-        if len(said) > _STDERR_SHOWN:
-            said = said[: _STDERR_SHOWN - 3] + "..."
+    if proc.returncode != 0:
+        code = proc.returncode
         how = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
-        raise fail(where, f"`{name}` {how}: {said or '(nothing on its standard error)'}")
+        said = b"\n".join(kept).decode("utf-8", errors="replace")
+        text = out.decode("utf-8", errors="replace")
+        shown = _shown(said, text)
+        failure = _Failure(fail(where, f"`{name}` {how}: {shown}"), shown, said, text)
+        if run is not None:
+            run.failures[(base, tuple(argv))] = failure
+        raise failure.error
+    return _output(name, out, where, fail)
+
+
+def _output(name: str, out: bytes, where: Sequence[Part], fail: Fail) -> str:
     if len(out) > MAX_OUTPUT_BYTES:
         raise fail(where, f"`{name}` printed over the {MAX_OUTPUT_BYTES // 1024} KiB limit")
     try:

@@ -2,7 +2,9 @@
 
 State written by MiniDock before the core had phase enums (hosts with `down`/`drained`
 booleans, slots with `failed`/`complete`, rollouts whose phase was named `status`) is read
-into today's phases, so an upgrade keeps every drain, every Failed slot and every rollout.
+into today's phases, so an upgrade keeps every drain, every Failed slot and every rollout;
+a service's replica count over `model.MAX_REPLICAS` (which no MiniDock before it refused)
+is read as that maximum, with a warning.
 
 `Codec(box)` is what the stores use: the same JSON, with every secret value of a service
 (`model.secret_values`: its `secrets`, its secret files' text, its registry password, env
@@ -15,6 +17,7 @@ it is. The module's own functions seal nothing: they are for values that hold no
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,12 +29,13 @@ from minidock.core.hosts import Availability, HostPhase, HostState
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import Rollout
 from minidock.core.tls import AcmeAccount, CertRecord, PendingOrder
-from minidock.model import Cluster, Service, keyed_cluster, looks_secret
+from minidock.model import MAX_REPLICAS, Cluster, Service, keyed_cluster, looks_secret
 
 if TYPE_CHECKING:
     from minidock.store.sealing import SecretBox
 
 T = TypeVar("T")
+log = logging.getLogger("minidock.store")
 
 
 def _legacy_host(d: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +101,28 @@ def _sealing(converter: cattrs.Converter) -> None:
     converter.register_unstructure_hook(
         Service, lambda service: _secret_fields(unstructure(service), _seal)
     )
-    _upgrading(converter, Service, lambda d: _secret_fields(d, _open))
+    _upgrading(converter, Service, lambda d: _secret_fields(_bounded_replicas(d), _open))
+
+
+_TOLD: set[tuple[object, int]] = set()  # the over-large counts already said, once a process
+
+
+def _bounded_replicas(d: dict[str, Any]) -> dict[str, Any]:
+    """A service stored before `MAX_REPLICAS` may hold any count (`scale web=99999999999`
+    stored one, then every pass and `status` ran out of memory building its slots): it is
+    read as `MAX_REPLICAS`, said once a process on the `minidock.store` log."""
+    replicas = d.get("replicas", 1)
+    if not isinstance(replicas, int) or replicas <= MAX_REPLICAS:
+        return d
+    name = d.get("name")
+    if (name, replicas) not in _TOLD:
+        _TOLD.add((name, replicas))
+        log.warning(
+            "state: services.%s.replicas is %s, over the maximum of %d (stored by an older "
+            "MiniDock): read as %d; set the count with minidock scale %s=N",
+            name, replicas, MAX_REPLICAS, MAX_REPLICAS, name,
+        )  # fmt: skip
+    return {**d, "replicas": MAX_REPLICAS}
 
 
 def _secret_fields(d: dict[str, Any], change: Callable[[str], str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from minidock.ssh import Terminal  # what `exec -it` joins a task to: the CLI bu
 from minidock.store import StateLocation
 from minidock.usecases.access import Writer, patience, state_location
 from minidock.usecases.convert import ConvertOutcome, convert
-from minidock.usecases.desired import apply, drain_plan, plan, scale, validate
+from minidock.usecases.desired import apply, drain_plan, plan, scale, too_many_replicas, validate
 from minidock.usecases.fleetview import FleetReading, read_fleet
 from minidock.usecases.images import push
 from minidock.usecases.intents import (
@@ -169,6 +169,7 @@ __all__ = [
     "scale",
     "state_location",
     "status",
+    "too_many_replicas",
     "validate",
     "verdict",
     "waited_for",

@@ -24,7 +24,7 @@ from minidock.core.causes import failed_probes
 from minidock.core.simulate import Simulation, simulate
 from minidock.ingress import route_loads
 from minidock.masking import NO_SECRETS, Masker
-from minidock.model import Cluster, Event, Observed, keyed_cluster
+from minidock.model import MAX_REPLICAS, Cluster, Event, Observed, keyed_cluster
 from minidock.plandoc import RouteLoad, plan_document
 from minidock.runner import decide_pass
 from minidock.spec import SpecError, load, load_inventory, secret_env_warnings
@@ -481,6 +481,14 @@ def _as_running(state: ControllerState, cluster: Cluster) -> Cluster:
     return replace(cluster, services=tuple(specs.get(s.name, s) for s in cluster.services))
 
 
+def too_many_replicas(service: str, given: str) -> str:
+    """`scale SERVICE=N` refused with N over `MAX_REPLICAS`, before anything is stored."""
+    return (
+        f"scale {service}={given}: replicas must be at most {MAX_REPLICAS} "
+        f"(docs/formats.md#at-most-1000-replicas): give {service}={MAX_REPLICAS} or fewer"
+    )
+
+
 async def scale(
     service: str,
     replicas: int,
@@ -498,6 +506,8 @@ async def scale(
     next `apply FILE` sets what the file says."""
     if replicas < 0:
         raise BadInput(f"scale {service}={replicas}: replicas must be 0 or more")
+    if replicas > MAX_REPLICAS:
+        raise BadInput(too_many_replicas(service, str(replicas)))
     require_applied(directory)
     store_root, directory = directory, one(directory, cluster, service)
     async with writing(directory, runtime.clock, Writer.OPERATOR, runtime.notice) as store:

@@ -10,6 +10,7 @@ seam): apply, status --json, a quiet reconcile, drain, activate, update, rollbac
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import io
 import json
@@ -29,6 +30,7 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 import minidock.cli
+import minidock.store.codec
 import minidock.usecases.access
 from minidock.cli import app, field_change, service_row
 from minidock.core import admit
@@ -997,6 +999,14 @@ def test_watch_skips_a_pass_while_another_writer_holds_the_lock(fleet: Fleet) ->
         (["scale", "web"], "scale: use SERVICE=N with N a number of replicas, e.g. web=3"),
         (["scale", "web=many"], "scale: use SERVICE=N with N a number of replicas, e.g. web=3"),
         (["scale", "wbe=2"], "unknown service 'wbe' (did you mean 'web'?); known services: web"),
+        (["scale", "web=\u00b2"], "scale: use SERVICE=N with N a number of replicas, e.g. web=3"),
+        (
+            ["scale", "web=99999999999"],
+            "scale web=99999999999: replicas must be at most 1000 "
+            "(docs/formats.md#at-most-1000-replicas): give web=1000 or fewer",
+        ),
+        (["scale", "web=1001"], "scale web=1001: replicas must be at most 1000 "),
+        (["scale", "web=" + "9" * 5000], "scale web=N: replicas must be at most 1000 "),
         (["logs", "web", "--since", "5"], "--since: invalid duration '5': "),
         (["logs", "wbe"], "unknown service 'wbe'"),
         (["exec", "-t", "web", "--", "sh"], "exec -t: stdin is not a terminal"),
@@ -1009,6 +1019,41 @@ def test_operator_commands_refuse_bad_input(
     db = (state / "state.db").read_bytes()
     assert one_line_error(invoke(args[0], "--state", str(state), *args[1:])).startswith(error)
     assert (state / "state.db").read_bytes() == db
+
+
+def test_a_count_past_the_maximum_an_older_minidock_stored_is_read_as_the_maximum(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`scale web=99999999999` stored its count before there was a maximum; every later pass
+    and `status` then ran out of memory building the slot range. Read as 1000, said once."""
+    monkeypatch.setattr(minidock.store.codec, "_TOLD", set())
+    assert fleet.run("apply", str(fleet.cluster), "--wait").exit_code == 0
+    with Store.open(fleet.state) as store:
+        latest = store.latest_generation()
+        assert latest is not None
+        huge = dataclasses.replace(
+            latest[1],
+            services=tuple(
+                dataclasses.replace(s, replicas=99_999_999_999) if s.name == "web" else s
+                for s in latest[1].services
+            ),
+        )
+        store.commit(admit(store.load(), huge, store.next_generation_id()), generation=huge)
+    told = (
+        "minidock: warning: state: services.web.replicas is 99999999999, over the maximum of "
+        "1000 (stored by an older MiniDock): read as 1000; set the count with minidock scale "
+        "web=N\n"
+    )
+    status = fleet.run("status", "--json")
+    assert status.exit_code == 0
+    assert status.stderr == told
+    web = next(s for s in json.loads(status.stdout)["services"] if s["name"] == "web")
+    assert web["replicas"] == 1000
+    assert fleet.run("reconcile").exit_code == 3  # 1000 slots: the ports hold 3 of them
+    assert fleet.run("status").exit_code == 0
+    scaled = fleet.run("scale", "web=2", "--wait")
+    assert scaled.exit_code == 0
+    assert "scaled web from 1000 to 2\n" in scaled.stdout
 
 
 def test_ps_logs_exec_and_scale_end_to_end(fleet: Fleet) -> None:

@@ -222,3 +222,40 @@ def test_sysctls_are_the_tasks_kernel_parameters(tmp_path: Path) -> None:
 def test_what_cannot_apply_is_one_line(tmp_path: Path, key: str, message: str) -> None:
     text = HEAD + f"    {key}\nnetworks:\n  edge: {{external: true}}\n"
     assert refusal(tmp_path, text) == message
+
+
+@pytest.mark.parametrize(
+    ("lines", "problem"),
+    [
+        ("A=1\n\n\nwrapped s3cret tail\n", "line 4: not KEY=VALUE"),
+        (
+            "A=1\n\n9s3cret=tail\n",
+            "line 3: not an environment variable name before its `=` (letters, digits, '_', "
+            "'.' and '-', not starting with a digit)",
+        ),
+    ],
+)
+def test_an_env_file_line_is_named_by_its_number_never_its_text(
+    tmp_path: Path, lines: str, problem: str
+) -> None:
+    """A value wrapped onto a line of its own is a secret's tail: blank lines above it
+    counted, its text never shown (nor the name a `=` in it would make)."""
+    (tmp_path / "web.env").write_text(lines)
+    line = refusal(tmp_path, HEAD + "    env_file: web.env\n")
+    assert line == f"services.web.env_file (line 5): {tmp_path}/web.env {problem}"
+    assert "s3cret" not in line
+
+
+@pytest.mark.parametrize(
+    ("key", "line"),
+    [
+        ("    deploy:\n      replicas: 1001\n", "deploy.replicas (line 6)"),
+        ("    scale: 5000\n", "scale (line 5)"),
+    ],
+)
+def test_a_count_past_the_most_replicas_is_refused_at_its_compose_key(
+    tmp_path: Path, key: str, line: str
+) -> None:
+    """As `replicas` in TOML (at most model.MAX_REPLICAS): a plan would build the slots."""
+    got = "1001" if "1001" in key else "5000"
+    assert refusal(tmp_path, HEAD + key) == f"services.web.{line}: must be at most 1000, got {got}"

@@ -16,6 +16,7 @@ from minidock.cli import app
 from minidock.spec import SpecError, load
 from minidock.usecases import BadInput
 from minidock.usecases.secrets import edit_age_file
+from tests.unit.test_cli import invoke, one_line_error
 
 HOST = '[[hosts]]\nname = "host1"\naddress = "10.0.0.11"\n'
 DOCUMENT = "# prod\nDB_PASSWORD=s3cret-db\nAPI_TOKEN='tok en #1'\n"
@@ -148,6 +149,26 @@ def test_a_document_that_is_not_dotenv_is_one_line_naming_its_line(keys: Path) -
     with pytest.raises(SpecError) as caught:
         load(spec)
     assert str(caught.value).endswith(f"{keys}/prod.age line 2: not KEY=VALUE")
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "apply"])
+def test_a_value_wrapped_onto_its_own_line_is_named_by_its_line_number_only(
+    keys: Path, command: str
+) -> None:
+    """A password wrapped by an editor: its tail reads as a name without a value."""
+    wrapped = "# prod\nDB_PASSWORD=s3cret-db-first-half\n\nwrappedS3cretTail\n"
+    age("-e", "-R", str(keys / "prod.age.recipients"), "-o", str(keys / "prod.age"), stdin=wrapped)
+    spec = cluster(
+        keys, f'[services.db]\nimage = "postgres:16"\nsecrets = {{ A = {source("DB_PASSWORD")} }}\n'
+    )
+    state = [] if command == "validate" else ["--state", str(keys / "state")]
+    line = one_line_error(invoke(command, str(spec), *state))
+    assert line == (
+        f"{spec}: services.db.secrets.A.age_file: {keys}/prod.age line 4: a line without `=`: "
+        "write NAME=VALUE on one line (a long value may not wrap)"
+    )
+    assert "S3cret" not in line
+    assert "s3cret" not in line
 
 
 def test_a_compose_x_minidock_secret_from_an_age_file(keys: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 from minidock.model import LABEL_SPEC
 from minidock.spec import SpecError, load
 from minidock.usecases import BadInput, ExitCode
+from tests.unit.test_cli import invoke, one_line_error
 from tests.unit.test_usecases import STACK, Setup, make_setup
 
 HOST = '[[hosts]]\nname = "host1"\naddress = "10.0.0.11"\n'
@@ -112,6 +113,57 @@ def test_a_failing_command_is_one_line_naming_it_its_stderr_masked(path_bin: Pat
     )
     assert "\n" not in line
     assert VALUE not in line
+
+
+LATER = "s3cret-read-later"  # a value of a source after the failing one in the file
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "apply"])
+def test_a_failing_commands_trace_masks_every_value_of_the_file_read_after_it(
+    path_bin: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """A `set -x` trace shows what the script expanded: an `{ env }` value, another
+    command's output, a secret file's text, each given by a source after the failing one."""
+    monkeypatch.setenv("LATER_PW", LATER)
+    script(path_bin, "vault-cli", f'echo "{LATER}-by-command"')
+    (path_bin / "tls.key").write_text(f"{LATER}-from-a-file\n")
+    (path_bin / "tls.key").chmod(0o600)
+    trace = 'set -x; v=$(vault-cli); k=$(cat tls.key); echo "$LATER_PW $v $k"; exit 1'
+    spec = cluster(
+        path_bin,
+        '[services.db]\nimage = "postgres:16"\n'
+        f"secrets = {{ A = {{ command = ['sh', '-c', '{trace}'] }} }}\n"
+        '[services.api]\nimage = "api:1"\n'
+        'secrets = { B = { env = "LATER_PW" }, C = { command = ["vault-cli"] } }\n'
+        '[services.api.secret_files]\n"/run/secrets/tls.key" = { file = "tls.key" }\n',
+    )
+    state = [] if command == "validate" else ["--state", str(path_bin / "state")]
+    line = one_line_error(invoke(command, str(spec), *state))
+    assert line.startswith(f"{spec}: services.db.secrets.A.command: `sh` exited 1: + ")
+    assert "***" in line
+    assert LATER not in line
+    assert runs(path_bin, "vault-cli") == 2  # once in the trace, once as C: read to mask
+
+
+def test_a_failing_commands_output_and_a_value_before_it_stay_masked(path_bin: Path) -> None:
+    """What a failing command printed on its output is never shown, and masks its error;
+    a value read before it (another command's) is masked too; it runs once."""
+    script(path_bin, "good", f'echo "{VALUE}"')
+    script(
+        path_bin,
+        "bad",
+        f'echo "{LATER}"; echo "{VALUE} / {LATER}" >&2; exit 4',
+    )
+    spec = cluster(
+        path_bin,
+        '[services.db]\nimage = "postgres:16"\n'
+        'secrets = { A = { command = ["good"] }, B = { command = ["bad"] } }\n'
+        '[services.api]\nimage = "api:1"\nsecrets = { C = { command = ["bad"] } }\n',
+    )
+    with pytest.raises(SpecError) as caught:
+        load(spec)
+    assert str(caught.value) == f"{spec}: services.db.secrets.B.command: `bad` exited 4: *** / ***"
+    assert runs(path_bin, "bad") == 1
 
 
 def test_a_command_that_hangs_is_stopped_at_its_timeout_with_what_it_started(

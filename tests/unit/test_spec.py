@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from minidock import units
 from minidock.model import (
+    MAX_REPLICAS,
     Cluster,
     Constraint,
     HealthCheck,
@@ -108,6 +109,11 @@ BAD = [
         WEB + "replicas = -1\n",
         "services.web.replicas: must be at least 0, got -1",
         "negative-replicas",
+    ),
+    c(
+        WEB + "replicas = 99999999999\n",
+        "services.web.replicas: must be at most 1000, got 99999999999",
+        "too-many-replicas",
     ),
     c(CLUSTER + "services = 3\n", "services: expected a table, got integer 3", "services-type"),
     c(WEB + "cpus = -0.5\n", "services.web.cpus: must be at least 0, got -0.5", "negative-cpus"),
@@ -1017,6 +1023,14 @@ def test_schema_unit_patterns_are_the_parsers_patterns(kind: str) -> None:
     defs = json.loads(text)["$defs"]
     assert defs["duration"]["pattern"] == units.DURATION_PATTERN
     assert defs["size"]["pattern"] == units.SIZE_PATTERN
+
+
+def test_the_schemas_most_replicas_is_the_models() -> None:
+    """`replicas` at most MAX_REPLICAS: each pass builds a service's slot range whole."""
+    text = (resources.files("minidock") / "schemas" / "cluster.schema.json").read_text("utf-8")
+    replicas = json.loads(text)["$defs"]["service"]["properties"]["replicas"]
+    assert replicas["maximum"] == MAX_REPLICAS == 1000
+    assert "1000" in replicas["description"]
 
 
 # -- probe_timeout and the private key's permissions --------------------------------------------

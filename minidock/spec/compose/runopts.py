@@ -4,6 +4,7 @@ and `x-minidock`, MiniDock's own keys, merged over what the Compose keys gave.""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from minidock.spec.compose.build import translate_build
@@ -22,6 +23,7 @@ from minidock.spec.compose.values import (
     text,
 )
 from minidock.spec.compose.yamldoc import Part, YDict, YList
+from minidock.spec.reading import compile_pattern, shipped_schema
 
 __all__ = ["commands", "environment", "expose", "extension", "image", "labels", "links"]
 
@@ -59,7 +61,7 @@ def environment(s: Service) -> None:
     if "env_file" in s.body:
         for where, path in _env_files(s):
             try:
-                values = read_env_file(path, s.ctx.lookup)
+                values = read_env_file(path, s.ctx.lookup, _env_names())
             except EnvFileProblem as exc:
                 raise s.ctx.fail(where, str(exc)) from None
             env |= values
@@ -78,6 +80,12 @@ def environment(s: Service) -> None:
         s.set("env", env, *origin[next(iter(env))][2:])
         for key, where in origin.items():
             s.ctx.came_from(("services", s.name, "env", key), where)
+
+
+def _env_names() -> re.Pattern[str]:
+    """What the cluster schema takes as an environment variable's name."""
+    env = shipped_schema("cluster")["$defs"]["service"]["properties"]["env"]
+    return compile_pattern(env["propertyNames"]["pattern"])
 
 
 def _env_files(s: Service) -> list[tuple[tuple[Part, ...], str]]:

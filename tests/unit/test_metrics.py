@@ -223,10 +223,7 @@ def test_the_documented_cron_line_writes_the_textfile(tmp_path: Path) -> None:
     assert len(result.output.strip().splitlines()) == 1
     assert "minidock_store_up 0.0" in out.read_text()
     unit = documented("serve-systemd-unit")
-    assert (
-        "ExecStart=/opt/minidock/bin/minidock serve --listen 0.0.0.0:9440 --token-file"
-        in unit
-    )
+    assert "ExecStart=/opt/minidock/bin/minidock serve --listen 0.0.0.0:9440 --token-file" in unit
     assert "Environment=MINIDOCK_STATE=/var/lib/minidock" in unit
 
 

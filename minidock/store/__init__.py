@@ -185,6 +185,7 @@ def _needs_etcd() -> Iterator[None]:
         yield
     except ImportError as exc:
         raise StoreUnusable(
-            f"an etcd state store needs the etcd client ({exc.name} is missing): "
-            "pip install 'minidock[etcd]'"
+            f"an etcd state store needs the etcd client ({exc.name} is missing): install "
+            "MiniDock's wheel with its etcd extra, e.g. pipx install --force "
+            "'minidock-VERSION-py3-none-any.whl[etcd]' (docs/ha.md)"
         ) from None

@@ -2,7 +2,10 @@
 the hosts and taken away at the end of each test (the lab is shared): a proxy image gone,
 a task port closed by the host's firewall, the user out of the docker group, the engine
 stopped. Each is named with its fix; prepare turns the host without an engine into one
-the check passes. Assertions read `--json` (docs/cli.md#hosts-check)."""
+the check passes. Assertions read `--json` (docs/cli.md#hosts-check). Last, a device, a
+tmpfs, /dev/shm's size and a pids limit given to a lab task, seen inside it and by the
+engine (issue 44, item 5). An old engine is not planted (every lab host runs Debian 12's
+20.10): the unit tests feed the engine check older versions."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Any
 import tomli_w
 
 from minidock.haproxy import NAMES_IMAGE
+from minidock.lab.images import WEB5_IMAGE
 from tests.integration.conftest import Fleet, Minidock, patient_inventory
 
 # the firewall rule of the closed task port: the forward path a published port takes
@@ -134,3 +138,37 @@ def test_hosts_prepare_starts_the_engine_of_a_host_then_the_check_passes(
         assert (code, failed(doc)) == (0, {}), failures(doc)
     finally:
         fleet.revive("host4")
+
+
+# -- devices (issue 44, item 5) ---------------------------------------------------------------
+DEVICES = f"""
+[services.dev]
+image = "{WEB5_IMAGE}"
+constraints = ["host == host1"]
+devices = ["/dev/null:/dev/mydev"]
+tmpfs = ["/scratch:size=8m"]
+shm_size = "32m"
+pids_limit = 64
+"""
+
+
+def test_a_device_is_passed_to_a_lab_task_and_seen_inside_it(md: Minidock, fleet: Fleet) -> None:
+    res = md("apply", str(md.spec(DEVICES)), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    seen = md(
+        "exec", "dev", "--", "sh", "-c",
+        '[ -c /dev/mydev ] && echo char; echo written > /dev/mydev && echo writable; '
+        'while read -r _ at kind _; do [ "$at" = /scratch ] && echo "$kind"; done < /proc/mounts',
+    )  # fmt: skip
+    assert seen.stdout.split() == ["char", "writable", "tmpfs"], seen.stderr
+    names = fleet.docker("host1", "ps", "--format", "{{.Names}}").stdout.split()
+    (name,) = [n for n in names if n.startswith("dev.1.")]
+    shown = fleet.docker(
+        "host1", "inspect", name, "--format",
+        "{{json .HostConfig.Devices}} {{.HostConfig.ShmSize}} {{.HostConfig.PidsLimit}}",
+    ).stdout.split()  # fmt: skip
+    devices = json.loads(shown[0])
+    assert [(d["PathOnHost"], d["PathInContainer"]) for d in devices] == [
+        ("/dev/null", "/dev/mydev")
+    ]
+    assert shown[1:] == [str(32 << 20), "64"]

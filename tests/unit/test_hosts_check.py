@@ -4,11 +4,18 @@ steps and their exact argvs for each kind of host."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from minidock.commands import hostcheck as hc
 from minidock.commands import hostprep as hp
 from minidock.model import Host
+from minidock.ssh import Result, Unreachable
+from minidock.usecases import state_location
+from minidock.usecases.hostcheck import HostsCheckOutcome, check_hosts
+from minidock.usecases.runtime import Clock, Runtime
 
 HOST = Host("web1", "10.0.0.5", port=2222, user="deploy", private_address="192.168.1.5")
 ROOT = replace(HOST, user="root")
@@ -285,3 +292,121 @@ def test_a_host_without_apt_is_refused_with_the_engine_to_install() -> None:
     steps = hp.plan("root", BARE_DEBIAN_13 | {"sudo": "root", "apt": "no", "os": "fedora"})
     assert [(s.name, s.ok) for s in steps] == [("install", False)]
     assert steps[0].what.startswith("no apt-get on fedora")
+
+
+# -- the use case, over a scripted executor ---------------------------------------------------
+class Hosts:
+    """An executor whose hosts answer the checks' commands from a script: every host
+    healthy, but for what a test changes (`answers`: host -> argv[0..1] -> Result, and
+    `blocked`: (from, to) pairs whose task-port request fails)."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, dict[tuple[str, ...], Result]] = {}
+        self.blocked: set[tuple[str, str]] = set()
+        self.ran: list[tuple[str, tuple[str, ...]]] = []
+        self.address = {"host1": "10.0.0.1", "host2": "10.0.0.2", "host3": "10.0.0.3"}
+
+    async def run(self, host: Host, argv: Sequence[str], **_: object) -> Result:
+        self.ran.append((host.name, tuple(argv)))
+        given = self.answers.get(host.name, {}).get(tuple(argv[:2]))
+        if given is not None:
+            return given
+        return self.healthy(host, list(argv))
+
+    def healthy(self, host: Host, argv: list[str]) -> Result:
+        key = tuple(argv[:3])
+        if argv == ["uname", "-r"]:
+            return Result(0, "6.1.0-18-amd64\n", "")
+        if argv == ["id"]:
+            return Result(0, "uid=0(root) gid=0(root) groups=0(root)\n", "")
+        if key == ("docker", "info", "--format"):
+            return Result(0, "20.10.24+dfsg1|/var/lib/docker|Debian\n", "")
+        if argv[:2] == ["df", "-Pk"]:
+            return Result(0, DF, "")
+        if argv[0] == "date":
+            return Result(0, f"{CLOCK:.9f}\n", "")
+        if key == ("docker", "image", "inspect"):
+            return Result(0, "sha256:abc\n", "")
+        if argv[:3] == ["docker", "run", "--rm"]:  # the reach: its targets from the script
+            targets = argv[-1].split("for t in ")[1].split("; do")[0].split()
+            lines = []
+            for t in targets:
+                to = next(n for n, a in self.address.items() if t.startswith(a + ":"))
+                lines.append(f"{t} {1 if (host.name, to) in self.blocked else 0}")
+            return Result(0, "\n".join(lines) + "\n", "")
+        return Result(0, "", "")  # sudo -n true, the listener, its readiness, rm -f
+
+    def disconnect(self, host: Host) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+CLOCK = 1_800_000_000.0
+
+
+def checked(tmp_path: Path, fake: Hosts, *names: str) -> HostsCheckOutcome:
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(
+        "".join(f'[[hosts]]\nname = "{n}"\naddress = "{a}"\n' for n, a in fake.address.items())
+    )
+    clock = Clock(now=lambda: CLOCK, monotonic=lambda: 0.0, sleep=asyncio.sleep)
+    runtime = Runtime(executor=lambda: fake, clock=clock)  # type: ignore[arg-type,return-value]
+    where = state_location(str(tmp_path / "state"))
+    return asyncio.run(check_hosts(where, runtime, hosts=names, inventory=inventory))
+
+
+def test_every_check_of_every_host_passes_on_a_healthy_fleet(tmp_path: Path) -> None:
+    result = checked(tmp_path, Hosts())
+    assert result.exit_code == 0
+    assert [c.name for c in result.hosts[0].checks] == [
+        "ssh", "engine", "user", "kernel", "disk", "clock", "images", "task ports",
+    ]  # fmt: skip
+    assert result.hosts[0].checks[-1].found == "10.0.0.1:30999 reached from 2 host(s)"
+
+
+def test_a_port_closed_between_two_hosts_fails_the_host_it_is_closed_to(tmp_path: Path) -> None:
+    fake = Hosts()
+    fake.blocked = {("host1", "host3")}
+    result = checked(tmp_path, fake)
+    assert result.exit_code == 1
+    by_host = {h.host: h.checks[-1] for h in result.hosts}
+    assert (by_host["host3"].ok, by_host["host3"].found) == (
+        False,
+        "10.0.0.3:30999 not reached from host1",
+    )
+    assert by_host["host1"].ok
+    assert by_host["host2"].ok
+    listeners = [h for h, argv in fake.ran if argv[:4] == ("docker", "run", "-d", "--rm")]
+    removed = [h for h, argv in fake.ran if argv == tuple(hc.listener_rm_argv())]
+    assert sorted(listeners) == ["host1", "host2", "host3"]
+    assert removed.count("host1") == 2  # one left behind before, its own after
+
+
+def test_an_unreachable_host_fails_ssh_and_checks_nothing_else(tmp_path: Path) -> None:
+    class Down(Hosts):
+        async def run(self, host: Host, argv: Sequence[str], **kw: object) -> Result:
+            if host.name == "host2":
+                raise Unreachable("host2", "connection refused by 10.0.0.2:22")
+            return await super().run(host, argv, **kw)
+
+    result = checked(tmp_path, Down())
+    host2 = next(h for h in result.hosts if h.host == "host2")
+    assert [(c.name, c.ok) for c in host2.checks] == [("ssh", False)] + [
+        (name, None)
+        for name in ("engine", "user", "kernel", "disk", "clock", "images", "task ports")
+    ]
+    host1 = next(h for h in result.hosts if h.host == "host1")
+    assert host1.checks[-1].found == "10.0.0.1:30999 reached from 1 host(s); not tried from host2"
+    assert result.exit_code == 1
+
+
+def test_a_host_without_the_proxy_image_is_not_a_listener_and_says_why(tmp_path: Path) -> None:
+    fake = Hosts()
+    fake.answers["host1"] = {("docker", "image"): Result(1, "", "Error: No such image")}
+    result = checked(tmp_path, fake, "host1", "host2")
+    host1 = result.hosts[0]
+    assert host1.checks[-2].found == "missing caddy:2, haproxy:2.6"
+    assert (host1.checks[-1].ok, host1.checks[-1].found) == (
+        None,
+        "not checked: needs the engine and caddy:2",
+    )

@@ -27,7 +27,7 @@ from minidock.spec import SpecError, load_inventory
 from minidock.spec.cluster import INVENTORY_ENV
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 from minidock.store import StateLocation
-from minidock.usecases.access import has_state, read_desired, reading
+from minidock.usecases.access import has_state, reading
 from minidock.usecases.clusters import chosen
 from minidock.usecases.images import _hosts
 from minidock.usecases.images import _inventory as _applied_inventory
@@ -129,9 +129,10 @@ def fleetwide(directory: StateLocation, inventory: Inventory) -> Fleetwide:
     found: Ingress | None = None
     for held in chosen(directory, None):
         with reading(held.location) as store:
-            if store.latest_generation() is None:
-                continue
-            cluster = read_desired(store, held.location).cluster
+            latest = store.latest_generation()
+        if latest is None:
+            continue
+        cluster = latest[1]
         if cluster.ingress is not None:
             found = found or cluster.ingress
             serving |= {h.name for h in inventory.hosts if cluster.ingress.serves(h)}
@@ -150,15 +151,16 @@ async def _run(executor: Executor, host: Host, argv: Sequence[str]) -> Result:
 
 async def _local(
     executor: Executor, host: Host, fleet: Fleetwide, size: int, now: Now
-) -> tuple[list[hc.Check], str]:
-    """Every check of one host but the task ports; and the engine's root ("" when the
-    engine did not answer)."""
+) -> tuple[list[hc.Check], bool]:
+    """Every check of one host but the task ports; and whether the host can run the
+    task-port listener (its engine answered and holds the ingress proxy's image, which
+    is looked for even where no proxy runs)."""
     try:
         kernel = await _run(executor, host, hc.kernel_argv())
     except (Unreachable, CommandTimeout) as exc:
         reason = exc.reason
         skipped = [hc.Check(n, None, "not checked: no SSH") for n in _AFTER_SSH]
-        return [hc.ssh_check(host, reason), *skipped], ""
+        return [hc.ssh_check(host, reason), *skipped], False
     checks = [hc.ssh_check(host, None)]
     ident, sudo, info = await asyncio.gather(
         _run(executor, host, hc.id_argv()),
@@ -179,20 +181,21 @@ async def _local(
     before = now()
     clock = await _run(executor, host, hc.clock_argv())
     checks.append(hc.clock_check(clock.stdout, before, now()))
-    if root:
-        images = fleet.images(host.name, size)
-        found = await asyncio.gather(*(_run(executor, host, hc.image_argv(i)) for i in images))
-        present = {
-            i: r.exit_status == 0 and bool(r.stdout.strip())
-            for i, r in zip(images, found, strict=True)
-        }
-        checks.append(hc.images_check(host.name, present))
-    else:
+    if not root:
         checks.append(hc.Check("images", None, "not checked: the engine did not answer"))
-    return checks, root
+        return checks, False
+    needed = fleet.images(host.name, size)
+    looked = (*needed, *([] if fleet.proxy_image in needed else [fleet.proxy_image]))
+    found = await asyncio.gather(*(_run(executor, host, hc.image_argv(i)) for i in looked))
+    present = {
+        i: r.exit_status == 0 and bool(r.stdout.strip()) for i, r in zip(looked, found, strict=True)
+    }
+    checks.append(hc.images_check(host.name, {i: present[i] for i in needed}))
+    return checks, present[fleet.proxy_image]
 
 
 _AFTER_SSH = ("engine", "user", "kernel", "disk", "clock", "images", "task ports")
+_NO_INGRESS = hc.Check("task ports", True, "not needed: the applied specs route nothing")
 
 
 async def _listen(
@@ -284,30 +287,22 @@ async def check_hosts(
     bound = asyncio.Semaphore(CHECKS_AT_ONCE)
     async with connected(runtime) as executor:
 
-        async def one(host: Host) -> tuple[list[hc.Check], str]:
+        async def one(host: Host) -> tuple[list[hc.Check], bool]:
             async with bound:
                 return await _local(executor, host, fleet, len(found.hosts), runtime.clock.now)
 
         local = await asyncio.gather(*(one(h) for h in targets))
-        able = {
-            h.name: bool(root) and _holds(checks, fleet.proxy_image)
-            for h, (checks, root) in zip(targets, local, strict=True)
-        }
-        ports = await _task_ports(executor, targets, fleet, able)
+        if fleet.ingress_hosts == frozenset():
+            ports = {h.name: _NO_INGRESS for h in targets}
+        else:
+            able = {h.name: ok for h, (_, ok) in zip(targets, local, strict=True)}
+            ports = await _task_ports(executor, targets, fleet, able)
     reports = []
     for h, (checks, _) in zip(targets, local, strict=True):
         if checks[0].ok:
             checks.append(ports[h.name])
         reports.append(HostReport(h.name, tuple(checks)))
     return HostsCheckOutcome(found.path, tuple(reports))
-
-
-def _holds(checks: Sequence[hc.Check], image: str) -> bool:
-    """Whether the images check found `image` on the host (or did not need it)."""
-    images = next((c for c in checks if c.name == "images"), None)
-    if images is None or images.ok is None:
-        return False
-    return images.ok or image not in images.found.removeprefix("missing ").split(", ")
 
 
 # -- prepare ----------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ from pathlib import Path
 from minidock.commands import hostcheck as hc
 from minidock.commands import hostprep as hp
 from minidock.model import Host
+from minidock.spec import load_inventory
 from minidock.ssh import Result, Unreachable
 from minidock.usecases import state_location
-from minidock.usecases.hostcheck import HostsCheckOutcome, check_hosts
+from minidock.usecases.hostcheck import Fleetwide, HostsCheckOutcome, check_hosts, fleetwide
 from minidock.usecases.runtime import Clock, Runtime
 
 HOST = Host("web1", "10.0.0.5", port=2222, user="deploy", private_address="192.168.1.5")
@@ -410,3 +411,35 @@ def test_a_host_without_the_proxy_image_is_not_a_listener_and_says_why(tmp_path:
         None,
         "not checked: needs the engine and caddy:2",
     )
+
+
+# -- what the applied specs say of the hosts --------------------------------------------------
+def test_the_applied_specs_name_the_ingress_hosts_image_and_range(tmp_path: Path) -> None:
+    from tests.unit.test_usecases import make_setup
+
+    setup = make_setup(tmp_path)
+    inventory = load_inventory(setup.root / "inventory.toml")
+    where = state_location(str(setup.state))
+    assert fleetwide(where, inventory) == Fleetwide()  # nothing applied: every host, defaults
+    setup.file.write_text(
+        setup.file.read_text()
+        + '[ingress]\nhosts = ["host2"]\nimage = "caddy:2.8"\ntask_ports = "31000-31099"\n'
+        + '[services.site]\nimage = "web:5"\nports = ["9090:8080"]\n'
+        + 'ingress = [{ host = "x.example", port = 8080 }]\n'
+    )
+    setup.apply()
+    seen = fleetwide(where, inventory)
+    assert seen == Fleetwide(frozenset({"host2"}), "caddy:2.8", (31000, 31099))
+    assert (seen.images("host1", 3), seen.images("host2", 3)) == (
+        ("haproxy:2.6",),
+        ("caddy:2.8", "haproxy:2.6"),
+    )
+
+
+def test_a_fleet_that_routes_nothing_needs_no_task_ports(tmp_path: Path) -> None:
+    from tests.unit.test_usecases import make_setup
+
+    setup = make_setup(tmp_path)
+    setup.apply()
+    where = state_location(str(setup.state))
+    assert fleetwide(where, load_inventory(setup.root / "inventory.toml")).ingress_hosts == set()

@@ -385,7 +385,7 @@ async def _prepare_one(executor: Executor, host: Host, said: Callable[[hp.Step],
             return
         if res.exit_status != 0:
             lines = (res.stderr.strip() or res.stdout.strip() or "no output").splitlines()
-            said(hp.Step(step.name, False, f"{step.what} failed: {lines[-1][:200]}"))
+            said(hp.Step(step.name, False, f"exit {res.exit_status}: {lines[-1][:200]}"))
             return
         said(hp.Step(step.name, True, step.what))
 

@@ -5,7 +5,7 @@ steps and their exact argvs for each kind of host."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +15,13 @@ from minidock.model import Host
 from minidock.spec import load_inventory
 from minidock.ssh import Result, Unreachable
 from minidock.usecases import state_location
-from minidock.usecases.hostcheck import Fleetwide, HostsCheckOutcome, check_hosts, fleetwide
+from minidock.usecases.hostcheck import (
+    Fleetwide,
+    HostsCheckOutcome,
+    check_hosts,
+    fleetwide,
+    prepare_hosts,
+)
 from minidock.usecases.runtime import Clock, Runtime
 
 HOST = Host("web1", "10.0.0.5", port=2222, user="deploy", private_address="192.168.1.5")
@@ -443,3 +449,74 @@ def test_a_fleet_that_routes_nothing_needs_no_task_ports(tmp_path: Path) -> None
     setup.apply()
     where = state_location(str(setup.state))
     assert fleetwide(where, load_inventory(setup.root / "inventory.toml")).ingress_hosts == set()
+
+
+# -- prepare over a scripted executor ---------------------------------------------------------
+class NoImages:
+    """A controller engine that holds no image (the host's own are then used as they are)."""
+
+    async def inspect(self, image: str) -> None:
+        return None
+
+    def save(self, image: str) -> AsyncIterator[bytes]:
+        raise AssertionError("nothing to save")
+
+
+DONE = Result(0, "", "")
+
+
+class Bare(Hosts):
+    """A Debian 13 host without the engine, reached as a user with sudo -n."""
+
+    def __init__(self, install: Result = DONE) -> None:
+        super().__init__()
+        self.install = install
+        self.facts = dict(BARE_DEBIAN_13)
+
+    async def run(self, host: Host, argv: Sequence[str], **kw: object) -> Result:
+        self.ran.append((host.name, tuple(argv)))
+        if list(argv) == hp.facts_argv():
+            return Result(0, "".join(f"{k}={v}\n" for k, v in self.facts.items()), "")
+        if "apt-get" in " ".join(argv):
+            return self.install
+        return Result(0, "sha256:abc\n", "")  # systemctl, usermod, the images on the host
+
+
+def prepared(tmp_path: Path, fake: Hosts) -> tuple[list[str], int]:
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text('[[hosts]]\nname = "host1"\naddress = "10.0.0.1"\nuser = "deploy"\n')
+    clock = Clock(now=lambda: CLOCK, monotonic=lambda: 0.0, sleep=asyncio.sleep)
+    runtime = Runtime(executor=lambda: fake, clock=clock, engine=NoImages)  # type: ignore[arg-type,return-value]
+    lines: list[str] = []
+    where = state_location(str(tmp_path / "state"))
+    work = prepare_hosts(
+        where, runtime, ["host1"], lambda h, s: lines.append(f"{h}: {s.name}: {s.what}"),
+        inventory=inventory,
+    )  # fmt: skip
+    return lines, asyncio.run(work).exit_code
+
+
+def test_prepare_says_each_step_and_runs_each_argv_once(tmp_path: Path) -> None:
+    fake = Bare()
+    lines, code = prepared(tmp_path, fake)
+    assert (code, lines) == (0, [
+        "host1: install: installed docker.io and docker-cli",
+        "host1: start: started the engine (systemctl enable --now docker)",
+        "host1: group: added deploy to the docker group (from its next login)",
+        "host1: image caddy:2: caddy:2 is on the host already",
+    ])  # fmt: skip
+    ran = [argv for _, argv in fake.ran]
+    assert ran[1][:2] == ("sudo", "-n") and "apt-get" in ran[1][-4]  # noqa: PT018
+    assert ran[2:4] == [
+        ("sudo", "-n", "systemctl", "enable", "--now", "docker"),
+        ("sudo", "-n", "usermod", "-aG", "docker", "deploy"),
+    ]
+
+
+def test_a_failed_step_ends_the_hosts_steps_with_its_last_line(tmp_path: Path) -> None:
+    failing = Result(100, "", "Reading package lists...\nE: Unable to locate package docker-cli\n")
+    lines, code = prepared(tmp_path, Bare(failing))
+    assert (code, lines) == (
+        1,
+        ["host1: install: exit 100: E: Unable to locate package docker-cli"],
+    )

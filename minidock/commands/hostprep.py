@@ -1,9 +1,11 @@
 """`minidock hosts prepare`: what it takes to turn a Debian or Ubuntu host into one MiniDock
 runs on, as argv lists and one pure plan. Nothing here runs a command.
 
-As `kamal setup` does (basecamp/kamal, lib/kamal/commands/docker.rb): find out what the
-host has (one read-only script, `facts_argv`), then, only for what is missing and only
-where the user can become root (root itself, or `sudo -n`): install the distribution's
+The steps of `kamal setup` (basecamp/kamal, lib/kamal/commands/docker.rb: installed?,
+running?, superuser?, then install and the docker group), with the distribution's own
+packages where Kamal pipes get.docker.com into sh: find out what the host has (one
+read-only script, `facts_argv`), then, only for what is missing and only where the user
+can become root (root itself, or `sudo -n`): install the distribution's
 engine (`apt-get install docker.io`, with `docker-cli` where the archive splits the client
 out: Debian 13 and newer), start it (systemd's `enable --now`, else `dockerd` in the
 background), and add the user to the docker group. Every step is said, done or already so.

@@ -176,6 +176,8 @@ class Acts:
         network = cluster_network(self.cluster)
         if ports.refused:
             raise ActFailed(ports.refused)
+        if r.gpus.refused:
+            raise ActFailed(r.gpus.refused)
         argv, env = run_argv(
             svc,
             self.cluster,
@@ -187,6 +189,7 @@ class Acts:
             routed=list(ports.bound),
             configs=configs,
             exposed_at=self.hosts[r.host].reached_at if svc.expose else None,
+            gpus=r.gpus.ids,
         )
         verb, staged = "docker run", bool(svc.networks or svc.secret_files)
         if staged:

@@ -1391,6 +1391,80 @@ def state_restore(
     )
 
 
+hosts_app = typer.Typer(
+    name="hosts",
+    help="The hosts themselves: check each is fit to run tasks; prepare Debian or Ubuntu ones.",
+    no_args_is_help=True,
+)
+app.add_typer(hosts_app)
+HostsInventoryOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--inventory",
+        help="The hosts of this inventory (else $MINIDOCK_INVENTORY, else the applied "
+        "spec's inventory).",
+        show_default=False,
+    ),
+]
+
+
+@hosts_app.command("check")
+def hosts_check(
+    hosts: Annotated[
+        list[str] | None, typer.Argument(help="Only these hosts (default: every one).")
+    ] = None,
+    inventory: HostsInventoryOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+    state: StateOption = None,
+) -> None:
+    """Check each host: SSH and its host key, the engine and its version, the user's right
+    to run docker, the kernel, free disk under the engine's root, the clock, the proxies'
+    images and the task ports from every other host; each failure with its fix. Exit 1
+    when a check fails."""
+    from minidock.usecases.hostcheck import check_hosts
+
+    work = check_hosts(state_dir(state), runtime(), hosts=hosts or (), inventory=inventory)
+    result = run(work)
+    if as_json:
+        sys.stdout.write(json.dumps(result.document(), indent=2) + "\n")
+        raise typer.Exit(result.exit_code)
+    from rich.table import Table
+
+    for report in result.hosts:
+        table = Table("check", "", "found", "fix", title=report.host, title_justify="left")
+        for c in report.checks:
+            mark = "ok" if c.ok else ("FAIL" if c.ok is False else "-")
+            table.add_row(c.name, mark, c.found, c.fix)
+        out.print(table)
+    failed = sum(1 for h in result.hosts if not h.ok)
+    if failed:
+        err.print(f"minidock: {failed} of {len(result.hosts)} hosts failed a check", markup=False)
+    raise typer.Exit(result.exit_code)
+
+
+@hosts_app.command("prepare")
+def hosts_prepare(
+    hosts: Annotated[list[str], typer.Argument(help="The hosts to prepare.")],
+    inventory: HostsInventoryOption = None,
+    state: StateOption = None,
+) -> None:
+    """Where the user can become root (root, or sudo -n): install and start the engine
+    from the distribution's packages (Debian, Ubuntu), add the user to the docker group,
+    load the proxies' images from this machine's engine. Each step is said; a step
+    already done is left as it is. Exit 1 when a host's step fails."""
+    from minidock.usecases.hostcheck import prepare_hosts
+
+    def said(host: str, step: Any) -> None:
+        line = f"{host}: {step.name}: {step.what}"
+        if step.ok:
+            out.print(line, markup=False)
+        else:
+            err.print(f"failed: {line}", markup=False)
+
+    result = run(prepare_hosts(state_dir(state), runtime(), hosts, said, inventory=inventory))
+    raise typer.Exit(result.exit_code)
+
+
 secrets_app = typer.Typer(
     name="secrets",
     help="Secrets: edit an age-encrypted file; check which tasks hold an older value.",

@@ -26,6 +26,8 @@ LABEL_SPEC = "minidock.spec"
 LABEL_CONTROLLER = "minidock.controller"  # which state store's controller started the task
 # a one-off task's kind ("run": `minidock run`): never a slot's task (it has no slot label)
 LABEL_ONEOFF = "minidock.oneoff"
+# the GPU device ids a task was given ("0,1"): held while it lives, never given to another
+LABEL_GPUS = "minidock.gpus"
 
 Order = Literal["stop-first", "start-first"]
 FailureAction = Literal["pause", "rollback", "continue"]
@@ -112,6 +114,7 @@ class Host:
     identity_agent: str | None = None
     proxy_jump: tuple[Jump, ...] = ()
     private_address: str = ""  # where the other hosts reach it ("": its address)
+    gpus: tuple[str, ...] = ()  # the GPU device ids tasks may be given, each to one task
 
     @property
     def reached_at(self) -> str:
@@ -537,6 +540,14 @@ class Service:
     dns: tuple[str, ...] = ()
     sysctls: tuple[tuple[str, str], ...] = ()  # (key, value), sorted by key
     networks: tuple[str, ...] = ()  # existing networks joined besides the cluster's own
+    devices: tuple[str, ...] = ()  # HOST[:CONTAINER[:PERMISSIONS]] (docker run --device)
+    privileged: bool = False
+    shm_size: int = 0  # bytes of /dev/shm (0: the engine's default, 64 MiB)
+    tmpfs: tuple[str, ...] = ()  # PATH[:OPTIONS] (docker run --tmpfs)
+    pids_limit: int = 0  # most processes in the task (0: no limit set)
+    # GPUs each task is given, its own device ids of its host's inventory `gpus` (never
+    # shared; scheduled like cpus and memory: minidock.core.scheduler.GpuFilter)
+    gpus: int = 0
     # where hosts get the image: its registry (pulled), or this controller (pushed over SSH)
     image_source: ImageSource = "registry"
     # built by the controller at apply (`image` is its content tag); not in the hash: the
@@ -675,6 +686,12 @@ RUN_OPTIONS = (
     "dns",
     "sysctls",
     "networks",
+    "devices",
+    "privileged",
+    "shm_size",
+    "tmpfs",
+    "pids_limit",
+    "gpus",
 )
 
 
@@ -761,6 +778,7 @@ class Container:
     # (container port, host port) of each TCP port docker published: routed tasks' upstreams
     published: tuple[tuple[int, int], ...] = ()
     controller: str = ""  # the controller id it is labelled with ("" before labels had one)
+    gpus: tuple[str, ...] = ()  # the GPU device ids it was given (its `minidock.gpus` label)
 
     @property
     def live(self) -> bool:

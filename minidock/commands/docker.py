@@ -18,6 +18,7 @@ from typing import NamedTuple
 from minidock.model import (
     LABEL_CLUSTER,
     LABEL_CONTROLLER,
+    LABEL_GPUS,
     LABEL_ONEOFF,
     LABEL_SERVICE,
     LABEL_SLOT,
@@ -50,6 +51,7 @@ __all__ = [
     "engine_version_argv",
     "env_file_text",
     "exec_argv",
+    "gpus_args",
     "grace_seconds",
     "health_shell_command",
     "image_id_size_argv",
@@ -169,6 +171,7 @@ def run_argv(
     routed: Sequence[tuple[str, int, int]] = (),
     configs: Sequence[ConfigMount] = (),
     exposed_at: str | None = None,
+    gpus: Sequence[str] = (),
 ) -> tuple[list[str], str]:
     """`docker run -d` for one task, and the env-file text to send on its stdin.
 
@@ -203,6 +206,7 @@ def run_argv(
         argv += ["--cpus", f"{service.cpus:g}"]
     if service.memory > 0:
         argv += ["--memory", str(service.memory)]
+    argv += gpus_args(gpus)
     if service.health is not None:
         argv += _health_args(service.health)
     if network is not None:
@@ -498,7 +502,24 @@ def run_options_args(service: Service) -> list[str]:
     argv += [arg for name, ip in service.extra_hosts for arg in ("--add-host", f"{name}:{ip}")]
     argv += [arg for server in service.dns for arg in ("--dns", server)]
     argv += [arg for key, value in service.sysctls for arg in ("--sysctl", f"{key}={value}")]
+    argv += [arg for device in service.devices for arg in ("--device", device)]
+    argv += ["--privileged"] if service.privileged else []
+    argv += ["--shm-size", str(service.shm_size)] if service.shm_size else []
+    argv += [arg for mount in service.tmpfs for arg in ("--tmpfs", mount)]
+    argv += ["--pids-limit", str(service.pids_limit)] if service.pids_limit else []
     return argv
+
+
+def gpus_args(ids: Sequence[str]) -> list[str]:
+    """The GPUs a task is given, by device id, as Docker documents them for NVIDIA's
+    runtime (`--gpus '"device=0,2"'`: the value is CSV, so several ids are quoted), with
+    the label that records them (`minidock.gpus`: the ids stay held while the task lives,
+    and a restart of it keeps them)."""
+    if not ids:
+        return []
+    joined = ",".join(_operand(i, "GPU device id") for i in ids)
+    value = f"device={joined}" if len(ids) == 1 else f'"device={joined}"'
+    return ["--label", f"{LABEL_GPUS}={joined}", "--gpus", value]
 
 
 def _entrypoint_args(service: Service) -> list[str]:

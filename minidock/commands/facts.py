@@ -18,6 +18,7 @@ from minidock.commands.docker import _operand
 from minidock.model import (
     LABEL_CLUSTER,
     LABEL_CONTROLLER,
+    LABEL_GPUS,
     LABEL_ONEOFF,
     LABEL_SERVICE,
     LABEL_SLOT,
@@ -263,6 +264,7 @@ def _container(host_name: str, cluster: str, raw: Mapping[str, Any]) -> Containe
         slot=int(labels[LABEL_SLOT]),
         task=labels[LABEL_TASK],
         controller=str(labels.get(LABEL_CONTROLLER) or ""),
+        gpus=tuple(g for g in str(labels.get(LABEL_GPUS) or "").split(",") if g),
         spec=labels[LABEL_SPEC],
         image=str(config.get("Image") or ""),
         state=cast(ContainerState, status),

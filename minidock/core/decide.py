@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from minidock.core import hooks, schedule, tls
+from minidock.core import gpus, hooks, schedule, tls
 from minidock.core.endpoints import endpoint_table, name_steps
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import (
@@ -73,6 +73,7 @@ def decide(
     )
     plan = gate(plan, traffic)
     plan = _with_ports(plan, desired, inventory, observed)
+    plan = _with_gpus(plan, inventory, observed)
     plan = _with_proxies(plan, desired, inventory, observed, now, specs)
     plan = _with_older_dropped(plan, observed)
     if plan.guard:
@@ -129,6 +130,30 @@ def _with_ports(plan: Plan, cluster: Cluster, inventory: Inventory, observed: Ob
         ports = choose(cluster.ingress, r.service, taken.setdefault(r.host, set()), address)
         taken[r.host].update(ports.taken)
         runs.append(replace(r, ports=ports))
+    return replace(plan, run=tuple(runs))
+
+
+# -- GPU device ids ---------------------------------------------------------------------------
+def _with_gpus(plan: Plan, inventory: Inventory, observed: Observed) -> Plan:
+    """Each GPU run's device ids (`gpus.choose`): its slot's previous ids when free, else
+    the first free ones; a stop-first run's old task frees its own."""
+    if not any(r.service.gpus for r in plan.run):
+        return plan
+    taken = gpus.held(observed)
+    runs: list[Run] = []
+    for r in plan.run:
+        if not r.service.gpus:
+            runs.append(r)
+            continue
+        host = inventory.host(r.host)
+        seen = observed.hosts.get(r.host)
+        mine = taken.setdefault(r.host, set())
+        if r.replaces is not None and r.replaces.host == r.host:
+            mine.difference_update(r.replaces.gpus)
+        before = gpus.previous(seen.containers if seen else (), r.service.name, r.slot)
+        ids = gpus.choose(r.host, host.gpus if host else (), r.service.gpus, mine, before)
+        mine.update(ids.ids)
+        runs.append(replace(r, gpus=ids))
     return replace(plan, run=tuple(runs))
 
 

@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass
 
 from minidock.core.endpoints import Endpoints, NameStep
+from minidock.core.gpus import NO_GPUS, GpuIds
 from minidock.core.hooks import HookStep
 from minidock.core.jobs import JobAct
 from minidock.core.routes import ProxyStep, RouteTable
@@ -38,6 +39,7 @@ class Run:
     replaces: Container | None = None
     restart: bool = False
     ports: TaskPorts = NO_PORTS  # the host ports its routed container ports publish on
+    gpus: GpuIds = NO_GPUS  # the GPU device ids it is given (minidock.core.gpus)
 
     @property
     def name(self) -> str:

@@ -63,11 +63,12 @@ class HostLoad:
     """What is reserved on one host: by live tasks, plus this plan's placements. Changed
     only through its `Fleet`, which keeps its indexes in step."""
 
-    __slots__ = ("cpus", "foreign", "memory", "ports", "tasks")
+    __slots__ = ("cpus", "foreign", "gpus", "memory", "ports", "tasks")
 
     def __init__(self, foreign: frozenset[str] = frozenset()) -> None:
         self.cpus = 0.0
         self.memory = 0
+        self.gpus = 0  # GPUs its tasks were given (each holds its own device ids)
         self.ports: set[str] = set()
         self.tasks: dict[str, int] = {}  # service name -> its tasks here
         self.foreign = foreign  # host ports held by what MiniDock does not manage
@@ -141,6 +142,7 @@ class Fleet:
             if load is not None:
                 load.cpus = load.cpus + c.cpus
                 load.memory = load.memory + c.memory
+                load.gpus += len(c.gpus)
                 load.ports.update(c.host_ports)
                 load.tasks[c.service] = load.tasks.get(c.service, 0) + 1
                 on = running.setdefault(c.service, {})
@@ -148,28 +150,45 @@ class Fleet:
         return fleet
 
     def reserve(self, host: str, service: Service) -> None:
-        self.add(host, service.name, service.cpus, service.memory, service_ports(service))
+        ports = service_ports(service)
+        self.add(host, service.name, service.cpus, service.memory, ports, service.gpus)
 
     def unreserve(self, host: str, service: Service) -> None:
         """Undo one `reserve` of `service` on `host`."""
-        self.release(host, service.name, service.cpus, service.memory, service_ports(service))
+        ports = service_ports(service)
+        self.release(host, service.name, service.cpus, service.memory, ports, service.gpus)
 
     def free(self, container: Container) -> None:
         if container.host in self.load:
             c = container
-            self.release(c.host, c.service, c.cpus, c.memory, c.host_ports)
+            self.release(c.host, c.service, c.cpus, c.memory, c.host_ports, len(c.gpus))
 
-    def add(self, host: str, service: str, cpus: float, memory: int, ports: Iterable[str]) -> None:
+    def add(
+        self,
+        host: str,
+        service: str,
+        cpus: float,
+        memory: int,
+        ports: Iterable[str],
+        gpus: int = 0,
+    ) -> None:
         """One task's reservation more on `host`."""
         load = self.load[host]
         load.cpus = load.cpus + cpus
         load.memory = load.memory + memory
+        load.gpus += gpus
         load.ports.update(ports)
         load.tasks[service] = load.tasks.get(service, 0) + 1
         self._count(host, service, 1)
 
     def release(
-        self, host: str, service: str, cpus: float, memory: int, ports: Iterable[str]
+        self,
+        host: str,
+        service: str,
+        cpus: float,
+        memory: int,
+        ports: Iterable[str],
+        gpus: int = 0,
     ) -> None:
         """One task's reservation less on `host` (never below nothing)."""
         load = self.load[host]
@@ -182,6 +201,7 @@ class Fleet:
             self.changed.append(host)
         load.cpus = max(0.0, load.cpus - cpus)
         load.memory = max(0, load.memory - memory)
+        load.gpus = max(0, load.gpus - gpus)
         load.ports.difference_update(ports)
 
     def _count(self, host: str, service: str, delta: int) -> None:
@@ -300,6 +320,7 @@ def _weighed(service: Service) -> tuple[object, ...]:
             service_ports(service),
             service.constraints,
             service.spread,
+            service.gpus,
         )
         object.__setattr__(service, "_weighed", known)
     return known
@@ -342,6 +363,7 @@ class _Candidates:
         self.fleet = fleet
         self.name, self.cpus, self.memory = service.name, service.cpus, service.memory
         self.ports = service_ports(service)
+        self.gpus = service.gpus
         self.spread = service.spread
         self.group = fleet.groups(service.constraints, self.spread)  # host -> spread value
         self.version: dict[str, int] = {}  # host -> its entries' version (none yet: 0)
@@ -385,6 +407,8 @@ class _Candidates:
         )
         after_cpus, after_memory = load.cpus + cpus, load.memory + memory
         if not ResourceFilter.fits(host.cpus, host.memory, after_cpus, after_memory, cpus, memory):
+            return False
+        if not GpuFilter.fits(len(host.gpus), load.gpus, self.gpus):
             return False
         return PortFilter.free(self.ports, load)
 
@@ -515,6 +539,27 @@ class ResourceFilter:
         return "; ".join(short)
 
 
+class GpuFilter:
+    """Only hosts with as many free GPUs as the task wants (each task its own device ids:
+    minidock.core.gpus gives them)."""
+
+    @staticmethod
+    def fits(host_gpus: int, given: int, wanted: int) -> bool:
+        """The test: the host's GPUs less those its tasks were given leave `wanted`."""
+        return wanted <= 0 or given + wanted <= host_gpus
+
+    def check(self, host: Host, service: Service, fleet: Fleet) -> bool:
+        load = fleet.load.get(host.name) or HostLoad()
+        return self.fits(len(host.gpus), load.gpus, service.gpus)
+
+    def explain(self, host: Host, service: Service, fleet: Fleet) -> str:
+        load = fleet.load.get(host.name) or HostLoad()
+        if not host.gpus:
+            return f"needs {service.gpus} gpus, the host has none (inventory gpus)"
+        free = max(0, len(host.gpus) - load.gpus)
+        return f"needs {service.gpus} gpus, {free} free"
+
+
 class PortFilter:
     """A host port serves one task per host."""
 
@@ -536,7 +581,13 @@ class PortFilter:
         return "host port " + ", ".join(taken) + " in use"
 
 
-FILTERS: tuple[Filter, ...] = (ReadyFilter(), ConstraintFilter(), ResourceFilter(), PortFilter())
+FILTERS: tuple[Filter, ...] = (
+    ReadyFilter(),
+    ConstraintFilter(),
+    ResourceFilter(),
+    GpuFilter(),
+    PortFilter(),
+)
 
 
 def _fullness(host: Host, cpus: float, memory: int) -> float:
@@ -655,5 +706,5 @@ def place_replacing(
     fleet.free(old)
     where = place(service, fleet, only=only, avoid=avoid)
     if where.host is None and old.live and old.host in fleet.load:
-        fleet.add(old.host, old.service, old.cpus, old.memory, old.host_ports)
+        fleet.add(old.host, old.service, old.cpus, old.memory, old.host_ports, len(old.gpus))
     return where

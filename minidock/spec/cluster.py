@@ -582,6 +582,10 @@ def _run_options(
         _ip((*at, "dns", i), address, fail, "")
     options["dns"] = tuple(body.get("dns", ()))
     options["networks"] = _networks(body.get("networks", []), (*at, "networks"), fail, cluster)
+    options |= {k: tuple(body[k]) for k in ("devices", "tmpfs") if k in body}
+    options |= {k: body[k] for k in ("privileged", "pids_limit", "gpus") if k in body}
+    if "shm_size" in body:
+        options["shm_size"] = units.parse_size(body["shm_size"])
     return options
 
 

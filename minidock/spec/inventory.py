@@ -97,6 +97,11 @@ def _build_host(
         kwargs["cpus"] = float(entry["cpus"])
     if "memory" in entry:
         kwargs["memory"] = units.parse_size(entry["memory"])
+    if "gpus" in entry:
+        given = entry["gpus"]
+        kwargs["gpus"] = (
+            tuple(str(i) for i in range(given)) if isinstance(given, int) else tuple(given)
+        )
     labels: dict[str, str] = entry.get("labels", {})
     return Host(name=entry["name"], labels=tuple(sorted(labels.items())), **kwargs)
 

@@ -236,6 +236,9 @@ def _pattern_message(kind: str | None, value: str, pattern: str) -> str:
 
 _RUN_HINTS = {
     "run user": "use NAME, UID, NAME:GROUP or UID:GID",
+    "device": "use '/HOST/PATH', '/HOST/PATH:/CONTAINER/PATH' or with permissions ':rwm'",
+    "tmpfs mount": "use '/PATH' or '/PATH:OPTIONS', e.g. '/run:size=64m'",
+    "GPU device id": "use an index like '0' or an id like 'GPU-8f1c...', as nvidia-smi -L shows",
     "file mode": 'use octal digits in quotes, like "0440"',
     "signal": "use a signal name like 'SIGTERM', 'SIGQUIT' or 'SIGRTMIN+3', or a number",
     "capability": "use a capability name in capitals like 'NET_ADMIN', or 'ALL'",

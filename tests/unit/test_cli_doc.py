@@ -146,3 +146,26 @@ def test_the_ps_json_fields_are_every_field_of_a_task_row() -> None:
     named = set(re.findall(r'"([a-z_]+)"', listed))
     wanted = {f.name for f in fields(TaskRow)} | {f.name for f in fields(HostProblem)}
     assert wanted | {"tasks", "unreachable"} == named
+
+
+def hosts_check_example() -> Any:
+    text = CLI_MD.read_text()
+    start = text.index("### `minidock hosts check")
+    found = re.search(r"```json\n(.*?)\n```", text[start:], re.S)
+    assert found is not None, "docs/cli.md's hosts check section lost its json example"
+    return json.loads(found[1])
+
+
+def test_the_hosts_check_json_example_has_the_documents_fields() -> None:
+    from minidock.commands.hostcheck import Check
+    from minidock.usecases.hostcheck import HostReport, HostsCheckOutcome
+
+    example = hosts_check_example()
+    made = HostsCheckOutcome("i.toml", (HostReport("h", (Check("ssh", True, "x"),)),)).document()
+    assert set(example) == set(made)
+    assert set(example["hosts"][0]) == set(made["hosts"][0])  # type: ignore[index]
+    for check in example["hosts"][0]["checks"]:
+        assert set(check) == set(made["hosts"][0]["checks"][0])  # type: ignore[index]
+    names = {c["check"] for c in example["hosts"][0]["checks"]}
+    table = section("Commands")
+    assert all(f"| `{name}` |" in table for name in names)

@@ -10,10 +10,20 @@ from typing import Any
 from minidock import units
 from minidock.spec.compose.context import describe
 from minidock.spec.compose.service_base import Service
-from minidock.spec.compose.values import duration, integer, mapping, number, seconds, size, text
-from minidock.spec.compose.yamldoc import Part, YDict
+from minidock.spec.compose.values import (
+    duration,
+    integer,
+    items,
+    mapping,
+    number,
+    seconds,
+    size,
+    string_list,
+    text,
+)
+from minidock.spec.compose.yamldoc import Part, YDict, YList
 
-__all__ = ["deploy", "resources"]
+__all__ = ["deploy", "gpu_count", "resources"]
 
 _DEPLOY_KEYS = (
     "mode", "replicas", "placement", "resources", "restart_policy", "update_config",
@@ -169,6 +179,46 @@ def _rollback_value(s: Service, key: str, value: Any, where: tuple[Part, ...]) -
     return text(s.ctx, value, where)
 
 
+def gpu_count(s: Service, value: Any, at: tuple[Part, ...], reservation: bool) -> int:
+    """GPUs each task is given, from Compose's device requests (`gpus`, or
+    `deploy.resources.reservations.devices` with capabilities [gpu]): the sum of their
+    `count`s, or of their `device_ids` (MiniDock gives each task ids of its host's own
+    choosing, never shared: named ids are read as their number, with a warning)."""
+    if not reservation and value == "all":
+        raise s.ctx.fail(at, "'all' GPUs cannot be scheduled: give gpus: [{count: N}]")
+    total = 0
+    for i, item in items(list_of(s, value, at)):
+        request = mapping(s.ctx, item, (*at, i))
+        keys = ("capabilities", "count", "device_ids", "driver", "options")
+        s.known_keys(request, (*at, i), keys)
+        caps = string_list(s.ctx, request.get("capabilities", ["gpu"]), (*at, i, "capabilities"))
+        if reservation and "gpu" not in caps:
+            raise s.ctx.fail(
+                (*at, i, "capabilities"),
+                "only GPU devices can be reserved (capabilities: [gpu]); give other devices "
+                "with devices",
+            )
+        if "device_ids" in request:
+            ids = string_list(s.ctx, request["device_ids"], (*at, i, "device_ids"))
+            s.ctx.warn(
+                (*at, i, "device_ids"),
+                f"each task is given {len(ids)} GPUs of its host's inventory gpus, "
+                "chosen by MiniDock and never shared, not these ids",
+            )
+            total += len(ids)
+        elif request.get("count") == "all":
+            raise s.ctx.fail((*at, i, "count"), "'all' GPUs cannot be scheduled: give a count")
+        else:
+            total += integer(s.ctx, request.get("count", 1), (*at, i, "count"))
+    return total
+
+
+def list_of(s: Service, value: Any, at: tuple[Part, ...]) -> YList:
+    if not isinstance(value, YList):
+        raise s.ctx.fail(at, f"expected a list, got {describe(value)}")
+    return value
+
+
 def resources(s: Service) -> None:
     """cpus and memory: MiniDock reserves what a task may use, so one value is both the
     limit and the reservation; given both, the limit is used."""
@@ -178,10 +228,14 @@ def resources(s: Service) -> None:
     reservations = s.section("deploy", "resources", "reservations")
     s.known_keys(limits, (*at, "limits"), ("cpus", "memory", "pids"))
     s.known_keys(reservations, (*at, "reservations"), ("cpus", "memory", "devices"))
-    for section, key in ((limits, "pids"), (reservations, "devices")):
-        if key in section:
-            part = "limits" if section is limits else "reservations"
-            raise s.ctx.fail((*at, part, key), "not supported by MiniDock: remove it")
+    if "pids" in limits:
+        pids = integer(s.ctx, limits["pids"], (*at, "limits", "pids"))
+        if s.body.get("pids_limit") not in (None, pids):
+            raise s.ctx.fail((*s.at, "pids_limit"), "differs from deploy.resources.limits.pids")
+        s.set("pids_limit", pids, "deploy", "resources", "limits", "pids")
+    if "devices" in reservations:
+        where = (*at, "reservations", "devices")
+        s.set("gpus", gpu_count(s, reservations["devices"], where, True), *where[2:])
     for toml, own_limit, own_reserve in _OWN_KEYS:
         limit = _amount(s, toml, limits, (*at, "limits"), own_limit)
         reserve = _amount(s, toml, reservations, (*at, "reservations"), own_reserve)

@@ -9,6 +9,7 @@ from typing import Any
 
 from minidock.spec.compose.build import translate_build
 from minidock.spec.compose.context import describe
+from minidock.spec.compose.deploy import gpu_count
 from minidock.spec.compose.envfiles import EnvFileProblem, read_env_file
 from minidock.spec.compose.service_base import Service
 from minidock.spec.compose.values import (
@@ -18,6 +19,7 @@ from minidock.spec.compose.values import (
     items,
     key_values,
     mapping,
+    size,
     split_command,
     string_list,
     text,
@@ -166,6 +168,41 @@ def run_options(s: Service) -> None:
         s.set("log", log, "logging")
     if "extra_hosts" in body:
         s.set("extra_hosts", _extra_hosts(s), "extra_hosts")
+    _devices_and_limits(s)
+
+
+def _devices_and_limits(s: Service) -> None:
+    """privileged, devices, gpus, tmpfs, shm_size and pids_limit: docker run's own."""
+    at, body = s.at, s.body
+    if "privileged" in body:
+        s.set("privileged", boolean(s.ctx, body["privileged"], (*at, "privileged")), "privileged")
+    if "devices" in body:
+        s.set("devices", [_device(s, i, d) for i, d in items(body["devices"])], "devices")
+    if "gpus" in body:
+        s.set("gpus", gpu_count(s, body["gpus"], (*at, "gpus"), False), "gpus")
+    if "tmpfs" in body:
+        given = body["tmpfs"]
+        mounts = [given] if isinstance(given, str) else given
+        s.set("tmpfs", string_list(s.ctx, mounts, (*at, "tmpfs")), "tmpfs")
+    if "shm_size" in body:
+        s.set("shm_size", size(s.ctx, body["shm_size"], (*at, "shm_size")), "shm_size")
+    if "pids_limit" in body:
+        limit = integer(s.ctx, body["pids_limit"], (*at, "pids_limit"))
+        if limit > 0:  # -1 or 0: no limit, as Docker reads it
+            s.set("pids_limit", limit, "pids_limit")
+
+
+def _device(s: Service, i: int, value: Any) -> str:
+    """One `devices` entry: HOST[:CONTAINER[:PERMISSIONS]], or the long form's
+    source/target/permissions."""
+    where = (*s.at, "devices", i)
+    if isinstance(value, YDict):
+        s.known_keys(value, where, ("source", "target", "permissions"))
+        parts = [text(s.ctx, value.get(k), (*where, k)) for k in ("source", "target") if k in value]
+        if "permissions" in value:
+            parts.append(text(s.ctx, value["permissions"], (*where, "permissions")))
+        return ":".join(parts)
+    return text(s.ctx, value, where)
 
 
 def _ulimits(s: Service) -> dict[str, Any]:

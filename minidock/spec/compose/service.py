@@ -21,6 +21,7 @@ HONOURED = (
     "working_dir", "cap_add", "cap_drop", "ulimits", "logging", "extra_hosts", "dns", "init",
     "read_only", "stop_signal", "stop_grace_period", "deploy", "scale", "cpus", "mem_limit",
     "mem_reservation", "profiles", "links", "pull_policy", "secrets", "configs", "sysctls",
+    "privileged", "devices", "gpus", "tmpfs", "shm_size", "pids_limit",
 )  # fmt: skip
 
 # Ignored, with a warning: they change nothing MiniDock could do otherwise.
@@ -44,8 +45,6 @@ IGNORED = {
 _REMOVE = "not supported by MiniDock: remove it"
 # Refused, each with what to do instead.
 REFUSED = {
-    "privileged": "privileged tasks are not supported: give the capabilities the task needs "
-    "with cap_add",
     "network_mode": "every task runs on its cluster's network (minidock-CLUSTER), which its "
     "names and published ports need: remove it; join existing networks with networks "
     "(external: true)",
@@ -54,12 +53,8 @@ REFUSED = {
     "extends": "not supported: share settings with YAML anchors and merge keys "
     "(x-base: &base ..., then <<: *base)",
     "volumes_from": "not supported: mount the same named volume or bind mount instead",
-    "devices": _REMOVE,
     "device_cgroup_rules": _REMOVE,
-    "gpus": _REMOVE,
     "security_opt": _REMOVE,
-    "tmpfs": "tmpfs mounts are not supported: use a named volume, or remove it",
-    "shm_size": _REMOVE,
     "pid": _REMOVE,
     "ipc": _REMOVE,
     "uts": _REMOVE,
@@ -70,7 +65,6 @@ REFUSED = {
     "group_add": "not supported: give user as UID:GID, or remove it",
     "oom_kill_disable": _REMOVE,
     "oom_score_adj": _REMOVE,
-    "pids_limit": _REMOVE,
     "runtime": "another container runtime is not supported: tasks run on each host's default "
     "runtime (runc); remove it",
     "storage_opt": _REMOVE,

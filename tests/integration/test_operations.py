@@ -183,6 +183,9 @@ def test_the_documented_set_up_runs_as_its_own_user_and_converges(
     assert (machine.root / "state").stat().st_mode & 0o777 == 0o700
     give_the_lab(machine, fleet)
 
+    (check_line,) = console_lines("check")
+    checked = machine.run(check_line)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     (apply_line,) = console_lines("apply")
     planned = machine.run(apply_line.replace(f"{DOC_BINARY} apply", f"{DOC_BINARY} plan"))
     assert planned.returncode == 0, planned.stdout + planned.stderr

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from minidock.core.saving import backup_key, verify_key
 from minidock.core.schedule import Times
 from minidock.model import Schedule, Service
 
@@ -21,7 +22,14 @@ if TYPE_CHECKING:
 # not with this module: every `minidock` process imports this module (the runner and
 # status do), and only a spec with a scheduled job reads one (docs/testing.md).
 
-__all__ = ["FIRING_YEARS", "cron_problem", "job_times", "times", "timezone_problem"]
+__all__ = [
+    "FIRING_YEARS",
+    "backup_times",
+    "cron_problem",
+    "job_times",
+    "times",
+    "timezone_problem",
+]
 
 # A schedule must have a scheduled time within this many calendar years of now, before
 # and after (croniter's max_years_between_matches). The smallest bound that refuses no
@@ -70,6 +78,26 @@ def job_times(specs: Iterable[Service], now: float) -> dict[str, Times | str]:
             found[spec.name] = times(spec.schedule, now)
         except _READ_ERRORS as exc:
             found[spec.name] = _unreadable(spec.schedule, exc)
+    return found
+
+
+def backup_times(specs: Iterable[Service], now: float) -> dict[str, Times | str]:
+    """Each service's `backup.schedule` and `backup.verify_schedule` times around `now`
+    (or why they cannot be had), under the keys the core reads them by
+    (core.saving.backup_key, verify_key): decided in the pass with the jobs' times."""
+    found: dict[str, Times | str] = {}
+    for spec in specs:
+        policy = spec.backup
+        if policy is None:
+            continue
+        for key, cron in ((backup_key, policy.schedule), (verify_key, policy.verify_schedule)):
+            if cron is None:
+                continue
+            schedule = Schedule(cron, policy.timezone)
+            try:
+                found[key(spec.name)] = times(schedule, now)
+            except _READ_ERRORS as exc:
+                found[key(spec.name)] = _unreadable(schedule, exc)
     return found
 
 

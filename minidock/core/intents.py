@@ -116,6 +116,7 @@ def _admitted(
         job=old.job.across(old.spec.schedule, svc.schedule),
         hook=old.hook,
         serving=old.serving,
+        backups=old.backups,
         older=_older(old, svc) if changed else old.older,
     )
 

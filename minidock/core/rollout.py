@@ -245,6 +245,7 @@ def rolled_back(
         previous_failed=failed,
         hook=ss.hook,
         older=ss.older,
+        backups=ss.backups,
     )
     return state, events
 

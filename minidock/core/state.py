@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
+from minidock.core.backing import Backups
 from minidock.core.hosts import HostState
 from minidock.core.passes import PassStats
 from minidock.core.schedule import JobRecord
@@ -168,6 +169,7 @@ class ServiceState:
     older: tuple[Service, ...] = ()
     serving: ServingMode = SERVING  # its routes: serving, maintenance or paused (core/serving.py)
     moves: dict[int, VolumeMove] = field(default_factory=dict)  # slot -> its move (core/volumes.py)
+    backups: Backups = field(default_factory=Backups)  # its backups and drills (core/backing.py)
 
     def slot(self, n: int) -> SlotState:
         found = self.slots.get(n)

@@ -20,6 +20,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
 from minidock.core.jobs import failing_jobs
 from minidock.core.routes import RouteEntry, RouteTable
+from minidock.core.saving import backup_key, verify_key
 from minidock.core.schedule import JOB_KIND, Times
 from minidock.core.supervise import ready
 from minidock.core.tls import TlsState, renews_at
@@ -33,10 +34,12 @@ from minidock.model import (
     Observed,
     ProxyObservation,
 )
-from minidock.schedules import job_times
+from minidock.schedules import backup_times, job_times
 from minidock.spec.certs import certificate_info
 
 __all__ = [
+    "BackupSlotSummary",
+    "BackupSummary",
     "CanarySummary",
     "CpuUsage",
     "FailedSlot",
@@ -52,6 +55,7 @@ __all__ = [
     "ServingSummary",
     "StatusDocument",
     "TaskSummary",
+    "VerifiedSummary",
     "status_document",
     "status_schema",
     "summarize",
@@ -159,6 +163,42 @@ class JobSummary:
     runs: tuple[JobRunSummary, ...]
 
 
+@dataclass(frozen=True)
+class VerifiedSummary:
+    """A slot's latest restore drill: the snapshot it restored, when, and its outcome."""
+
+    snapshot: str
+    at: float
+    ok: bool
+    line: str
+
+
+@dataclass(frozen=True)
+class BackupSlotSummary:
+    """One slot's backups: the one under way (`phase`, "" if none, its status line), the
+    last that ended (when, its snapshots by volume, why it failed) and the last drill."""
+
+    slot: int
+    phase: str
+    line: str
+    last: float | None
+    snapshots: dict[str, str]
+    failed: str
+    verified: VerifiedSummary | None
+
+
+@dataclass(frozen=True)
+class BackupSummary:
+    """A backed-up service's schedules and their next times (None: none, or not armed yet)
+    and each slot's backups (docs/backups.md)."""
+
+    schedule: str | None
+    next: float | None
+    verify_schedule: str | None
+    next_verify: float | None
+    slots: tuple[BackupSlotSummary, ...]
+
+
 ServingWord = Literal["serving", "maintenance", "paused"]
 
 
@@ -192,6 +232,7 @@ class ServiceSummary:
     job: JobSummary | None = None  # a scheduled job's runs (docs/jobs.md)
     hook: HookSummary | None = None  # its before_update hook (docs/jobs.md#hooks)
     serving: ServingSummary | None = None  # its routes' mode (None: it has no route)
+    backups: BackupSummary | None = None  # its backups (None: it has no backup policy)
 
 
 @dataclass(frozen=True)
@@ -387,6 +428,39 @@ def _service(
         job=_job(ss, observed),
         hook=_hook(ss),
         serving=_serving(ss),
+        backups=_backups(ss),
+    )
+
+
+def _backups(ss: ServiceState) -> BackupSummary | None:
+    """A backed-up service's schedules and slots (None: no `backup` of its own)."""
+    policy, book = ss.spec.backup, ss.backups
+    if policy is None:
+        return None
+    found = backup_times([ss.spec], max(book.due, book.verify_due))
+    upcoming = found.get(backup_key(ss.spec.name)) if book.due else None
+    drill = found.get(verify_key(ss.spec.name)) if book.verify_due else None
+    numbers = sorted({*ss.slot_numbers(), *book.slots, *book.last, *book.verified})
+    slots = []
+    for n in numbers:
+        under_way, last, v = book.slots.get(n), book.last.get(n), book.verified.get(n)
+        slots.append(
+            BackupSlotSummary(
+                n,
+                under_way.phase.value if under_way else "",
+                under_way.line() if under_way else "",
+                last.at if last else None,
+                dict(last.snapshots) if last else {},
+                last.failed if last else "",
+                VerifiedSummary(v.snapshot, v.at, v.ok, v.line) if v else None,
+            )
+        )
+    return BackupSummary(
+        policy.schedule,
+        upcoming.next if isinstance(upcoming, Times) else None,
+        policy.verify_schedule,
+        drill.next if isinstance(drill, Times) else None,
+        tuple(slots),
     )
 
 

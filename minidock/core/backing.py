@@ -70,6 +70,7 @@ TABLE: dict[tuple[BackupPhase, BackupInput], BackupPhase] = {
     (BackupPhase.HOOKING, BackupInput.HOOKED): BackupPhase.STOPPING,
     (BackupPhase.HOOKING, BackupInput.FAILED): BackupPhase.DONE,
     (BackupPhase.STOPPING, BackupInput.STOPPED): BackupPhase.COPYING,
+    (BackupPhase.STOPPING, BackupInput.FAILED): BackupPhase.STARTING,
     (BackupPhase.COPYING, BackupInput.COPIED): BackupPhase.STARTING,
     (BackupPhase.COPYING, BackupInput.FAILED): BackupPhase.STARTING,
     (BackupPhase.STARTING, BackupInput.READY): BackupPhase.KEEPING,

@@ -167,6 +167,11 @@ def hold(
         return None
     name, subject = ss.spec.name, f"{ss.spec.name}.{n}"
     stops = tuple(Stop(c, f"{subject} {intent.line()}") for c in here)
+    if not ss.slot(n).host:  # its host was forgotten: nothing to copy, the slot is let go
+        failed = replace(intent, failed="its host was forgotten")
+        line = f"{subject}: backup failed: its host was forgotten"
+        event = Event(view.now, "backup-failed", line, service=name, slot=n)
+        return _with(ss, n, failed.step(BackupInput.FAILED)), Effects(stops=stops, events=(event,))
     held = view.holders(ss, n)
     if intent.phase is BackupPhase.STOPPING and not here and not held:
         intent = intent.step(BackupInput.STOPPED)
@@ -189,6 +194,8 @@ def ready(
     record = ss.slot(n)
     if record.phase in TERMINAL:
         return _ended(ss, n, replace(intent, failed=intent.failed or record.last_exit), now, 0), ()
+    if intent.failed and not record.host:  # failed, its host forgotten: the slot's own now
+        return _ended(ss, n, intent, now, 0), ()
     if not any(c.task == record.task and is_ready(c) for c in here if record.task):
         return ss, ()
     stepped = intent.step(BackupInput.READY)
@@ -225,6 +232,10 @@ def acts(services: Mapping[str, ServiceState], view: View) -> tuple[BackupAct | 
     for name, ss in sorted(services.items()):
         for n, intent in sorted(ss.backups.slots.items()):
             host = ss.slot(n).host
+            if intent.phase is BackupPhase.KEEPING:  # restic's alone: no host needed
+                spec = slot_target(ss, n)
+                found.append(BackupAct(name, n, BackupStep.KEEP, spec, host, "", ss.generation))
+                continue
             if not host or not _answered(view, host):
                 continue
             spec = slot_target(ss, n)
@@ -239,8 +250,6 @@ def acts(services: Mapping[str, ServiceState], view: View) -> tuple[BackupAct | 
                 found.append(
                     BackupAct(name, n, BackupStep.COPY, spec, task.host, task.id, ss.generation)
                 )
-            elif intent.phase is BackupPhase.KEEPING:
-                found.append(BackupAct(name, n, BackupStep.KEEP, spec, host, "", ss.generation))
         for n in ss.backups.verifying:
             host = _drill_host(ss.slot(n).host, view)
             if host:
@@ -274,9 +283,13 @@ def stranded(
     if intent.holds or any(c.state == "running" for c in here):
         return ss, ()
     record = ss.slot(n)
-    if record.phase not in TERMINAL and record.host:
+    hs = view.hosts.get(record.host)
+    if record.phase in TERMINAL or not record.host:
+        why = "no running task to back up"
+    elif hs is not None and hs.down:
+        why = f"its host {record.host} is down"
+    else:
         return ss, ()
-    why = "no running task to back up"
     ended = _ended(ss, n, replace(intent, failed=why), view.now, 0)
     line = f"{ss.spec.name}.{n}: backup failed: {why}"
     return ended, (Event(view.now, "backup-failed", line, service=ss.spec.name, slot=n),)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minidock import core
 from minidock.core import fold_outcomes
 from minidock.core.backing import (
     TABLE,
@@ -148,6 +149,7 @@ def test_every_phase_but_done_has_a_way_out_and_done_none() -> None:
         (False, BackupPhase.HOOKING, BackupInput.HOOKED, BackupPhase.COPYING),
         (True, BackupPhase.HOOKING, BackupInput.FAILED, BackupPhase.DONE),
         (True, BackupPhase.STOPPING, BackupInput.STOPPED, BackupPhase.COPYING),
+        (True, BackupPhase.STOPPING, BackupInput.FAILED, BackupPhase.STARTING),
         (True, BackupPhase.COPYING, BackupInput.COPIED, BackupPhase.STARTING),
         (False, BackupPhase.COPYING, BackupInput.COPIED, BackupPhase.KEEPING),
         (True, BackupPhase.COPYING, BackupInput.FAILED, BackupPhase.STARTING),
@@ -343,3 +345,28 @@ def test_a_drill_asked_twice_is_one_drill() -> None:
     fleet.start()
     ss = fleet.world.state.services["db"]
     assert begin_verify(begin_verify(ss, 1), 1).backups.verifying == (1,)
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_a_backup_whose_host_is_lost_ends_failed_and_leaves_the_slot_to_its_machine(
+    stop: bool,
+) -> None:
+    fleet = Fleet(spec=db(stop=stop, hook=True))
+    host = fleet.start()
+    fleet.backup()
+    if stop:
+        fleet.step()  # hooked: stopping next
+    fleet.world.kill_host(host)
+    for _ in range(4):  # its probes fail until the host is down
+        fleet.step()
+    if stop:  # a pinned slot held by a host that is down: its task may still run there
+        assert fleet.intent is not None
+        assert fleet.intent.phase is BackupPhase.STOPPING
+        fleet.world.state, _ = core.forget(fleet.world.state, host, fleet.world.now)
+        for _ in range(3):
+            fleet.step()
+    ss = fleet.world.state.services["db"]
+    assert not ss.backups.slots
+    assert ss.backups.last[1].failed == (
+        "its host was forgotten" if stop else f"its host {host} is down"
+    )

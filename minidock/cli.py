@@ -38,6 +38,7 @@ from minidock.status import (
     JobSummary,
     ServiceSummary,
     StatusDocument,
+    backup_lines,
 )
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
@@ -375,6 +376,8 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         else:
             line = f"paused: its routes hold each new request up to {format_duration(note.timeout)}"
         out.print(f"service {note.service}: {line}", markup=False)
+    for line in planned.schedules:  # when the passes run each scheduled backup next
+        out.print(line, markup=False)
     if not (changes or doc.steps or doc.pending or doc.below or loads) and planned.plan.converged:
         out.print("nothing to do: converged", markup=False)
         return
@@ -446,6 +449,8 @@ def validate(
             f"{resultfile.hosts} hosts",
             markup=False,
         )
+        for line in resultfile.schedules:
+            out.print(line, markup=False)
 
 
 @app.command()
@@ -626,6 +631,8 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}: {job_line(s.job)}", markup=False)
         if s.hook is not None and s.hook.state == "failed":  # running: its waiting line
             out.print(f"{s.name}: {s.hook.why}", markup=False)
+        for line in backup_lines(s):
+            out.print(line, markup=False)
         if s.serving is not None and s.serving.mode != "serving":
             out.print(f"{s.name}: {serving_line(s)}", markup=False)
         if s.rollout.canary is not None:  # a canary (docs/rollouts.md#canary)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIRING_YEARS",
+    "backup_lines",
     "backup_times",
     "cron_problem",
     "job_times",
@@ -99,6 +100,33 @@ def backup_times(specs: Iterable[Service], now: float) -> dict[str, Times | str]
             except _READ_ERRORS as exc:
                 found[key(spec.name)] = _unreadable(schedule, exc)
     return found
+
+
+def backup_lines(specs: Iterable[Service], now: float) -> list[str]:
+    """When each service's scheduled backup and restore drill next run after `now`, one
+    line each, as `validate` and `plan` say it ("db: backed up on '*/15 * * * *' (UTC),
+    next 2026-12-05 04:45:00 UTC"); a schedule that gives no time says why. Passes run
+    them: `reconcile` from cron or `watch` (docs/backups.md#scheduled-backups)."""
+    lines: list[str] = []
+    found = backup_times(specs, now)
+    for spec in specs:
+        policy = spec.backup
+        if policy is None:
+            continue
+        for key, cron, what in (
+            (backup_key, policy.schedule, "backed up"),
+            (verify_key, policy.verify_schedule, "restore drill"),
+        ):
+            times_of = found.get(key(spec.name)) if cron is not None else None
+            if times_of is None:
+                continue
+            said = f"{spec.name}: {what} on {cron!r} ({policy.timezone})"
+            if isinstance(times_of, str):
+                lines.append(f"{said}: {times_of}")
+                continue
+            at = datetime.fromtimestamp(times_of.next, ZoneInfo("UTC"))
+            lines.append(f"{said}, next {at.strftime('%Y-%m-%d %H:%M:%S')} UTC")
+    return lines
 
 
 def _unreadable(schedule: Schedule, exc: Exception) -> str:

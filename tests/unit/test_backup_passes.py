@@ -199,6 +199,8 @@ def test_a_scheduled_backup_runs_from_reconcile_alone(
 
     monkeypatch.setattr(minidock.cli, "runtime", on_the_engines_clock)
     state = applied(in_tmp, 'schedule = "* * * * *"')
+    said = invoke("validate", str(in_tmp / "cluster.toml")).stdout
+    assert "db: backed up on '* * * * *' (UTC), next " in said, said
     assert snapshots_or_none(in_tmp) is None  # armed at the apply: nothing yet
     engines.docker.advance(61.0)
     seen = 0
@@ -247,3 +249,13 @@ def test_a_drill_restores_the_newest_snapshot_runs_verify_and_keeps_its_outcome(
     (svc,) = [s for s in doc["services"] if s["name"] == "db"]  # type: ignore[attr-defined]
     verified = svc["backups"]["slots"][0]["verified"]
     assert (verified["snapshot"], verified["ok"]) == (snap.id, passes)
+    text = invoke("status", "--state", str(state)).stdout
+    assert f"db.1: snapshot {snap.id[:8]} {'verified' if passes else 'FAILED its verify'}" in text
+    out = in_tmp / "minidock.prom"
+    assert invoke("metrics", "--output", str(out), "--state", str(state)).exit_code == 0
+    series = 'minidock_backup_verify_ok{cluster="prod",service="db",slot="1"}'
+    assert f"{series} {1.0 if passes else 0.0}" in out.read_text()
+    kinds = [
+        e["kind"] for e in json.loads(invoke("events", "--json", "--state", str(state)).stdout)
+    ]
+    assert ("backup-verified" if passes else "backup-verify-failed") in kinds

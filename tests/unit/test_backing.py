@@ -370,3 +370,17 @@ def test_a_backup_whose_host_is_lost_ends_failed_and_leaves_the_slot_to_its_mach
     assert ss.backups.last[1].failed == (
         "its host was forgotten" if stop else f"its host {host} is down"
     )
+
+
+def test_a_backup_under_way_survives_the_store() -> None:
+    from minidock.core.backing import Backups, LastBackup, Verified
+    from minidock.store.codec import dumps, loads
+
+    book = Backups(
+        slots={1: SlotBackup.begun(5.0, stop=True, hook=True, scheduled=3.0)},
+        last={2: LastBackup(1.0, 0.0, (("data", SNAP),), 5, 1.0, 2, "")},
+        due=7.0,
+        verifying=(1,),
+        verified={1: Verified(SNAP, 2.0, True, "ok")},
+    )
+    assert loads(dumps(book), Backups) == book

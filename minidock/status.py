@@ -439,9 +439,12 @@ def _backups(ss: ServiceState) -> BackupSummary | None:
     policy, book = ss.spec.backup, ss.backups
     if policy is None:
         return None
-    found = backup_times([ss.spec], max(book.due, book.verify_due))
-    upcoming = found.get(backup_key(ss.spec.name)) if book.due else None
-    drill = found.get(verify_key(ss.spec.name)) if book.verify_due else None
+    upcoming = backup_times([ss.spec], book.due).get(backup_key(ss.spec.name)) if book.due else None
+    drill = (
+        backup_times([ss.spec], book.verify_due).get(verify_key(ss.spec.name))
+        if book.verify_due
+        else None
+    )
     numbers = sorted({*ss.slot_numbers(), *book.slots, *book.last, *book.verified})
     slots = []
     for n in numbers:

@@ -38,7 +38,6 @@ from minidock.status import (
     JobSummary,
     ServiceSummary,
     StatusDocument,
-    backup_lines,
 )
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
@@ -631,7 +630,7 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}: {job_line(s.job)}", markup=False)
         if s.hook is not None and s.hook.state == "failed":  # running: its waiting line
             out.print(f"{s.name}: {s.hook.why}", markup=False)
-        for line in backup_lines(s):
+        for line in s.backups.lines(s.name) if s.backups is not None else ():
             out.print(line, markup=False)
         if s.serving is not None and s.serving.mode != "serving":
             out.print(f"{s.name}: {serving_line(s)}", markup=False)

@@ -57,7 +57,6 @@ __all__ = [
     "StatusDocument",
     "TaskSummary",
     "VerifiedSummary",
-    "backup_lines",
     "status_document",
     "status_schema",
     "summarize",
@@ -199,6 +198,35 @@ class BackupSummary:
     verify_schedule: str | None
     next_verify: float | None
     slots: tuple[BackupSlotSummary, ...]
+
+    def lines(self, service: str) -> list[str]:
+        """The service's lines in `status`: each slot's backup under way, last backup (its
+        snapshots, or why it failed) and last restore drill, and the next scheduled times."""
+
+        def at(t: float) -> str:
+            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+        lines = []
+        for slot in self.slots:
+            subject = f"{service}.{slot.slot}"
+            if slot.line:
+                lines.append(f"{subject}: {slot.line}")
+            if slot.last is not None and slot.failed:
+                lines.append(f"{subject}: last backup {at(slot.last)} FAILED: {slot.failed}")
+            elif slot.last is not None:
+                ids = ", ".join(f"{v} {i[:8]}" for v, i in sorted(slot.snapshots.items()))
+                lines.append(f"{subject}: last backup {at(slot.last)} ({ids})")
+            v = slot.verified
+            if v is not None:
+                what = f"snapshot {v.snapshot[:8]}" if v.snapshot else "drill"
+                said = "verified" if v.ok else "FAILED its verify"
+                tail = f": {v.line}" if v.line else ""
+                lines.append(f"{subject}: {what} {said} {at(v.at)}{tail}")
+        if self.next is not None:
+            lines.append(f"{service}: next backup {at(self.next)}")
+        if self.next_verify is not None:
+            lines.append(f"{service}: next restore drill {at(self.next_verify)}")
+        return lines
 
 
 ServingWord = Literal["serving", "maintenance", "paused"]
@@ -646,35 +674,3 @@ def summarize(
 ) -> dict[str, Any]:
     """The status document as JSON-ready dicts (`status_document(...).to_json()`)."""
     return status_document(state, inventory, observed, plan).to_json()
-
-
-def backup_lines(s: ServiceSummary) -> list[str]:
-    """A backed-up service's lines in `status`: each slot's backup under way, last backup
-    (its snapshots, or why it failed) and last restore drill, and the next scheduled times."""
-
-    def at(t: float) -> str:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-    b = s.backups
-    if b is None:
-        return []
-    lines = []
-    for slot in b.slots:
-        subject = f"{s.name}.{slot.slot}"
-        if slot.line:
-            lines.append(f"{subject}: {slot.line}")
-        if slot.last is not None and slot.failed:
-            lines.append(f"{subject}: last backup {at(slot.last)} FAILED: {slot.failed}")
-        elif slot.last is not None:
-            ids = ", ".join(f"{v} {i[:8]}" for v, i in sorted(slot.snapshots.items()))
-            lines.append(f"{subject}: last backup {at(slot.last)} ({ids})")
-        v = slot.verified
-        if v is not None:
-            what = f"snapshot {v.snapshot[:8]}" if v.snapshot else "drill"
-            said = "verified" if v.ok else "FAILED its verify"
-            lines.append(f"{subject}: {what} {said} {at(v.at)}" + (f": {v.line}" if v.line else ""))
-    if b.next is not None:
-        lines.append(f"{s.name}: next backup {at(b.next)}")
-    if b.next_verify is not None:
-        lines.append(f"{s.name}: next restore drill {at(b.next_verify)}")
-    return lines

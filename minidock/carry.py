@@ -11,7 +11,8 @@ The order:
    proxies with its endpoints: a task that drains leaves every proxy in the pass that
    decides its stop, before any stop;
 3. the stops (every host at once), then the starts (hosts in parallel), then the volume
-   moves' copies and removals (minidock.relocate);
+   moves' copies and removals (minidock.relocate), then the backups' hooks, copies,
+   `keep`s and restore drills (minidock.saving);
 4. the hooks' acts, the scheduled jobs' acts, and the finished one-off tasks removed.
 """
 
@@ -41,6 +42,7 @@ from minidock.jobs import (
 from minidock.model import Cluster, Observed, OneOff
 from minidock.names import converge_names
 from minidock.relocate import carry_move
+from minidock.saving import carry_backup
 from minidock.ssh import CommandTimeout, Unreachable
 
 __all__ = ["TAIL_LINES", "carry_out"]
@@ -57,6 +59,8 @@ async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed
     await _by_host(plan.run, acts.run)
     for move in plan.moves:
         await carry_move(acts, move)
+    for backup in plan.backups:
+        await carry_backup(acts, backup)
     for hook in plan.hooks:
         await _HOOK_ACTS[hook.act](acts, cluster, hook)
     for job in plan.jobs:

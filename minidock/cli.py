@@ -379,6 +379,8 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         else:
             line = f"paused: its routes hold each new request up to {format_duration(note.timeout)}"
         out.print(f"service {note.service}: {line}", markup=False)
+    for line in planned.schedules:  # when the passes run each scheduled backup next
+        out.print(line, markup=False)
     if not (changes or doc.steps or doc.pending or doc.below or loads) and planned.plan.converged:
         out.print("nothing to do: converged", markup=False)
         return
@@ -450,6 +452,8 @@ def validate(
             f"{resultfile.hosts} hosts",
             markup=False,
         )
+        for line in resultfile.schedules:
+            out.print(line, markup=False)
 
 
 @app.command()
@@ -630,6 +634,8 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}: {job_line(s.job)}", markup=False)
         if s.hook is not None and s.hook.state == "failed":  # running: its waiting line
             out.print(f"{s.name}: {s.hook.why}", markup=False)
+        for line in s.backups.lines(s.name) if s.backups is not None else ():
+            out.print(line, markup=False)
         if s.serving is not None and s.serving.mode != "serving":
             out.print(f"{s.name}: {serving_line(s)}", markup=False)
         if s.rollout.canary is not None:  # a canary (docs/rollouts.md#canary)
@@ -1601,41 +1607,52 @@ def serve(
 
 
 # -- backups (docs/backups.md) -----------------------------------------------------------------
-_PROGRESS_STEP = 64 << 20  # a progress line each time a volume's stream passes 64 MiB more
-
-
-def _backup_progress() -> Callable[[str, int], None]:
-    """Progress of large volumes on stderr: one line per `_PROGRESS_STEP` streamed."""
-    from minidock.usecases.backups import streamed
-
-    shown: dict[str, int] = {}
-
-    def on_bytes(label: str, size: int) -> None:
-        step = size // _PROGRESS_STEP
-        if step > shown.get(label, 0):
-            shown[label] = step
-            err.print(streamed(label, size), markup=False)
-
-    return on_bytes
-
-
 @app.command("backup")
 def backup_command(
-    target: Annotated[str, typer.Argument(help="SERVICE or SERVICE.SLOT (default: every slot).")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="SERVICE[.SLOT]",
+            help="SERVICE or SERVICE.SLOT (default: every slot); `verify SERVICE[.SLOT]`: a drill.",
+        ),
+    ],
+    drilled: Annotated[
+        str | None,
+        typer.Argument(metavar="[SUBJECT]", help="After `verify`: the slot(s) to drill."),
+    ] = None,
+    timeout: TimeoutOption = "1h",
+    quiet: QuietOption = False,
     state: StateOption = None,
     cluster: ClusterOption = None,
 ) -> None:
-    """Copy each named volume of the service's running tasks into its restic repository
-    (docker cp over SSH into restic backup --stdin), after its before_backup hook."""
+    """Back up each named volume of the service's slots into its restic repository, inside
+    the passes (hook, stop with backup.stop, docker cp over SSH into restic backup --stdin,
+    start, keep); `backup verify SERVICE[.SLOT]` restores the newest snapshot into a
+    throwaway container, runs backup.verify in it, and removes both."""
     from minidock.usecases import backups
 
+    limit = seconds(timeout, "--timeout")
+    view = live_view(True, quiet)
+    if target == "verify" and drilled is not None:
+        work = backups.verify(
+            drilled, state_dir(state), runtime(), view.report, timeout=limit, cluster=cluster
+        )
+        drill = run(work, view)
+        view.finish(drill.convergence)
+        for line in drill.lines():
+            (out if "verified" in line else err).print(line, markup=False)
+        raise typer.Exit(drill.exit_code)
+    if drilled is not None:
+        fail(f"backup takes one SERVICE[.SLOT], got {target!r} and {drilled!r}")
     done = run(
-        backups.backup(target, state_dir(state), runtime(), _backup_progress(), cluster=cluster)
+        backups.backup(
+            target, state_dir(state), runtime(), view.report, timeout=limit, cluster=cluster
+        ),
+        view,
     )
-    if done.made:
-        out.print(f"initialised the restic repository {done.repository}", markup=False)
-    for s in done.saved:
-        out.print(s.line(), markup=False)
+    view.finish(done.convergence)
+    for line in done.saved:
+        out.print(line, markup=False)
     if done.forgotten:
         out.print(f"forgot {done.forgotten} snapshot(s) by keep", markup=False)
     for line in done.failed:

@@ -50,6 +50,7 @@ class MetricInfo:
 
 
 C, CS, CH = ("cluster",), ("cluster", "service"), ("cluster", "host")
+CSL = ("cluster", "service", "slot")
 METRICS: dict[str, MetricInfo] = {
     "minidock_store_up": MetricInfo(
         "gauge", (), "1 when the state store answered and every cluster in it was read"
@@ -118,6 +119,20 @@ METRICS: dict[str, MetricInfo] = {
     ),
     "minidock_host_last_seen_timestamp_seconds": MetricInfo(
         "gauge", CH, "When a pass last had an answer from the host (absent: never)"
+    ),
+    "minidock_backup_last_timestamp_seconds": MetricInfo(
+        "gauge",
+        CSL,
+        "When the slot's last backup ended, with its snapshots (absent: none ended yet)",
+    ),
+    "minidock_backup_last_failed": MetricInfo(
+        "gauge", CSL, "1 when the slot's last backup failed (its snapshots are not new)"
+    ),
+    "minidock_backup_verified_timestamp_seconds": MetricInfo(
+        "gauge", CSL, "When the slot's last restore drill ended (absent: none ran yet)"
+    ),
+    "minidock_backup_verify_ok": MetricInfo(
+        "gauge", CSL, "1 when the slot's last restore drill passed backup.verify, else 0"
     ),
     "minidock_certificate_expiry_timestamp_seconds": MetricInfo(
         "gauge",
@@ -284,6 +299,14 @@ def _document(out: _Families, cluster: str, doc: StatusDocument) -> None:
         out.add("minidock_rollout_done_slots", labels, r.done)
         out.add("minidock_rollout_total_slots", labels, r.total)
         out.add("minidock_rollout_failures", labels, r.failures)
+        for b in s.backups.slots if s.backups is not None else ():
+            slot = (*labels, str(b.slot))
+            if b.last is not None:
+                out.add("minidock_backup_last_timestamp_seconds", slot, b.last)
+                out.add("minidock_backup_last_failed", slot, float(bool(b.failed)))
+            if b.verified is not None:
+                out.add("minidock_backup_verified_timestamp_seconds", slot, b.verified.at)
+                out.add("minidock_backup_verify_ok", slot, float(b.verified.ok))
     for h in doc.hosts:
         labels = (cluster, h.name)
         out.add("minidock_host_up", labels, float(h.error is None))

@@ -470,6 +470,10 @@ class BackupPolicy:
     timezone: str = "UTC"
     keep: Keep = field(default_factory=Keep)
     stop: bool = False
+    # a restore drill (`minidock backup verify`): the command run in a throwaway container
+    # of the newest snapshot (argv; () runs none), and when drills run on their own
+    verify: tuple[str, ...] = ()
+    verify_schedule: str | None = None
 
 
 @dataclass(frozen=True)

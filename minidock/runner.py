@@ -35,7 +35,7 @@ from minidock.masking import NO_SECRETS, Masker, Masks
 from minidock.model import Cluster, Event, Inventory, Observed
 from minidock.names import observe_names
 from minidock.observe import ProbeMemory, observe, port_tables
-from minidock.schedules import job_times
+from minidock.schedules import backup_times, job_times
 from minidock.ssh import Executor
 from minidock.store import Store
 
@@ -107,9 +107,8 @@ def decision(
     by reference counting, and a full collection in the middle of it would walk every task
     and slot of the fleet again (20-45 ms a time at 1,000 hosts and 10,000 tasks,
     docs/benchmarks.md)."""
-    times: Mapping[str, Times | str] = job_times(
-        (ss.spec for ss in state.services.values() if not ss.removed), now
-    )
+    specs = [ss.spec for ss in state.services.values() if not ss.removed]
+    times: Mapping[str, Times | str] = job_times(specs, now) | backup_times(specs, now)
     gc.freeze()
     try:
         return decide(cluster, inventory, observed, state, now, times=times, force_down=force_down)

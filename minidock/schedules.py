@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from minidock.core.saving import backup_key, verify_key
 from minidock.core.schedule import Times
 from minidock.model import Schedule, Service
 
@@ -21,7 +22,15 @@ if TYPE_CHECKING:
 # not with this module: every `minidock` process imports this module (the runner and
 # status do), and only a spec with a scheduled job reads one (docs/testing.md).
 
-__all__ = ["FIRING_YEARS", "cron_problem", "job_times", "times", "timezone_problem"]
+__all__ = [
+    "FIRING_YEARS",
+    "backup_lines",
+    "backup_times",
+    "cron_problem",
+    "job_times",
+    "times",
+    "timezone_problem",
+]
 
 # A schedule must have a scheduled time within this many calendar years of now, before
 # and after (croniter's max_years_between_matches). The smallest bound that refuses no
@@ -71,6 +80,53 @@ def job_times(specs: Iterable[Service], now: float) -> dict[str, Times | str]:
         except _READ_ERRORS as exc:
             found[spec.name] = _unreadable(spec.schedule, exc)
     return found
+
+
+def backup_times(specs: Iterable[Service], now: float) -> dict[str, Times | str]:
+    """Each service's `backup.schedule` and `backup.verify_schedule` times around `now`
+    (or why they cannot be had), under the keys the core reads them by
+    (core.saving.backup_key, verify_key): decided in the pass with the jobs' times."""
+    found: dict[str, Times | str] = {}
+    for spec in specs:
+        policy = spec.backup
+        if policy is None:
+            continue
+        for key, cron in ((backup_key, policy.schedule), (verify_key, policy.verify_schedule)):
+            if cron is None:
+                continue
+            schedule = Schedule(cron, policy.timezone)
+            try:
+                found[key(spec.name)] = times(schedule, now)
+            except _READ_ERRORS as exc:
+                found[key(spec.name)] = _unreadable(schedule, exc)
+    return found
+
+
+def backup_lines(specs: Iterable[Service], now: float) -> list[str]:
+    """When each service's scheduled backup and restore drill next run after `now`, one
+    line each, as `validate` and `plan` say it ("db: backed up on '*/15 * * * *' (UTC),
+    next 2026-12-05 04:45:00 UTC"); a schedule that gives no time says why. Passes run
+    them: `reconcile` from cron or `watch` (docs/backups.md#scheduled-backups)."""
+    lines: list[str] = []
+    found = backup_times(specs, now)
+    for spec in specs:
+        policy = spec.backup
+        if policy is None:
+            continue
+        for key, cron, what in (
+            (backup_key, policy.schedule, "backed up"),
+            (verify_key, policy.verify_schedule, "restore drill"),
+        ):
+            times_of = found.get(key(spec.name)) if cron is not None else None
+            if times_of is None:
+                continue
+            said = f"{spec.name}: {what} on {cron!r} ({policy.timezone})"
+            if isinstance(times_of, str):
+                lines.append(f"{said}: {times_of}")
+                continue
+            at = datetime.fromtimestamp(times_of.next, ZoneInfo("UTC"))
+            lines.append(f"{said}, next {at.strftime('%Y-%m-%d %H:%M:%S')} UTC")
+    return lines
 
 
 def _unreadable(schedule: Schedule, exc: Exception) -> str:

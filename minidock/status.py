@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, Literal, cast
 
@@ -20,6 +21,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
 from minidock.core.jobs import failing_jobs
 from minidock.core.routes import RouteEntry, RouteTable
+from minidock.core.saving import backup_key, verify_key
 from minidock.core.schedule import JOB_KIND, Times
 from minidock.core.supervise import ready
 from minidock.core.tls import TlsState, renews_at
@@ -33,10 +35,12 @@ from minidock.model import (
     Observed,
     ProxyObservation,
 )
-from minidock.schedules import job_times
+from minidock.schedules import backup_times, job_times
 from minidock.spec.certs import certificate_info
 
 __all__ = [
+    "BackupSlotSummary",
+    "BackupSummary",
     "CanarySummary",
     "CpuUsage",
     "FailedSlot",
@@ -52,6 +56,7 @@ __all__ = [
     "ServingSummary",
     "StatusDocument",
     "TaskSummary",
+    "VerifiedSummary",
     "status_document",
     "status_schema",
     "summarize",
@@ -159,6 +164,71 @@ class JobSummary:
     runs: tuple[JobRunSummary, ...]
 
 
+@dataclass(frozen=True)
+class VerifiedSummary:
+    """A slot's latest restore drill: the snapshot it restored, when, and its outcome."""
+
+    snapshot: str
+    at: float
+    ok: bool
+    line: str
+
+
+@dataclass(frozen=True)
+class BackupSlotSummary:
+    """One slot's backups: the one under way (`phase`, "" if none, its status line), the
+    last that ended (when, its snapshots by volume, why it failed) and the last drill."""
+
+    slot: int
+    phase: str
+    line: str
+    last: float | None
+    snapshots: dict[str, str]
+    failed: str
+    verified: VerifiedSummary | None
+
+
+@dataclass(frozen=True)
+class BackupSummary:
+    """A backed-up service's schedules and their next times (None: none, or not armed yet)
+    and each slot's backups (docs/backups.md)."""
+
+    schedule: str | None
+    next: float | None
+    verify_schedule: str | None
+    next_verify: float | None
+    slots: tuple[BackupSlotSummary, ...]
+
+    def lines(self, service: str) -> list[str]:
+        """The service's lines in `status`: each slot's backup under way, last backup (its
+        snapshots, or why it failed) and last restore drill, and the next scheduled times."""
+
+        def at(t: float) -> str:
+            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+        lines = []
+        for slot in self.slots:
+            subject = f"{service}.{slot.slot}"
+            if slot.line:
+                lines.append(f"{subject}: {slot.line}")
+            if slot.last is not None and slot.failed:
+                lines.append(f"{subject}: last backup {at(slot.last)} FAILED: {slot.failed}")
+            elif slot.last is not None:
+                ids = ", ".join(f"{v} {i[:8]}" for v, i in sorted(slot.snapshots.items()))
+                lines.append(f"{subject}: last backup {at(slot.last)} ({ids})")
+            v = slot.verified
+            if v is not None:
+                what = f"snapshot {v.snapshot[:8]}" if v.snapshot else "drill"
+                said = "verified" if v.ok else "FAILED its verify"
+                tail = f": {v.line}" if v.line else ""
+                lines.append(f"{subject}: {what} {said} {at(v.at)}{tail}")
+        if self.next is not None:
+            lines.append(f"{service}: next backup {at(self.next)}")
+        if self.next_verify is not None:
+            lines.append(f"{service}: next restore drill {at(self.next_verify)}")
+        return lines
+
+
 ServingWord = Literal["serving", "maintenance", "paused"]
 
 
@@ -192,6 +262,7 @@ class ServiceSummary:
     job: JobSummary | None = None  # a scheduled job's runs (docs/jobs.md)
     hook: HookSummary | None = None  # its before_update hook (docs/jobs.md#hooks)
     serving: ServingSummary | None = None  # its routes' mode (None: it has no route)
+    backups: BackupSummary | None = None  # its backups (None: it has no backup policy)
 
 
 @dataclass(frozen=True)
@@ -387,6 +458,42 @@ def _service(
         job=_job(ss, observed),
         hook=_hook(ss),
         serving=_serving(ss),
+        backups=_backups(ss),
+    )
+
+
+def _backups(ss: ServiceState) -> BackupSummary | None:
+    """A backed-up service's schedules and slots (None: no `backup` of its own)."""
+    policy, book = ss.spec.backup, ss.backups
+    if policy is None:
+        return None
+    upcoming = backup_times([ss.spec], book.due).get(backup_key(ss.spec.name)) if book.due else None
+    drill = (
+        backup_times([ss.spec], book.verify_due).get(verify_key(ss.spec.name))
+        if book.verify_due
+        else None
+    )
+    numbers = sorted({*ss.slot_numbers(), *book.slots, *book.last, *book.verified})
+    slots = []
+    for n in numbers:
+        under_way, last, v = book.slots.get(n), book.last.get(n), book.verified.get(n)
+        slots.append(
+            BackupSlotSummary(
+                n,
+                under_way.phase.value if under_way else "",
+                under_way.line() if under_way else "",
+                last.at if last else None,
+                dict(last.snapshots) if last else {},
+                last.failed if last else "",
+                VerifiedSummary(v.snapshot, v.at, v.ok, v.line) if v else None,
+            )
+        )
+    return BackupSummary(
+        policy.schedule,
+        upcoming.next if isinstance(upcoming, Times) else None,
+        policy.verify_schedule,
+        drill.next if isinstance(drill, Times) else None,
+        tuple(slots),
     )
 
 

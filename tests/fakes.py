@@ -157,6 +157,8 @@ _RUN_OPTIONS = frozenset(
         "--log-opt",
         "--add-host",
         "--dns",
+        "-v",  # a named volume (a pinned service's), as docker takes it; not kept
+        "--mount",
     }
 )
 _RUN_SWITCHES = frozenset({"-d", "--init", "--read-only"})

@@ -75,6 +75,7 @@ __all__ = [
     "start_argv",
     "stop_argv",
     "task_logs_argv",
+    "verify_argv",
     "volume_exists_argv",
     "volume_helper_argv",
     "volume_helper_name",
@@ -678,3 +679,20 @@ def exec_argv(
     flags = ["-i"] if interactive else []
     flags += ["-t"] if tty else []
     return ["docker", "exec", *flags, _operand(id, "container"), *command]
+
+
+def verify_argv(
+    name: str, image: str, volumes: Sequence[tuple[str, str]], command: Sequence[str]
+) -> list[str]:
+    """`docker run --rm` of a restore drill (`backup.verify`): a throwaway container of the
+    service's image, on no network and with no minidock label (no pass, route or name
+    proxy counts it), each throwaway volume mounted where the task mounts it, running
+    exactly `command` (its first word as the entrypoint, the image's own bypassed)."""
+    if not command:
+        raise ValueError("a drill needs a command")
+    argv = ["docker", "run", "--rm", "--name", _operand(name, "container"), "--network", "none"]
+    for volume, target in volumes:
+        if not target.startswith("/") or "," in target:
+            raise ValueError(f"invalid volume target: {target!r}")
+        argv += ["--mount", f"type=volume,source={_operand(volume, 'volume')},target={target}"]
+    return [*argv, "--entrypoint", command[0], _operand(image, "image"), *command[1:]]

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from minidock.core import gpus, hooks, schedule, tls
+from minidock.core import gpus, hooks, saving, schedule, tls
 from minidock.core.endpoints import endpoint_table, name_steps
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import (
@@ -66,12 +66,15 @@ def decide(
     """The whole of one pass's decision. `times`: each scheduled job's times around `now`
     (the adapter reads its cron expression: minidock.schedules), or why they cannot be
     had; `force_down`: the mass-loss guard does not hold this pass."""
+    state, scheduled = saving.schedule_all(state, times or {}, now)
     specs = TaskSpecs.of_state(desired, state)
     traffic = Traffic.of(desired, inventory, observed, state, now, specs)
     plan = reconcile(
         desired, inventory, observed, state, now, force_down=force_down, traffic=traffic
     )
     plan = gate(plan, traffic)
+    if scheduled:
+        plan = replace(plan, events=(*scheduled, *plan.events))
     plan = _with_ports(plan, desired, inventory, observed)
     plan = _with_gpus(plan, inventory, observed)
     plan = _with_proxies(plan, desired, inventory, observed, now, specs)

@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import TypeVar
 
-from minidock.core import hosts, rollout, slots, traffic
+from minidock.core import backing, hosts, rollout, slots, traffic
 from minidock.core.state import RolloutPhase
 
 __all__ = ["diagrams", "mermaid"]
@@ -88,6 +88,7 @@ def diagrams() -> str:
         ),
         mermaid("Rollout", rollout.TABLE, RolloutPhase.NONE),
         mermaid("Task traffic (routed services)", traffic.TABLE, traffic.TrafficPhase.UNROUTED),
+        mermaid("Backup (a slot's, core/backing.py)", backing.TABLE, backing.BackupPhase.HOOKING),
     ]
     return "\n\n".join(blocks) + "\n"
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from minidock.core import hooks, rollout, slots, tls
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied, fold_move
+from minidock.core.saving import BackupOutcome, fold_backup
 from minidock.core.schedule import JobRun, record_run
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.tls import AcmeAccount, PendingOrder
@@ -154,6 +155,7 @@ ActOutcome = (
     | VolumesCopied
     | MoveFailed
     | SourceCleaned
+    | BackupOutcome
 )
 
 
@@ -173,6 +175,8 @@ def fold(
             state, more = _job(state, o, now)
         elif isinstance(o, VolumesCopied | MoveFailed | SourceCleaned):
             state, more = fold_move(state, o, now)
+        elif isinstance(o, BackupOutcome):
+            state, more = fold_backup(state, o, now)
         else:
             state, more = _certificate(state, o)
         events += more

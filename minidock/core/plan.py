@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from minidock.core.backing import BackupAct, VerifyAct
 from minidock.core.endpoints import Endpoints, NameStep
 from minidock.core.gpus import NO_GPUS, GpuIds
 from minidock.core.hooks import HookStep
@@ -87,6 +88,7 @@ class WaitKind(enum.Enum):
     CERTIFICATE = "certificate"  # an ACME order started, collected by a later pass
     PROMOTE = "promote"  # a canary that passed, waiting for the operator's `minidock promote`
     MOVE = "move"  # a slot's move with its volumes under way (core/volumes.py)
+    BACKUP = "backup"  # a slot's backup or restore drill under way (core/backing.py)
 
     @property
     def moves(self) -> bool:
@@ -147,6 +149,7 @@ class Plan:
     jobs: tuple[JobAct, ...] = ()  # the scheduled jobs' runs to start and runs to read
     removals: tuple[OneOff, ...] = ()  # finished one-off tasks to remove
     moves: tuple[MoveAct, ...] = ()  # volume moves' copies and removals (core/moving.py)
+    backups: tuple[BackupAct | VerifyAct, ...] = ()  # backups' steps, drills (core/saving.py)
     drains: tuple[Container, ...] = ()  # within a decision: tasks the traffic gate drains
 
     @property

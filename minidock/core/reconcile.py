@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from minidock.core import hooks, moving, rollout, slots
+from minidock.core import hooks, moving, rollout, saving, slots
 from minidock.core import hosts as host_machine
 from minidock.core.evolve import evolve
 from minidock.core.fold import (
@@ -159,6 +159,7 @@ def reconcile(
         events=fx.events,
         drains=fx.drains,
         moves=moving.acts(services, view),
+        backups=saving.acts(services, view),
     )
 
 
@@ -398,6 +399,8 @@ def _decide_service(
         if _steady(ss, n, here, view):
             continue
         held = moving.hold(ss, n, here, view) if n in ss.moves else None
+        if held is None and n in ss.backups.slots:  # stopped for its backup's copy
+            held = saving.hold(ss, n, here, view)
         if held is not None:  # its data on its way: its tasks stop, none starts
             ss, fx = held[0], fx + held[1]
             continue
@@ -407,11 +410,17 @@ def _decide_service(
         if n in ss.moves:
             ss, moved = moving.ready(ss, n, here, view.now)
             fx = fx + Effects(events=moved)
+        if n in ss.backups.slots:
+            ss, stranded = saving.stranded(ss, n, here, view)
+            ss, backed = saving.ready(ss, n, here, view.now)
+            fx = fx + Effects(events=stranded + backed)
         wants += [decided.want] if decided.want else []
         if stale is not None and n not in ss.rollout.inflight:
             outdated.append(Outdated(n, stale, view.misplaced(slot_target(ss, n), stale)))
     if ss.moves:
         fx = fx + Effects(waiting=moving.waiting(ss))
+    if ss.backups.busy:
+        fx = fx + Effects(waiting=saving.waiting(ss))
     handled = {s.container.id for s in fx.stops}
     settled = {c.slot for c in found if c.id not in handled and c.spec == spec_before and ready(c)}
     return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= len(wanted))
@@ -487,6 +496,8 @@ def _steady(ss: ServiceState, n: int, here: list[Container], view: View) -> bool
     and decides nothing; this only says so sooner (tests/unit/test_steady_slots.py holds
     the two to the same plans)."""
     if len(here) != 1 or ss.rebalance or n in ss.rollout.inflight or n in ss.moves:
+        return False
+    if n in ss.backups.slots:
         return False
     c = here[0]
     if c.state != "running" or not ready(c) or c.id in view.evict:

@@ -30,7 +30,6 @@ __all__ = [
     "JobStep",
     "PendingRun",
     "Times",
-    "backup_due",
     "job_run_id",
     "record_run",
     "step",
@@ -191,9 +190,3 @@ def record_run(record: JobRecord, run: JobRun, now: float) -> tuple[JobRecord, E
     said = f"exit {run.exit_code}" if run.exit_code is not None else "did not run"
     line = f"run {run.run} failed ({said})" + (f": {run.tail}" if run.tail else "")
     return after, Event(now, "job-failed", line, task=run.run)
-
-
-def backup_due(latest: float, handled: float) -> bool:
-    """Whether a service's scheduled backup is due: its schedule's latest time at or before
-    now (`latest`) is after the latest one handled (docs/backups.md#scheduled-backups)."""
-    return latest > handled

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
+from minidock.core.backing import Backups
 from minidock.core.hosts import HostState
 from minidock.core.passes import PassStats
 from minidock.core.schedule import JobRecord
@@ -170,6 +171,7 @@ class ServiceState:
     older: tuple[Service, ...] = ()
     serving: ServingMode = SERVING  # its routes: serving, maintenance or paused (core/serving.py)
     moves: dict[int, VolumeMove] = field(default_factory=dict)  # slot -> its move (core/volumes.py)
+    backups: Backups = field(default_factory=Backups)  # its backups and drills (core/backing.py)
 
     def through(self, transition: Transition, **changes: object) -> ServiceState:
         """This state after `transition`: `changes` set, every other field carried as it
@@ -236,6 +238,7 @@ CHANGED_BY: dict[str, frozenset[Transition]] = {
     "older": frozenset({_T.ADMIT}),
     "serving": frozenset({_T.SERVE}),
     "moves": frozenset(),
+    "backups": frozenset(),  # backups under way, scheduled times, the last drill: the passes'
 }
 
 

@@ -58,6 +58,16 @@ def backup_of(
         raise fail((*where, "timezone"), "timezone is for a schedule: add schedule or remove it")
     if timezone_problem(zone):
         raise fail((*where, "timezone"), timezone_problem(zone))
+    verify = tuple(table.get("verify", ()))
+    if "verify_schedule" in table:
+        if not verify:
+            raise fail(
+                (*where, "verify_schedule"),
+                'a drill runs backup.verify: give verify = ["CMD", ...] or remove it',
+            )
+        problem = cron_problem(table["verify_schedule"], zone)
+        if problem:
+            raise fail((*where, "verify_schedule"), problem)
     return BackupPolicy(
         repository=_repository(table, where, fail, base),
         password_source=_password(table, where, fail, base, display),
@@ -65,6 +75,8 @@ def backup_of(
         timezone=zone,
         keep=Keep(**table.get("keep", {})),
         stop=table.get("stop", False),
+        verify=verify,
+        verify_schedule=table.get("verify_schedule"),
     )
 
 

@@ -1,109 +1,143 @@
-"""`minidock backup SERVICE[.SLOT]` and `minidock backups [SERVICE]` (docs/backups.md).
+"""`minidock backup SERVICE[.SLOT]`, `minidock backup verify SERVICE[.SLOT]` and `minidock
+backups [SERVICE]` (docs/backups.md).
 
-A backup copies each named volume of each running task of the service (or of one slot)
-into the restic repository of its `backup` (else the inventory's `[backup]`): the task's
-`hooks.before_backup` first (`docker exec`, e.g. a database dump into the volume), then,
-with `backup.stop`, the task stopped under the writer lock (no pass starts it again
-meanwhile) and started again after; each volume streamed with `docker cp TASK:PATH -`
-over SSH (minidock.volumecopy) straight into `restic backup --stdin` (minidock.restic),
-tagged cluster, service, slot, volume and generation. After the copies, `keep` prunes each
-slot's and volume's snapshots. A failed task is one line and exit 1; the others go on.
+A backup is an intent recorded in the state (core.saving.begin) and carried out by the
+passes that follow, this command's own or, if it is interrupted or killed, the next
+`reconcile` or `watch`: each slot's `hooks.before_backup` run in its task, with
+`backup.stop` the task drained and stopped (the passes hold the slot: its stop is never
+taken for an exit), each named volume streamed with `docker cp` over SSH straight into
+`restic backup --stdin` (minidock.saving), tagged cluster, service, slot, volume and
+generation, the task started again, then `keep` applied to each slot's and volume's
+snapshots. A scheduled backup (`backup.schedule`) is the same intent, recorded by the pass
+itself at each scheduled time. The command then reads each slot's last backup and prints
+its snapshots; a failed slot is one line and exit 1.
+
+A restore drill (`backup verify`) is recorded the same way: the slot's newest snapshots
+restored into a throwaway container on a host, `backup.verify` run in it, both removed;
+its outcome is the slot's last verified snapshot (status, metrics, events).
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from minidock import restic, schedules
-from minidock.commands.docker import exec_argv, grace_seconds, start_argv, stop_argv
-from minidock.core.schedule import backup_due
-from minidock.model import BackupPolicy, Container, Host, Inventory, Schedule, Service, Volume
+from minidock import restic
+from minidock.core import ControllerState
+from minidock.core.backing import LastBackup, Verified
+from minidock.core.saving import backed_slots, begin, begin_verify
+from minidock.model import BackupPolicy, Inventory, Service
 from minidock.restic import Repository, ResticError
 from minidock.spec import SpecError
 from minidock.spec.backup import password_value
-from minidock.ssh import CommandTimeout, Executor, Unreachable
 from minidock.store import StateLocation
 from minidock.units import approx_size
-from minidock.usecases.access import (
-    Desired,
-    Writer,
-    read_desired,
-    reading,
-    require_applied,
-    writing,
-)
+from minidock.usecases.access import Desired, read_desired, reading, require_applied
 from minidock.usecases.clusters import chosen
-from minidock.usecases.outcomes import BadInput, ExitCode, UseCaseError
-from minidock.usecases.runtime import Runtime, connected
-from minidock.usecases.tasks import _cluster_of, _missed, _observe, _Seen, _target
-from minidock.volumecopy import CopyError, stream_out
+from minidock.usecases.intents import _intent, _known_service, _of_service
+from minidock.usecases.outcomes import (
+    BadInput,
+    ConvergeOutcome,
+    ExitCode,
+    Report,
+    UseCaseError,
+)
+from minidock.usecases.runtime import Runtime
+from minidock.usecases.tasks import _cluster_of
 
 __all__ = [
     "BackupOutcome",
-    "BackupSchedules",
     "BackupsOutcome",
-    "OnBackupBytes",
-    "VolumeBackup",
+    "SlotBacked",
+    "VerifyOutcome",
     "backup",
     "list_backups",
     "repository_of",
     "restorable",
-    "run_scheduled",
-    "streamed",
+    "verify",
 ]
-
-OnBackupBytes = Callable[[str, int], None]  # "db.1 pgdata", bytes streamed so far
-_FAILURES = (CopyError, ResticError, Unreachable, CommandTimeout, UseCaseError)
 
 
 @dataclass(frozen=True)
-class VolumeBackup:
-    """One volume of one task saved: its snapshot, bytes streamed and added, seconds."""
+class SlotBacked:
+    """One slot's backup as it ended: its task (as it runs now), host and last backup."""
 
+    service: str
+    slot: int
     task: str
     host: str
-    slot: int
-    volume: str
-    snapshot: str
-    size: int
-    added: int
-    seconds: float
+    last: LastBackup
 
-    @property
-    def rate(self) -> float:
-        """Bytes a second through the controller."""
-        return self.size / self.seconds if self.seconds > 0 else 0.0
-
-    def line(self) -> str:
-        """`db.1.x7 dbdata: snapshot 4f2a9c1e (48.0MiB in 2.1s, 22.9MiB/s, 48.1MiB added)`."""
-        rate = f", {approx_size(int(self.rate))}/s" if self.rate else ""
-        return (
-            f"{self.task} {self.volume}: snapshot {self.snapshot} ({approx_size(self.size)} in "
-            f"{self.seconds:.1f}s{rate}, {approx_size(self.added)} added) on {self.host}"
-        )
-
-
-def streamed(label: str, size: int) -> str:
-    """A large volume's progress line: `db.1.x7 dbdata: 128.0MiB streamed`."""
-    return f"{label}: {approx_size(size)} streamed"
+    def lines(self) -> list[str]:
+        """`db.1.x7 dbdata: snapshot 4f2a9c1e (48.0MiB in 2.1s, 22.9MiB/s) on host1`."""
+        who = f"{self.service}.{self.slot}" + (f".{self.task}" if self.task else "")
+        last = self.last
+        rate = f", {approx_size(int(last.size / last.seconds))}/s" if last.seconds > 0 else ""
+        figure = f"{approx_size(last.size)} in {last.seconds:.1f}s{rate}"
+        return [
+            f"{who} {volume}: snapshot {ident[:8]} ({figure}) on {self.host}"
+            for volume, ident in last.snapshots
+        ]
 
 
 @dataclass(frozen=True)
 class BackupOutcome:
     service: str
     repository: str
-    made: bool  # the repository was initialised by this backup
-    saved: tuple[VolumeBackup, ...]
-    forgotten: int  # snapshots `keep` removed afterwards
-    failed: tuple[str, ...]  # one line per task that could not be backed up
+    slots: tuple[SlotBacked, ...]
+    convergence: ConvergeOutcome
+
+    @property
+    def saved(self) -> tuple[str, ...]:
+        return tuple(line for s in self.slots for line in s.lines())
+
+    @property
+    def forgotten(self) -> int:
+        return sum(s.last.forgotten for s in self.slots)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """One line per slot whose backup failed, or did not end before the timeout."""
+        return tuple(
+            f"{s.service}.{s.slot}: {s.last.failed or 'not backed up before the timeout'}"
+            for s in self.slots
+            if s.last.failed or not s.last.snapshots
+        )
 
     @property
     def exit_code(self) -> int:
-        return ExitCode.FAILED if self.failed else ExitCode.OK
+        if self.failed:
+            return ExitCode.FAILED
+        return self.convergence.exit_code
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    service: str
+    slots: tuple[tuple[int, Verified | None], ...]  # None: no drill ended before the timeout
+    convergence: ConvergeOutcome
+
+    def lines(self) -> list[str]:
+        found = []
+        for n, v in self.slots:
+            subject = f"{self.service}.{n}"
+            if v is None:
+                found.append(f"{subject}: no drill ended before the timeout")
+            elif v.ok:
+                said = f": {v.line}" if v.line else ""
+                found.append(f"{subject}: snapshot {v.snapshot[:8]} verified{said}")
+            else:
+                what = f"snapshot {v.snapshot[:8]}" if v.snapshot else "drill"
+                found.append(f"{subject}: {what} failed its verify: {v.line}")
+        return found
+
+    @property
+    def exit_code(self) -> int:
+        if any(v is None or not v.ok for _, v in self.slots):
+            return ExitCode.FAILED
+        return self.convergence.exit_code
 
 
 @dataclass(frozen=True)
@@ -131,152 +165,142 @@ def repository_of(spec: Service, inventory: Inventory) -> tuple[BackupPolicy, Re
         raise BadInput(str(exc)) from None
 
 
+def _subject(given: str, verb: str) -> tuple[str, int | None]:
+    service, dot, slot = given.rpartition(".")
+    if not dot:
+        return given, None
+    if not service or not slot.isdigit() or int(slot) < 1:
+        raise BadInput(f"{verb}: {given!r} is not SERVICE or SERVICE.SLOT (e.g. db or db.1)")
+    return service, int(slot)
+
+
+def _slots(
+    state: ControllerState, desired: Desired, service: str, slot: int | None, verb: str
+) -> tuple[Service, tuple[int, ...]]:
+    """The service's applied spec and the slots the command takes, bad input refused (one
+    line, before anything is recorded)."""
+    _known_service(state, service)
+    ss = state.services[service]
+    spec = desired.cluster.service(service) or ss.spec
+    if not any(v.named for v in spec.volumes):
+        raise BadInput(f"{service} has no named volume to back up")
+    if spec.desired != "running":
+        raise BadInput(f"{service} is desired {spec.desired}: nothing runs to back up")
+    repository_of(spec, desired.inventory)
+    if slot is not None and slot not in ss.slot_numbers():
+        raise BadInput(f"{verb}: {service} has no slot {slot} (slots 1..{ss.wanted()})")
+    numbers = (slot,) if slot is not None else backed_slots(ss)
+    unplaced = [n for n in numbers if not ss.slot(n).host]
+    if unplaced or not numbers:
+        raise UseCaseError(
+            f"{verb}: {service}.{(unplaced or [1])[0]} has no task: it never ran, or its host "
+            "was forgotten"
+        )
+    return spec, numbers
+
+
 async def backup(
     target: str,
     directory: StateLocation,
     runtime: Runtime,
-    on_bytes: OnBackupBytes,
+    report: Report,
     *,
+    timeout: float = 3600.0,
     cluster: str | None = None,
 ) -> BackupOutcome:
-    """Back up each named volume of the running tasks of SERVICE[.SLOT] (module doc)."""
-    require_applied(directory)
-    directory = _cluster_of(directory, cluster, target)
-    async with connected(runtime) as executor:
-        seen = await _observe(directory, runtime, executor)
-        service, slot = _target(seen, target)
-        spec, generation = _applied(directory, service)
-        volumes = tuple(v for v in spec.volumes if v.named)
-        if not volumes:
-            raise BadInput(f"{service} has no named volume to back up")
-        policy, repo = repository_of(spec, seen.inventory)
-        tasks = [c for c in seen.tasks(service, slot) if c.state == "running"]
-        if not tasks:
-            raise UseCaseError(f"no running task of {target} on the reachable hosts{_missed(seen)}")
-        job = _Job(executor, seen, spec, policy, repo, generation, volumes, on_bytes)
-        try:
-            made = await restic.ensure(repo)
-        except ResticError as exc:
-            raise UseCaseError(f"{policy.repository}: {exc}") from None
-        saved: list[VolumeBackup] = []
-        failed: list[str] = []
-        for task in tasks:
-            try:
-                async with _stopped(job, task, directory, runtime):
-                    saved += [await job.volume(task, v) for v in volumes]
-            except _FAILURES as exc:
-                failed.append(seen.mask(repo.mask(f"{task.name}: {exc}")))
-        forgotten = await _prune(job, saved, failed)
-    return BackupOutcome(service, policy.repository, made, tuple(saved), forgotten, tuple(failed))
+    """Record the backup of SERVICE[.SLOT]'s slots and converge (module doc)."""
+    service, slot = _subject(target, "backup")
+    taken: list[int] = []
+    since = runtime.clock.now()
+    policy_seen: list[str] = []
+
+    async def check(state: ControllerState, desired: Desired) -> None:
+        _, numbers = _slots(state, desired, service, slot, "backup")
+        taken[:] = numbers
+
+    def change(state: ControllerState, desired: Desired) -> ControllerState:
+        spec, numbers = _slots(state, desired, service, slot, "backup")
+        policy = spec.backup or desired.inventory.backup
+        assert policy is not None  # _slots: repository_of
+        policy_seen.append(policy.repository)
+        ss = state.services[service]
+        for n in numbers:
+            ss = begin(ss, n, since, stop=policy.stop, hook=spec.before_backup is not None)
+        return replace(state, services={**state.services, service: ss})
+
+    held = _of_service(directory, cluster, service)
+    done = await _intent(
+        held,
+        runtime,
+        report,
+        change,
+        lambda: f"backing up {', '.join(f'{service}.{n}' for n in taken)}",
+        wait=True,
+        timeout=timeout,
+        check=check,
+    )
+    with reading(held[0].location) as store:
+        ss = store.load().services.get(service)
+    slots: list[SlotBacked] = []
+    for n in taken:
+        last = ss.backups.last.get(n) if ss is not None else None
+        if last is None or last.at < since:
+            last = LastBackup()
+        record = ss.slot(n) if ss is not None else None
+        task, host = (record.task, record.host) if record is not None else ("", "")
+        slots.append(SlotBacked(service, n, task, host, last))
+    repository = policy_seen[0] if policy_seen else ""
+    return BackupOutcome(service, repository, tuple(slots), done.convergence)
 
 
-def _applied(directory: StateLocation, service: str) -> tuple[Service, int]:
-    with reading(directory) as store:
-        latest = store.latest_generation()
-        assert latest is not None  # require_applied
-        found = latest[1].service(service)
-    assert found is not None  # _target knew it
-    return found, latest[0]
+async def verify(
+    target: str,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    *,
+    timeout: float = 3600.0,
+    cluster: str | None = None,
+) -> VerifyOutcome:
+    """Record a restore drill of SERVICE[.SLOT]'s slots and converge (module doc)."""
+    service, slot = _subject(target, "backup verify")
+    taken: list[int] = []
+    since = runtime.clock.now()
 
-
-@dataclass(frozen=True)
-class _Job:
-    """What each task's backup takes."""
-
-    executor: Executor
-    seen: _Seen
-    spec: Service
-    policy: BackupPolicy
-    repo: Repository
-    generation: int
-    volumes: tuple[Volume, ...]
-    on_bytes: OnBackupBytes
-
-    def host(self, task: Container) -> Host:
-        return self.seen.host(task.host)
-
-    def tags(self, slot: int, volume: str) -> dict[str, str]:
-        return {
-            "cluster": self.seen.cluster,
-            "service": self.spec.name,
-            "slot": str(slot),
-            "volume": volume,
-            "generation": str(self.generation),
-        }
-
-    async def hook(self, task: Container) -> None:
-        """The task's `hooks.before_backup`, if any, run in it; a failure raises."""
-        hook = self.spec.before_backup
-        if hook is None:
-            return
-        argv = exec_argv(task.id, hook.command)
-        done = await self.executor.run(self.host(task), argv, timeout=hook.timeout)
-        if done.exit_status != 0:
-            said = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-            raise UseCaseError(f"before_backup hook exited {done.exit_status}: {said[:200]}")
-
-    async def volume(self, task: Container, volume: Volume) -> VolumeBackup:
-        label = f"{task.name} {volume.source}"
-
-        async def feed(write: restic.Write) -> int:
-            return await stream_out(
-                self.executor,
-                self.host(task),
-                task.id,
-                volume.target,
-                write,
-                on_bytes=lambda n: self.on_bytes(label, n),
+    async def check(state: ControllerState, desired: Desired) -> None:
+        spec, numbers = _slots(state, desired, service, slot, "backup verify")
+        policy = spec.backup or desired.inventory.backup
+        if policy is None or not policy.verify:
+            raise BadInput(
+                f"backup verify: {service} has no backup.verify: give it the command a drill "
+                'runs, e.g. verify = ["pg_restore", "--list", "/backup/db.dump"]'
             )
+        taken[:] = numbers
 
-        tags, filename = self.tags(task.slot, volume.source), restic.stdin_name(volume.source)
-        done = await restic.backup(self.repo, filename, tags, task.host, feed)
-        return VolumeBackup(
-            task.name,
-            task.host,
-            task.slot,
-            volume.source,
-            done.snapshot,
-            done.size,
-            done.added,
-            done.seconds,
-        )
+    def change(state: ControllerState, desired: Desired) -> ControllerState:
+        ss = state.services[service]
+        for n in taken:
+            ss = begin_verify(ss, n)
+        return replace(state, services={**state.services, service: ss})
 
-
-@contextlib.asynccontextmanager
-async def _stopped(
-    job: _Job, task: Container, directory: StateLocation, runtime: Runtime
-) -> AsyncIterator[None]:
-    """The task ready to be copied: its hook run, and with `backup.stop` the task stopped
-    (under the writer lock, so no pass starts or replaces it meanwhile) until the copies
-    end, then started again."""
-    await job.hook(task)
-    if not job.policy.stop:
-        yield
-        return
-    host = job.host(task)
-    async with writing(directory, runtime.clock, Writer.OPERATOR, runtime.notice):
-        stopped = await job.executor.run(host, stop_argv(task.id, grace_seconds(job.spec)))
-        if stopped.exit_status != 0:
-            raise UseCaseError(f"docker stop failed: {stopped.stderr.strip()[:200]}")
-        try:
-            yield
-        finally:
-            started = await job.executor.run(host, start_argv(task.id))
-            if started.exit_status != 0:
-                raise UseCaseError(f"docker start failed: {started.stderr.strip()[:200]}")
-
-
-async def _prune(job: _Job, saved: Sequence[VolumeBackup], failed: list[str]) -> int:
-    """`keep` applied to each slot's and volume's snapshots just saved; a failure is a
-    line of `failed` (the snapshots are saved)."""
-    removed = 0
-    for slot, volume in sorted({(s.slot, s.volume) for s in saved}):
-        tags = {k: v for k, v in job.tags(slot, volume).items() if k != "generation"}
-        try:
-            removed += len(await restic.forget(job.repo, job.policy.keep, tags))
-        except ResticError as exc:
-            failed.append(job.repo.mask(f"retention of {job.spec.name}.{slot} {volume}: {exc}"))
-    return removed
+    held = _of_service(directory, cluster, service)
+    done = await _intent(
+        held,
+        runtime,
+        report,
+        change,
+        lambda: f"restore drill of {', '.join(f'{service}.{n}' for n in taken)}",
+        wait=True,
+        timeout=timeout,
+        check=check,
+    )
+    with reading(held[0].location) as store:
+        ss = store.load().services.get(service)
+    found: list[tuple[int, Verified | None]] = []
+    for n in taken:
+        v = ss.backups.verified.get(n) if ss is not None else None
+        found.append((n, v if v is not None and v.at >= since else None))
+    return VerifyOutcome(service, tuple(found), done.convergence)
 
 
 async def list_backups(
@@ -358,63 +382,6 @@ async def _restorable_slots(
     return lines
 
 
-# -- scheduled backups: run by `watch` after each round -------------------------------------
-@dataclass
-class BackupSchedules:
-    """What one `watch` remembers of its services' backup schedules: the latest scheduled
-    time handled, by (cluster, service). A service first seen counts its latest scheduled
-    time as handled when its newest snapshot is at or after it (one restic listing), so a
-    time missed while no watch ran is caught up once, and a restart runs nothing twice."""
-
-    handled: dict[tuple[str, str], float]
-
-    @classmethod
-    def fresh(cls) -> BackupSchedules:
-        return cls({})
-
-
-async def run_scheduled(
-    locations: Sequence[StateLocation],
-    runtime: Runtime,
-    memory: BackupSchedules,
-    tell: Callable[[str], None],
-) -> None:
-    """Each service of `locations` whose `backup.schedule` has a time not yet handled is
-    backed up now (every slot), then pruned by its `keep`; each outcome is one line to
-    `tell`. A failure is a line: the next scheduled time tries again."""
-    now = runtime.clock.now()
-    for location in locations:
-        with reading(location) as store:
-            if store.latest_generation() is None:
-                continue
-            desired = read_desired(store, location)
-        for spec in desired.cluster.services:
-            if spec.backup is None or spec.backup.schedule is None:
-                continue
-            key = (desired.cluster.name, spec.name)
-            latest = schedules.times(Schedule(spec.backup.schedule, spec.backup.timezone), now)
-            if key not in memory.handled:
-                memory.handled[key] = await _handled_at_start(spec, desired, latest.latest)
-            if not backup_due(latest.latest, memory.handled[key]):
-                continue
-            memory.handled[key] = latest.latest
-            tell(await _scheduled_one(spec.name, location, runtime))
-
-
-async def _handled_at_start(spec: Service, desired: Desired, latest: float) -> float:
-    """`latest` when the service's newest snapshot is at or after it, else just before it
-    (due now); a repository that cannot be read: due now (the backup says why)."""
-    try:
-        _, repo = repository_of(spec, desired.inventory)
-        found = await restic.snapshots(
-            repo, {"cluster": desired.cluster.name, "service": spec.name}
-        )
-    except (UseCaseError, ResticError):
-        return latest - 1.0
-    newest = max((_epoch(s.time) for s in found), default=None)
-    return latest if newest is not None and newest >= latest else latest - 1.0
-
-
 def _epoch(rfc3339: str) -> float:
     """restic's time (`2026-12-03T03:00:04.405049187Z`, or an offset) as epoch seconds."""
     found = _RFC3339.fullmatch(rfc3339)
@@ -426,17 +393,3 @@ def _epoch(rfc3339: str) -> float:
 
 
 _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
-
-
-async def _scheduled_one(service: str, location: StateLocation, runtime: Runtime) -> str:
-    try:
-        done = await backup(service, location, runtime, _unheard)
-    except UseCaseError as exc:
-        return f"scheduled backup of {service} failed: {exc}"
-    lines = [s.line() for s in done.saved] + [f"failed: {f}" for f in done.failed]
-    kept = f"; forgot {done.forgotten} snapshot(s) by keep" if done.forgotten else ""
-    return f"scheduled backup of {service}: " + "; ".join(lines) + kept
-
-
-def _unheard(label: str, size: int) -> None:
-    """No progress lines from a scheduled backup: its outcome is one line."""

@@ -4,6 +4,7 @@ a new generation of the spec a service runs with its replica count changed."""
 from __future__ import annotations
 
 import secrets
+import time
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,7 @@ from minidock.masking import NO_SECRETS, Masker
 from minidock.model import MAX_REPLICAS, Cluster, Event, Observed, keyed_cluster
 from minidock.plandoc import RouteLoad, plan_document
 from minidock.runner import decide_pass
+from minidock.schedules import backup_lines
 from minidock.spec import SpecError, load, load_inventory, secret_env_warnings
 from minidock.ssh import Executor
 from minidock.store import StateLocation, Store
@@ -82,6 +84,7 @@ def validate(file: Path, inventory: Path | None = None) -> ValidateOutcome:
         cluster=cluster.name,
         services=len(cluster.services),
         warnings=secret_env_warnings(cluster, str(file)),
+        schedules=tuple(backup_lines(cluster.services, time.time())),
     )
 
 
@@ -126,7 +129,10 @@ async def plan(
     document = replace(document, routes=_route_loads(desired, observed, plan, runtime))
     code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
     probes = failed_probes(observed)
-    return PlanOutcome(plan, code, gone, prune, document, tuple(mask(p) for p in probes))
+    said = tuple(backup_lines(desired.cluster.services, runtime.clock.now()))
+    return PlanOutcome(
+        plan, code, gone, prune, document, tuple(mask(p) for p in probes), schedules=said
+    )
 
 
 async def _simulated(

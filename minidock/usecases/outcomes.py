@@ -291,6 +291,7 @@ class PlanOutcome:
     pruned: bool = False  # whether the plan removes them (`--prune`)
     document: PlanDocument | None = None  # every step to convergence, simulated
     failed_probes: tuple[str, ...] = ()  # hosts that did not answer, grouped by cause
+    schedules: tuple[str, ...] = ()  # when each scheduled backup and drill runs next
 
     @property
     def hooks_first(self) -> tuple[str, ...]:
@@ -361,6 +362,7 @@ class ValidateOutcome:
     services: int = 0
     exit_code: ExitCode = ExitCode.OK
     warnings: tuple[str, ...] = ()  # secret-looking env keys: move them to `secrets`
+    schedules: tuple[str, ...] = ()  # when each scheduled backup and drill runs next
 
 
 # -- operator commands on tasks and images (ps, logs, exec, scale, push) ----------------------

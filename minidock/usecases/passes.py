@@ -25,7 +25,6 @@ from minidock.usecases.access import (
     require_applied,
     writing,
 )
-from minidock.usecases.backups import BackupSchedules, run_scheduled
 from minidock.usecases.clusters import Held, chosen, each, tagged
 from minidock.usecases.outcomes import (
     Busy,
@@ -311,7 +310,6 @@ async def watch(
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
     inventories = Inventories()
     bell = Bell(runtime.clock, interval)
-    due = BackupSchedules.fresh()  # the backups' schedules (usecases/backups.py)
     async with connected(runtime) as executor:
         streams = EventStreams(executor, bell.ring)
         try:
@@ -338,7 +336,6 @@ async def watch(
                     report(step)
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
-                await run_scheduled([h.location for h in targets], runtime, due, runtime.notice)
                 under_way = left.under_way or streams.unconfirmed()  # docker's ps lags its `die`
                 bell.finished(under_way=under_way, backoff_left=left.backoff)
                 await bell.wait()

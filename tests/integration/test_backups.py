@@ -1,12 +1,16 @@
 """`minidock backup` and `minidock restore` on the real lab with Debian's real restic on the
 controller: data written into a volume-pinned service's volume is backed up on its
-schedule by `watch` (after its before_backup hook), listed by `minidock backups`, and the
-snapshot's file holds the volume as it was; a backup by hand then prunes the first by keep.
-Its throughput (MB/s through the controller) is printed beside a plain `ssh HOST docker cp
-... | restic backup --stdin` of the same volume (docs/benchmarks.md). Then the issue's
-whole story: a backup, the host stopped for good and forgotten (and dropped from the
-inventory), the slot restarted elsewhere on an empty volume, a restore elsewhere refused
-while that host answers, then forced, and the data read back from the restored task."""
+schedule by `reconcile` alone (after its before_backup hook: cron's set-up, no `watch`),
+listed by `minidock backups`, and the snapshot's file holds the volume as it was; a backup
+by hand then prunes the first by keep. Its throughput (MB/s through the controller) is
+printed beside a plain `ssh HOST docker cp ... | restic backup --stdin` of the same volume
+(docs/benchmarks.md). A backup with `stop = true` whose controller is killed between the
+stop and the start: the next `reconcile` runs the task again (issue 43, break 5). A restore
+drill (`backup verify`) passing and failing, its throwaway container and volume gone after.
+Then the issue's whole story: a backup, the host stopped for good and forgotten (and
+dropped from the inventory), the slot restarted elsewhere on an empty volume, a restore
+elsewhere refused while that host answers, then forced, and the data read back from the
+restored task."""
 
 from __future__ import annotations
 
@@ -14,16 +18,15 @@ import hashlib
 import io
 import json
 import os
-import queue
 import shlex
 import signal
 import subprocess
 import tarfile
-import threading
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 import pytest
 import tomli_w
@@ -43,7 +46,7 @@ image = "minidock-lab/web:5"
 command = ["sh", "-c", "exec httpd -f -p 8080 -h /www"]
 volumes = ["dbdata:/data"]
 backup = {{ repository = "{repo}", password = {{ file = "{password}" }}, keep = {{ last = 1 }}, \
-schedule = "0 3 * * *" }}
+schedule = "{schedule}" }}
 hooks = {{ before_backup = {{ command = ["sh", "-c", "date > /data/dumped"] }} }}
 """
 MB = 48  # a volume big enough to measure a rate, small enough for the suite
@@ -79,32 +82,31 @@ def _plain_pipeline(fleet: Fleet, host: str, container: str, repo: Path) -> floa
     return time.monotonic() - started
 
 
-def _scheduled_line(md: Minidock) -> str:
-    """Run `minidock watch` until it says it made a scheduled backup: its line."""
-    lines: queue.Queue[str] = queue.Queue()
-    with md.popen("watch", "--interval", "2s") as watch:
-        assert watch.stdout is not None
-        assert watch.stderr is not None
-        readers = [
-            threading.Thread(target=_drain, args=(stream, lines), daemon=True)
-            for stream in (watch.stdout, watch.stderr)
-        ]
-        for reader in readers:
-            reader.start()
-        try:
-            while "scheduled backup of db" not in (line := lines.get(timeout=120)):
-                continue
-        finally:
-            watch.send_signal(signal.SIGINT)
-            watch.wait(timeout=60)
-            for reader in readers:
-                reader.join(timeout=10)
-    return line
+def _minute_ahead() -> tuple[str, float]:
+    """A daily schedule at a minute at least a minute from now (UTC: the apply's pass arms
+    it before it comes), and that minute's epoch seconds."""
+    at = (int(time.time()) // 60) * 60 + 120
+    return time.strftime("%M %H * * *", time.gmtime(at)), float(at)
 
 
-def _drain(stream: IO[str], into: queue.Queue[str]) -> None:
-    for text in stream:
-        into.put(text)
+def _reconcile_until(md: Minidock, done: Callable[[], bool], passes: int = 20) -> str:
+    """`minidock reconcile` (one pass, as cron runs it) until `done`; their output."""
+    said = ""
+    for _ in range(passes):
+        res = md("reconcile")
+        said += res.stdout + res.stderr
+        if done() and res.returncode == 0:
+            return said
+        time.sleep(1)
+    raise AssertionError(f"not done after {passes} passes:\n{said}")
+
+
+def _snapshots(md: Minidock) -> list[dict[str, Any]]:
+    listed = md("backups", "db", "--json")
+    if listed.returncode != 0:
+        return []
+    found: list[dict[str, Any]] = json.loads(listed.stdout)["snapshots"]
+    return found
 
 
 def test_a_pinned_volume_is_backed_up_on_schedule_and_by_hand_listed_and_pruned(
@@ -113,7 +115,8 @@ def test_a_pinned_volume_is_backed_up_on_schedule_and_by_hand_listed_and_pruned(
     password, repo = tmp_path / "restic.pass", tmp_path / "repo"
     password.write_text(PASSWORD + "\n")
     password.chmod(0o600)
-    spec = md.spec(DB.format(repo=repo, password=password))
+    schedule, due = _minute_ahead()
+    spec = md.spec(DB.format(repo=repo, password=password, schedule=schedule))
     res = md("apply", str(spec), "--wait", "--timeout", "60s")
     assert res.returncode == 0, res.stdout + res.stderr
     (task,) = md.tasks("db")
@@ -123,12 +126,15 @@ def test_a_pinned_volume_is_backed_up_on_schedule_and_by_hand_listed_and_pruned(
     )
     written = fleet.docker(host, "exec", name, "sh", "-c", fill, check=True).stdout.split()[0]
 
-    # no snapshot yet: the latest scheduled time (03:00) is caught up at watch's first round
-    line = _scheduled_line(md)
-    assert f"{name} dbdata: snapshot " in line, line
-    listed = md("backups", "db", "--json")
-    assert listed.returncode == 0, listed.stderr
-    (snap,) = json.loads(listed.stdout)["snapshots"]
+    # armed by the apply's pass; at its time, cron's `reconcile` alone backs it up
+    assert "db: backed up on" in md("validate", str(spec)).stdout
+    time.sleep(max(0.0, due - time.time()) + 1)
+    line = _reconcile_until(md, lambda: bool(_snapshots(md)))
+    (snap,) = _snapshots(md)
+    events = json.loads(md("events", "--json", "-n", "200").stdout)
+    kinds = [e["kind"] for e in events]
+    assert kinds.index("backed-up") > kinds.index("backup-scheduled"), kinds
+    assert snap["short_id"] in next(e["message"] for e in events if e["kind"] == "backed-up")
     assert snap["hostname"] == host
     assert snap["paths"] == ["/dbdata.tar"]
     assert {k: snap["tags"][k] for k in ("cluster", "service", "slot", "volume")} == {
@@ -224,3 +230,105 @@ def test_a_backup_is_restored_on_another_host_after_its_host_is_forgotten(
     assert kinds.index("restored") > kinds.index("volumes-copied") > kinds.index("intent")
     assert PASSWORD not in res.stdout + res.stderr + refused.stderr
     print(f"restore of 4 MiB on {target} after {lost} was forgotten: {took:.1f}s\n{res.stdout}")
+
+
+STOPPED = """
+[services.db]
+image = "minidock-lab/web:5"
+command = ["sh", "-c", "exec httpd -f -p 8080 -h /www"]
+volumes = ["dbdata:/data"]
+restart = {{ condition = "on-failure" }}
+backup = {{ repository = "{repo}", password = {{ file = "{password}" }}, stop = true, \
+verify = {verify} }}
+"""
+
+
+def _with_repository(md: Minidock, tmp_path: Path, verify: str = '["true"]') -> Path:
+    password, repo = tmp_path / "restic.pass", tmp_path / "repo"
+    password.write_text(PASSWORD + "\n")
+    password.chmod(0o600)
+    spec = md.spec(STOPPED.format(repo=repo, password=password, verify=verify))
+    res = md("apply", str(spec), "--wait", "--timeout", "60s")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return spec
+
+
+def test_a_controller_killed_between_a_backups_stop_and_start_runs_the_task_again(
+    md: Minidock, fleet: Fleet, tmp_path: Path
+) -> None:
+    """Issue 43, break 5: with `stop = true` and restart = on-failure, a backup cut off by
+    a kill after its stop left the task stopped for good (its stop taken for a clean exit);
+    the backup is an intent now, and the next `reconcile` copies and starts it again."""
+    _with_repository(md, tmp_path)
+    (task,) = md.tasks("db")
+    host = task["host"]
+    fill = f"head -c {MB}m /dev/urandom > /data/blob && sha256sum /data/blob"
+    name = f"db.1.{task['id']}"
+    written = fleet.docker(host, "exec", name, "sh", "-c", fill, check=True).stdout.split()[0]
+
+    backup = md.popen("backup", "db")
+    try:
+        deadline = time.monotonic() + 60
+        while name in " ".join(md.containers(host)):  # until its pass stopped the task
+            assert time.monotonic() < deadline, md.containers(host)
+            assert backup.poll() is None, backup.communicate()
+            time.sleep(0.05)
+        backup.send_signal(signal.SIGKILL)  # the controller dies before it starts it again
+    finally:
+        backup.kill()
+        backup.communicate(timeout=30)  # reaped, its pipes closed
+    assert not [c for c in md.containers(host) if c.startswith("db.1.")]
+
+    said = _reconcile_until(md, lambda: len(md.tasks("db")) == 1)
+    (again,) = md.tasks("db")
+    assert again["host"] == host
+    assert again["state"] == "running"
+    (svc,) = [s for s in md.status()["services"] if s["name"] == "db"]
+    assert svc["completed"] == 0
+    assert svc["backups"]["slots"][0]["snapshots"], svc["backups"]
+    (snap,) = _snapshots(md)
+    with tarfile.open(
+        fileobj=io.BytesIO(_dump(tmp_path / "repo", snap["id"], "/dbdata.tar"))
+    ) as tar:
+        blob = tar.extractfile("data/blob")
+        assert blob is not None
+        assert hashlib.sha256(blob.read()).hexdigest() == written
+    read = fleet.docker(host, "exec", f"db.1.{again['id']}", "sh", "-c", "sha256sum /data/blob")
+    assert read.stdout.split()[0] == written, said
+
+
+def test_a_restore_drill_passes_or_fails_and_leaves_nothing_behind(
+    md: Minidock, fleet: Fleet, tmp_path: Path
+) -> None:
+    spec = _with_repository(md, tmp_path, '["test", "-s", "/data/note"]')
+    (task,) = md.tasks("db")
+    host = task["host"]
+    fleet.docker(host, "exec", f"db.1.{task['id']}", "sh", "-c", "echo kept > /data/note")
+    res = md("backup", "db")
+    assert res.returncode == 0, res.stdout + res.stderr
+    (snap,) = _snapshots(md)
+
+    res = md("backup", "verify", "db.1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"db.1: snapshot {snap['short_id']} verified" in res.stdout, res.stdout
+    (svc,) = [s for s in md.status()["services"] if s["name"] == "db"]
+    verified = svc["backups"]["slots"][0]["verified"]
+    assert (verified["snapshot"], verified["ok"]) == (snap["id"], True)
+
+    spec.write_text(spec.read_text().replace("/data/note", "/data/absent"))
+    assert md("apply", str(spec), "--wait").returncode == 0
+    res = md("backup", "verify", "db")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "db.1: snapshot" in res.stderr, res.stderr
+    assert "failed its verify: exit 1" in res.stderr
+    metrics = md("metrics").stdout
+    assert f'minidock_backup_verify_ok{{cluster="{md.cluster}",service="db",slot="1"}} 0.0' in (
+        metrics
+    )
+    kinds = [e["kind"] for e in json.loads(md("events", "--json", "-n", "200").stdout)]
+    assert kinds.index("backup-verify-failed") > kinds.index("backup-verified")
+    for h in {host, *(t["host"] for t in md.tasks())}:
+        left = fleet.docker(h, "ps", "-a", "--format", "{{.Names}}").stdout
+        volumes = fleet.docker(h, "volume", "ls", "--format", "{{.Name}}").stdout
+        assert ".verify" not in left + volumes, (left, volumes)
+    assert len(md.tasks("db")) == 1  # the drill touched no task

@@ -112,6 +112,21 @@ BAD = [
         "inventory's [backup] (inventory.toml)",
     ),
     (
+        DB + f'backup = {{ repository = "r", {PASS}, verify_schedule = "0 4 * * 0" }}\n',
+        'services.db.backup.verify_schedule: a drill runs backup.verify: give verify = ["CMD", '
+        "...] or remove it",
+    ),
+    (
+        DB + f'backup = {{ repository = "r", {PASS}, verify = ["true"], '
+        'verify_schedule = "0 4 * *" }\n',
+        "services.db.backup.verify_schedule: use five fields (minute hour day-of-month month "
+        "day-of-week), e.g. '0 3 * * *'",
+    ),
+    (
+        DB + f'backup = {{ repository = "r", {PASS}, verify = [] }}\n',
+        "services.db.backup.verify: must not be empty",
+    ),
+    (
         CLUSTER + '[services.job]\nimage = "x"\nvolumes = ["v:/v"]\nschedule = "0 3 * * *"\n'
         f'backup = {{ repository = "r", {PASS} }}\n',
         "services.job.backup: a job's runs keep no volume: back up the service whose task holds it",
@@ -254,6 +269,21 @@ def test_a_compose_file_gives_backup_in_x_minidock(here: Path) -> None:
     assert (db.backup.repository, db.backup.keep) == ("/srv/restic", Keep(daily=7))
     assert db.before_backup == Hook(("sync",), 600.0)
     Path("compose.yaml").write_text(
+        Path("compose.yaml")
+        .read_text()
+        .replace(
+            "keep: {daily: 7}",
+            "keep: {daily: 7}, verify: [test, -s, /data/PG_VERSION], verify_schedule: '0 4 * * 0'",
+        )
+    )
+    db = load("compose.yaml")[0].service("db")
+    assert db is not None
+    assert db.backup is not None
+    assert (db.backup.verify, db.backup.verify_schedule) == (
+        ("test", "-s", "/data/PG_VERSION"),
+        "0 4 * * 0",
+    )
+    Path("compose.yaml").write_text(
         Path("compose.yaml").read_text().replace("daily: 7", "daily: -1")
     )
     found = r"^compose\.yaml: services\.db\.x-minidock\.backup\.keep.*: must be at least 1"
@@ -296,12 +326,9 @@ def _source_of(here: Path) -> str:
     )
 
 
-def test_a_scheduled_backup_is_due_once_per_scheduled_time() -> None:
-    from minidock.core.schedule import backup_due
+def test_restics_times_are_read_as_epoch_seconds() -> None:
     from minidock.usecases.backups import _epoch
 
-    assert backup_due(latest=1000.0, handled=999.0)
-    assert not backup_due(latest=1000.0, handled=1000.0)
     assert _epoch("2026-12-03T03:00:04.405049187Z") == pytest.approx(1796266804.405049)
     assert _epoch("2026-12-03T04:00:04+01:00") == 1796266804.0
     assert _epoch("not a time") == 0.0

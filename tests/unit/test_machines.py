@@ -28,6 +28,7 @@ PHASE_OWNERS = {
         "core/slots.py",
         "core/rollout.py",
         "core/volumes.py",
+        "core/backing.py",
         "store/codec.py",
     },
     "availability": {"core/hosts.py", "store/codec.py"},

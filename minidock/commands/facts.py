@@ -25,6 +25,7 @@ from minidock.model import (
     LABEL_TASK,
     Container,
     ContainerState,
+    Engine,
     Health,
     OneOff,
 )
@@ -48,11 +49,13 @@ __all__ = [
     "parse_proc_net",
     "parse_published_ports",
     "parse_time",
+    "parse_version",
     "ports_held_outside",
     "proc_net_argv",
     "proc_net_missing_only",
     "ps_argv",
     "published_ports_argv",
+    "version_argv",
 ]
 
 
@@ -86,6 +89,47 @@ def ps_argv(cluster: str | None) -> list[str]:
     (healthy)"), from which a probe knows which containers changed (`parse_listing`)."""
     label = f"{LABEL_CLUSTER}={cluster}" if cluster is not None else LABEL_CLUSTER
     return ["docker", "ps", "-a", "--no-trunc", "--filter", f"label={label}", "--format", PS_FORMAT]
+
+
+def version_argv() -> list[str]:
+    """Print the engine's version report as JSON (`parse_version`): Docker's client and
+    server, or Podman's (through `podman-docker`, whose `docker` is `podman`)."""
+    return ["docker", "version", "--format", "{{json .}}"]
+
+
+def parse_version(stdout: str) -> Engine:
+    """The host's engine in `version_argv` output (tests/data/docker/version/).
+
+    Docker prints {"Client": ..., "Server": {"Components": [{"Name": "Engine", ...}, ...],
+    "Version": ...}}, with a "rootlesskit" component when the daemon runs rootless; Podman
+    prints {"Client": {"APIVersion": ..., "Version": ...}} (and a "Server" alike when it is
+    remote), spelling APIVersion as Docker never does. Anything else (no server: the
+    daemon did not answer) is a ParseError.
+    """
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"docker version printed invalid JSON: {exc}") from None
+    report = _mapping(data)
+    server, client = _mapping(report.get("Server")), _mapping(report.get("Client"))
+    components = server.get("Components")
+    names = (
+        {str(_mapping(c).get("Name")) for c in components}
+        if isinstance(components, list)
+        else set()
+    )
+    version = server.get("Version")
+    if "Engine" in names and isinstance(version, str) and version:
+        return Engine("docker", version, rootless="rootlesskit" in names)
+    podman = server if "APIVersion" in server else client
+    version = podman.get("Version")
+    if (
+        ("Podman Engine" in names or "APIVersion" in podman)
+        and isinstance(version, str)
+        and version
+    ):
+        return Engine("podman", version)
+    raise ParseError(f"docker version printed no engine: {stdout.strip()[:120]!r}")
 
 
 WATCHED_EVENTS = ("die", "start", "health_status", "oom", "destroy")

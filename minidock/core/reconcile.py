@@ -186,9 +186,8 @@ def _guard(
 ) -> tuple[str, Effects]:
     """The mass-loss guard's line while it holds (else ""), and its events: one when it
     starts to hold, one when it lets go, one each time `--force-down` overrides it."""
-    failed = sum(
-        1 for h in inventory.hosts if not (h.name in observed.hosts and observed.hosts[h.name].ok)
-    )
+    answered = {n for n, o in observed.hosts.items() if o.ok or o.refused}  # refused answered
+    failed = sum(1 for h in inventory.hosts if h.name not in answered)
     holds, line = host_machine.mass_loss(
         failed, len(inventory.hosts), inventory.max_down_fraction, forced=forced
     )
@@ -242,9 +241,12 @@ def _probe_hosts(
             now=now,
             guard_holds=guard_holds,
             slow=obs is not None and obs.slow,
+            refused=obs is not None and obs.refused,
         )
         new = evolve(new, last_known=host)
-        if new.unreachable:
+        if new.unreachable and obs is not None and obs.refused:
+            waiting.append(Waiting(host.name, str(new.last_error), WaitKind.HOST_PROBES))
+        elif new.unreachable:
             reason = f"unreachable ({new.failures}/{host.down_after} failed probes)"
             waiting.append(Waiting(host.name, f"{reason}: {new.last_error}", WaitKind.HOST_PROBES))
         events += [event] if event else []

@@ -1,0 +1,165 @@
+"""A host's engine: read by the probe from recorded `docker version` outputs, refused when
+MiniDock does not drive it (one line naming the engine and the feature), never counted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from minidock.commands.facts import ParseError, parse_version, ps_argv, version_argv
+from minidock.core.engines import refusal
+from minidock.core.hosts import HostPhase, HostState, probe_step
+from minidock.model import Engine, Host
+from minidock.observe import ProbeMemory, observe
+from minidock.ssh import Result
+from tests.fakes import FakeExecutor, fail, ok
+
+VERSIONS = Path(__file__).parent.parent / "data" / "docker" / "version"
+H1 = Host(name="h1", address="10.0.0.1")
+
+
+def recorded(name: str) -> str:
+    return (VERSIONS / name).read_text()
+
+
+def rootless() -> str:
+    """Debian unstable's recording with the component rootless Docker adds to its report
+    (moby daemon/info.go, fillRootlessVersion): no lab host can run it to record."""
+    report = json.loads(recorded("docker-28.5.2.json"))
+    report["Server"]["Components"].append({"Name": "rootlesskit", "Version": "2.0.2"})
+    return json.dumps(report)
+
+
+def older(name: str, version: str) -> str:
+    """A recording with an older version put in (no such engine is packaged to record)."""
+    report = json.loads(recorded(name))
+    for part in ("Client", "Server"):
+        if report.get(part):
+            report[part]["Version"] = version
+    for component in (report.get("Server") or {}).get("Components", []):
+        component["Version"] = version if component["Name"] == "Engine" else component["Version"]
+    return json.dumps(report)
+
+
+@pytest.mark.parametrize(
+    ("name", "engine"),
+    [
+        ("docker-20.10.24.json", Engine("docker", "20.10.24+dfsg1")),  # Debian 12
+        ("docker-26.1.5.json", Engine("docker", "26.1.5+dfsg1")),  # Debian 13
+        ("docker-28.5.2.json", Engine("docker", "28.5.2+dfsg4")),  # Debian unstable
+        ("podman-5.4.2.json", Engine("podman", "5.4.2")),  # Debian 13, podman-docker
+    ],
+)
+def test_the_engine_and_its_version_are_read_from_docker_version(name: str, engine: Engine) -> None:
+    assert parse_version(recorded(name)) == engine
+    assert refusal(engine) is None
+
+
+def test_an_engine_shows_as_its_name_and_version() -> None:
+    assert str(parse_version(recorded("podman-5.4.2.json"))) == "Podman 5.4.2"
+    assert parse_version(recorded("docker-26.1.5.json")).release == (26, 1)
+
+
+def test_a_daemon_that_does_not_answer_gives_no_engine() -> None:
+    with pytest.raises(ParseError, match="no engine"):
+        parse_version(recorded("docker-no-daemon.txt"))
+    with pytest.raises(ParseError, match="invalid JSON"):
+        parse_version("Client: Docker Engine - Community\n")
+
+
+def test_rootless_docker_is_read_and_refused_with_the_reason() -> None:
+    engine = parse_version(rootless())
+    assert engine == Engine("docker", "28.5.2+dfsg4", rootless=True)
+    assert refusal(engine) == (
+        "Docker 28.5.2+dfsg4 (rootless) refused: rootless Docker is not supported "
+        "(run the daemon as root)"
+    )
+
+
+def test_an_engine_older_than_the_oldest_supported_is_refused_naming_the_feature() -> None:
+    docker = parse_version(older("docker-20.10.24.json", "19.03.15"))
+    assert refusal(docker) == (
+        "Docker 19.03.15 refused: MiniDock needs Docker 20.10 or newer for "
+        "`docker run --pull never`"
+    )
+    podman = parse_version(older("podman-5.4.2.json", "3.4.4"))
+    assert refusal(podman) == (
+        "Podman 3.4.4 refused: MiniDock needs Podman 4.0 or newer for service names on a "
+        "cluster network (netavark, aardvark-dns)"
+    )
+    assert refusal(Engine("podman", "4.0.0")) is None
+    assert refusal(Engine("docker", "20.10.0")) is None
+
+
+def handler_with(version: Result) -> FakeExecutor:
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        return version if argv == version_argv() else ok("")
+
+    return FakeExecutor(handler, engine=None)
+
+
+def test_the_probe_reads_each_hosts_engine() -> None:
+    executor = handler_with(ok(recorded("podman-5.4.2.json")))
+    observed = asyncio.run(observe(executor, [H1], "rec", ports=False, others=False))
+    seen = observed.hosts["h1"]
+    assert (seen.ok, seen.engine) == (True, Engine("podman", "5.4.2"))
+    assert executor.argvs() == [ps_argv("rec"), version_argv()]
+
+
+def test_a_refused_engine_fails_the_probe_with_one_line_and_is_marked_refused() -> None:
+    executor = handler_with(ok(older("docker-20.10.24.json", "19.03.15")))
+    seen = asyncio.run(observe(executor, [H1], "rec", ports=False, others=False)).hosts["h1"]
+    assert (seen.ok, seen.refused) == (False, True)
+    assert seen.error == (
+        "Docker 19.03.15 refused: MiniDock needs Docker 20.10 or newer for "
+        "`docker run --pull never`"
+    )
+
+
+def test_a_version_that_cannot_be_read_leaves_the_probe_standing_engine_unknown() -> None:
+    executor = handler_with(fail("unknown flag: --format", 125))
+    seen = asyncio.run(observe(executor, [H1], "rec", ports=False, others=False)).hosts["h1"]
+    assert (seen.ok, seen.engine, seen.refused) == (True, None, False)
+
+
+def test_a_memory_reads_the_engine_once_and_again_after_a_failed_probe() -> None:
+    docker_down = False
+
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        if docker_down:
+            return fail("Cannot connect to the Docker daemon")
+        return ok(recorded("docker-26.1.5.json")) if argv == version_argv() else ok("")
+
+    executor = FakeExecutor(handler, engine=None)
+    memory = ProbeMemory()
+
+    def probe() -> None:
+        asyncio.run(observe(executor, [H1], "rec", ports=False, others=False, memory=memory))
+
+    probe()
+    probe()
+    assert executor.argvs().count(version_argv()) == 1
+    docker_down = True
+    probe()
+    docker_down = False
+    probe()
+    assert executor.argvs().count(version_argv()) == 2  # read anew after the failure
+
+
+def test_a_refused_host_takes_no_task_and_is_never_counted_towards_down() -> None:
+    line = "Docker 19.03.15 refused: MiniDock needs Docker 20.10 or newer for ..."
+    state, event = probe_step(
+        "h1", HostState(), answered=None, error=line, down_after=1, now=1.0, refused=True
+    )
+    assert (state.phase, state.failures, state.last_error) == (HostPhase.UNREACHABLE, 0, line)
+    assert state.why_not_eligible() == f"unreachable ({line})"
+    assert event is not None
+    assert (event.kind, event.message) == ("host-refused", f"h1: {line}; it takes no task")
+    for now in (2.0, 3.0, 400.0):
+        state, event = probe_step(
+            "h1", state, answered=None, error=line, down_after=1, now=now, refused=True
+        )
+        assert (state.phase, state.failures, event) == (HostPhase.UNREACHABLE, 0, None)

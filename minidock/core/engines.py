@@ -11,9 +11,9 @@ Docker is refused: its daemon and its published ports live in the user's own nam
 
 from __future__ import annotations
 
-from minidock.model import Engine, EngineKind
+from minidock.model import Engine, EngineKind, Observed
 
-__all__ = ["OLDEST", "refusal"]
+__all__ = ["OLDEST", "health_checks_due", "refusal"]
 
 # the oldest release of each engine MiniDock drives, and the feature that sets it
 OLDEST: dict[EngineKind, tuple[tuple[int, int], str]] = {
@@ -33,3 +33,23 @@ def refusal(engine: Engine) -> str | None:
             f"{engine} refused: MiniDock needs {engine.name} {major}.{minor} or newer for {feature}"
         )
     return None
+
+
+def health_checks_due(observed: Observed, cluster: str) -> dict[str, tuple[str, ...]]:
+    """The health checks MiniDock runs itself in a pass, by host: on each host whose probe
+    found Podman, the ids of this cluster's running tasks that have a health check (their
+    health is not "none"). Podman runs health checks from systemd timers, and a host
+    without systemd (a container, a minimal VM) never runs them: a task would stay
+    `starting` for ever. Run where a timer runs them too, a check only runs once more."""
+    due: dict[str, tuple[str, ...]] = {}
+    for name, seen in observed.hosts.items():
+        if not seen.ok or seen.engine is None or seen.engine.kind != "podman":
+            continue
+        ids = tuple(
+            c.id
+            for c in seen.containers
+            if c.cluster == cluster and c.state == "running" and c.health != "none"
+        )
+        if ids:
+            due[name] = ids
+    return due

@@ -41,7 +41,7 @@ from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
 from minidock.core.rollout import Outdated, slot_target
 from minidock.core.scheduler import Fleet, counted_as, over_capacity, place
 from minidock.core.state import ControllerState, ServiceState
-from minidock.core.supervise import exit_line, ready
+from minidock.core.supervise import exit_line, ready, still_starting
 from minidock.core.traffic import Traffic
 from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
 
@@ -599,7 +599,9 @@ def _slot_with_tasks(
         return SlotDecision(ss, fx, outdated=task)  # the rollout replaces it (constraints too)
     if not ready(task):
         kind = WaitKind.STARTING if task.state == "running" else WaitKind.STALLED
-        line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})", kind, name)
+        why = f"task {task.task} {task.state} ({task.health})"
+        late = still_starting(task, target, view.now)
+        line = Waiting(f"{name}.{n}", f"{why}: {late}" if late else why, kind, name)
         fx = fx + Effects(waiting=(line,))
     return SlotDecision(ss, fx)
 

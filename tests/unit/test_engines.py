@@ -9,11 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from minidock.commands.docker import health_checks_argv
 from minidock.commands.facts import ParseError, parse_version, ps_argv, version_argv
-from minidock.core.engines import refusal
+from minidock.core.engines import health_checks_due, refusal
 from minidock.core.hosts import HostPhase, HostState, probe_step
-from minidock.model import Engine, Host
+from minidock.core.supervise import NO_CHECK_RAN, still_starting
+from minidock.model import (
+    Container,
+    Engine,
+    HealthCheck,
+    Host,
+    HostObservation,
+    Inventory,
+    Observed,
+    Service,
+)
 from minidock.observe import ProbeMemory, observe
+from minidock.runner import health_checks
 from minidock.ssh import Result
 from tests.fakes import FakeExecutor, fail, ok
 
@@ -163,3 +175,83 @@ def test_a_refused_host_takes_no_task_and_is_never_counted_towards_down() -> Non
             "h1", state, answered=None, error=line, down_after=1, now=now, refused=True
         )
         assert (state.phase, state.failures, event) == (HostPhase.UNREACHABLE, 0, None)
+
+
+# -- health checks on Podman hosts, and a gate that never waits silently ------------------------
+def task(n: int, host: str, health: str, state: str = "running", log: str = "") -> Container:
+    return Container(
+        id=f"{n:064x}",
+        name=f"web.{n}.t{n}",
+        host=host,
+        cluster="c",
+        service="web",
+        slot=n,
+        task=f"t{n}",
+        spec="s",
+        image="web:5",
+        state=state,  # type: ignore[arg-type]
+        health=health,  # type: ignore[arg-type]
+        started_at=100.0,
+        health_log=log,
+    )
+
+
+PODMAN, DOCKER = Engine("podman", "5.4.2"), Engine("docker", "26.1.5+dfsg1")
+
+
+def test_health_checks_run_for_health_checked_running_tasks_on_podman_hosts_only() -> None:
+    observed = Observed(
+        {
+            "p1": HostObservation(
+                "p1",
+                True,
+                (
+                    task(1, "p1", "starting"),
+                    task(2, "p1", "none"),
+                    task(3, "p1", "healthy"),
+                    task(4, "p1", "unhealthy", state="exited"),
+                ),
+                engine=PODMAN,
+            ),
+            "d1": HostObservation("d1", True, (task(5, "d1", "starting"),), engine=DOCKER),
+            "p2": HostObservation("p2", False, error="connection refused", engine=PODMAN),
+        }
+    )
+    assert health_checks_due(observed, "c") == {"p1": (f"{1:064x}", f"{3:064x}")}
+    assert health_checks_due(observed, "other") == {}
+
+
+def test_the_pass_runs_them_in_one_command_per_podman_host() -> None:
+    observed = Observed(
+        {
+            "p1": HostObservation("p1", True, (task(1, "p1", "starting"),), engine=PODMAN),
+            "d1": HostObservation("d1", True, (task(2, "d1", "starting"),), engine=DOCKER),
+        }
+    )
+    inventory = Inventory("inv.toml", (Host("p1", "10.0.0.1"), Host("d1", "10.0.0.2")))
+    executor = FakeExecutor(lambda host, argv, input: ok(""))
+    fenced: list[bool] = []
+    ran = asyncio.run(
+        health_checks(executor, inventory, observed, "c", lambda: fenced.append(True))
+    )
+    assert ran == ["p1"]
+    assert fenced == [True]
+    assert executor.argvs() == [health_checks_argv([f"{1:064x}"])]
+    (argv,) = executor.argvs()
+    assert argv[:2] == ["sh", "-c"]
+    assert "docker healthcheck run" in argv[2]
+
+
+def test_a_task_starting_past_its_health_deadline_says_why() -> None:
+    health = HealthCheck(("true",), interval=2.0, retries=3, start_period=5.0, timeout=1.0)
+    web = Service(name="web", image="web:5", health=health)
+    never = task(1, "p1", "starting")
+    assert still_starting(never, web, now=100.0 + 11.0) == ""  # within 5 + 3 x 2 + 1 = 12 s
+    assert still_starting(never, web, now=100.0 + 30.0) == (
+        f"starting 30s, past its health check's 12s; {NO_CHECK_RAN}"
+    )
+    failing = task(2, "d1", "starting", log="wget: can't connect to remote host")
+    assert still_starting(failing, web, now=130.0).endswith(
+        "; last check: wget: can't connect to remote host"
+    )
+    assert still_starting(task(3, "d1", "healthy"), web, now=130.0) == ""

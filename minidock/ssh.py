@@ -223,7 +223,7 @@ e() { printf '
 # a listing line's health, as commands.facts.health_word reads it
 _HEALTH_CASE = (
     "case $r in *'(healthy)'*) h=healthy ;; *'(unhealthy)'*) h=unhealthy ;;"
-    " *'(health: starting)'*) h=starting ;; *) h=none ;; esac"
+    " *'(health: starting)'*|*'(starting)'*) h=starting ;; *) h=none ;; esac"
 )
 
 

@@ -184,6 +184,7 @@ _HEALTH = (
     ("(healthy)", "healthy"),
     ("(unhealthy)", "unhealthy"),
     ("(health: starting)", "starting"),
+    ("(starting)", "starting"),  # Podman's ps says it so
 )
 
 

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from minidock.commands.docker import health_checks_argv
-from minidock.commands.facts import ParseError, parse_version, ps_argv, version_argv
+from minidock.commands.facts import (
+    ParseError,
+    health_word,
+    listing_key,
+    parse_version,
+    ps_argv,
+    version_argv,
+)
 from minidock.core.engines import health_checks_due, refusal
 from minidock.core.hosts import HostPhase, HostState, probe_step
 from minidock.core.supervise import NO_CHECK_RAN, still_starting
@@ -26,7 +34,7 @@ from minidock.model import (
 )
 from minidock.observe import ProbeMemory, observe
 from minidock.runner import health_checks
-from minidock.ssh import Result
+from minidock.ssh import Result, Step, batch_script, parse_batch
 from tests.fakes import FakeExecutor, fail, ok
 
 VERSIONS = Path(__file__).parent.parent / "data" / "docker" / "version"
@@ -255,3 +263,14 @@ def test_a_task_starting_past_its_health_deadline_says_why() -> None:
         "; last check: wget: can't connect to remote host"
     )
     assert still_starting(task(3, "d1", "healthy"), web, now=130.0) == ""
+
+
+def test_podmans_starting_health_is_read_from_its_status_column_as_the_batch_reads_it() -> None:
+    podman_ps = "b30f3b385f94 running Up 1 second (starting)\n"  # Podman 5.4.2's docker ps
+    assert health_word("Up 1 second (starting)") == "starting"
+    key = listing_key("b30f3b385f94", "running", "Up 1 second (starting)")
+    steps = [Step(("printf", "%s", podman_ps)), Step(("echo", "inspect"), ids_from=0, skip=(key,))]
+    done = subprocess.run(
+        ["sh", "-c", batch_script(steps, "@@m")], capture_output=True, text=True, check=False
+    )
+    assert parse_batch(done.stdout, done.stderr, "@@m", 2) == [ok(podman_ps), None]  # known

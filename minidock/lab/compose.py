@@ -16,7 +16,14 @@ from minidock.lab import docker, local
 from minidock.lab.acme import ACME, LabAcme, acme_service
 from minidock.lab.bastion import BASTION, bastion_service
 from minidock.lab.directory import LabBastion, LabHost
-from minidock.lab.images import LAB_LABEL, WEB5_IMAGE, data
+from minidock.lab.images import (
+    DEFAULT_KIND,
+    HOST_KINDS,
+    LAB_LABEL,
+    WEB5_IMAGE,
+    data,
+    kind_image_tag,
+)
 
 __all__ = ["DindMode", "compose_document", "compose_text", "detect_dind_mode", "dind_options"]
 
@@ -69,11 +76,13 @@ def compose_document(
     services: dict[str, Any] = {}
     volumes: dict[str, Any] = {}
     for host in hosts:
+        kind = HOST_KINDS[host.kind]
+        engine_dir = "/var/lib/containers" if kind.engine == "podman" else "/var/lib/docker"
         services[host.name] = {
-            "image": image,
+            "image": image if host.kind == DEFAULT_KIND else kind_image_tag(host.kind),
             "container_name": host.container,
             "hostname": host.name,
-            "entrypoint": ["/bin/sh", "-c", init],
+            "entrypoint": ["/bin/sh", "-c", _init(init, kind.engine)],
             "ports": [
                 f"127.0.0.1:{host.port}:22",
                 *([f"127.0.0.1:{host.http_port}:80"] if host.http_port else []),
@@ -82,8 +91,8 @@ def compose_document(
             "stop_grace_period": "5s",
             "tmpfs": ["/run"],
             "labels": {LAB_LABEL: project, HOST_LABEL: host.name, **extra_labels},
-            **options,
-            "volumes": [f"{host.name}-docker:/var/lib/docker", *dind_volumes],
+            **_kind_options(options, host.kind),
+            "volumes": [f"{host.name}-docker:{engine_dir}", *dind_volumes],
         }
         volumes[f"{host.name}-docker"] = {"labels": {LAB_LABEL: project}}
     if bastion is not None:
@@ -96,6 +105,22 @@ def compose_document(
         "services": services,
         "volumes": volumes,
     }
+
+
+def _init(init: str, engine: str) -> str:
+    """A host's PID 1 script: a Podman host has no daemon to start."""
+    if engine != "podman":
+        return init
+    return init.replace("setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &", ":")
+
+
+def _kind_options(options: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The rights a kind's host runs with: Docker 26 and 28 (and Podman) write IPv6 sysctls
+    a container's read-only /proc/sys refuses, so every kind but the default one gets
+    `systempaths=unconfined` (FLEET-NOTES)."""
+    if kind == DEFAULT_KIND:
+        return options
+    return {**options, "security_opt": [*options.get("security_opt", []), "systempaths=unconfined"]}
 
 
 def _escape(value: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ from minidock.observe import ProbeMemory, observe
 from minidock.runner import health_checks
 from minidock.ssh import Result, Step, batch_script, parse_batch
 from tests.fakes import FakeExecutor, fail, ok
+from tests.sim import World, hosts, svc
 
 VERSIONS = Path(__file__).parent.parent / "data" / "docker" / "version"
 H1 = Host(name="h1", address="10.0.0.1")
@@ -274,3 +276,19 @@ def test_podmans_starting_health_is_read_from_its_status_column_as_the_batch_rea
         ["sh", "-c", batch_script(steps, "@@m")], capture_output=True, text=True, check=False
     )
     assert parse_batch(done.stdout, done.stderr, "@@m", 2) == [ok(podman_ps), None]  # known
+
+
+def test_a_slot_whose_task_stays_starting_says_why_in_its_waiting_line() -> None:
+    world = World(hosts(1))
+    world.apply(svc(health=HealthCheck(("true",), interval=1.0, retries=2, timeout=1.0)))
+    world.step()  # placed
+    (name,) = world.containers
+    started = replace(world.containers[name][0], health="starting", started_at=world.now)
+    world.containers[name] = [started]  # an engine that runs no check: starting for ever
+    assert [w.reason for w in world.plan().waiting] == [f"task {started.task} running (starting)"]
+    world.now += 10.0
+    (line,) = [w.reason for w in world.plan().waiting]
+    assert line == (
+        f"task {started.task} running (starting): starting 10s, past its health check's 3s; "
+        f"{NO_CHECK_RAN}"
+    )

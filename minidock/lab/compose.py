@@ -25,7 +25,14 @@ from minidock.lab.images import (
     kind_image_tag,
 )
 
-__all__ = ["DindMode", "compose_document", "compose_text", "detect_dind_mode", "dind_options"]
+__all__ = [
+    "PROC_SYS_RW",
+    "DindMode",
+    "compose_document",
+    "compose_text",
+    "detect_dind_mode",
+    "dind_options",
+]
 
 DindMode = Literal["privileged", "caps"]
 COMPOSE_FORMAT = "2.4"
@@ -82,7 +89,7 @@ def compose_document(
             "image": image if host.kind == DEFAULT_KIND else kind_image_tag(host.kind),
             "container_name": host.container,
             "hostname": host.name,
-            "entrypoint": ["/bin/sh", "-c", _init(init, kind.engine)],
+            "entrypoint": ["/bin/sh", "-c", _init(init, host.kind)],
             "ports": [
                 f"127.0.0.1:{host.port}:22",
                 *([f"127.0.0.1:{host.http_port}:80"] if host.http_port else []),
@@ -91,7 +98,7 @@ def compose_document(
             "stop_grace_period": "5s",
             "tmpfs": ["/run"],
             "labels": {LAB_LABEL: project, HOST_LABEL: host.name, **extra_labels},
-            **_kind_options(options, host.kind),
+            **options,
             "volumes": [f"{host.name}-docker:{engine_dir}", *dind_volumes],
         }
         volumes[f"{host.name}-docker"] = {"labels": {LAB_LABEL: project}}
@@ -107,20 +114,22 @@ def compose_document(
     }
 
 
-def _init(init: str, engine: str) -> str:
-    """A host's PID 1 script: a Podman host has no daemon to start."""
-    if engine != "podman":
-        return init
-    return init.replace("setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &", ":")
+# Docker 26 and 28 (and Podman) write IPv6 sysctls that a container's read-only /proc/sys
+# refuses ("failed to disable IPv6 on container's interface eth0"). The docker CLI's
+# `--security-opt systempaths=unconfined` lifts it, but as the CLI's own translation: the
+# engine refuses that option from Compose 1.29 ("invalid --security-opt"). With the caps a
+# host has, its PID 1 makes /proc/sys writable itself (measured: `docker run` then works).
+PROC_SYS_RW = "mount -o remount,rw /proc/sys 2>/dev/null || true\n"
 
 
-def _kind_options(options: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The rights a kind's host runs with: Docker 26 and 28 (and Podman) write IPv6 sysctls
-    a container's read-only /proc/sys refuses, so every kind but the default one gets
-    `systempaths=unconfined` (FLEET-NOTES)."""
+def _init(init: str, kind: str) -> str:
+    """A host's PID 1 script: the default kind's as it is; the others make /proc/sys
+    writable first, and a Podman host has no daemon to start."""
     if kind == DEFAULT_KIND:
-        return options
-    return {**options, "security_opt": [*options.get("security_opt", []), "systempaths=unconfined"]}
+        return init
+    if HOST_KINDS[kind].engine == "podman":
+        init = init.replace("setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &", ":")
+    return PROC_SYS_RW + init
 
 
 def _escape(value: Any) -> Any:

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from minidock.lab.compose import compose_document
+from minidock.lab.compose import PROC_SYS_RW, compose_document
 from minidock.lab.directory import LabDir, LabHost
 from minidock.lab.errors import BadInputError
 from minidock.lab.images import (
     DEFAULT_KIND,
+    data,
     host_image_tag,
     host_recipe,
     kind_image_tag,
@@ -44,7 +45,7 @@ def test_the_default_kind_is_the_host_image_as_it_was() -> None:
     plain = compose_document("p", hosts(DEFAULT_KIND), "minidock-lab/host:x", "caps", {})
     service = plain["services"]["host1"]
     assert service["image"] == "minidock-lab/host:x"
-    assert "systempaths=unconfined" not in service["security_opt"]
+    assert service["entrypoint"][2] == data("host-init.sh").decode()
     assert service["volumes"][0] == "host1-docker:/var/lib/docker"
 
 
@@ -64,7 +65,7 @@ def test_a_kinds_host_runs_its_image_with_what_its_engine_needs() -> None:
     document = compose_document("p", hosts(*KINDS), "minidock-lab/host:x", "caps", {})
     services = document["services"]
     assert services["host1"]["image"] == kind_image_tag("trixie")
-    assert all("systempaths=unconfined" in s["security_opt"] for s in services.values())
+    assert all(s["entrypoint"][2].startswith(PROC_SYS_RW) for s in services.values())
     podman = services["host4"]
     assert podman["volumes"][0] == "host4-docker:/var/lib/containers"
     assert "setsid dockerd" not in podman["entrypoint"][2]  # no daemon: Podman has none

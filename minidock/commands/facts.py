@@ -26,6 +26,7 @@ from minidock.model import (
     Container,
     ContainerState,
     Engine,
+    EngineKind,
     Health,
     OneOff,
 )
@@ -135,22 +136,30 @@ def parse_version(stdout: str) -> Engine:
 WATCHED_EVENTS = ("die", "start", "health_status", "oom", "destroy")
 
 
-def events_argv(cluster: str, since: str = "") -> list[str]:
+def events_argv(cluster: str, since: str = "", engine: EngineKind = "docker") -> list[str]:
     """Follow the docker events of this cluster's containers that can change a decision
     (`WATCHED_EVENTS`), a line each: the action, the container id and the event's time in
     nanoseconds on the host's clock; with `since` (a time `event_since` made), replay
     those from then on first. Without, from the second the command started on the host
     (its own clock, read by `date` before docker runs): docker subscribes a stream a
     moment after it starts (seconds, on a loaded host), and an event meanwhile is
-    replayed, not lost."""
+    replayed, not lost. Podman (`engine`) names the action `.Status` where Docker's
+    template has `.Action` (its template fails on the first event otherwise: measured on
+    5.4.2), and says `died` and `remove` for `die` and `destroy` (`parse_event` reads
+    them as Docker's words)."""
     argv = ["docker", "events", "--filter", "type=container"]
     argv += ["--filter", f"label={LABEL_CLUSTER}={cluster}"]
     for name in WATCHED_EVENTS:
         argv += ["--filter", f"event={name}"]
-    argv += ["--format", "{{.Action}} {{.ID}} {{.TimeNano}}"]
+    action = "{{.Status}}" if engine == "podman" else "{{.Action}}"
+    argv += ["--format", f"{action} {{{{.ID}}}} {{{{.TimeNano}}}}"]
     if since:
         return [*argv, "--since", since]
     return ["sh", "-c", 'exec "$@" --since "$(date +%s)"', "sh", *argv]
+
+
+# Podman's words for the events a watch follows, as Docker says them
+_PODMAN_ACTIONS = {"died": "die", "remove": "destroy"}
 
 
 def parse_event(line: str) -> tuple[str, str, int] | None:
@@ -159,7 +168,8 @@ def parse_event(line: str) -> tuple[str, str, int] | None:
     words = line.split()
     if len(words) < 3 or not _ID_RE.fullmatch(words[-2]) or not words[-1].isdigit():
         return None
-    return " ".join(words[:-2]), words[-2], int(words[-1])
+    action = " ".join(words[:-2])
+    return _PODMAN_ACTIONS.get(action, action), words[-2], int(words[-1])
 
 
 def event_since(nanoseconds: int) -> str:

@@ -8,14 +8,17 @@ import json
 import subprocess
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from minidock.commands.docker import health_checks_argv
 from minidock.commands.facts import (
     ParseError,
+    events_argv,
     health_word,
     listing_key,
+    parse_event,
     parse_version,
     ps_argv,
     version_argv,
@@ -35,7 +38,8 @@ from minidock.model import (
 )
 from minidock.observe import ProbeMemory, observe
 from minidock.runner import health_checks
-from minidock.ssh import Result, Step, batch_script, parse_batch
+from minidock.ssh import Executor, Result, Step, batch_script, parse_batch
+from minidock.streams import EventStreams
 from tests.fakes import FakeExecutor, fail, ok
 from tests.sim import World, hosts, svc
 
@@ -292,3 +296,46 @@ def test_a_slot_whose_task_stays_starting_says_why_in_its_waiting_line() -> None
         f"task {started.task} running (starting): starting 10s, past its health check's 3s; "
         f"{NO_CHECK_RAN}"
     )
+
+
+# -- watch's event streams on Podman ------------------------------------------------------------
+PODMAN_DIED = (  # what Podman 5.4.2 printed for a killed container (recorded)
+    "died 0f120a9c3f781ef41212adb202fa47184c2dbb56fee485119e0acd8691e3620f 1796446780641819667"
+)
+
+
+def test_podmans_events_have_their_own_template_and_read_as_dockers_words() -> None:
+    docker, podman = events_argv("c", "1.0"), events_argv("c", "1.0", "podman")
+    assert docker[docker.index("--format") + 1] == "{{.Action}} {{.ID}} {{.TimeNano}}"
+    assert podman[podman.index("--format") + 1] == "{{.Status}} {{.ID}} {{.TimeNano}}"
+    assert docker[:-3] == podman[:-3]  # the same filters
+    assert parse_event(PODMAN_DIED) == (
+        "die",
+        "0f120a9c3f781ef41212adb202fa47184c2dbb56fee485119e0acd8691e3620f",
+        1796446780641819667,
+    )
+    assert parse_event(f"remove {'a' * 64} 1")[0] == "destroy"
+
+
+def test_a_stream_is_opened_anew_with_podmans_template_once_a_pass_finds_podman() -> None:
+    opened: list[list[str]] = []
+
+    class Recording:
+        async def follow(self, host: Host, argv: list[str], on_line: object) -> int:
+            opened.append(argv)
+            await asyncio.sleep(3600)
+            return 0
+
+    async def scenario() -> None:
+        events = EventStreams(cast(Executor, Recording()), lambda host: None)
+        events.follow("c", [H1])
+        await asyncio.sleep(0.01)
+        events.engines("c", {"h1": "docker"})  # as it was: nothing reopened
+        await asyncio.sleep(0.01)
+        events.engines("c", {"h1": "podman"})
+        await asyncio.sleep(0.01)
+        await events.close()
+
+    asyncio.run(scenario())
+    templates = [argv[argv.index("--format") + 1].split()[0] for argv in opened]
+    assert templates == ["{{.Action}}", "{{.Status}}"]

@@ -367,6 +367,9 @@ def kind_recipe(kind: str) -> tuple[str, list[str], dict[str, bytes]]:
             "upload {dir}/containers.conf /etc/containers/containers.conf",
             "upload {dir}/storage.conf /etc/containers/storage.conf",
             'touch "$1"/etc/containers/nodocker',
+            # Podman 5 warns of cgroup v1 (this machine's) on every command's stderr, which
+            # `docker logs` output then carries; sshd's PAM reads /etc/environment
+            'echo PODMAN_IGNORE_CGROUPSV1_WARNING=1 >> "$1"/etc/environment',
         ]
     else:
         files["daemon.json"] = data("daemon.json")

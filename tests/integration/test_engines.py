@@ -111,5 +111,9 @@ def test_logs_and_exec_work_through_sudo(mixed: Lab) -> None:
     assert ran.stdout.strip().endswith("web 6")
     logs = minidock(mixed, "logs", "web", "--slot", str(slot), "--tail", "5")
     assert logs.returncode == 0, logs.stderr
+    podman = next(t["slot"] for t in doc["tasks"] if t["host"] == "host4")
+    logs = minidock(mixed, "logs", "web", "--slot", str(podman), "--tail", "5")
+    assert logs.returncode == 0, logs.stderr
+    assert "cgroups-v1" not in logs.stdout + logs.stderr  # the lab's Podman warns no more
     denied = mixed.run_ssh("host2", "docker ps", username="sudoer")  # not without sudo
     assert denied.exit_status != 0

@@ -658,7 +658,7 @@ def print_status(doc: StatusDocument) -> None:
     out.print(tasks)
     if routed:
         print_routes(doc)
-    hosts = Table("host", "state", "drained", "last seen", "tasks", "cpus", "memory")
+    hosts = Table("host", "state", "engine", "drained", "last seen", "tasks", "cpus", "memory")
     for h in doc.hosts:
         hosts.add_row(*host_row(h))
     out.print(hosts)
@@ -735,7 +735,8 @@ def host_row(h: HostSummary) -> tuple[str, ...]:
     word += " (over-committed)" if h.overcommitted else ""
     word += f" (slow: {h.answer_seconds:.1f}s)" if h.slow and h.answer_seconds else ""
     word += " (slow)" if h.slow and not h.answer_seconds else ""
-    return (h.name, word, "yes" if h.drained else "", seen, str(h.tasks), cpus, memory)
+    engine = str(h.engine) if h.engine is not None else "?"
+    return (h.name, word, engine, "yes" if h.drained else "", seen, str(h.tasks), cpus, memory)
 
 
 @app.command()

@@ -38,6 +38,7 @@ OnHostLoss = Literal["replace", "wait"]
 Mode = Literal["replicated", "global"]
 HostKeyPolicy = Literal["strict", "accept-new"]
 ImageSource = Literal["registry", "controller"]
+EngineKind = Literal["docker", "podman"]
 DOCKER_HUB = "docker.io"
 
 
@@ -60,6 +61,33 @@ def image_registry(image: str) -> str:
     if slash and ("." in first or ":" in first or first == "localhost"):
         return first
     return DOCKER_HUB
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A host's container engine as its probe read it (`docker version`: Docker's own, or
+    Podman's through `podman-docker`): its kind, its version as the engine prints it
+    ("20.10.24+dfsg1", "5.4.2") and whether it runs rootless (Docker under rootlesskit).
+    Which engines MiniDock drives is core.engines' rule; docs/hosts.md says why."""
+
+    kind: EngineKind
+    version: str
+    rootless: bool = False
+
+    @property
+    def release(self) -> tuple[int, int]:
+        """(major, minor) of the version; (0, 0) when it does not start with them."""
+        found = re.match(r"v?(\d+)\.(\d+)", self.version)
+        return (int(found[1]), int(found[2])) if found else (0, 0)
+
+    @property
+    def name(self) -> str:
+        """How a line names the engine: "Docker", "Podman"."""
+        return "Podman" if self.kind == "podman" else "Docker"
+
+    def __str__(self) -> str:
+        rootless = " (rootless)" if self.rootless else ""
+        return f"{self.name} {self.version}{rootless}"
 
 
 # -- inventory --------------------------------------------------------------------------------
@@ -115,6 +143,7 @@ class Host:
     proxy_jump: tuple[Jump, ...] = ()
     private_address: str = ""  # where the other hosts reach it ("": its address)
     gpus: tuple[str, ...] = ()  # the GPU device ids tasks may be given, each to one task
+    sudo: bool = False  # every docker command runs as `sudo -n docker ...` (minidock.ssh)
 
     @property
     def reached_at(self) -> str:
@@ -832,6 +861,10 @@ class HostObservation:
     # ok) not within the probe's answer deadline while its sshd answered: never a failure
     slow: bool = False
     seconds: float | None = None  # how long the probe took to answer (None: no answer)
+    engine: Engine | None = None  # its engine and version, as read (None: not read)
+    # its engine answered but MiniDock does not drive it (core.engines.refusal): not ok,
+    # `error` names the engine and the feature; never counted towards down_after
+    refused: bool = False
 
     @property
     def why_not(self) -> str:

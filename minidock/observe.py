@@ -28,6 +28,13 @@ With `ports=True` the probe also reads which host ports are held outside the clu
 published ports, read at the same time as `docker ps` on the same connection. That read
 is best effort: when it fails the probe still stands on what docker said, with an empty
 set, and the failure is logged (INFO).
+
+The probe also reads the host's engine and version (`docker version`: Docker or Podman,
+HostObservation.engine), once per host for a memory (again after a failed probe), in the
+same round trip. An engine MiniDock does not drive (core.engines.refusal) fails the probe
+with one line naming the engine and the feature, `refused`: never counted towards
+`down_after` (docs/hosts.md, "Engines"). A version that cannot be read is no failure:
+the engine is then unknown (logged, INFO).
 """
 
 from __future__ import annotations
@@ -47,14 +54,17 @@ from minidock.commands.facts import (
     parse_oneoffs,
     parse_proc_net,
     parse_published_ports,
+    parse_version,
     ports_held_outside,
     proc_net_argv,
     proc_net_missing_only,
     ps_argv,
     published_ports_argv,
+    version_argv,
 )
+from minidock.core.engines import refusal
 from minidock.core.watching import HISTORY, answer_deadline, slow, to_inspect
-from minidock.model import Container, Host, HostObservation, Observed, OneOff
+from minidock.model import Container, Engine, Host, HostObservation, Observed, OneOff
 from minidock.ssh import BatchExecutor, CommandTimeout, Executor, Result, Step, Unreachable
 
 __all__ = ["ProbeMemory", "observe", "observe_host", "port_tables", "ports_in_use"]
@@ -103,6 +113,7 @@ class ProbeMemory:
         self._inspected: dict[str, dict[str, _Inspected]] = {}
         self._answers: dict[str, deque[float]] = {}
         self._last: dict[str, HostObservation] = {}  # each host's last good probe
+        self._engines: dict[str, Engine] = {}  # each host's engine, read once until it fails
         self.inspected = 0  # containers inspected, over every probe (benchmarks)
         self.probed = 0  # hosts probed, over every pass (tests, benchmarks)
 
@@ -121,6 +132,14 @@ class ProbeMemory:
             self._last[seen.host] = seen
         else:
             self._last.pop(seen.host, None)
+        if seen.ok and seen.engine is not None:
+            self._engines[seen.host] = seen.engine
+        else:  # a failed probe may be an engine restarted at a new version: read it again
+            self._engines.pop(seen.host, None)
+
+    def engine(self, host: str) -> Engine | None:
+        """The host's engine as a probe read it, while its probes answer (else None)."""
+        return self._engines.get(host)
 
     def forget(self, hosts: Iterable[str]) -> None:
         """A pass acted on these hosts: their last observation no longer stands (the next
@@ -282,32 +301,81 @@ async def observe_host(
     memory: ProbeMemory | None = None,
 ) -> HostObservation:
     """One probe of one host: this cluster's containers (with `others`, the other MiniDock
-    clusters' too; with `ports`, the host ports held outside MiniDock), or why the
-    containers could not be read. `memory`: what earlier probes inspected (else none)."""
+    clusters' too; with `ports`, the host ports held outside MiniDock) and its engine, or
+    why the containers could not be read (or its engine is refused). `memory`: what
+    earlier probes inspected (else none)."""
     memory = ProbeMemory() if memory is None else memory
     if isinstance(executor, BatchExecutor):
         return await _in_one_session(executor, host, cluster, memory, ports=ports, others=others)
     if not ports:
-        return await _containers(executor, host, cluster, memory, others=others)
-    seen, held = await asyncio.gather(
+        seen, engine = await asyncio.gather(
+            _containers(executor, host, cluster, memory, others=others),
+            _engine_or_known(executor, host, memory),
+        )
+        return _with_engine(seen, engine)
+    seen, held, engine = await asyncio.gather(
         _containers(executor, host, cluster, memory, others=others),
         _ports_or_none(executor, host, cluster),
+        _engine_or_known(executor, host, memory),
     )
-    return replace(seen, ports_in_use=held) if seen.ok else seen
+    return _with_engine(replace(seen, ports_in_use=held) if seen.ok else seen, engine)
 
 
 def probe_steps(
-    cluster: str, *, ports: bool = True, others: bool = True, known: Sequence[str] = ()
+    cluster: str,
+    *,
+    ports: bool = True,
+    others: bool = True,
+    known: Sequence[str] = (),
+    engine: bool = True,
 ) -> list[Step]:
-    """A probe as one batch: ps, the port reads (with `ports`), then inspect of what ps
-    listed, but for the containers whose listing key is `known` (unchanged since the last
-    probe inspected them)."""
+    """A probe as one batch: ps, the engine's version (with `engine`), the port reads
+    (with `ports`), then inspect of what ps listed, but for the containers whose listing
+    key is `known` (unchanged since the last probe inspected them)."""
     steps = [Step(tuple(ps_argv(None if others else cluster)))]
+    if engine:
+        steps.append(Step(tuple(version_argv())))
     if ports:
         reads = (proc_net_argv("tcp"), proc_net_argv("udp"), published_ports_argv())
         steps += [Step(tuple(argv)) for argv in reads]
     steps.append(Step(tuple(inspect_argv([])), ids_from=0, skip=tuple(known)))
     return steps
+
+
+def _engine(host: Host, result: Result | None) -> Engine | None:
+    """The engine a version read printed, or None (logged) when it failed."""
+    if result is None:
+        return None
+    try:
+        if result.exit_status != 0:
+            raise ParseError(_failure(result, "docker version"))
+        return parse_version(result.stdout)
+    except ParseError as exc:
+        log.info("%s: engine not read: %s", host.name, exc)
+        return None
+
+
+def _with_engine(seen: HostObservation, engine: Engine | None) -> HostObservation:
+    """The observation with its host's engine; one MiniDock does not drive fails it, with
+    the line core.engines.refusal says, `refused` (never counted towards down_after)."""
+    if not seen.ok or engine is None:
+        return seen
+    line = refusal(engine)
+    if line is None:
+        return replace(seen, engine=engine)
+    return HostObservation(seen.host, False, error=line, engine=engine, refused=True)
+
+
+async def _engine_or_known(executor: Executor, host: Host, memory: ProbeMemory) -> Engine | None:
+    """The host's engine: as `memory` knows it, else read now (None when it cannot be)."""
+    known = memory.engine(host.name)
+    if known is not None:
+        return known
+    try:
+        return _engine(host, await executor.run(host, version_argv(), timeout=host.probe_timeout))
+    except (CommandTimeout, Unreachable) as exc:
+        log.info("%s: engine not read: %s", host.name, exc.reason)
+        return None
 
 
 async def _in_one_session(
@@ -319,12 +387,16 @@ async def _in_one_session(
     ports: bool,
     others: bool,
 ) -> HostObservation:
-    """`observe_host` in one round trip: ps, the port reads, then inspect of what ps
-    listed anew, as one batch whose session opens within `probe_timeout` and whose answer
-    has the host's answer deadline (the same commands and the same reading of their
-    results as one command at a time); how long it took, and whether that was slow."""
+    """`observe_host` in one round trip: ps, the engine's version (unless `memory` knows
+    it), the port reads, then inspect of what ps listed anew, as one batch whose session
+    opens within `probe_timeout` and whose answer has the host's answer deadline (the same
+    commands and the same reading of their results as one command at a time); how long it
+    took, and whether that was slow."""
     known = memory.known(host.name)
-    steps = probe_steps(cluster, ports=ports, others=others, known=tuple(known.values()))
+    engine = memory.engine(host.name)
+    steps = probe_steps(
+        cluster, ports=ports, others=others, known=tuple(known.values()), engine=engine is None
+    )
     recent = memory.answers(host.name)
     deadline = answer_deadline(recent, host.probe_timeout, host.command_timeout)
     loop = asyncio.get_running_loop()
@@ -342,9 +414,12 @@ async def _in_one_session(
     if seen.ok:
         seen = replace(seen, seconds=seconds, slow=slow(seconds, recent, host.probe_timeout))
         memory.answered(host.name, seconds)
-    if not (ports and seen.ok):
-        return seen
-    return replace(seen, ports_in_use=_held_or_none(host, cluster, results[1:4]))
+    read = 2 if engine is None else 1  # the index of the first port read
+    if engine is None:
+        engine = _engine(host, results[1])
+    if ports and seen.ok:
+        seen = replace(seen, ports_in_use=_held_or_none(host, cluster, results[read : read + 3]))
+    return _with_engine(seen, engine)
 
 
 def _held_or_none(host: Host, cluster: str, reads: Sequence[Result | None]) -> frozenset[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Set
@@ -24,9 +25,11 @@ from dataclasses import dataclass, field, replace
 
 from minidock.acts import Acts, stop_graces
 from minidock.carry import carry_out
+from minidock.commands.docker import health_checks_argv
 from minidock.core import ControllerState, Plan, fold_outcomes
 from minidock.core.decide import decide
 from minidock.core.endpoints import names_in_use
+from minidock.core.engines import health_checks_due
 from minidock.core.routes import ingress_hosts
 from minidock.core.schedule import Times
 from minidock.core.watching import port_tables_needed, ports_conflict
@@ -36,10 +39,12 @@ from minidock.model import Cluster, Event, Inventory, Observed
 from minidock.names import observe_names
 from minidock.observe import ProbeMemory, observe, port_tables
 from minidock.schedules import backup_times, job_times
-from minidock.ssh import Executor
+from minidock.ssh import CommandTimeout, Executor, Unreachable
 from minidock.store import Store
 
-__all__ = ["PassResult", "decide_pass", "decision", "run_pass"]
+__all__ = ["PassResult", "decide_pass", "decision", "health_checks", "run_pass"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,6 +94,37 @@ async def decide_pass(
         if ports_conflict(((r.host, r.service) for r in plan.run), held):
             plan = decision(cluster, inventory, observed, state, now, force_down=force_down)
     return PassResult(plan, observed)
+
+
+async def health_checks(
+    executor: Executor,
+    inventory: Inventory,
+    observed: Observed,
+    cluster: str,
+    fence: Callable[[], None],
+) -> list[str]:
+    """Run the health checks no engine timer runs (core.engines.health_checks_due: this
+    cluster's health-checked tasks on Podman hosts), one command per host, all hosts at
+    once; the hosts where they ran. Best effort: a host that fails it is logged (its next
+    probe says what it must), and the checks' verdicts are read by the next probe."""
+    due = health_checks_due(observed, cluster)
+    hosts = [h for h in inventory.hosts if h.name in due]
+    if not hosts:
+        return []
+    fence()
+    ran = await asyncio.gather(
+        *(
+            executor.run(h, health_checks_argv(due[h.name]), timeout=h.command_timeout)
+            for h in hosts
+        ),
+        return_exceptions=True,
+    )
+    for host, result in zip(hosts, ran, strict=True):
+        if isinstance(result, Unreachable | CommandTimeout):
+            log.info("%s: health checks not run: %s", host.name, result.reason)
+        elif isinstance(result, BaseException):
+            raise result
+    return [h.name for h in hosts]
 
 
 def decision(
@@ -162,6 +198,9 @@ async def run_pass(
     if memory is not None:
         memory.forget([r.host for r in plan.run] + [s.container.host for s in plan.stop])
     await carry_out(acts, plan, cluster, result.observed)
+    checked = await health_checks(executor, inventory, result.observed, cluster.name, store.fence)
+    if memory is not None:
+        memory.forget(checked)  # the next pass reads what the checks found
     said: list[Event] = []
     if acts.events or acts.outcomes:
         final, learned = fold_outcomes(plan.state, acts.outcomes, now)

@@ -8,6 +8,8 @@ reused across calls and passes; connect and command timeouts; a global concurren
 host keys verified against known_hosts (with an opt-in accept-new for first contact). This
 module is the one place where an argv becomes a command string (`shlex.join` in
 `quoted`), and stdin (where env secrets and registry passwords travel) is never logged.
+On a host with `sudo = true` that is also where every docker command becomes `sudo -n
+docker ...` (`as_user`), a batch's steps and the docker of a `sh -c` script included.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from minidock.terminal import Terminal, pump, terminal_type
 
 __all__ = [
     "DEFAULT_KNOWN_HOSTS",
+    "SUDO",
     "BatchExecutor",
     "CommandTimeout",
     "Executor",
@@ -42,6 +45,8 @@ __all__ = [
     "Step",
     "Terminal",
     "Unreachable",
+    "as_user",
+    "batch_script",
     "connect_options",
     "known_hosts_line",
     "quoted",
@@ -218,7 +223,7 @@ e() { printf '
 # a listing line's health, as commands.facts.health_word reads it
 _HEALTH_CASE = (
     "case $r in *'(healthy)'*) h=healthy ;; *'(unhealthy)'*) h=unhealthy ;;"
-    " *'(health: starting)'*) h=starting ;; *) h=none ;; esac"
+    " *'(health: starting)'*|*'(starting)'*) h=starting ;; *) h=none ;; esac"
 )
 
 
@@ -237,15 +242,15 @@ def _ids_line(i: int, step: Step) -> str:
     )
 
 
-def batch_script(steps: Sequence[Step], marker: str) -> str:
-    """The POSIX sh script of a batch, each argv quoted once (`quoted`). Every step's
-    output is framed by marker lines on stdout (begin, then end with the exit status or
-    "-" when skipped) and on stderr (begin), so each step's stdout, stderr and status are
-    told apart without temporary files."""
+def batch_script(steps: Sequence[Step], marker: str, *, sudo: bool = False) -> str:
+    """The POSIX sh script of a batch, each argv quoted once (`quoted`; with `sudo`, as
+    `as_user` makes it). Every step's output is framed by marker lines on stdout (begin,
+    then end with the exit status or "-" when skipped) and on stderr (begin), so each
+    step's stdout, stderr and status are told apart without temporary files."""
     captured = {s.ids_from for s in steps if s.ids_from is not None}
     lines = [f"m={marker}", _BATCH_PRELUDE]
     for i, step in enumerate(steps):
-        command = quoted(step.argv)
+        command = quoted(as_user(step.argv, sudo=sudo))
         if step.ids_from is not None:
             lines.append(_ids_line(i, step))
             lines.append(f'b {i}; if [ -n "$w" ]; then {command} $w; e {i} $?; else e {i} -; fi')
@@ -710,7 +715,7 @@ class SSHExecutor:
         if not steps or not all(s.argv for s in steps):
             raise ValueError("empty batch or argv")
         marker = f"@@minidock-{secrets.token_hex(8)}"
-        script = batch_script(steps, marker)
+        script = batch_script(steps, marker, sudo=host.sudo)
         log.debug("%s: batch of %d: %s", host.name, len(steps), _argv0(steps[0].argv))
         argv0 = _argv0(steps[0].argv)
         ran = await self._command(host, script, argv0, None, timeout, answer_timeout)
@@ -858,8 +863,32 @@ def quoted(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
+SUDO = ("sudo", "-n")  # never a password prompt: a sudo that wants one fails the command
+# a `sh -c` script's docker, through sudo (a function: the script's own `docker` words)
+_SUDO_DOCKER = 'docker() { sudo -n docker "$@"; }\n'
+
+
+def as_user(argv: Sequence[str], *, sudo: bool) -> list[str]:
+    """The argv a host's user runs: itself, or with `sudo` (the inventory's `sudo = true`)
+    every docker in it through `sudo -n`: a docker argv is prefixed; a `sh -c SCRIPT NAME
+    ARGS...` gets a `docker` function first in its script, and ARGS that are themselves a
+    docker argv (run by `exec "$@"`) are prefixed too. Other commands (`cat /proc/net/tcp`)
+    run as the user."""
+    argv = list(argv)
+    if not sudo:
+        return argv
+    if argv[:1] == ["docker"]:
+        return [*SUDO, *argv]
+    if argv[:2] == ["sh", "-c"] and len(argv) > 2:
+        rest = argv[3:]
+        if rest[1:2] == ["docker"]:
+            rest = [rest[0], *SUDO, *rest[1:]]
+        return ["sh", "-c", _SUDO_DOCKER + argv[2], *rest]
+    return argv
+
+
 def _command(host: Host, argv: Sequence[str]) -> str:
-    command = quoted(argv)
+    command = quoted(as_user(argv, sudo=host.sudo))
     log.debug("%s: %s", host.name, command)
     return command
 

@@ -29,6 +29,7 @@ from minidock.model import (
     Container,
     ContainerState,
     DesiredState,
+    Engine,
     Health,
     Host,
     Inventory,
@@ -354,6 +355,8 @@ class HostSummary:
     overcommitted: bool  # its tasks reserve more than its declared cpus or memory
     slow: bool = False  # its docker answered slowly, or not in time while its sshd did
     answer_seconds: float | None = None  # how long this status's probe took to answer
+    engine: Engine | None = None  # its engine and version, as this probe read them
+    refused: bool = False  # its engine answered and is one MiniDock does not drive (`error`)
 
 
 @dataclass(frozen=True)
@@ -595,6 +598,8 @@ def _host(h: Host, mine: list[Container], observed: Observed, plan: Plan) -> Hos
         overcommitted=over,
         slow=obs is not None and obs.slow,
         answer_seconds=None if obs is None else obs.seconds,
+        engine=None if obs is None else obs.engine,
+        refused=obs is not None and obs.refused,
     )
 
 

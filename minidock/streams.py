@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from minidock.commands.facts import event_since, events_argv, parse_event
 from minidock.core.watching import unconfirmed_dies
-from minidock.model import Host
+from minidock.model import EngineKind, Host
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Unreachable
 
 __all__ = ["EventStreams"]
@@ -64,6 +64,7 @@ class _Stream:
     rung: bool = False  # it rang since the last pass took its rings (`take`)
     died: dict[str, float] = field(default_factory=dict)  # short id -> when its `die` came
     events: list[str] = field(default_factory=list)  # the last few actions (diagnostics)
+    engine: EngineKind = "docker"  # its host's engine, as the last pass read it
 
 
 class EventStreams:
@@ -106,6 +107,18 @@ class EventStreams:
         for (c, name), stream in self._streams.items():
             if c == cluster:
                 stream.died = unconfirmed_dies(stream.died, live.get(name), now)
+
+    def engines(self, cluster: str, kinds: Mapping[str, EngineKind]) -> None:
+        """Each host's engine as a pass read it: a stream whose host turns out another
+        engine (Podman's events want their own template) is opened anew for it."""
+        for (c, name), stream in self._streams.items():
+            kind = kinds.get(name)
+            if c != cluster or kind is None or kind == stream.engine:
+                continue
+            stream.engine = kind
+            if stream.task is not None:
+                stream.task.cancel()
+            stream.task = asyncio.create_task(self._keep(stream))
 
     def unconfirmed(self) -> bool:
         """Whether a `die` came that no probe has shown yet: another pass is due soon."""
@@ -157,7 +170,7 @@ class EventStreams:
         """Run the stream once, until it ends; whether it had been up (a line came, or it
         lasted UP_AFTER seconds)."""
         since = event_since(stream.last_event) if stream.last_event else ""
-        argv = events_argv(stream.cluster, since)
+        argv = events_argv(stream.cluster, since, stream.engine)
         delivered = False
 
         def on_line(line: OutputLine) -> None:

@@ -12,15 +12,20 @@ import tarfile
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from minidock.commands.facts import PS_FORMAT
+from minidock.commands.facts import PS_FORMAT, version_argv
 from minidock.model import Host, image_registry
 from minidock.push import LocalImage
 from minidock.ssh import OnLine, OutputLine, Result, Sink, Terminal, Unreachable
 from tests.behaviour import TICK, Clock, Life, act_of, advance
 
 Handler = Callable[[Host, list[str], str | None], Result]
+VERSIONS = Path(__file__).parent / "data" / "docker" / "version"
+# what `docker version --format {{json .}}` prints on Debian 12's engine (recorded)
+DOCKER_20_10 = (VERSIONS / "docker-20.10.24.json").read_text()
+VERSION_ARGV = version_argv()
 
 
 @dataclass(frozen=True)
@@ -36,11 +41,15 @@ class FakeExecutor:
 
     The handler may raise Unreachable or CommandTimeout like the real executor. Every call
     is recorded in `calls`; `max_in_flight` shows how many ran at once (each call yields to
-    the event loop before answering, so concurrent callers really overlap).
+    the event loop before answering, so concurrent callers really overlap). The probe's
+    engine read (`docker version`) is answered with `engine` (Debian 12's engine, recorded)
+    and neither recorded nor handed to the handler, unless `engine` is None: the tests of
+    everything else see the probe they were written for.
     """
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, engine: str | None = DOCKER_20_10) -> None:
         self.handler = handler
+        self.engine = engine
         self.calls: list[Call] = []
         self.closed = False
         self.disconnected: list[str] = []  # hosts whose connection a caller dropped
@@ -56,6 +65,9 @@ class FakeExecutor:
         input: str | None = None,
         timeout: float | None = None,
     ) -> Result:
+        if self.engine is not None and list(argv) == VERSION_ARGV:
+            await asyncio.sleep(0)
+            return ok(self.engine)
         self.calls.append(Call(host.name, list(argv), input, timeout))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -206,6 +218,8 @@ class FakeDocker:
         # the probe (taken after it looked): `docker run` publishing one fails as Docker's
         # userland proxy does
         self.held: dict[str, set[str]] = {}
+        # per host: what `docker version --format {{json .}}` prints (else DOCKER_20_10)
+        self.versions: dict[str, str] = {}
 
     def advance(self, dt: float = TICK) -> None:
         """Move the clock on; every container on a reachable host acts by the table."""
@@ -219,7 +233,8 @@ class FakeDocker:
                     _show(doc, was, advance(was, _image(doc), self._started[cid], now), now)
 
     def executor(self) -> FakeExecutor:
-        return FakeExecutor(self.handler)
+        """Its executor; with `versions` set first, each host's engine read is its own."""
+        return FakeExecutor(self.handler, engine=None if self.versions else DOCKER_20_10)
 
     # -- looking at the engines -----------------------------------------------------------
     def containers(self, host: str | None = None) -> list[dict[str, Any]]:
@@ -295,6 +310,8 @@ class FakeDocker:
             return fail(f"Error: No such image: {image}")
         if verb == "pull":
             return self._pull(host.name, args[-1])
+        if verb == "version":
+            return ok(self.versions.get(host.name, DOCKER_20_10))
         return fail(f"fake docker: unknown command: {argv}", 125)
 
     def has(self, image: str) -> bool:

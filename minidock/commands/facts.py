@@ -26,6 +26,8 @@ from minidock.model import (
     LABEL_TASK,
     Container,
     ContainerState,
+    Engine,
+    EngineKind,
     Health,
     OneOff,
 )
@@ -49,11 +51,13 @@ __all__ = [
     "parse_proc_net",
     "parse_published_ports",
     "parse_time",
+    "parse_version",
     "ports_held_outside",
     "proc_net_argv",
     "proc_net_missing_only",
     "ps_argv",
     "published_ports_argv",
+    "version_argv",
 ]
 
 
@@ -89,25 +93,74 @@ def ps_argv(cluster: str | None) -> list[str]:
     return ["docker", "ps", "-a", "--no-trunc", "--filter", f"label={label}", "--format", PS_FORMAT]
 
 
+def version_argv() -> list[str]:
+    """Print the engine's version report as JSON (`parse_version`): Docker's client and
+    server, or Podman's (through `podman-docker`, whose `docker` is `podman`)."""
+    return ["docker", "version", "--format", "{{json .}}"]
+
+
+def parse_version(stdout: str) -> Engine:
+    """The host's engine in `version_argv` output (tests/data/docker/version/).
+
+    Docker prints {"Client": ..., "Server": {"Components": [{"Name": "Engine", ...}, ...],
+    "Version": ...}}, with a "rootlesskit" component when the daemon runs rootless; Podman
+    prints {"Client": {"APIVersion": ..., "Version": ...}} (and a "Server" alike when it is
+    remote), spelling APIVersion as Docker never does. Anything else (no server: the
+    daemon did not answer) is a ParseError.
+    """
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"docker version printed invalid JSON: {exc}") from None
+    report = _mapping(data)
+    server, client = _mapping(report.get("Server")), _mapping(report.get("Client"))
+    components = server.get("Components")
+    names = (
+        {str(_mapping(c).get("Name")) for c in components}
+        if isinstance(components, list)
+        else set()
+    )
+    version = server.get("Version")
+    if "Engine" in names and isinstance(version, str) and version:
+        return Engine("docker", version, rootless="rootlesskit" in names)
+    podman = server if "APIVersion" in server else client
+    version = podman.get("Version")
+    if (
+        ("Podman Engine" in names or "APIVersion" in podman)
+        and isinstance(version, str)
+        and version
+    ):
+        return Engine("podman", version)
+    raise ParseError(f"docker version printed no engine: {stdout.strip()[:120]!r}")
+
+
 WATCHED_EVENTS = ("die", "start", "health_status", "oom", "destroy")
 
 
-def events_argv(cluster: str, since: str = "") -> list[str]:
+def events_argv(cluster: str, since: str = "", engine: EngineKind = "docker") -> list[str]:
     """Follow the docker events of this cluster's containers that can change a decision
     (`WATCHED_EVENTS`), a line each: the action, the container id and the event's time in
     nanoseconds on the host's clock; with `since` (a time `event_since` made), replay
     those from then on first. Without, from the second the command started on the host
     (its own clock, read by `date` before docker runs): docker subscribes a stream a
     moment after it starts (seconds, on a loaded host), and an event meanwhile is
-    replayed, not lost."""
+    replayed, not lost. Podman (`engine`) names the action `.Status` where Docker's
+    template has `.Action` (its template fails on the first event otherwise: measured on
+    5.4.2), and says `died` and `remove` for `die` and `destroy` (`parse_event` reads
+    them as Docker's words)."""
     argv = ["docker", "events", "--filter", "type=container"]
     argv += ["--filter", f"label={LABEL_CLUSTER}={cluster}"]
     for name in WATCHED_EVENTS:
         argv += ["--filter", f"event={name}"]
-    argv += ["--format", "{{.Action}} {{.ID}} {{.TimeNano}}"]
+    action = "{{.Status}}" if engine == "podman" else "{{.Action}}"
+    argv += ["--format", f"{action} {{{{.ID}}}} {{{{.TimeNano}}}}"]
     if since:
         return [*argv, "--since", since]
     return ["sh", "-c", 'exec "$@" --since "$(date +%s)"', "sh", *argv]
+
+
+# Podman's words for the events a watch follows, as Docker says them
+_PODMAN_ACTIONS = {"died": "die", "remove": "destroy"}
 
 
 def parse_event(line: str) -> tuple[str, str, int] | None:
@@ -116,7 +169,8 @@ def parse_event(line: str) -> tuple[str, str, int] | None:
     words = line.split()
     if len(words) < 3 or not _ID_RE.fullmatch(words[-2]) or not words[-1].isdigit():
         return None
-    return " ".join(words[:-2]), words[-2], int(words[-1])
+    action = " ".join(words[:-2])
+    return _PODMAN_ACTIONS.get(action, action), words[-2], int(words[-1])
 
 
 def event_since(nanoseconds: int) -> str:
@@ -141,6 +195,7 @@ _HEALTH = (
     ("(healthy)", "healthy"),
     ("(unhealthy)", "unhealthy"),
     ("(health: starting)", "starting"),
+    ("(starting)", "starting"),  # Podman's ps says it so
 )
 
 

@@ -6,7 +6,8 @@ Two orthogonal things are known about a host, as in SwarmKit (a node's `Status` 
 - its **phase**, driven by this pass's probe: `ready` (answered), `unreachable` (failed
   fewer than `down_after` consecutive probes, or its sshd answered and its docker did not
   in time, "slow", which is not counted, its tasks holding their slots, until its docker
-  has been silent for SLOW_GRACE: hung is not slow), `down`
+  has been silent for SLOW_GRACE: hung is not slow; or its engine answered and is one
+  MiniDock does not drive, "refused", never counted: core.engines), `down`
   (failed `down_after` in a row: its tasks are lost);
 - its **availability**, the operator's durable word: `active` or `drained`.
 
@@ -59,6 +60,7 @@ class Probe(enum.StrEnum):
     FAILED_LIMIT = "failed down_after times"
     FAILED_HELD = "failed, mass-loss guard holds"
     SLOW = "sshd answered, docker not in time"  # never counted towards down_after
+    REFUSED = "engine refused"  # it answered, on an engine MiniDock does not drive: not counted
 
 
 class Intent(enum.StrEnum):
@@ -129,6 +131,10 @@ PROBE_TABLE: dict[tuple[HostPhase, Probe], tuple[HostPhase, str | None]] = {
     (HostPhase.READY, Probe.SLOW): (HostPhase.UNREACHABLE, "host-slow"),
     (HostPhase.UNREACHABLE, Probe.SLOW): (HostPhase.UNREACHABLE, None),
     (HostPhase.DOWN, Probe.SLOW): (HostPhase.DOWN, None),
+    # a refused engine is no failure: the host takes no task, its tasks keep their slots
+    (HostPhase.READY, Probe.REFUSED): (HostPhase.UNREACHABLE, "host-refused"),
+    (HostPhase.UNREACHABLE, Probe.REFUSED): (HostPhase.UNREACHABLE, None),
+    (HostPhase.DOWN, Probe.REFUSED): (HostPhase.DOWN, None),
 }
 
 AVAILABILITY_TABLE: dict[tuple[Availability, Intent], Availability] = {
@@ -160,14 +166,19 @@ def probe_step(
     now: float,
     guard_holds: bool = False,
     slow: bool = False,
+    refused: bool = False,
 ) -> tuple[HostState, Event | None]:
     """One probe of a host: `answered` holds its live tasks, or is None when it failed
     (`slow`: its sshd answered, its docker not in time, which counts no failure until its
-    docker has been silent for SLOW_GRACE). While the mass-loss guard holds, a failed probe
-    never takes a host down."""
+    docker has been silent for SLOW_GRACE; `refused`: its engine answered and is one
+    MiniDock does not drive, `error` says which, never counted). While the mass-loss guard
+    holds, a failed probe never takes a host down."""
     if answered is not None:
         phase, kind = PROBE_TABLE[(old.phase, Probe.ANSWERED)]
         new = evolve(old, phase=phase, failures=0, last_seen=now, last_error=None, tasks=answered)
+    elif refused:
+        phase, kind = PROBE_TABLE[(old.phase, Probe.REFUSED)]
+        new = evolve(old, phase=phase, last_error=error)
     elif slow and not silent_too_long(old, now):
         phase, kind = PROBE_TABLE[(old.phase, Probe.SLOW)]
         new = evolve(old, phase=phase, last_error=error)
@@ -185,6 +196,8 @@ def probe_step(
     if kind == "host-slow":
         message = f"{name} slow, its tasks kept (not counted towards down): {error}"
         return new, Event(now, kind, message, host=name)
+    if kind == "host-refused":
+        return new, Event(now, kind, f"{name}: {error}; it takes no task", host=name)
     if kind == "host-up":
         return new, Event(now, kind, f"{name} answers again", host=name)
     return new, None

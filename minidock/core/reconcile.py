@@ -41,7 +41,7 @@ from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
 from minidock.core.rollout import Outdated, slot_target
 from minidock.core.scheduler import Fleet, counted_as, over_capacity, place
 from minidock.core.state import ControllerState, ServiceState
-from minidock.core.supervise import exit_line, ready
+from minidock.core.supervise import exit_line, ready, still_starting
 from minidock.core.traffic import Traffic
 from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
 
@@ -187,9 +187,8 @@ def _guard(
 ) -> tuple[str, Effects]:
     """The mass-loss guard's line while it holds (else ""), and its events: one when it
     starts to hold, one when it lets go, one each time `--force-down` overrides it."""
-    failed = sum(
-        1 for h in inventory.hosts if not (h.name in observed.hosts and observed.hosts[h.name].ok)
-    )
+    answered = {n for n, o in observed.hosts.items() if o.ok or o.refused}  # refused answered
+    failed = sum(1 for h in inventory.hosts if h.name not in answered)
     holds, line = host_machine.mass_loss(
         failed, len(inventory.hosts), inventory.max_down_fraction, forced=forced
     )
@@ -243,9 +242,12 @@ def _probe_hosts(
             now=now,
             guard_holds=guard_holds,
             slow=obs is not None and obs.slow,
+            refused=obs is not None and obs.refused,
         )
         new = evolve(new, last_known=host)
-        if new.unreachable:
+        if new.unreachable and obs is not None and obs.refused:
+            waiting.append(Waiting(host.name, str(new.last_error), WaitKind.HOST_PROBES))
+        elif new.unreachable:
             reason = f"unreachable ({new.failures}/{host.down_after} failed probes)"
             waiting.append(Waiting(host.name, f"{reason}: {new.last_error}", WaitKind.HOST_PROBES))
         events += [event] if event else []
@@ -609,7 +611,9 @@ def _slot_with_tasks(
         return SlotDecision(ss, fx, outdated=task)  # the rollout replaces it (constraints too)
     if not ready(task):
         kind = WaitKind.STARTING if task.state == "running" else WaitKind.STALLED
-        line = Waiting(f"{name}.{n}", f"task {task.task} {task.state} ({task.health})", kind, name)
+        why = f"task {task.task} {task.state} ({task.health})"
+        late = still_starting(task, target, view.now)
+        line = Waiting(f"{name}.{n}", f"{why}: {late}" if late else why, kind, name)
         fx = fx + Effects(waiting=(line,))
     return SlotDecision(ss, fx)
 

@@ -38,6 +38,26 @@ def ready(c: Container) -> bool:
 
 Gate = Literal["ready", "wait", "fail"]
 
+# what a task still `starting` past its health check's deadline, never checked, is told
+NO_CHECK_RAN = (
+    "no health check has run: does its host's engine run them? (Podman runs them from "
+    "systemd timers; MiniDock runs them where its probe finds Podman, docs/hosts.md)"
+)
+
+
+def still_starting(c: Container, service: Service, now: float) -> str:
+    """Why a running task is still `starting` past its health check's start_period +
+    retries x interval + timeout ("" while within it, or when it is not starting): the
+    last check's output, or that no check has run at all. A gate never waits silently."""
+    if c.state != "running" or c.health != "starting" or service.health is None:
+        return ""
+    started = c.started_at or c.created_at
+    limit = service.health.deadline()
+    if now - started <= limit:
+        return ""
+    why = f"last check: {c.health_log}" if c.health_log else NO_CHECK_RAN
+    return f"starting {now - started:.0f}s, past its health check's {limit:.0f}s; {why}"
+
 
 def health_gate(
     c: Container | None,
@@ -73,5 +93,7 @@ def health_gate(
     limit = (service.health.deadline() if service.health else 0.0) + monitor
     if now - started > limit:
         last = f"; last check: {c.health_log}" if c.health_log else ""
-        return "fail", f"task {c.task} not healthy after {limit:.0f}s ({c.state}, {c.health}){last}"
+        never = f"; {NO_CHECK_RAN}" if c.health == "starting" and not c.health_log else ""
+        line = f"task {c.task} not healthy after {limit:.0f}s ({c.state}, {c.health}){last}{never}"
+        return "fail", line
     return "wait", f"task {c.task} starting ({c.health})"

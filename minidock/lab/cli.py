@@ -17,7 +17,14 @@ from minidock.lab.directory import DEFAULT_PROJECT
 from minidock.lab.errors import LabError
 from minidock.lab.faults import KillMode
 from minidock.lab.fleet import Lab
-from minidock.lab.images import SET_NAMES, build_named, built_line, parse_sets
+from minidock.lab.images import (
+    KIND_NAMES,
+    SET_NAMES,
+    build_named,
+    built_line,
+    parse_kinds,
+    parse_sets,
+)
 
 __all__ = ["lab_app"]
 
@@ -106,6 +113,14 @@ ImagesOption = Annotated[
         f"{','.join(SET_NAMES)} (comma-separated).",
     ),
 ]
+KindsOption = Annotated[
+    str,
+    typer.Option(
+        "--kinds",
+        help=f"Each host's kind, in host order (comma-separated; the rest are bookworm): "
+        f"{','.join(KIND_NAMES)}.",
+    ),
+]
 SetsArgument = Annotated[
     list[str] | None,
     typer.Argument(
@@ -129,11 +144,14 @@ def up_command(
     hosts: HostsOption = 3,
     bastion: BastionOption = False,
     image_sets: ImagesOption = "all",
+    kinds: KindsOption = "",
 ) -> None:
     """Build the images if needed, start host1..hostN, write inventory/lab.toml."""
     lab = _lab(ctx)
     try:
-        lab.up(hosts, bastion=bastion, sets=parse_sets(image_sets, option="--images"))
+        sets = parse_sets(image_sets, option="--images")
+        each = parse_kinds(kinds, hosts) if kinds else ()
+        lab.up(hosts, bastion=bastion, sets=sets, kinds=each)
     except LabError as exc:
         raise _fail(exc) from exc
     for note in lab.notes:

@@ -16,9 +16,23 @@ from minidock.lab import docker, local
 from minidock.lab.acme import ACME, LabAcme, acme_service
 from minidock.lab.bastion import BASTION, bastion_service
 from minidock.lab.directory import LabBastion, LabHost
-from minidock.lab.images import LAB_LABEL, WEB5_IMAGE, data
+from minidock.lab.images import (
+    DEFAULT_KIND,
+    HOST_KINDS,
+    LAB_LABEL,
+    WEB5_IMAGE,
+    data,
+    kind_image_tag,
+)
 
-__all__ = ["DindMode", "compose_document", "compose_text", "detect_dind_mode", "dind_options"]
+__all__ = [
+    "PROC_SYS_RW",
+    "DindMode",
+    "compose_document",
+    "compose_text",
+    "detect_dind_mode",
+    "dind_options",
+]
 
 DindMode = Literal["privileged", "caps"]
 COMPOSE_FORMAT = "2.4"
@@ -69,11 +83,13 @@ def compose_document(
     services: dict[str, Any] = {}
     volumes: dict[str, Any] = {}
     for host in hosts:
+        kind = HOST_KINDS[host.kind]
+        engine_dir = "/var/lib/containers" if kind.engine == "podman" else "/var/lib/docker"
         services[host.name] = {
-            "image": image,
+            "image": image if host.kind == DEFAULT_KIND else kind_image_tag(host.kind),
             "container_name": host.container,
             "hostname": host.name,
-            "entrypoint": ["/bin/sh", "-c", init],
+            "entrypoint": ["/bin/sh", "-c", _init(init, host.kind)],
             "ports": [
                 f"127.0.0.1:{host.port}:22",
                 *([f"127.0.0.1:{host.http_port}:80"] if host.http_port else []),
@@ -83,7 +99,7 @@ def compose_document(
             "tmpfs": ["/run"],
             "labels": {LAB_LABEL: project, HOST_LABEL: host.name, **extra_labels},
             **options,
-            "volumes": [f"{host.name}-docker:/var/lib/docker", *dind_volumes],
+            "volumes": [f"{host.name}-docker:{engine_dir}", *dind_volumes],
         }
         volumes[f"{host.name}-docker"] = {"labels": {LAB_LABEL: project}}
     if bastion is not None:
@@ -96,6 +112,24 @@ def compose_document(
         "services": services,
         "volumes": volumes,
     }
+
+
+# Docker 26 and 28 (and Podman) write IPv6 sysctls that a container's read-only /proc/sys
+# refuses ("failed to disable IPv6 on container's interface eth0"). The docker CLI's
+# `--security-opt systempaths=unconfined` lifts it, but as the CLI's own translation: the
+# engine refuses that option from Compose 1.29 ("invalid --security-opt"). With the caps a
+# host has, its PID 1 makes /proc/sys writable itself (measured: `docker run` then works).
+PROC_SYS_RW = "mount -o remount,rw /proc/sys 2>/dev/null || true\n"
+
+
+def _init(init: str, kind: str) -> str:
+    """A host's PID 1 script: the default kind's as it is; the others make /proc/sys
+    writable first, and a Podman host has no daemon to start."""
+    if kind == DEFAULT_KIND:
+        return init
+    if HOST_KINDS[kind].engine == "podman":
+        init = init.replace("setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &", ":")
+    return PROC_SYS_RW + init
 
 
 def _escape(value: Any) -> Any:

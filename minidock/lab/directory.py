@@ -21,6 +21,7 @@ import asyncssh
 import tomli_w
 
 from minidock.lab.errors import UnknownHostError
+from minidock.lab.images import HOST_KINDS
 from minidock.lab.local import write_atomic
 from minidock.ssh import known_hosts_line
 
@@ -64,6 +65,7 @@ class LabHost:
     http_port: int = 0
     https_port: int = 0
     private_address: str = ""
+    kind: str = "bookworm"  # its image, engine and user (minidock.lab.images.HOST_KINDS)
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ def inventory_document(
                 "address": LOOPBACK,
                 "port": h.port,
                 **({"private_address": h.private_address} if h.private_address else {}),
+                **_user(h.kind),
                 "labels": {"zone": h.zone},
                 "cpus": HOST_CPUS,
                 "memory": HOST_MEMORY,
@@ -122,6 +125,14 @@ def inventory_document(
             for h in hosts
         ],
     }
+
+
+def _user(kind: str) -> dict[str, Any]:
+    """The inventory keys of a host kind's user: none for root (the defaults' user)."""
+    found = HOST_KINDS[kind]
+    if found.user == SSH_USER:
+        return {}
+    return {"user": found.user, **({"sudo": True} if found.sudo else {})}
 
 
 def known_hosts_text(hosts: Sequence[LabHost], host_keys: Mapping[str, str]) -> str:

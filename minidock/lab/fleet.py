@@ -29,6 +29,7 @@ from minidock.lab.acme import ACME, LabAcme, pebble_installed, prepare_acme, pro
 from minidock.lab.bastion import (
     BASTION,
     INSTALL_KEY,
+    INSTALL_KEYS,
     provision_bastion,
     wait_through_bastion,
 )
@@ -99,10 +100,16 @@ def _keep_or_pick(previous: int, kept: bool, taken: set[int]) -> int:
 
 
 def _hosts_with_ports(
-    n: int, project: str, existing: Sequence[LabHost], states: dict[str, str], taken: set[int]
+    n: int,
+    project: str,
+    existing: Sequence[LabHost],
+    states: dict[str, str],
+    taken: set[int],
+    kinds: Sequence[str] = (),
 ) -> list[LabHost]:
     """host1..hostN with their loopback ports (SSH, HTTP, HTTPS): a host whose container
-    still exists keeps its ports, the others get free ones; every port joins `taken`."""
+    still exists keeps its ports, the others get free ones; every port joins `taken`.
+    `kinds`: each host's kind, in order (default: bookworm)."""
     previous = {h.name: h for h in existing}
     hosts: list[LabHost] = []
     for i in range(1, n + 1):
@@ -111,7 +118,8 @@ def _hosts_with_ports(
         kept = old is not None and states.get(name, "missing") != "missing"
         olds = (old.port, old.http_port, old.https_port) if old else (0, 0, 0)
         ssh, http, https = (_keep_or_pick(p, kept, taken) for p in olds)
-        hosts.append(LabHost(name, ssh, zone_for(i), f"{project}-{name}", http, https))
+        kind = kinds[i - 1] if i <= len(kinds) else images.DEFAULT_KIND
+        hosts.append(LabHost(name, ssh, zone_for(i), f"{project}-{name}", http, https, kind=kind))
     return hosts
 
 
@@ -201,7 +209,11 @@ class Lab(LabSessions):
 
     # -- lifecycle
     def prepare(
-        self, n: int = 3, bastion: bool = False, sets: Sequence[str] = images.SET_NAMES
+        self,
+        n: int = 3,
+        bastion: bool = False,
+        sets: Sequence[str] = images.SET_NAMES,
+        kinds: Sequence[str] = (),
     ) -> Path:
         """Everything before the containers start: the host image and the image sets `sets`
         built (side by side), key, DinD mode, ports, the compose file (with `bastion`, a
@@ -209,7 +221,7 @@ class Lab(LabSessions):
         containers still exist, so re-running `up` leaves a running lab alone."""
         self._may_start(n)
         with images.start_builds(sets) as builds:
-            path = self._prepare(n, bastion, builds)
+            path = self._prepare(n, bastion, builds, kinds)
             self._built(builds.wait_all())
         return path
 
@@ -225,17 +237,24 @@ class Lab(LabSessions):
             remove_project(self.project)
             self.notes.append(note)
 
-    def _prepare(self, n: int, bastion: bool, builds: Builds) -> Path:
+    def _prepare(self, n: int, bastion: bool, builds: Builds, kinds: Sequence[str] = ()) -> Path:
         """`prepare` once `_may_start` passed, with the images building in `builds`: it
-        waits for the host image only (the other builds go on while the containers start)."""
+        waits for the host image only (the other builds go on while the containers start),
+        and builds the other kinds' host images `kinds` name, one after the other."""
         step = time.monotonic()
         self._built(builds.wait(HOST))
         self.timings["host image"] = time.monotonic() - step
+        for kind in dict.fromkeys(images.HOST_KINDS[k].image_kind for k in kinds):
+            if kind != images.DEFAULT_KIND:
+                step = time.monotonic()
+                if images.build_kind_image(kind):
+                    self.timings[f"build {images.kind_image_tag(kind)}"] = time.monotonic() - step
         self.ensure_key()
         image = images.host_image_tag()
         dind = self.dind_mode() or detect_dind_mode(image)
         taken: set[int] = set()
-        hosts = _hosts_with_ports(n, self.project, self.hosts(), self.container_states(), taken)
+        states = self.container_states()
+        hosts = _hosts_with_ports(n, self.project, self.hosts(), states, taken, kinds)
         jump = _prepare_bastion(self, taken) if bastion else None
         acme = _lab_acme(self.lab_dir / ACME, f"{self.project}-{ACME}", taken)
         document = compose_document(self.project, hosts, image, dind, self.labels, jump, acme)
@@ -268,7 +287,8 @@ class Lab(LabSessions):
         host_keys: dict[str, str] = {}
 
         def setup(host: LabHost) -> None:
-            self.exec(host.name, "sh", "-c", INSTALL_KEY, input=public)
+            install = INSTALL_KEY if host.kind == images.DEFAULT_KIND else INSTALL_KEYS
+            self.exec(host.name, "sh", "-c", install, input=public)
             host_keys[host.name] = self.read_host_key(host.name, deadline=started + timeout)
 
         parallel(setup, hosts)
@@ -307,15 +327,17 @@ class Lab(LabSessions):
         timeout: float = 120.0,
         bastion: bool = False,
         sets: Sequence[str] = images.SET_NAMES,
+        kinds: Sequence[str] = (),
     ) -> list[LabHost]:
         """Start (or complete) a lab of n hosts (and, with `bastion`, a bastion), holding
         the image sets `sets`, and write its inventories. Idempotent. The images build side
-        by side, and the containers start as soon as the host image is there."""
+        by side, and the containers start as soon as the host image is there. `kinds`:
+        each host's kind in order (images.HOST_KINDS; the rest are bookworm)."""
         started = time.monotonic()
         order = build_order(sets, images.BUILD_COST)
         self._may_start(n)
         with images.start_builds(order) as builds:
-            self._prepare(n, bastion, builds)
+            self._prepare(n, bastion, builds, kinds)
             step = time.monotonic()
             local.run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
             self.timings["compose up"] = time.monotonic() - step

@@ -29,9 +29,12 @@ from minidock.lab.errors import BadInputError, LabError
 
 __all__ = [
     "CRASH_IMAGE",
+    "DEFAULT_KIND",
     "HOST_IMAGES",
+    "HOST_KINDS",
     "IMAGE_REPO",
     "IMAGE_SETS",
+    "KIND_NAMES",
     "LAB_LABEL",
     "NAMES_IMAGE",
     "PROXY_IMAGE",
@@ -40,8 +43,10 @@ __all__ = [
     "WEB6_IMAGE",
     "WEB_BROKEN_IMAGE",
     "WORKLOAD_IMAGES",
+    "HostKind",
     "build_host_image",
     "build_images",
+    "build_kind_image",
     "build_named",
     "build_proxy_image",
     "build_workload_image",
@@ -49,7 +54,10 @@ __all__ = [
     "data",
     "host_image_tag",
     "image_id",
+    "kind_image_tag",
+    "kind_recipe",
     "load_images",
+    "parse_kinds",
     "parse_sets",
     "proxy_image_tag",
     "set_images",
@@ -271,6 +279,132 @@ def _recipe_hash(argv: Sequence[str], files: dict[str, bytes], extra: Sequence[s
 def host_image_tag() -> str:
     """The host image's tag: derived from its recipe, so a changed recipe rebuilds it."""
     return f"{IMAGE_REPO}/host:{host_recipe()[0]}"
+
+
+# -- host kinds: other engines and users, from Debian's packages (docs/lab.md) ----------------
+DEFAULT_KIND = "bookworm"  # the host image above: Debian 12, Docker 20.10, root
+# Debian 13's docker.io has no `docker` command: its client is the docker-cli package
+DOCKER_KIND_PACKAGES = (
+    "openssh-server", "docker.io", "docker-cli", "sudo", "iptables", "procps", "iproute2",
+)  # fmt: skip
+# Podman rootful through podman-docker, with what a Podman host's Recommends bring that
+# `docker run` needs here (nftables, aardvark-dns) and runc (crun refuses hybrid cgroups)
+PODMAN_KIND_PACKAGES = (
+    "openssh-server", "podman", "podman-docker", "nftables", "aardvark-dns", "runc", "sudo",
+    "iptables", "procps", "iproute2",
+)  # fmt: skip
+# the users every docker kind's image has: `deploy` in the docker group, `sudoer` whose
+# docker runs through `sudo -n` (NOPASSWD, docker only) and who is not in the group
+_USERS = (
+    'chroot "$1" useradd -m -s /bin/sh -G docker deploy',
+    'chroot "$1" useradd -m -s /bin/sh sudoer',
+    "echo 'sudoer ALL=(root) NOPASSWD: /usr/bin/docker' > \"$1\"/etc/sudoers.d/sudoer",
+    'chmod 440 "$1"/etc/sudoers.d/sudoer',
+)
+
+
+@dataclass(frozen=True)
+class HostKind:
+    """A kind of lab host: the Debian suite and packages its image is made of (`image`:
+    the kind whose image it shares), its engine, and the user the inventory reaches it as
+    (with `sudo`: whose docker runs through `sudo -n`)."""
+
+    name: str
+    suite: str
+    packages: tuple[str, ...]
+    engine: str  # "docker" or "podman"
+    user: str = "root"
+    sudo: bool = False
+    image: str = ""  # another kind's name whose image this one runs ("": its own)
+
+    @property
+    def image_kind(self) -> str:
+        return self.image or self.name
+
+
+HOST_KINDS: dict[str, HostKind] = {
+    DEFAULT_KIND: HostKind(DEFAULT_KIND, HOST_SUITE, HOST_PACKAGES, "docker"),
+    "trixie": HostKind("trixie", "trixie", DOCKER_KIND_PACKAGES, "docker", user="deploy"),
+    "trixie-sudo": HostKind(
+        "trixie-sudo", "trixie", DOCKER_KIND_PACKAGES, "docker", "sudoer", True, "trixie"
+    ),
+    "sid": HostKind("sid", "sid", DOCKER_KIND_PACKAGES, "docker", user="deploy"),
+    "podman": HostKind("podman", "trixie", PODMAN_KIND_PACKAGES, "podman"),
+}
+KIND_NAMES = tuple(HOST_KINDS)
+
+
+def parse_kinds(text: str, hosts: int, *, option: str = "--kinds") -> tuple[str, ...]:
+    """`lab up --kinds`: a kind per host, in host order, comma-separated; hosts beyond the
+    list are `bookworm`. BadInputError (exit 2) naming the option and the kinds there are."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    unknown = [w for w in words if w not in HOST_KINDS]
+    if unknown or not words:
+        problem = f"unknown host kind '{unknown[0]}'" if unknown else "no host kind named"
+        raise BadInputError(f"{option}: {problem}: use some of {', '.join(KIND_NAMES)}")
+    if len(words) > hosts:
+        raise BadInputError(f"{option}: {len(words)} kinds for {hosts} hosts")
+    return (*words, *[DEFAULT_KIND] * (hosts - len(words)))
+
+
+def kind_recipe(kind: str) -> tuple[str, list[str], dict[str, bytes]]:
+    """(recipe hash, mmdebstrap argv with {dir} for the uploads dir, files to upload) of a
+    kind's host image: the default kind's is `host_recipe`; the others are minbase roots
+    (useradd, sudo) of their suite with the lab's sshd config, their engine's config and
+    the users `deploy` and `sudoer` (docker kinds)."""
+    found = HOST_KINDS[HOST_KINDS[kind].image_kind]
+    if found.name == DEFAULT_KIND:
+        return host_recipe()
+    files = {"sshd_config": data("sshd_config")}
+    hooks = [
+        'rm -f "$1"/etc/ssh/ssh_host_*',
+        "upload {dir}/sshd_config /etc/ssh/sshd_config.d/minidock-lab.conf",
+        _RM_DOCS,
+    ]
+    if found.engine == "podman":
+        files |= {n: data(f"podman-{n}") for n in ("containers.conf", "storage.conf")}
+        hooks += [
+            "upload {dir}/containers.conf /etc/containers/containers.conf",
+            "upload {dir}/storage.conf /etc/containers/storage.conf",
+            'touch "$1"/etc/containers/nodocker',
+            # Podman 5 warns of cgroup v1 (this machine's) on every command's stderr, which
+            # `docker logs` output then carries; sshd's PAM reads /etc/environment
+            'echo PODMAN_IGNORE_CGROUPSV1_WARNING=1 >> "$1"/etc/environment',
+        ]
+    else:
+        files["daemon.json"] = data("daemon.json")
+        hooks += ['mkdir -p "$1"/etc/docker', "upload {dir}/daemon.json /etc/docker/daemon.json"]
+        hooks += list(_USERS)
+    # the archive's sid Release can be past its Valid-Until (FLEET-NOTES)
+    stale = ['--aptopt=Acquire::Check-Valid-Until "false"'] if found.suite == "sid" else []
+    argv = [
+        "mmdebstrap",
+        "--quiet",
+        "--variant=minbase",
+        f"--include={','.join(found.packages)}",
+        '--aptopt=Acquire::Retries "3"',
+        *stale,
+        "--dpkgopt=force-unsafe-io",
+        *(f"--customize-hook={hook}" for hook in hooks),
+        found.suite,
+        "-",
+    ]
+    return _recipe_hash(argv, files), argv, files
+
+
+def kind_image_tag(kind: str) -> str:
+    """A kind's host image tag (the default kind's: `host_image_tag`)."""
+    image_kind = HOST_KINDS[kind].image_kind
+    if image_kind == DEFAULT_KIND:
+        return host_image_tag()
+    return f"{IMAGE_REPO}/host-{image_kind}:{kind_recipe(kind)[0]}"
+
+
+def build_kind_image(kind: str) -> bool:
+    """Build a kind's host image unless it exists (cached by recipe, as the host image
+    is). True if built."""
+    recipe, argv, files = kind_recipe(kind)
+    return _build_root_image(kind_image_tag(kind), recipe, argv, ['CMD ["/bin/sh"]'], files)
 
 
 # What `docker import` sets on the proxy image: the official caddy image's layout (config

@@ -92,6 +92,8 @@ def _build_host(
     kwargs: dict[str, Any] = {k: merged[k] for k in counts if k in merged}
     if "private_address" in entry:
         kwargs["private_address"] = entry["private_address"]
+    if "sudo" in merged:
+        kwargs["sudo"] = bool(merged["sudo"])
     kwargs |= durations | sshconfig.resolve(given, config_files)
     if "cpus" in entry:
         kwargs["cpus"] = float(entry["cpus"])

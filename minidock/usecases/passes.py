@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from minidock.core.watching import backoff_ends, probe_scope
 from minidock.masking import Masks
-from minidock.model import Cluster, Inventory, Observed
+from minidock.model import Cluster, EngineKind, Inventory, Observed
 from minidock.observe import ProbeMemory
 from minidock.runner import PassResult, run_pass
 from minidock.ssh import Executor
@@ -256,11 +256,17 @@ async def watch_step(
                 record_pass(store, result, code, seconds, runtime.clock.now())
             if streams is not None:
                 streams.seen(desired.cluster.name, live_ids(result.observed))
+                streams.engines(desired.cluster.name, engine_kinds(result.observed))
     except Busy as exc:
         return PassSkipped(str(exc), cluster=cluster)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
     return PassDone(result, code, cluster)
+
+
+def engine_kinds(observed: Observed) -> dict[str, EngineKind]:
+    """Each observed host's engine kind, where its probe read it."""
+    return {n: o.engine.kind for n, o in observed.hosts.items() if o.engine is not None}
 
 
 def live_ids(observed: Observed) -> dict[str, set[str]]:

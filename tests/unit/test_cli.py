@@ -1208,6 +1208,38 @@ def test_ps_json_gives_the_task_id_as_status_json_does(fleet: Fleet) -> None:
     assert all(len(t["container"]) == 64 for t in ps)  # Docker's id, under its own name
 
 
+def test_status_shows_each_hosts_engine_and_a_refused_one_takes_no_task(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    versions = Path(__file__).parent.parent / "data" / "docker" / "version"
+    fleet.docker.versions["host2"] = (versions / "podman-5.4.2.json").read_text()
+    old = json.loads((versions / "docker-20.10.24.json").read_text())
+    old["Server"]["Version"] = "19.03.15"
+    fleet.docker.versions["host3"] = json.dumps(old)
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle(settled=3)  # not converged: host3 waits, its line the waiting one
+    hosts = {h["name"]: h for h in fleet.status()["hosts"]}
+    assert hosts["host1"]["engine"] == {
+        "kind": "docker",
+        "version": "20.10.24+dfsg1",
+        "rootless": False,
+    }
+    assert hosts["host2"]["engine"] == {"kind": "podman", "version": "5.4.2", "rootless": False}
+    assert (hosts["host3"]["state"], hosts["host3"]["refused"]) == ("unreachable", True)
+    assert hosts["host3"]["error"] == (
+        "Docker 19.03.15 refused: MiniDock needs Docker 20.10 or newer "
+        "for `docker run --pull never`"
+    )
+    assert fleet.docker.names("host3") == []  # never given a task
+    monkeypatch.setenv("COLUMNS", "200")  # a host's row on one line
+    rows = {
+        line.split()[1]: line for line in fleet.run("status").stdout.splitlines() if "host" in line
+    }
+    assert "Docker 20.10.24+dfsg1" in rows["host1"]
+    assert "Podman 5.4.2" in rows["host2"]
+    assert "unreachable: Docker 19.03.15 refused: MiniDock needs Docker 20.10" in rows["host3"]
+
+
 def test_logs_of_a_slot_the_service_does_not_have_is_exit_2(fleet: Fleet) -> None:
     fleet.run("apply", str(fleet.cluster))
     fleet.settle()

@@ -34,7 +34,7 @@ from minidock.core import (
     slot_target,
 )
 from minidock.core.outcomes import fold, note_exit
-from minidock.core.supervise import health_gate, ready
+from minidock.core.supervise import NO_CHECK_RAN, health_gate, ready
 from minidock.masking import NO_SECRETS
 from minidock.model import (
     Constraint,
@@ -378,7 +378,10 @@ def test_gate_fails_a_task_not_healthy_by_its_deadline() -> None:
     starting = _task(health="starting")
     assert health_gate(starting, s, None, 100.0 + limit)[0] == "wait"
     verdict, why = health_gate(starting, s, None, 100.0 + limit + 0.1)
-    assert (verdict, why) == ("fail", "task t1 not healthy after 5s (running, starting)")
+    assert (verdict, why) == (
+        "fail",
+        f"task t1 not healthy after 5s (running, starting); {NO_CHECK_RAN}",  # never checked
+    )
 
 
 def test_gate_deadline_failure_says_what_the_health_command_last_printed() -> None:

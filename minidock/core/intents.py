@@ -11,7 +11,7 @@ from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
 from minidock.core.serving import ServingMode
 from minidock.core.state import ControllerState, Rollout, ServiceState
-from minidock.core.volumes import VolumeMove
+from minidock.core.volumes import MovePhase, VolumeMove
 from minidock.model import Cluster, Event, Observed, Service
 
 __all__ = [
@@ -280,7 +280,7 @@ def begin_move(
         raise ValueError(f"{subject} cannot be moved with its volumes: {why}")
     if slot not in ss.slot_numbers():
         raise ValueError(f"{service} has no slot {slot} (slots 1..{ss.wanted()})")
-    underway = ss.moves.get(slot)
+    underway = _underway(ss, slot)
     if underway is not None:
         if underway.target == target and not underway.restore:
             return state
@@ -327,7 +327,7 @@ def begin_restore(
             f"{subject}: a global service's task belongs to {record.host or 'its host'}"
         )
     shown = snapshots[0][1][:8]
-    underway = ss.moves.get(slot)
+    underway = _underway(ss, slot)
     if underway is not None:
         if underway.restore and (underway.target, underway.snapshots) == (target, snapshots):
             return state
@@ -336,6 +336,13 @@ def begin_restore(
     record = slots.reset(record) if record.failed else record
     ss = replace(ss, moves={**ss.moves, slot: move}, slots={**ss.slots, slot: record})
     return _with_service(state, ss)
+
+
+def _underway(ss: ServiceState, slot: int) -> VolumeMove | None:
+    """The slot's move or restore a new one must wait for: none while the last one only
+    discards its partial copy (a new copy onto that host starts afresh anyway)."""
+    found = ss.moves.get(slot)
+    return None if found is None or found.phase is MovePhase.DISCARDING else found
 
 
 def set_drained(
@@ -357,6 +364,8 @@ def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerSta
     lost: list[Event] = []
     services = dict(state.services)
     for name, ss in state.services.items():
+        ss, ended = _moves_forgotten(ss, host, now)
+        lost += ended
         for n, record in sorted(ss.slots.items()):
             if not _ran_on(record, name, n, host, old):
                 continue
@@ -371,6 +380,49 @@ def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerSta
     hosts = {**state.hosts, host: host_machine.forgotten(old)}
     summary = Event(now, "host-forgotten", f"{host} forgotten: {len(lost)} tasks lost", host=host)
     return replace(state, hosts=hosts, services=services), [summary, *lost]
+
+
+def _moves_forgotten(
+    ss: ServiceState, host: str, now: float
+) -> tuple[ServiceState, list[Event]]:
+    """The service's moves and restores that needed `host`, ended (every intent ends): one
+    not yet copied fails (its slot stays where its data is); one starting on `host` goes
+    back to its source, whose volumes are still whole; one whose source is `host` keeps
+    going with nothing left to clean; one discarding its partial copy on `host` ends."""
+    moves = dict(ss.moves)
+    records = dict(ss.slots)
+    events: list[Event] = []
+    for n, move in sorted(ss.moves.items()):
+        subject = f"{ss.spec.name}.{n}"
+        involved = host in (move.target, move.source)
+        if not involved:
+            continue
+        what = "restore" if move.restore else "move"
+        line = ""
+        if move.phase is MovePhase.DISCARDING and move.target == host:
+            del moves[n]
+        elif move.holds:
+            del moves[n]
+            stays = move.source if move.source and move.source != host else ""
+            line = f"{subject}: {what} to {move.target} failed: {host} forgotten"
+            line += f"; it stays on {stays}" if stays else ""
+        elif move.target == host and move.phase is MovePhase.STARTING and move.source:
+            del moves[n]
+            if not move.restore:  # its source's volumes are whole: the slot goes back there
+                records[n] = slots.relocate(records.get(n, slots.SlotState()), move.source)
+            line = f"{subject}: {what} to {move.target} failed: {host} forgotten"
+            if not move.restore:
+                line += f" before its task was ready; it starts again on {move.source}"
+        elif move.target == host:
+            del moves[n]
+        elif move.source == host:  # nothing left to clean there
+            moves[n] = replace(move, source="", keep_source=True)
+        if line:
+            kind = "restore-failed" if move.restore else "move-failed"
+            events.append(Event(now, kind, line, service=ss.spec.name, slot=n, host=host))
+    if moves == ss.moves and records == ss.slots:
+        return ss, events
+    return replace(ss, moves=moves, slots=records), events
 
 
 def _ran_on(record: slots.SlotState, service: str, n: int, host: str, old: HostState) -> bool:

@@ -397,6 +397,9 @@ def _decide_service(
             here = [c for c in here if c.id not in handled]
         if _steady(ss, n, here, view):
             continue
+        if n in ss.moves:  # a move whose host is lost ends (failed) before anything else
+            ss, ended = moving.lost(ss, n, view)
+            fx = fx + Effects(events=ended)
         held = moving.hold(ss, n, here, view) if n in ss.moves else None
         if held is not None:  # its data on its way: its tasks stop, none starts
             ss, fx = held[0], fx + held[1]
@@ -411,7 +414,7 @@ def _decide_service(
         if stale is not None and n not in ss.rollout.inflight:
             outdated.append(Outdated(n, stale, view.misplaced(slot_target(ss, n), stale)))
     if ss.moves:
-        fx = fx + Effects(waiting=moving.waiting(ss))
+        fx = fx + Effects(waiting=moving.waiting(ss, view))
     handled = {s.container.id for s in fx.stops}
     settled = {c.slot for c in found if c.id not in handled and c.spec == spec_before and ready(c)}
     return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= len(wanted))

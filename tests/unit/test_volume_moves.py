@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from minidock import core
 from minidock.core import fold_outcomes
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
+from minidock.core.progress_rule import outlook
 from minidock.core.volumes import MovePhase
 from minidock.model import Event, Volume
 from tests.sim import World, hosts, svc
@@ -76,7 +77,7 @@ class Fleet:
     def _act(self, act: core.volumes.MoveAct) -> object:
         move = act.move
         if not act.copy:
-            self.volumes.pop(move.source, None)
+            self.volumes.pop(act.removes_on, None)
             return SourceCleaned("db", 1)
         self.volumes.pop(move.target, None)  # afresh, as minidock.relocate does
         if self.fail_copy:
@@ -345,3 +346,157 @@ def test_a_controller_killed_at_any_passes_of_a_restore_starts_only_on_the_snaps
     assert fleet.volumes[target] == SNAPSHOT
     assert fleet.world.state.services["db"].slot(1).host == target
     assert (fleet.volumes.get(source) == DATA) == elsewhere  # the old volume stays elsewhere
+
+
+# -- hosts lost during a move: every move ends ----------------------------------------------------
+def passes_until_down(fleet: Fleet, host: str) -> None:
+    """Passes until `host` (killed) is down (down_after = 2 in tests/sim.py)."""
+    for _ in range(4):
+        fleet.step()
+    assert fleet.world.state.host(host).down
+
+
+def test_a_move_whose_target_goes_down_before_its_copy_fails_and_starts_again_on_its_source() -> (
+    None
+):
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    fleet.world.kill_host(target)
+    passes_until_down(fleet, target)
+    fleet.settle()
+    w = fleet.world
+    assert w.state.services["db"].moves == {}
+    assert [c.host for c in w.live("db")] == [source]
+    assert fleet.volumes == {source: DATA}
+    (failed,) = [e.message for e in fleet.events if e.kind == "move-failed"]
+    assert failed == f"db.1: move to {target} failed, it stays on {source}: {target} is down"
+    assert not outlook(w.plan()).progressing  # degraded (its target down), not exit 3
+
+
+def test_a_move_whose_source_goes_down_before_its_copy_fails_and_forget_then_ends_it() -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    w = fleet.world
+    w.kill_host(source)
+    passes_until_down(fleet, source)
+    assert w.state.services["db"].moves == {}
+    assert any(e.kind == "move-failed" and f"{source} is down" in e.message for e in fleet.events)
+    plan = w.plan()
+    assert not outlook(plan).progressing  # held on its down host, pinned: exit 4
+    w.state, _ = core.forget(w.state, source, w.now)
+    assert w.state.services["db"].moves == {}
+    w.converge()  # no snapshot known: started afresh (forget says so)
+    assert len(w.live("db")) == 1
+
+
+def test_a_move_cut_mid_copy_by_its_lost_target_keeps_its_source_and_drops_the_partial_copy() -> (
+    None
+):
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    w = fleet.world
+    fleet.step()  # the stop
+    fleet.step("before-fold")  # the copy begun, the controller killed before its outcome
+    assert w.state.services["db"].moves[1].phase is MovePhase.COPYING
+    fleet.volumes[target] = "half a copy"
+    w.kill_host(target)
+    passes_until_down(fleet, target)
+    for _ in range(4):
+        fleet.step()
+    assert [c.host for c in w.live("db")] == [source]
+    assert not outlook(w.plan()).progressing  # its target down: degraded, not exit 3
+    assert w.state.services["db"].moves[1].phase is MovePhase.DISCARDING
+    assert w.state.services["db"].moves[1].holds is False
+    (failed,) = [e.message for e in fleet.events if e.kind == "move-failed"]
+    assert failed.endswith(f"its partial copy on {target} is removed once {target} answers")
+    w.revive_host(target)
+    fleet.step()
+    fleet.settle()
+    assert w.state.services["db"].moves == {}
+    assert fleet.volumes == {source: DATA}
+    assert "partial-copy-removed" in [e.kind for e in fleet.events]
+    assert fleet.most_live == 1
+
+
+@pytest.mark.parametrize("lost", ["source", "target"])
+def test_forget_of_either_host_ends_a_move_not_yet_copied(lost: str) -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    fleet.step()  # stopping
+    w = fleet.world
+    gone = source if lost == "source" else target
+    w.kill_host(gone)
+    w.state, events = core.forget(w.state, gone, w.now)
+    assert w.state.services["db"].moves == {}
+    assert "move-failed" in [e.kind for e in events]
+    if lost == "source":
+        w.converge()  # no snapshot known: started afresh (forget says so)
+        assert len(w.live("db")) == 1
+    else:
+        fleet.settle()
+        assert [c.host for c in w.live("db")] == [source]
+
+
+def test_forget_of_the_target_of_a_starting_move_sends_the_slot_back_to_its_whole_source() -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    w = fleet.world
+    while w.state.services["db"].moves[1].phase is not MovePhase.STARTING:
+        fleet.step()
+    w.kill_host(target)
+    w.state, events = core.forget(w.state, target, w.now)
+    assert w.state.services["db"].moves == {}
+    assert w.state.services["db"].slot(1).host == source
+    assert any(
+        f"before its task was ready; it starts again on {source}" in e.message for e in events
+    )
+    fleet.settle()
+    assert [c.host for c in w.live("db")] == [source]
+    assert fleet.volumes[source] == DATA
+
+
+def test_a_restore_whose_target_goes_down_before_its_stream_ends_and_the_slot_keeps_its_data() -> (
+    None
+):
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.restore(target)
+    fleet.before = None  # never restored: every task of the slot runs on its own data
+    fleet.world.kill_host(target)
+    passes_until_down(fleet, target)
+    fleet.settle()
+    w = fleet.world
+    assert w.state.services["db"].moves == {}
+    assert [c.host for c in w.live("db")] == [source]
+    assert fleet.volumes[source] == DATA
+    assert any(e.kind == "restore-failed" for e in fleet.events)
+
+
+def test_a_restore_in_place_cut_mid_stream_by_its_lost_host_leaves_the_slot_failed() -> None:
+    fleet = Fleet()
+    host = fleet.start()
+    fleet.restore(host)
+    w = fleet.world
+    fleet.step()  # the stop
+    fleet.step("before-fold")  # the stream begun, the controller killed before its outcome
+    assert w.state.services["db"].moves[1].phase is MovePhase.COPYING
+    fleet.volumes[host] = "half a snapshot"
+    w.kill_host(host)
+    passes_until_down(fleet, host)
+    assert w.state.services["db"].moves == {}
+    assert w.state.services["db"].slot(1).failed
+    w.revive_host(host)
+    for _ in range(4):
+        fleet.step()
+    assert w.live("db") == []  # never started on the half-written volume

@@ -1559,6 +1559,10 @@ def restore_command(
     force: Annotated[
         bool, typer.Option("--force", help="Even while its host answers (its data forks).")
     ] = False,
+    empty: Annotated[
+        bool,
+        typer.Option("--empty", help="Start a slot waiting for its restore empty, on purpose."),
+    ] = False,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Until it runs.")] = True,
     timeout: TimeoutOption = "10m",
     quiet: QuietOption = False,
@@ -1579,6 +1583,7 @@ def restore_command(
         snapshots=snapshot or (),
         host=host,
         force=force,
+        empty=empty,
         wait=wait,
         timeout=limit,
         cluster=cluster,

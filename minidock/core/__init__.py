@@ -25,6 +25,7 @@ from minidock.core.intents import (
     rollouts_started,
     set_drained,
     set_serving,
+    start_empty,
 )
 from minidock.core.outcomes import ActOutcome, ExitNoted, StartFailed
 from minidock.core.outcomes import fold as fold_outcomes
@@ -72,5 +73,6 @@ __all__ = [
     "set_drained",
     "set_serving",
     "slot_target",
+    "start_empty",
     "task_id",
 ]

@@ -3,6 +3,7 @@ forget. What the runner learns while acting is `core.outcomes`'s."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from minidock.core import canary, hooks, rollout, slots
@@ -30,6 +31,7 @@ __all__ = [
     "rollouts_started",
     "set_drained",
     "set_serving",
+    "start_empty",
 ]
 
 
@@ -345,6 +347,24 @@ def _underway(ss: ServiceState, slot: int) -> VolumeMove | None:
     return None if found is None or found.phase is MovePhase.DISCARDING else found
 
 
+def start_empty(state: ControllerState, service: str, slot: int) -> ControllerState:
+    """`minidock restore SERVICE.SLOT --empty`: a slot that waits for a restore (its host
+    forgotten, a snapshot of it known) starts on empty volumes, as the operator says.
+    ValueError (one line) for a slot that waits for nothing."""
+    ss = state.services[service]
+    subject = f"{service}.{slot}"
+    record = ss.slot(slot)
+    if slot not in ss.slot_numbers() or not record.awaiting_restore:
+        raise ValueError(
+            f"{subject} is not waiting for a restore: --empty only starts a slot whose host "
+            "was forgotten while a snapshot of it exists"
+        )
+    if ss.moves.get(slot) is not None and ss.moves[slot].holds:
+        raise ValueError(f"{subject} is already {ss.moves[slot].line()}; wait for it to end")
+    cleared = replace(record, awaiting_restore="")
+    return _with_service(state, replace(ss, slots={**ss.slots, slot: cleared}))
+
+
 def set_drained(
     state: ControllerState, host: str, drained: bool, *, move_volumes: bool = False
 ) -> ControllerState:
@@ -354,15 +374,26 @@ def set_drained(
     return replace(state, hosts={**state.hosts, host: changed})
 
 
-def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerState, list[Event]]:
+def forget(
+    state: ControllerState,
+    host: str,
+    now: float,
+    snapshots: Mapping[tuple[str, int], str] | None = None,
+) -> tuple[ControllerState, list[Event]]:
     """`minidock forget HOST`: a host gone for good. The tasks that ran on it are recorded
     as lost, so their slots (`on_host_loss = "wait"` ones too) are refilled elsewhere, and
     nothing is left that would hold the host in the inventory. A slot whose record names a
     task on another host (a replacement, made while HOST was down) keeps its record: only
-    the stale task HOST last ran for it is lost."""
+    the stale task HOST last ran for it is lost.
+
+    Never empty by surprise: a pinned slot of which a snapshot exists (`snapshots`: the
+    newest one of each (service, slot), "ID of TIME", as the use case listed them) is not
+    refilled: it waits for `minidock restore` or `restore --empty` (its line says so); one
+    with none starts afresh on an empty volume, and its line says that too."""
     old = state.host(host)
     lost: list[Event] = []
     services = dict(state.services)
+    known = snapshots or {}
     for name, ss in state.services.items():
         ss, ended = _moves_forgotten(ss, host, now)
         lost += ended
@@ -370,8 +401,16 @@ def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerSta
             if not _ran_on(record, name, n, host, old):
                 continue
             message = f"{name}.{n}: task {record.task or '?'} lost with {host}"
+            snapshot = known.get((name, n), "") if ss.spec.pinned else ""
+            if snapshot:
+                message += (
+                    f"; snapshot {snapshot} can restore it, so it waits: `minidock restore "
+                    f"{name}.{n}` restores it, `--empty` starts it empty"
+                )
+            elif ss.spec.pinned and ss.spec.desired == "running":
+                message += "; no snapshot of it is known: it starts afresh with empty volumes"
             lost.append(Event(now, "task-lost", message, service=name, slot=n, host=host))
-            ss = replace(ss, slots={**ss.slots, n: slots.lose(record)})
+            ss = replace(ss, slots={**ss.slots, n: slots.lose(record, snapshot)})
         services[name] = ss
     for t in old.tasks:  # seen there, and no record of it lost above (stale, or rebuilt state)
         if not any(e.service == t.service and e.slot == t.slot for e in lost):
@@ -382,9 +421,7 @@ def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerSta
     return replace(state, hosts=hosts, services=services), [summary, *lost]
 
 
-def _moves_forgotten(
-    ss: ServiceState, host: str, now: float
-) -> tuple[ServiceState, list[Event]]:
+def _moves_forgotten(ss: ServiceState, host: str, now: float) -> tuple[ServiceState, list[Event]]:
     """The service's moves and restores that needed `host`, ended (every intent ends): one
     not yet copied fails (its slot stays where its data is); one starting on `host` goes
     back to its source, whose volumes are still whole; one whose source is `host` keeps

@@ -85,6 +85,7 @@ class WaitKind(enum.Enum):
     CERTIFICATE = "certificate"  # an ACME order started, collected by a later pass
     PROMOTE = "promote"  # a canary that passed, waiting for the operator's `minidock promote`
     MOVE = "move"  # a slot's move with its volumes under way (core/volumes.py)
+    RESTORE = "restore"  # a pinned slot of a forgotten host, waiting for `minidock restore`
 
     @property
     def moves(self) -> bool:
@@ -93,11 +94,18 @@ class WaitKind(enum.Enum):
     @property
     def degraded(self) -> bool:
         """No pass changes it by itself, and it says so on its own (exit 4)."""
-        return self in (WaitKind.HELD_DOWN, WaitKind.PINNED)
+        return self in (WaitKind.HELD_DOWN, WaitKind.PINNED, WaitKind.RESTORE)
 
 
 _STILL = frozenset(
-    {WaitKind.ROLLOUT, WaitKind.HELD_DOWN, WaitKind.PINNED, WaitKind.STALLED, WaitKind.PROMOTE}
+    {
+        WaitKind.ROLLOUT,
+        WaitKind.HELD_DOWN,
+        WaitKind.PINNED,
+        WaitKind.STALLED,
+        WaitKind.PROMOTE,
+        WaitKind.RESTORE,
+    }
 )
 
 

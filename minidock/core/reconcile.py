@@ -662,6 +662,8 @@ def _fill(
     name, state = ss.spec.name, ss.slot(n)
     if state.failed or state.complete:
         return SlotDecision(ss)
+    if state.awaiting_restore:  # never started empty by surprise (core/intents.py: forget)
+        return SlotDecision(ss, Effects(waiting=(_awaiting(ss, n, state.awaiting_restore),)))
     if view.now < state.next_start:
         left = f"restart backoff, {state.next_start - view.now:.0f}s left"
         return SlotDecision(
@@ -678,6 +680,17 @@ def _fill(
     only = ss.host_of(n) or (state.host if target.pinned else "")  # its host, its data
     want = Want(kind, name, n, target, only=only)
     return SlotDecision(with_slot(ss, n, slots.vanish(state)), want=want)
+
+
+def _awaiting(ss: ServiceState, n: int, snapshot: str) -> Waiting:
+    """A pinned slot of a forgotten host that a snapshot can restore: what to run."""
+    subject = f"{ss.spec.name}.{n}"
+    why = (
+        f"its host was forgotten and snapshot {snapshot} can restore it: `minidock restore "
+        f"{subject}` (on a host the scheduler picks, or --host HOST), or `minidock restore "
+        f"{subject} --empty` to start it empty"
+    )
+    return Waiting(subject, why, WaitKind.RESTORE, ss.spec.name)
 
 
 # -- placement --------------------------------------------------------------------------------

@@ -110,6 +110,10 @@ class SlotState:
     next_start: float = 0.0  # backoff: no new task before this time
     last_exit: str = ""  # one line: exit code and log tail, or the health failure
     avoid: str = ""  # a host where starting its task failed (image missing, disk full...)
+    # its host was forgotten and a snapshot of it exists: no task starts (on an empty
+    # volume) until `minidock restore` (which clears it) or `restore --empty`; the newest
+    # snapshot known then, "ID of TIME", shown (core/intents.py: forget, start_empty)
+    awaiting_restore: str = ""
 
     @property
     def failed(self) -> bool:
@@ -166,8 +170,9 @@ def vanish(slot: SlotState) -> SlotState:
 
 def relocate(slot: SlotState, host: str) -> SlotState:
     """A moved slot's data is on `host` now (core/volumes.py): its record names that host
-    and no task, so its next task starts there (the phase is the pass's to say)."""
-    return replace(slot, task="", host=host, avoid="")
+    and no task, so its next task starts there (the phase is the pass's to say); a slot
+    that awaited a restore has its data back."""
+    return replace(slot, task="", host=host, avoid="", awaiting_restore="")
 
 
 def restore_failed(slot: SlotState, line: str) -> SlotState:
@@ -176,9 +181,10 @@ def restore_failed(slot: SlotState, line: str) -> SlotState:
     return _step(slot, SlotInput.RESTORE_FAILED, last_exit=line)
 
 
-def lose(slot: SlotState) -> SlotState:
-    """`minidock forget HOST`: the host is gone for good and its task with it."""
-    return _step(slot, SlotInput.LOST, task="", host="")
+def lose(slot: SlotState, awaiting_restore: str = "") -> SlotState:
+    """`minidock forget HOST`: the host is gone for good and its task with it; with
+    `awaiting_restore` (a pinned slot's newest snapshot), it waits for a restore."""
+    return _step(slot, SlotInput.LOST, task="", host="", awaiting_restore=awaiting_restore)
 
 
 def reset(slot: SlotState) -> SlotState:

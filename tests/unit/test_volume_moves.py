@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from minidock import core
 from minidock.core import fold_outcomes
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
+from minidock.core.plan import WaitKind
 from minidock.core.progress_rule import outlook
 from minidock.core.volumes import MovePhase
 from minidock.model import Event, Volume
@@ -500,3 +501,87 @@ def test_a_restore_in_place_cut_mid_stream_by_its_lost_host_leaves_the_slot_fail
     for _ in range(4):
         fleet.step()
     assert w.live("db") == []  # never started on the half-written volume
+
+
+# -- never empty by surprise: a forgotten host's pinned slot waits for its restore --------------
+NEWEST = "4f2a9c1e of 2026-12-05 03:00:00 UTC"
+
+
+def forgotten(fleet: Fleet, snapshot: str) -> tuple[str, list[Event]]:
+    """db.1's host killed, passes until it is down, then forgotten (`snapshot`: the newest
+    snapshot of db.1 the use case found, "" for none)."""
+    lost = fleet.start()
+    w = fleet.world
+    w.kill_host(lost)
+    passes_until_down(fleet, lost)
+    known = {("db", 1): snapshot} if snapshot else {}
+    w.state, events = core.forget(w.state, lost, w.now, known)
+    del fleet.volumes[lost]  # gone with its host
+    return lost, events
+
+
+def test_a_forgotten_pinned_slot_with_a_snapshot_waits_for_its_restore_degraded() -> None:
+    fleet = Fleet()
+    _, events = forgotten(fleet, NEWEST)
+    (said,) = [e.message for e in events if e.kind == "task-lost" and e.service == "db"]
+    assert said.endswith(
+        f"; snapshot {NEWEST} can restore it, so it waits: `minidock restore db.1` restores "
+        "it, `--empty` starts it empty"
+    )
+    w = fleet.world
+    for _ in range(3):
+        fleet.step()
+    plan = w.plan()
+    assert (w.live("db"), plan.run) == ([], ())  # never started on an empty volume
+    (wait,) = [x for x in plan.waiting if x.subject == "db.1"]
+    assert wait.kind is WaitKind.RESTORE
+    assert "`minidock restore db.1`" in wait.reason
+    assert "--empty" in wait.reason
+    assert not outlook(plan).progressing  # exit 4: degraded, and says what to run
+    assert str(wait) in outlook(plan).stuck
+
+
+def test_a_waiting_slot_restored_elsewhere_starts_only_on_the_snapshot() -> None:
+    fleet = Fleet()
+    lost, _ = forgotten(fleet, NEWEST)
+    target = other(fleet, lost)
+    fleet.restore(target)  # no recorded host: nothing forks, no --force
+    fleet.settle()
+    w = fleet.world
+    assert [c.host for c in w.live("db")] == [target]
+    assert fleet.volumes == {target: SNAPSHOT}
+    assert w.state.services["db"].slot(1).awaiting_restore == ""
+
+
+def test_a_waiting_slot_started_empty_on_purpose_starts_anywhere() -> None:
+    fleet = Fleet()
+    forgotten(fleet, NEWEST)
+    w = fleet.world
+    w.state = core.start_empty(w.state, "db", 1)
+    w.converge()
+    assert len(w.live("db")) == 1
+    with pytest.raises(ValueError, match=r"db\.1 is not waiting for a restore"):
+        core.start_empty(w.state, "db", 1)
+
+
+def test_a_forgotten_pinned_slot_without_a_snapshot_starts_afresh_saying_so() -> None:
+    fleet = Fleet()
+    _, events = forgotten(fleet, "")
+    (said,) = [e.message for e in events if e.kind == "task-lost" and e.service == "db"]
+    assert said.endswith("; no snapshot of it is known: it starts afresh with empty volumes")
+    fleet.world.converge()
+    assert len(fleet.world.live("db")) == 1
+
+
+def test_a_failed_restore_of_a_waiting_slot_keeps_it_waiting_after_a_reset() -> None:
+    fleet = Fleet(fail_copy=True)
+    lost, _ = forgotten(fleet, NEWEST)
+    fleet.restore(other(fleet, lost))
+    for _ in range(6):
+        fleet.step()
+    w = fleet.world
+    w.state = core.reset(w.state, "db")
+    for _ in range(3):
+        fleet.step()
+    assert w.live("db") == []
+    assert w.state.services["db"].slot(1).awaiting_restore == NEWEST

@@ -436,7 +436,9 @@ def _moves_forgotten(ss: ServiceState, host: str, now: float) -> tuple[ServiceSt
             continue
         what = "restore" if move.restore else "move"
         line = ""
-        if move.phase is MovePhase.DISCARDING and move.target == host:
+        if move.failover and move.source == host:  # restoring away from it already
+            moves[n] = replace(move, source="")
+        elif move.phase is MovePhase.DISCARDING and move.target == host:
             del moves[n]
         elif move.holds:
             del moves[n]

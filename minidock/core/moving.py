@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from minidock.core.failover import kept_line
 from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
@@ -119,8 +120,8 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
         return ss, ()
     in_place = move.source == move.target
     why = _lost(view, move.target)
-    if not why and move.source and not in_place:
-        why = _lost(view, move.source)
+    if not why and move.source and not in_place and not move.failover:
+        why = _lost(view, move.source)  # a failover's source is down: why it was recorded
     if not why:
         return ss, ()
     ended = move.step(MoveInput.LOST)
@@ -156,8 +157,8 @@ def hold(
     if move is None or not move.holds:
         return None
     name, subject = ss.spec.name, f"{ss.spec.name}.{n}"
-    stops = tuple(Stop(c, f"{subject} {move.line()}") for c in here)
-    held = view.holders(ss, n)
+    stops = tuple(Stop(c, f"{subject} {move.line()}{_fenced(ss, n, c)}") for c in here)
+    held = _holders(ss, n, move, view)
     if move.phase is MovePhase.STOPPING and not here and not held:
         move = move.step(MoveInput.STOPPED)
         ss = _with_move(ss, n, move)
@@ -166,6 +167,20 @@ def hold(
         line += f" (waiting for {', '.join(held)} to answer)"
     wait = Waiting(subject, line, WaitKind.MOVE, name)
     return ss, Effects(stops=stops, waiting=(wait,))
+
+
+def _holders(ss: ServiceState, n: int, move: VolumeMove, view: View) -> tuple[str, ...]:
+    """The hosts the move waits for (`View.holders`), but a failover's down source: the
+    pass restores elsewhere because it is down, and fences its task if it answers."""
+    held = view.holders(ss, n)
+    if not move.failover:
+        return held
+    return tuple(h for h in held if not (h == move.source and view.hosts[h].down))
+
+
+def _fenced(ss: ServiceState, n: int, c: Container) -> str:
+    record = ss.slot(n)
+    return kept_line(record, c.host)
 
 
 def ready(
@@ -226,7 +241,7 @@ def acts(services: Mapping[str, ServiceState], view: View) -> tuple[MoveAct, ...
             spec = slot_target(ss, n)
             if move.phase is MovePhase.COPYING and (name, n) not in busy:
                 source_ok = move.restore or _answered(view, move.source)
-                if source_ok and _answered(view, move.target) and not view.holders(ss, n):
+                if source_ok and _answered(view, move.target) and not _holders(ss, n, move, view):
                     found.append(MoveAct(name, n, spec, move))
             elif move.phase in (MovePhase.CLEANING, MovePhase.DISCARDING):
                 act = MoveAct(name, n, spec, move, copy=False)

@@ -86,6 +86,7 @@ class WaitKind(enum.Enum):
     PROMOTE = "promote"  # a canary that passed, waiting for the operator's `minidock promote`
     MOVE = "move"  # a slot's move with its volumes under way (core/volumes.py)
     RESTORE = "restore"  # a pinned slot of a forgotten host, waiting for `minidock restore`
+    FAILOVER = "failover"  # a down host's pinned slot, restored elsewhere after restore_after
 
     @property
     def moves(self) -> bool:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from minidock.core import hooks, moving, rollout, slots
+from minidock.core import failover, hooks, moving, rollout, slots
 from minidock.core import hosts as host_machine
 from minidock.core.evolve import evolve
 from minidock.core.fold import (
@@ -55,6 +55,7 @@ class WantKind(enum.IntEnum):
     RESTART = 0  # lost capacity comes back first
     NEW = 1
     MOVE = 2  # off a drained host, start-first
+    FAILOVER = 3  # a down host's pinned slot restored elsewhere (core/failover.py)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Want:
     old: Container | None = None  # MOVE: the task that stays until its replacement is ready
     why: str = ""
     only: str = ""  # the one host it may go to (pinned by its volume, or a global task's)
+    failover: failover.Due | None = None  # FAILOVER: what it restores, off which host
 
 
 class SlotDecision(NamedTuple):
@@ -467,19 +469,53 @@ def _decide_slot(
     live = [c for c in here if c.live and c.state != "created"]
     dead = [c for c in here if not (c.live and c.state != "created")]
     held = view.holders(ss, n)
+    if held and ss.slot(n).kept_on:  # a failover's old host holds nothing: it is fenced
+        held = tuple(h for h in held if not _kept_away(ss, n, h))
     if not (live or held):
         return _slot_without_task(ss, n, dead, services, view)
     fx = Effects(stops=tuple(Stop(c, f"{c.name} superseded") for c in dead))
     ss, live, unhealthy = _unhealthy_out(ss, n, live, view)
-    fx = fx + unhealthy
+    fx = fx + unhealthy + _fence_kept(ss, n, live, view)
+    live = [c for c in live if not _on_kept(ss, n, c)]
     target = slot_target(ss, n)
     if held:
-        held_fx = fx + _held_waiting(ss, n, held, view)
-        return SlotDecision(with_slot(ss, n, slots.hold(ss.slot(n))), held_fx)
+        ss = with_slot(ss, n, slots.hold(ss.slot(n)))
+        due = failover.due(ss, n, held, view)
+        if isinstance(due, failover.Due):  # on_host_loss = "restore": placed with the wants
+            want = Want(WantKind.FAILOVER, ss.spec.name, n, target, failover=due)
+            return SlotDecision(ss, fx, want)
+        if due is not None:
+            return SlotDecision(ss, fx + Effects(waiting=(due,)))
+        return SlotDecision(ss, fx + _held_waiting(ss, n, held, view))
     if not live:
         filled = _fill(ss, n, slot_target(ss, n, refill=True), True, services, view)
         return filled._replace(effects=fx + filled.effects)
     return _slot_with_tasks(ss, n, live, target, view, fx)
+
+
+def _kept_away(ss: ServiceState, n: int, host: str) -> bool:
+    """Whether `host` is the one a failover restored the slot away from (core/failover.py)."""
+    record = ss.slot(n)
+    return bool(record.kept_on) and host == record.kept_on != record.host
+
+
+def _on_kept(ss: ServiceState, n: int, c: Container) -> bool:
+    """A task of the slot on the host a failover restored it away from."""
+    return _kept_away(ss, n, c.host)
+
+
+def _fence_kept(ss: ServiceState, n: int, live: list[Container], view: View) -> Effects:
+    """The old host of a failover answers again with its task of the slot: stopped at
+    once (never two running copies), its volume kept, both said."""
+    stale = [c for c in live if _on_kept(ss, n, c)]
+    if not stale:
+        return Effects()
+    record, subject = ss.slot(n), f"{ss.spec.name}.{n}"
+    line = f"fenced: {subject} was restored on {record.host}"
+    line += failover.kept_line(record, record.kept_on)
+    event = Event(view.now, "fenced", f"{subject}: task {stale[0].task} on {record.kept_on} "
+                  f"{line}", service=ss.spec.name, slot=n, host=record.kept_on)  # fmt: skip
+    return Effects(stops=tuple(Stop(c, line) for c in stale), events=(event,))
 
 
 def _steady(ss: ServiceState, n: int, here: list[Container], view: View) -> bool:
@@ -705,6 +741,10 @@ def _place_wants(
     for want in sorted(wants, key=lambda w: w.kind):
         ss = services[want.service]
         record = ss.slot(want.slot)
+        if want.kind is WantKind.FAILOVER:
+            services[want.service], placed = _failover(want, ss, fleet, view)
+            parts.append(placed)
+            continue
         if want.kind is WantKind.MOVE:
             run, placed = _move(want, services, fleet, view)
         else:
@@ -719,6 +759,20 @@ def _place_wants(
     for name, changed in records.items():
         services[name] = with_slots(services[name], changed)
     return services, Effects.joined(parts)
+
+
+def _failover(
+    want: Want, ss: ServiceState, fleet: Fleet, view: View
+) -> tuple[ServiceState, Effects]:
+    """A failover's restore placed as a task is (the scheduler picks the host) and
+    recorded as the slot's restore intent; pending when no host fits."""
+    assert want.failover is not None
+    where = place(want.target, fleet, avoid=(want.failover.old,))
+    if where.host is None:
+        why = f"on_host_loss = restore: no host can take it: {where.why}"
+        return ss, Effects(pending=(Pending(want.service, want.slot, why),))
+    ss, event = failover.failover_move(ss, want.slot, want.failover, where.host, view.now)
+    return ss, Effects(events=(event,))
 
 
 def _place_one(want: Want, avoid: str, fleet: Fleet, view: View) -> tuple[Run | None, Effects]:

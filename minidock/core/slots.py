@@ -114,6 +114,13 @@ class SlotState:
     # volume) until `minidock restore` (which clears it) or `restore --empty`; the newest
     # snapshot known then, "ID of TIME", shown (core/intents.py: forget, start_empty)
     awaiting_restore: str = ""
+    # the newest snapshot of each of its named volumes, (volume, snapshot id, when taken),
+    # as backups recorded them (core/failover.py): its recovery point, what a failover
+    # restores, known to a pass without I/O
+    backups: tuple[tuple[str, str, float], ...] = ()
+    # a host where a failover (on_host_loss = "restore") left its old volume: kept, never
+    # removed by MiniDock (it may hold writes newer than the snapshot), and listed
+    kept_on: str = ""
 
     @property
     def failed(self) -> bool:

@@ -78,6 +78,10 @@ class VolumeMove:
     snapshot: str = ""  # a restore: the snapshot asked for (shown), streamed in instead
     snapshots: tuple[tuple[str, str], ...] = ()  # a restore: (volume, snapshot id) each
     since: float = 0.0  # when it was asked for
+    # a restore the pass itself recorded (on_host_loss = "restore") because `source`, the
+    # slot's host, was down: that host holds nothing back, and its task is fenced if it
+    # answers again (core/failover.py)
+    failover: bool = False
     size: int = 0  # bytes copied
     seconds: float = 0.0  # how long the copy took
 

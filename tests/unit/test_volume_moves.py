@@ -8,7 +8,7 @@ the one task on the target with the data there."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from minidock import core
 from minidock.core import fold_outcomes
+from minidock.core.failover import recovery_points, snapshot_taken
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
 from minidock.core.plan import WaitKind
 from minidock.core.progress_rule import outlook
@@ -585,3 +586,143 @@ def test_a_failed_restore_of_a_waiting_slot_keeps_it_waiting_after_a_reset() -> 
         fleet.step()
     assert w.live("db") == []
     assert w.state.services["db"].slot(1).awaiting_restore == NEWEST
+
+
+# -- failover from backups: on_host_loss = "restore" ---------------------------------------------
+def failing_over(restore_after: float = 10.0) -> tuple[Fleet, str]:
+    """db (on_host_loss = "restore") backed up, then its host killed."""
+    fleet = Fleet()
+    db = svc("db", volumes=(Volume("data", "/data"),), on_host_loss="restore")
+    fleet.world.apply(replace(db, restore_after=restore_after))
+    fleet.world.converge()
+    (task,) = fleet.world.live("db")
+    fleet.volumes[task.host] = DATA
+    w = fleet.world
+    w.state = snapshot_taken(w.state, "db", 1, "data", SNAP_ID, w.now)
+    fleet.before = {task.id}  # a task started since runs on the snapshot
+    w.kill_host(task.host)
+    return fleet, task.host
+
+
+def until_restored(fleet: Fleet, limit: int = 40) -> None:
+    """Passes until a failover's restore is over: its move gone, one task running."""
+    for _ in range(limit):
+        fleet.step()
+        db = fleet.world.state.services["db"]
+        running = [c for c in fleet.world.live("db") if c.task == db.slot(1).task]
+        if "failover" in [e.kind for e in fleet.events] and not db.moves and running:
+            return
+    raise AssertionError(f"no failover: {fleet.world.state.services['db'].moves}")
+
+
+def test_a_down_hosts_pinned_slot_is_restored_elsewhere_after_restore_after_by_itself() -> None:
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    plan = w.plan()
+    (wait,) = [x for x in plan.waiting if x.subject == "db.1"]
+    assert wait.kind is WaitKind.FAILOVER
+    assert "restored on another host in" in wait.reason
+    assert outlook(plan).progressing  # time alone moves it on: exit 3
+    until_restored(fleet)
+    (task,) = w.live("db")
+    assert task.host != lost
+    assert fleet.volumes[task.host] == SNAPSHOT
+    assert fleet.volumes[lost] == DATA  # the old volume kept
+    (said,) = [e.message for e in fleet.events if e.kind == "failover"]
+    assert said.startswith(f"db.1: {lost} down for ")
+    assert said.endswith(
+        f"restoring snapshot 4f2a9c1e on {task.host}; its volume on {lost} is kept"
+    )
+    record = w.state.services["db"].slot(1)
+    assert (record.host, record.kept_on) == (task.host, lost)
+    # not before restore_after: the event comes at least 10 s after the last answer
+    (failed_over,) = [e for e in fleet.events if e.kind == "failover"]
+    assert failed_over.at - w.state.host(lost).last_seen >= 10.0  # type: ignore[operator]
+
+
+def test_the_old_host_back_has_its_task_fenced_and_its_volume_kept_and_listed() -> None:
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    until_restored(fleet)
+    w.revive_host(lost)  # it never stopped its task: it was cut off
+    assert len(w.live("db")) == 2
+    fleet.step()
+    (task,) = w.live("db")
+    assert task.host != lost
+    assert fleet.volumes[lost] == DATA
+    (fenced,) = [e.message for e in fleet.events if e.kind == "fenced"]
+    assert fenced.endswith(
+        f"its volume on {lost} is kept (it may hold writes newer than the snapshot restored "
+        "elsewhere)"
+    )
+    fleet.settle()
+    assert len(w.live("db")) == 1
+
+
+def test_the_old_host_back_during_the_failover_restore_is_fenced_at_once() -> None:
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    for _ in range(20):
+        if "failover" in [e.kind for e in fleet.events]:
+            break
+        fleet.step()
+    assert w.state.services["db"].moves[1].failover
+    w.revive_host(lost)
+    fleet.settle(limit=40)
+    (task,) = w.live("db")
+    assert task.host != lost
+    assert fleet.volumes[task.host] == SNAPSHOT
+    assert fleet.most_live <= 2  # the instant it answers; one pass later, one
+    assert len(w.live("db")) == 1
+
+
+def test_without_a_recorded_snapshot_a_failover_waits_degraded_saying_why() -> None:
+    fleet = Fleet()
+    fleet.world.apply(svc("db", volumes=(Volume("data", "/data"),), on_host_loss="restore"))
+    fleet.world.converge()
+    (task,) = fleet.world.live("db")
+    fleet.world.kill_host(task.host)
+    passes_until_down(fleet, task.host)
+    for _ in range(30):
+        fleet.step()
+    plan = fleet.world.plan()
+    assert plan.run == ()
+    (wait,) = [x for x in plan.waiting if x.subject == "db.1"]
+    assert "no snapshot of it is known" in wait.reason
+    assert not outlook(plan).progressing
+
+
+def test_a_backup_records_the_newest_snapshot_per_volume_and_its_recovery_point() -> None:
+    fleet = Fleet()
+    fleet.start()
+    w = fleet.world
+    w.state = snapshot_taken(w.state, "db", 1, "data", "a" * 64, 100.0)
+    w.state = snapshot_taken(w.state, "db", 1, "data", "b" * 64, 50.0)  # older: ignored
+    (point,) = recovery_points(w.state.services, 160.0)
+    assert (point.service, point.slot, point.volume, point.snapshot, point.age) == (
+        "db",
+        1,
+        "data",
+        "a" * 64,
+        60.0,
+    )
+
+
+def test_forget_of_the_old_host_during_a_failover_restore_lets_it_go_on() -> None:
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    for _ in range(20):
+        if w.state.services["db"].moves:
+            break
+        fleet.step()
+    w.state, _ = core.forget(w.state, lost, w.now, {("db", 1): NEWEST})
+    assert w.state.services["db"].moves[1].failover
+    del fleet.volumes[lost]
+    until_restored(fleet)
+    (task,) = w.live("db")
+    assert fleet.volumes[task.host] == SNAPSHOT
+    assert w.state.services["db"].slot(1).awaiting_restore == ""

@@ -2,8 +2,8 @@
 
 A backup that completes records the snapshot of each volume in the slot's record
 (`snapshot_taken`, called by whoever took it): the pass then knows, without I/O, the
-newest snapshot of every pinned slot, its age (`recovery_points`: status, metrics, the
-dashboard) and what a failover restores.
+newest snapshot of every pinned slot and its time (`recovery_points`: status, metrics,
+the dashboard) and what a failover restores.
 
 A pinned slot of a service with `on_host_loss = "restore"` whose host is down (its
 `down_after` failed probes counted, so never sooner) and has not answered for
@@ -17,7 +17,6 @@ hold writes newer than the snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from minidock.core.fold import View, with_slot
@@ -140,27 +139,28 @@ def kept_line(record: SlotState, host: str) -> str:
 
 @dataclass(frozen=True)
 class RecoveryPoint:
-    """A pinned slot's newest snapshot of one volume and its age (None: none known)."""
+    """A pinned slot's newest snapshot of one volume: its id and when its copy began
+    (None: none known; its age is the reader's `now` minus it), and the host a failover
+    left the slot's old volume on ("": none)."""
 
     service: str
     slot: int
     volume: str
     snapshot: str
-    age: float | None
+    taken: float | None
+    kept_on: str = ""
 
 
-def recovery_points(services: Mapping[str, ServiceState], now: float) -> tuple[RecoveryPoint, ...]:
-    """Every pinned slot's recovery point, per named volume: the newest snapshot a backup
-    recorded and its age at `now`."""
+def recovery_points(ss: ServiceState) -> tuple[RecoveryPoint, ...]:
+    """The service's recovery points, per slot and named volume (none unless pinned)."""
+    if not ss.spec.pinned or ss.removed:
+        return ()
+    named = [v.source for v in ss.spec.volumes if v.named]
     found: list[RecoveryPoint] = []
-    for name, ss in sorted(services.items()):
-        if not ss.spec.pinned or ss.removed:
-            continue
-        named = [v.source for v in ss.spec.volumes if v.named]
-        for n in ss.slot_numbers():
-            known = {v: (ident, when) for v, ident, when in ss.slot(n).backups}
-            for volume in named:
-                ident, when = known.get(volume, ("", None))
-                age = None if when is None else max(0.0, now - when)
-                found.append(RecoveryPoint(name, n, volume, ident, age))
+    for n in ss.slot_numbers():
+        record = ss.slot(n)
+        known = {v: (ident, when) for v, ident, when in record.backups}
+        for volume in named:
+            ident, when = known.get(volume, ("", None))
+            found.append(RecoveryPoint(ss.spec.name, n, volume, ident, when, record.kept_on))
     return tuple(found)

@@ -410,7 +410,8 @@ def forget(
             elif ss.spec.pinned and ss.spec.desired == "running":
                 message += "; no snapshot of it is known: it starts afresh with empty volumes"
             lost.append(Event(now, "task-lost", message, service=name, slot=n, host=host))
-            ss = replace(ss, slots={**ss.slots, n: slots.lose(record, snapshot)})
+            lost_record = slots.lose(record, snapshot, pinned=ss.spec.pinned)
+            ss = replace(ss, slots={**ss.slots, n: lost_record})
         services[name] = ss
     for t in old.tasks:  # seen there, and no record of it lost above (stale, or rebuilt state)
         if not any(e.service == t.service and e.slot == t.slot for e in lost):

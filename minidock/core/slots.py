@@ -178,8 +178,10 @@ def vanish(slot: SlotState) -> SlotState:
 def relocate(slot: SlotState, host: str) -> SlotState:
     """A moved slot's data is on `host` now (core/volumes.py): its record names that host
     and no task, so its next task starts there (the phase is the pass's to say); a slot
-    that awaited a restore has its data back."""
-    return replace(slot, task="", host=host, avoid="", awaiting_restore="")
+    that awaited a restore has its data back (and a kept old volume on `host` was just
+    made afresh: no longer listed)."""
+    kept = "" if slot.kept_on == host else slot.kept_on
+    return replace(slot, task="", host=host, avoid="", awaiting_restore="", kept_on=kept)
 
 
 def restore_failed(slot: SlotState, line: str) -> SlotState:
@@ -188,10 +190,15 @@ def restore_failed(slot: SlotState, line: str) -> SlotState:
     return _step(slot, SlotInput.RESTORE_FAILED, last_exit=line)
 
 
-def lose(slot: SlotState, awaiting_restore: str = "") -> SlotState:
+def lose(slot: SlotState, awaiting_restore: str = "", *, pinned: bool = False) -> SlotState:
     """`minidock forget HOST`: the host is gone for good and its task with it; with
-    `awaiting_restore` (a pinned slot's newest snapshot), it waits for a restore."""
-    return _step(slot, SlotInput.LOST, task="", host="", awaiting_restore=awaiting_restore)
+    `awaiting_restore` (a pinned slot's newest snapshot), it waits for a restore. A pinned
+    slot's old volume stays on that host (`kept_on`): if it ever answers again, its task
+    is fenced and the volume listed, never used."""
+    kept = slot.host if pinned and slot.host else slot.kept_on
+    return _step(
+        slot, SlotInput.LOST, task="", host="", awaiting_restore=awaiting_restore, kept_on=kept
+    )
 
 
 def reset(slot: SlotState) -> SlotState:

@@ -20,6 +20,7 @@ from datetime import datetime
 
 from minidock import restic, schedules
 from minidock.commands.docker import exec_argv, grace_seconds, start_argv, stop_argv
+from minidock.core.failover import snapshot_taken
 from minidock.core.schedule import backup_due
 from minidock.model import BackupPolicy, Container, Host, Inventory, Schedule, Service, Volume
 from minidock.restic import Repository, ResticError
@@ -160,14 +161,36 @@ async def backup(
             raise UseCaseError(f"{policy.repository}: {exc}") from None
         saved: list[VolumeBackup] = []
         failed: list[str] = []
+        taken: list[tuple[VolumeBackup, float]] = []  # each snapshot, and when its copy began
         for task in tasks:
             try:
                 async with _stopped(job, task, directory, runtime):
-                    saved += [await job.volume(task, v) for v in volumes]
+                    for v in volumes:
+                        began = runtime.clock.now()
+                        saved.append(await job.volume(task, v))
+                        taken.append((saved[-1], began))
             except _FAILURES as exc:
                 failed.append(seen.mask(repo.mask(f"{task.name}: {exc}")))
+        await _recorded(directory, runtime, service, taken)
         forgotten = await _prune(job, saved, failed)
     return BackupOutcome(service, policy.repository, made, tuple(saved), forgotten, tuple(failed))
+
+
+async def _recorded(
+    directory: StateLocation,
+    runtime: Runtime,
+    service: str,
+    taken: Sequence[tuple[VolumeBackup, float]],
+) -> None:
+    """Each snapshot saved kept in its slot's record (core.failover.snapshot_taken): the
+    recovery point status and metrics show, and what a failover restores."""
+    if not taken:
+        return
+    async with writing(directory, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
+        state = store.load()
+        for done, began in taken:
+            state = snapshot_taken(state, service, done.slot, done.volume, done.snapshot, began)
+        store.commit(state)
 
 
 def _applied(directory: StateLocation, service: str) -> tuple[Service, int]:

@@ -701,13 +701,13 @@ def test_a_backup_records_the_newest_snapshot_per_volume_and_its_recovery_point(
     w = fleet.world
     w.state = snapshot_taken(w.state, "db", 1, "data", "a" * 64, 100.0)
     w.state = snapshot_taken(w.state, "db", 1, "data", "b" * 64, 50.0)  # older: ignored
-    (point,) = recovery_points(w.state.services, 160.0)
-    assert (point.service, point.slot, point.volume, point.snapshot, point.age) == (
+    (point,) = recovery_points(w.state.services["db"])
+    assert (point.service, point.slot, point.volume, point.snapshot, point.taken) == (
         "db",
         1,
         "data",
         "a" * 64,
-        60.0,
+        100.0,
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from minidock import restic, usecases
+from minidock.cli import recovery_lines
 from minidock.commands.docker import volume_name
 from minidock.core.plan import WaitKind
 from minidock.state import Store
@@ -83,6 +84,8 @@ def test_a_backup_is_the_slots_recovery_point_in_status(tmp_path: Path) -> None:
     doc = run(status(setup.state, setup.runtime())).documents[0]
     (point,) = doc.services[0].recovery
     assert (point.slot, point.volume, point.snapshot, point.kept_on) == (1, "data", snapshot, "")
+    shown = recovery_lines(doc.services[0], taken + 120.0)
+    assert shown == [f"db.1 data: recovery point: snapshot {snapshot[:8]}, 2m old"]
 
 
 def test_forget_leaves_the_slot_waiting_then_restore_puts_its_data_back_elsewhere(

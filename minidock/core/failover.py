@@ -23,7 +23,7 @@ from minidock.core.fold import View, with_slot
 from minidock.core.plan import Waiting, WaitKind
 from minidock.core.slots import SlotState
 from minidock.core.state import ControllerState, ServiceState
-from minidock.core.volumes import VolumeMove
+from minidock.core.volumes import MovePhase, VolumeMove
 from minidock.model import Event
 
 __all__ = [
@@ -76,11 +76,17 @@ class Due:
 def due(ss: ServiceState, n: int, held: tuple[str, ...], view: View) -> Due | Waiting | None:
     """Whether the pass restores slot `n` elsewhere now (`Due`), waits to (a `Waiting`
     that says when, or why it cannot: no snapshot known), or is none of a failover's
-    business (None: not `on_host_loss = "restore"`, a move under way, a holder that is
-    only unreachable, not down)."""
-    if ss.spec.on_host_loss != "restore" or n in ss.moves or not ss.spec.pinned:
+    business (None: not `on_host_loss = "restore"`, a move under way, a Failed slot (a
+    failover restore that failed waits for the operator), a holder that is only
+    unreachable, not down)."""
+    if ss.spec.on_host_loss != "restore" or not ss.spec.pinned:
+        return None
+    underway = ss.moves.get(n)
+    if underway is not None and underway.phase is not MovePhase.DISCARDING:
         return None
     record = ss.slot(n)
+    if record.failed:  # a failed failover restore: the operator's (restore again, or reset)
+        return None
     hs = view.hosts.get(record.host)
     if hs is None or not hs.down or any(not view.hosts[h].down for h in held if h in view.hosts):
         return None

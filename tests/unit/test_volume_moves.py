@@ -726,3 +726,15 @@ def test_forget_of_the_old_host_during_a_failover_restore_lets_it_go_on() -> Non
     (task,) = w.live("db")
     assert fleet.volumes[task.host] == SNAPSHOT
     assert w.state.services["db"].slot(1).awaiting_restore == ""
+
+
+def test_a_failover_restore_that_fails_is_not_retried_every_pass() -> None:
+    fleet, lost = failing_over()
+    fleet.fail_copy = True
+    passes_until_down(fleet, lost)
+    for _ in range(30):
+        fleet.step()
+    kinds = [e.kind for e in fleet.events]
+    assert kinds.count("failover") == 1
+    assert kinds.count("restore-failed") == 1
+    assert fleet.world.state.services["db"].slot(1).failed

@@ -224,12 +224,16 @@ def test_a_forgotten_hosts_slot_waits_and_restore_puts_its_data_back_with_no_for
     md, lost, written = _backed_up(fleet, tmp_path)
     (snap,) = json.loads(md("backups", "db", "--json").stdout)["snapshots"]
     fleet.kill(lost, "stop")
-    res = md("forget", lost)
-    assert res.returncode == 4, res.stdout + res.stderr
+    res = md("forget", lost)  # 3 while its failed probes still count, then 4
+    assert res.returncode in (3, 4), res.stdout + res.stderr
     said = f"snapshot {snap['short_id']} of "
     assert said in res.stdout, res.stdout + res.stderr
     assert "can restore it, so it waits: minidock restore db.1" in res.stdout
-    res = md("reconcile")
+    for _ in range(10):
+        res = md("reconcile")
+        if res.returncode == 4:
+            break
+        time.sleep(2)
     assert res.returncode == 4, res.stdout + res.stderr  # every pass: the operator's word
     assert "`minidock restore db.1`" in res.stdout + res.stderr
     assert md.tasks("db") == []  # never started on an empty volume
@@ -261,7 +265,8 @@ def test_on_host_loss_restore_reads_the_data_back_elsewhere_without_an_operator(
         time.sleep(3)
     there = _read_back(fleet, md, written)
     assert there != lost
+    md("reconcile")  # the pass that sees its task ready ends the restore
     kinds = [e["kind"] for e in json.loads(md("events", "--json", "-n", "200").stdout)]
-    assert kinds.index("restored") > kinds.index("failover")
+    assert kinds.index("restored") > kinds.index("volumes-copied") > kinds.index("failover")
     print(f"failover of 4 MiB to {there} after {lost} stopped: {time.monotonic() - started:.1f}s")
     _old_host_back(fleet, md, lost, there)

@@ -387,9 +387,10 @@ def forget(
     the stale task HOST last ran for it is lost.
 
     Never empty by surprise: a pinned slot of which a snapshot exists (`snapshots`: the
-    newest one of each (service, slot), "ID of TIME", as the use case listed them) is not
-    refilled: it waits for `minidock restore` or `restore --empty` (its line says so); one
-    with none starts afresh on an empty volume, and its line says that too."""
+    newest one of each (service, slot), "ID of TIME", as the use case listed them; else
+    the newest its backups recorded in its record) is not refilled: it waits for
+    `minidock restore` or `restore --empty` (its line says so); one with none starts
+    afresh on an empty volume, and its line says that too."""
     old = state.host(host)
     lost: list[Event] = []
     services = dict(state.services)
@@ -401,7 +402,7 @@ def forget(
             if not _ran_on(record, name, n, host, old):
                 continue
             message = f"{name}.{n}: task {record.task or '?'} lost with {host}"
-            snapshot = known.get((name, n), "") if ss.spec.pinned else ""
+            snapshot = known.get((name, n), "") or _recorded(record) if ss.spec.pinned else ""
             if snapshot:
                 message += (
                     f"; snapshot {snapshot} can restore it, so it waits: `minidock restore "
@@ -463,6 +464,15 @@ def _moves_forgotten(ss: ServiceState, host: str, now: float) -> tuple[ServiceSt
     if moves == ss.moves and records == ss.slots:
         return ss, events
     return replace(ss, moves=moves, slots=records), events
+
+
+def _recorded(record: slots.SlotState) -> str:
+    """The newest snapshot the slot's backups recorded (core/failover.py), shown by its
+    short id ("": none): what `forget` knows when the repository could not be listed."""
+    if not record.backups:
+        return ""
+    _, ident, _ = max(record.backups, key=lambda b: b[2])
+    return ident[:8]
 
 
 def _ran_on(record: slots.SlotState, service: str, n: int, host: str, old: HostState) -> bool:

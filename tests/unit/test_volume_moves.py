@@ -738,3 +738,17 @@ def test_a_failover_restore_that_fails_is_not_retried_every_pass() -> None:
     assert kinds.count("failover") == 1
     assert kinds.count("restore-failed") == 1
     assert fleet.world.state.services["db"].slot(1).failed
+
+
+def test_forget_knows_a_snapshot_the_slots_backups_recorded_without_a_listing() -> None:
+    fleet = Fleet()
+    lost = fleet.start()
+    w = fleet.world
+    w.state = snapshot_taken(w.state, "db", 1, "data", SNAP_ID, w.now)
+    w.kill_host(lost)
+    passes_until_down(fleet, lost)
+    w.state, _ = core.forget(w.state, lost, w.now)  # the repository could not be listed
+    assert w.state.services["db"].slot(1).awaiting_restore == "4f2a9c1e"
+    for _ in range(3):
+        fleet.step()
+    assert w.live("db") == []

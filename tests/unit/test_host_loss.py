@@ -12,14 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from minidock import restic, usecases
 from minidock.cli import recovery_lines
 from minidock.commands.docker import volume_name
 from minidock.core.plan import WaitKind
+from minidock.metrics import metrics_text
 from minidock.state import Store
 from minidock.usecases import ExitCode
 from minidock.usecases.backups import backup
+from minidock.usecases.fleetview import read_fleet
 from minidock.usecases.reads import status
 from minidock.usecases.restores import restore
 from tests.unit.test_usecases import INVENTORY, Setup, make_setup, run
@@ -86,6 +89,15 @@ def test_a_backup_is_the_slots_recovery_point_in_status(tmp_path: Path) -> None:
     assert (point.slot, point.volume, point.snapshot, point.kept_on) == (1, "data", snapshot, "")
     shown = recovery_lines(doc.services[0], taken + 120.0)
     assert shown == [f"db.1 data: recovery point: snapshot {snapshot[:8]}, 2m old"]
+    reading = run(read_fleet(setup.state, setup.runtime()))
+    found = {
+        tuple(sorted(x.labels.items())): x.value
+        for family in text_string_to_metric_families(metrics_text(reading).decode())
+        for x in family.samples
+        if x.name == "minidock_backup_age_seconds"
+    }
+    labels = (("cluster", "uc"), ("service", "db"), ("slot", "1"), ("volume", "data"))
+    assert found == {labels: reading.at - taken}
 
 
 def test_forget_leaves_the_slot_waiting_then_restore_puts_its_data_back_elsewhere(

@@ -640,6 +640,8 @@ def print_status(doc: StatusDocument) -> None:
             out.print(f"{s.name}: {serving_line(s)}", markup=False)
         if s.rollout.canary is not None:  # a canary (docs/rollouts.md#canary)
             out.print(f"{s.name}: {s.rollout.canary.line()}", markup=False)
+        for line in recovery_lines(s, time.time()):
+            out.print(line, markup=False)
     routed = bool(doc.routes)
     tasks = Table("task", "slot", "host", "image", "gen", "state", "health")
     if routed:
@@ -664,6 +666,27 @@ def print_status(doc: StatusDocument) -> None:
     out.print(hosts)
     for w in doc.waiting:
         out.print(f"waiting: {w}", markup=False)
+
+
+def recovery_lines(s: ServiceSummary, now: float) -> list[str]:
+    """A pinned service's recovery point per slot and volume, and the old volumes a
+    failover or a forget left (docs/backups.md#the-recovery-point)."""
+    lines = []
+    for p in s.recovery:
+        if p.taken is None:
+            lines.append(f"{s.name}.{p.slot} {p.volume}: recovery point: no snapshot known")
+        else:
+            age = format_duration(max(0.0, now - p.taken))
+            lines.append(
+                f"{s.name}.{p.slot} {p.volume}: recovery point: snapshot {p.snapshot[:8]}, "
+                f"{age} old"
+            )
+    for slot, host in sorted({(p.slot, p.kept_on) for p in s.recovery if p.kept_on}):
+        lines.append(
+            f"{s.name}.{slot}: its old volume is kept on {host} (it may hold writes newer "
+            "than the snapshot; remove it by hand once checked)"
+        )
+    return lines
 
 
 def serving_line(s: ServiceSummary) -> str:
@@ -1706,6 +1729,10 @@ def restore_command(
     force: Annotated[
         bool, typer.Option("--force", help="Even while its host answers (its data forks).")
     ] = False,
+    empty: Annotated[
+        bool,
+        typer.Option("--empty", help="Start a slot waiting for its restore empty, on purpose."),
+    ] = False,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Until it runs.")] = True,
     timeout: TimeoutOption = "10m",
     quiet: QuietOption = False,
@@ -1726,6 +1753,7 @@ def restore_command(
         snapshots=snapshot or (),
         host=host,
         force=force,
+        empty=empty,
         wait=wait,
         timeout=limit,
         cluster=cluster,

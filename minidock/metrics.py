@@ -134,6 +134,11 @@ METRICS: dict[str, MetricInfo] = {
     "minidock_backup_verify_ok": MetricInfo(
         "gauge", CSL, "1 when the slot's last restore drill passed backup.verify, else 0"
     ),
+    "minidock_backup_age_seconds": MetricInfo(
+        "gauge",
+        ("cluster", "service", "slot", "volume"),
+        "A pinned slot's recovery point: the age of its volume's newest snapshot",
+    ),
     "minidock_certificate_expiry_timestamp_seconds": MetricInfo(
         "gauge",
         CH,
@@ -221,11 +226,11 @@ def metric_families(reading: FleetReading) -> list[Metric]:
     out.add("minidock_store_up", (), float(not reading.errors))
     out.add("minidock_observation_timestamp_seconds", (), reading.at)
     for cluster in reading.clusters:
-        _cluster(out, cluster)
+        _cluster(out, cluster, reading.at)
     return list(out.made.values())
 
 
-def _cluster(out: _Families, c: ClusterReading) -> None:
+def _cluster(out: _Families, c: ClusterReading, at: float) -> None:
     key = (c.name,)
     out.add("minidock_cluster_up", key, float(c.document is not None))
     _passes(out, c)
@@ -235,7 +240,18 @@ def _cluster(out: _Families, c: ClusterReading) -> None:
         out.add("minidock_lock_held_since_timestamp_seconds", key, c.lock.since)
     if c.document is not None:
         _document(out, c.name, c.document)
+        _recovery(out, c.name, c.document, at)
     _traffic(out, c)
+
+
+def _recovery(out: _Families, cluster: str, doc: StatusDocument, at: float) -> None:
+    """Each pinned slot's recovery point per volume: its newest snapshot's age at the
+    reading (no series for a volume with no snapshot known)."""
+    for s in doc.services:
+        for p in s.recovery:
+            if p.taken is not None:
+                labels = (cluster, s.name, str(p.slot), p.volume)
+                out.add("minidock_backup_age_seconds", labels, max(0.0, at - p.taken))
 
 
 def _traffic(out: _Families, c: ClusterReading) -> None:

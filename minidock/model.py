@@ -34,7 +34,7 @@ FailureAction = Literal["pause", "rollback", "continue"]
 Promote = Literal["auto", "manual"]
 RestartCondition = Literal["any", "on-failure", "none"]
 DesiredState = Literal["running", "stopped"]
-OnHostLoss = Literal["replace", "wait"]
+OnHostLoss = Literal["replace", "wait", "restore"]
 Mode = Literal["replicated", "global"]
 HostKeyPolicy = Literal["strict", "accept-new"]
 ImageSource = Literal["registry", "controller"]
@@ -538,6 +538,9 @@ class Service:
     depends_on: tuple[str, ...] = ()
     desired: DesiredState = "running"
     on_host_loss: OnHostLoss = "replace"  # "wait": never two copies; only drain/forget move it
+    # "restore": a pinned slot's newest snapshot restored elsewhere once its host has been
+    # down this long (seconds; docs/backups.md#failover-from-backups)
+    restore_after: float = 300.0
     health: HealthCheck | None = None
     update: UpdatePolicy = field(default_factory=UpdatePolicy)
     restart: RestartPolicy = field(default_factory=RestartPolicy)

@@ -1,7 +1,8 @@
 """A pass's volume-move acts (`Plan.moves`, decided by core/moving.py) carried out on the
 hosts: a slot's named volumes copied host to host through the controller
 (minidock.volumecopy), or a snapshot streamed in (a restore, through `Snapshots`), or the
-source's volumes removed once the target's task is ready. Each act's result is an outcome
+source's volumes removed once the target's task is ready (or, a move that failed once its
+copy may have begun, the target's partial volumes once it answers). Each act's result is an outcome
 for the core (`VolumesCopied`, `MoveFailed`, `SourceCleaned`); it decides nothing.
 
 A copy starts from nothing on the target every time (its volume removed first): a copy cut
@@ -29,7 +30,7 @@ from minidock import restic
 from minidock.acts import ActFailed, Acts
 from minidock.commands.docker import volume_name
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
-from minidock.core.volumes import MoveAct
+from minidock.core.volumes import MoveAct, MovePhase
 from minidock.model import Host, Service
 from minidock.restic import Repository, ResticError
 from minidock.spec import SpecError
@@ -84,14 +85,16 @@ async def carry_move(
     where = (act.service, act.slot, act.move.target, "")
     subject = f"{act.service}.{act.slot}"
     if not act.copy:
-        source = acts.hosts.get(act.move.source)
+        source = acts.hosts.get(act.removes_on)  # the source's, or a failed copy's target
         try:
             for volume, _ in slot_volumes(acts.cluster, act.spec, act.slot):
                 acts.fence()
                 if source is not None:
                     await remove_volume(acts.executor, source, volume)
         except (CopyError, Unreachable, CommandTimeout) as exc:
-            acts.record("act-failed", f"{subject}: removing its old volumes: {exc}", where)
+            discarding = act.move.phase is MovePhase.DISCARDING
+            what = "a failed copy's partial volumes" if discarding else "its old volumes"
+            acts.record("act-failed", f"{subject}: removing {what}: {exc}", where)
             return
         acts.outcomes.append(SourceCleaned(act.service, act.slot))
         return

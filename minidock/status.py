@@ -19,6 +19,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
+from minidock.core.failover import recovery_points
 from minidock.core.jobs import failing_jobs
 from minidock.core.routes import RouteEntry, RouteTable
 from minidock.core.saving import backup_key, verify_key
@@ -246,6 +247,17 @@ class ServingSummary:
 
 
 @dataclass(frozen=True)
+class RecoverySummary:
+    """A pinned slot's recovery point for one named volume (core/failover.py)."""
+
+    slot: int
+    volume: str
+    snapshot: str  # "": none known
+    taken: float | None  # when its copy began (epoch seconds)
+    kept_on: str  # a host a failover left the slot's old volume on ("": none)
+
+
+@dataclass(frozen=True)
 class ServiceSummary:
     name: str
     desired: DesiredState
@@ -264,6 +276,7 @@ class ServiceSummary:
     hook: HookSummary | None = None  # its before_update hook (docs/jobs.md#hooks)
     serving: ServingSummary | None = None  # its routes' mode (None: it has no route)
     backups: BackupSummary | None = None  # its backups (None: it has no backup policy)
+    recovery: tuple[RecoverySummary, ...] = ()  # a pinned service's, per slot and volume
 
 
 @dataclass(frozen=True)
@@ -462,6 +475,7 @@ def _service(
         hook=_hook(ss),
         serving=_serving(ss),
         backups=_backups(ss),
+        recovery=_recovery(ss),
     )
 
 
@@ -497,6 +511,14 @@ def _backups(ss: ServiceState) -> BackupSummary | None:
         policy.verify_schedule,
         drill.next if isinstance(drill, Times) else None,
         tuple(slots),
+    )
+
+
+def _recovery(ss: ServiceState) -> tuple[RecoverySummary, ...]:
+    """Every slot's recovery point per named volume of a pinned service (none else)."""
+    return tuple(
+        RecoverySummary(p.slot, p.volume, p.snapshot, p.taken, p.kept_on)
+        for p in recovery_points(ss)
     )
 
 

@@ -8,6 +8,7 @@ import io
 import itertools
 import json
 import os
+import posixpath
 import tarfile
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
@@ -201,6 +202,8 @@ class FakeDocker:
 
     def __init__(self, *, clock: Clock | None = None, images: Iterable[str] | None = None) -> None:
         self.engines: dict[str, dict[str, dict[str, Any]]] = {}
+        # per host: a named volume's files (path under the mount -> text)
+        self.volumes: dict[str, dict[str, dict[str, str]]] = {}
         self.down: set[str] = set()
         self.clock = clock if clock is not None else Clock(time.time())
         self.images = None if images is None else set(images)
@@ -287,8 +290,12 @@ class FakeDocker:
             return self._load(host.name, input or "")
         if verb == "start":
             return self._start(engine, args[-1])
+        if verb == "cp" and args[-1] == "-":
+            return self._copy_out(host.name, engine, args)
         if verb == "cp":
-            return self._copy_in(engine, args, input or "")
+            return self._copy_in(host.name, engine, args, input or "")
+        if verb == "volume":
+            return self._volume(host.name, args)
         if verb == "network":
             return self._network(host.name, engine, args)
         if verb == "login":
@@ -397,7 +404,7 @@ class FakeDocker:
             elif flag not in _RUN_SWITCHES:
                 return fail(f"fake docker: unknown run flag {flag}", 125)
         network = next((v for f, v in options if f == "--network"), None)
-        if network is not None and network not in self.nets.get(host, {}):
+        if network is not None and network != "none" and network not in self.nets.get(host, {}):
             return fail(f"docker: Error response from daemon: network {network} not found.", 125)
         if not rest:
             return fail('"docker run" requires at least 1 argument.', 125)
@@ -447,7 +454,8 @@ class FakeDocker:
         doc = self._create(
             host, name, labels, image, bindings, health, "running" if start else "created"
         )
-        self.networks[doc["Id"]] = [network] if network is not None else []
+        self.networks[doc["Id"]] = [network] if network not in (None, "none") else []
+        doc["Mounts"] = self._mounts(host, options)
         doc["Config"]["Env"] = env or ""
         doc["Config"]["Cmd"] = command or None
         cpus = next((v for f, v in options if f == "--cpus"), "0")
@@ -489,6 +497,59 @@ class FakeDocker:
         self.engines.setdefault(host, {})[cid] = doc
         return doc
 
+    def _mounts(self, host: str, options: list[tuple[str, str]]) -> dict[str, str]:
+        """A container's named volumes, target -> volume (`-v NAME:/path`, `--mount
+        type=volume,...`), each made on the host when absent, as Docker does."""
+        found: dict[str, str] = {}
+        for flag, value in options:
+            if flag == "-v" and ":" in value and not value.startswith("/"):
+                name, target = value.split(":")[:2]
+                found[target] = name
+            elif flag == "--mount" and "type=volume" in value:
+                keys = dict(part.partition("=")[::2] for part in value.split(","))
+                found[keys["target"]] = keys["source"]
+        for name in found.values():
+            self.volumes.setdefault(host, {}).setdefault(name, {})
+        return found
+
+    def _volume(self, host: str, args: list[str]) -> Result:
+        """`volume inspect --format {{.Name}} NAME` and `volume rm NAME` (refused while a
+        container mounts it)."""
+        held = self.volumes.setdefault(host, {})
+        name = args[-1]
+        if args[0] == "inspect":
+            return ok(f"{name}\n") if name in held else fail(f"Error: No such volume: {name}")
+        users = [
+            d for d in self.engines.get(host, {}).values() if name in d.get("Mounts", {}).values()
+        ]
+        if users:
+            return fail(f"Error response from daemon: remove {name}: volume is in use")
+        held.pop(name, None)
+        return ok(f"{name}\n")
+
+    def _copy_out(self, host: str, engine: dict[str, dict[str, Any]], args: list[str]) -> Result:
+        """`docker cp NAME:/path -`: a tar of a mounted volume, its mount's last name as the
+        one top entry."""
+        ref, _, path = args[0].partition(":")
+        doc = self._find(engine, ref)
+        if doc is None:
+            return self._missing(ref)
+        volume = doc.get("Mounts", {}).get(path)
+        if volume is None:
+            return fail(f"fake docker: {path} is no volume of {ref}")
+        top = posixpath.basename(path)
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            entry = tarfile.TarInfo(top)
+            entry.type = tarfile.DIRTYPE
+            tar.addfile(entry)
+            for name, text in sorted(self.volumes.get(host, {}).get(volume, {}).items()):
+                data = text.encode()
+                member = tarfile.TarInfo(f"{top}/{name}")
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        return ok(out.getvalue().decode("latin-1"))
+
     def _start(self, engine: dict[str, dict[str, Any]], ref: str) -> Result:
         doc = self._find(engine, ref)
         if doc is None:
@@ -500,14 +561,28 @@ class FakeDocker:
             self._started[doc["Id"]] = self.clock.now
         return ok(f"{ref}\n")
 
-    def _copy_in(self, engine: dict[str, dict[str, Any]], args: list[str], stream: str) -> Result:
+    def _copy_in(
+        self, host: str, engine: dict[str, dict[str, Any]], args: list[str], stream: str
+    ) -> Result:
         """`docker cp -a - NAME:/` of a tar stream into a created container: its files are
         kept as "Files" (path -> (text, uid, gid, mode)); a running one is refused here, as
-        MiniDock never copies into one."""
+        MiniDock never copies into one. Into a volume's helper (`NAME:/parent` of a mount),
+        the files under the mount's name go into the volume."""
         ref, _, root = args[-1].partition(":")
         doc = self._find(engine, ref)
         if doc is None:
             return self._missing(ref)
+        mounts = {t: v for t, v in doc.get("Mounts", {}).items() if posixpath.dirname(t) == root}
+        if mounts and root != "/":
+            (target, volume), *_ = mounts.items()
+            top = posixpath.basename(target)
+            held = self.volumes.setdefault(host, {}).setdefault(volume, {})
+            with tarfile.open(fileobj=io.BytesIO(stream.encode("latin-1"))) as tar:
+                for member in tar:
+                    extracted = tar.extractfile(member)
+                    if extracted is not None and member.name.startswith(top + "/"):
+                        held[member.name[len(top) + 1 :]] = extracted.read().decode()
+            return ok()
         if args[:2] != ["-a", "-"] or root != "/" or doc["State"]["Status"] != "created":
             return fail(f"fake docker: unexpected cp: {args} into {doc['State']['Status']}")
         files = doc.setdefault("Files", {})

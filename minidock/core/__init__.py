@@ -27,6 +27,7 @@ from minidock.core.intents import (
     scaled_cluster,
     set_drained,
     set_serving,
+    start_empty,
 )
 from minidock.core.outcomes import ActOutcome, ExitNoted, StartFailed
 from minidock.core.outcomes import fold as fold_outcomes
@@ -76,5 +77,6 @@ __all__ = [
     "set_drained",
     "set_serving",
     "slot_target",
+    "start_empty",
     "task_id",
 ]

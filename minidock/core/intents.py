@@ -3,6 +3,7 @@ forget. What the runner learns while acting is `core.outcomes`'s."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from minidock.core import canary, hooks, rollout, slots
@@ -11,7 +12,7 @@ from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
 from minidock.core.serving import ServingMode
 from minidock.core.state import ControllerState, Rollout, ServiceState, Transition
-from minidock.core.volumes import VolumeMove
+from minidock.core.volumes import MovePhase, VolumeMove
 from minidock.model import Cluster, Event, Observed, Service
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "scaled_cluster",
     "set_drained",
     "set_serving",
+    "start_empty",
 ]
 
 
@@ -331,7 +333,7 @@ def begin_move(
         raise ValueError(f"{subject} cannot be moved with its volumes: {why}")
     if slot not in ss.slot_numbers():
         raise ValueError(f"{service} has no slot {slot} (slots 1..{ss.wanted()})")
-    underway = ss.moves.get(slot)
+    underway = _underway(ss, slot)
     if underway is not None:
         if underway.target == target and not underway.restore:
             return state
@@ -378,7 +380,7 @@ def begin_restore(
             f"{subject}: a global service's task belongs to {record.host or 'its host'}"
         )
     shown = snapshots[0][1][:8]
-    underway = ss.moves.get(slot)
+    underway = _underway(ss, slot)
     if underway is not None:
         if underway.restore and (underway.target, underway.snapshots) == (target, snapshots):
             return state
@@ -387,6 +389,31 @@ def begin_restore(
     record = slots.reset(record) if record.failed else record
     ss = replace(ss, moves={**ss.moves, slot: move}, slots={**ss.slots, slot: record})
     return _with_service(state, ss)
+
+
+def _underway(ss: ServiceState, slot: int) -> VolumeMove | None:
+    """The slot's move or restore a new one must wait for: none while the last one only
+    discards its partial copy (a new copy onto that host starts afresh anyway)."""
+    found = ss.moves.get(slot)
+    return None if found is None or found.phase is MovePhase.DISCARDING else found
+
+
+def start_empty(state: ControllerState, service: str, slot: int) -> ControllerState:
+    """`minidock restore SERVICE.SLOT --empty`: a slot that waits for a restore (its host
+    forgotten, a snapshot of it known) starts on empty volumes, as the operator says.
+    ValueError (one line) for a slot that waits for nothing."""
+    ss = state.services[service]
+    subject = f"{service}.{slot}"
+    record = ss.slot(slot)
+    if slot not in ss.slot_numbers() or not record.awaiting_restore:
+        raise ValueError(
+            f"{subject} is not waiting for a restore: --empty only starts a slot whose host "
+            "was forgotten while a snapshot of it exists"
+        )
+    if ss.moves.get(slot) is not None and ss.moves[slot].holds:
+        raise ValueError(f"{subject} is already {ss.moves[slot].line()}; wait for it to end")
+    cleared = replace(record, awaiting_restore="")
+    return _with_service(state, replace(ss, slots={**ss.slots, slot: cleared}))
 
 
 def set_drained(
@@ -398,22 +425,45 @@ def set_drained(
     return replace(state, hosts={**state.hosts, host: changed})
 
 
-def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerState, list[Event]]:
+def forget(
+    state: ControllerState,
+    host: str,
+    now: float,
+    snapshots: Mapping[tuple[str, int], str] | None = None,
+) -> tuple[ControllerState, list[Event]]:
     """`minidock forget HOST`: a host gone for good. The tasks that ran on it are recorded
     as lost, so their slots (`on_host_loss = "wait"` ones too) are refilled elsewhere, and
     nothing is left that would hold the host in the inventory. A slot whose record names a
     task on another host (a replacement, made while HOST was down) keeps its record: only
-    the stale task HOST last ran for it is lost."""
+    the stale task HOST last ran for it is lost.
+
+    Never empty by surprise: a pinned slot of which a snapshot exists (`snapshots`: the
+    newest one of each (service, slot), "ID of TIME", as the use case listed them; else
+    the newest its backups recorded in its record) is not refilled: it waits for
+    `minidock restore` or `restore --empty` (its line says so); one with none starts
+    afresh on an empty volume, and its line says that too."""
     old = state.host(host)
     lost: list[Event] = []
     services = dict(state.services)
+    known = snapshots or {}
     for name, ss in state.services.items():
+        ss, ended = _moves_forgotten(ss, host, now)
+        lost += ended
         for n, record in sorted(ss.slots.items()):
             if not _ran_on(record, name, n, host, old):
                 continue
             message = f"{name}.{n}: task {record.task or '?'} lost with {host}"
+            snapshot = known.get((name, n), "") or _recorded(record) if ss.spec.pinned else ""
+            if snapshot:
+                message += (
+                    f"; snapshot {snapshot} can restore it, so it waits: `minidock restore "
+                    f"{name}.{n}` restores it, `--empty` starts it empty"
+                )
+            elif ss.spec.pinned and ss.spec.desired == "running":
+                message += "; no snapshot of it is known: it starts afresh with empty volumes"
             lost.append(Event(now, "task-lost", message, service=name, slot=n, host=host))
-            ss = replace(ss, slots={**ss.slots, n: slots.lose(record)})
+            lost_record = slots.lose(record, snapshot, pinned=ss.spec.pinned)
+            ss = replace(ss, slots={**ss.slots, n: lost_record})
         services[name] = ss
     for t in old.tasks:  # seen there, and no record of it lost above (stale, or rebuilt state)
         if not any(e.service == t.service and e.slot == t.slot for e in lost):
@@ -422,6 +472,58 @@ def forget(state: ControllerState, host: str, now: float) -> tuple[ControllerSta
     hosts = {**state.hosts, host: host_machine.forgotten(old)}
     summary = Event(now, "host-forgotten", f"{host} forgotten: {len(lost)} tasks lost", host=host)
     return replace(state, hosts=hosts, services=services), [summary, *lost]
+
+
+def _moves_forgotten(ss: ServiceState, host: str, now: float) -> tuple[ServiceState, list[Event]]:
+    """The service's moves and restores that needed `host`, ended (every intent ends): one
+    not yet copied fails (its slot stays where its data is); one starting on `host` goes
+    back to its source, whose volumes are still whole; one whose source is `host` keeps
+    going with nothing left to clean; one discarding its partial copy on `host` ends."""
+    moves = dict(ss.moves)
+    records = dict(ss.slots)
+    events: list[Event] = []
+    for n, move in sorted(ss.moves.items()):
+        subject = f"{ss.spec.name}.{n}"
+        involved = host in (move.target, move.source)
+        if not involved:
+            continue
+        what = "restore" if move.restore else "move"
+        line = ""
+        if move.failover and move.source == host:  # restoring away from it already
+            moves[n] = replace(move, source="")
+        elif move.phase is MovePhase.DISCARDING and move.target == host:
+            del moves[n]
+        elif move.holds:
+            del moves[n]
+            stays = move.source if move.source and move.source != host else ""
+            line = f"{subject}: {what} to {move.target} failed: {host} forgotten"
+            line += f"; it stays on {stays}" if stays else ""
+        elif move.target == host and move.phase is MovePhase.STARTING and move.source:
+            del moves[n]
+            if not move.restore:  # its source's volumes are whole: the slot goes back there
+                records[n] = slots.relocate(records.get(n, slots.SlotState()), move.source)
+            line = f"{subject}: {what} to {move.target} failed: {host} forgotten"
+            if not move.restore:
+                line += f" before its task was ready; it starts again on {move.source}"
+        elif move.target == host:
+            del moves[n]
+        elif move.source == host:  # nothing left to clean there
+            moves[n] = replace(move, source="", keep_source=True)
+        if line:
+            kind = "restore-failed" if move.restore else "move-failed"
+            events.append(Event(now, kind, line, service=ss.spec.name, slot=n, host=host))
+    if moves == ss.moves and records == ss.slots:
+        return ss, events
+    return replace(ss, moves=moves, slots=records), events
+
+
+def _recorded(record: slots.SlotState) -> str:
+    """The newest snapshot the slot's backups recorded (core/failover.py), shown by its
+    short id ("": none): what `forget` knows when the repository could not be listed."""
+    if not record.backups:
+        return ""
+    _, ident, _ = max(record.backups, key=lambda b: b[2])
+    return ident[:8]
 
 
 def _ran_on(record: slots.SlotState, service: str, n: int, host: str, old: HostState) -> bool:

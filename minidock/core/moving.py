@@ -9,6 +9,12 @@ and removals; the act path reports `VolumesCopied`, `MoveFailed` or `SourceClean
 which `fold_move` records. A restore (a move from a snapshot) ends with `restored`; one
 whose stream failed leaves its slot Failed (`restore-failed`): its volume may be empty or
 partly written, so no task starts on it until the operator restores again or resets.
+
+Every move ends: `lost` ends one whose target or source is down (or gone from the
+inventory) before its copy is recorded, as failed, the slot's record still naming where
+its data is; a partial copy the target may hold is removed when it answers again
+(DISCARDING). A move waiting on a host that is down says so as a degraded wait (exit 4),
+never as progress.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from minidock.core.failover import kept_line
 from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
@@ -35,6 +42,7 @@ __all__ = [
     "acts",
     "fold_move",
     "hold",
+    "lost",
     "ready",
     "waiting",
 ]
@@ -61,7 +69,8 @@ class MoveFailed:
 
 @dataclass(frozen=True)
 class SourceCleaned:
-    """The slot's volumes on the move's source were removed."""
+    """The slot's volumes on the move's source were removed (a DISCARDING move's: its
+    partial copy on the target)."""
 
     service: str
     slot: int
@@ -80,6 +89,65 @@ def _with_move(ss: ServiceState, n: int, move: VolumeMove | None) -> ServiceStat
     return replace(ss, moves=moves if move is None else {**moves, n: move})
 
 
+def _gone(view: View, host: str) -> bool:
+    """Whether `host` is out of the pass's hosts (forgotten and unlisted)."""
+    return host not in view.hosts
+
+
+def _lost(view: View, host: str) -> str:
+    """Why `host` cannot take part in a copy now ("" when it may): down, or gone."""
+    hs = view.hosts.get(host)
+    if hs is None:
+        return f"{host} is gone from the inventory"
+    return f"{host} is down" if hs.down else ""
+
+
+def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Event, ...]]:
+    """The slot's move ended when a host it needs is lost (down, or gone from the
+    inventory) before its copy is recorded: failed, the record still naming where the
+    data is (the source; a restore's recorded host, or none). A copy that may have begun
+    (COPYING) leaves the target DISCARDING its partial copy once it answers; a restore in
+    place that may have begun makes the slot Failed (its volume may be half written). A
+    DISCARDING move ends when its target is gone; a CLEANING one when its source is."""
+    move = ss.moves.get(n)
+    if move is None:
+        return ss, ()
+    if move.phase is MovePhase.DISCARDING:
+        return (_with_move(ss, n, None), ()) if _gone(view, move.target) else (ss, ())
+    if move.phase is MovePhase.CLEANING and move.source and _gone(view, move.source):
+        return _with_move(ss, n, None), ()  # its old volumes went with their host
+    if not move.holds:
+        return ss, ()
+    in_place = move.source == move.target
+    why = _lost(view, move.target)
+    if not why and move.source and not in_place and not move.failover:
+        why = _lost(view, move.source)  # a failover's source is down: why it was recorded
+    if not why:
+        return ss, ()
+    ended = move.step(MoveInput.LOST)
+    discarding = ended.phase is MovePhase.DISCARDING and not _gone(view, move.target)
+    ss = _with_move(ss, n, ended if discarding else None)
+    subject = f"{ss.spec.name}.{n}"
+    began = move.phase is MovePhase.COPYING
+    if move.restore:
+        kind = "restore-failed"
+        line = f"{subject}: restore of snapshot {move.snapshot} on {move.target} failed: {why}"
+        if in_place and began:
+            line += f"; the slot is Failed (its volume on {move.target} may be half written): "
+            line += f"`minidock restore {subject}` tries again, `minidock reset {ss.spec.name}` "
+            line += "starts it on what its volume holds"
+            ss = with_slot(ss, n, restore_failed(ss.slot(n), line))
+        elif move.source and not in_place:
+            line += f"; it stays on {move.source}"
+    else:
+        kind = "move-failed"
+        line = f"{subject}: move to {move.target} failed, it stays on {move.source}: {why}"
+    if discarding:
+        line += f"; its partial copy on {move.target} is removed once {move.target} answers"
+    event = Event(view.now, kind, line, service=ss.spec.name, slot=n, host=move.target)
+    return ss, (event,)
+
+
 def hold(
     ss: ServiceState, n: int, here: Sequence[Container], view: View
 ) -> tuple[ServiceState, Effects] | None:
@@ -89,8 +157,8 @@ def hold(
     if move is None or not move.holds:
         return None
     name, subject = ss.spec.name, f"{ss.spec.name}.{n}"
-    stops = tuple(Stop(c, f"{subject} {move.line()}") for c in here)
-    held = view.holders(ss, n)
+    stops = tuple(Stop(c, f"{subject} {move.line()}{_fenced(ss, n, c)}") for c in here)
+    held = _holders(ss, n, move, view)
     if move.phase is MovePhase.STOPPING and not here and not held:
         move = move.step(MoveInput.STOPPED)
         ss = _with_move(ss, n, move)
@@ -99,6 +167,20 @@ def hold(
         line += f" (waiting for {', '.join(held)} to answer)"
     wait = Waiting(subject, line, WaitKind.MOVE, name)
     return ss, Effects(stops=stops, waiting=(wait,))
+
+
+def _holders(ss: ServiceState, n: int, move: VolumeMove, view: View) -> tuple[str, ...]:
+    """The hosts the move waits for (`View.holders`), but a failover's down source: the
+    pass restores elsewhere because it is down, and fences its task if it answers."""
+    held = view.holders(ss, n)
+    if not move.failover:
+        return held
+    return tuple(h for h in held if not (h == move.source and view.hosts[h].down))
+
+
+def _fenced(ss: ServiceState, n: int, c: Container) -> str:
+    record = ss.slot(n)
+    return kept_line(record, c.host)
 
 
 def ready(
@@ -130,13 +212,21 @@ def ready(
     return _with_move(ss, n, None), (event,)
 
 
-def waiting(ss: ServiceState) -> tuple[Waiting, ...]:
-    """A line for each move under way that does not hold its slot (starting, cleaning)."""
-    return tuple(
-        Waiting(f"{ss.spec.name}.{n}", move.line(), WaitKind.MOVE, ss.spec.name)
-        for n, move in sorted(ss.moves.items())
-        if not move.holds
-    )
+def waiting(ss: ServiceState, view: View) -> tuple[Waiting, ...]:
+    """A line for each move under way that does not hold its slot (starting, cleaning):
+    a degraded one (exit 4) while the host it waits on is down. A DISCARDING move waits
+    for nothing (its slot runs; its removal is done when the target answers)."""
+    found: list[Waiting] = []
+    for n, move in sorted(ss.moves.items()):
+        if move.holds or move.phase is MovePhase.DISCARDING:
+            continue
+        on = move.target if move.phase is MovePhase.STARTING else move.source
+        hs = view.hosts.get(on)
+        down = hs is not None and hs.down
+        line = move.line() + (f" ({on} is down)" if down else "")
+        kind = WaitKind.HELD_DOWN if down else WaitKind.MOVE
+        found.append(Waiting(f"{ss.spec.name}.{n}", line, kind, ss.spec.name))
+    return tuple(found)
 
 
 def acts(services: Mapping[str, ServiceState], view: View) -> tuple[MoveAct, ...]:
@@ -151,10 +241,12 @@ def acts(services: Mapping[str, ServiceState], view: View) -> tuple[MoveAct, ...
             spec = slot_target(ss, n)
             if move.phase is MovePhase.COPYING and (name, n) not in busy:
                 source_ok = move.restore or _answered(view, move.source)
-                if source_ok and _answered(view, move.target) and not view.holders(ss, n):
+                if source_ok and _answered(view, move.target) and not _holders(ss, n, move, view):
                     found.append(MoveAct(name, n, spec, move))
-            elif move.phase is MovePhase.CLEANING and _answered(view, move.source):
-                found.append(MoveAct(name, n, spec, move, copy=False))
+            elif move.phase in (MovePhase.CLEANING, MovePhase.DISCARDING):
+                act = MoveAct(name, n, spec, move, copy=False)
+                if _answered(view, act.removes_on):
+                    found.append(act)
     return tuple(found)
 
 
@@ -191,6 +283,11 @@ def fold_move(
     elif isinstance(o, SourceCleaned) and move.phase is MovePhase.CLEANING:
         ss = _with_move(ss, o.slot, None)
         kind, line = "moved", f"{subject}: moved to {move.target}"
+    elif isinstance(o, SourceCleaned) and move.phase is MovePhase.DISCARDING:
+        ss = _with_move(ss, o.slot, None)
+        what = "restore" if move.restore else "move"
+        kind = "partial-copy-removed"
+        line = f"{subject}: the partial copy its failed {what} left on {move.target} was removed"
     else:
         return state, []
     event = Event(now, kind, line, service=o.service, slot=o.slot, host=move.target)

@@ -89,6 +89,8 @@ class WaitKind(enum.Enum):
     PROMOTE = "promote"  # a canary that passed, waiting for the operator's `minidock promote`
     MOVE = "move"  # a slot's move with its volumes under way (core/volumes.py)
     BACKUP = "backup"  # a slot's backup or restore drill under way (core/backing.py)
+    RESTORE = "restore"  # a pinned slot of a forgotten host, waiting for `minidock restore`
+    FAILOVER = "failover"  # a down host's pinned slot, restored elsewhere after restore_after
 
     @property
     def moves(self) -> bool:
@@ -97,11 +99,18 @@ class WaitKind(enum.Enum):
     @property
     def degraded(self) -> bool:
         """No pass changes it by itself, and it says so on its own (exit 4)."""
-        return self in (WaitKind.HELD_DOWN, WaitKind.PINNED)
+        return self in (WaitKind.HELD_DOWN, WaitKind.PINNED, WaitKind.RESTORE)
 
 
 _STILL = frozenset(
-    {WaitKind.ROLLOUT, WaitKind.HELD_DOWN, WaitKind.PINNED, WaitKind.STALLED, WaitKind.PROMOTE}
+    {
+        WaitKind.ROLLOUT,
+        WaitKind.HELD_DOWN,
+        WaitKind.PINNED,
+        WaitKind.STALLED,
+        WaitKind.PROMOTE,
+        WaitKind.RESTORE,
+    }
 )
 
 

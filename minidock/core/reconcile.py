@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from minidock.core import hooks, moving, rollout, saving, slots
+from minidock.core import failover, hooks, moving, rollout, saving, slots
 from minidock.core import hosts as host_machine
 from minidock.core.evolve import evolve
 from minidock.core.fold import (
@@ -55,6 +55,7 @@ class WantKind(enum.IntEnum):
     RESTART = 0  # lost capacity comes back first
     NEW = 1
     MOVE = 2  # off a drained host, start-first
+    FAILOVER = 3  # a down host's pinned slot restored elsewhere (core/failover.py)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Want:
     old: Container | None = None  # MOVE: the task that stays until its replacement is ready
     why: str = ""
     only: str = ""  # the one host it may go to (pinned by its volume, or a global task's)
+    failover: failover.Due | None = None  # FAILOVER: what it restores, off which host
 
 
 class SlotDecision(NamedTuple):
@@ -400,6 +402,9 @@ def _decide_service(
             here = [c for c in here if c.id not in handled]
         if _steady(ss, n, here, view):
             continue
+        if n in ss.moves:  # a move whose host is lost ends (failed) before anything else
+            ss, ended = moving.lost(ss, n, view)
+            fx = fx + Effects(events=ended)
         held = moving.hold(ss, n, here, view) if n in ss.moves else None
         if held is None and n in ss.backups.slots:  # stopped for its backup's copy
             held = saving.hold(ss, n, here, view)
@@ -420,7 +425,7 @@ def _decide_service(
         if stale is not None and n not in ss.rollout.inflight:
             outdated.append(Outdated(n, stale, view.misplaced(slot_target(ss, n), stale)))
     if ss.moves:
-        fx = fx + Effects(waiting=moving.waiting(ss))
+        fx = fx + Effects(waiting=moving.waiting(ss, view))
     if ss.backups.busy:
         fx = fx + Effects(waiting=saving.waiting(ss))
     handled = {s.container.id for s in fx.stops}
@@ -475,19 +480,53 @@ def _decide_slot(
     live = [c for c in here if c.live and c.state != "created"]
     dead = [c for c in here if not (c.live and c.state != "created")]
     held = view.holders(ss, n)
+    if held and ss.slot(n).kept_on:  # a failover's old host holds nothing: it is fenced
+        held = tuple(h for h in held if not _kept_away(ss, n, h))
     if not (live or held):
         return _slot_without_task(ss, n, dead, services, view)
     fx = Effects(stops=tuple(Stop(c, f"{c.name} superseded") for c in dead))
     ss, live, unhealthy = _unhealthy_out(ss, n, live, view)
-    fx = fx + unhealthy
+    fx = fx + unhealthy + _fence_kept(ss, n, live, view)
+    live = [c for c in live if not _on_kept(ss, n, c)]
     target = slot_target(ss, n)
     if held:
-        held_fx = fx + _held_waiting(ss, n, held, view)
-        return SlotDecision(with_slot(ss, n, slots.hold(ss.slot(n))), held_fx)
+        ss = with_slot(ss, n, slots.hold(ss.slot(n)))
+        due = failover.due(ss, n, held, view)
+        if isinstance(due, failover.Due):  # on_host_loss = "restore": placed with the wants
+            want = Want(WantKind.FAILOVER, ss.spec.name, n, target, failover=due)
+            return SlotDecision(ss, fx, want)
+        if due is not None:
+            return SlotDecision(ss, fx + Effects(waiting=(due,)))
+        return SlotDecision(ss, fx + _held_waiting(ss, n, held, view))
     if not live:
         filled = _fill(ss, n, slot_target(ss, n, refill=True), True, services, view)
         return filled._replace(effects=fx + filled.effects)
     return _slot_with_tasks(ss, n, live, target, view, fx)
+
+
+def _kept_away(ss: ServiceState, n: int, host: str) -> bool:
+    """Whether `host` is the one a failover restored the slot away from (core/failover.py)."""
+    record = ss.slot(n)
+    return bool(record.kept_on) and host == record.kept_on != record.host
+
+
+def _on_kept(ss: ServiceState, n: int, c: Container) -> bool:
+    """A task of the slot on the host a failover restored it away from."""
+    return _kept_away(ss, n, c.host)
+
+
+def _fence_kept(ss: ServiceState, n: int, live: list[Container], view: View) -> Effects:
+    """The old host of a failover answers again with its task of the slot: stopped at
+    once (never two running copies), its volume kept, both said."""
+    stale = [c for c in live if _on_kept(ss, n, c)]
+    if not stale:
+        return Effects()
+    record, subject = ss.slot(n), f"{ss.spec.name}.{n}"
+    line = f"fenced: {subject} was restored on {record.host}"
+    line += failover.kept_line(record, record.kept_on)
+    event = Event(view.now, "fenced", f"{subject}: task {stale[0].task} on {record.kept_on} "
+                  f"{line}", service=ss.spec.name, slot=n, host=record.kept_on)  # fmt: skip
+    return Effects(stops=tuple(Stop(c, line) for c in stale), events=(event,))
 
 
 def _steady(ss: ServiceState, n: int, here: list[Container], view: View) -> bool:
@@ -675,6 +714,8 @@ def _fill(
     name, state = ss.spec.name, ss.slot(n)
     if state.failed or state.complete:
         return SlotDecision(ss)
+    if state.awaiting_restore:  # never started empty by surprise (core/intents.py: forget)
+        return SlotDecision(ss, Effects(waiting=(_awaiting(ss, n, state.awaiting_restore),)))
     if view.now < state.next_start:
         left = f"restart backoff, {state.next_start - view.now:.0f}s left"
         return SlotDecision(
@@ -693,6 +734,17 @@ def _fill(
     return SlotDecision(with_slot(ss, n, slots.vanish(state)), want=want)
 
 
+def _awaiting(ss: ServiceState, n: int, snapshot: str) -> Waiting:
+    """A pinned slot of a forgotten host that a snapshot can restore: what to run."""
+    subject = f"{ss.spec.name}.{n}"
+    why = (
+        f"its host was forgotten and snapshot {snapshot} can restore it: `minidock restore "
+        f"{subject}` (on a host the scheduler picks, or --host HOST), or `minidock restore "
+        f"{subject} --empty` to start it empty"
+    )
+    return Waiting(subject, why, WaitKind.RESTORE, ss.spec.name)
+
+
 # -- placement --------------------------------------------------------------------------------
 def _place_wants(
     wants: Sequence[Want], services: dict[str, ServiceState], fleet: Fleet, view: View
@@ -705,6 +757,10 @@ def _place_wants(
     for want in sorted(wants, key=lambda w: w.kind):
         ss = services[want.service]
         record = ss.slot(want.slot)
+        if want.kind is WantKind.FAILOVER:
+            services[want.service], placed = _failover(want, ss, fleet, view)
+            parts.append(placed)
+            continue
         if want.kind is WantKind.MOVE:
             run, placed = _move(want, services, fleet, view)
         else:
@@ -719,6 +775,20 @@ def _place_wants(
     for name, changed in records.items():
         services[name] = with_slots(services[name], changed)
     return services, Effects.joined(parts)
+
+
+def _failover(
+    want: Want, ss: ServiceState, fleet: Fleet, view: View
+) -> tuple[ServiceState, Effects]:
+    """A failover's restore placed as a task is (the scheduler picks the host) and
+    recorded as the slot's restore intent; pending when no host fits."""
+    assert want.failover is not None
+    where = place(want.target, fleet, avoid=(want.failover.old,))
+    if where.host is None:
+        why = f"on_host_loss = restore: no host can take it: {where.why}"
+        return ss, Effects(pending=(Pending(want.service, want.slot, why),))
+    ss, event = failover.failover_move(ss, want.slot, want.failover, where.host, view.now)
+    return ss, Effects(events=(event,))
 
 
 def _place_one(want: Want, avoid: str, fleet: Fleet, view: View) -> tuple[Run | None, Effects]:

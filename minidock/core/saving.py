@@ -25,6 +25,7 @@ from minidock.core.backing import (
     Verified,
     VerifyAct,
 )
+from minidock.core.failover import slot_snapshot
 from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
@@ -148,6 +149,9 @@ def _ended(
         intent.failed,
     )
     ss = _with(ss, n, None)
+    if not intent.failed:  # the slot's recovery point, and what a failover restores
+        for volume, snapshot in intent.snapshots:
+            ss = slot_snapshot(ss, n, volume, snapshot, intent.since)
     return replace(ss, backups=replace(ss.backups, last={**ss.backups.last, n: last}))
 
 

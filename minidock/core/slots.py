@@ -110,6 +110,17 @@ class SlotState:
     next_start: float = 0.0  # backoff: no new task before this time
     last_exit: str = ""  # one line: exit code and log tail, or the health failure
     avoid: str = ""  # a host where starting its task failed (image missing, disk full...)
+    # its host was forgotten and a snapshot of it exists: no task starts (on an empty
+    # volume) until `minidock restore` (which clears it) or `restore --empty`; the newest
+    # snapshot known then, "ID of TIME", shown (core/intents.py: forget, start_empty)
+    awaiting_restore: str = ""
+    # the newest snapshot of each of its named volumes, (volume, snapshot id, when taken),
+    # as backups recorded them (core/failover.py): its recovery point, what a failover
+    # restores, known to a pass without I/O
+    backups: tuple[tuple[str, str, float], ...] = ()
+    # a host where a failover (on_host_loss = "restore") left its old volume: kept, never
+    # removed by MiniDock (it may hold writes newer than the snapshot), and listed
+    kept_on: str = ""
 
     @property
     def failed(self) -> bool:
@@ -166,8 +177,11 @@ def vanish(slot: SlotState) -> SlotState:
 
 def relocate(slot: SlotState, host: str) -> SlotState:
     """A moved slot's data is on `host` now (core/volumes.py): its record names that host
-    and no task, so its next task starts there (the phase is the pass's to say)."""
-    return replace(slot, task="", host=host, avoid="")
+    and no task, so its next task starts there (the phase is the pass's to say); a slot
+    that awaited a restore has its data back (and a kept old volume on `host` was just
+    made afresh: no longer listed)."""
+    kept = "" if slot.kept_on == host else slot.kept_on
+    return replace(slot, task="", host=host, avoid="", awaiting_restore="", kept_on=kept)
 
 
 def restore_failed(slot: SlotState, line: str) -> SlotState:
@@ -176,9 +190,15 @@ def restore_failed(slot: SlotState, line: str) -> SlotState:
     return _step(slot, SlotInput.RESTORE_FAILED, last_exit=line)
 
 
-def lose(slot: SlotState) -> SlotState:
-    """`minidock forget HOST`: the host is gone for good and its task with it."""
-    return _step(slot, SlotInput.LOST, task="", host="")
+def lose(slot: SlotState, awaiting_restore: str = "", *, pinned: bool = False) -> SlotState:
+    """`minidock forget HOST`: the host is gone for good and its task with it; with
+    `awaiting_restore` (a pinned slot's newest snapshot), it waits for a restore. A pinned
+    slot's old volume stays on that host (`kept_on`): if it ever answers again, its task
+    is fenced and the volume listed, never used."""
+    kept = slot.host if pinned and slot.host else slot.kept_on
+    return _step(
+        slot, SlotInput.LOST, task="", host="", awaiting_restore=awaiting_restore, kept_on=kept
+    )
 
 
 def reset(slot: SlotState) -> SlotState:

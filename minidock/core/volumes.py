@@ -14,7 +14,11 @@ goes on at the next pass, and at any instant at most one task of the slot runs:
   `keep_source`, they stay and the move ends here).
 
 A copy that fails ends the move (`failed`): the slot's record still names the source, so
-its task starts there again on its own data. A restore (`minidock restore`) is a move whose
+its task starts there again on its own data. A host lost before the copy is recorded (the
+target or the source down, forgotten, or gone from the inventory) ends the move as failed
+too (core/moving.py, `lost`): every move ends. When the copy may have begun (COPYING), the
+target's partial volume is then removed once the target answers again (DISCARDING, which
+holds nothing and ends when the target is forgotten). A restore (`minidock restore`) is a move whose
 source is a backup: `snapshots` names the snapshot streamed into each named volume,
 `source` the host the slot was recorded on (the target itself, another host, or "" when
 that host was forgotten). Its task is stopped wherever it runs; nothing is cleaned (a
@@ -37,6 +41,7 @@ class MovePhase(enum.StrEnum):
     COPYING = "copying"  # no task runs: the volumes stream to the target
     STARTING = "starting"  # copied: the slot's task starts on the target
     CLEANING = "cleaning"  # the target's task is ready: the source's volumes go
+    DISCARDING = "discarding"  # failed after its copy began: the target's partial copy goes
     DONE = "done"  # the move is over (its record is dropped)
 
 
@@ -46,12 +51,17 @@ class MoveInput(enum.StrEnum):
     READY = "task ready on the target"
     CLEANED = "source volumes removed"
     FAILED = "copy failed"
+    LOST = "a host lost before the copy was recorded"
+    DISCARDED = "partial copy removed"
 
 
 TABLE: dict[tuple[MovePhase, MoveInput], MovePhase] = {
     (MovePhase.STOPPING, MoveInput.STOPPED): MovePhase.COPYING,
     (MovePhase.COPYING, MoveInput.COPIED): MovePhase.STARTING,
     (MovePhase.COPYING, MoveInput.FAILED): MovePhase.DONE,
+    (MovePhase.STOPPING, MoveInput.LOST): MovePhase.DONE,
+    (MovePhase.COPYING, MoveInput.LOST): MovePhase.DISCARDING,
+    (MovePhase.DISCARDING, MoveInput.DISCARDED): MovePhase.DONE,
     (MovePhase.STARTING, MoveInput.READY): MovePhase.CLEANING,
     (MovePhase.CLEANING, MoveInput.CLEANED): MovePhase.DONE,
 }
@@ -68,6 +78,10 @@ class VolumeMove:
     snapshot: str = ""  # a restore: the snapshot asked for (shown), streamed in instead
     snapshots: tuple[tuple[str, str], ...] = ()  # a restore: (volume, snapshot id) each
     since: float = 0.0  # when it was asked for
+    # a restore the pass itself recorded (on_host_loss = "restore") because `source`, the
+    # slot's host, was down: that host holds nothing back, and its task is fenced if it
+    # answers again (core/failover.py)
+    failover: bool = False
     size: int = 0  # bytes copied
     seconds: float = 0.0  # how long the copy took
 
@@ -86,9 +100,13 @@ class VolumeMove:
 
     def step(self, given: MoveInput) -> VolumeMove:
         """The next phase (the same when `given` does not apply); CLEANING is skipped to
-        DONE when the source stays (`keep_source`; a restore removes nothing)."""
+        DONE when the source stays (`keep_source`; a restore removes nothing), and
+        DISCARDING when the target is the source (a restore in place: its slot's own volume,
+        which the slot's Failed record guards)."""
         phase = TABLE.get((self.phase, given), self.phase)
         if phase is MovePhase.CLEANING and (self.keep_source or self.restore):
+            phase = MovePhase.DONE
+        if phase is MovePhase.DISCARDING and self.source == self.target:
             phase = MovePhase.DONE
         return self if phase is self.phase else replace(self, phase=phase)
 
@@ -102,6 +120,8 @@ class VolumeMove:
             MovePhase.COPYING: f"moving to {self.target}: copying its volumes from {origin}",
             MovePhase.STARTING: f"moving to {self.target}: starting its task there",
             MovePhase.CLEANING: f"moved to {self.target}: removing its volumes on {origin}",
+            MovePhase.DISCARDING: f"move to {self.target} failed: its partial copy there is "
+            "removed once it answers",
             MovePhase.DONE: f"moved to {self.target}",
         }[self.phase]
 
@@ -112,6 +132,8 @@ class VolumeMove:
             MovePhase.COPYING: f"{where}: streaming it into its volumes",
             MovePhase.STARTING: f"{where}: starting its task there",
             MovePhase.CLEANING: f"{where}: starting its task there",
+            MovePhase.DISCARDING: f"restore on {self.target} failed: its partial copy there is "
+            "removed once it answers",
             MovePhase.DONE: f"restored snapshot {self.snapshot} on {self.target}",
         }[self.phase]
 
@@ -119,11 +141,17 @@ class VolumeMove:
 @dataclass(frozen=True)
 class MoveAct:
     """What a pass does for a move: copy the slot's volumes to the target (`copy`), or
-    remove them on the source (not `copy`). `spec` is the spec the slot runs: its named
-    volumes, where its task mounts them, and its image (the helpers' on both hosts)."""
+    remove them on the source (not `copy`; a DISCARDING move's: on the target, its partial
+    copy). `spec` is the spec the slot runs: its named volumes, where its task mounts them,
+    and its image (the helpers' on both hosts)."""
 
     service: str
     slot: int
     spec: Service
     move: VolumeMove
     copy: bool = True
+
+    @property
+    def removes_on(self) -> str:
+        """The host a removal act removes the slot's volumes on."""
+        return self.move.target if self.move.phase is MovePhase.DISCARDING else self.move.source

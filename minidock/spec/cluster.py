@@ -361,6 +361,7 @@ def _build_service(
         depends_on=tuple(body.get("depends_on", ())),
         desired=body.get("desired", "running"),
         on_host_loss=body.get("on_host_loss", "replace"),
+        restore_after=_restore_after(body, at, fail, volumes),
         health=_health(body["health"], (*at, "health"), fail) if "health" in body else None,
         update=_update(body.get("update", {}), (*at, "update"), fail, body, volumes),
         restart=_restart(body.get("restart", {}), (*at, "restart"), fail),
@@ -379,6 +380,33 @@ def _build_service(
         **service_ingress(body, routes_of(body, at, fail, ports, base)),
         expose=tuple(sorted(body.get("expose", ()))),
     )
+
+
+def _restore_after(
+    body: dict[str, Any], at: tuple[Part, ...], fail: Fail, volumes: tuple[Volume, ...]
+) -> float:
+    """`restore_after` (default 5m), and `on_host_loss = "restore"` only where it can be:
+    a pinned service (a named volume) with its own `backup` (docs/backups.md)."""
+    if body.get("on_host_loss") == "restore":
+        if not any(v.named for v in volumes):
+            raise fail(
+                (*at, "on_host_loss"),
+                'restore is for a service with a named volume (its data): use "replace"',
+            )
+        if "backup" not in body:
+            raise fail(
+                (*at, "on_host_loss"),
+                "restore needs a backup to restore from: give backup = { repository = ..., "
+                "schedule = ... }",
+            )
+    elif "restore_after" in body:
+        raise fail((*at, "restore_after"), 'restore_after is for on_host_loss = "restore"')
+    after = units.parse_duration(body.get("restore_after", "5m"))
+    if after <= 0:
+        raise fail(
+            (*at, "restore_after"), f"must be greater than 0, got {show(body['restore_after'])}"
+        )
+    return after
 
 
 def _build(
@@ -410,6 +438,7 @@ _NOT_FOR_JOBS = {
     "restart": "a job's failed run is not restarted: the next scheduled time runs again",
     "depends_on": "a job's runs wait on no dependency: remove depends_on",
     "on_host_loss": "a job's run is not moved on host loss: the next scheduled time runs again",
+    "restore_after": "a job's run is not moved on host loss: the next scheduled time runs again",
     "drain_timeout": "a job's runs take no traffic: remove drain_timeout",
     "hooks": "a job has no rollout to run hooks before: run the command in the job itself",
     "expose": "a job's runs take no traffic: remove expose",

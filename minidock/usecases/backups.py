@@ -371,13 +371,17 @@ async def _restorable_slots(
         for volume in volumes:
             mine = [s for s in found if s.tag("slot") == str(n) and s.tag("volume") == volume]
             if not mine:
-                lines.append(f"{spec.name}.{n} {volume}: no backup in {policy.repository}")
+                lines.append(
+                    f"{spec.name}.{n} {volume}: no backup in {policy.repository}: it starts "
+                    "afresh with an empty volume"
+                )
                 continue
             last = mine[-1]
             lines.append(
                 f"{spec.name}.{n} {volume}: snapshot {last.short_id} of "
-                f"{last.time[:19].replace('T', ' ')} UTC (from {last.hostname}) could restore "
-                f"it: minidock restore {spec.name}.{n} --snapshot {last.short_id}"
+                f"{last.time[:19].replace('T', ' ')} UTC (from {last.hostname}) can restore "
+                f"it, so it waits: minidock restore {spec.name}.{n} (or --empty to start it "
+                "empty)"
             )
     return lines
 

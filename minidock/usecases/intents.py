@@ -23,6 +23,7 @@ from minidock.usecases.access import (
     writing,
 )
 from minidock.usecases.clusters import Held, each_intent, knowing_host, one, tagged
+from minidock.usecases.hostloss import newest_snapshots
 from minidock.usecases.outcomes import (
     BadInput,
     IntentOutcome,
@@ -146,8 +147,12 @@ async def forget(
 ) -> IntentOutcome:
     """HOST is gone for good: the tasks that ran on it are recorded as lost and refilled
     elsewhere (those of `on_host_loss = "wait"` services too), and the inventory may drop
-    it. HOST is probed first (by the inventory's details, else its last known ones): a
-    host that answers now is refused, whatever the stored state says: drain it instead."""
+    it; a pinned slot of which a snapshot exists waits for `minidock restore` instead
+    (usecases/hostloss.py). HOST is probed first (by the inventory's details, else its last
+    known ones): a host that answers now is refused, whatever the stored state says: drain
+    it instead."""
+
+    snapshots: dict[tuple[str, int], str] = {}
 
     async def answers_now(state: ControllerState, desired: Desired) -> None:
         _known_host(desired.inventory, host, state)
@@ -160,9 +165,11 @@ async def forget(
                 f"{host} answered now: `minidock drain {host}` moves its tasks; "
                 "forget is for a host that is gone for good"
             )
+        found, _ = await newest_snapshots(state, desired, host)  # never empty by surprise
+        snapshots.update(found)
 
     def change(state: ControllerState, desired: Desired) -> tuple[ControllerState, list[Event]]:
-        return core.forget(state, host, runtime.clock.now())
+        return core.forget(state, host, runtime.clock.now(), snapshots)
 
     return await _intent(
         _of_host(directory, cluster, host),

@@ -52,6 +52,9 @@ async def move(
             raise BadInput(f"move: {target} is not in the inventory: a move needs to reach it")
         if state.host(target).drained:
             raise BadInput(f"move: {target} is drained: `minidock activate {target}` first")
+        why = state.host(target).why_not_eligible()  # as the last pass found it
+        if why is not None:
+            raise BadInput(f"move: {target} is not ready ({why}): a move streams into it")
         try:
             return core.begin_move(
                 state, service, slot, target, runtime.clock.now(), keep_source=keep_source

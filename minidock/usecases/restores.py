@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from minidock import core, restic
 from minidock.core import ControllerState
+from minidock.core.scheduler import Fleet, counted_as, place
 from minidock.model import Host, Service
 from minidock.observe import observe_host
 from minidock.restic import ResticError, Snapshot
@@ -116,14 +117,20 @@ async def restore(
     snapshots: Sequence[str] = (),
     host: str | None = None,
     force: bool = False,
+    empty: bool = False,
     wait: bool = True,
     timeout: float = 0.0,
     cluster: str | None = None,
 ) -> IntentOutcome:
     """Record the restore of SUBJECT's slots (`SERVICE`: each of its slots from its own
     newest snapshots; `SERVICE.SLOT`: that one, from `snapshots` or its newest) on `host`
-    (else each slot's recorded host), then converge (module doc)."""
+    (else each slot's recorded host; a slot waiting for its restore, whose host was
+    forgotten: a host the scheduler picks), then converge (module doc). `empty`: a slot
+    waiting for its restore starts on empty volumes instead."""
     service, slot = parse_subject(subject)
+    if empty:
+        return await _empty(service, slot, directory, runtime, report, snapshots, host, force,
+                            wait=wait, timeout=timeout, cluster=cluster)  # fmt: skip
     chosen: dict[int, tuple[str, Picks]] = {}  # slot -> (target, picks): what check found
 
     async def check(state: ControllerState, desired: Desired) -> None:
@@ -138,6 +145,10 @@ async def restore(
             where = (desired.cluster.name, service, n)
             picks = choose_snapshots(found, where, volumes, snapshots, policy.repository)
             chosen[n] = (target, picks)
+        for n, target in sorted(targets.items()):
+            if not target:  # awaiting its restore, its host forgotten: the scheduler's pick
+                targets[n] = await _scheduled(state, desired, runtime, spec, n)
+                chosen[n] = (targets[n], chosen[n][1])
         await _hosts_answer(state, desired, runtime, service, targets, force=force)
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
@@ -201,6 +212,9 @@ def _targets(
     targets: dict[int, str] = {}
     for n in chosen:
         target = host or ss.slot(n).host
+        if not target and ss.slot(n).awaiting_restore:
+            targets[n] = ""  # the scheduler picks it, once the hosts are probed
+            continue
         if not target:
             raise BadInput(
                 f"restore: {service}.{n} has no recorded host (its host was forgotten, or it "
@@ -208,6 +222,85 @@ def _targets(
             )
         targets[n] = target
     return targets, spec
+
+
+async def _scheduled(
+    state: ControllerState, desired: Desired, runtime: Runtime, spec: Service, slot: int
+) -> str:
+    """A host for a slot waiting for its restore: the scheduler's pick (core.scheduler,
+    as a pass places a task) among the hosts that answer now and may take tasks, by their
+    live tasks' load; UseCaseError when none fits."""
+    async with connected(runtime) as executor:
+        seen = {
+            h.name: await observe_host(executor, h, desired.cluster.name, ports=False)
+            for h in desired.inventory.hosts
+        }
+    eligible = {
+        name: (("drained" if state.host(name).drained else None) if o.ok else o.why_not)
+        for name, o in seen.items()
+    }
+    live = [
+        counted_as(c, desired.cluster.name)
+        for o in seen.values()
+        if o.ok
+        for c in (*o.containers, *o.others)
+        if c.live
+    ]
+    where = place(spec, Fleet.build(desired.inventory.hosts, eligible, live))
+    if where.host is None:
+        raise UseCaseError(
+            f"restore: no host can take {spec.name}.{slot} ({where.why}): name one with --host"
+        )
+    return where.host
+
+
+async def _empty(
+    service: str,
+    slot: int | None,
+    directory: StateLocation,
+    runtime: Runtime,
+    report: Report,
+    snapshots: Sequence[str],
+    host: str | None,
+    force: bool,
+    *,
+    wait: bool,
+    timeout: float,
+    cluster: str | None,
+) -> IntentOutcome:
+    """`restore SERVICE[.SLOT] --empty`: each slot waiting for its restore (or that one)
+    starts on empty volumes, on purpose; no restic, no SSH before the passes."""
+    if snapshots or host is not None or force:
+        raise BadInput(
+            "restore: --empty starts a slot with no data: no --snapshot, --host, --force"
+        )
+    numbers: list[int] = []
+
+    async def check(state: ControllerState, desired: Desired) -> None:
+        _known_service(state, service)
+        ss = state.services[service]
+        wanted = [slot] if slot is not None else [
+            n for n in ss.slot_numbers() if ss.slot(n).awaiting_restore
+        ]  # fmt: skip
+        if not wanted:
+            raise BadInput(f"restore: no slot of {service} is waiting for a restore")
+        numbers[:] = wanted
+
+    def change(state: ControllerState, desired: Desired) -> ControllerState:
+        for n in numbers:
+            try:
+                state = core.start_empty(state, service, n)
+            except ValueError as exc:
+                raise BadInput(f"restore: {exc}") from None
+        return state
+
+    def message() -> str:
+        return "; ".join(f"starting {service}.{n} on empty volumes" for n in numbers)
+
+    held = _of_service(directory, cluster, service)
+    return await _intent(
+        held, runtime, report, change, message, wait=wait, timeout=timeout, check=check
+    )
 
 
 async def _hosts_answer(

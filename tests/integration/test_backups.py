@@ -4,13 +4,14 @@ schedule by `reconcile` alone (after its before_backup hook: cron's set-up, no `
 listed by `minidock backups`, and the snapshot's file holds the volume as it was; a backup
 by hand then prunes the first by keep. Its throughput (MB/s through the controller) is
 printed beside a plain `ssh HOST docker cp ... | restic backup --stdin` of the same volume
-(docs/benchmarks.md). A backup with `stop = true` whose controller is killed between the
-stop and the start: the next `reconcile` runs the task again (issue 43, break 5). A restore
-drill (`backup verify`) passing and failing, its throwaway container and volume gone after.
-Then the issue's whole story: a backup, the host stopped for good and forgotten (and
-dropped from the inventory), the slot restarted elsewhere on an empty volume, a restore
-elsewhere refused while that host answers, then forced, and the data read back from the
-restored task."""
+(docs/benchmarks.md). Then host loss (issue 43): a backup, the host stopped and forgotten:
+the slot waits (exit 4, never started empty) until `minidock restore db.1` puts the data
+back on a host the scheduler picks, with no --force; with `on_host_loss = "restore"` the
+passes do that by themselves; the old host back: one copy runs, its old volume kept and
+listed. A backup with `stop = true` whose controller is killed between the stop and the
+start: the next `reconcile` runs the task again (issue 43, break 5). A restore drill
+(`backup verify`) passing and failing, its throwaway container and volume gone after.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
 
 from minidock import restic
 from tests.integration.conftest import Fleet, Minidock, patient_inventory
@@ -176,60 +176,106 @@ backup = {{ repository = "{repo}", password = {{ file = "{password}" }} }}
 """
 
 
-def test_a_backup_is_restored_on_another_host_after_its_host_is_forgotten(
-    fleet: Fleet, tmp_path: Path
-) -> None:
+def _backed_up(fleet: Fleet, tmp_path: Path, extra: str = "") -> tuple[Minidock, str, str]:
+    """db applied and running, 4 MiB and a note written into its volume, backed up: the
+    cluster's `md`, db.1's host and the blob's sha256."""
     inventory = patient_inventory(fleet, tmp_path / "lab.toml")
     md = Minidock(fleet, tmp_path, inventory=inventory)
     password, repo = tmp_path / "restic.pass", tmp_path / "repo"
     password.write_text(PASSWORD + "\n")
     password.chmod(0o600)
-    res = md("apply", str(md.spec(RESTORED.format(repo=repo, password=password))), "--wait")
+    spec = md.spec(RESTORED.format(repo=repo, password=password) + extra)
+    res = md("apply", str(spec), "--wait")
     assert res.returncode == 0, res.stdout + res.stderr
     (task,) = md.tasks("db")
-    lost = task["host"]
     fill = "head -c 4m /dev/urandom > /data/blob && echo kept > /data/note && sha256sum /data/blob"
     name = f"db.1.{task['id']}"
-    written = fleet.docker(lost, "exec", name, "sh", "-c", fill, check=True).stdout.split()[0]
+    written = fleet.docker(task["host"], "exec", name, "sh", "-c", fill, check=True).stdout
     res = md("backup", "db.1")
     assert res.returncode == 0, res.stdout + res.stderr
+    return md, task["host"], written.split()[0]
+
+
+def _read_back(fleet: Fleet, md: Minidock, written: str) -> str:
+    """db.1's one task reads the backed-up blob and note: its host."""
+    (back,) = md.tasks("db")
+    name = f"db.1.{back['id']}"
+    read = fleet.docker(back["host"], "exec", name, "sh", "-c", "sha256sum /data/blob")
+    assert read.stdout.split()[0] == written
+    assert fleet.docker(back["host"], "exec", name, "cat", "/data/note").stdout == "kept\n"
+    return str(back["host"])
+
+
+def _old_host_back(fleet: Fleet, md: Minidock, lost: str, there: str) -> None:
+    """The old host back: one copy of db.1 runs (there), its old volume kept and listed."""
+    fleet.revive(lost)
+    for _ in range(8):
+        md("reconcile")
+        doc = md.status()
+        answers = [h["state"] for h in doc["hosts"] if h["name"] == lost] == ["ready"]
+        live = [t["host"] for t in doc["tasks"] if t["service"] == "db" and t["state"] == "running"]
+        if answers and lost not in live:
+            break
+        time.sleep(2)
+    assert [t["host"] for t in md.tasks("db")] == [there]
+    volume = f"{md.cluster}_db.1_dbdata"
+    assert fleet.docker(lost, "volume", "inspect", volume).returncode == 0  # kept
+    (db,) = [s for s in md.status()["services"] if s["name"] == "db"]
+    assert {p["kept_on"] for p in db["recovery"]} == {lost}  # and listed
+
+
+def test_a_forgotten_hosts_slot_waits_and_restore_puts_its_data_back_with_no_force(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    md, lost, written = _backed_up(fleet, tmp_path)
     (snap,) = json.loads(md("backups", "db", "--json").stdout)["snapshots"]
-
-    # the host is gone for good: stopped, forgotten, dropped from the inventory
     fleet.kill(lost, "stop")
-    res = md("forget", lost)
-    said = f"could restore it: minidock restore db.1 --snapshot {snap['short_id']}"
+    res = md("forget", lost)  # 3 while its failed probes still count, then 4
+    assert res.returncode in (3, 4), res.stdout + res.stderr
+    said = f"snapshot {snap['short_id']} of "
     assert said in res.stdout, res.stdout + res.stderr
-    lab = tomllib.loads(inventory.read_text())
-    lab["hosts"] = [h for h in lab["hosts"] if h["name"] != lost]
-    inventory.write_text(tomli_w.dumps(lab))
-    res = md("reconcile")  # db.1 starts afresh elsewhere, on an empty volume
-    (fresh,) = md.tasks("db")
-    assert fresh["host"] != lost, res.stdout + res.stderr
-    empty = fleet.docker(fresh["host"], "exec", f"db.1.{fresh['id']}", "ls", "/data")
-    assert empty.stdout.split() == [], empty
-
-    target = next(h["name"] for h in lab["hosts"] if h["name"] != fresh["host"])
-    refused = md("restore", "db.1", "--host", target)
-    assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert f"is on {fresh['host']}, which answers" in refused.stderr
-    assert "`--force` on" in refused.stderr
-    assert md.tasks("db")[0]["id"] == fresh["id"]  # refused: nothing stopped
+    assert "can restore it, so it waits: minidock restore db.1" in res.stdout
+    for _ in range(10):
+        res = md("reconcile")
+        if res.returncode == 4:
+            break
+        time.sleep(2)
+    assert res.returncode == 4, res.stdout + res.stderr  # every pass: the operator's word
+    assert "`minidock restore db.1`" in res.stdout + res.stderr
+    assert md.tasks("db") == []  # never started on an empty volume
 
     started = time.monotonic()
-    res = md("restore", "db.1", "--snapshot", snap["short_id"], "--host", target, "--force")
+    res = md("restore", "db.1")  # no --host, no --force: the scheduler picks, lost is forgotten
     took = time.monotonic() - started
-    assert res.returncode == 0, res.stdout + res.stderr
-    (back,) = md.tasks("db")
-    assert back["host"] == target
-    read = fleet.docker(target, "exec", f"db.1.{back['id']}", "sh", "-c", "sha256sum /data/blob")
-    assert read.stdout.split()[0] == written
-    note = fleet.docker(target, "exec", f"db.1.{back['id']}", "cat", "/data/note")
-    assert note.stdout == "kept\n"
+    assert res.returncode in (0, 4), res.stdout + res.stderr  # 4: its old host is down
+    there = _read_back(fleet, md, written)
+    assert there != lost
     kinds = [e["kind"] for e in json.loads(md("events", "--json", "-n", "200").stdout)]
     assert kinds.index("restored") > kinds.index("volumes-copied") > kinds.index("intent")
-    assert PASSWORD not in res.stdout + res.stderr + refused.stderr
-    print(f"restore of 4 MiB on {target} after {lost} was forgotten: {took:.1f}s\n{res.stdout}")
+    assert PASSWORD not in res.stdout + res.stderr
+    print(f"restore of 4 MiB on {there} after {lost} was forgotten: {took:.1f}s\n{res.stdout}")
+    _old_host_back(fleet, md, lost, there)
+
+
+def test_on_host_loss_restore_reads_the_data_back_elsewhere_without_an_operator(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    extra = 'on_host_loss = "restore"\nrestore_after = "10s"\n'
+    md, lost, written = _backed_up(fleet, tmp_path, extra)
+    fleet.kill(lost, "stop")
+    started = time.monotonic()
+    while time.monotonic() - started < 240:  # reconcile as cron would, nothing else
+        md("reconcile")
+        if [t for t in md.tasks("db") if t["host"] != lost and t["health"] != "starting"]:
+            break
+        time.sleep(3)
+    there = _read_back(fleet, md, written)
+    assert there != lost
+    md("reconcile")  # the pass that sees its task ready ends the restore
+    kinds = [e["kind"] for e in json.loads(md("events", "--json", "-n", "200").stdout)]
+    assert kinds.index("restored") > kinds.index("volumes-copied") > kinds.index("failover")
+    print(f"failover of 4 MiB to {there} after {lost} stopped: {time.monotonic() - started:.1f}s")
+    _old_host_back(fleet, md, lost, there)
 
 
 STOPPED = """

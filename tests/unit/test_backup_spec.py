@@ -332,3 +332,57 @@ def test_restics_times_are_read_as_epoch_seconds() -> None:
     assert _epoch("2026-12-03T03:00:04.405049187Z") == pytest.approx(1796266804.405049)
     assert _epoch("2026-12-03T04:00:04+01:00") == 1796266804.0
     assert _epoch("not a time") == 0.0
+
+
+# -- on_host_loss = "restore": failover from backups ---------------------------------------------
+RESTORES = DB + f'backup = {{ repository = "r", {PASS} }}\non_host_loss = "restore"\n'
+
+
+def test_on_host_loss_restore_loads_with_restore_after_default_five_minutes(here: Path) -> None:
+    db = _load(RESTORES).service("db")
+    assert db is not None
+    assert (db.on_host_loss, db.restore_after) == ("restore", 300.0)
+    later = _load(RESTORES + 'restore_after = "10m"\n').service("db")
+    assert later is not None
+    assert later.restore_after == 600.0
+    assert later.spec_hash() == db.spec_hash()  # a controller policy: no task changes
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            CLUSTER + '[services.web]\nimage = "web"\non_host_loss = "restore"\n',
+            "services.web.on_host_loss: restore is for a service with a named volume (its "
+            'data): use "replace"',
+        ),
+        (
+            DB + 'on_host_loss = "restore"\n',
+            "services.db.on_host_loss: restore needs a backup to restore from: give backup = "
+            "{ repository = ..., schedule = ... }",
+        ),
+        (
+            DB + 'restore_after = "5m"\n',
+            'services.db.restore_after: restore_after is for on_host_loss = "restore"',
+        ),
+        (
+            RESTORES + 'restore_after = "0s"\n',
+            "services.db.restore_after: must be greater than 0, got '0s'",
+        ),
+    ],
+)
+def test_a_bad_on_host_loss_restore_is_one_line(here: Path, text: str, expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        _load(text)
+    assert str(err.value) == "cluster.toml: " + expected
+
+
+def test_a_compose_file_gives_on_host_loss_restore_in_x_minidock(here: Path) -> None:
+    Path("compose.yaml").write_text(
+        "name: prod\nservices:\n  db:\n    image: postgres:16\n    volumes: ['pgdata:/data']\n"
+        "    x-minidock:\n      backup: {repository: /srv/restic, password: {file: pass}}\n"
+        "      on_host_loss: restore\n      restore_after: 2m\nvolumes:\n  pgdata: {}\n"
+    )
+    db = load("compose.yaml")[0].service("db")
+    assert db is not None
+    assert (db.on_host_loss, db.restore_after) == ("restore", 120.0)

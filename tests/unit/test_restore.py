@@ -11,19 +11,23 @@ import asyncio
 import io
 import tarfile
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from minidock import restic
 from minidock.acts import Acts
+from minidock.core.hosts import HostPhase, HostState
 from minidock.core.moving import MoveFailed, VolumesCopied
+from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.volumes import MoveAct, VolumeMove
 from minidock.model import Host, Inventory, Service, Volume
 from minidock.relocate import carry_move
 from minidock.restic import ResticError, Snapshot
 from minidock.spec import load
 from minidock.ssh import Result
+from minidock.state import Store
 from minidock.usecases.outcomes import BadInput
 from minidock.usecases.restores import choose_snapshots, parse_subject
 from tests.fakes import FakeExecutor, fail, ok
@@ -304,4 +308,34 @@ def test_a_repository_without_the_snapshot_refuses_before_any_ssh(
     asyncio.run(restic.ensure(restic.Repository(str(repo), "restore-test-pass")))
     line = one_line_error(invoke(*args))
     assert line.startswith(f"restore: no snapshot of db.1 data in {repo} (cluster prod)"), line
+    assert (pinned / "state.db").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("phase", "said"),
+    [
+        (HostPhase.DOWN, "move: host2 is not ready (down (timed out)): a move streams into it"),
+        (
+            HostPhase.UNREACHABLE,
+            "move: host2 is not ready (unreachable (timed out)): a move streams into it",
+        ),
+    ],
+)
+def test_a_move_to_a_host_that_is_not_ready_is_refused_in_one_line(
+    pinned: Path,
+    ssh_calls: list[str],  # noqa: F811
+    phase: HostPhase,
+    said: str,
+) -> None:
+    with Store.open(pinned) as store:
+        state = store.load()
+        db = state.services["db"]
+        db = replace(db, slots={1: SlotState(SlotPhase.RUNNING, "t1", "host1")})
+        host2 = HostState(phase=phase, failures=2, last_error="timed out")
+        state = replace(
+            state, services={**state.services, "db": db}, hosts={**state.hosts, "host2": host2}
+        )
+        store.commit(state)
+    before = (pinned / "state.db").read_bytes()
+    assert one_line_error(invoke("move", "db.1", "--to", "host2", "--state", str(pinned))) == said
     assert (pinned / "state.db").read_bytes() == before

@@ -29,6 +29,7 @@ from minidock.status import (
     MemoryUsage,
     PendingSlot,
     ProxySummary,
+    RecoverySummary,
     RolloutSummary,
     RouteSummary,
     ServiceSummary,
@@ -73,6 +74,7 @@ def test_the_schema_names_exactly_the_fields_of_the_typed_records() -> None:
         (d["service"]["properties"]["job"]["oneOf"][1], JobSummary),
         (d["service"]["properties"]["hook"]["oneOf"][1], HookSummary),
         (d["service"]["properties"]["serving"]["oneOf"][1], ServingSummary),
+        (d["service"]["properties"]["recovery"]["items"], RecoverySummary),
         (d["job_run"], JobRunSummary),
     ]
     for node, cls in nodes:

@@ -8,7 +8,7 @@ the one task on the target with the data there."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 
 from minidock import core
 from minidock.core import fold_outcomes
+from minidock.core.failover import recovery_points, snapshot_taken
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
+from minidock.core.plan import WaitKind
+from minidock.core.progress_rule import outlook
 from minidock.core.volumes import MovePhase
 from minidock.model import Event, Volume
 from tests.sim import World, hosts, svc
@@ -76,7 +79,7 @@ class Fleet:
     def _act(self, act: core.volumes.MoveAct) -> object:
         move = act.move
         if not act.copy:
-            self.volumes.pop(move.source, None)
+            self.volumes.pop(act.removes_on, None)
             return SourceCleaned("db", 1)
         self.volumes.pop(move.target, None)  # afresh, as minidock.relocate does
         if self.fail_copy:
@@ -345,3 +348,407 @@ def test_a_controller_killed_at_any_passes_of_a_restore_starts_only_on_the_snaps
     assert fleet.volumes[target] == SNAPSHOT
     assert fleet.world.state.services["db"].slot(1).host == target
     assert (fleet.volumes.get(source) == DATA) == elsewhere  # the old volume stays elsewhere
+
+
+# -- hosts lost during a move: every move ends ----------------------------------------------------
+def passes_until_down(fleet: Fleet, host: str) -> None:
+    """Passes until `host` (killed) is down (down_after = 2 in tests/sim.py)."""
+    for _ in range(4):
+        fleet.step()
+    assert fleet.world.state.host(host).down
+
+
+def test_a_move_whose_target_goes_down_before_its_copy_fails_and_starts_again_on_its_source() -> (
+    None
+):
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    fleet.world.kill_host(target)
+    passes_until_down(fleet, target)
+    fleet.settle()
+    w = fleet.world
+    assert w.state.services["db"].moves == {}
+    assert [c.host for c in w.live("db")] == [source]
+    assert fleet.volumes == {source: DATA}
+    (failed,) = [e.message for e in fleet.events if e.kind == "move-failed"]
+    assert failed == f"db.1: move to {target} failed, it stays on {source}: {target} is down"
+    assert not outlook(w.plan()).progressing  # degraded (its target down), not exit 3
+
+
+def test_a_move_whose_source_goes_down_before_its_copy_fails_and_forget_then_ends_it() -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    w = fleet.world
+    w.kill_host(source)
+    passes_until_down(fleet, source)
+    assert w.state.services["db"].moves == {}
+    assert any(e.kind == "move-failed" and f"{source} is down" in e.message for e in fleet.events)
+    plan = w.plan()
+    assert not outlook(plan).progressing  # held on its down host, pinned: exit 4
+    w.state, _ = core.forget(w.state, source, w.now)
+    assert w.state.services["db"].moves == {}
+    w.converge()  # no snapshot known: started afresh (forget says so)
+    assert len(w.live("db")) == 1
+
+
+def test_a_move_cut_mid_copy_by_its_lost_target_keeps_its_source_and_drops_the_partial_copy() -> (
+    None
+):
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    w = fleet.world
+    fleet.step()  # the stop
+    fleet.step("before-fold")  # the copy begun, the controller killed before its outcome
+    assert w.state.services["db"].moves[1].phase is MovePhase.COPYING
+    fleet.volumes[target] = "half a copy"
+    w.kill_host(target)
+    passes_until_down(fleet, target)
+    for _ in range(4):
+        fleet.step()
+    assert [c.host for c in w.live("db")] == [source]
+    assert not outlook(w.plan()).progressing  # its target down: degraded, not exit 3
+    assert w.state.services["db"].moves[1].phase is MovePhase.DISCARDING
+    assert w.state.services["db"].moves[1].holds is False
+    (failed,) = [e.message for e in fleet.events if e.kind == "move-failed"]
+    assert failed.endswith(f"its partial copy on {target} is removed once {target} answers")
+    w.revive_host(target)
+    fleet.step()
+    fleet.settle()
+    assert w.state.services["db"].moves == {}
+    assert fleet.volumes == {source: DATA}
+    assert "partial-copy-removed" in [e.kind for e in fleet.events]
+    assert fleet.most_live == 1
+
+
+@pytest.mark.parametrize("lost", ["source", "target"])
+def test_forget_of_either_host_ends_a_move_not_yet_copied(lost: str) -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    fleet.step()  # stopping
+    w = fleet.world
+    gone = source if lost == "source" else target
+    w.kill_host(gone)
+    w.state, events = core.forget(w.state, gone, w.now)
+    assert w.state.services["db"].moves == {}
+    assert "move-failed" in [e.kind for e in events]
+    if lost == "source":
+        w.converge()  # no snapshot known: started afresh (forget says so)
+        assert len(w.live("db")) == 1
+    else:
+        fleet.settle()
+        assert [c.host for c in w.live("db")] == [source]
+
+
+def test_forget_of_the_target_of_a_starting_move_sends_the_slot_back_to_its_whole_source() -> None:
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.move(target)
+    w = fleet.world
+    while w.state.services["db"].moves[1].phase is not MovePhase.STARTING:
+        fleet.step()
+    w.kill_host(target)
+    w.state, events = core.forget(w.state, target, w.now)
+    assert w.state.services["db"].moves == {}
+    assert w.state.services["db"].slot(1).host == source
+    assert any(
+        f"before its task was ready; it starts again on {source}" in e.message for e in events
+    )
+    fleet.settle()
+    assert [c.host for c in w.live("db")] == [source]
+    assert fleet.volumes[source] == DATA
+
+
+def test_a_restore_whose_target_goes_down_before_its_stream_ends_and_the_slot_keeps_its_data() -> (
+    None
+):
+    fleet = Fleet()
+    source = fleet.start()
+    target = other(fleet, source)
+    fleet.restore(target)
+    fleet.before = None  # never restored: every task of the slot runs on its own data
+    fleet.world.kill_host(target)
+    passes_until_down(fleet, target)
+    fleet.settle()
+    w = fleet.world
+    assert w.state.services["db"].moves == {}
+    assert [c.host for c in w.live("db")] == [source]
+    assert fleet.volumes[source] == DATA
+    assert any(e.kind == "restore-failed" for e in fleet.events)
+
+
+def test_a_restore_in_place_cut_mid_stream_by_its_lost_host_leaves_the_slot_failed() -> None:
+    fleet = Fleet()
+    host = fleet.start()
+    fleet.restore(host)
+    w = fleet.world
+    fleet.step()  # the stop
+    fleet.step("before-fold")  # the stream begun, the controller killed before its outcome
+    assert w.state.services["db"].moves[1].phase is MovePhase.COPYING
+    fleet.volumes[host] = "half a snapshot"
+    w.kill_host(host)
+    passes_until_down(fleet, host)
+    assert w.state.services["db"].moves == {}
+    assert w.state.services["db"].slot(1).failed
+    w.revive_host(host)
+    for _ in range(4):
+        fleet.step()
+    assert w.live("db") == []  # never started on the half-written volume
+
+
+# -- never empty by surprise: a forgotten host's pinned slot waits for its restore --------------
+NEWEST = "4f2a9c1e of 2026-12-05 03:00:00 UTC"
+
+
+def forgotten(fleet: Fleet, snapshot: str) -> tuple[str, list[Event]]:
+    """db.1's host killed, passes until it is down, then forgotten (`snapshot`: the newest
+    snapshot of db.1 the use case found, "" for none)."""
+    lost = fleet.start()
+    w = fleet.world
+    w.kill_host(lost)
+    passes_until_down(fleet, lost)
+    known = {("db", 1): snapshot} if snapshot else {}
+    w.state, events = core.forget(w.state, lost, w.now, known)
+    del fleet.volumes[lost]  # gone with its host
+    return lost, events
+
+
+def test_a_forgotten_pinned_slot_with_a_snapshot_waits_for_its_restore_degraded() -> None:
+    fleet = Fleet()
+    _, events = forgotten(fleet, NEWEST)
+    (said,) = [e.message for e in events if e.kind == "task-lost" and e.service == "db"]
+    assert said.endswith(
+        f"; snapshot {NEWEST} can restore it, so it waits: `minidock restore db.1` restores "
+        "it, `--empty` starts it empty"
+    )
+    w = fleet.world
+    for _ in range(3):
+        fleet.step()
+    plan = w.plan()
+    assert (w.live("db"), plan.run) == ([], ())  # never started on an empty volume
+    (wait,) = [x for x in plan.waiting if x.subject == "db.1"]
+    assert wait.kind is WaitKind.RESTORE
+    assert "`minidock restore db.1`" in wait.reason
+    assert "--empty" in wait.reason
+    assert not outlook(plan).progressing  # exit 4: degraded, and says what to run
+    assert str(wait) in outlook(plan).stuck
+
+
+def test_a_waiting_slot_restored_elsewhere_starts_only_on_the_snapshot() -> None:
+    fleet = Fleet()
+    lost, _ = forgotten(fleet, NEWEST)
+    target = other(fleet, lost)
+    fleet.restore(target)  # no recorded host: nothing forks, no --force
+    fleet.settle()
+    w = fleet.world
+    assert [c.host for c in w.live("db")] == [target]
+    assert fleet.volumes == {target: SNAPSHOT}
+    assert w.state.services["db"].slot(1).awaiting_restore == ""
+
+
+def test_a_waiting_slot_started_empty_on_purpose_starts_anywhere() -> None:
+    fleet = Fleet()
+    forgotten(fleet, NEWEST)
+    w = fleet.world
+    w.state = core.start_empty(w.state, "db", 1)
+    w.converge()
+    assert len(w.live("db")) == 1
+    with pytest.raises(ValueError, match=r"db\.1 is not waiting for a restore"):
+        core.start_empty(w.state, "db", 1)
+
+
+def test_a_forgotten_pinned_slot_without_a_snapshot_starts_afresh_saying_so() -> None:
+    fleet = Fleet()
+    _, events = forgotten(fleet, "")
+    (said,) = [e.message for e in events if e.kind == "task-lost" and e.service == "db"]
+    assert said.endswith("; no snapshot of it is known: it starts afresh with empty volumes")
+    fleet.world.converge()
+    assert len(fleet.world.live("db")) == 1
+
+
+def test_a_failed_restore_of_a_waiting_slot_keeps_it_waiting_after_a_reset() -> None:
+    fleet = Fleet(fail_copy=True)
+    lost, _ = forgotten(fleet, NEWEST)
+    fleet.restore(other(fleet, lost))
+    for _ in range(6):
+        fleet.step()
+    w = fleet.world
+    w.state = core.reset(w.state, "db")
+    for _ in range(3):
+        fleet.step()
+    assert w.live("db") == []
+    assert w.state.services["db"].slot(1).awaiting_restore == NEWEST
+
+
+# -- failover from backups: on_host_loss = "restore" ---------------------------------------------
+def failing_over(restore_after: float = 10.0) -> tuple[Fleet, str]:
+    """db (on_host_loss = "restore") backed up, then its host killed."""
+    fleet = Fleet()
+    db = svc("db", volumes=(Volume("data", "/data"),), on_host_loss="restore")
+    fleet.world.apply(replace(db, restore_after=restore_after))
+    fleet.world.converge()
+    (task,) = fleet.world.live("db")
+    fleet.volumes[task.host] = DATA
+    w = fleet.world
+    w.state = snapshot_taken(w.state, "db", 1, "data", SNAP_ID, w.now)
+    fleet.before = {task.id}  # a task started since runs on the snapshot
+    w.kill_host(task.host)
+    return fleet, task.host
+
+
+def until_restored(fleet: Fleet, limit: int = 40) -> None:
+    """Passes until a failover's restore is over: its move gone, one task running."""
+    for _ in range(limit):
+        fleet.step()
+        db = fleet.world.state.services["db"]
+        running = [c for c in fleet.world.live("db") if c.task == db.slot(1).task]
+        if "failover" in [e.kind for e in fleet.events] and not db.moves and running:
+            return
+    raise AssertionError(f"no failover: {fleet.world.state.services['db'].moves}")
+
+
+def test_a_down_hosts_pinned_slot_is_restored_elsewhere_after_restore_after_by_itself() -> None:
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    plan = w.plan()
+    (wait,) = [x for x in plan.waiting if x.subject == "db.1"]
+    assert wait.kind is WaitKind.FAILOVER
+    assert "restored on another host in" in wait.reason
+    assert outlook(plan).progressing  # time alone moves it on: exit 3
+    until_restored(fleet)
+    (task,) = w.live("db")
+    assert task.host != lost
+    assert fleet.volumes[task.host] == SNAPSHOT
+    assert fleet.volumes[lost] == DATA  # the old volume kept
+    (said,) = [e.message for e in fleet.events if e.kind == "failover"]
+    assert said.startswith(f"db.1: {lost} down for ")
+    assert said.endswith(
+        f"restoring snapshot 4f2a9c1e on {task.host}; its volume on {lost} is kept"
+    )
+    record = w.state.services["db"].slot(1)
+    assert (record.host, record.kept_on) == (task.host, lost)
+    # not before restore_after: the event comes at least 10 s after the last answer
+    (failed_over,) = [e for e in fleet.events if e.kind == "failover"]
+    assert failed_over.at - w.state.host(lost).last_seen >= 10.0  # type: ignore[operator]
+
+
+def test_the_old_host_back_has_its_task_fenced_and_its_volume_kept_and_listed() -> None:
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    until_restored(fleet)
+    w.revive_host(lost)  # it never stopped its task: it was cut off
+    assert len(w.live("db")) == 2
+    fleet.step()
+    (task,) = w.live("db")
+    assert task.host != lost
+    assert fleet.volumes[lost] == DATA
+    (fenced,) = [e.message for e in fleet.events if e.kind == "fenced"]
+    assert fenced.endswith(
+        f"its volume on {lost} is kept (it may hold writes newer than the snapshot restored "
+        "elsewhere)"
+    )
+    fleet.settle()
+    assert len(w.live("db")) == 1
+
+
+def test_the_old_host_back_during_the_failover_restore_is_fenced_at_once() -> None:
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    for _ in range(20):
+        if "failover" in [e.kind for e in fleet.events]:
+            break
+        fleet.step()
+    assert w.state.services["db"].moves[1].failover
+    w.revive_host(lost)
+    fleet.settle(limit=40)
+    (task,) = w.live("db")
+    assert task.host != lost
+    assert fleet.volumes[task.host] == SNAPSHOT
+    assert fleet.most_live <= 2  # the instant it answers; one pass later, one
+    assert len(w.live("db")) == 1
+
+
+def test_without_a_recorded_snapshot_a_failover_waits_degraded_saying_why() -> None:
+    fleet = Fleet()
+    fleet.world.apply(svc("db", volumes=(Volume("data", "/data"),), on_host_loss="restore"))
+    fleet.world.converge()
+    (task,) = fleet.world.live("db")
+    fleet.world.kill_host(task.host)
+    passes_until_down(fleet, task.host)
+    for _ in range(30):
+        fleet.step()
+    plan = fleet.world.plan()
+    assert plan.run == ()
+    (wait,) = [x for x in plan.waiting if x.subject == "db.1"]
+    assert "no snapshot of it is known" in wait.reason
+    assert not outlook(plan).progressing
+
+
+def test_a_backup_records_the_newest_snapshot_per_volume_and_its_recovery_point() -> None:
+    fleet = Fleet()
+    fleet.start()
+    w = fleet.world
+    w.state = snapshot_taken(w.state, "db", 1, "data", "a" * 64, 100.0)
+    w.state = snapshot_taken(w.state, "db", 1, "data", "b" * 64, 50.0)  # older: ignored
+    (point,) = recovery_points(w.state.services["db"])
+    assert (point.service, point.slot, point.volume, point.snapshot, point.taken) == (
+        "db",
+        1,
+        "data",
+        "a" * 64,
+        100.0,
+    )
+
+
+def test_forget_of_the_old_host_during_a_failover_restore_lets_it_go_on() -> None:
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    for _ in range(20):
+        if w.state.services["db"].moves:
+            break
+        fleet.step()
+    w.state, _ = core.forget(w.state, lost, w.now, {("db", 1): NEWEST})
+    assert w.state.services["db"].moves[1].failover
+    del fleet.volumes[lost]
+    until_restored(fleet)
+    (task,) = w.live("db")
+    assert fleet.volumes[task.host] == SNAPSHOT
+    assert w.state.services["db"].slot(1).awaiting_restore == ""
+
+
+def test_a_failover_restore_that_fails_is_not_retried_every_pass() -> None:
+    fleet, lost = failing_over()
+    fleet.fail_copy = True
+    passes_until_down(fleet, lost)
+    for _ in range(30):
+        fleet.step()
+    kinds = [e.kind for e in fleet.events]
+    assert kinds.count("failover") == 1
+    assert kinds.count("restore-failed") == 1
+    assert fleet.world.state.services["db"].slot(1).failed
+
+
+def test_forget_knows_a_snapshot_the_slots_backups_recorded_without_a_listing() -> None:
+    fleet = Fleet()
+    lost = fleet.start()
+    w = fleet.world
+    w.state = snapshot_taken(w.state, "db", 1, "data", SNAP_ID, w.now)
+    w.kill_host(lost)
+    passes_until_down(fleet, lost)
+    w.state, _ = core.forget(w.state, lost, w.now)  # the repository could not be listed
+    assert w.state.services["db"].slot(1).awaiting_restore == "4f2a9c1e"
+    for _ in range(3):
+        fleet.step()
+    assert w.live("db") == []

@@ -47,6 +47,10 @@ function serviceCard(doc, s, tasks, several) {
     el("p", { class: "sub" }, s.image));
   for (const f of s.failed) card.append(el("p", { class: "sub bad" }, `slot ${f.slot} FAILED: ${f.last_exit}`));
   for (const p of s.pending) card.append(el("p", { class: "sub warn" }, `slot ${p.slot} pending: ${p.reason}`));
+  for (const r of s.recovery || []) card.append(recoveryLine(r));
+  for (const k of new Set((s.recovery || []).filter((r) => r.kept_on).map((r) => `${r.slot}@${r.kept_on}`))) {
+    card.append(el("p", { class: "sub warn" }, `slot ${k.split("@")[0]}: old volume kept on ${k.split("@")[1]} (may hold writes newer than the snapshot)`));
+  }
   const list = el("ul", { class: "tasks" });
   for (const t of tasks.filter((t) => t.service === s.name)) {
     const shown = t.health !== "none" && t.state === "running" ? t.health : t.state;
@@ -54,6 +58,20 @@ function serviceCard(doc, s, tasks, several) {
   }
   card.append(list);
   return card;
+}
+
+function age(seconds) {
+  if (seconds < 120) return `${Math.round(seconds)}s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)}m`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)}h`;
+  return `${Math.round(seconds / 86400)}d`;
+}
+
+// a pinned slot's recovery point: its newest snapshot's age (docs/backups.md)
+function recoveryLine(r) {
+  if (r.taken === null) return el("p", { class: "sub warn" }, `slot ${r.slot} ${r.volume}: no snapshot known`);
+  const old = Math.max(0, Date.now() / 1000 - r.taken);
+  return el("p", { class: "sub" }, `slot ${r.slot} ${r.volume}: snapshot ${r.snapshot.slice(0, 8)}, ${age(old)} old`);
 }
 
 function hostCard(doc, h, tasks, several) {

@@ -19,19 +19,15 @@ its outcome is the slot's last verified snapshot (status, metrics, events).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 
 from minidock import restic
 from minidock.core import ControllerState
 from minidock.core.backing import LastBackup, Verified
 from minidock.core.saving import backed_slots, begin, begin_verify
-from minidock.model import BackupPolicy, Inventory, Service
-from minidock.restic import Repository, ResticError
-from minidock.spec import SpecError
-from minidock.spec.backup import password_value
+from minidock.model import Inventory, Service
+from minidock.restic import ResticError
 from minidock.store import StateLocation
 from minidock.units import approx_size
 from minidock.usecases.access import Desired, read_desired, reading, require_applied
@@ -44,6 +40,7 @@ from minidock.usecases.outcomes import (
     Report,
     UseCaseError,
 )
+from minidock.usecases.repositories import repository_of
 from minidock.usecases.runtime import Runtime
 from minidock.usecases.tasks import _cluster_of
 
@@ -148,21 +145,6 @@ class BackupsOutcome:
     @property
     def exit_code(self) -> int:
         return ExitCode.OK
-
-
-def repository_of(spec: Service, inventory: Inventory) -> tuple[BackupPolicy, Repository]:
-    """The service's backup policy (its own, else the inventory's `[backup]`) and its
-    repository, the password read now; BadInput when neither names one."""
-    policy = spec.backup or inventory.backup
-    if policy is None:
-        raise BadInput(
-            f"{spec.name} has no backup repository: give it backup = {{ repository = ..., "
-            "password = { file = ... } }, or [backup] in the inventory"
-        )
-    try:
-        return policy, Repository(policy.repository, password_value(policy))
-    except SpecError as exc:
-        raise BadInput(str(exc)) from None
 
 
 def _subject(given: str, verb: str) -> tuple[str, int | None]:
@@ -384,16 +366,3 @@ async def _restorable_slots(
                 "empty)"
             )
     return lines
-
-
-def _epoch(rfc3339: str) -> float:
-    """restic's time (`2026-12-03T03:00:04.405049187Z`, or an offset) as epoch seconds."""
-    found = _RFC3339.fullmatch(rfc3339)
-    if found is None:
-        return 0.0
-    zone = "+00:00" if found[3] == "Z" else found[3]
-    whole = datetime.fromisoformat(found[1] + zone).timestamp()
-    return whole + (float("0." + found[2]) if found[2] else 0.0)
-
-
-_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")

@@ -17,8 +17,8 @@ from minidock import restic
 from minidock.core import ControllerState
 from minidock.restic import ResticError, Snapshot
 from minidock.usecases.access import Desired
-from minidock.usecases.backups import _epoch, repository_of
 from minidock.usecases.outcomes import BadInput
+from minidock.usecases.repositories import epoch, repository_of
 
 __all__ = ["newest_snapshots", "shown"]
 
@@ -26,7 +26,7 @@ __all__ = ["newest_snapshots", "shown"]
 def shown(snapshot: Snapshot) -> str:
     """A snapshot as a slot's record and its lines show it: `4f2a9c1e of 2026-12-05 03:00
     UTC`."""
-    at = datetime.fromtimestamp(_epoch(snapshot.time), UTC).strftime("%Y-%m-%d %H:%M:%S")
+    at = datetime.fromtimestamp(epoch(snapshot.time), UTC).strftime("%Y-%m-%d %H:%M:%S")
     return f"{snapshot.short_id} of {at} UTC"
 
 
@@ -57,5 +57,5 @@ async def newest_snapshots(
         for n in numbers:
             mine = [s for s in listed if s.tag("slot") == str(n)]
             if mine:
-                found[(spec.name, n)] = shown(max(mine, key=lambda s: _epoch(s.time)))
+                found[(spec.name, n)] = shown(max(mine, key=lambda s: epoch(s.time)))
     return found, problems

@@ -27,9 +27,9 @@ from minidock.observe import observe_host
 from minidock.restic import ResticError, Snapshot
 from minidock.store import StateLocation
 from minidock.usecases.access import Desired
-from minidock.usecases.backups import _epoch, repository_of
 from minidock.usecases.intents import _intent, _known_host, _known_service, _of_service
 from minidock.usecases.outcomes import BadInput, IntentOutcome, Report, UseCaseError
+from minidock.usecases.repositories import epoch, repository_of
 from minidock.usecases.runtime import Runtime, connected
 
 __all__ = ["choose_snapshots", "parse_subject", "restore"]
@@ -103,8 +103,8 @@ def choose_snapshots(
         if anchor is None:
             picks.append((volume, mine[-1].id))
         else:
-            at = _epoch(anchor.time)
-            picks.append((volume, min(mine, key=lambda s: abs(_epoch(s.time) - at)).id))
+            at = epoch(anchor.time)
+            picks.append((volume, min(mine, key=lambda s: abs(epoch(s.time) - at)).id))
     return tuple(picks)
 
 

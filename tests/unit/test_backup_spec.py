@@ -15,8 +15,8 @@ from minidock.model import BackupPolicy, Cluster, Hook, Keep
 from minidock.spec import SpecError, load
 from minidock.spec.backup import password_value
 from minidock.store.codec import Codec
-from minidock.usecases.backups import repository_of
 from minidock.usecases.outcomes import BadInput
+from minidock.usecases.repositories import repository_of
 
 CLUSTER = 'cluster = "prod"\n'
 DB = CLUSTER + '[services.db]\nimage = "postgres:16"\nvolumes = ["pgdata:/var/lib/data"]\n'
@@ -327,7 +327,7 @@ def _source_of(here: Path) -> str:
 
 
 def test_restics_times_are_read_as_epoch_seconds() -> None:
-    from minidock.usecases.backups import _epoch
+    from minidock.usecases.repositories import epoch as _epoch
 
     assert _epoch("2026-12-03T03:00:04.405049187Z") == pytest.approx(1796266804.405049)
     assert _epoch("2026-12-03T04:00:04+01:00") == 1796266804.0

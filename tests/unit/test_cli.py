@@ -1232,6 +1232,8 @@ def test_status_shows_each_hosts_engine_and_a_refused_one_takes_no_task(
     )
     assert fleet.docker.names("host3") == []  # never given a task
     monkeypatch.setenv("COLUMNS", "200")  # a host's row on one line
+    # and for a console made earlier in this process (another test's table fixed its width)
+    monkeypatch.setattr(minidock.cli.out.console, "_width", 200)
     rows = {
         line.split()[1]: line for line in fleet.run("status").stdout.splitlines() if "host" in line
     }

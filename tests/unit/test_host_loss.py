@@ -52,7 +52,7 @@ def fleet(tmp_path: Path, extra: str = "") -> tuple[Setup, str]:
     (name,) = setup.running()
     host = next(h for h in ("host1", "host2", "host3") if name in setup.running(h))
     setup.docker.volumes[host][volume_name("uc", "db", 1, "data")]["rows"] = PRECIOUS
-    saved = run(backup("db.1", setup.state, setup.runtime(), lambda label, n: None))
+    saved = run(backup("db.1", setup.state, setup.runtime(), usecases.ignore))
     assert len(saved.saved) == 1, saved
     return setup, host
 

@@ -404,8 +404,8 @@ class _GatheredWrites(asyncio.Transport):
     asyncssh writes each packet on its own, and before each data packet an empty ignore
     packet: a stream into a host was two sends and two TCP segments per 32 KiB, each
     waking the receiving sshd (and, on the lab, the port proxy). Gathered, a 1 MiB chunk
-    is one send: the restore's stream took a third less CPU on the controller and a fifth
-    less on the host (docs/benchmarks.md, "Volumes")."""
+    is one send: a sixth less of a restore stream's CPU on the controller and on the host
+    (docs/benchmarks.md, "Volumes")."""
 
     def __init__(self, transport: asyncio.Transport) -> None:
         super().__init__()

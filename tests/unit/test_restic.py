@@ -172,3 +172,22 @@ def _cmdline(pid: str) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_a_dumps_first_chunk_holds_a_whole_tar_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore judges the snapshot by the tar header in its first chunk: however restic's
+    writes come, that chunk holds the first 512 bytes (here a restic that writes 2 bytes,
+    waits, then the rest)."""
+    fake = tmp_path / "restic"
+    fake.write_text("#!/bin/sh\nprintf ab\nsleep 0.3\nhead -c 1000 /dev/zero\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+
+    async def chunks() -> list[bytes]:
+        return [c async for c in restic.dump(Repository("/nowhere", "pw"), "s", "/f.tar")]
+
+    got = asyncio.run(chunks())
+    assert len(got[0]) >= 512
+    assert b"".join(got) == b"ab" + bytes(1000)

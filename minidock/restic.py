@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -45,7 +46,9 @@ PROGRAM = "restic"
 Write = Callable[[bytes], Awaitable[None]]  # hands one chunk to restic's standard input
 _STDERR_SHOWN = 300  # characters of a failed command's standard error in its one line
 _NO_REPOSITORY = ("Is there a repository at the following location?", "does not exist")
-_CHUNK = 1 << 20
+_CHUNK = 1 << 20  # the most one chunk of a dump carries
+_PIPE_SIZE = 1 << 20  # restic dump's pipe (Linux's most for any user, pipe-max-size)
+_TAR_BLOCK = 512  # a dump's first chunk holds at least this much: a whole tar header
 
 
 class ResticError(Exception):
@@ -125,14 +128,18 @@ def tag_filter(tags: Mapping[str, str]) -> list[str]:
 
 
 async def _start(
-    repo: Repository, args: Iterable[str], *, stdin: bool = False
+    repo: Repository,
+    args: Iterable[str],
+    *,
+    stdin: bool = False,
+    stdout: int = asyncio.subprocess.PIPE,
 ) -> asyncio.subprocess.Process:
     try:
         return await asyncio.create_subprocess_exec(
             PROGRAM,
             *args,
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
+            stdout=stdout,
             stderr=asyncio.subprocess.PIPE,
             env=repo.env(),
             start_new_session=True,
@@ -273,25 +280,40 @@ async def forget(repo: Repository, keep: Keep, tags: Mapping[str, str]) -> list[
 
 
 async def dump(repo: Repository, snapshot: str, filename: str) -> AsyncGenerator[bytes, None]:
-    """The bytes of `filename` in `snapshot` (`restic dump`), in chunks of about 1 MiB (the
-    pipe gives 64 KiB at a time: gathered, the SSH stream they feed makes a sixteenth of
-    the writes; docs/benchmarks.md, "Volumes"), as a restore streams them into a volume;
-    a failure (after the last chunk) is a ResticError. Leaving the iteration early stops
-    restic."""
+    """The bytes of `filename` in `snapshot` (`restic dump`), as a restore streams them
+    into a volume: each chunk all that has come (at most 1 MiB), the first one at least a
+    tar header (512 bytes) when the file is that long. restic writes into a pipe of 1 MiB
+    (not Linux's 64 KiB), and up to 2 MiB more is read ahead while the consumer is busy
+    with the last chunk: restic is not stopped while the SSH stream sends
+    (docs/benchmarks.md, "Volumes"). A failure (after the last chunk) is a ResticError.
+    Leaving the iteration early stops restic."""
     args = ["dump", snapshot, filename]
-    proc = await _start(repo, args)
-    assert proc.stdout is not None
+    read_end, write_end = os.pipe()
+    pipe = os.fdopen(read_end, "rb", buffering=0)
+    try:
+        _widen(write_end)
+        proc = await _start(repo, args, stdout=write_end)
+    except BaseException:
+        pipe.close()
+        raise
+    finally:
+        os.close(write_end)  # restic holds its own copy: its exit ends the stream
     assert proc.stderr is not None
     errors = asyncio.ensure_future(proc.stderr.read())
+    reader = asyncio.StreamReader(limit=_CHUNK)
+    transport: asyncio.BaseTransport | None = None
     try:
-        pending = b""
-        while chunk := await proc.stdout.read(_CHUNK):
-            pending += chunk
-            if len(pending) >= _CHUNK:
-                yield pending
-                pending = b""
-        if pending:
-            yield pending
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+        first = await reader.read(_CHUNK)
+        while first and len(first) < _TAR_BLOCK and (more := await reader.read(_CHUNK)):
+            first += more
+        if first:
+            yield first
+            while chunk := await reader.read(_CHUNK):
+                yield chunk
         if await proc.wait() != 0:
             raise _failure(repo, args, await errors, proc.returncode)
     finally:
@@ -301,3 +323,15 @@ async def dump(repo: Repository, snapshot: str, filename: str) -> AsyncGenerator
             await proc.wait()
         if not errors.done():
             errors.cancel()
+        if transport is not None:
+            transport.close()
+        pipe.close()
+
+
+def _widen(fd: int) -> None:
+    """The pipe of `fd` made to hold `_PIPE_SIZE` bytes, where Linux allows it (elsewhere,
+    or over a lowered pipe-max-size, it keeps its size)."""
+    setting = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setting is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, setting, _PIPE_SIZE)

@@ -124,3 +124,70 @@ def test_the_password_is_on_no_command_line(repo: Repository) -> None:
     assert b"--stdin" in ours[0]
     assert not any(PASSWORD.encode() in c for c in seen)
     assert not any(repo.location.encode() in c for c in ours)  # the repository: env too
+
+
+def test_a_dump_is_read_ahead_while_its_consumer_is_busy(repo: Repository) -> None:
+    """restic is not held up by a consumer busy with a chunk (the SSH stream sending it):
+    its pipe holds 1 MiB and up to 2 MiB more is read ahead, so a dump of 2.5 MiB ends
+    while the first chunk is still held; the rest then comes byte for byte."""
+    data = os.urandom(5 << 19)
+    saved = _run(
+        restic.backup(repo, "ahead.tar", {**TAGS, "service": "ahead"}, "h", _feeding(data))
+    )
+    assert isinstance(saved, restic.Saved)
+
+    async def scenario() -> tuple[bytes, bool]:
+        stream = restic.dump(repo, saved.snapshot, "/ahead.tar")
+        first = await anext(stream)
+        dumping = [pid for pid in _children() if _cmdline(pid).startswith(b"restic\0dump")]
+        assert len(dumping) == 1
+        for _ in range(600):  # restic ends with nothing more taken (bound: 60 s)
+            if dumping[0] not in _children():
+                break
+            await asyncio.sleep(0.1)
+        ended = dumping[0] not in _children()
+        rest = b"".join([chunk async for chunk in stream])
+        return first + rest, ended
+
+    dumped, ended_alone = asyncio.run(scenario())  # type: ignore[arg-type]
+    assert dumped == data
+    assert ended_alone
+
+
+def _children() -> list[str]:
+    """Our living children's pids (an exited one that is not reaped yet counts as gone)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if f"\nPPid:\t{os.getpid()}\n" in status and "\nState:\tZ" not in status:
+            found.append(pid)
+    return found
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_dumps_first_chunk_holds_a_whole_tar_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore judges the snapshot by the tar header in its first chunk: however restic's
+    writes come, that chunk holds the first 512 bytes (here a restic that writes 2 bytes,
+    waits, then the rest)."""
+    fake = tmp_path / "restic"
+    fake.write_text("#!/bin/sh\nprintf ab\nsleep 0.3\nhead -c 1000 /dev/zero\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+
+    async def chunks() -> list[bytes]:
+        return [c async for c in restic.dump(Repository("/nowhere", "pw"), "s", "/f.tar")]
+
+    got = asyncio.run(chunks())
+    assert len(got[0]) >= 512
+    assert b"".join(got) == b"ab" + bytes(1000)

@@ -178,6 +178,7 @@ def test_the_documented_set_up_runs_as_its_own_user_and_converges(
             continue
         done = machine.run(command)
         assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
+    assert done.stdout == f"minidock {__version__}\n"  # the last line: the wheel's version
     venv_python = (machine.root / "opt" / "venvs" / "minidock" / "bin" / "python").resolve()
     assert not venv_python.is_relative_to("/root"), venv_python  # the system's Python
     assert (machine.root / "state").stat().st_mode & 0o777 == 0o700

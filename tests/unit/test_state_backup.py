@@ -16,22 +16,15 @@ import pytest
 
 from minidock import store as stores
 from minidock import usecases
-from minidock.store import StateLocation, parse_location
+from minidock.store import parse_location
 from minidock.store.sealing import KEY_ENV, KEY_NAME
 from minidock.usecases import ExitCode
 from tests.unit.test_cli import invoke, one_line_error, snapshot
+from tests.unit.test_migrate import _snapshot
 from tests.unit.test_secrets_at_rest import DB_SECRET, Fleet, fleet, leaks
 from tests.unit.test_usecases import run
 
 __all__ = ["fleet"]  # the fixture, shared
-
-
-def _snapshot(location: StateLocation) -> stores.Snapshot:
-    store = stores.open_reader(location)
-    try:
-        return store.snapshot()
-    finally:
-        store.close()
 
 
 @pytest.fixture

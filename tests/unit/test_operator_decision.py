@@ -46,7 +46,7 @@ Properties (docs/testing.md#the-whole-decision):
 On main (1754e7f), before issue 43's fixes, it finds (each shrunk by hypothesis or, where
 one finding hides another on the same assertion line, reached by the same rules in
 order; the rule that draws each named; issue 43's break numbers; `first` converges the
-first spec, db 1 slot, web 1 or 2 replicas, and every command runs its own pass):
+first spec (db 1 slot, web 1 replica unless said), and every command runs its own pass):
 - break 1, `apply`: (k) "apply ... dropped db.1's moving to host2: stopping its task on
   host1": move(1, host2), apply(env "b" or any db change; dbs=2 alone too);
   `scale`: (k) "scale db=2 dropped db.1's moving to host2"; `rollback`: apply(env "b"),
@@ -108,7 +108,7 @@ from minidock.model import Cluster, Inventory
 from minidock.spec.cluster import load
 from tests.unit.test_whole_decision import HOSTS, INVENTORY, Fleet, Knobs
 
-SETTLE = 40  # passes a still world takes at most to end every intent (measured: MEASURED)
+SETTLE = 40  # passes a still world may take to end every intent (measured: at most 6)
 KILLS = (
     "before acts",
     "after stops",

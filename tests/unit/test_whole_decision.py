@@ -57,7 +57,9 @@ Found on main and fixed: a global service moved by its constraints never converg
 and tasks two applies behind were judged by the effective spec (b), (c), (a).
 
 Left out: named volumes (a misplaced pinned task waits for an operator by design), host
-loss (test_properties.py draws it), registry and build keys.
+loss (test_properties.py draws it), registry and build keys. test_operator_decision.py
+draws the operator's commands, named volumes and host loss on this Fleet, which carries
+the plan's volume moves (`move_act`) and judges each pinned start (`starting_pinned`).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from minidock.commands.docker import volume_name
 from minidock.commands.facts import parse_inspect
 from minidock.core import ControllerState, Plan, Rollout, admit, reconcile
 from minidock.core.scheduler import service_ports
@@ -166,6 +167,31 @@ class FleetDouble:
         return [e.kind for p in self.log for e in p.events]
 
 
+@dataclass(frozen=True)
+class VolumeData:
+    """A named volume on a host: what it holds ("" when empty: a task never ran on it, or
+    it was made afresh) and whether the copy or restore that wrote it completed (`whole`:
+    a copy cut off by a kill or a lost host leaves it half-written)."""
+
+    content: str = ""
+    whole: bool = True
+
+    @property
+    def empty(self) -> bool:
+        return not self.content
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A backup of one slot's named volume (the spec's name of it), as restic keeps it."""
+
+    id: str
+    service: str
+    slot: int
+    volume: str
+    content: str
+
+
 @dataclass
 class World(FleetDouble):
     """The model-level fleet: a Plan's verbs applied in memory, the way the runner would."""
@@ -182,10 +208,16 @@ class World(FleetDouble):
     times: list[float] = field(default_factory=list)
     max_down_fraction: float = Inventory.max_down_fraction
     held_ports: dict[str, frozenset[str]] = field(default_factory=dict)  # outside MiniDock
+    # host -> Docker volume name -> what it holds; a task's named volumes are made empty
+    # where it starts without them, and each live task writes to them as time passes
+    volumes: dict[str, dict[str, VolumeData]] = field(default_factory=dict)
+    mounts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # container id -> volumes
+    snapshots: list[Snapshot] = field(default_factory=list)  # oldest first
 
     def __post_init__(self) -> None:
         for h in self.hosts:
             self.containers.setdefault(h.name, [])
+            self.volumes.setdefault(h.name, {})
 
     def apply(self, *services: Service) -> None:
         self.generation += 1
@@ -264,14 +296,71 @@ class World(FleetDouble):
             host_ports=service_ports(s),
         )
         self.containers[host_name].append(c)
+        named = self.named_volumes(s, slot)
+        for name in named:  # `docker run` makes a missing named volume, empty
+            self.volumes[host_name].setdefault(name, VolumeData())
+        if named:
+            self.mounts[c.id] = named
         return c
 
     def tick(self, dt: float = TICK) -> None:
-        """Advance time: every container on a reachable host acts by the behaviour table."""
+        """Advance time: every container on a reachable host acts by the behaviour table;
+        each live one writes to its named volumes."""
         self.now += dt
         for name, cs in self.containers.items():
             if name not in self.down:
                 self.containers[name] = [behave(c, self.now) for c in cs]
+                for c in self.containers[name]:
+                    if c.live:
+                        for volume in self.mounts.get(c.id, ()):
+                            self.write(name, volume, c)
+
+    # -- named volumes: what each holds, copied, restored, backed up
+    def named_volumes(self, s: Service, slot: int) -> tuple[str, ...]:
+        """The Docker volumes of the slot's named volumes (minidock's names for them)."""
+        return tuple(
+            volume_name(self.cluster_name, s.name, slot, v.source) for v in s.volumes if v.named
+        )
+
+    def write(self, host_name: str, volume: str, c: Container) -> None:
+        """A task's write: a volume it began empty holds its own data from then on."""
+        old = self.volumes[host_name].get(volume, VolumeData())
+        lineage = old.content.partition("#")[0] or f"{c.name}@{self.now:g}"
+        count = int(old.content.partition("#")[2] or 0) + 1
+        self.volumes[host_name][volume] = VolumeData(f"{lineage}#{count}", old.whole)
+
+    def volume(self, host_name: str, volume: str) -> VolumeData | None:
+        return self.volumes.get(host_name, {}).get(volume)
+
+    def copy_volume(self, source: str, target: str, volume: str, *, cut: bool = False) -> None:
+        """A volume streamed from `source` to `target` afresh (the target's removed first);
+        `cut`: the stream stops half-way, the target's copy half-written."""
+        data = self.volumes[source].get(volume, VolumeData())
+        self.volumes[target][volume] = VolumeData(data.content, whole=not cut)
+
+    def restore_volume(self, target: str, volume: str, snapshot: str, *, cut: bool = False) -> None:
+        """A snapshot streamed into a fresh volume on `target`; `cut`: half-written."""
+        found = next(s for s in self.snapshots if s.id == snapshot)
+        self.volumes[target][volume] = VolumeData(found.content, whole=not cut)
+
+    def remove_volume(self, host_name: str, volume: str) -> None:
+        self.volumes[host_name].pop(volume, None)
+
+    def backup(self, s: Service, slot: int) -> list[Snapshot]:
+        """`minidock backup SERVICE.SLOT`: a snapshot of each named volume of the slot's
+        live task on a reachable host (none when it runs nowhere reachable)."""
+        live = [c for c in self.live(s.name) if c.slot == slot]
+        if not live:
+            return []
+        taken = []
+        for v in s.volumes:
+            if v.named:
+                name = volume_name(self.cluster_name, s.name, slot, v.source)
+                data = self.volumes[live[0].host].get(name, VolumeData())
+                ident = f"{len(self.snapshots) + 1:08x}"
+                taken.append(Snapshot(ident, s.name, slot, v.source, data.content))
+                self.snapshots.append(taken[-1])
+        return taken
 
     def reachable(self) -> dict[str, list[Container]]:
         return {h: cs for h, cs in self.containers.items() if h not in self.down}

@@ -57,7 +57,9 @@ Found on main and fixed: a global service moved by its constraints never converg
 and tasks two applies behind were judged by the effective spec (b), (c), (a).
 
 Left out: named volumes (a misplaced pinned task waits for an operator by design), host
-loss (test_properties.py draws it), registry and build keys.
+loss (test_properties.py draws it), registry and build keys. test_operator_decision.py
+draws the operator's commands, named volumes and host loss on this Fleet, which carries
+the plan's volume moves (`move_act`) and judges each pinned start (`starting_pinned`).
 """
 
 from __future__ import annotations
@@ -85,11 +87,14 @@ from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promot
 from minidock.core.endpoints import names_in_use
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import JobCollect, JobStart
+from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
 from minidock.core.outcomes import HookEnded, HookStarted, JobEnded, JobStarted
 from minidock.core.plan import WaitKind
 from minidock.core.routes import ingress_hosts, takes_traffic
 from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.core.scheduler import service_ports
+from minidock.core.serving import Serving
+from minidock.core.volumes import MoveAct
 from minidock.ingress import configs_for
 from minidock.model import (
     Cluster,
@@ -259,6 +264,9 @@ class Fleet(World):
     ephemeral: Counter[str] = field(default_factory=Counter)
     ever_loaded: set[str] = field(default_factory=set)  # tasks a loaded table sent to
     out_since: dict[str, float] = field(default_factory=dict)  # task -> out of every table
+    answers_promote: bool = True  # the operator promotes a manual canary as soon as asked
+    gone: set[str] = field(default_factory=set)  # hosts forgotten (their tasks do not count)
+    kill: str = ""  # where this pass's controller dies (one_pass)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -303,6 +311,7 @@ class Fleet(World):
         seen = {c.id for cs in self.reachable().values() for c in cs}
         plan = self.plan()
         self.record(plan)  # committed before any act
+        self.kill = kill
         if kill != "before acts":
             self.load_proxies(plan)
             for s in plan.stop:
@@ -310,11 +319,13 @@ class Fleet(World):
                 self.remove(s.container)
             if kill != "after stops":
                 outcomes = self.carry_rest(plan)
-                if kill != "before fold":
+                if kill not in ("before fold", "mid copy"):
                     self.state, _ = fold_outcomes(plan.state, outcomes, self.now)
             self.check_traffic(seen)  # what this pass loaded, against what it saw
             self.check_share(plan)
-        if any(w.kind is WaitKind.PROMOTE for w in plan.waiting):
+            self.check_pinned()
+        waits = any(w.kind is WaitKind.PROMOTE for w in plan.waiting)
+        if waits and self.answers_promote:
             self.state = promote(self.state, "web")  # the operator answers at once
         self.tick(DT)
         return plan
@@ -392,6 +403,10 @@ class Fleet(World):
             self.starting(r.service)
             self.launch(r.service, r.slot, r.host, r.task, r.ports.bound)
         outcomes: list[ActOutcome] = []
+        for move in plan.moves:
+            outcomes += self.move_act(move)
+            if self.kill == "mid copy" and move.copy:
+                return outcomes  # the controller died half-way through the copy
         for hook in plan.hooks:
             outcomes += self.hook_act(hook)
         for job in plan.jobs:
@@ -403,6 +418,7 @@ class Fleet(World):
     def launch(
         self, s: Service, slot: int, host: str, task: str, bound: tuple[tuple[str, int, int], ...]
     ) -> None:
+        self.starting_pinned(s, slot, host)
         c = self.start(s, slot, host, task)
         published = [(cp, hp) for _, hp, cp in bound]
         for port in s.expose:  # docker picks the host port of an exposed one
@@ -412,6 +428,87 @@ class Fleet(World):
         c2 = replace(c, published=tuple(published), host_ports=held)
         self.containers[host] = [c2 if x.id == c.id else x for x in self.containers[host]]
         self.started_with[c.id] = s
+
+    # -- a slot's named volumes: moved, restored, started on
+    def move_act(self, act: MoveAct) -> list[ActOutcome]:
+        """A move's act as minidock.relocate carries it: each named volume made afresh on
+        the target from the source (a restore: from its snapshot), or the source's removed.
+        A host that does not answer fails the act before any volume is touched. `kill`:
+        "mid copy" cuts the stream half-way (the controller dies: no outcome); "target
+        lost mid copy" and "source lost mid copy" lose that host half-way (MoveFailed; a
+        move's target copy is then removed where the target still answers, as relocate's
+        _discard does; a restore's removal of what it began fails on a lost target)."""
+        move, subject = act.move, (act.service, act.slot)
+        volumes = [v for v in act.spec.volumes if v.named]
+        names = self.named_volumes(act.spec, act.slot)
+        if not act.copy:
+            if move.source in self.down:
+                return []  # act-failed: tried again by the next pass
+            for name in names:
+                self.remove_volume(move.source, name)
+            return [SourceCleaned(*subject)]
+        source = "" if move.restore else move.source
+        if move.target in self.down or source in self.down:
+            return [MoveFailed(*subject, f"{move.target} does not answer")]
+        lost = {"target lost mid copy": move.target, "source lost mid copy": source}
+        cut = self.kill == "mid copy" or bool(lost.get(self.kill))
+        for v, name in zip(volumes, names, strict=True):
+            if move.restore:
+                self.restore_volume(move.target, name, move.snapshot_of(v.source), cut=cut)
+            else:
+                self.copy_volume(move.source, move.target, name, cut=cut)
+            if cut:
+                break
+        if lost.get(self.kill):
+            self.kill_host(lost[self.kill])
+            if move.target not in self.down:
+                for name in names:
+                    self.remove_volume(move.target, name)
+            return [MoveFailed(*subject, f"{lost[self.kill]} lost mid copy")]
+        return [] if cut else [VolumesCopied(*subject, 1, 1.0)]
+
+    def starting_pinned(self, s: Service, slot: int, host: str) -> None:
+        """(g)-(i): a pinned slot's task starts with no other copy of it running (on a
+        host not forgotten), never on a half-written volume, nor on an empty one while a
+        snapshot of it exists."""
+        names = self.named_volumes(s, slot)
+        if not names:
+            return
+        subject = f"{s.name}.{slot}"
+        others = [
+            c
+            for h, cs in self.containers.items()
+            if h not in self.gone
+            for c in cs
+            if c.live and c.service == s.name and c.slot == slot
+        ]
+        if others:
+            self.violations.append(f"(g) {subject} started on {host} while on {others[0].host}")
+        for v, name in zip([v for v in s.volumes if v.named], names, strict=True):
+            data = self.volume(host, name)
+            if data is not None and not data.whole:
+                self.violations.append(f"(h) {subject} started on a half-written {v.source}")
+            elif (data is None or data.empty) and self.snapshot_of(s.name, slot, v.source):
+                self.violations.append(
+                    f"(i) {subject} started on an empty {v.source} on {host} though a "
+                    "snapshot of it exists"
+                )
+
+    def snapshot_of(self, service: str, slot: int, volume: str) -> bool:
+        return any(
+            (s.service, s.slot, s.volume) == (service, slot, volume) and s.content
+            for s in self.snapshots
+        )
+
+    def check_pinned(self) -> None:
+        """(g) after the pass's acts: a pinned slot runs one copy where it is seen."""
+        seen: Counter[tuple[str, int]] = Counter()
+        for c in self.live():
+            if c.id in self.mounts:
+                seen[(c.service, c.slot)] += 1
+        for (service, slot), n in seen.items():
+            if n > 1:
+                self.violations.append(f"(g) {service}.{slot} runs {n} copies")
 
     # -- one-off tasks: hooks and jobs
     def hook_act(self, step: HookStep) -> list[ActOutcome]:
@@ -526,7 +623,8 @@ class Fleet(World):
             if c.task not in self.state.draining
             and takes_traffic(c, self.started_with[c.id], self.now)
         ]
-        for route in ss.spec.ingress:
+        upstreams = ss.serving.serving is not Serving.MAINTENANCE  # else each answers 503
+        for route in ss.spec.ingress if upstreams else ():
             key = (route.domain, route.path)
             able = [c for c in serving if self.started_with[c.id].ingress]
             if able and not self.routes.get(key):

@@ -1,0 +1,487 @@
+"""The whole decision with an operator at the keyboard, as properties (hypothesis, stateful).
+
+The fleet is test_whole_decision's `Fleet` (tests.sim.World on 3 hosts; every pass the
+runner's decision, carried out as the act path would, the volume moves' copies and
+removals too), running two services from one cluster file through the real loader: `web`
+(routed, replicated, a canary of 1 with `promote = "manual"` or "auto") and `db` (pinned:
+a named volume, `data`, whose content the sim keeps per host: made empty where a task first
+starts, written by its task as time passes, copied or restored afresh, half-written while
+a copy is cut off, snapshotted by a backup). Nobody promotes at once: `promote` is a rule.
+
+Between passes `OperatorDecision` draws, each command its own rule and through the same
+pure transition its use case calls (`minidock.core.intents`, `core.rebalance.record`),
+refused where the use case refuses: `apply` of a changed spec (web's image, replicas and
+canary; db's image, an env value and replicas), `scale` (the stored spec with another
+count, `admit`), `rollback`, `promote`, `drain` (refused while a pinned slot is recorded
+there) and `activate`, `forget` (a host that does not answer), `move` and `restore` of a db
+slot (`begin_move`, `begin_restore` with each volume's newest snapshot), `backup` (a
+snapshot of a db slot's volume, as `minidock backup` takes one outside the pass on main),
+`maintenance` on and off, `pause` and `resume`, `reset`, `rebalance`; and faults: a host
+lost (it stops answering; one at a time, so the mass-loss guard never holds) and back, and
+a controller killed within a pass: before its acts, after its stops, before its fold, half-
+way through a copy, or a copy's target or source host lost half-way (each step of a move
+and a restore is some pass's act, so each is cut). `settle` is the still world: passes, no
+command, no new fault.
+
+Properties (docs/testing.md#the-whole-decision):
+(b), (c) as test_whole_decision's: no route loses its last healthy upstream, no task stops
+    while a loaded table sends to it (checked by the Fleet after each pass's acts);
+(g) a pinned slot never has two running copies (at a start, counting every host not
+    forgotten; after each pass, every host seen);
+(h) a pinned slot never starts on a half-written volume;
+(i) nor on an empty one while a snapshot of it exists (no `--empty` on main to say so);
+(j) maintenance and pause hold until `maintenance off` or `resume` (a rollback, an apply,
+    a scale do not end them);
+(k) every command but the intent's own end carries every recorded move and rebalance;
+(l) `scale` changes the count of the spec that runs, nothing else;
+(m) while a canary runs, a slot outside it that ran another spec never runs the canary's
+    (a slot that never had a task takes the new spec, by design), and no slot holds more than
+    two live tasks then;
+(n) on a still world every intent ends within `SETTLE` passes of the last command: each
+    recorded move and restore (one that waits on a host down but not forgotten excepted),
+    rebalance, a drain's replacements, a rollout (a manual canary, and a rebalance or a
+    drain's replacements of its service, wait for its promote: the last settle promotes it
+    and settles again), and the proxies load the routes' serving mode.
+
+On main (1754e7f), before issue 43's fixes, it finds (each shrunk by hypothesis or, where
+one finding hides another on the same assertion line, reached by the same rules in
+order; the rule that draws each named; issue 43's break numbers; `first` converges the
+first spec (db 1 slot, web 1 replica unless said), and every command runs its own pass):
+- break 1, `apply`: (k) "apply ... dropped db.1's moving to host2: stopping its task on
+  host1": move(1, host2), apply(env "b" or any db change; dbs=2 alone too);
+  `scale`: (k) "scale db=2 dropped db.1's moving to host2"; `rollback`: apply(env "b"),
+  settle, move(1, host2), rollback(db): (k) "rollback db dropped db.1's moving to host2:
+  stopping its task on host1"; `rebalance` then `apply`
+  (web 3 replicas, drain host3, settle, activate host3, rebalance, apply web:2): (k)
+  "dropped web's rebalance [(1, 'host1')]"; its data loss: backup(1), restore(1, its own
+  host), passes(["mid copy"]), apply(env "b"), passes: (h) "db.1 started on a
+  half-written data";
+- break 4, `move` + `lose_host` + `forget`: (n) "not ended in 40 passes: db.1 moving to
+  host2: copying its volumes from host1": move(1, host2), lose_host (the source or the
+  target), forget, settle;
+- break 7, `rollback`: (j) "web is serving, set maintenance": apply(web:2),
+  maintenance_on, rollback(web); the same with pause: "set paused";
+- break 8, `scale` after `rollback`: (l) "scale web=3 changed its spec: web:1 {} -> web:2
+  {}": apply(web:2), rollback(web), scale(web, 3) (db alike: "scale db=0 changed its
+  spec: db:1 {'MODE': 'a'} -> db:1 {'MODE': 'b'}" after apply(env "b"), rollback(db));
+- break 9, `drain` in a manual canary: (m) "web.2 (no canary slot) runs the unpromoted
+  spec on host1": apply(web:2, canary 1, manual), passes, drain(a host of a non-canary
+  web task), passes;
+- break 10, `apply` in a manual canary: (m) "web.1 holds 3 live tasks in a canary":
+  apply(web:2, canary 1, manual), passes, apply(web:3, canary 1, manual), passes;
+- `forget` starts a pinned slot empty (issue 43, "Never empty by surprise"): (i) "db.1
+  started on an empty data on host2 though a snapshot of it exists": backup(1),
+  lose_host(db.1's host), passes(2), forget, passes.
+Found beside the issue's list:
+- `drain` of a move's target while the move is under way (drain refuses only hosts the
+  slot's record names, the source until the copy): (n) "db.1 moving to host2: starting
+  its task there" for good (the slot down): first, move(1, host2), drain(host2), settle;
+- a forgotten host back after an `apply`: its stale pinned task is taken for the update's
+  old task and runs beside the new one for a pass: (g) "db.1 runs 2 copies": lose_host
+  (db.1's host), forget, apply(env "b"), host_back, pause (any command's pass);
+- a `rebalance` recorded while a host is lost (then forgotten) and another drained: its
+  replacements land on the very host it moves off, again and again: (n) "web's rebalance
+  ((1, 'host1'),)", web.1 holding 3 live tasks on host1 once promoted: first (web 1
+  replica), apply(web:2, 2 replicas, canary 1, manual), drain(host2), settle,
+  lose_host(host3), rebalance, forget, settle (the teardown's promote).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hypothesis import HealthCheck as HypothesisHealth
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from minidock.core import canary, intents
+from minidock.core.rebalance import moves as rebalance_moves
+from minidock.core.rebalance import record as record_moves
+from minidock.core.serving import Serving, ended, in_maintenance, paused
+from minidock.core.state import ControllerState
+from minidock.ingress import configs_for
+from minidock.model import Cluster, Inventory
+from minidock.spec.cluster import load
+from tests.unit.test_whole_decision import HOSTS, INVENTORY, Fleet, Knobs
+
+SETTLE = 40  # passes a still world may take to end every intent (measured: at most 6)
+KILLS = (
+    "before acts",
+    "after stops",
+    "before fold",
+    "mid copy",
+    "target lost mid copy",
+    "source lost mid copy",
+)
+
+
+# -- the cluster file drawn -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spec:
+    """What the operator's cluster file says: web's image, replicas and canary; db's
+    image, an env value and replicas (db: one named volume, so each slot is pinned)."""
+
+    web: str = "web:1"
+    replicas: int = 2
+    canary: int = 1
+    promote: str = "manual"
+    db: str = "db:1"
+    env: str = "a"
+    dbs: int = 1
+
+    def render(self) -> str:
+        web = Knobs(image=self.web, replicas=self.replicas, canary=self.canary)
+        web = replace(web, promote=self.promote)
+        db = [
+            "[services.db]",
+            f'image = "{self.db}"',
+            f"replicas = {self.dbs}",
+            'volumes = ["data:/var/lib/db"]',
+            f'env = {{ MODE = "{self.env}" }}',
+        ]
+        return web.render() + "\n".join(db) + "\n"
+
+
+specs = st.builds(
+    Spec,
+    web=st.sampled_from(["web:1", "web:2", "web:3"]),
+    replicas=st.integers(1, 3),
+    canary=st.sampled_from([0, 1]),
+    promote=st.sampled_from(["manual", "auto"]),
+    db=st.sampled_from(["db:1", "db:2"]),
+    env=st.sampled_from(["a", "b"]),
+    dbs=st.integers(1, 2),
+)
+_FILES = Path(tempfile.mkdtemp(prefix="operator-decision-"))
+(_FILES / "inventory.toml").write_text(INVENTORY + "\n")
+_loaded: dict[str, tuple[Cluster, Inventory]] = {}
+
+
+def loaded(spec: Spec) -> tuple[Cluster, Inventory]:
+    """The cluster file `spec` renders, through the loader (cached by its text)."""
+    text = spec.render()
+    if text not in _loaded:
+        (_FILES / "cluster.toml").write_text(text)
+        _loaded[text] = load(_FILES / "cluster.toml")
+    return _loaded[text]
+
+
+hosts = st.sampled_from(HOSTS)
+services = st.sampled_from(["web", "db"])
+slots = st.integers(1, 2)
+TAKEN: list[int] = []  # passes each settle took, for measuring
+
+
+class OperatorDecision(RuleBasedStateMachine):
+    """Commands, faults and passes in any order; (b)-(m) hold after every step, (n) at
+    every settle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fleet: Fleet | None = None
+        self.serving = Serving.ON  # what the operator last set web's routes to
+        self.older: dict[str, set[int]] = {}  # canary spec -> slots seen running another
+
+    @property
+    def f(self) -> Fleet:
+        assert self.fleet is not None
+        return self.fleet
+
+    @property
+    def state(self) -> ControllerState:
+        return self.f.state
+
+    def command(self, rule: str, after: ControllerState) -> None:
+        """An operator command's new state, committed; (k): every recorded move and
+        rebalance of a slot still wanted is carried."""
+        before = self.f.state
+        for name, was in before.services.items():
+            now = after.services.get(name)
+            if now is None or now.removed:
+                continue
+            wanted = set(now.slot_numbers())
+            for n, move in was.moves.items():
+                if n in wanted and n not in now.moves:
+                    self.f.violations.append(f"(k) {rule} dropped {name}.{n}'s {move.line()}")
+            kept = [r for r in was.rebalance if r[0] in wanted]
+            if kept and not set(kept) <= set(now.rebalance):
+                self.f.violations.append(f"(k) {rule} dropped {name}'s rebalance {kept}")
+        self.f.state = after
+        self.one_pass()  # the command's own pass (the CLI's use cases run one or more)
+
+    def one_pass(self, kill: str = "") -> None:
+        self.f.one_pass(kill)
+        self.check_canary()
+
+    # -- applies and the commands on a service
+    @initialize(spec=specs)
+    def first(self, spec: Spec) -> None:
+        cluster, inventory = loaded(spec)
+        self.fleet = Fleet(list(inventory.hosts), cluster_name=cluster.name)
+        self.f.answers_promote = False
+        self.f.take(cluster)
+        self.settle()  # a fleet running its first apply
+
+    @rule(spec=specs)
+    def apply(self, spec: Spec) -> None:
+        """`minidock apply` of a changed cluster file."""
+        cluster, _ = loaded(spec)
+        before = self.f.state
+        self.f.generation += 1
+        self.f.cluster = cluster
+        after = intents.admit(before, cluster, self.f.generation, prune=True)
+        self.command(f"apply {spec}", after)
+
+    @rule(service=services, n=st.integers(0, 3))
+    def scale(self, service: str, n: int) -> None:
+        """`minidock scale SERVICE=N`: the stored spec with another count, admitted as the
+        next generation (minidock.usecases.desired.scale); (l)."""
+        assert self.f.cluster is not None
+        was = self.state.services[service].spec
+        cluster = replace(
+            self.f.cluster,
+            services=tuple(
+                replace(s, replicas=n) if s.name == service else s for s in self.f.cluster.services
+            ),
+        )
+        self.f.generation += 1
+        self.f.cluster = cluster
+        self.command(f"scale {service}={n}", intents.admit(self.state, cluster, self.f.generation))
+        now = self.state.services[service].spec
+        if now != replace(was, replicas=n):
+            changed = f"{was.image} {dict(was.env)} -> {now.image} {dict(now.env)}"
+            self.f.violations.append(f"(l) scale {service}={n} changed its spec: {changed}")
+
+    @rule(service=services)
+    def rollback(self, service: str) -> None:
+        try:
+            after = intents.rollback(self.state, service)
+        except ValueError:
+            return  # refused: no previous spec, or a failed one
+        self.command(f"rollback {service}", after)
+
+    @precondition(lambda self: self.state.services["web"].rollout.in_canary)
+    @rule()
+    def promote(self) -> None:
+        try:
+            after = intents.promote(self.state, "web")
+        except ValueError:
+            return  # refused: no canary
+        self.command("promote web", after)
+
+    @rule(service=services)
+    def reset(self, service: str) -> None:
+        self.command(f"reset {service}", intents.reset(self.state, service))
+
+    @rule()
+    def maintenance_on(self) -> None:
+        self.command(
+            "maintenance on", intents.set_serving(self.state, "web", in_maintenance("", 0))
+        )
+        self.serving = Serving.MAINTENANCE
+
+    @rule()
+    def maintenance_off(self) -> None:
+        self.serve_again(Serving.MAINTENANCE, "maintenance off")
+
+    @rule()
+    def pause(self) -> None:
+        self.command("pause", intents.set_serving(self.state, "web", paused(30.0, self.f.now)))
+        self.serving = Serving.PAUSED
+
+    @rule()
+    def resume(self) -> None:
+        self.serve_again(Serving.PAUSED, "resume")
+
+    def serve_again(self, mode: Serving, rule: str) -> None:
+        """`maintenance off` or `resume`: serving again if it was so (usecases' _ending)."""
+        was = self.state.services["web"].serving
+        back = ended(was, mode)
+        self.command(rule, intents.set_serving(self.state, "web", back or was))
+        if back is not None:
+            self.serving = Serving.ON
+
+    @rule()
+    def rebalance(self) -> None:
+        """`minidock rebalance`: the moves it finds on the fleet as seen, recorded."""
+        planned = rebalance_moves(self.state, self.f.inventory, self.f.observe())
+        if planned:
+            self.command("rebalance", record_moves(self.state, planned, self.f.now)[0])
+
+    # -- the commands on a host
+    @rule(host=hosts)
+    def drain(self, host: str) -> None:
+        if intents.pinned_on(self.state, host):
+            return  # refused without --move-volumes-unsafe (the data stays)
+        self.command(f"drain {host}", intents.set_drained(self.state, host, True))
+
+    @rule(host=hosts)
+    def activate(self, host: str) -> None:
+        self.command(f"activate {host}", intents.set_drained(self.state, host, False))
+
+    @precondition(lambda self: bool(self.f.down - self.f.gone))
+    @rule()
+    def forget(self) -> None:
+        """`minidock forget HOST` of the host that does not answer (one that does: refused)."""
+        host = sorted(self.f.down - self.f.gone)[0]
+        self.f.gone.add(host)
+        self.command(f"forget {host}", intents.forget(self.state, host, self.f.now)[0])
+
+    # -- a db slot's data
+    @rule(slot=slots)
+    def backup(self, slot: int) -> None:
+        """`minidock backup db.SLOT` (outside the pass, on main): a snapshot of its volume."""
+        self.f.backup(self.state.services["db"].spec, slot)
+
+    @rule(slot=slots, to=hosts)
+    def move(self, slot: int, to: str) -> None:
+        """`minidock move db.SLOT --to TARGET` (minidock.usecases.moves.move's checks)."""
+        target = to
+        if self.state.host(target).drained:
+            return
+        try:
+            after = intents.begin_move(self.state, "db", slot, target, self.f.now)
+        except ValueError:
+            return
+        self.command(f"move db.{slot} --to {target}", after)
+
+    @precondition(lambda self: bool(self.f.snapshots))
+    @rule(slot=slots, to=hosts)
+    def restore(self, slot: int, to: str) -> None:
+        """`minidock restore db.SLOT --host TARGET` from its newest snapshot (the use case's
+        checks: TARGET answers and is not drained; a recorded host other than TARGET is
+        refused while it answers, and while it is down and not forgotten)."""
+        target = to
+        ss = self.state.services["db"]
+        newest = [s for s in self.f.snapshots if (s.service, s.slot) == ("db", slot)]
+        if not newest or target in self.f.down or self.state.host(target).drained:
+            return
+        recorded = ss.slot(slot).host if slot in ss.slots else ""
+        if recorded and recorded != target and recorded not in self.f.gone:
+            return
+        picks = ((newest[-1].volume, newest[-1].id),)
+        try:
+            after = intents.begin_restore(self.state, "db", slot, target, picks, self.f.now)
+        except ValueError:
+            return
+        self.command(f"restore db.{slot} --host {target}", after)
+
+    # -- faults and passes
+    @precondition(lambda self: not self.f.down)
+    @rule(which=st.integers(0, 3))
+    def lose_host(self, which: int) -> None:
+        """A host stops answering: a db slot's, a move's source or target, or any."""
+        db = self.state.services["db"]
+        moves = [h for m in db.moves.values() for h in (m.target, m.source) if h]
+        tasks = sorted({c.host for c in self.f.live("db")})
+        found = [*moves, *tasks, *HOSTS]
+        self.f.kill_host(found[which % len(found)])
+
+    @precondition(lambda self: bool(self.f.down))
+    @rule()
+    def host_back(self) -> None:
+        for host in sorted(self.f.down):
+            self.f.revive_host(host)
+            self.f.gone.discard(host)
+
+    @rule(kills=st.lists(st.sampled_from(("", "", *KILLS)), min_size=1, max_size=4))
+    def passes(self, kills: list[str]) -> None:
+        for kill in kills:
+            if "lost" in kill and self.f.down:
+                kill = "mid copy"  # one host lost at a time
+            self.one_pass(kill)
+
+    @rule()
+    def settle(self) -> None:
+        """(n): on a still world, every intent ends within SETTLE passes."""
+        why = ""
+        for taken in range(1, SETTLE + 1):
+            self.one_pass()
+            why = self.open_intent()
+            if not why:
+                TAKEN.append(taken)
+                return
+        raise AssertionError(f"(n) not ended in {SETTLE} passes: {why}")
+
+    # -- the properties
+    def check_canary(self) -> None:
+        """(m) after a pass's acts."""
+        ss = self.state.services.get("web")
+        live = self.f.live("web")
+        running = canary.running_spec(ss)
+        if ss is None or not running:
+            return
+        for slot, n in Counter(c.slot for c in live).items():
+            if n > 2:
+                self.f.violations.append(f"(m) web.{slot} holds {n} live tasks in a canary")
+        older = self.older.setdefault(running, set())
+        for c in live:
+            if c.spec != running:
+                older.add(c.slot)
+            elif c.slot in older and c.slot not in ss.rollout.canary_slots():
+                self.f.violations.append(
+                    f"(m) web.{c.slot} (no canary slot) runs the unpromoted spec on {c.host}"
+                )
+
+    def open_intent(self) -> str:
+        """An intent not yet ended ("" when none), for (n)."""
+        waiting = self.f.down - self.f.gone  # a host down, not forgotten: may come back
+        for name, ss in self.state.services.items():
+            for n, move in ss.moves.items():
+                if not {move.target, move.source} & waiting:
+                    return f"{name}.{n} {move.line()}"
+            manual = ss.rollout.in_canary and not canary.due(ss)
+            if ss.rebalance and not manual:  # its moves wait for the canary's promote
+                return f"{name}'s rebalance {ss.rebalance}"
+            if ss.rollout.active and not manual and not waiting:
+                return f"{name}'s rollout {ss.rollout.phase.value}"
+        able = [h for h in HOSTS if h not in self.f.down and not self.state.host(h).drained]
+        web = self.state.services["web"]
+        held = web.rollout.in_canary and not canary.due(web)  # waits for its promote
+        for h in self.f.hosts if able and not held else ():  # replacements need a host
+            if self.state.host(h.name).drained:
+                left = [c.name for c in self.f.live("web") if c.host == h.name]
+                if left:
+                    return f"drained {h.name} still runs {left}"
+        plan = self.f.log[-1]  # the last pass's routes, loaded by it
+        assert self.f.cluster is not None
+        assert self.f.cluster.ingress is not None
+        if configs_for(plan.routes, self.f.cluster.ingress).digest != self.f.digest:
+            return "the ingress proxy has not loaded the routes"
+        return ""
+
+    @invariant()
+    def nothing_bad(self) -> None:
+        if self.fleet is None:
+            return
+        found = self.f.violations
+        assert not [v for v in found if v[:3] in ("(b)", "(c)")], found  # each its own line:
+        assert not [v for v in found if v.startswith("(g)")], found  # hypothesis reports
+        assert not [v for v in found if v.startswith("(h)")], found  # each failing line
+        assert not [v for v in found if v.startswith("(i)")], found  # as its own bug
+        assert not [v for v in found if v.startswith("(k)")], found
+        assert not [v for v in found if v.startswith("(l)")], found
+        assert not [v for v in found if v.startswith("(m)")], found
+        assert not found, found
+        mode = self.state.services["web"].serving
+        assert mode.serving is self.serving, f"(j) web is {mode.serving}, set {self.serving}"
+
+    def teardown(self) -> None:
+        if self.fleet is not None and not self.f.violations:
+            self.settle()
+            if self.state.services["web"].rollout.in_canary:  # what waited on it, judged too
+                self.command("promote web", intents.promote(self.state, "web"))
+                self.settle()
+
+
+OperatorDecision.TestCase.settings = settings(
+    max_examples=100,
+    stateful_step_count=12,
+    deadline=None,
+    suppress_health_check=[HypothesisHealth.too_slow],
+)
+test_operator_decision = OperatorDecision.TestCase

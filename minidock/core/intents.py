@@ -116,7 +116,7 @@ def _admitted(
             admitted,
             spec=svc,
             generation=generation,
-            rollout=_resumed(old),
+            rollout=_resumed(old, svc),
             slots=slots.renewed(old.slots),
             removed=False,
             job=old.job.across(old.spec.schedule, svc.schedule),
@@ -174,12 +174,16 @@ def _begun(old: ServiceState, svc: Service) -> Rollout:
     return begun
 
 
-def _resumed(old: ServiceState) -> Rollout:
+def _resumed(old: ServiceState, svc: Service) -> Rollout:
     """The rollout of a generation that changes no task: kept, but an update paused by its
-    failed hook resumes (the new generation runs its hook again, core/hooks.py)."""
+    failed hook resumes (the new generation runs its hook again, core/hooks.py), and a
+    canary the file no longer asks for (`update.canary` 0) is promoted, as by `minidock
+    promote`: nothing else would end it."""
     r = old.rollout
     if r.paused and not r.rollback and old.hook.failed and old.hook.generation == old.generation:
         return rollout.step(r, RolloutInput.RESUME, failures=0, reason="")[0]
+    if r.in_canary and svc.update.canary == 0:
+        return replace(r, promoted=True)
     return r
 
 
@@ -247,7 +251,7 @@ def scale(state: ControllerState, service: str, replicas: int, generation: int) 
         spec=replace(ss.spec, replicas=replicas),
         generation=generation,
         previous=previous,
-        rollout=_resumed(ss),
+        rollout=_resumed(ss, ss.spec),
         slots=slots.renewed(ss.slots),
     )
     return replace(state, generation=generation, services={**state.services, service: scaled})

@@ -44,6 +44,7 @@ __all__ = [
     "hold",
     "lost",
     "ready",
+    "unwanted",
     "waiting",
 ]
 
@@ -146,6 +147,26 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
         line += f"; its partial copy on {move.target} is removed once {move.target} answers"
     event = Event(view.now, kind, line, service=ss.spec.name, slot=n, host=move.target)
     return ss, (event,)
+
+
+def unwanted(ss: ServiceState, n: int, now: float) -> tuple[ServiceState, tuple[Event, ...]]:
+    """A move of a slot the service no longer wants (scaled away) ends:
+    before its copy, as failed (the data stays where it was: the record names it); while
+    copying, its partial copy on the target removed once it answers; copied, with the
+    record naming the target, where a slot scaled back starts. Nothing else would end it."""
+    move = ss.moves.get(n)
+    if move is None or move.phase in (MovePhase.DISCARDING, MovePhase.CLEANING):
+        return ss, ()
+    ended = move.step(MoveInput.LOST) if move.holds else None
+    discarding = ended is not None and ended.phase is MovePhase.DISCARDING
+    ss = _with_move(ss, n, ended if discarding else None)
+    subject, kind = f"{ss.spec.name}.{n}", "restore-failed" if move.restore else "move-failed"
+    line = f"{subject}: {move.line()} ended: the slot is no longer wanted"
+    if move.phase is MovePhase.STARTING:
+        line += f"; its data is on {move.target}"
+    elif discarding:
+        line += f"; its partial copy on {move.target} is removed once {move.target} answers"
+    return ss, (Event(now, kind, line, service=ss.spec.name, slot=n, host=move.target),)
 
 
 def hold(

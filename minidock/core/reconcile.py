@@ -424,6 +424,9 @@ def _decide_service(
         wants += [decided.want] if decided.want else []
         if stale is not None and n not in ss.rollout.inflight:
             outdated.append(Outdated(n, stale, view.misplaced(slot_target(ss, n), stale)))
+    for n in sorted(ss.moves.keys() - wanted_set):  # a slot scaled away: its move ends
+        ss, ended = moving.unwanted(ss, n, view.now)
+        fx = fx + Effects(events=ended)
     if ss.moves:
         fx = fx + Effects(waiting=moving.waiting(ss, view))
     if ss.backups.busy:
@@ -437,12 +440,18 @@ def _scaled_away(
     ss: ServiceState, wanted: set[int], unwanted: list[Container], view: View
 ) -> ServiceState:
     """A slot the service no longer wants keeps its record while a task of it remains
-    (seen, or held by a host that did not answer); the record goes with its last task."""
+    (seen, or held by a host that did not answer: a pinned slot's by its down host too, so
+    that scaled up again it waits for its data there rather than start a second copy on an
+    empty volume); the record goes with its last task."""
     extra = ss.slots.keys() - wanted
     if not extra:
         return ss
     remaining = {c.slot for c in unwanted}
-    gone = [n for n in extra if n not in remaining and (ss.spec.name, n) not in view.unseen]
+    gone = [
+        n
+        for n in extra
+        if n not in remaining and (ss.spec.name, n) not in view.unseen and not view.holders(ss, n)
+    ]
     if not gone:
         return ss
     return replace(ss, slots={n: s for n, s in ss.slots.items() if n not in gone})

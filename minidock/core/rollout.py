@@ -289,10 +289,14 @@ def gate(ss: ServiceState, found: list[Container], view: View) -> tuple[ServiceS
     """Judge every in-flight slot's new task; pass, wait, or fail with the failure action.
     A canary that passes stays in flight beside its old task until it is promoted."""
     r = ss.rollout
-    if not r.active or not r.inflight:
+    if not r.active or not (r.inflight or r.in_canary):
         return ss, Effects()
+    # a canary with no task in flight is promoted too: one the file stopped asking for
+    # (update.canary 0), or whose slots were scaled away, has nothing else to end it
     ss, fx = _promotion(ss, found, view.now)
     r = ss.rollout
+    if not r.inflight:
+        return ss, fx
     name, spec, now = ss.spec.name, ss.spec.spec_hash(), view.now
     judged = canary.judged(ss) if r.in_canary else ss.spec
     since, seen = dict(r.healthy_since), dict(r.first_seen)

@@ -84,6 +84,15 @@ Found beside the issue's list:
   ((1, 'host1'),)", web.1 holding 3 live tasks on host1 once promoted: first (web 1
   replica), apply(web:2, 2 replicas, canary 1, manual), drain(host2), settle,
   lose_host(host3), rebalance, forget, settle (the teardown's promote).
+After issue 43's fixes were merged it found three more, each fixed and replayed by a test
+at the end of this file: a canary re-applied with `update.canary = 0` and the same tasks
+stayed a canary for ever (now promoted); a pinned slot scaled away while its host was down
+lost its record and, scaled back, started empty beside its old copy (g) (the record now
+stays while the down host may hold it); a move of a slot scaled away never ended (n) (now
+it ends). Two of its checks were narrowed where the product is right: `forget HOST` ends
+the moves that need HOST (k), and a slot given back to its own older task by an apply
+during a canary, or scaled away, is no canary spreading (m); and an intent waits, not
+fails (n), while every host is drained or down.
 """
 
 from __future__ import annotations
@@ -184,7 +193,8 @@ class OperatorDecision(RuleBasedStateMachine):
         super().__init__()
         self.fleet: Fleet | None = None
         self.serving = Serving.ON  # what the operator last set web's routes to
-        self.older: dict[str, set[int]] = {}  # canary spec -> slots seen running another
+        # canary spec -> slot -> its tasks when it was first seen running another spec
+        self.older: dict[str, dict[int, set[str]]] = {}
 
     @property
     def f(self) -> Fleet:
@@ -195,9 +205,10 @@ class OperatorDecision(RuleBasedStateMachine):
     def state(self) -> ControllerState:
         return self.f.state
 
-    def command(self, rule: str, after: ControllerState) -> None:
+    def command(self, rule: str, after: ControllerState, *, ends: str = "") -> None:
         """An operator command's new state, committed; (k): every recorded move and
-        rebalance of a slot still wanted is carried."""
+        rebalance of a slot still wanted is carried (but `forget HOST` ends the moves that
+        need HOST: `ends`)."""
         before = self.f.state
         for name, was in before.services.items():
             now = after.services.get(name)
@@ -205,7 +216,7 @@ class OperatorDecision(RuleBasedStateMachine):
                 continue
             wanted = set(now.slot_numbers())
             for n, move in was.moves.items():
-                if n in wanted and n not in now.moves:
+                if n in wanted and n not in now.moves and ends not in (move.target, move.source):
                     self.f.violations.append(f"(k) {rule} dropped {name}.{n}'s {move.line()}")
             kept = [r for r in was.rebalance if r[0] in wanted]
             if kept and not set(kept) <= set(now.rebalance):
@@ -329,7 +340,10 @@ class OperatorDecision(RuleBasedStateMachine):
         """`minidock forget HOST` of the host that does not answer (one that does: refused)."""
         host = sorted(self.f.down - self.f.gone)[0]
         self.f.gone.add(host)
-        self.command(f"forget {host}", intents.forget(self.state, host, self.f.now)[0])
+        # the newest snapshot of each slot, as the use case lists the repository for it
+        newest = {(s.service, s.slot): f"{s.id} of now" for s in self.f.snapshots if s.content}
+        after = intents.forget(self.state, host, self.f.now, newest)[0]
+        self.command(f"forget {host}", after, ends=host)
 
     # -- a db slot's data
     @rule(slot=slots)
@@ -418,11 +432,18 @@ class OperatorDecision(RuleBasedStateMachine):
         for slot, n in Counter(c.slot for c in live).items():
             if n > 2:
                 self.f.violations.append(f"(m) web.{slot} holds {n} live tasks in a canary")
-        older = self.older.setdefault(running, set())
+        # slot -> the slot's tasks alive when it was first seen running another spec: a
+        # task among them (an apply gave a superseded canary's slot back to it) is no spread
+        older = self.older.setdefault(running, {})
         for c in live:
             if c.spec != running:
-                older.add(c.slot)
-            elif c.slot in older and c.slot not in ss.rollout.canary_slots():
+                older.setdefault(c.slot, {x.task for x in live if x.slot == c.slot})
+            elif (
+                c.slot in older
+                and c.task not in older[c.slot]
+                and c.slot not in ss.rollout.canary_slots()
+                and c.slot in ss.slot_numbers()  # a slot scaled away: its tasks go
+            ):
                 self.f.violations.append(
                     f"(m) web.{c.slot} (no canary slot) runs the unpromoted spec on {c.host}"
                 )
@@ -430,16 +451,17 @@ class OperatorDecision(RuleBasedStateMachine):
     def open_intent(self) -> str:
         """An intent not yet ended ("" when none), for (n)."""
         waiting = self.f.down - self.f.gone  # a host down, not forgotten: may come back
+        # every host drained or down: nothing can be placed until the operator says so
+        able = [h for h in HOSTS if h not in self.f.down and not self.state.host(h).drained]
         for name, ss in self.state.services.items():
             for n, move in ss.moves.items():
                 if not {move.target, move.source} & waiting:
                     return f"{name}.{n} {move.line()}"
             manual = ss.rollout.in_canary and not canary.due(ss)
-            if ss.rebalance and not manual:  # its moves wait for the canary's promote
+            if ss.rebalance and not manual and able:  # its moves wait for the canary's promote
                 return f"{name}'s rebalance {ss.rebalance}"
-            if ss.rollout.active and not manual and not waiting:
+            if ss.rollout.active and not manual and not waiting and able:
                 return f"{name}'s rollout {ss.rollout.phase.value}"
-        able = [h for h in HOSTS if h not in self.f.down and not self.state.host(h).drained]
         web = self.state.services["web"]
         held = web.rollout.in_canary and not canary.due(web)  # waits for its promote
         for h in self.f.hosts if able and not held else ():  # replacements need a host
@@ -485,3 +507,52 @@ OperatorDecision.TestCase.settings = settings(
     suppress_health_check=[HypothesisHealth.too_slow],
 )
 test_operator_decision = OperatorDecision.TestCase
+
+
+# -- what the machine found after issue 43's fixes, each replayed as it was shrunk -------------
+def _replay(*steps: tuple[str, dict[str, object]]) -> OperatorDecision:
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:1", 1, 0, "manual", "db:1", "a", 1))
+    for rule_name, args in steps:
+        getattr(machine, rule_name)(**args)
+        machine.nothing_bad()
+    machine.teardown()  # settles: (n) every intent ends
+    machine.nothing_bad()
+    return machine
+
+
+def test_a_canary_the_file_stops_asking_for_is_promoted_and_ends() -> None:
+    """A canary re-applied with `update.canary = 0` and the same tasks (a generation that
+    changes no task) stayed a canary with nothing in flight, waiting for a promote that
+    nothing would give: now promoted, as by `minidock promote`, and the update ends."""
+    machine = _replay(
+        ("apply", {"spec": Spec("web:2", 1, 1, "manual", "db:1", "a", 1)}),
+        ("apply", {"spec": Spec("web:2", 2, 1, "auto", "db:1", "a", 1)}),
+        ("apply", {"spec": Spec("web:1", 2, 1, "manual", "db:1", "a", 1)}),
+        ("apply", {"spec": Spec("web:1", 1, 0, "manual", "db:1", "a", 1)}),
+    )
+    assert machine.state.services["web"].rollout.phase.value == "completed"
+
+
+def test_a_pinned_slot_scaled_away_on_a_down_host_waits_for_it_when_scaled_back() -> None:
+    """db.2 scaled away while its host was down lost its record, so scaled back it started
+    on an empty volume elsewhere beside its old copy: (g). Its record now stays while its
+    down host may hold it."""
+    machine = _replay(
+        ("apply", {"spec": Spec("web:1", 1, 0, "manual", "db:1", "a", 2)}),
+        ("lose_host", {"which": 3}),
+        ("passes", {"kills": ["", ""]}),
+        ("apply", {"spec": Spec("web:1", 1, 0, "manual", "db:2", "b", 1)}),
+        ("apply", {"spec": Spec("web:1", 1, 0, "manual", "db:1", "b", 2)}),
+    )
+    db = machine.state.services["db"]
+    assert db.slot(2).host in machine.f.down  # waits for its data there
+
+
+def test_a_move_of_a_slot_scaled_away_ends() -> None:
+    """`scale db=0` during a move left it 'stopping its task' for ever: (n)."""
+    machine = _replay(
+        ("move", {"slot": 1, "to": "host2"}),
+        ("scale", {"service": "db", "n": 0}),
+    )
+    assert machine.state.services["db"].moves == {}

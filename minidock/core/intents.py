@@ -303,15 +303,21 @@ def set_serving(state: ControllerState, service: str, mode: ServingMode) -> Cont
     return _with_service(state, ss.through(Transition.SERVE, serving=mode))
 
 
+_ON_THE_WAY = (MovePhase.STOPPING, MovePhase.COPYING, MovePhase.STARTING)  # needs its target
+
+
 def pinned_on(state: ControllerState, host: str) -> list[str]:
     """The slots whose task, by the controller's record, runs on `host` with a named
-    volume (a replicated service's or a global one's alike): a drain refuses them."""
+    volume (a replicated service's or a global one's alike), or whose recorded move or
+    restore is bringing its volumes there: a drain refuses them (a drained target would
+    hold the copied data and take no task, and the move would never end)."""
     return [
         f"{name}.{n}"
         for name, ss in sorted(state.services.items())
         if ss.spec.pinned and ss.spec.desired == "running"
         for n in ss.slot_numbers()
-        if ss.slot(n).host == host and ss.slot(n).task
+        if (ss.slot(n).host == host and ss.slot(n).task)
+        or ((m := ss.moves.get(n)) is not None and m.target == host and m.phase in _ON_THE_WAY)
     ]
 
 

@@ -119,7 +119,8 @@ async def drain(
         pinned = core.pinned_on(state, host)
         if pinned and not move_volumes:
             raise BadInput(
-                f"{host} carries {', '.join(pinned)}, which keep their named volumes there: "
+                f"{host} carries (or a move brings) {', '.join(pinned)}, which keep their "
+                "named volumes there: "
                 f"a drain would leave their data behind; `minidock move {pinned[0]} --to HOST` "
                 f"moves each with its data first, `minidock drain {host} --move-volumes-unsafe` "
                 "without it (they start with empty volumes)"

@@ -556,3 +556,15 @@ def test_a_move_of_a_slot_scaled_away_ends() -> None:
         ("scale", {"service": "db", "n": 0}),
     )
     assert machine.state.services["db"].moves == {}
+
+
+def test_a_drain_of_a_moves_target_is_refused_and_the_move_ends() -> None:
+    """`drain` refused only the host a slot's record names (the source until the copy), so
+    a drained target took the data and no task: 'starting its task there' for ever (n).
+    pinned_on now names a move's target too, and the drain is refused."""
+    machine = _replay(
+        ("move", {"slot": 1, "to": "host2"}),
+        ("drain", {"host": "host2"}),
+    )
+    assert not machine.state.host("host2").drained
+    assert machine.state.services["db"].slot(1).host == "host2"

@@ -351,6 +351,8 @@ case $verb in
     rm) rm_ "$@" ;;
     image) image_ "$@" ;;
     logs) exit 0 ;;
+    # the probe reads the engine (docker version --format '{{json .}}'): Debian 12's Docker
+    version) printf '%s\n' '{"Client":{"Version":"20.10.24+dfsg1"},"Server":{"Components":[{"Name":"Engine","Version":"20.10.24+dfsg1"}],"Version":"20.10.24+dfsg1"}}' ;;
     pull) pull_ "$@" ;;
     network) network_ "$@" ;;
     *) printf 'docker stand-in: unknown command: %s\n' "$verb" >&2; exit 125 ;;

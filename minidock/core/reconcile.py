@@ -633,7 +633,10 @@ def _slot_with_tasks(
     if len(live) > 1:
         keep = _survivor(ss, n, live, spec, view)
         if keep is None and rollout.beside(ss, n):  # a canary and its old task: both stay
-            return SlotDecision(ss, fx)
+            pair = {ss.slot(n).task, *(old for m, old, _ in ss.rollout.canary if m == n)}
+            why = f"{name}.{n}: a stale task beside its canary and the task it runs beside"
+            stale = tuple(Stop(c, why) for c in live if c.task not in pair)  # a host back
+            return SlotDecision(ss, fx + Effects(stops=stale))
         if keep is None:  # the assigned task is still starting: the others serve till then
             wait = Waiting(f"{name}.{n}", "replacement starting", WaitKind.REPLACEMENT, name)
             return SlotDecision(ss, fx + Effects(waiting=(wait,)))

@@ -195,6 +195,7 @@ class OperatorDecision(RuleBasedStateMachine):
         self.serving = Serving.ON  # what the operator last set web's routes to
         # canary spec -> slot -> its tasks when it was first seen running another spec
         self.older: dict[str, dict[int, set[str]]] = {}
+        self.forgotten: set[str] = set()  # hosts forgotten once (they may come back)
 
     @property
     def f(self) -> Fleet:
@@ -249,19 +250,15 @@ class OperatorDecision(RuleBasedStateMachine):
 
     @rule(service=services, n=st.integers(0, 3))
     def scale(self, service: str, n: int) -> None:
-        """`minidock scale SERVICE=N`: the stored spec with another count, admitted as the
-        next generation (minidock.usecases.desired.scale); (l)."""
+        """`minidock scale SERVICE=N`: the count of the spec that runs, stored with that
+        spec as the next generation (minidock.usecases.desired.scale: core.scale, then
+        scaled_cluster); (l)."""
         assert self.f.cluster is not None
         was = self.state.services[service].spec
-        cluster = replace(
-            self.f.cluster,
-            services=tuple(
-                replace(s, replicas=n) if s.name == service else s for s in self.f.cluster.services
-            ),
-        )
         self.f.generation += 1
-        self.f.cluster = cluster
-        self.command(f"scale {service}={n}", intents.admit(self.state, cluster, self.f.generation))
+        after = intents.scale(self.state, service, n, self.f.generation)
+        self.f.cluster = intents.scaled_cluster(after, self.f.cluster, service)
+        self.command(f"scale {service}={n}", after)
         now = self.state.services[service].spec
         if now != replace(was, replicas=n):
             changed = f"{was.image} {dict(was.env)} -> {now.image} {dict(now.env)}"
@@ -340,6 +337,7 @@ class OperatorDecision(RuleBasedStateMachine):
         """`minidock forget HOST` of the host that does not answer (one that does: refused)."""
         host = sorted(self.f.down - self.f.gone)[0]
         self.f.gone.add(host)
+        self.forgotten.add(host)
         # the newest snapshot of each slot, as the use case lists the repository for it
         newest = {(s.service, s.slot): f"{s.id} of now" for s in self.f.snapshots if s.content}
         after = intents.forget(self.state, host, self.f.now, newest)[0]
@@ -429,7 +427,10 @@ class OperatorDecision(RuleBasedStateMachine):
         running = canary.running_spec(ss)
         if ss is None or not running:
             return
-        for slot, n in Counter(c.slot for c in live).items():
+        # a forgotten host back: its stale tasks leave through the drain gate (core/traffic),
+        # a pass or more, whatever runs: no canary's doing
+        stale = {c.id for c in live if c.host in self.forgotten and c.task != ss.slot(c.slot).task}
+        for slot, n in Counter(c.slot for c in live if c.id not in stale).items():
             if n > 2:
                 self.f.violations.append(f"(m) web.{slot} holds {n} live tasks in a canary")
         # slot -> the slot's tasks alive when it was first seen running another spec: a
@@ -568,3 +569,20 @@ def test_a_drain_of_a_moves_target_is_refused_and_the_move_ends() -> None:
     )
     assert not machine.state.host("host2").drained
     assert machine.state.services["db"].slot(1).host == "host2"
+
+
+def test_a_forgotten_hosts_stale_task_is_removed_during_a_canary() -> None:
+    """A forgotten host back during a manual canary kept its stale web.1 task running
+    beside the canary and its old task (three live tasks) until someone promoted: the
+    slot's decision kept every task while the canary stood beside its old one."""
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:1", 1, 0, "manual", "db:1", "a", 1))
+    machine.lose_host(which=0)
+    machine.forget()
+    machine.apply(spec=Spec("web:2", 1, 1, "manual", "db:1", "a", 1))
+    machine.host_back()
+    for _ in range(4):
+        machine.one_pass()
+    assert machine.state.services["web"].rollout.in_canary  # still waiting for promote
+    assert len(machine.f.live("web")) == 2  # the canary and the task it runs beside
+    machine.nothing_bad()

@@ -53,9 +53,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """tests/integration/test_conformance.py on a lab of one host kind alone (four hosts of
-    it): `nox -s conformance -- podman` (kinds: docs/lab.md "Host kinds"); with no kind,
-    the main suite's mixed lab (a host of each kind). Needs a Docker engine."""
+    """The conformance lab test on one host kind alone: `nox -s conformance -- podman`.
+
+    tests/integration/test_conformance.py on four hosts of the kind (docs/lab.md "Host
+    kinds"); with no kind, the main suite's mixed lab (a host of each). Needs a Docker
+    engine (docs/testing.md "Conformance")."""
     session.install("-e", ".[test]")
     kinds = ",".join(session.posargs[:1] * 4) or "trixie,trixie-sudo,sid,podman"
     session.run(

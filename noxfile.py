@@ -51,6 +51,21 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """The conformance lab test on one host kind alone: `nox -s conformance -- podman`.
+
+    tests/integration/test_conformance.py on four hosts of the kind (docs/lab.md "Host
+    kinds"); with no kind, the main suite's mixed lab (a host of each). Needs a Docker
+    engine (docs/testing.md "Conformance")."""
+    session.install("-e", ".[test]")
+    kinds = ",".join(session.posargs[:1] * 4) or "trixie,trixie-sudo,sid,podman"
+    session.run(
+        "pytest", "-n", "0", "-p", "no:cacheprovider", "tests/integration/test_conformance.py",
+        env={"MINIDOCK_CONFORMANCE_KINDS": kinds},
+    )  # fmt: skip
+
+
 @nox.session(python=False)
 def demo(session: nox.Session) -> None:
     """scripts/demo.sh: a lab fleet and a tour (needs a Docker engine; uses .venv)."""

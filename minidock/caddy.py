@@ -489,7 +489,7 @@ _PROBE = (
     (
         "set -u\n"
         "state=$(docker inspect -f '{{.State.Status}} {{index .Config.Labels \"SPEC\"}}'"
-        ' "$1" 2>&1) || { case "$state" in *"No such"*) echo missing; exit 0 ;; esac;'
+        ' "$1" 2>&1) || { case "$state" in *"No such"*|*"no such"*) echo missing; exit 0 ;; esac;'
         ' echo "$state" >&2; exit 1; }\n'
         'echo "$state"\n'
         'case "$state" in running*) docker exec "$1" cat AUTOSAVE 2>/dev/null || true ;; esac\n'

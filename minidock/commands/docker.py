@@ -329,11 +329,13 @@ def volume_helper_name(volume: str) -> str:
 def volume_helper_argv(volume: str, target: str, image: str) -> list[str]:
     """`docker create` (never started) of a container of the task's own image with the
     volume mounted where the task mounts it, so that `docker cp` reaches the volume with no
-    task running and no other image; `volume-nocopy`: a volume it creates stays empty
-    (Docker would fill it from the image), and no network. Created, it makes the volume."""
-    if not target.startswith("/") or target == "/" or "," in target:
+    task running and no other image; `nocopy`: a volume it creates stays empty (Docker
+    would fill it from the image), and no network. Created, it makes the volume. `--volume`
+    with `nocopy`, not `--mount` with `volume-nocopy`, which Podman refuses ("invalid mount
+    option"); both engines take this one."""
+    if not target.startswith("/") or target == "/" or "," in target or ":" in target:
         raise ValueError(f"invalid volume target: {target!r}")
-    mount = f"type=volume,source={_operand(volume, 'volume')},target={target},volume-nocopy=true"
+    mount = f"{_operand(volume, 'volume')}:{target}:nocopy"
     return [
         "docker",
         "create",
@@ -345,7 +347,7 @@ def volume_helper_argv(volume: str, target: str, image: str) -> list[str]:
         "none",
         "--entrypoint",
         "true",
-        "--mount",
+        "--volume",
         mount,
         _operand(image, "image"),
     ]

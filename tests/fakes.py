@@ -171,6 +171,7 @@ _RUN_OPTIONS = frozenset(
         "--add-host",
         "--dns",
         "-v",  # a named volume (a pinned service's), as docker takes it; not kept
+        "--volume",  # the same, long (the volume helper's, with :nocopy)
         "--mount",
     }
 )
@@ -498,11 +499,11 @@ class FakeDocker:
         return doc
 
     def _mounts(self, host: str, options: list[tuple[str, str]]) -> dict[str, str]:
-        """A container's named volumes, target -> volume (`-v NAME:/path`, `--mount
+        """A container's named volumes, target -> volume (`-v NAME:/path[:opts]`, `--mount
         type=volume,...`), each made on the host when absent, as Docker does."""
         found: dict[str, str] = {}
         for flag, value in options:
-            if flag == "-v" and ":" in value and not value.startswith("/"):
+            if flag in ("-v", "--volume") and ":" in value and not value.startswith("/"):
                 name, target = value.split(":")[:2]
                 found[target] = name
             elif flag == "--mount" and "type=volume" in value:

@@ -624,23 +624,7 @@ def print_status(doc: StatusDocument) -> None:
         services.add_row(*service_row(s))
     out.print(services)
     for s in doc.services:
-        if s.last_failure:
-            out.print(f"{s.name}: last failure: {s.last_failure}", markup=False)
-        for p in s.pending:
-            out.print(f"{s.name}.{p.slot} pending: {p.reason}", markup=False)
-        for f in s.failed:
-            out.print(f"{s.name}.{f.slot} FAILED: {f.last_exit}", markup=False)
-        if s.job is not None:
-            out.print(f"{s.name}: {job_line(s.job)}", markup=False)
-        if s.hook is not None and s.hook.state == "failed":  # running: its waiting line
-            out.print(f"{s.name}: {s.hook.why}", markup=False)
-        for line in s.backups.lines(s.name) if s.backups is not None else ():
-            out.print(line, markup=False)
-        if s.serving is not None and s.serving.mode != "serving":
-            out.print(f"{s.name}: {serving_line(s)}", markup=False)
-        if s.rollout.canary is not None:  # a canary (docs/rollouts.md#canary)
-            out.print(f"{s.name}: {s.rollout.canary.line()}", markup=False)
-        for line in recovery_lines(s, time.time()):
+        for line in service_notes(s):
             out.print(line, markup=False)
     routed = bool(doc.routes)
     tasks = Table("task", "slot", "host", "image", "gen", "state", "health")
@@ -687,6 +671,31 @@ def recovery_lines(s: ServiceSummary, now: float) -> list[str]:
             "than the snapshot; remove it by hand once checked)"
         )
     return lines
+
+
+def service_notes(s: ServiceSummary) -> list[str]:
+    """The lines status prints under the services table for one service: its failures,
+    pending and Failed slots, job, hook, backups, serving mode, canary, recovery points."""
+    notes: list[str] = []
+    if s.last_failure:
+        notes.append(f"{s.name}: last failure: {s.last_failure}")
+    for p in s.pending:
+        notes.append(f"{s.name}.{p.slot} pending: {p.reason}")
+    for f in s.failed:
+        notes.append(f"{s.name}.{f.slot} FAILED: {f.last_exit}")
+    if s.job is not None:
+        notes.append(f"{s.name}: {job_line(s.job)}")
+    if s.hook is not None and s.hook.state == "failed":  # running: its waiting line
+        notes.append(f"{s.name}: {s.hook.why}")
+    for line in s.backups.lines(s.name) if s.backups is not None else ():
+        notes.append(line)
+    if s.serving is not None and s.serving.mode != "serving":
+        notes.append(f"{s.name}: {serving_line(s)}")
+    if s.rollout.canary is not None:  # a canary (docs/rollouts.md#canary)
+        notes.append(f"{s.name}: {s.rollout.canary.line()}")
+    for line in recovery_lines(s, time.time()):
+        notes.append(line)
+    return notes
 
 
 def serving_line(s: ServiceSummary) -> str:

@@ -152,6 +152,21 @@ def decision(
         gc.unfreeze()
 
 
+def _folded(result: PassResult, acts: Acts, store: Store, now: float) -> list[Event]:
+    """What the acts learned folded into the state and committed with their events
+    (masked), the result's plan updated; the events the fold said."""
+    if not (acts.events or acts.outcomes):
+        return []
+    plan, mask = result.plan, result.masker
+    final, learned = fold_outcomes(plan.state, acts.outcomes, now)
+    final = mask.state(final)
+    said = [replace(e, message=mask.line(e.message)) for e in learned]
+    done = [replace(e, message=mask.line(e.message)) for e in acts.events]
+    store.commit(final, done + said)
+    result.plan = replace(plan, state=final, events=(*plan.events, *said))
+    return said
+
+
 async def run_pass(
     cluster: Cluster,
     inventory: Inventory,
@@ -201,14 +216,7 @@ async def run_pass(
     checked = await health_checks(executor, inventory, result.observed, cluster.name, store.fence)
     if memory is not None:
         memory.forget(checked)  # the next pass reads what the checks found
-    said: list[Event] = []
-    if acts.events or acts.outcomes:
-        final, learned = fold_outcomes(plan.state, acts.outcomes, now)
-        final = mask.state(final)
-        said = [replace(e, message=mask.line(e.message)) for e in learned]
-        done = [replace(e, message=mask.line(e.message)) for e in acts.events]
-        store.commit(final, done + said)
-        result.plan = replace(plan, state=final, events=(*plan.events, *said))
+    said = _folded(result, acts, store, now)
     result.done = [mask(line) for line in acts.done]
     result.failures = [mask(line) for line in acts.failures]
     result.acts = dict(Counter(e.kind for e in acts.events + said))

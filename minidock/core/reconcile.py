@@ -424,16 +424,25 @@ def _decide_service(
         wants += [decided.want] if decided.want else []
         if stale is not None and n not in ss.rollout.inflight:
             outdated.append(Outdated(n, stale, view.misplaced(slot_target(ss, n), stale)))
-    for n in sorted(ss.moves.keys() - wanted_set):  # a slot scaled away: its move ends
+    ss, fx = _intents_after(ss, wanted_set, view, fx)
+    handled = {s.container.id for s in fx.stops}
+    settled = {c.slot for c in found if c.id not in handled and c.spec == spec_before and ready(c)}
+    return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= len(wanted))
+
+
+def _intents_after(
+    ss: ServiceState, wanted: set[int], view: View, fx: Effects
+) -> tuple[ServiceState, Effects]:
+    """After the slots: a move of a slot scaled away ends, and the moves and backups
+    still under way say what they wait for."""
+    for n in sorted(ss.moves.keys() - wanted):  # nothing else would end it
         ss, ended = moving.unwanted(ss, n, view.now)
         fx = fx + Effects(events=ended)
     if ss.moves:
         fx = fx + Effects(waiting=moving.waiting(ss, view))
     if ss.backups.busy:
         fx = fx + Effects(waiting=saving.waiting(ss))
-    handled = {s.container.id for s in fx.stops}
-    settled = {c.slot for c in found if c.id not in handled and c.spec == spec_before and ready(c)}
-    return ServiceDecision(ss, fx, tuple(wants), tuple(outdated), len(settled) >= len(wanted))
+    return ss, fx
 
 
 def _scaled_away(

@@ -116,69 +116,62 @@ class Step:
 def plan(user: str, facts: Mapping[str, str]) -> list[Step]:
     """The steps for a host with these facts, in order: each one either already so
     (argv None, ok), refused (argv None, not ok: the steps end there) or to run."""
-    root = facts.get("sudo") == "root"
-    steps: list[Step] = []
     if facts.get("sudo") not in ("root", "yes"):
-        fine = facts.get("engine") == "up" and "docker" in facts.get("groups", "").split(",")
-        if fine:
-            return [
-                Step(
-                    "root",
-                    True,
-                    f"{user} may not become root; the engine answers and "
-                    f"{user} is in the docker group: nothing to do",
-                )
-            ]
-        return [
-            Step(
-                "root",
-                False,
-                f"{user} can become root neither as root nor with sudo -n: "
-                "log in as root, or give the user passwordless sudo",
-            )
-        ]
+        return [_no_root(user, facts)]
+    root = facts.get("sudo") == "root"
     needs_install = facts.get("client") != "yes" or facts.get("daemon") != "yes"
-    if needs_install:
-        if facts.get("apt") != "yes":
-            os_name = facts.get("os") or "this system"
-            return [
-                Step(
-                    "install",
-                    False,
-                    f"no apt-get on {os_name}: install Docker Engine "
-                    "20.10 or newer with the distribution's tools, then run prepare again",
-                )
-            ]
-        split = facts.get("split") == "yes"
-        packages = "docker.io and docker-cli" if split else "docker.io"
-        argv = become(root, install_argv(split))
-        steps.append(Step("install", True, f"installed {packages}", tuple(argv)))
-    else:
-        steps.append(Step("install", True, "the engine is installed already"))
+    install = _install(root, facts, needs_install)
+    if not install.ok:
+        return [install]
+    return [install, _start(root, facts, needs_install), _group(root, user, facts)]
+
+
+def _no_root(user: str, facts: Mapping[str, str]) -> Step:
+    """A user that cannot become root: fine when the engine answers it already."""
+    if facts.get("engine") == "up" and "docker" in facts.get("groups", "").split(","):
+        return Step(
+            "root",
+            True,
+            f"{user} may not become root; the engine answers and "
+            f"{user} is in the docker group: nothing to do",
+        )
+    return Step(
+        "root",
+        False,
+        f"{user} can become root neither as root nor with sudo -n: "
+        "log in as root, or give the user passwordless sudo",
+    )
+
+
+def _install(root: bool, facts: Mapping[str, str], needs_install: bool) -> Step:
+    if not needs_install:
+        return Step("install", True, "the engine is installed already")
+    if facts.get("apt") != "yes":
+        os_name = facts.get("os") or "this system"
+        return Step(
+            "install",
+            False,
+            f"no apt-get on {os_name}: install Docker Engine "
+            "20.10 or newer with the distribution's tools, then run prepare again",
+        )
+    split = facts.get("split") == "yes"
+    packages = "docker.io and docker-cli" if split else "docker.io"
+    return Step("install", True, f"installed {packages}", tuple(become(root, install_argv(split))))
+
+
+def _start(root: bool, facts: Mapping[str, str], needs_install: bool) -> Step:
     if facts.get("engine") == "up" and not needs_install:
-        steps.append(Step("start", True, "the engine runs already"))
-    else:
-        systemd = facts.get("systemd") == "yes"
-        how = "systemctl enable --now docker" if systemd else "dockerd started (no systemd)"
-        steps.append(
-            Step(
-                "start",
-                True,
-                f"started the engine ({how})",
-                tuple(become(root, start_argv(systemd))),
-            )
-        )
+        return Step("start", True, "the engine runs already")
+    systemd = facts.get("systemd") == "yes"
+    how = "systemctl enable --now docker" if systemd else "dockerd started (no systemd)"
+    argv = tuple(become(root, start_argv(systemd)))
+    return Step("start", True, f"started the engine ({how})", argv)
+
+
+def _group(root: bool, user: str, facts: Mapping[str, str]) -> Step:
     if root and user == "root":
-        steps.append(Step("group", True, "root needs no docker group"))
-    elif "docker" in facts.get("groups", "").split(","):
-        steps.append(Step("group", True, f"{user} is in the docker group already"))
-    else:
-        steps.append(
-            Step(
-                "group",
-                True,
-                f"added {user} to the docker group (from its next login)",
-                tuple(become(root, group_argv(user))),
-            )
-        )
-    return steps
+        return Step("group", True, "root needs no docker group")
+    if "docker" in facts.get("groups", "").split(","):
+        return Step("group", True, f"{user} is in the docker group already")
+    argv = tuple(become(root, group_argv(user)))
+    return Step("group", True, f"added {user} to the docker group (from its next login)", argv)

@@ -733,7 +733,7 @@ def _fill(
 ) -> SlotDecision:
     """An empty slot wants a task, unless Failed, complete, backing off or blocked."""
     name, state = ss.spec.name, ss.slot(n)
-    if state.failed or state.complete:
+    if state.failed or state.complete or state.half_written:  # never on a half-written volume
         return SlotDecision(ss)
     if state.awaiting_restore:  # never started empty by surprise (core/intents.py: forget)
         return SlotDecision(ss, Effects(waiting=(_awaiting(ss, n, state.awaiting_restore),)))
@@ -856,6 +856,8 @@ def _start_held(want: Want, record: slots.SlotState, now: float) -> Effects | No
     slot's backoff, and a slot Failed by its failed starts moves no more (the drain stops
     there, saying why, until `reset` or a new apply); None when the move may start now."""
     subject = f"{want.service}.{want.slot}"
+    if record.half_written:
+        return Effects(pending=(Pending(want.service, want.slot, record.half_written),))
     if record.failed:
         why = (
             f"{want.why}: Failed after {len(record.attempts)} failed starts "

@@ -8,15 +8,23 @@ tests/unit/test_volume_moves.py, whose every pass checks that a task runs only o
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from minidock import core
+from minidock import core, restic, usecases
 from minidock.core.slots import SlotPhase, SlotState, renewed
 from minidock.core.volumes import MovePhase
+from minidock.relocate import ResticSnapshots
+from minidock.restic import ResticError
 from minidock.store import codec
+from minidock.usecases import ExitCode
+from minidock.usecases.reads import status
+from minidock.usecases.restores import restore
+from tests.unit import test_host_loss as host_loss
+from tests.unit.test_usecases import Setup, run
 from tests.unit.test_volume_moves import (
     DATA,
     DB,
@@ -231,3 +239,71 @@ def test_a_record_stored_without_the_mark_reads_as_whole_and_the_mark_round_trip
     assert codec.loads(json.dumps(older), SlotState).half_written == ""
     held = SlotState(SlotPhase.FAILED, "t1", "host1", half_written="restore failed: cut")
     assert codec.loads(codec.dumps(held), SlotState) == held
+
+
+# -- through the use cases, over in-memory Docker engines and a real restic repository ----------
+NEEDS_RESTIC = pytest.mark.skipif(not restic.restic_available(), reason="needs Debian's restic")
+
+
+def _broken_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`restic dump` breaks after its first chunk: the restore began, then failed."""
+    whole = ResticSnapshots.stream
+
+    async def broken(self: ResticSnapshots, snapshot: str, volume: str) -> AsyncIterator[bytes]:
+        async for chunk in whole(self, snapshot, volume):
+            yield chunk
+            raise ResticError("restic dump failed (exit 1): connection reset by peer")
+
+    monkeypatch.setattr(ResticSnapshots, "stream", broken)
+
+
+def _restored_broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Setup, str]:
+    setup, host = host_loss.fleet(tmp_path)
+    with monkeypatch.context() as broken:
+        _broken_stream(broken)
+        done = run(restore("db.1", setup.state, setup.runtime(), setup.report, timeout=30.0))
+    assert done.exit_code is not ExitCode.OK
+    assert host_loss.data_on(setup, host) == ""  # the volume it began, removed
+    return setup, host
+
+
+@NEEDS_RESTIC
+@pytest.mark.parametrize("command", ["apply", "scale", "rollback"])
+def test_a_broken_restore_holds_db_across_a_command_until_reset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    setup, host = _restored_broken(tmp_path, monkeypatch)
+    if command == "apply":
+        setup.file.write_text(setup.file.read_text() + 'env = { LOG = "debug" }\n')
+        setup.apply()
+    elif command == "scale":
+        run(usecases.scale("db", 1, setup.state, setup.runtime(), setup.report))
+    else:
+        setup.file.write_text(setup.file.read_text() + 'env = { LOG = "debug" }\n')
+        setup.apply()
+        run(usecases.rollback("db", setup.state, setup.runtime(), setup.report))
+    for _ in range(3):
+        host_loss.reconcile(setup)
+    assert host_loss.db_hosts(setup) == []  # never on the emptied volume
+    doc = run(status(setup.state, setup.runtime())).documents[0]
+    ((n, why),) = [(f.slot, f.last_exit) for f in doc.services[0].failed]
+    assert n == 1
+    assert "restore of snapshot" in why
+    assert "connection reset by peer" in why
+    assert "`minidock reset db` starts it on what its volume holds" in why
+
+    run(usecases.reset("db", setup.state, setup.runtime(), setup.report))
+    host_loss.reconcile(setup)
+    assert host_loss.db_hosts(setup) == [host]  # the operator's word: on what it holds
+
+
+@NEEDS_RESTIC
+def test_a_broken_restore_restored_again_brings_the_data_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup, host = _restored_broken(tmp_path, monkeypatch)
+    run(usecases.scale("db", 1, setup.state, setup.runtime(), setup.report))
+    done = run(restore("db.1", setup.state, setup.runtime(), setup.report, timeout=60.0))
+    assert done.exit_code is ExitCode.OK, done
+    assert host_loss.db_hosts(setup) == [host]
+    assert host_loss.data_on(setup, host) == host_loss.PRECIOUS

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from minidock import core, restic, usecases
+from minidock.cli import print_plan
 from minidock.core.slots import SlotPhase, SlotState, renewed
 from minidock.core.volumes import MovePhase
 from minidock.relocate import ResticSnapshots
@@ -270,7 +271,10 @@ def _restored_broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[S
 @NEEDS_RESTIC
 @pytest.mark.parametrize("command", ["apply", "scale", "rollback"])
 def test_a_broken_restore_holds_db_across_a_command_until_reset(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
 ) -> None:
     setup, host = _restored_broken(tmp_path, monkeypatch)
     if command == "apply":
@@ -291,6 +295,8 @@ def test_a_broken_restore_holds_db_across_a_command_until_reset(
     assert "restore of snapshot" in why
     assert "connection reset by peer" in why
     assert "`minidock reset db` starts it on what its volume holds" in why
+    print_plan(run(usecases.plan(setup.file, setup.state, setup.runtime())))
+    assert f"FAILED db.1: {why}\n" in capsys.readouterr().out  # what apply would keep
 
     run(usecases.reset("db", setup.state, setup.runtime(), setup.report))
     host_loss.reconcile(setup)

@@ -352,8 +352,8 @@ def begin_move(
     record = ss.slot(slot)
     if record.half_written:  # its copy would carry the half-written volume along
         raise ValueError(
-            f"{subject}'s volume on {record.host or 'its host'} may be half written (a restore "
-            f"failed): `minidock restore {subject} --host {target}` puts a snapshot there, "
+            f"{subject} is Failed by a restore that did not complete (its volume may be half "
+            f"written): `minidock restore {subject} --host {target}` puts a snapshot there, "
             f"`minidock reset {service}` starts it on what its volume holds"
         )
     if not record.host:

@@ -153,8 +153,10 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
 def unwanted(ss: ServiceState, n: int, now: float) -> tuple[ServiceState, tuple[Event, ...]]:
     """A move of a slot the service no longer wants (scaled away) ends:
     before its copy, as failed (the data stays where it was: the record names it); while
-    copying, its partial copy on the target removed once it answers; copied, with the
-    record naming the target, where a slot scaled back starts. Nothing else would end it."""
+    copying, its partial copy on the target removed once it answers (a restore in place's
+    slot held Failed: its own volume may be half written, and scaled back it starts on
+    nothing until `reset` or a restore); copied, with the record naming the target, where
+    a slot scaled back starts. Nothing else would end it."""
     move = ss.moves.get(n)
     if move is None or move.phase in (MovePhase.DISCARDING, MovePhase.CLEANING):
         return ss, ()
@@ -167,6 +169,12 @@ def unwanted(ss: ServiceState, n: int, now: float) -> tuple[ServiceState, tuple[
         line += f"; its data is on {move.target}"
     elif discarding:
         line += f"; its partial copy on {move.target} is removed once {move.target} answers"
+    elif move.restore and move.phase is MovePhase.COPYING:  # in place: its own volume
+        line += f"; the slot is Failed (its volume on {move.target} may be half written): "
+        line += f"`minidock restore {subject}` tries again, `minidock reset {ss.spec.name}` "
+        line += "starts it on what its volume holds"
+        why = line.removeprefix(f"{subject}: ")
+        ss = with_slot(ss, n, restore_failed(ss.slot(n), why))
     return ss, (Event(now, kind, line, service=ss.spec.name, slot=n, host=move.target),)
 
 

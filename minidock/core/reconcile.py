@@ -451,7 +451,9 @@ def _scaled_away(
     """A slot the service no longer wants keeps its record while a task of it remains
     (seen, or held by a host that did not answer: a pinned slot's by its down host too, so
     that scaled up again it waits for its data there rather than start a second copy on an
-    empty volume); the record goes with its last task."""
+    empty volume), while a move of it is recorded, or while a restore's half-written volume
+    holds it Failed (scaled up again, it starts nothing until `reset` or a restore); else
+    it goes with its last task."""
     extra = ss.slots.keys() - wanted
     if not extra:
         return ss
@@ -459,7 +461,11 @@ def _scaled_away(
     gone = [
         n
         for n in extra
-        if n not in remaining and (ss.spec.name, n) not in view.unseen and not view.holders(ss, n)
+        if n not in remaining
+        and (ss.spec.name, n) not in view.unseen
+        and not view.holders(ss, n)
+        and not ss.slots[n].half_written
+        and n not in ss.moves  # `_intents_after` ends it first (`moving.unwanted`)
     ]
     if not gone:
         return ss

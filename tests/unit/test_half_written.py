@@ -7,6 +7,7 @@ tests/unit/test_volume_moves.py, whose every pass checks that a task runs only o
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -169,7 +170,7 @@ def test_a_half_written_slot_is_not_moved_with_its_volume() -> None:
     host = _failed_restore(fleet)
     w = fleet.world
     target = other(fleet, host)
-    with pytest.raises(ValueError, match=r"db\.1's volume on host\d may be half written") as e:
+    with pytest.raises(ValueError, match=r"db\.1 is Failed by a restore that did not") as e:
         core.begin_move(w.state, "db", 1, target, w.now)
     assert f"`minidock restore db.1 --host {target}` puts a snapshot there" in str(e.value)
 
@@ -251,9 +252,10 @@ def _broken_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     whole = ResticSnapshots.stream
 
     async def broken(self: ResticSnapshots, snapshot: str, volume: str) -> AsyncIterator[bytes]:
-        async for chunk in whole(self, snapshot, volume):
-            yield chunk
-            raise ResticError("restic dump failed (exit 1): connection reset by peer")
+        async with contextlib.aclosing(whole(self, snapshot, volume)) as dump:  # restic ends
+            async for chunk in dump:
+                yield chunk
+                raise ResticError("restic dump failed (exit 1): connection reset by peer")
 
     monkeypatch.setattr(ResticSnapshots, "stream", broken)
 
@@ -313,3 +315,43 @@ def test_a_broken_restore_restored_again_brings_the_data_back(
     assert done.exit_code is ExitCode.OK, done
     assert host_loss.db_hosts(setup) == [host]
     assert host_loss.data_on(setup, host) == host_loss.PRECIOUS
+
+
+# -- scaled away and back ------------------------------------------------------------------------
+def test_a_half_written_slot_scaled_away_and_back_starts_nothing() -> None:
+    fleet = Fleet()
+    host = _failed_restore(fleet)
+    w = fleet.world
+    for count in (0, 1):
+        w.generation += 1
+        w.state = core.scale(w.state, "db", count, w.generation)
+        for _ in range(4):
+            fleet.step()
+    assert w.live("db") == []
+    record = w.state.services["db"].slot(1)
+    assert (record.failed, record.host) == (True, host)
+    assert record.half_written
+
+
+def test_a_restore_in_place_cut_by_a_scale_down_holds_the_slot_scaled_back() -> None:
+    fleet = Fleet()
+    host = fleet.start()
+    fleet.restore(host)
+    fleet.step()  # the stop
+    fleet.step("before-fold")  # the stream begun, the controller killed
+    fleet.volumes[host] = "half a snapshot"
+    w = fleet.world
+    w.generation += 1
+    w.state = core.scale(w.state, "db", 0, w.generation)
+    fleet.step()
+    assert w.state.services["db"].moves == {}
+    assert w.state.services["db"].slot(1).half_written.startswith("restoring snapshot 4f2a9c1e")
+    w.generation += 1
+    w.state = core.scale(w.state, "db", 1, w.generation)
+    for _ in range(4):
+        fleet.step()
+    assert w.live("db") == []
+    assert w.state.services["db"].slot(1).host == host
+    w.state = core.reset(w.state, "db")
+    w.converge()
+    assert [c.host for c in w.live("db")] == [host]

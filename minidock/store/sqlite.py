@@ -54,10 +54,11 @@ __all__ = [
 # whose controller state holds records (backup intents, restores awaited) that an older
 # MiniDock would drop on its next write, so an older one refuses it (CHANGELOG.md).
 # Raised by the first writer (`seal_at_rest`); readers leave an older database as it is.
-# An optional field added within 0.5 (a slot's `half_written`, "" when absent) needs no
-# raise: every record without it reads as its default (what it meant), and no writer of
-# schema 3 lacks it. Added in a later release, such a field would raise it: that release's
-# older peer would drop it on its next write (etcd.py's `schema` follows this number).
+# A slot's `half_written` (a failed restore's hold, "" when absent) raises nothing: a
+# record without it reads as unmarked, which is what it meant, and it lands within 0.5.0,
+# the release that brought schema 3, so no released writer of schema 3 lacks it. A field
+# like it added after a release would raise the schema: that release's controllers would
+# drop it on their next write (etcd.py's SCHEMA_VERSION follows this one).
 SCHEMA_VERSION = 3
 _BUSY_TIMEOUT = 10.0  # seconds a reader/writer waits for SQLite's own short-lived locks
 

@@ -83,7 +83,8 @@ def test_each_engine_a_pass_drives_passes_read_as_the_probe_reads_it(
 ) -> None:
     check, engine = hc.engine_check(HOST, 0, recorded(recording), "")
     assert (check.ok, check.found) == (True, found)
-    assert engine is not None and str(engine) == found
+    assert engine is not None
+    assert str(engine) == found
 
 
 def test_the_root_is_asked_of_the_engine_found() -> None:

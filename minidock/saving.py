@@ -152,7 +152,10 @@ async def _copy(
 
     async def feed(write: restic.Write) -> int:
         acts.fence()
-        return await stream_out(acts.executor, host, container, path, write)
+        engine = acts.engine_of(host.name)
+        return await stream_out(
+            acts.executor, host, container, path, write, engine=engine, volume=volume
+        )
 
     tags = tags_of(acts.cluster, act.spec, act.slot, source, act.generation)
     try:
@@ -196,7 +199,10 @@ async def _verify(acts: Acts, act: VerifyAct) -> VerifyEnded:
             try:
                 stream = reader.stream(ident, source)
                 async with contextlib.aclosing(stream):
-                    await stream_in(acts.executor, host, helper, path, stream)
+                    engine = acts.engine_of(host.name)
+                    await stream_in(
+                        acts.executor, host, helper, path, stream, engine=engine, volume=throwaway
+                    )
             finally:
                 await close_volume(acts.executor, host, throwaway)
         name = verify_name(volumes[0][0])

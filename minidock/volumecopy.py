@@ -55,12 +55,14 @@ __all__ = [
     "OnBytes",
     "close_volume",
     "copy_volume",
+    "holds",
     "open_volume",
     "parent_of",
     "pipe",
     "remove_volume",
     "stream_in",
     "stream_out",
+    "top_of",
     "volume_exists",
 ]
 
@@ -184,8 +186,11 @@ async def stream_in(
 ) -> int:
     """Unpack the tar stream of `path` (from `source`) into `container`, under its parent;
     the bytes streamed. On Podman (`engine`), into `volume` by its import, the stream's
-    names taken out of its top (module doc). Raises CopyError on a failed copy."""
+    names taken out of its top (module doc). Raises CopyError on a failed copy, and on
+    one that left nothing: a stream that held a file or directory below its top, after
+    which the volume holds none (`holds`: how a move once arrived empty on Podman)."""
     size = 0
+    seen = _Seen(top_of(path))
     renamer = Renamer(out_of(top_of(path))) if engine == "podman" else None
     parent = parent_of(path)
     argv = volume_import_argv(volume) if renamer else copy_in_argv(container, parent)
@@ -195,6 +200,7 @@ async def stream_in(
         nonlocal size
         async for chunk in source:
             size += len(chunk)
+            seen.feed(chunk)
             if on_bytes is not None:
                 on_bytes(size)
             if renamer is None:
@@ -210,7 +216,70 @@ async def stream_in(
         raise CopyError(f"{what} on {host.name}: {exc}") from None
     if done.exit_status != 0:
         raise _failed(what, host, done)
+    if seen.found and not await holds(
+        executor, host, container, path, engine=engine, volume=volume
+    ):
+        raise CopyError(
+            f"{what} on {host.name} left the volume empty: the stream held files, "
+            "the volume holds none"
+        )
     return size
+
+
+class _Seen:
+    """Whether a stream (`docker cp`'s form) holds a member below its top, read from its
+    first chunks only; a stream that is not a tar (or not of this top) is not judged."""
+
+    def __init__(self, top: str) -> None:
+        self._renamer: Renamer | None = Renamer(out_of(top))
+        self.found = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._renamer is None:
+            return
+        try:
+            self._renamer.feed(chunk)
+        except TarError:
+            self._renamer = None
+            return
+        if self._renamer.members:
+            self.found, self._renamer = True, None
+
+
+class _Enough(Exception):
+    """A read that has seen what it looked for (the command's stream is cut there)."""
+
+
+async def holds(
+    executor: Executor,
+    host: Host,
+    container: str,
+    path: str,
+    *,
+    engine: EngineKind = "docker",
+    volume: str = "",
+) -> bool:
+    """Whether the volume (at `path` in `container`; on Podman, `volume` itself) holds a
+    file or directory, read from the start of its stream only: the read stops at the
+    first member (a chunk or two over SSH, whatever the volume's size). A stream that
+    cannot be read or judged is taken to hold something (the copy's own exit said)."""
+    top = top_of(path)
+    podman = engine == "podman"
+    renamer = Renamer(under(top) if podman else out_of(top))
+    argv = volume_export_argv(volume) if podman else copy_out_argv(container, path)
+
+    async def look(chunk: bytes) -> None:
+        renamer.feed(chunk)
+        if renamer.members:
+            raise _Enough
+
+    try:
+        done = await executor.pour(host, argv, look)
+    except _Enough:
+        return True
+    except TarError:
+        return True
+    return done.exit_status != 0
 
 
 async def pipe(

@@ -307,6 +307,32 @@ def test_a_volume_is_moved_with_its_data_and_backed_up_on_its_new_host(
     print(f"db.1 moved {mark} ({HOSTS[source]} to {HOSTS[target]}) and backed up")
 
 
+def test_a_backup_taken_on_one_engine_is_restored_on_another(conformance: Minidock) -> None:
+    """db.1 backed up on its host and restored onto a host of the other engine (another
+    host where the lab has one engine): the lines written before the backup are there, the
+    one written after it is not. The stream's form is the same on both engines
+    (minidock.volumecopy): a snapshot made on either restores on the other."""
+    md = conformance
+    (db,) = md.tasks("db")
+    here = db["host"]
+    engine = ENGINES[HOSTS[here]][0]
+    others = [h for h in HOSTS if h != here]
+    there = ([h for h in others if ENGINES[HOSTS[h]][0] != engine] or others)[-1]
+    before = md("exec", "db.1", "--", "cat", "/data/marks").stdout.splitlines()
+    assert before, "db.1 holds no line: the move's test writes them"
+    backed = md("backup", "db", "--timeout", "3m", timeout=240)
+    assert backed.returncode == 0, backed.stdout[-1500:] + backed.stderr[-500:]
+    after = f"after-the-backup-on-{here}"
+    assert md("exec", "db.1", "--", "sh", "-c", f"echo {after} >> /data/marks").returncode == 0
+    restored = md("restore", "db.1", "--host", there, "--force", "--timeout", "3m", timeout=240)
+    assert restored.returncode == 0, restored.stdout[-1500:] + restored.stderr[-500:]
+    (db,) = md.tasks("db")
+    assert db["host"] == there, restored.stdout[-1500:]
+    read = md("exec", "db.1", "--", "cat", "/data/marks")
+    assert read.stdout.splitlines() == before, read.stdout + read.stderr
+    print(f"db.1 backed up on {HOSTS[here]}, restored on {HOSTS[there]}: {len(before)} lines")
+
+
 # -- the seed scenario: a host with 2 of 4 tasks lost ----------------------------------------
 def test_a_lost_host_with_two_of_four_tasks_gets_exactly_two_and_its_stale_ones_go(
     conformance: Minidock,

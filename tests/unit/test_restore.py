@@ -76,6 +76,9 @@ class Snapshots:
             raise ResticError("restic dump failed (exit 1): unexpected end")
 
 
+READ_BACK = ["docker", "cp", f"minidock-copy.{VOLUME}:/var/lib/data", "-"]
+
+
 class Host1:
     """One host's docker as a restore reaches it: images, helpers, volumes, a stream in."""
 
@@ -100,6 +103,9 @@ class Host1:
             self.received = (input or "").encode("latin-1")
             self.volumes[VOLUME] = "restored"
             return ok()
+        if argv in (READ_BACK, ["docker", "volume", "export", VOLUME]):
+            self.log.append("read back")  # the volume holds what came
+            return ok(self.received.decode("latin-1"))
         if argv[:3] == ["docker", "volume", "import"]:  # Podman's, into the volume itself
             self.log.append(f"import into {argv[3]} from {argv[4]}")
             self.received = (input or "").encode("latin-1")
@@ -130,7 +136,12 @@ def test_a_snapshot_streams_into_a_fresh_volume_under_the_mounts_parent() -> Non
     assert outcome == VolumesCopied("db", 1, len(data), 2.0)
     assert snapshots.asked == [(ID, "data")]
     assert host.received == data
-    assert host.log == ["rm volume", "create helper", f"cp into minidock-copy.{VOLUME}:/var/lib"]
+    assert host.log == [
+        "rm volume",
+        "create helper",
+        f"cp into minidock-copy.{VOLUME}:/var/lib",
+        "read back",  # the volume holds what came (never started on empty)
+    ]
     assert host.volumes == {VOLUME: "restored"}
 
 
@@ -141,7 +152,7 @@ def test_on_a_podman_host_a_snapshot_is_imported_into_the_volume_its_top_taken_o
     host, snapshots = Host1(), Snapshots(data)
     outcome, _ = carried(host, snapshots, engine="podman")
     assert outcome == VolumesCopied("db", 1, len(data), 2.0)  # the snapshot's bytes
-    assert host.log == ["rm volume", "create helper", f"import into {VOLUME} from -"]
+    assert host.log == ["rm volume", "create helper", f"import into {VOLUME} from -", "read back"]
     with tarfile.open(fileobj=io.BytesIO(host.received)) as tar:
         assert [(m.name, m.size) for m in tar.getmembers()] == [("blob", 300_000)]
     assert host.volumes == {VOLUME: "restored"}

@@ -249,8 +249,9 @@ class Engines:
     """Two hosts, each Docker or Podman, as far as a copy reaches them: Docker streams the
     helper's path (`cp`), Podman the volume itself (`volume export/import`)."""
 
-    def __init__(self, engines: dict[str, str]) -> None:
+    def __init__(self, engines: dict[str, str], *, lost: bool = False) -> None:
         self.engines = engines
+        self.lost = lost  # a target that unpacks the stream where its volume is not
         self.received: dict[str, bytes] = {}
         self.streams: list[tuple[str, str]] = []  # (host, how)
 
@@ -271,6 +272,9 @@ class Engines:
         if way == "in":
             self.received[host.name] = (input or "").encode("latin-1")
             return ok()
+        if host.name in self.received:  # the target read back: what it unpacked
+            held = bytes(1024) if self.lost else self.received[host.name]
+            return ok(held.decode("latin-1"))
         return ok((EXPORT_FORM if podman else CP_FORM).decode("latin-1"))
 
 
@@ -286,7 +290,8 @@ def test_a_volume_moves_between_engines_with_its_files_and_owners(source: str, t
             FakeExecutor(hosts), A, B, VOLUME, (PATH, "postgres:16"), engines=engines
         )
     )
-    assert hosts.streams == [("a", f"{source} out"), ("b", f"{target} in")]
+    # the target read back from its start: it holds what came (never an empty volume)
+    assert hosts.streams == [("a", f"{source} out"), ("b", f"{target} in"), ("b", f"{target} out")]
     arrived = names_in(hosts.received["b"])
     files = [(f"data/{n}".rstrip("/"), 999, d) for n, d in CONTENT]
     if target == "podman":  # the volume's own names, as its export gives them
@@ -298,3 +303,29 @@ def test_a_volume_moves_between_engines_with_its_files_and_owners(source: str, t
         assert copied.size == len(CP_FORM)
     if target == "docker":
         assert copied.size == len(hosts.received["b"])
+
+
+@pytest.mark.parametrize("target", ["docker", "podman"])
+def test_a_copy_that_leaves_the_target_empty_fails_saying_so(target: str) -> None:
+    """A stream of files that the target's engine unpacked elsewhere (Podman's cp into
+    the never-started helper did): the volume holds nothing, and the copy fails."""
+    hosts = Engines({"a": "docker", "b": target}, lost=True)
+    with pytest.raises(volumecopy.CopyError, match="left the volume empty"):
+        asyncio.run(
+            volumecopy.copy_volume(
+                FakeExecutor(hosts),
+                A,
+                B,
+                VOLUME,
+                (PATH, "postgres:16"),
+                engines=("docker", cast(EngineKind, target)),
+            )
+        )
+
+
+def test_an_empty_volume_copies_with_no_read_back() -> None:
+    """Nothing below the top in the stream: nothing to look for on the target."""
+    hosts = Hosts(b"")
+    hosts.data = CP_FORM[:512] + bytes(1024)  # the top entry alone, then the end
+    asyncio.run(volumecopy.copy_volume(FakeExecutor(hosts), A, B, VOLUME, (PATH, "postgres:16")))
+    assert hosts.received["b"] == hosts.data

@@ -4,7 +4,8 @@ repository, `keep` applied after, and restore drills. Each act's result is an ou
 the core (`Hooked`, `Copied`, `BackupKept`, `BackupEnded`, `VerifyEnded`); it decides
 nothing.
 
-A copy streams each volume with `docker cp` over SSH (minidock.volumecopy) straight into
+A copy streams each volume with `docker cp` (a Podman host: the volume's export, renamed
+into the same stream) over SSH (minidock.volumecopy) straight into
 `restic backup --stdin` (minidock.restic), tagged cluster, service, slot, volume and
 generation: out of the running task (`backup.stop` false), or, the task stopped by the
 passes, out of a helper holding the volume (never one made empty: a volume that is not

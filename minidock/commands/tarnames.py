@@ -84,6 +84,13 @@ def _size(block: bytes | bytearray) -> int:
         raise TarError("not a tar stream (a header's size is not a number)") from None
 
 
+def _number(raw: bytes) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise TarError("not a tar stream (a pax size is not a number)") from None
+
+
 def _checksummed(block: bytearray) -> bytes:
     block[148:156] = b" " * 8
     block[148:156] = b"%06o\0 " % sum(block)
@@ -159,32 +166,32 @@ class Renamer:
         self.file_bytes = 0  # bytes of the regular files' data passed on
 
     def feed(self, chunk: bytes) -> bytes:
-        self._buffer += chunk
-        out = bytearray()
-        while self._buffer:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        at, out = 0, bytearray()
+        while at < len(buffer):
+            left = len(buffer) - at
             if self._ended:
-                out += self._buffer
-                self._buffer.clear()
+                out += buffer[at:]
+                at = len(buffer)
             elif self._passing:
-                take = min(self._passing, len(self._buffer))
+                take = min(self._passing, left)
                 if not self._dropping:
-                    out += self._buffer[:take]
-                del self._buffer[:take]
+                    out += buffer[at : at + take]
+                at += take
                 self._passing -= take
             elif self._extension is not None:
                 header, size = self._extension
-                if len(self._buffer) < size:
+                if left < size:
                     break
-                data = bytes(self._buffer[:size])
-                del self._buffer[:size]
                 self._extension = None
-                self._extended(header, data)
-            elif len(self._buffer) < BLOCK:
+                self._extended(header, bytes(buffer[at : at + size]))
+                at += size
+            elif left < BLOCK:
                 break
             else:
-                block = bytes(self._buffer[:BLOCK])
-                del self._buffer[:BLOCK]
-                out += self._header(block)
+                out += self._header(bytes(buffer[at : at + BLOCK]))
+                at += BLOCK
+        self._buffer = bytearray(buffer[at:])
         return bytes(out)
 
     def close(self) -> None:
@@ -213,6 +220,8 @@ class Renamer:
         pax_header, records = self._pax if self._pax is not None else (None, [])
         long, self._pax, self._long = self._long, None, {}
         found = dict(records)
+        if "size" in found:  # a file over 8 GiB: its size in a pax record
+            size = _number(found["size"])
         name = _field(block, 0, 100)
         if block[257:265] == _POSIX and block[345] != 0:
             name = f"{_field(block, 345, 500)}/{name}"

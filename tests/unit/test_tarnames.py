@@ -148,3 +148,25 @@ def test_a_stream_cut_inside_a_member_is_refused() -> None:
     stream = archive([(member("f"), b"x" * 2000)], USTAR)
     with pytest.raises(TarError, match="ended inside a member"):
         renamed(stream[:1024], Renamer(under("data")), 512)
+
+
+def test_a_size_given_by_a_pax_record_is_the_members_size() -> None:
+    """A file over 8 GiB has its size in a pax record (the header's field cannot hold it):
+    the renamer passes that many bytes as the member's data, not the header's number."""
+    info = member("big", pax_headers={"size": "3000"})
+    stream = bytearray(archive([(info, b"b" * 3000), (member("next"), b"n")], tarfile.PAX_FORMAT))
+    at = stream.index(b"big\0")  # the member's own header, after its pax header
+    header = bytearray(stream[at : at + 512])
+    header[124:136] = b"00000000000\0"  # as a writer leaves it when the pax record says it
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    stream[at : at + 512] = header
+    after = read(renamed(bytes(stream), Renamer(under("data")), 700))
+    assert [(m[0], m[5]) for m in after] == [("data/big", b"b" * 3000), ("data/next", b"n")]
+
+
+def test_many_small_files_in_one_chunk_all_come_through() -> None:
+    members = [(member(f"f{n}"), b"%d" % n) for n in range(2000)]
+    stream = archive(members, tarfile.USTAR_FORMAT)
+    after = read(renamed(stream, Renamer(under("data")), len(stream)))
+    assert [(m[0], m[5]) for m in after] == [(f"data/f{n}", b"%d" % n) for n in range(2000)]

@@ -4,8 +4,9 @@ and a health-checked service gets healthy (the Podman host's checks run by MiniD
 systemd there), a rolling update behind the health gate with requests through the ingress
 and none failed, a name (`expose`) reached from another host, logs and exec (through sudo
 too), a killed task replaced under `watch`, a volume moved to the host with its data and
-backed up there, and the seed scenario: a host carrying 2 of 4 tasks lost, exactly 2
-replacements, its stale tasks removed when it returns.
+backed up there, that backup restored on a host of the other engine, and the seed
+scenario: a host carrying 2 of 4 tasks lost, exactly 2 replacements, its stale tasks
+removed when it returns.
 
 One cluster and one deployment, shared by the scenarios in file order, on a lab of its own:
 a host of each kind (`MINIDOCK_CONFORMANCE_KINDS`, comma-separated, one kind per host:

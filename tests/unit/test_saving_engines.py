@@ -13,9 +13,23 @@ import pytest
 
 from minidock import restic, saving
 from minidock.acts import Acts
+from minidock.carry import carry_out
+from minidock.core import ControllerState
 from minidock.core.backing import BackupAct, BackupStep
+from minidock.core.plan import Plan
 from minidock.core.saving import Copied
-from minidock.model import BackupPolicy, EngineKind, Host, Inventory, Service, Volume
+from minidock.model import (
+    BackupPolicy,
+    Cluster,
+    Engine,
+    EngineKind,
+    Host,
+    HostObservation,
+    Inventory,
+    Observed,
+    Service,
+    Volume,
+)
 from minidock.ssh import Result
 from tests.fakes import FakeExecutor, ok
 
@@ -87,3 +101,25 @@ def test_a_backup_on_either_engine_holds_the_same_stream(
     with tarfile.open(fileobj=io.BytesIO(asyncio.run(dumped()))) as tar:
         held = [(m.name, m.uid, (tar.extractfile(m) or io.BytesIO()).read()) for m in tar]
     assert held == [(f"data/{n}", 999, d) for n, d in CONTENT]
+
+
+def test_the_acts_take_each_hosts_engine_from_the_passs_probe() -> None:
+    """A pass's acts stream per engine as the probe read it; a host whose engine was not
+    read is taken for Docker (its argv as before)."""
+    observed = Observed(
+        {
+            "a": HostObservation("a", True, engine=Engine("podman", "5.4.2")),
+            "b": HostObservation("b", True, engine=Engine("docker", "26.1.5")),
+            "c": HostObservation("c", False, error="unreachable"),
+        }
+    )
+    acts = Acts(FakeExecutor(Host1()), Inventory("inventory.toml", (A,)), "prod", 1000.0)
+    asyncio.run(
+        carry_out(
+            acts,
+            Plan(ControllerState()),
+            Cluster("prod", "cluster.toml", "inventory.toml", ()),
+            observed,
+        )
+    )
+    assert [acts.engine_of(h) for h in "abc"] == ["podman", "docker", "docker"]

@@ -45,6 +45,7 @@ from minidock.core import (
 )
 from minidock.model import (
     Container,
+    EngineKind,
     Event,
     Inventory,
     RegistryAuth,
@@ -106,6 +107,12 @@ class Acts:
         self.networked: set[str] = set()  # hosts where the cluster network is confirmed
         self.local_images: dict[str, LocalImage | None] = {}
         self.configs = ConfigPlacer(lambda host, argv, stdin: self.sh(host, argv, stdin), cluster)
+        self.engines: dict[str, EngineKind] = {}  # each host's engine, as the pass's probe read it
+
+    def engine_of(self, host: str) -> EngineKind:
+        """The host's engine kind as the pass's probe read it (Docker when it was not):
+        a volume's stream is made per engine (minidock.volumecopy)."""
+        return self.engines.get(host, "docker")
 
     async def sh(
         self,

@@ -52,6 +52,7 @@ TAIL_LINES = 5  # lines of a hook's or a run's output kept with its outcome
 
 async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
     """Every act of a recorded plan, in the module's order."""
+    acts.engines.update({n: o.engine.kind for n, o in observed.hosts.items() if o.engine})
     tls, challenges = await _certificates(acts, plan, cluster, observed)
     await _routes(acts, plan, cluster, observed, tls, challenges)
     await _names(acts, plan, cluster, observed)

@@ -128,7 +128,9 @@ async def _copy(acts: Acts, act: MoveAct) -> int:
         acts.fence()
         await remove_volume(acts.executor, target, volume)
         mount = (path, act.spec.image)
-        size += (await copy_volume(acts.executor, source, target, volume, mount)).size
+        engines = (acts.engine_of(source.name), acts.engine_of(target.name))
+        copied = await copy_volume(acts.executor, source, target, volume, mount, engines=engines)
+        size += copied.size
     return size
 
 
@@ -193,7 +195,10 @@ async def _pour(
 
     helper = await open_volume(acts.executor, target, volume, path, act.spec.image)
     try:
-        return await stream_in(acts.executor, target, helper, path, whole())
+        engine = acts.engine_of(target.name)
+        return await stream_in(
+            acts.executor, target, helper, path, whole(), engine=engine, volume=volume
+        )
     finally:
         await close_volume(acts.executor, target, volume)
 

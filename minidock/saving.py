@@ -4,7 +4,8 @@ repository, `keep` applied after, and restore drills. Each act's result is an ou
 the core (`Hooked`, `Copied`, `BackupKept`, `BackupEnded`, `VerifyEnded`); it decides
 nothing.
 
-A copy streams each volume with `docker cp` over SSH (minidock.volumecopy) straight into
+A copy streams each volume with `docker cp` (a Podman host: the volume's export, renamed
+into the same stream) over SSH (minidock.volumecopy) straight into
 `restic backup --stdin` (minidock.restic), tagged cluster, service, slot, volume and
 generation: out of the running task (`backup.stop` false), or, the task stopped by the
 passes, out of a helper holding the volume (never one made empty: a volume that is not
@@ -152,7 +153,10 @@ async def _copy(
 
     async def feed(write: restic.Write) -> int:
         acts.fence()
-        return await stream_out(acts.executor, host, container, path, write)
+        engine = acts.engine_of(host.name)
+        return await stream_out(
+            acts.executor, host, container, path, write, engine=engine, volume=volume
+        )
 
     tags = tags_of(acts.cluster, act.spec, act.slot, source, act.generation)
     try:
@@ -196,7 +200,10 @@ async def _verify(acts: Acts, act: VerifyAct) -> VerifyEnded:
             try:
                 stream = reader.stream(ident, source)
                 async with contextlib.aclosing(stream):
-                    await stream_in(acts.executor, host, helper, path, stream)
+                    engine = acts.engine_of(host.name)
+                    await stream_in(
+                        acts.executor, host, helper, path, stream, engine=engine, volume=throwaway
+                    )
             finally:
                 await close_volume(acts.executor, host, throwaway)
         name = verify_name(volumes[0][0])

@@ -78,8 +78,10 @@ __all__ = [
     "task_logs_argv",
     "verify_argv",
     "volume_exists_argv",
+    "volume_export_argv",
     "volume_helper_argv",
     "volume_helper_name",
+    "volume_import_argv",
     "volume_name",
     "volume_rm_argv",
     "volume_spec",
@@ -363,6 +365,20 @@ def copy_in_argv(container: str, parent: str) -> list[str]:
     """The tar stream on stdin (`copy_out_argv`'s) unpacked under `parent` in a container,
     owners kept (`-a`): the stream of `/var/lib/data` goes in under `/var/lib`."""
     return ["docker", "cp", "-a", "-", f"{_operand(container, 'container')}:{parent}"]
+
+
+def volume_export_argv(volume: str) -> list[str]:
+    """Podman's tar stream of a volume's contents on stdout (names relative to the volume,
+    no top entry; owners kept): Podman's `cp` out of a container never started (the
+    helper) reads the container's own root and gives every file to root, never the
+    volume mounted there (docs/hosts.md). `podman-docker`'s docker is podman."""
+    return ["docker", "volume", "export", _operand(volume, "volume")]
+
+
+def volume_import_argv(volume: str) -> list[str]:
+    """Podman's unpacking of a tar stream on stdin (`volume_export_argv`'s form) into a
+    volume that is there, owners kept (its `cp` into the helper misses the volume)."""
+    return ["docker", "volume", "import", _operand(volume, "volume"), "-"]
 
 
 def volume_exists_argv(volume: str) -> list[str]:

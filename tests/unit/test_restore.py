@@ -22,7 +22,7 @@ from minidock.core.hosts import HostPhase, HostState
 from minidock.core.moving import MoveFailed, VolumesCopied
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.volumes import MoveAct, VolumeMove
-from minidock.model import Host, Inventory, Service, Volume
+from minidock.model import EngineKind, Host, Inventory, Service, Volume
 from minidock.relocate import carry_move
 from minidock.restic import ResticError, Snapshot
 from minidock.spec import load
@@ -76,6 +76,9 @@ class Snapshots:
             raise ResticError("restic dump failed (exit 1): unexpected end")
 
 
+READ_BACK = ["docker", "cp", f"minidock-copy.{VOLUME}:/var/lib/data", "-"]
+
+
 class Host1:
     """One host's docker as a restore reaches it: images, helpers, volumes, a stream in."""
 
@@ -100,6 +103,14 @@ class Host1:
             self.received = (input or "").encode("latin-1")
             self.volumes[VOLUME] = "restored"
             return ok()
+        if argv in (READ_BACK, ["docker", "volume", "export", VOLUME]):
+            self.log.append("read back")  # the volume holds what came
+            return ok(self.received.decode("latin-1"))
+        if argv[:3] == ["docker", "volume", "import"]:  # Podman's, into the volume itself
+            self.log.append(f"import into {argv[3]} from {argv[4]}")
+            self.received = (input or "").encode("latin-1")
+            self.volumes[VOLUME] = "restored"
+            return ok()
         return ok("[]\n")  # image inspect, rm -f of a helper: nothing to say
 
 
@@ -108,8 +119,11 @@ def restore_act(spec: Service = DB) -> MoveAct:
     return MoveAct("db", 1, spec, move)
 
 
-def carried(host: Host1, snapshots: Snapshots | None, spec: Service = DB) -> tuple[object, Acts]:
+def carried(
+    host: Host1, snapshots: Snapshots | None, spec: Service = DB, engine: EngineKind = "docker"
+) -> tuple[object, Acts]:
     acts = Acts(FakeExecutor(host), Inventory("inventory.toml", (A,)), "prod", 1000.0)
+    acts.engines["a"] = engine  # as the pass's probe read it
     asyncio.run(carry_move(acts, restore_act(spec), snapshots, clock=iter([1.0, 3.0]).__next__))
     (outcome,) = acts.outcomes
     return outcome, acts
@@ -122,7 +136,25 @@ def test_a_snapshot_streams_into_a_fresh_volume_under_the_mounts_parent() -> Non
     assert outcome == VolumesCopied("db", 1, len(data), 2.0)
     assert snapshots.asked == [(ID, "data")]
     assert host.received == data
-    assert host.log == ["rm volume", "create helper", f"cp into minidock-copy.{VOLUME}:/var/lib"]
+    assert host.log == [
+        "rm volume",
+        "create helper",
+        f"cp into minidock-copy.{VOLUME}:/var/lib",
+        "read back",  # the volume holds what came (never started on empty)
+    ]
+    assert host.volumes == {VOLUME: "restored"}
+
+
+def test_on_a_podman_host_a_snapshot_is_imported_into_the_volume_its_top_taken_out() -> None:
+    """Podman's cp into the never-started helper would miss the volume (it arrived empty):
+    the stream goes into the volume itself, its names as the volume holds them."""
+    data = tar_of("data")
+    host, snapshots = Host1(), Snapshots(data)
+    outcome, _ = carried(host, snapshots, engine="podman")
+    assert outcome == VolumesCopied("db", 1, len(data), 2.0)  # the snapshot's bytes
+    assert host.log == ["rm volume", "create helper", f"import into {VOLUME} from -", "read back"]
+    with tarfile.open(fileobj=io.BytesIO(host.received)) as tar:
+        assert [(m.name, m.size) for m in tar.getmembers()] == [("blob", 300_000)]
     assert host.volumes == {VOLUME: "restored"}
 
 

@@ -5,7 +5,10 @@ on either side fails the copy). The lab's round trip is tests/integration/test_v
 from __future__ import annotations
 
 import asyncio
+import io
+import tarfile
 from collections.abc import AsyncIterable, Sequence
+from typing import cast
 
 import pytest
 
@@ -14,11 +17,13 @@ from minidock.commands.docker import (
     copy_in_argv,
     copy_out_argv,
     volume_exists_argv,
+    volume_export_argv,
     volume_helper_argv,
     volume_helper_name,
+    volume_import_argv,
     volume_rm_argv,
 )
-from minidock.model import Host
+from minidock.model import EngineKind, Host
 from minidock.ssh import Result, Sink
 from tests.fakes import FakeExecutor, fail, ok
 
@@ -203,3 +208,124 @@ def test_a_volume_gone_already_is_removed_without_failure() -> None:
 
     with pytest.raises(volumecopy.CopyError, match="volume is in use"):
         asyncio.run(volumecopy.remove_volume(FakeExecutor(in_use), A, VOLUME))
+
+
+# -- Podman: the stream goes through the volume itself ---------------------------------------
+def test_on_podman_a_volume_is_exported_and_imported_not_copied_through_the_helper() -> None:
+    """Podman's cp into or out of a never-started helper reaches the helper's own root,
+    not the volume (a move arrived empty): its volume's own export and import instead."""
+    assert volume_export_argv(VOLUME) == ["docker", "volume", "export", VOLUME]
+    assert volume_import_argv(VOLUME) == ["docker", "volume", "import", VOLUME, "-"]
+    with pytest.raises(ValueError, match="invalid volume"):
+        volume_export_argv("-q")
+
+
+def tar_of(members: list[tuple[str, bytes]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.uid, info.size = 999, len(data)
+            if name.endswith("/"):
+                info.type = tarfile.DIRTYPE
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return out.getvalue()
+
+
+def names_in(stream: bytes) -> list[tuple[str, int, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(stream)) as tar:
+        return [
+            (m.name, m.uid, (tar.extractfile(m) or io.BytesIO()).read() if m.isfile() else b"")
+            for m in tar.getmembers()
+        ]
+
+
+CONTENT = [("PG_VERSION", b"16\n"), ("base/", b""), ("base/1", b"x" * 70_000)]
+CP_FORM = tar_of([("data/", b"")] + [(f"data/{n}", d) for n, d in CONTENT])  # docker cp's
+EXPORT_FORM = tar_of(CONTENT)  # podman volume export's: no top entry
+
+
+class Engines:
+    """Two hosts, each Docker or Podman, as far as a copy reaches them: Docker streams the
+    helper's path (`cp`), Podman the volume itself (`volume export/import`)."""
+
+    def __init__(self, engines: dict[str, str], *, lost: bool = False) -> None:
+        self.engines = engines
+        self.lost = lost  # a target that unpacks the stream where its volume is not
+        self.received: dict[str, bytes] = {}
+        self.streams: list[tuple[str, str]] = []  # (host, how)
+
+    def __call__(self, host: Host, argv: list[str], input: str | None) -> Result:
+        podman = self.engines[host.name] == "podman"
+        helper = f"minidock-copy.{VOLUME}"
+        streams = {
+            ("docker", "cp", f"{helper}:{PATH}", "-"): ("docker", "out"),
+            ("docker", "cp", "-a", "-", f"{helper}:/var/lib/postgresql"): ("docker", "in"),
+            ("docker", "volume", "export", VOLUME): ("podman", "out"),
+            ("docker", "volume", "import", VOLUME, "-"): ("podman", "in"),
+        }
+        if tuple(argv) not in streams:
+            return ok("id\n")  # create and rm -f of a helper
+        engine, way = streams[tuple(argv)]
+        assert engine == self.engines[host.name], (host.name, argv)
+        self.streams.append((host.name, f"{engine} {way}"))
+        if way == "in":
+            self.received[host.name] = (input or "").encode("latin-1")
+            return ok()
+        if host.name in self.received:  # the target read back: what it unpacked
+            held = bytes(1024) if self.lost else self.received[host.name]
+            return ok(held.decode("latin-1"))
+        return ok((EXPORT_FORM if podman else CP_FORM).decode("latin-1"))
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [("docker", "podman"), ("podman", "docker"), ("podman", "podman"), ("docker", "docker")],
+)
+def test_a_volume_moves_between_engines_with_its_files_and_owners(source: str, target: str) -> None:
+    hosts = Engines({"a": source, "b": target})
+    engines = (cast(EngineKind, source), cast(EngineKind, target))
+    copied = asyncio.run(
+        volumecopy.copy_volume(
+            FakeExecutor(hosts), A, B, VOLUME, (PATH, "postgres:16"), engines=engines
+        )
+    )
+    # the target read back from its start: it holds what came (never an empty volume)
+    assert hosts.streams == [("a", f"{source} out"), ("b", f"{target} in"), ("b", f"{target} out")]
+    arrived = names_in(hosts.received["b"])
+    files = [(f"data/{n}".rstrip("/"), 999, d) for n, d in CONTENT]
+    if target == "podman":  # the volume's own names, as its export gives them
+        assert arrived == [(n.removeprefix("data/"), u, d) for n, u, d in files]
+    else:  # under the path's last name, as docker cp gives them (Podman's: no top entry)
+        assert arrived == ([] if source == "podman" else [("data", 999, b"")]) + files
+    # the size: the bytes between the hosts, in docker cp's form whatever the engines
+    if source == "docker":
+        assert copied.size == len(CP_FORM)
+    if target == "docker":
+        assert copied.size == len(hosts.received["b"])
+
+
+@pytest.mark.parametrize("target", ["docker", "podman"])
+def test_a_copy_that_leaves_the_target_empty_fails_saying_so(target: str) -> None:
+    """A stream of files that the target's engine unpacked elsewhere (Podman's cp into
+    the never-started helper did): the volume holds nothing, and the copy fails."""
+    hosts = Engines({"a": "docker", "b": target}, lost=True)
+    with pytest.raises(volumecopy.CopyError, match="left the volume empty"):
+        asyncio.run(
+            volumecopy.copy_volume(
+                FakeExecutor(hosts),
+                A,
+                B,
+                VOLUME,
+                (PATH, "postgres:16"),
+                engines=("docker", cast(EngineKind, target)),
+            )
+        )
+
+
+def test_an_empty_volume_copies_with_no_read_back() -> None:
+    """Nothing below the top in the stream: nothing to look for on the target."""
+    hosts = Hosts(b"")
+    hosts.data = CP_FORM[:512] + bytes(1024)  # the top entry alone, then the end
+    asyncio.run(volumecopy.copy_volume(FakeExecutor(hosts), A, B, VOLUME, (PATH, "postgres:16")))
+    assert hosts.received["b"] == hosts.data

@@ -480,15 +480,25 @@ def _unwanted(ss: ServiceState, c: Container) -> str:
 
 def _global_hosts(ss: ServiceState, view: View) -> ServiceState:
     """A global service's slot per eligible host (listed, not drained, its constraints met):
-    a host keeps its slot number while eligible; a new one takes the lowest free number."""
+    a host keeps its slot number while eligible; a new one takes the number of a free slot
+    whose task is there (a service made global keeps its tasks where they run: given
+    another host's number, a task would satisfy that slot from the wrong host and hold its
+    host's ports against its own slot), else the lowest free number."""
     eligible = [
         h.name
         for h in view.inventory.values()
         if not view.hosts[h.name].drained and all(k.allows(h) for k in ss.spec.constraints)
     ]
     kept = {h: n for h, n in ss.global_slots.items() if h in eligible}
-    free = (n for n in range(1, len(eligible) + len(kept) + 1) if n not in kept.values())
-    slots = {**kept, **{h: next(free) for h in eligible if h not in kept}}
+    taken = set(kept.values())
+    found: dict[str, int] = {}
+    for n, record in sorted(ss.slots.items()):
+        on = record.host
+        if on in eligible and on not in kept and on not in found and n not in taken:
+            found[on] = n
+            taken.add(n)
+    free = (n for n in range(1, len(eligible) + len(taken) + 1) if n not in taken)
+    slots = {**kept, **found, **{h: next(free) for h in eligible if h not in kept | found}}
     return ss if slots == ss.global_slots else replace(ss, global_slots=slots)
 
 

@@ -189,6 +189,23 @@ def test_a_global_service_whose_constraints_move_it_to_other_hosts_converges(ima
     assert {c.image for c in w.live("exporter")} == {image}
 
 
+def test_a_service_made_global_keeps_its_tasks_where_they_run() -> None:
+    """A replicated service's task on host2 becomes the global service's task of host2:
+    given host1's number, it satisfied slot 1 from host2 and held host2's port against
+    slot 2 for ever (found by test_whole_decision at random)."""
+    port = (PortMapping(9100, 9100),)
+    w = World(hosts(3))
+    w.apply(
+        svc("exporter", replicas=1, ports=port, constraints=(Constraint("host", "==", "host2"),))
+    )
+    w.converge()
+    (before,) = w.live("exporter")
+    assert before.host == "host2"
+    w.apply(exporter(ports=port))
+    w.converge(limit=30)
+    assert per_host(w) == {"host1": 2, "host2": before.slot, "host3": 3}
+
+
 def test_a_global_service_made_replicated_places_its_slots_anywhere_it_may() -> None:
     """The hosts a global service's slots were on are not a replicated one's: slot 1 was
     host3's, and a replicated spec that keeps off host3 places it elsewhere (it was pending

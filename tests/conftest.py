@@ -39,15 +39,31 @@ INTEGRATION_DIR = TESTS_DIR / "integration"
 # the next one when a worker is almost done with its own (`--dist loadfile
 # --no-loadscope-reorder`), so a long file taken last keeps one worker busy while the other
 # has nothing left. Longest first, then: the lab tests before the unit tests, the files
-# measured slowest first (seconds, each file alone, `-n 0`, docs/testing.md "Suite time"),
+# measured slowest first (seconds of worker time in a whole run, halved: measured at load
+# 11 to 16 in one run of 2026-12-05, about twice a quiet run's; docs/testing.md "Suite time"),
 # the others most tests first (xdist's own order). The unit files, short, fill the end.
 SLOWEST_FILES = {
-    "integration/test_ingress.py": 398,
-    "integration/test_converge.py": 375,
-    "integration/test_workloads.py": 329,
-    "integration/test_rollout.py": 271,
-    "integration/test_trust.py": 268,
-    "integration/test_kill9.py": 105,
+    "integration/test_conformance.py": 323,
+    "integration/test_ingress.py": 289,
+    "integration/test_rollout.py": 264,
+    "integration/test_trust.py": 221,
+    "integration/test_converge.py": 214,
+    "integration/test_backups.py": 202,
+    "integration/test_supervise.py": 183,
+    "integration/test_workloads.py": 165,
+    "integration/test_workloads_core.py": 104,
+    "integration/test_names.py": 98,
+    "integration/test_kill9.py": 83,
+    "integration/test_hooks.py": 83,
+    "integration/test_jobs.py": 77,
+    "integration/test_ha.py": 72,
+    "integration/test_tutorial.py": 71,
+    "integration/test_truth.py": 70,
+    "integration/test_compose.py": 68,
+    "integration/test_operations.py": 68,
+    "integration/test_clusters.py": 66,
+    "integration/test_bastion.py": 62,
+    "integration/test_faults.py": 60,
 }
 
 

@@ -367,7 +367,7 @@ class Hosts:
                 to = next(n for n, a in self.address.items() if t.startswith(a + ":"))
                 lines.append(f"{t} {1 if (host.name, to) in self.blocked else 0}")
             return Result(0, "\n".join(lines) + "\n", "")
-        return Result(0, "", "")  # sudo -n true, the listener, its readiness, rm -f
+        return Result(0, "", "")  # sudo -n -l docker, the listener, its readiness, rm -f
 
     def disconnect(self, host: Host) -> None: ...
 

@@ -46,8 +46,6 @@ if docker info >/dev/null 2>&1; then echo engine=up
 elif [ "$(id -u)" != 0 ] && sudo -n docker info >/dev/null 2>&1; then echo engine=up
 else echo engine=down; fi
 if getent group docker >/dev/null 2>&1; then echo group=yes; else echo group=no; fi
-if command -v apt-cache >/dev/null 2>&1 && apt-cache show docker-cli >/dev/null 2>&1
-then echo split=yes; else echo split=no; fi
 """
 
 
@@ -71,16 +69,18 @@ def become(root: bool, argv: list[str]) -> list[str]:
     return argv if root else ["sudo", "-n", *argv]
 
 
-def install_argv(split: bool) -> list[str]:
+def install_argv() -> list[str]:
     """Install the distribution's engine without prompts; `docker-cli` too where the
     archive has the client as a package of its own (else `docker.io` alone has no
-    `docker` command)."""
-    packages = ["docker.io", "docker-cli"] if split else ["docker.io"]
+    `docker` command). Which it is, is asked of the archive after `apt-get update`: a
+    fresh host's package lists may be empty, and asked before, Debian 13 got `docker.io`
+    alone, an engine without a client."""
     script = (
-        "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && "
-        'apt-get install -y -q --no-install-recommends "$@"'
+        "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && set -- docker.io && "
+        "if apt-cache show docker-cli >/dev/null 2>&1; then set -- docker.io docker-cli; fi && "
+        'apt-get install -y -q --no-install-recommends "$@" && echo "installed $*"'
     )
-    return ["sh", "-c", script, "sh", *packages]
+    return ["sh", "-c", script]
 
 
 def start_argv(systemd: bool) -> list[str]:
@@ -154,9 +154,8 @@ def _install(root: bool, facts: Mapping[str, str], needs_install: bool) -> Step:
             f"no apt-get on {os_name}: install Docker Engine "
             "20.10 or newer with the distribution's tools, then run prepare again",
         )
-    split = facts.get("split") == "yes"
-    packages = "docker.io and docker-cli" if split else "docker.io"
-    return Step("install", True, f"installed {packages}", tuple(become(root, install_argv(split))))
+    what = "installed docker.io (and docker-cli where the archive has it)"
+    return Step("install", True, what, tuple(become(root, install_argv())))
 
 
 def _start(root: bool, facts: Mapping[str, str], needs_install: bool) -> Step:

@@ -389,7 +389,15 @@ async def _prepare_one(executor: Executor, host: Host, said: Callable[[hp.Step],
             lines = (res.stderr.strip() or res.stdout.strip() or "no output").splitlines()
             said(hp.Step(step.name, False, f"exit {res.exit_status}: {lines[-1][:200]}"))
             return
-        said(hp.Step(step.name, True, step.what))
+        said(hp.Step(step.name, True, _done(step, res.stdout)))
+
+
+def _done(step: hp.Step, stdout: str) -> str:
+    """What a step did: the install's own last line names the packages the archive had."""
+    last = stdout.strip().splitlines()[-1:]
+    if step.name == "install" and last and last[0].startswith("installed "):
+        return last[0]
+    return step.what
 
 
 async def _load_image(

@@ -20,11 +20,13 @@ import json
 import os
 import socket
 import time
+import tomllib
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
+import tomli_w
 from pytest_docker.plugin import Services
 
 from minidock import restic
@@ -389,3 +391,48 @@ def test_a_lost_host_with_two_of_four_tasks_gets_exactly_two_and_its_stale_ones_
     assert everywhere[lost] == []  # its stale tasks were stopped and removed
     assert any(line.startswith("host-up") for line in printed)
     print(f"lost {lost} ({HOSTS[lost]}) with 2 of 4 seed tasks: 2 replacements")
+
+
+# -- hosts prepare on a host without an engine (last: it takes the host's engine away) --------
+# The Debian kinds' hosts reach Debian's archive (the machine's mirror) and have apt; the
+# engine's packages removed, the host has no `docker` and no `dockerd`, as a fresh server.
+REMOVE_ENGINE = (
+    "pkill -x dockerd; sleep 1; pkill -x containerd;"
+    " DEBIAN_FRONTEND=noninteractive apt-get remove -y -q docker.io docker-cli >/dev/null"
+)
+BARE = [h for h, k in HOSTS.items() if k in ("trixie", "sid")][:1]
+
+
+@pytest.mark.parametrize("host", BARE, ids=[f"{HOSTS[h]}-{h}" for h in BARE])
+def test_hosts_prepare_installs_the_engine_on_a_host_without_one_then_the_check_passes(
+    conformance: Minidock, host: str
+) -> None:
+    md = conformance
+    assert md.inventory is not None
+    as_root = tomllib.loads(md.inventory.read_text())
+    for entry in as_root["hosts"]:
+        if entry["name"] == host:
+            entry["user"], entry["sudo"] = "root", False  # prepare installs: root's work
+    root_inventory = md.workdir / "root.toml"
+    root_inventory.write_text(tomli_w.dumps(as_root))
+    md.fleet.exec(host, "sh", "-c", REMOVE_ENGINE, check=True)
+    assert md.fleet.exec(host, "sh", "-c", "command -v docker || command -v dockerd").returncode
+
+    before = json.loads(md("hosts", "check", host, "--json", timeout=240).stdout)
+    engine = next(c for c in before["hosts"][0]["checks"] if c["check"] == "engine")
+    assert engine["found"] == "no docker command", engine
+    assert f"minidock hosts prepare {host}" in engine["fix"]
+
+    done = md("hosts", "prepare", host, "--inventory", str(root_inventory), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[:3] == [
+        f"{host}: install: installed docker.io docker-cli",  # Debian 13's client is its own
+        f"{host}: start: started the engine (dockerd started (no systemd))",
+        f"{host}: group: root needs no docker group",
+    ], done.stdout
+    after = md("hosts", "check", host, "--json", timeout=240)  # as the inventory's `deploy`
+    doc = json.loads(after.stdout)
+    failed = [f"{c['check']}: {c['found']}" for c in doc["hosts"][0]["checks"] if not c["ok"]]
+    assert not failed, failed
+    assert after.returncode == 0, after.stderr
+    print(f"{host} ({HOSTS[host]}): prepare installed the engine; hosts check passes")

@@ -19,6 +19,7 @@ the values every part shares (`View`, `Effects`) are in `fold.py`.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -481,9 +482,11 @@ def _unwanted(ss: ServiceState, c: Container) -> str:
 def _global_hosts(ss: ServiceState, view: View) -> ServiceState:
     """A global service's slot per eligible host (listed, not drained, its constraints met):
     a host keeps its slot number while eligible; a new one takes the number of a free slot
-    whose task is there (a service made global keeps its tasks where they run: given
-    another host's number, a task would satisfy that slot from the wrong host and hold its
-    host's ports against its own slot), else the lowest free number."""
+    whose task is there (a service made global keeps its tasks where they run), else the
+    lowest number no eligible host's record holds. A slot on an eligible host that has
+    another number is left unwanted (scaled away: a pinned one keeps its record and data),
+    never handed to another host: its task would satisfy that host's slot from the wrong
+    host, holding its host's ports, or a pinned slot's data, for ever."""
     eligible = [
         h.name
         for h in view.inventory.values()
@@ -497,7 +500,8 @@ def _global_hosts(ss: ServiceState, view: View) -> ServiceState:
         if on in eligible and on not in kept and on not in found and n not in taken:
             found[on] = n
             taken.add(n)
-    free = (n for n in range(1, len(eligible) + len(taken) + 1) if n not in taken)
+    held = {n for n, record in ss.slots.items() if record.host in eligible}
+    free = (n for n in itertools.count(1) if n not in taken | held)
     slots = {**kept, **found, **{h: next(free) for h in eligible if h not in kept | found}}
     return ss if slots == ss.global_slots else replace(ss, global_slots=slots)
 

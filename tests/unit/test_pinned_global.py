@@ -206,6 +206,24 @@ def test_a_service_made_global_keeps_its_tasks_where_they_run() -> None:
     assert per_host(w) == {"host1": 2, "host2": before.slot, "host3": 3}
 
 
+def test_a_pinned_service_made_global_keeps_one_slot_a_host_and_the_others_data() -> None:
+    """Two pinned slots on host1 made global: host1 keeps one, the other is scaled away
+    (its record and volume kept), and host2 and host3 get numbers of their own. Handed to
+    host2, slot 2 ran on host1 by its data for ever: two tasks on host1, none on host2
+    (found by test_whole_decision at random)."""
+    w = World(hosts(3))
+    w.apply(db(replicas=2, constraints=(Constraint("host", "==", "host1"),)))
+    w.converge()
+    assert where(w) == {1: "host1", 2: "host1"}
+    w.apply(db(mode="global", replicas=0))
+    w.converge(limit=30)
+    assert sorted(c.host for c in w.live("db")) == ["host1", "host2", "host3"]
+    ss = w.state.services["db"]
+    assert ss.global_slots["host1"] == 1
+    assert 2 not in ss.global_slots.values()
+    assert ss.slots[2].host == "host1"  # slot 2's data stays where it is, for the operator
+
+
 def test_a_global_service_made_replicated_places_its_slots_anywhere_it_may() -> None:
     """The hosts a global service's slots were on are not a replicated one's: slot 1 was
     host3's, and a replicated spec that keeps off host3 places it elsewhere (it was pending

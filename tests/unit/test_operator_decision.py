@@ -202,7 +202,7 @@ class OperatorDecision(RuleBasedStateMachine):
         self.serving = Serving.ON  # what the operator last set web's routes to
         # canary spec -> slot -> its tasks when it was first seen running another spec
         self.older: dict[str, dict[int, set[str]]] = {}
-        self.forgotten: set[str] = set()  # hosts forgotten once (they may come back)
+        self.lost: set[str] = set()  # hosts lost once, forgotten or not (they may come back)
 
     @property
     def f(self) -> Fleet:
@@ -233,7 +233,9 @@ class OperatorDecision(RuleBasedStateMachine):
         self.one_pass()  # the command's own pass (the CLI's use cases run one or more)
 
     def one_pass(self, kill: str = "") -> None:
+        self.lost |= self.f.down
         self.f.one_pass(kill)
+        self.lost |= self.f.down  # a host lost mid copy
         self.check_canary()
 
     # -- applies and the commands on a service
@@ -344,7 +346,6 @@ class OperatorDecision(RuleBasedStateMachine):
         """`minidock forget HOST` of the host that does not answer (one that does: refused)."""
         host = sorted(self.f.down - self.f.gone)[0]
         self.f.gone.add(host)
-        self.forgotten.add(host)
         # the newest snapshot of each slot, as the use case lists the repository for it
         newest = {(s.service, s.slot): f"{s.id} of now" for s in self.f.snapshots if s.content}
         after = intents.forget(self.state, host, self.f.now, newest)[0]
@@ -434,9 +435,16 @@ class OperatorDecision(RuleBasedStateMachine):
         running = canary.running_spec(ss)
         if ss is None or not running:
             return
-        # a forgotten host back: its stale tasks leave through the drain gate (core/traffic),
-        # a pass or more, whatever runs: no canary's doing
-        stale = {c.id for c in live if c.host in self.forgotten and c.task != ss.slot(c.slot).task}
+        # a host back (forgotten or not): a stale task of a slot refilled elsewhere meanwhile
+        # leaves through the drain gate (core/traffic), a pass or more, whatever runs: no
+        # canary's doing, so long as it is draining
+        stale = {
+            c.id
+            for c in live
+            if c.host in self.lost
+            and c.task != ss.slot(c.slot).task
+            and c.task in self.state.draining
+        }
         for slot, n in Counter(c.slot for c in live if c.id not in stale).items():
             if n > 2:
                 self.f.violations.append(f"(m) web.{slot} holds {n} live tasks in a canary")
@@ -599,3 +607,19 @@ def test_a_forgotten_hosts_stale_task_is_removed_during_a_canary() -> None:
     assert machine.state.services["web"].rollout.in_canary  # still waiting for promote
     assert len(machine.f.live("web")) == 2  # the canary and the task it runs beside
     machine.nothing_bad()
+
+
+def test_a_stale_task_of_a_host_back_drains_out_beside_a_canary() -> None:
+    """web.1 was replaced on host2 while host1 was down (not forgotten); a manual canary
+    then stood beside the replacement, and host1 came back with the old task: three live
+    tasks for a pass, the stale one draining out of the routes before its stop
+    (core/traffic), as it does whatever runs. (m) took it for the canary spreading; a
+    draining stale task of any host back is the host's doing, not the canary's."""
+    machine = _replay(
+        ("lose_host", {"which": 0}),
+        ("passes", {"kills": ["", ""]}),  # host1 down: web.1 replaced on host2
+        ("apply", {"spec": Spec("web:2", 1, 1, "manual", "db:1", "a", 1)}),
+        ("host_back", {}),
+        ("passes", {"kills": ["", ""]}),
+    )
+    assert not [c for c in machine.f.live("web") if c.host == "host1"]  # drained, stopped

@@ -623,3 +623,20 @@ def test_a_stale_task_of_a_host_back_drains_out_beside_a_canary() -> None:
         ("passes", {"kills": ["", ""]}),
     )
     assert not [c for c in machine.f.live("web") if c.host == "host1"]  # drained, stopped
+
+
+def test_a_move_whose_source_is_forgotten_while_it_cleans_ends() -> None:
+    """db.1 moved to host2 and ready there, its old volumes on host1 to remove; host1 lost,
+    then forgotten: the move stayed 'removing its volumes on ' (no host left) for ever (n).
+    `forget` now ends it, its old volumes gone with the host."""
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:1", 1, 0, "manual", "db:1", "a", 1))
+    machine.move(slot=1, to="host2")
+    machine.passes(kills=["", ""])  # copied, started on host2
+    machine.lose_host(which=1)  # host1, the move's source
+    machine.passes(kills=[""])  # ready on host2: cleaning host1
+    assert machine.state.services["db"].moves[1].phase.value == "cleaning"
+    machine.forget()
+    assert machine.state.services["db"].moves == {}
+    machine.teardown()
+    machine.nothing_bad()

@@ -476,7 +476,10 @@ class OperatorDecision(RuleBasedStateMachine):
             manual = ss.rollout.in_canary and not canary.due(ss)
             if ss.rebalance and not manual and able:  # its moves wait for the canary's promote
                 return f"{name}'s rebalance {ss.rebalance}"
-            if ss.rollout.active and not manual and not waiting and able:
+            # a slot that waits for the operator holds its rollout until they say (the last
+            # settle does): `minidock restore` (its host forgotten, a snapshot of it known)
+            asks = self.restores(name)
+            if ss.rollout.active and not (manual or waiting or asks) and able:
                 return f"{name}'s rollout {ss.rollout.phase.value}"
         web = self.state.services["web"]
         held = web.rollout.in_canary and not canary.due(web)  # waits for its promote
@@ -514,6 +517,17 @@ class OperatorDecision(RuleBasedStateMachine):
             if self.state.services["web"].rollout.in_canary:  # what waited on it, judged too
                 self.command("promote web", intents.promote(self.state, "web"))
                 self.settle()
+            able = [h for h in HOSTS if h not in self.f.down and not self.state.host(h).drained]
+            asked = self.restores("db")
+            for n in asked if able else ():  # `minidock restore db.N`: what waited, judged
+                self.restore(slot=n, to=able[0])
+            if asked and able:
+                self.settle()
+
+    def restores(self, name: str) -> list[int]:
+        """The service's slots that wait for `minidock restore` (core/intents.py: forget)."""
+        ss = self.state.services[name]
+        return [n for n in ss.slot_numbers() if ss.slot(n).awaiting_restore]
 
 
 # Derandomized, and no example database: the same 100 sequences every run, so the suite
@@ -640,3 +654,17 @@ def test_a_move_whose_source_is_forgotten_while_it_cleans_ends() -> None:
     assert machine.state.services["db"].moves == {}
     machine.teardown()
     machine.nothing_bad()
+
+
+def test_a_rollout_waits_for_the_restore_a_forgotten_hosts_slot_asks_for() -> None:
+    """db.1's host forgotten with a snapshot known, then db's spec changed: the rollout
+    cannot end while db.1 waits for `minidock restore` (the operator's word, said by the
+    plan, exit 4); (n) took the wait for a rollout that never ends. Once restored (the
+    teardown's restore), it completes."""
+    machine = _replay(
+        ("backup", {"slot": 1}),
+        ("lose_host", {"which": 0}),
+        ("forget", {}),
+        ("apply", {"spec": Spec("web:1", 1, 0, "manual", "db:1", "b", 1)}),
+    )
+    assert machine.state.services["db"].rollout.phase.value == "completed"

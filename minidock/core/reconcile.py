@@ -451,7 +451,8 @@ def _scaled_away(
     """A slot the service no longer wants keeps its record while a task of it remains
     (seen, or held by a host that did not answer: a pinned slot's by its down host too, so
     that scaled up again it waits for its data there rather than start a second copy on an
-    empty volume); the record goes with its last task."""
+    empty volume); the record goes with its last task, but a pinned slot's stays, without
+    a task (`slots.scaled_away`): where its data is, or that it waits for a restore."""
     extra = ss.slots.keys() - wanted
     if not extra:
         return ss
@@ -463,7 +464,18 @@ def _scaled_away(
     ]
     if not gone:
         return ss
-    return replace(ss, slots={n: s for n, s in ss.slots.items() if n not in gone})
+    records = {n: s for n, s in ss.slots.items() if n not in gone}
+    if ss.spec.pinned:
+        kept = {n: slots.scaled_away(ss.slots[n]) for n in gone if _holds_data(ss.slots[n])}
+        if all(ss.slots[n] is s for n, s in kept.items()) and len(kept) == len(gone):
+            return ss
+        records.update(kept)
+    return replace(ss, slots=records)
+
+
+def _holds_data(record: slots.SlotState) -> bool:
+    """Whether a pinned slot's record says where its data is, or how to get it back."""
+    return bool(record.host or record.awaiting_restore or record.kept_on or record.backups)
 
 
 def _unwanted(ss: ServiceState, c: Container) -> str:

@@ -33,6 +33,7 @@ __all__ = [
     "relocate",
     "reset",
     "restore_failed",
+    "scaled_away",
     "skip_backoff",
     "start_failed",
     "unplaced",
@@ -182,6 +183,15 @@ def relocate(slot: SlotState, host: str) -> SlotState:
     made afresh: no longer listed)."""
     kept = "" if slot.kept_on == host else slot.kept_on
     return replace(slot, task="", host=host, avoid="", awaiting_restore="", kept_on=kept)
+
+
+def scaled_away(slot: SlotState) -> SlotState:
+    """A pinned slot the service no longer wants, its last task gone: no task, but where
+    its volumes stay (its host), a wait for a restore and a kept old volume, so that scaled
+    back it starts on its own data, or waits as it did, never afresh on an empty volume."""
+    if not slot.task and TABLE[(slot.phase, SlotInput.VANISHED)] is slot.phase:
+        return slot  # kept so already: the same record, not built again every pass
+    return _step(slot, SlotInput.VANISHED, task="")
 
 
 def restore_failed(slot: SlotState, line: str) -> SlotState:

@@ -477,8 +477,9 @@ class OperatorDecision(RuleBasedStateMachine):
             if ss.rebalance and not manual and able:  # its moves wait for the canary's promote
                 return f"{name}'s rebalance {ss.rebalance}"
             # a slot that waits for the operator holds its rollout until they say (the last
-            # settle does): `minidock restore` (its host forgotten, a snapshot of it known)
-            asks = self.restores(name)
+            # settle does): `minidock restore` (its host forgotten, a snapshot of it known),
+            # or `minidock move` (its data on a host drained since, no task left there)
+            asks = self.restores(name) or self.moves(name)
             if ss.rollout.active and not (manual or waiting or asks) and able:
                 return f"{name}'s rollout {ss.rollout.phase.value}"
         web = self.state.services["web"]
@@ -518,16 +519,27 @@ class OperatorDecision(RuleBasedStateMachine):
                 self.command("promote web", intents.promote(self.state, "web"))
                 self.settle()
             able = [h for h in HOSTS if h not in self.f.down and not self.state.host(h).drained]
-            asked = self.restores("db")
-            for n in asked if able else ():  # `minidock restore db.N`: what waited, judged
+            asked = (self.restores("db"), self.moves("db"))
+            for n in asked[0] if able else ():  # `minidock restore db.N`: what waited, judged
                 self.restore(slot=n, to=able[0])
-            if asked and able:
+            for n in asked[1] if able else ():  # `minidock move db.N --to HOST`
+                self.move(slot=n, to=able[0])
+            if any(asked) and able:
                 self.settle()
 
     def restores(self, name: str) -> list[int]:
         """The service's slots that wait for `minidock restore` (core/intents.py: forget)."""
         ss = self.state.services[name]
         return [n for n in ss.slot_numbers() if ss.slot(n).awaiting_restore]
+
+    def moves(self, name: str) -> list[int]:
+        """The service's pinned slots with no task whose data is on a drained host (scaled
+        away, the host drained, scaled back): they wait for `minidock move` or `activate`."""
+        ss = self.state.services[name]
+        if not ss.spec.pinned:
+            return []
+        drained = {h for h in HOSTS if self.state.host(h).drained}
+        return [n for n in ss.slot_numbers() if not ss.slot(n).task and ss.slot(n).host in drained]
 
 
 # Derandomized, and no example database: the same 100 sequences every run, so the suite
@@ -668,3 +680,34 @@ def test_a_rollout_waits_for_the_restore_a_forgotten_hosts_slot_asks_for() -> No
         ("apply", {"spec": Spec("web:1", 1, 0, "manual", "db:1", "b", 1)}),
     )
     assert machine.state.services["db"].rollout.phase.value == "completed"
+
+
+def test_a_pinned_slot_scaled_away_while_it_waits_for_a_restore_still_waits() -> None:
+    """db.1's host forgotten with a snapshot of it known: db.1 waits for `minidock
+    restore`. Scaled away, its record went with it, so scaled back it started on an empty
+    volume (i). A pinned slot's record now stays when its last task goes."""
+    machine = _replay(
+        ("backup", {"slot": 1}),
+        ("lose_host", {"which": 0}),
+        ("forget", {}),
+        ("scale", {"service": "db", "n": 0}),
+        ("scale", {"service": "db", "n": 1}),
+    )
+    assert machine.state.services["db"].slot(1).host  # restored by the teardown's restore
+
+
+def test_a_pinned_slot_scaled_back_waits_for_its_data_on_a_drained_host() -> None:
+    """db.2 scaled away (its volume stays on its host), that host drained, db.2 scaled
+    back: with no record it started elsewhere on an empty volume though its data and a
+    snapshot of it exist (i). It now waits for `minidock move` (or `activate`)."""
+    machine = _replay(("apply", {"spec": Spec("web:1", 1, 0, "manual", "db:1", "a", 2)}))
+    home = machine.state.services["db"].slot(2).host
+    machine.backup(slot=2)
+    machine.scale(service="db", n=1)
+    machine.drain(host=home)
+    machine.scale(service="db", n=2)
+    machine.nothing_bad()
+    assert machine.moves("db") == [2]  # waits, its data on the drained host
+    machine.teardown()  # moves it off the drained host, as the operator would
+    machine.nothing_bad()
+    assert machine.state.services["db"].slot(2).host != home

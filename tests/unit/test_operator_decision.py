@@ -236,6 +236,8 @@ class OperatorDecision(RuleBasedStateMachine):
         self.lost |= self.f.down
         self.f.one_pass(kill)
         self.lost |= self.f.down  # a host lost mid copy
+        if kill != "before acts":  # a forgotten host back, seen, its stale tasks fenced
+            self.f.gone -= self.f.gone - self.f.down
         self.check_canary()
 
     # -- applies and the commands on a service
@@ -404,9 +406,11 @@ class OperatorDecision(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.f.down))
     @rule()
     def host_back(self) -> None:
+        """The host answers again: a forgotten one counts for (g) once a pass has seen it
+        and acted (its stale tasks fenced, `one_pass`), not before: lost again unseen, what
+        it runs is what the operator forgot."""
         for host in sorted(self.f.down):
             self.f.revive_host(host)
-            self.f.gone.discard(host)
 
     @rule(kills=st.lists(st.sampled_from(("", "", *KILLS)), min_size=1, max_size=4))
     def passes(self, kills: list[str]) -> None:
@@ -711,3 +715,18 @@ def test_a_pinned_slot_scaled_back_waits_for_its_data_on_a_drained_host() -> Non
     machine.teardown()  # moves it off the drained host, as the operator would
     machine.nothing_bad()
     assert machine.state.services["db"].slot(2).host != home
+
+
+def test_a_forgotten_host_back_and_lost_again_unseen_runs_what_was_forgotten() -> None:
+    """host1 forgotten (db.1 started afresh on host2), back, and lost again before any
+    pass saw it: its stale db.1 is what the operator forgot, never seen since, so db.1
+    starting again on host2 is no second copy (g). A forgotten host counts again once a
+    pass has seen it and fenced its stale tasks."""
+    _replay(
+        ("lose_host", {"which": 0}),
+        ("forget", {}),
+        ("host_back", {}),
+        ("lose_host", {"which": 0}),
+        ("scale", {"service": "db", "n": 0}),
+        ("scale", {"service": "db", "n": 1}),
+    )

@@ -455,6 +455,8 @@ class OperatorDecision(RuleBasedStateMachine):
         # slot -> the slot's tasks alive when it was first seen running another spec: a
         # task among them (an apply gave a superseded canary's slot back to it) is no spread
         older = self.older.setdefault(running, {})
+        for n in [n for n in older if n not in ss.slots]:  # scaled away, its record gone:
+            del older[n]  # scaled back, it is a slot that never had a task
         for c in live:
             if c.spec != running:
                 older.setdefault(c.slot, {x.task for x in live if x.slot == c.slot})
@@ -729,4 +731,18 @@ def test_a_forgotten_host_back_and_lost_again_unseen_runs_what_was_forgotten() -
         ("lose_host", {"which": 0}),
         ("scale", {"service": "db", "n": 0}),
         ("scale", {"service": "db", "n": 1}),
+    )
+
+
+def test_a_slot_scaled_away_and_back_during_a_canary_is_a_new_slot() -> None:
+    """web.2 ran web:1, was scaled away by an apply that began a manual canary of web:2,
+    and scaled back by the next: it had no record left, so its new task took the new spec,
+    as any slot that never had a task does (by design). (m) remembered its old task and
+    took the new one for the canary spreading; a slot scaled away whose record is gone is
+    forgotten there too."""
+    _replay(
+        ("apply", {"spec": Spec("web:1", 2, 0, "manual", "db:1", "a", 1)}),
+        ("apply", {"spec": Spec("web:2", 1, 1, "manual", "db:1", "a", 1)}),
+        ("passes", {"kills": ["", ""]}),  # web.2's task drained out and stopped
+        ("apply", {"spec": Spec("web:2", 2, 1, "manual", "db:1", "a", 1)}),
     )

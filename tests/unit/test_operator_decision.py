@@ -437,6 +437,9 @@ class OperatorDecision(RuleBasedStateMachine):
         ss = self.state.services.get("web")
         live = self.f.live("web")
         running = canary.running_spec(ss)
+        for seen in self.older.values() if ss is not None else ():
+            for n in [n for n in seen if n not in ss.slots]:  # scaled away, its record gone:
+                del seen[n]  # scaled back, it is a slot that never had a task
         if ss is None or not running:
             return
         # a host back (forgotten or not): a stale task of a slot refilled elsewhere meanwhile
@@ -455,8 +458,6 @@ class OperatorDecision(RuleBasedStateMachine):
         # slot -> the slot's tasks alive when it was first seen running another spec: a
         # task among them (an apply gave a superseded canary's slot back to it) is no spread
         older = self.older.setdefault(running, {})
-        for n in [n for n in older if n not in ss.slots]:  # scaled away, its record gone:
-            del older[n]  # scaled back, it is a slot that never had a task
         for c in live:
             if c.spec != running:
                 older.setdefault(c.slot, {x.task for x in live if x.slot == c.slot})
@@ -746,3 +747,21 @@ def test_a_slot_scaled_away_and_back_during_a_canary_is_a_new_slot() -> None:
         ("passes", {"kills": ["", ""]}),  # web.2's task drained out and stopped
         ("apply", {"spec": Spec("web:2", 2, 1, "manual", "db:1", "a", 1)}),
     )
+
+
+def test_a_slot_scaled_away_in_one_canary_is_a_new_slot_in_the_next() -> None:
+    """The same across canaries: web.2 scaled away by a canary of web:1, which an apply
+    of web:2 superseded (no canary runs: (m) looked at nothing, and kept web.2's old task
+    in mind), then a canary of web:1 again with web.2 scaled back."""
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:2", 2, 0, "manual", "db:1", "a", 1))
+    for spec in (
+        Spec("web:1", 1, 1, "manual", "db:1", "a", 1),
+        Spec("web:2", 1, 0, "manual", "db:1", "a", 1),
+        Spec("web:1", 2, 1, "manual", "db:1", "a", 1),
+    ):
+        machine.apply(spec=spec)
+        machine.passes(kills=[""])
+        machine.nothing_bad()
+    machine.teardown()
+    machine.nothing_bad()

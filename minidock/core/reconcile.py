@@ -68,6 +68,7 @@ class Want:
     why: str = ""
     only: str = ""  # the one host it may go to (pinned by its volume, or a global task's)
     failover: failover.Due | None = None  # FAILOVER: what it restores, off which host
+    rebalance: bool = False  # MOVE: `minidock rebalance`'s, off `old`'s host
 
 
 class SlotDecision(NamedTuple):
@@ -673,7 +674,8 @@ def _slot_with_tasks(
     ss, rebalancing = _rebalanced(ss, n, task)
     if rebalancing and ready(task) and task.spec == spec:
         why = f"rebalance: off {task.host}"
-        return SlotDecision(ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why))
+        want = Want(WantKind.MOVE, name, n, target, old=task, why=why, rebalance=True)
+        return SlotDecision(ss, fx, want)
     misplaced = view.misplaced(target, task)
     if misplaced and target.pinned and task.spec == spec:
         why = f"{misplaced}, but it holds its named volume there: `minidock move {name}.{n}`"
@@ -796,6 +798,10 @@ def _place_wants(
             continue
         if want.kind is WantKind.MOVE:
             run, placed = _move(want, services, fleet, view)
+            if run is None and want.rebalance and placed.events:  # no other host: it ends
+                services[want.service] = replace(ss, rebalance=ss.rebalance[1:])
+                parts.append(placed)
+                continue
         else:
             run, placed = _place_one(want, record.avoid, fleet, view)
         parts.append(placed)
@@ -856,11 +862,27 @@ def _move(
         dep, why = blocked[0], f"{want.why}: {blocked[1]}"
         return None, Effects(pending=(Pending(want.service, want.slot, why, dependency=dep),))
     where = place(want.target, fleet, avoid=avoided(want.old.host, record))
+    if want.rebalance and where.host in (None, want.old.host):
+        return None, _rebalance_ended(want, where.host, fleet, view)
     if where.host is None:
         why = f"{want.why}: {where.why}"
         return None, Effects(pending=(Pending(want.service, want.slot, why),))
     run = view.run(want.target, want.slot, where.host, want.why)
     return run, Effects(runs=(run,))
+
+
+def _rebalance_ended(want: Want, host: str | None, fleet: Fleet, view: View) -> Effects:
+    """A rebalance move no other host can take now (the one it was planned for is down,
+    drained or full): not worth doing any more, so it ends, said by an event (the next
+    `minidock rebalance` plans again), rather than start its task beside itself on the
+    host it moves off, or wait for ever."""
+    assert want.old is not None
+    if host is not None:
+        fleet.unreserve(host, want.target)
+    subject, source = f"{want.service}.{want.slot}", want.old.host
+    line = f"{subject}: rebalance off {source} dropped: no other host can take it now"
+    event = Event(view.now, "rebalance", line, want.service, want.slot, source)
+    return Effects(events=(event,))
 
 
 def _start_held(want: Want, record: slots.SlotState, now: float) -> Effects | None:

@@ -773,3 +773,21 @@ def test_a_slot_scaled_away_in_one_canary_is_a_new_slot_in_the_next() -> None:
         machine.nothing_bad()
     machine.teardown()
     machine.nothing_bad()
+
+
+def test_a_rebalance_no_other_host_can_take_ends() -> None:
+    """web on 3 hosts, host3 drained, host2 lost, then `rebalance`: it planned web.1 off
+    host1 onto host2 (not yet seen down), and the passes then started web.1's replacement
+    on host1 itself, the only host left, again and again (three live web.1 tasks there),
+    and the rebalance never ended (n). A rebalance move no other host can take now ends,
+    said by an event."""
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:1", 3, 0, "manual", "db:1", "a", 2))
+    machine.drain(host="host3")
+    machine.lose_host(which=1)  # host2, db.2's
+    machine.rebalance()
+    machine.passes(kills=["", "", ""])
+    assert machine.state.services["web"].rebalance == ()
+    assert sorted(c.slot for c in machine.f.live("web")) == [1, 2, 3]
+    machine.teardown()
+    machine.nothing_bad()

@@ -475,6 +475,7 @@ class OperatorDecision(RuleBasedStateMachine):
                 and c.task not in older[c.slot]
                 and c.slot not in ss.rollout.canary_slots()
                 and c.slot in ss.slot_numbers()  # a slot scaled away: its tasks go
+                and c.id not in stale  # a host back's, older than all that, on its way out
             ):
                 self.f.violations.append(
                     f"(m) web.{c.slot} (no canary slot) runs the unpromoted spec on {c.host}"
@@ -791,3 +792,18 @@ def test_a_rebalance_no_other_host_can_take_ends() -> None:
     assert sorted(c.slot for c in machine.f.live("web")) == [1, 2, 3]
     machine.teardown()
     machine.nothing_bad()
+
+
+def test_a_stale_task_of_a_host_back_running_the_canarys_spec_is_no_spread() -> None:
+    """web.1 ran web:1 when a canary of web:1 began (after web:2 was applied and not yet
+    rolled out); its host lost, web.1 was refilled elsewhere with web:2, and the host came
+    back with the old web:1 task, draining out before its stop. (m) took that old task for
+    the canary spreading to web.1; a host back's draining stale task is no spread."""
+    _replay(
+        ("apply", {"spec": Spec("web:2", 1, 0, "manual", "db:1", "a", 1)}),
+        ("apply", {"spec": Spec("web:1", 2, 1, "manual", "db:1", "a", 1)}),
+        ("lose_host", {"which": 0}),
+        ("passes", {"kills": ["", ""]}),  # host1 down: web.1 refilled on host3
+        ("host_back", {}),
+        ("passes", {"kills": [""]}),
+    )

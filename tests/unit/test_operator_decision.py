@@ -807,3 +807,21 @@ def test_a_stale_task_of_a_host_back_running_the_canarys_spec_is_no_spread() -> 
         ("host_back", {}),
         ("passes", {"kills": [""]}),
     )
+
+
+def test_a_slot_of_a_forgotten_host_is_refilled_with_the_previous_spec_during_a_canary() -> None:
+    """A manual canary of web:1 beside web:2's two tasks; web.2's host lost and forgotten:
+    `forget` empties the slot's record, so its refill was taken for a slot that never had
+    a task and ran the unpromoted spec, the canary growing past `update.canary` (m). A
+    slot that lost its task to `forget` is refilled with the previous spec, as one whose
+    host is down."""
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:2", 2, 0, "manual", "db:1", "a", 1))
+    machine.apply(spec=Spec("web:1", 2, 1, "manual", "db:1", "a", 1))
+    machine.lose_host(which=2)  # host2, web.2's
+    machine.forget()
+    machine.nothing_bad()
+    running = {c.slot: machine.f.started_with[c.id].image for c in machine.f.live("web")}
+    assert running[2] == "web:2"
+    machine.teardown()
+    machine.nothing_bad()

@@ -825,3 +825,18 @@ def test_a_slot_of_a_forgotten_host_is_refilled_with_the_previous_spec_during_a_
     assert running[2] == "web:2"
     machine.teardown()
     machine.nothing_bad()
+
+
+def test_a_stale_task_of_a_forgotten_host_back_stops_after_its_drain() -> None:
+    """host1 forgotten (web.1 refilled on host2), back, and a pass killed before its acts:
+    the next pass stops host1's stale web.1, out of every route since host1 was lost. The
+    Fleet counted when a task left the tables only on hosts that answer, so (c) saw it
+    stop '0s after it left'; it counts every host's tasks now."""
+    _replay(
+        ("passes", {"kills": [""]}),
+        ("lose_host", {"which": 0}),
+        ("forget", {}),
+        ("passes", {"kills": [""]}),
+        ("host_back", {}),
+        ("passes", {"kills": ["before acts", ""]}),
+    )

@@ -98,17 +98,21 @@ the moves that need HOST (k), and a slot given back to its own older task by an 
 during a canary, or scaled away, is no canary spreading (m); and an intent waits, not
 fails (n), while every host is drained or down. Later rounds found and fixed: a drain of a
 move's target (refused now), and a forgotten host's stale task kept during a canary.
-Random seeds (derandomize off, `--hypothesis-seed=N`) then found six more, each replayed
-by a test at the end of this file. Fixed in the core: a move whose source was forgotten
+Random seeds (derandomize off, `--hypothesis-seed=N`) then found more, each replayed by
+a test at the end of this file. Fixed in the core: a move whose source was forgotten
 while it cleaned never ended (n) (seed 11; `forget` now ends it); a pinned slot scaled
 away lost its record, so scaled back it started afresh on an empty volume though it
-waited for a restore (i) (seed 9; its record now stays: its host, or its wait). Checks
-that were wrong, narrowed: (m) counted a host back's stale task, draining out before its
-stop, as the canary's (seed 8), and remembered the old task of a slot scaled away and
-back, which takes the new spec as a slot that never had a task does (seeds 19, 22); (g)
-counted a forgotten host back as holding a copy before any pass had seen it (seed 9);
-(n) took a rollout held by a slot that waits for the operator's `restore` for one that
-never ends (seed 9). Swept since: seeds 0 to 100 pass (docs/reliability.md).
+waited for a restore (i) (seed 9; its record now stays: its host, or its wait); a
+rebalance move no other host could take started its task on the host it moves off,
+every pass, for ever (n) (seed 103; it ends now); during a canary a slot whose host was
+forgotten was refilled with the unpromoted spec (m) (seed 131; the previous spec now).
+Checks that were wrong, narrowed: (m) counted a host back's stale task, draining out
+before its stop, as the canary's (seeds 8, 101), and remembered the old task of a slot
+scaled away and back, which takes the new spec as a slot that never had a task does
+(seeds 19, 22); (g) counted a forgotten host back as holding a copy before any pass had
+seen it (seed 9); (n) took a rollout held by a slot that waits for the operator's
+`restore` for one that never ends (seed 9); (c) the Fleet counted when a task left the
+tables only on hosts that answer (seed 131). Swept since: docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -498,7 +498,8 @@ def _moves_forgotten(ss: ServiceState, host: str, now: float) -> tuple[ServiceSt
     """The service's moves and restores that needed `host`, ended (every intent ends): one
     not yet copied fails (its slot stays where its data is); one starting on `host` goes
     back to its source, whose volumes are still whole; one whose source is `host` keeps
-    going with nothing left to clean; one discarding its partial copy on `host` ends."""
+    going with nothing left to clean, and one cleaning there is over; one discarding its
+    partial copy on `host` ends."""
     moves = dict(ss.moves)
     records = dict(ss.slots)
     events: list[Event] = []
@@ -527,7 +528,11 @@ def _moves_forgotten(ss: ServiceState, host: str, now: float) -> tuple[ServiceSt
                 line += f" before its task was ready; it starts again on {move.source}"
         elif move.target == host:
             del moves[n]
-        elif move.source == host:  # nothing left to clean there
+        elif move.source == host and move.phase is MovePhase.CLEANING:  # nothing to clean
+            del moves[n]
+            done = f"{subject}: moved to {move.target} (its old volumes went with {host})"
+            events.append(Event(now, "moved", done, service=ss.spec.name, slot=n, host=move.target))
+        elif move.source == host:  # nothing left to clean there once it is ready
             moves[n] = replace(move, source="", keep_source=True)
         if line:
             kind = "restore-failed" if move.restore else "move-failed"

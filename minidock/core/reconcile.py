@@ -69,6 +69,7 @@ class Want:
     why: str = ""
     only: str = ""  # the one host it may go to (pinned by its volume, or a global task's)
     failover: failover.Due | None = None  # FAILOVER: what it restores, off which host
+    rebalance: bool = False  # MOVE: `minidock rebalance`'s, off `old`'s host
 
 
 class SlotDecision(NamedTuple):
@@ -454,7 +455,8 @@ def _scaled_away(
     that scaled up again it waits for its data there rather than start a second copy on an
     empty volume), while a move of it is recorded, or while a restore's half-written volume
     holds it Failed (scaled up again, it starts nothing until `reset` or a restore); else
-    it goes with its last task."""
+    the record goes with its last task, but a pinned slot's stays, without a task
+    (`slots.scaled_away`): where its data is, or that it waits for a restore."""
     extra = ss.slots.keys() - wanted
     if not extra:
         return ss
@@ -470,7 +472,18 @@ def _scaled_away(
     ]
     if not gone:
         return ss
-    return replace(ss, slots={n: s for n, s in ss.slots.items() if n not in gone})
+    records = {n: s for n, s in ss.slots.items() if n not in gone}
+    if ss.spec.pinned:
+        kept = {n: slots.scaled_away(ss.slots[n]) for n in gone if _holds_data(ss.slots[n])}
+        if all(ss.slots[n] is s for n, s in kept.items()) and len(kept) == len(gone):
+            return ss
+        records.update(kept)
+    return replace(ss, slots=records)
+
+
+def _holds_data(record: slots.SlotState) -> bool:
+    """Whether a pinned slot's record says where its data is, or how to get it back."""
+    return bool(record.host or record.awaiting_restore or record.kept_on or record.backups)
 
 
 def _unwanted(ss: ServiceState, c: Container) -> str:
@@ -681,7 +694,8 @@ def _slot_with_tasks(
     ss, rebalancing = _rebalanced(ss, n, task)
     if rebalancing and ready(task) and task.spec == spec:
         why = f"rebalance: off {task.host}"
-        return SlotDecision(ss, fx, Want(WantKind.MOVE, name, n, target, old=task, why=why))
+        want = Want(WantKind.MOVE, name, n, target, old=task, why=why, rebalance=True)
+        return SlotDecision(ss, fx, want)
     misplaced = view.misplaced(target, task)
     if misplaced and target.pinned and task.spec == spec:
         why = f"{misplaced}, but it holds its named volume there: `minidock move {name}.{n}`"
@@ -804,6 +818,10 @@ def _place_wants(
             continue
         if want.kind is WantKind.MOVE:
             run, placed = _move(want, services, fleet, view)
+            if run is None and want.rebalance and placed.events:  # no other host: it ends
+                services[want.service] = replace(ss, rebalance=ss.rebalance[1:])
+                parts.append(placed)
+                continue
         else:
             run, placed = _place_one(want, record.avoid, fleet, view)
         parts.append(placed)
@@ -864,11 +882,27 @@ def _move(
         dep, why = blocked[0], f"{want.why}: {blocked[1]}"
         return None, Effects(pending=(Pending(want.service, want.slot, why, dependency=dep),))
     where = place(want.target, fleet, avoid=avoided(want.old.host, record))
+    if want.rebalance and where.host in (None, want.old.host):
+        return None, _rebalance_ended(want, where.host, fleet, view)
     if where.host is None:
         why = f"{want.why}: {where.why}"
         return None, Effects(pending=(Pending(want.service, want.slot, why),))
     run = view.run(want.target, want.slot, where.host, want.why)
     return run, Effects(runs=(run,))
+
+
+def _rebalance_ended(want: Want, host: str | None, fleet: Fleet, view: View) -> Effects:
+    """A rebalance move no other host can take now (the one it was planned for is down,
+    drained or full): not worth doing any more, so it ends, said by an event (the next
+    `minidock rebalance` plans again), rather than start its task beside itself on the
+    host it moves off, or wait for ever."""
+    assert want.old is not None
+    if host is not None:
+        fleet.unreserve(host, want.target)
+    subject, source = f"{want.service}.{want.slot}", want.old.host
+    line = f"{subject}: rebalance off {source} dropped: no other host can take it now"
+    event = Event(view.now, "rebalance", line, want.service, want.slot, source)
+    return Effects(events=(event,))
 
 
 def _start_held(want: Want, record: slots.SlotState, now: float) -> Effects | None:

@@ -164,12 +164,16 @@ def slot_target(ss: ServiceState, slot: int, *, refill: bool = False) -> Service
     """The spec a slot should run: a paused rollout keeps slots it has not reached on the
     previous spec, so a failed update costs no capacity. A slot that had a task, refilled
     (`refill`: it has no live task) during a canary, outside it, gets the previous spec
-    too (where its hook, if it has one, succeeded): the new spec runs in the canary's
-    tasks, until promoted. (A slot that never had a task gets the new spec.)"""
+    too (where its hook, if it has one, succeeded), its host forgotten too: the new spec
+    runs in the canary's tasks, until promoted. (A slot that never had a task gets the
+    new spec.)"""
     r = ss.rollout
     if r.paused and not r.rollback and slot not in r.done and ss.previous:
         return ss.previous
-    beside = r.in_canary and slot not in r.canary_slots() and ss.slot(slot).task
+    record = ss.slot(slot)
+    # a slot that had a task: its record names it, or `forget` took it (an empty record)
+    had = bool(record.task) or (slot in ss.slots and record.phase is slots.SlotPhase.EMPTY)
+    beside = r.in_canary and slot not in r.canary_slots() and had
     if refill and beside and ss.previous and hooks.cleared(ss.hook, ss.previous):
         return ss.previous
     if ss.previous and hooks.holds(ss):  # nothing of the new spec before its hook,

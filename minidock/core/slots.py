@@ -37,6 +37,7 @@ __all__ = [
     "reset",
     "restore_failed",
     "restored",
+    "scaled_away",
     "skip_backoff",
     "start_failed",
     "unplaced",
@@ -199,6 +200,15 @@ def restored(slot: SlotState, host: str) -> SlotState:
     Failed and backoff forgotten: its task starts on the snapshot)."""
     moved = relocate(slot, host)
     return reset(moved) if moved.half_written else moved
+
+
+def scaled_away(slot: SlotState) -> SlotState:
+    """A pinned slot the service no longer wants, its last task gone: no task, but where
+    its volumes stay (its host), a wait for a restore and a kept old volume, so that scaled
+    back it starts on its own data, or waits as it did, never afresh on an empty volume."""
+    if not slot.task and TABLE[(slot.phase, SlotInput.VANISHED)] is slot.phase:
+        return slot  # kept so already: the same record, not built again every pass
+    return _step(slot, SlotInput.VANISHED, task="")
 
 
 def restore_failed(slot: SlotState, line: str) -> SlotState:

@@ -383,9 +383,10 @@ class Fleet(World):
         self.mark_loaded()
 
     def mark_loaded(self) -> None:
-        """When each task left every loaded table (the first load without it)."""
+        """When each task left every loaded table (the first load without it), a task on a
+        host that does not answer too: it leaves the tables then, and may stop once back."""
         loaded = self.sent_to()
-        for c in self.live():
+        for c in (c for cs in self.containers.values() for c in cs if c.live):
             own = self.started_with[c.id]
             if {self.address(c, p) for p in (*own.routed_ports(), *own.expose)} & loaded:
                 self.ever_loaded.add(c.id)

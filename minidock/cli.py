@@ -381,6 +381,8 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         out.print(f"service {note.service}: {line}", markup=False)
     for line in planned.schedules:  # when the passes run each scheduled backup next
         out.print(line, markup=False)
+    for name, n, why in planned.plan.half_written():  # held across this apply too
+        out.print(f"FAILED {name}.{n}: {why}", markup=False)
     if not (changes or doc.steps or doc.pending or doc.below or loads) and planned.plan.converged:
         out.print("nothing to do: converged", markup=False)
         return

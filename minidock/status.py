@@ -444,7 +444,7 @@ def _service(
 ) -> ServiceSummary:
     tasks = [c for c in mine if c.service == name and c.live]
     failed = tuple(
-        FailedSlot(n, s.last_exit)
+        FailedSlot(n, s.half_written or s.last_exit)  # a restore's why outlives any exit
         for n, s in sorted(ss.slots.items())
         if s.failed and n in ss.slot_numbers()
     )

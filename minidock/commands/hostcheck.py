@@ -5,8 +5,10 @@ A check's verdict is a `Check`: passed (`ok` True), failed (False, with its `fix
 checked (None: what it needs failed first, e.g. the engine when SSH did). The use case
 (minidock.usecases.hostcheck) runs the argvs over SSH and hands the outputs here.
 
-The engine's version is read from `docker info` here (its own small parser,
-`parse_engine_info`): the probe's engine and version, read elsewhere, may take its place.
+The engine is read as every pass's probe reads it (`docker version`, commands.facts), and
+judged by the same rule (core.engines): a host `hosts check` passes is one a pass drives.
+Its root directory, where the disk check looks, is asked of the engine it found: Docker's
+`DockerRootDir`, Podman's graph root.
 """
 
 from __future__ import annotations
@@ -17,26 +19,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from minidock.commands.docker import _operand
-from minidock.model import Host
+from minidock.commands.facts import ParseError, parse_version, version_argv
+from minidock.core.engines import OLDEST, refusal
+from minidock.model import Engine, EngineKind, Host
 
 __all__ = [
     "CLOCK_TOLERANCE",
     "DISK_MINIMUM",
-    "ENGINE_MINIMUM",
-    "INFO_FORMAT",
     "KERNEL_MINIMUM",
     "LISTENER",
     "Check",
-    "EngineInfo",
     "clock_argv",
     "clock_check",
     "disk_argv",
     "disk_check",
+    "engine_argv",
     "engine_check",
     "id_argv",
     "image_argv",
     "images_check",
-    "info_argv",
     "kernel_argv",
     "kernel_check",
     "listener_argv",
@@ -44,25 +45,28 @@ __all__ = [
     "listener_rm_argv",
     "parse_clock",
     "parse_df",
-    "parse_engine_info",
     "parse_id",
     "parse_kernel",
     "parse_reached",
-    "parse_version",
+    "parse_root",
     "reach_argv",
+    "root_argv",
     "ssh_check",
     "sudo_argv",
     "task_ports_check",
     "user_check",
 ]
 
-ENGINE_MINIMUM = (20, 10)  # Docker Engine 20.10 (Debian 12's) and newer
 KERNEL_MINIMUM = (5, 14)  # on the hosts that run an ingress proxy
 DISK_MINIMUM = 2 << 30  # bytes free under the engine's root: room for an image or two
 CLOCK_TOLERANCE = 1.0  # seconds of offset from the controller's clock, beyond the round trip
 # the task-port listener's container (one per host, removed when the check ends)
 LISTENER = "minidock-portcheck"
-INFO_FORMAT = "{{.ServerVersion}}|{{.DockerRootDir}}|{{.OperatingSystem}}"
+# where each engine keeps its images and containers, as its `info` names it
+ROOT_FORMAT: dict[EngineKind, str] = {
+    "docker": "{{.DockerRootDir}}",
+    "podman": "{{.Store.GraphRoot}}",
+}
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,6 @@ def _version(text: str) -> tuple[int, ...] | None:
     """The leading numbers of a version ("20.10.24+dfsg1" -> (20, 10, 24))."""
     found = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
     return tuple(int(p) for p in found[1].split(".")) if found else None
-
-
-def parse_version(text: str) -> tuple[int, ...] | None:
-    """A version's numbers, None when it has none."""
-    return _version(text)
 
 
 def _dotted(version: tuple[int, ...]) -> str:
@@ -158,32 +157,16 @@ def kernel_check(release: str, ingress: bool) -> Check:
 
 
 # -- the engine -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class EngineInfo:
-    """What `docker info` told of the engine: its version, its root directory (where its
-    images and containers are kept) and the operating system it reports."""
-
-    version: str
-    root: str
-    system: str = ""
+def engine_argv() -> list[str]:
+    """The engine's version report, as the probe asks it (`commands.facts.parse_version`)."""
+    return version_argv()
 
 
-def info_argv() -> list[str]:
-    """The engine's version, its root directory and its operating system, on one line."""
-    return ["docker", "info", "--format", INFO_FORMAT]
-
-
-def parse_engine_info(text: str) -> EngineInfo | None:
-    """`info_argv`'s line; None when it is not one (no server answered)."""
-    version, bar, rest = text.strip().partition("|")
-    root, _, system = rest.partition("|")
-    if not bar or not version or not root.startswith("/"):
-        return None
-    return EngineInfo(version, root, system)
-
-
-def engine_check(host: Host, exit_status: int, stdout: str, stderr: str) -> Check:
-    """The engine answers `docker info` and is Docker 20.10 or newer."""
+def engine_check(
+    host: Host, exit_status: int, stdout: str, stderr: str
+) -> tuple[Check, Engine | None]:
+    """The engine answers `docker version` and is one MiniDock drives (core.engines: Docker
+    20.10 or newer, Podman 4.0 or newer, not rootless Docker); and the engine it found."""
     said = " ".join((stderr.strip() or stdout.strip() or "no output").split())[:160]
     prepare = f"minidock hosts prepare {host.name}"
     if exit_status == 127 or ("not found" in said.lower() and "docker" in said.lower()):
@@ -193,28 +176,43 @@ def engine_check(host: Host, exit_status: int, stdout: str, stderr: str) -> Chec
             "no docker command",
             f"install the engine: {prepare} (Debian, Ubuntu), or the "
             "distribution's docker.io and docker-cli packages",
-        )
+        ), None
     if "permission denied" in said.lower():
-        return Check("engine", False, f"{host.user} may not use the engine's socket", "see user")
-    info = parse_engine_info(stdout) if exit_status == 0 else None
-    if info is None:
+        found = f"{host.user} may not use the engine's socket"
+        return Check("engine", False, found, "see user"), None
+    try:
+        engine = parse_version(stdout) if exit_status == 0 else None
+    except ParseError:
+        engine = None
+    if engine is None:
         return Check(
             "engine",
             False,
             f"the engine does not answer: {said}",
             f"start it: systemctl enable --now docker (or {prepare})",
+        ), None
+    refused = refusal(engine)
+    if refused is not None:
+        (major, minor), _ = OLDEST[engine.kind]
+        fix = (
+            "run the daemon as root (rootful Docker)"
+            if engine.rootless
+            else f"upgrade the engine to {engine.name} {major}.{minor} or newer (the "
+            "distribution's packages, or the engine's own)"
         )
-    version = _version(info.version)
-    if version is None or version[:2] < ENGINE_MINIMUM:
-        need = _dotted(ENGINE_MINIMUM)
-        return Check(
-            "engine",
-            False,
-            f"Docker {info.version}, older than {need}",
-            f"upgrade the engine to {need} or newer (the distribution's docker.io, "
-            "or Docker's own packages)",
-        )
-    return Check("engine", True, f"Docker {info.version}")
+        return Check("engine", False, refused, fix), engine
+    return Check("engine", True, str(engine)), engine
+
+
+def root_argv(kind: EngineKind) -> list[str]:
+    """Where the engine keeps its images and containers (the disk check's directory)."""
+    return ["docker", "info", "--format", ROOT_FORMAT[kind]]
+
+
+def parse_root(text: str) -> str | None:
+    """`root_argv`'s line; None when it is not an absolute path."""
+    root = text.strip()
+    return root if root.startswith("/") else None
 
 
 # -- the user's right to run docker -----------------------------------------------------------

@@ -285,9 +285,10 @@ def promote(state: ControllerState, service: str) -> ControllerState:
 
 
 def reset(state: ControllerState, service: str) -> ControllerState:
-    """`minidock reset SERVICE`: clear crash-loop failures and backoff timers."""
+    """`minidock reset SERVICE`: clear crash-loop failures and backoff timers, and the
+    hold of a volume a restore left half written: its task starts on what it holds."""
     ss = state.services[service]
-    return _with_service(state, ss.through(Transition.RESET, slots=slots.renewed(ss.slots)))
+    return _with_service(state, ss.through(Transition.RESET, slots=slots.forgiven(ss.slots)))
 
 
 def set_serving(state: ControllerState, service: str, mode: ServingMode) -> ControllerState:
@@ -349,6 +350,12 @@ def begin_move(
             return state
         raise ValueError(f"{subject} is already {underway.line()}; wait for it to end")
     record = ss.slot(slot)
+    if record.half_written:  # its copy would carry the half-written volume along
+        raise ValueError(
+            f"{subject} is Failed by a restore that did not complete (its volume may be half "
+            f"written): `minidock restore {subject} --host {target}` puts a snapshot there, "
+            f"`minidock reset {service}` starts it on what its volume holds"
+        )
     if not record.host:
         raise ValueError(f"{subject} has no recorded host: nothing to move (it starts anywhere)")
     if record.host == target:
@@ -368,8 +375,9 @@ def begin_restore(
     """`minidock restore SERVICE.SLOT`: record the slot's restore (a move whose source is
     `snapshots`, (volume, snapshot id) for each named volume) onto `target` (its recorded
     host, or another), carried out by the passes. The first snapshot is the one shown. A
-    Failed slot (a restore that failed) is cleared. The same restore asked again changes
-    nothing; ValueError (one line) when it cannot be."""
+    Failed slot is cleared, but one whose volume a restore left half written, which stays
+    Failed until this restore's copy completes (`slots.restored`). The same restore asked
+    again changes nothing; ValueError (one line) when it cannot be."""
     ss = state.services[service]
     subject = f"{service}.{slot}"
     if not ss.spec.pinned:
@@ -396,7 +404,7 @@ def begin_restore(
             return state
         raise ValueError(f"{subject} is already {underway.line()}; wait for it to end")
     move = VolumeMove(target, record.host, snapshot=shown, snapshots=snapshots, since=now)
-    record = slots.reset(record) if record.failed else record
+    record = slots.renew(record) if record.failed else record
     ss = replace(ss, moves={**ss.moves, slot: move}, slots={**ss.slots, slot: record})
     return _with_service(state, ss)
 
@@ -423,6 +431,8 @@ def start_empty(state: ControllerState, service: str, slot: int) -> ControllerSt
     if ss.moves.get(slot) is not None and ss.moves[slot].holds:
         raise ValueError(f"{subject} is already {ss.moves[slot].line()}; wait for it to end")
     cleared = replace(record, awaiting_restore="")
+    if cleared.half_written:  # a restore that failed before: its volume went with its host
+        cleared = slots.reset(cleared)
     return _with_service(state, replace(ss, slots={**ss.slots, slot: cleared}))
 
 

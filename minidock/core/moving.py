@@ -7,8 +7,9 @@ starts one; else the slot is decided as any other, its record naming the target,
 `ready` moves the move on once the target's task is ready. `acts` gives the pass's copies
 and removals; the act path reports `VolumesCopied`, `MoveFailed` or `SourceCleaned`,
 which `fold_move` records. A restore (a move from a snapshot) ends with `restored`; one
-whose stream failed leaves its slot Failed (`restore-failed`): its volume may be empty or
-partly written, so no task starts on it until the operator restores again or resets.
+whose stream failed or was cut leaves its slot Failed (`restore-failed`): its volume may
+be empty or partly written, so no task starts on it, across any apply, scale or rollback
+(`SlotState.half_written`), until the operator restores again or resets.
 
 Every move ends: `lost` ends one whose target or source is down (or gone from the
 inventory) before its copy is recorded, as failed, the slot's record still naming where
@@ -27,7 +28,7 @@ from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
 from minidock.core.rollout import slot_target
-from minidock.core.slots import relocate, restore_failed
+from minidock.core.slots import relocate, restore_failed, restored
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import ready as is_ready
 from minidock.core.volumes import MoveAct, MoveInput, MovePhase, VolumeMove
@@ -137,7 +138,7 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
             line += f"; the slot is Failed (its volume on {move.target} may be half written): "
             line += f"`minidock restore {subject}` tries again, `minidock reset {ss.spec.name}` "
             line += "starts it on what its volume holds"
-            ss = with_slot(ss, n, restore_failed(ss.slot(n), line))
+            ss = with_slot(ss, n, restore_failed(ss.slot(n), line.removeprefix(f"{subject}: ")))
         elif move.source and not in_place:
             line += f"; it stays on {move.source}"
     else:
@@ -152,8 +153,10 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
 def unwanted(ss: ServiceState, n: int, now: float) -> tuple[ServiceState, tuple[Event, ...]]:
     """A move of a slot the service no longer wants (scaled away) ends:
     before its copy, as failed (the data stays where it was: the record names it); while
-    copying, its partial copy on the target removed once it answers; copied, with the
-    record naming the target, where a slot scaled back starts. Nothing else would end it."""
+    copying, its partial copy on the target removed once it answers (a restore in place's
+    slot held Failed: its own volume may be half written, and scaled back it starts on
+    nothing until `reset` or a restore); copied, with the record naming the target, where
+    a slot scaled back starts. Nothing else would end it."""
     move = ss.moves.get(n)
     if move is None or move.phase in (MovePhase.DISCARDING, MovePhase.CLEANING):
         return ss, ()
@@ -166,6 +169,12 @@ def unwanted(ss: ServiceState, n: int, now: float) -> tuple[ServiceState, tuple[
         line += f"; its data is on {move.target}"
     elif discarding:
         line += f"; its partial copy on {move.target} is removed once {move.target} answers"
+    elif move.restore and move.phase is MovePhase.COPYING:  # in place: its own volume
+        line += f"; the slot is Failed (its volume on {move.target} may be half written): "
+        line += f"`minidock restore {subject}` tries again, `minidock reset {ss.spec.name}` "
+        line += "starts it on what its volume holds"
+        why = line.removeprefix(f"{subject}: ")
+        ss = with_slot(ss, n, restore_failed(ss.slot(n), why))
     return ss, (Event(now, kind, line, service=ss.spec.name, slot=n, host=move.target),)
 
 
@@ -282,7 +291,8 @@ def fold_move(
     subject = f"{o.service}.{o.slot}"
     if isinstance(o, VolumesCopied) and move.phase is MovePhase.COPYING:
         moved = replace(move.step(MoveInput.COPIED), size=o.size, seconds=o.seconds)
-        record = relocate(ss.slot(o.slot), move.target)
+        settle = restored if move.restore else relocate  # a restore's copy makes it whole
+        record = settle(ss.slot(o.slot), move.target)
         ss = with_slot(_with_move(ss, o.slot, moved), o.slot, record)
         rate = f", {approx_size(int(o.size / o.seconds))}/s" if o.seconds > 0 else ""
         origin = f"snapshot {move.snapshot}" if move.restore else move.source
@@ -295,7 +305,8 @@ def fold_move(
         line = f"{subject}: restore of snapshot {move.snapshot} on {move.target} failed: {o.line}"
         line += f"; the slot is Failed: `minidock restore {subject}` tries again, `minidock "
         line += f"reset {o.service}` starts it on what its volume holds"
-        ss = with_slot(ss, o.slot, restore_failed(ss.slot(o.slot), line))
+        why = line.removeprefix(f"{subject}: ")
+        ss = with_slot(ss, o.slot, restore_failed(ss.slot(o.slot), why))
     elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING:
         ss = _with_move(ss, o.slot, None)
         stays = move.source or "where the scheduler places it"

@@ -182,9 +182,22 @@ class Plan:
         """Services whose rollout is paused: they wait for an operator, like Failed slots."""
         return [name for name, ss in self.state.services.items() if ss.rollout.paused]
 
-    def failed_slots(self) -> list[tuple[str, int, str]]:
+    def half_written(self) -> list[tuple[str, int, str]]:
+        """The slots held Failed because a restore left their volume half written (no
+        apply, scale or rollback starts them), each with its line: what clears it."""
         return [
-            (name, n, slot.last_exit)
+            (name, n, slot.half_written)
+            for name, ss in self.state.services.items()
+            if ss.spec.desired == "running"
+            for n, slot in sorted(ss.slots.items())
+            if slot.half_written and n in ss.slot_numbers()
+        ]
+
+    def failed_slots(self) -> list[tuple[str, int, str]]:
+        """The Failed slots the service wants, each with why (a restore's half-written
+        volume: the restore's line, which outlives any later exit of its old task)."""
+        return [
+            (name, n, slot.half_written or slot.last_exit)
             for name, ss in self.state.services.items()
             if ss.spec.desired == "running"
             for n, slot in sorted(ss.slots.items())

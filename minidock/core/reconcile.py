@@ -451,8 +451,10 @@ def _scaled_away(
     """A slot the service no longer wants keeps its record while a task of it remains
     (seen, or held by a host that did not answer: a pinned slot's by its down host too, so
     that scaled up again it waits for its data there rather than start a second copy on an
-    empty volume); the record goes with its last task, but a pinned slot's stays, without
-    a task (`slots.scaled_away`): where its data is, or that it waits for a restore."""
+    empty volume), while a move of it is recorded, or while a restore's half-written volume
+    holds it Failed (scaled up again, it starts nothing until `reset` or a restore); else
+    the record goes with its last task, but a pinned slot's stays, without a task
+    (`slots.scaled_away`): where its data is, or that it waits for a restore."""
     extra = ss.slots.keys() - wanted
     if not extra:
         return ss
@@ -460,7 +462,11 @@ def _scaled_away(
     gone = [
         n
         for n in extra
-        if n not in remaining and (ss.spec.name, n) not in view.unseen and not view.holders(ss, n)
+        if n not in remaining
+        and (ss.spec.name, n) not in view.unseen
+        and not view.holders(ss, n)
+        and not ss.slots[n].half_written
+        and n not in ss.moves  # `_intents_after` ends it first (`moving.unwanted`)
     ]
     if not gone:
         return ss
@@ -745,7 +751,7 @@ def _fill(
 ) -> SlotDecision:
     """An empty slot wants a task, unless Failed, complete, backing off or blocked."""
     name, state = ss.spec.name, ss.slot(n)
-    if state.failed or state.complete:
+    if state.failed or state.complete or state.half_written:  # never on a half-written volume
         return SlotDecision(ss)
     if state.awaiting_restore:  # never started empty by surprise (core/intents.py: forget)
         return SlotDecision(ss, Effects(waiting=(_awaiting(ss, n, state.awaiting_restore),)))
@@ -868,6 +874,8 @@ def _start_held(want: Want, record: slots.SlotState, now: float) -> Effects | No
     slot's backoff, and a slot Failed by its failed starts moves no more (the drain stops
     there, saying why, until `reset` or a new apply); None when the move may start now."""
     subject = f"{want.service}.{want.slot}"
+    if record.half_written:
+        return Effects(pending=(Pending(want.service, want.slot, record.half_written),))
     if record.failed:
         why = (
             f"{want.why}: Failed after {len(record.attempts)} failed starts "

@@ -27,12 +27,16 @@ __all__ = [
     "account_exit",
     "assign",
     "count_failure",
+    "forgiven",
     "hold",
     "lose",
     "observe_task",
     "relocate",
+    "renew",
+    "renewed",
     "reset",
     "restore_failed",
+    "restored",
     "scaled_away",
     "skip_backoff",
     "start_failed",
@@ -50,7 +54,7 @@ class SlotPhase(enum.StrEnum):
     RUNNING = "running"  # its task is ready: running, and healthy where checked
     UNREACHABLE = "unreachable"  # its task's host does not answer: the task holds the slot
     BACKING_OFF = "backing_off"  # its last task failed; the next one waits for the backoff
-    FAILED = "failed"  # the crash-loop limit or a failed restore: `reset` or an apply revives it
+    FAILED = "failed"  # crash-loop limit, or a failed restore (`half_written`): see `reset`
     COMPLETE = "complete"  # its task exited and, by restart.condition, is not restarted
 
 
@@ -83,7 +87,7 @@ _NEXT: dict[SlotInput, SlotPhase] = {
     SlotInput.RESTORE_FAILED: SlotPhase.FAILED,
     SlotInput.RESET: SlotPhase.EMPTY,
 }
-TERMINAL = (SlotPhase.FAILED, SlotPhase.COMPLETE)  # only RESET (or a new apply) leaves them
+TERMINAL = (SlotPhase.FAILED, SlotPhase.COMPLETE)  # only RESET (`reset`, `renew`) leaves them
 
 
 def _next(phase: SlotPhase, given: SlotInput) -> SlotPhase:
@@ -122,6 +126,11 @@ class SlotState:
     # a host where a failover (on_host_loss = "restore") left its old volume: kept, never
     # removed by MiniDock (it may hold writes newer than the snapshot), and listed
     kept_on: str = ""
+    # a restore's stream into its volume failed or was cut (core/moving.py): the volume may
+    # be empty or half written, so the slot is Failed and no task starts on it until the
+    # operator says so (`minidock reset SERVICE`) or a restore's copy completes; an apply,
+    # `scale` or a rollback keeps it (`renew`). The line that says why ("": whole)
+    half_written: str = ""
 
     @property
     def failed(self) -> bool:
@@ -194,10 +203,19 @@ def scaled_away(slot: SlotState) -> SlotState:
     return _step(slot, SlotInput.VANISHED, task="")
 
 
+def restored(slot: SlotState, host: str) -> SlotState:
+    """A restore's copy completed on `host` (core/moving.py): `relocate`d there, and a
+    slot held Failed by an earlier restore's half-written volume is whole again (its
+    Failed and backoff forgotten: its task starts on the snapshot)."""
+    moved = relocate(slot, host)
+    return reset(moved) if moved.half_written else moved
+
+
 def restore_failed(slot: SlotState, line: str) -> SlotState:
-    """A restore's stream failed (core/moving.py): no task starts on a volume it may have
-    emptied until the operator restores again or `reset`s the service."""
-    return _step(slot, SlotInput.RESTORE_FAILED, last_exit=line)
+    """A restore's stream failed or was cut (core/moving.py): Failed, and `half_written`
+    (`line`), so no task starts on a volume it may have emptied, across any change, until
+    the operator restores again or `reset`s the service."""
+    return _step(slot, SlotInput.RESTORE_FAILED, last_exit=line, half_written=line)
 
 
 def lose(slot: SlotState, awaiting_restore: str = "", *, pinned: bool = False) -> SlotState:
@@ -212,10 +230,13 @@ def lose(slot: SlotState, awaiting_restore: str = "", *, pinned: bool = False) -
 
 
 def reset(slot: SlotState) -> SlotState:
-    """`minidock reset` (and any change of spec): forget the failed attempts, Failed and
-    the backoff, and nothing else. The record (the task assigned to the slot, its host,
-    the host a start failed on, the tasks already counted) is kept: pinning, fencing and
-    the survivor of the slot are decided from it (docs/state.md, the record rule)."""
+    """`minidock reset`: forget the failed attempts, Failed and the backoff, and a
+    half-written volume's hold (the operator said: start it on what its volume holds), and
+    nothing else. The record (the task assigned to the slot, its host, the host a start
+    failed on, the tasks already counted) is kept: pinning, fencing and the survivor of
+    the slot are decided from it (docs/state.md, the record rule)."""
+    if slot.half_written:
+        slot = replace(slot, half_written="")
     if slot.phase not in _RESET_FROM and not slot.attempts and not slot.next_start:
         return slot  # nothing to forget: the record stays as it is, phase and all
     return _step(slot, SlotInput.RESET, attempts=(), next_start=0.0)
@@ -224,10 +245,24 @@ def reset(slot: SlotState) -> SlotState:
 _RESET_FROM = (*TERMINAL, SlotPhase.BACKING_OFF)
 
 
+def renew(slot: SlotState) -> SlotState:
+    """One slot across a change of spec (an apply, `scale`, a rollback): `reset`, but a
+    slot whose volume a restore left half written stays as it is, Failed: a change says
+    nothing about its data (only `reset` or a restore does)."""
+    return slot if slot.half_written else reset(slot)
+
+
 def renewed(records: Mapping[int, SlotState]) -> dict[int, SlotState]:
-    """Every slot's record across a change (a new generation, a rollback, `reset`): its
-    failed attempts, Failed and backoff forgotten, its task and host kept. Only a task that
-    replaces the slot's task changes them, and a slot scaled away leaves with its last task."""
+    """Every slot's record across a change (a new generation, a rollback): its failed
+    attempts, Failed and backoff forgotten (`renew`: not a half-written volume's hold),
+    its task and host kept. Only a task that replaces the slot's task changes them, and a
+    slot scaled away leaves with its last task."""
+    return {n: renew(s) for n, s in records.items()}
+
+
+def forgiven(records: Mapping[int, SlotState]) -> dict[int, SlotState]:
+    """Every slot's record after `minidock reset SERVICE`: `reset`, half-written volumes
+    included (the operator's word that its tasks start on what their volumes hold)."""
     return {n: reset(s) for n, s in records.items()}
 
 

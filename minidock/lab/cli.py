@@ -38,6 +38,7 @@ class Mode(enum.StrEnum):
     DOCKERD = "dockerd"
     PARTITION = "partition"
     DISK = "disk"
+    SLOW = "slow"
 
 
 _MODES: dict[Mode, KillMode] = {
@@ -47,6 +48,7 @@ _MODES: dict[Mode, KillMode] = {
     Mode.DOCKERD: "dockerd",
     Mode.PARTITION: "partition",
     Mode.DISK: "disk",
+    Mode.SLOW: "slow",
 }
 
 
@@ -251,7 +253,8 @@ def status_command(ctx: typer.Context, json_output: JsonOption = False) -> None:
 @lab_app.command("kill")
 def kill_command(ctx: typer.Context, host: HostArgument, mode: ModeOption = Mode.STOP) -> None:
     """Make a fault: stop (host off), pause (hung), sshd, dockerd (daemon dead), partition
-    (port 22 dropped; tasks keep running), disk (full: no new container can be created)."""
+    (port 22 dropped; tasks keep running), disk (full: no new container can be created),
+    slow (sends at 16 Mbit/s)."""
     try:
         _lab(ctx).kill(host, _MODES[mode])
     except LabError as exc:

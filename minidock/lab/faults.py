@@ -4,8 +4,9 @@ Each mode is one of the ways a host is lost that FLEET-NOTES "Network" measured,
 looks different to the controller: `stop` (host off: refused), `pause` (hung: the connect
 times out), `sshd` (reset at once), `dockerd` (SSH fine, docker fails), `partition`
 (iptables drops port 22; the host and its tasks keep running), `disk` (the host answers
-and runs its tasks, but a new container cannot be created: "no space left on device").
-Revive heals any mix.
+and runs its tasks, but a new container cannot be created: "no space left on device"),
+`slow` (the host answers everything, but sends at 16 Mbit/s: a long copy stays in flight
+long enough for a test to act in the middle of it). Revive heals any mix.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLEAN_SCRIPT", "HEAL_SCRIPT", "KILL_MODES", "KillMode", "heal", "kill"]
 
-KillMode = Literal["stop", "pause", "sshd", "dockerd", "partition", "disk"]
+KillMode = Literal["stop", "pause", "sshd", "dockerd", "partition", "disk", "slow"]
 KILL_MODES: tuple[KillMode, ...] = get_args(KillMode)
 
 PARTITION_RULE = ("INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP")
@@ -46,6 +47,10 @@ FILL_DISK = (
     " /var/lib/docker/containers && dd if=/dev/zero of=/var/lib/docker/containers/.fill"
     " bs=4k 2>/dev/null; }; true"
 )
+# A slow link: every packet the host sends is paced by a token bucket on its interface
+# (tc's tbf; the lab hosts are privileged, the qdisc is in their own network namespace).
+SLOW = "tc qdisc replace dev eth0 root tbf rate 16mbit burst 32kb latency 2s"
+FAST = "tc qdisc del dev eth0 root 2>/dev/null; true"
 EMPTY_DISK = f"while grep -q '^{FULL} ' /proc/mounts; do umount /var/lib/docker/containers; done"
 HEAL_SCRIPT = f"""
 i=0
@@ -55,6 +60,7 @@ while iptables -C $rule 2>/dev/null; do iptables -D $rule; done
 if ! ss -Hltn 'sport = :22' | grep -q .; then pkill -KILL -x sshd; {START_SSHD}; fi
 if ! pgrep -x dockerd >/dev/null; then {START_DOCKERD} fi
 {EMPTY_DISK}
+{FAST}
 """
 # After HEAL_SCRIPT, for `reset`: wait for dockerd, remove every MiniDock-labelled container.
 CLEAN_SCRIPT = """
@@ -74,6 +80,7 @@ _INSIDE: dict[str, str] = {
     "dockerd": KILL_DOCKERD,
     "partition": PARTITION,
     "disk": FILL_DISK,
+    "slow": SLOW,
 }
 
 

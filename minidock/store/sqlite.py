@@ -54,6 +54,11 @@ __all__ = [
 # whose controller state holds records (backup intents, restores awaited) that an older
 # MiniDock would drop on its next write, so an older one refuses it (CHANGELOG.md).
 # Raised by the first writer (`seal_at_rest`); readers leave an older database as it is.
+# A slot's `half_written` (a failed restore's hold, "" when absent) raises nothing: a
+# record without it reads as unmarked, which is what it meant, and it lands within 0.5.0,
+# the release that brought schema 3, so no released writer of schema 3 lacks it. A field
+# like it added after a release would raise the schema: that release's controllers would
+# drop it on their next write (etcd.py's SCHEMA_VERSION follows this one).
 SCHEMA_VERSION = 3
 _BUSY_TIMEOUT = 10.0  # seconds a reader/writer waits for SQLite's own short-lived locks
 

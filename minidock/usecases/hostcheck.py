@@ -162,17 +162,19 @@ async def _local(
         skipped = [hc.Check(n, None, "not checked: no SSH") for n in _AFTER_SSH]
         return [hc.ssh_check(host, reason), *skipped], False
     checks = [hc.ssh_check(host, None)]
-    ident, sudo, info = await asyncio.gather(
+    ident, sudo, version = await asyncio.gather(
         _run(executor, host, hc.id_argv()),
         _run(executor, host, hc.sudo_argv()),
-        _run(executor, host, hc.info_argv()),
+        _run(executor, host, hc.engine_argv()),
     )
-    engine = hc.engine_check(host, info.exit_status, info.stdout, info.stderr)
-    checks.append(engine)
+    check, engine = hc.engine_check(host, version.exit_status, version.stdout, version.stderr)
+    checks.append(check)
     checks.append(hc.user_check(host, ident.stdout, sudo.exit_status == 0))
     checks.append(hc.kernel_check(kernel.stdout, fleet.ingress(host.name)))
-    parsed = hc.parse_engine_info(info.stdout) if engine.ok else None
-    root = parsed.root if parsed is not None else ""
+    root = ""
+    if check.ok and engine is not None:
+        info = await _run(executor, host, hc.root_argv(engine.kind))
+        root = hc.parse_root(info.stdout) or ""
     if root:
         df = await _run(executor, host, hc.disk_argv(root))
         checks.append(hc.disk_check(root, df.stdout))

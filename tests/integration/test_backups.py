@@ -83,9 +83,9 @@ def _plain_pipeline(fleet: Fleet, host: str, container: str, repo: Path) -> floa
 
 
 def _minute_ahead() -> tuple[str, float]:
-    """A daily schedule at a minute at least a minute from now (UTC: the apply's pass arms
-    it before it comes), and that minute's epoch seconds."""
-    at = (int(time.time()) // 60) * 60 + 120
+    """A daily schedule at the first minute at least 40 s from now (UTC: the apply's first
+    pass arms it, a few seconds in, before it comes), and that minute's epoch seconds."""
+    at = -(-(int(time.time()) + 40) // 60) * 60
     return time.strftime("%M %H * * *", time.gmtime(at)), float(at)
 
 

@@ -66,7 +66,7 @@ image = "minidock-lab/web:{version}"
 mode = "global"
 ingress = {{ host = "app.test", port = 8080 }}
 drain_timeout = "1s"
-update = {{ parallelism = 1, monitor = "1s" }}
+update = {{ parallelism = 2, monitor = "1s" }}  # two of the four at a time: half the wait
 """
     + HEALTH.format(service="web")
     + """
@@ -174,6 +174,26 @@ def test_each_engine_is_read_and_a_health_checked_service_is_healthy_on_each(
         assert "Podman 5.4" in text
     if "sid" in KINDS:
         assert "Docker 28.5" in text
+
+
+def test_hosts_check_passes_on_each_kind_and_names_its_engine(conformance: Minidock) -> None:
+    """`hosts check` reads each engine as the probe does (a Podman host's root directory
+    from Podman's own `info`), and a host a pass drives passes it, a sudo host too."""
+    md = conformance
+    res = md("hosts", "check", "--json", timeout=240)
+    doc = json.loads(res.stdout)
+    failed = [
+        f"{h['host']}: {c['check']}: {c['found']} (fix: {c['fix']})"
+        for h in doc["hosts"]
+        for c in h["checks"]
+        if c["ok"] is not True
+    ]
+    assert not failed, "\n".join(failed)
+    assert res.returncode == 0, res.stderr
+    found = {h["host"]: {c["check"]: c["found"] for c in h["checks"]} for h in doc["hosts"]}
+    for host, kind in HOSTS.items():
+        engine, version = ENGINES[kind]
+        assert found[host]["engine"].startswith(f"{engine.capitalize()} {version}"), found[host]
 
 
 def test_a_rolling_update_behind_the_health_gate_fails_no_request_through_the_ingress(

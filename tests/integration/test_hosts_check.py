@@ -1,11 +1,11 @@
 """`minidock hosts check` and `hosts prepare` on the lab fleet, with faults planted inside
 the hosts and taken away at the end of each test (the lab is shared): a proxy image gone,
-a task port closed by the host's firewall, the user out of the docker group, the engine
-stopped. Each is named with its fix; prepare turns the host without an engine into one
-the check passes. Assertions read `--json` (docs/cli.md#hosts-check). Last, a device, a
+a task port closed by the host's firewall, the user out of the docker group, an engine
+older than MiniDock drives (a `docker` that reports 19.03: Debian packages none), the
+engine stopped. Each is named with its fix; prepare turns the host without an engine into
+one the check passes. Assertions read `--json` (docs/cli.md#hosts-check). Last, a device, a
 tmpfs, /dev/shm's size and a pids limit given to a lab task, seen inside it and by the
-engine (issue 44, item 5). An old engine is not planted (every lab host runs Debian 12's
-20.10): the unit tests feed the engine check older versions."""
+engine (issue 44, item 5)."""
 
 from __future__ import annotations
 
@@ -107,6 +107,38 @@ def test_hosts_check_names_each_planted_fault_with_its_fix(
     assert fleet.docker("host1", "image", "inspect", NAMES_IMAGE).returncode == 0
     rules = fleet.exec("host2", "iptables", "-S", "DOCKER-USER").stdout
     assert "REJECT" not in rules
+
+
+# An engine older than MiniDock drives, planted: Debian ships none, so host4's `docker`
+# answers `version` as Docker 19.03 would (a wrapper first on the PATH); all else is the
+# host's own engine.
+OLD_ENGINE = r"""#!/bin/sh
+if [ "$1" = version ]; then
+    /usr/bin/docker "$@" | sed 's/"Version":"20[.]10[.][^"]*"/"Version":"19.03.15"/g'
+    exit
+fi
+exec /usr/bin/docker "$@"
+"""
+
+
+def test_an_old_engine_is_named_with_the_probes_refusal_and_the_upgrade(
+    md: Minidock, fleet: Fleet, tmp_path: Path
+) -> None:
+    inventory = patient_inventory(fleet, tmp_path / "lab.toml")
+    wrapper = "/usr/local/bin/docker"
+    plant = f"cat > {wrapper} <<'EOF'\n{OLD_ENGINE}EOF\nchmod 755 {wrapper}"
+    fleet.exec("host4", "sh", "-c", plant, check=True)
+    try:
+        code, doc = checked(md, "--inventory", str(inventory), "host4")
+        assert code == 1
+        engine = verdicts(doc)["host4"]["engine"]
+        assert engine["found"] == (
+            "Docker 19.03.15 refused: MiniDock needs Docker 20.10 or newer for "
+            "`docker run --pull never`"
+        ), engine
+        assert engine["fix"].startswith("upgrade the engine to Docker 20.10 or newer")
+    finally:
+        fleet.exec("host4", "rm", "-f", wrapper)
 
 
 def test_hosts_prepare_starts_the_engine_of_a_host_then_the_check_passes(

@@ -1343,6 +1343,7 @@ def test_lab_kill_help_names_every_fault_mode(in_tmp: Path) -> None:
     result = invoke("lab", "kill", "--help")
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
-    for mode in ("stop", "pause", "sshd", "dockerd", "partition", "disk"):
+    for mode in ("stop", "pause", "sshd", "dockerd", "partition", "disk", "slow"):
         assert re.search(rf"\b{mode}\b", text), mode
     assert "disk (full: no new container can be created)" in text
+    assert "slow (sends at 16 Mbit/s)" in text

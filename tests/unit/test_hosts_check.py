@@ -9,9 +9,12 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from minidock.commands import hostcheck as hc
 from minidock.commands import hostprep as hp
-from minidock.model import Host
+from minidock.core.engines import refusal
+from minidock.model import Engine, Host
 from minidock.spec import load_inventory
 from minidock.ssh import Result, Unreachable
 from minidock.usecases import state_location
@@ -23,6 +26,7 @@ from minidock.usecases.hostcheck import (
     prepare_hosts,
 )
 from minidock.usecases.runtime import Clock, Runtime
+from tests.unit.test_engines import older, recorded, rootless
 
 HOST = Host("web1", "10.0.0.5", port=2222, user="deploy", private_address="192.168.1.5")
 ROOT = replace(HOST, user="root")
@@ -65,28 +69,48 @@ def test_a_refused_connection_is_fixed_by_checking_sshd() -> None:
 
 
 # -- the engine -------------------------------------------------------------------------------
-def test_the_engine_line_of_docker_info_is_read() -> None:
-    info = hc.parse_engine_info("20.10.24+dfsg1|/var/lib/docker|Debian GNU/Linux 12 (bookworm)\n")
-    assert info == hc.EngineInfo(
-        "20.10.24+dfsg1", "/var/lib/docker", "Debian GNU/Linux 12 (bookworm)"
-    )
-    assert hc.parse_engine_info("|\n") is None  # what the client prints when no engine answers
+@pytest.mark.parametrize(
+    ("recording", "found"),
+    [
+        ("docker-20.10.24.json", "Docker 20.10.24+dfsg1"),
+        ("docker-26.1.5.json", "Docker 26.1.5+dfsg1"),
+        ("docker-28.5.2.json", "Docker 28.5.2+dfsg4"),
+        ("podman-5.4.2.json", "Podman 5.4.2"),
+    ],
+)
+def test_each_engine_a_pass_drives_passes_read_as_the_probe_reads_it(
+    recording: str, found: str
+) -> None:
+    check, engine = hc.engine_check(HOST, 0, recorded(recording), "")
+    assert (check.ok, check.found) == (True, found)
+    assert engine is not None
+    assert str(engine) == found
 
 
-def test_docker_20_10_and_newer_pass() -> None:
-    for version in ("20.10.24+dfsg1", "26.1.5+dfsg1", "28.5.2"):
-        check = hc.engine_check(HOST, 0, f"{version}|/var/lib/docker|Debian\n", "")
-        assert (check.ok, check.found) == (True, f"Docker {version}")
+def test_the_root_is_asked_of_the_engine_found() -> None:
+    assert hc.root_argv("docker") == ["docker", "info", "--format", "{{.DockerRootDir}}"]
+    assert hc.root_argv("podman") == ["docker", "info", "--format", "{{.Store.GraphRoot}}"]
+    assert hc.parse_root("/var/lib/containers/storage\n") == "/var/lib/containers/storage"
+    assert hc.parse_root("\n") is None  # what the client prints when no engine answers
 
 
-def test_an_older_engine_fails_with_the_upgrade() -> None:
-    check = hc.engine_check(HOST, 0, "19.03.13|/var/lib/docker|Ubuntu 20.04\n", "")
-    assert (check.ok, check.found) == (False, "Docker 19.03.13, older than 20.10")
-    assert check.fix.startswith("upgrade the engine to 20.10 or newer")
+def test_an_older_engine_fails_with_the_probes_refusal_and_the_upgrade() -> None:
+    check, _ = hc.engine_check(HOST, 0, older("docker-20.10.24.json", "19.03.13"), "")
+    assert (check.ok, check.found) == (False, refusal(Engine("docker", "19.03.13")))
+    assert check.fix.startswith("upgrade the engine to Docker 20.10 or newer")
+    check, _ = hc.engine_check(HOST, 0, older("podman-5.4.2.json", "3.4.4"), "")
+    assert check.found.startswith("Podman 3.4.4 refused: MiniDock needs Podman 4.0")
+
+
+def test_rootless_docker_fails_with_the_rootful_daemon_as_fix() -> None:
+    check, _ = hc.engine_check(HOST, 0, rootless(), "")
+    assert check.ok is False
+    assert check.found.endswith("rootless Docker is not supported (run the daemon as root)")
+    assert check.fix == "run the daemon as root (rootful Docker)"
 
 
 def test_no_docker_command_is_fixed_by_prepare() -> None:
-    check = hc.engine_check(HOST, 127, "", "sh: 1: docker: not found\n")
+    check, _ = hc.engine_check(HOST, 127, "", "sh: 1: docker: not found\n")
     assert (check.ok, check.found) == (False, "no docker command")
     assert "minidock hosts prepare web1" in check.fix
 
@@ -96,7 +120,7 @@ def test_an_engine_that_does_not_answer_is_started() -> None:
         "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
         "Is the docker daemon running?\n"
     )
-    check = hc.engine_check(HOST, 1, "|\n", stderr)
+    check, _ = hc.engine_check(HOST, 1, recorded("docker-no-daemon.txt"), stderr)
     assert check.found.startswith("the engine does not answer: Cannot connect")
     assert check.fix.startswith("start it: systemctl enable --now docker")
 
@@ -106,7 +130,7 @@ def test_a_refused_socket_points_at_the_user_check() -> None:
         "permission denied while trying to connect to the Docker daemon socket at "
         "unix:///var/run/docker.sock: Get ...: connect: permission denied\n"
     )
-    check = hc.engine_check(HOST, 1, "", stderr)
+    check, _ = hc.engine_check(HOST, 1, "", stderr)
     assert (check.ok, check.found, check.fix) == (
         False,
         "deploy may not use the engine's socket",
@@ -326,8 +350,10 @@ class Hosts:
             return Result(0, "6.1.0-18-amd64\n", "")
         if argv == ["id"]:
             return Result(0, "uid=0(root) gid=0(root) groups=0(root)\n", "")
+        if key == ("docker", "version", "--format"):
+            return Result(0, recorded("docker-20.10.24.json"), "")
         if key == ("docker", "info", "--format"):
-            return Result(0, "20.10.24+dfsg1|/var/lib/docker|Debian\n", "")
+            return Result(0, "/var/lib/docker\n", "")
         if argv[:2] == ["df", "-Pk"]:
             return Result(0, DF, "")
         if argv[0] == "date":

@@ -267,6 +267,15 @@ class Fleet(World):
     answers_promote: bool = True  # the operator promotes a manual canary as soon as asked
     gone: set[str] = field(default_factory=set)  # hosts forgotten (their tasks do not count)
     kill: str = ""  # where this pass's controller dies (one_pass)
+    # (h): slots a restore left half written (once their record said so), until a restore
+    # of them completes or the operator forgives them (`reset`, `restore --empty`: then
+    # `forgiven`, their next start exempt from (h) and (i), on what they hold)
+    marked: set[tuple[str, int]] = field(default_factory=set)
+    forgiven: set[tuple[str, int]] = field(default_factory=set)
+    # (h): (host, volume) half written when `forget HOST` said the host and what it holds
+    # are gone for good: the controller knows nothing of them if the host answers again
+    forgotten: set[tuple[str, str]] = field(default_factory=set)
+    copy_kill: str = ""  # the `kill` of the next pass that copies (a volume or a backup)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -311,6 +320,9 @@ class Fleet(World):
         seen = {c.id for cs in self.reachable().values() for c in cs}
         plan = self.plan()
         self.record(plan)  # committed before any act
+        self.note_marks()
+        if self.copy_kill and self.copies(plan):
+            kill, self.copy_kill = kill or self.copy_kill, ""
         self.kill = kill
         if kill != "before acts":
             self.load_proxies(plan)
@@ -321,6 +333,7 @@ class Fleet(World):
                 outcomes = self.carry_rest(plan)
                 if kill not in ("before fold", "mid copy"):
                     self.state, _ = fold_outcomes(plan.state, outcomes, self.now)
+                    self.note_marks()
             self.check_traffic(seen)  # what this pass loaded, against what it saw
             self.check_share(plan)
             self.check_pinned()
@@ -329,6 +342,20 @@ class Fleet(World):
             self.state = promote(self.state, "web")  # the operator answers at once
         self.tick(DT)
         return plan
+
+    def copies(self, plan: Plan) -> bool:
+        """Whether the pass streams a volume: a move's or restore's copy."""
+        return any(m.copy for m in plan.moves)
+
+    def note_marks(self) -> None:
+        """(h): a slot whose record says a restore left it half written is marked, and
+        stays so whatever later records say, until a restore of it completes or the
+        operator forgives it."""
+        for name, ss in self.state.services.items():
+            for n, record in ss.slots.items():
+                if record.half_written:
+                    self.marked.add((name, n))
+                    self.forgiven.discard((name, n))
 
     def check_share(self, plan: Plan) -> None:
         """(f): while a canary runs with `canary_weight`, each route sends its tasks that
@@ -437,21 +464,24 @@ class Fleet(World):
         "mid copy" cuts the stream half-way (the controller dies: no outcome); "target
         lost mid copy" and "source lost mid copy" lose that host half-way (MoveFailed; a
         move's target copy is then removed where the target still answers, as relocate's
-        _discard does; a restore's removal of what it began fails on a lost target)."""
+        _discard does; a restore's removal of what it began fails on a lost target); "copy
+        fails" breaks the stream half-way, both hosts answering (MoveFailed: a move's
+        partial copy removed, a restore's volume left half written)."""
         move, subject = act.move, (act.service, act.slot)
         volumes = [v for v in act.spec.volumes if v.named]
         names = self.named_volumes(act.spec, act.slot)
-        if not act.copy:
-            if move.source in self.down:
+        if not act.copy:  # the source's old volumes, or a failed copy's on the target
+            if act.removes_on in self.down or act.removes_on not in self.volumes:
                 return []  # act-failed: tried again by the next pass
             for name in names:
-                self.remove_volume(move.source, name)
+                self.remove_volume(act.removes_on, name)
             return [SourceCleaned(*subject)]
         source = "" if move.restore else move.source
         if move.target in self.down or source in self.down:
-            return [MoveFailed(*subject, f"{move.target} does not answer")]
+            discarded = not move.restore and move.target not in self.down
+            return [MoveFailed(*subject, f"{move.target} does not answer", discarded)]
         lost = {"target lost mid copy": move.target, "source lost mid copy": source}
-        cut = self.kill == "mid copy" or bool(lost.get(self.kill))
+        cut = self.kill in ("mid copy", "copy fails") or bool(lost.get(self.kill))
         for v, name in zip(volumes, names, strict=True):
             if move.restore:
                 self.restore_volume(move.target, name, move.snapshot_of(v.source), cut=cut)
@@ -461,10 +491,17 @@ class Fleet(World):
                 break
         if lost.get(self.kill):
             self.kill_host(lost[self.kill])
-            if move.target not in self.down:
-                for name in names:
-                    self.remove_volume(move.target, name)
-            return [MoveFailed(*subject, f"{lost[self.kill]} lost mid copy")]
+            discarded = not move.restore and move.target not in self.down
+            for name in names if discarded else ():
+                self.remove_volume(move.target, name)
+            return [MoveFailed(*subject, f"{lost[self.kill]} lost mid copy", discarded)]
+        if self.kill == "copy fails":  # the stream broke, both hosts answering
+            for name in names if not move.restore else ():
+                self.remove_volume(move.target, name)
+            return [MoveFailed(*subject, "restic dump: unexpected EOF", not move.restore)]
+        if not cut and move.restore:  # whole again: what the operator restored
+            self.marked.discard(subject)
+            self.forgiven.discard(subject)
         return [] if cut else [VolumesCopied(*subject, 1, 1.0)]
 
     def starting_pinned(self, s: Service, slot: int, host: str) -> None:
@@ -484,9 +521,20 @@ class Fleet(World):
         ]
         if others:
             self.violations.append(f"(g) {subject} started on {host} while on {others[0].host}")
+        if (s.name, slot) in self.marked:
+            self.violations.append(
+                f"(h) {subject} started on {host} while a restore left it half written"
+            )
+        if (s.name, slot) in self.forgiven:  # the operator's word: on what it holds (or empty)
+            self.forgiven.discard((s.name, slot))
+            for name in names:  # what it holds is its data from now on
+                data = self.volume(host, name)
+                if data is not None:
+                    self.volumes[host][name] = replace(data, whole=True)
+            return
         for v, name in zip([v for v in s.volumes if v.named], names, strict=True):
             data = self.volume(host, name)
-            if data is not None and not data.whole:
+            if data is not None and not data.whole and (host, name) not in self.forgotten:
                 self.violations.append(f"(h) {subject} started on a half-written {v.source}")
             elif (data is None or data.empty) and self.snapshot_of(s.name, slot, v.source):
                 self.violations.append(

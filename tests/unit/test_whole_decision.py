@@ -84,6 +84,7 @@ from hypothesis.stateful import (
 
 from minidock.caddy import parse_proxy_probe
 from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promote
+from minidock.core.backing import BackupAct, BackupStep, VerifyAct
 from minidock.core.endpoints import names_in_use
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import JobCollect, JobStart
@@ -91,6 +92,7 @@ from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
 from minidock.core.outcomes import HookEnded, HookStarted, JobEnded, JobStarted
 from minidock.core.plan import WaitKind
 from minidock.core.routes import ingress_hosts, takes_traffic
+from minidock.core.saving import BackupEnded, BackupKept, Copied, Hooked, VerifyEnded
 from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.core.scheduler import service_ports
 from minidock.core.serving import Serving
@@ -109,7 +111,7 @@ from minidock.model import (
 from minidock.runner import decision
 from minidock.spec.cluster import load
 from minidock.spec.errors import SpecError
-from tests.sim import World
+from tests.sim import Snapshot, World
 
 DT = 10.0  # seconds between passes: more than drain_timeout and a health check's settling
 HOSTS = ("host1", "host2", "host3")
@@ -324,7 +326,12 @@ class Fleet(World):
         if self.copy_kill and self.copies(plan):
             kill, self.copy_kill = kill or self.copy_kill, ""
         self.kill = kill
-        if kill != "before acts":
+        if kill == "mid stop":  # `docker stop` done (exit 0), not removed: the controller dies
+            self.load_proxies(plan)
+            for s in plan.stop:
+                self.stopping(s.container)
+                self.exited(s.container)
+        elif kill != "before acts":
             self.load_proxies(plan)
             for s in plan.stop:
                 self.stopping(s.container)
@@ -343,9 +350,28 @@ class Fleet(World):
         self.tick(DT)
         return plan
 
+    def exited(self, c: Container) -> None:
+        """`docker stop` of `c`: exited 0, still there."""
+        if c.host not in self.down:
+            self.containers[c.host] = [
+                replace(x, state="exited", exit_code=0, finished_at=self.now) if x.id == c.id else x
+                for x in self.containers[c.host]
+            ]
+
     def copies(self, plan: Plan) -> bool:
-        """Whether the pass streams a volume: a move's or restore's copy."""
-        return any(m.copy for m in plan.moves)
+        """Whether the pass streams a volume (a move's, a restore's or a backup's copy) or
+        stops a task for its backup's copy."""
+        held = {
+            (name, n)
+            for name, ss in plan.state.services.items()
+            for n, b in ss.backups.slots.items()
+            if b.holds
+        }
+        return (
+            any(m.copy for m in plan.moves)
+            or any(isinstance(b, BackupAct) and b.step is BackupStep.COPY for b in plan.backups)
+            or any((s.container.service, s.container.slot) in held for s in plan.stop)
+        )
 
     def note_marks(self) -> None:
         """(h): a slot whose record says a restore left it half written is marked, and
@@ -434,6 +460,10 @@ class Fleet(World):
             outcomes += self.move_act(move)
             if self.kill == "mid copy" and move.copy:
                 return outcomes  # the controller died half-way through the copy
+        for backup in plan.backups:
+            outcomes += self.backup_act(backup)
+            if self.kill == "mid copy" and backup.step is BackupStep.COPY:
+                return outcomes  # the controller died half-way through the backup's copy
         for hook in plan.hooks:
             outcomes += self.hook_act(hook)
         for job in plan.jobs:
@@ -503,6 +533,43 @@ class Fleet(World):
             self.marked.discard(subject)
             self.forgiven.discard(subject)
         return [] if cut else [VolumesCopied(*subject, 1, 1.0)]
+
+    def backup_act(self, act: BackupAct | VerifyAct) -> list[ActOutcome]:
+        """A backup's act as minidock.saving carries it: its hook (none drawn), its copy (a
+        snapshot of each named volume the slot holds on its host, out of its running task or
+        through a helper: a volume that is not there fails it), `keep` (forgets none), a
+        drill (not drawn). `kill`: "mid copy" cuts the copy (the controller dies: no
+        outcome, no snapshot); "copy fails" breaks restic's stream, and a host lost mid
+        copy (the slot's) fails it too (BackupEnded)."""
+        subject = (act.service, act.slot)
+        if isinstance(act, VerifyAct):
+            return [VerifyEnded(*subject, "", ok=True, line="")]
+        if act.step is BackupStep.HOOK:
+            return [Hooked(*subject)]
+        if act.step is BackupStep.KEEP:
+            return [BackupKept(*subject, 0)]
+        if act.host in self.down:
+            return [BackupEnded(*subject, f"{act.host} does not answer")]
+        if self.kill == "mid copy":
+            return []
+        if self.kill in ("target lost mid copy", "source lost mid copy"):
+            self.kill_host(act.host)
+            return [BackupEnded(*subject, f"{act.host} lost mid copy")]
+        if self.kill == "copy fails":
+            return [BackupEnded(*subject, "restic backup: unexpected EOF")]
+        saved: list[tuple[str, str]] = []
+        for v, name in zip(
+            [v for v in act.spec.volumes if v.named],
+            self.named_volumes(act.spec, act.slot),
+            strict=True,
+        ):
+            data = self.volume(act.host, name)
+            if data is None:
+                return [BackupEnded(*subject, f"volume {name} is not on {act.host}")]
+            ident = f"{len(self.snapshots) + 1:08x}"
+            self.snapshots.append(Snapshot(ident, act.service, act.slot, v.source, data.content))
+            saved.append((v.source, ident))
+        return [Copied(*subject, tuple(saved), 1, 1.0)]
 
     def starting_pinned(self, s: Service, slot: int, host: str) -> None:
         """(g)-(i): a pinned slot's task starts with no other copy of it running (on a

@@ -6,7 +6,10 @@ removals too), running two services from one cluster file through the real loade
 (routed, replicated, a canary of 1 with `promote = "manual"` or "auto") and `db` (pinned:
 a named volume, `data`, whose content the sim keeps per host: made empty where a task first
 starts, written by its task as time passes, copied or restored afresh, half-written while
-a copy is cut off, snapshotted by a backup). Nobody promotes at once: `promote` is a rule.
+a copy is cut off, snapshotted by a backup the passes carry out; `restart = on-failure`;
+its `backup = { stop = true }` or not, and `on_host_loss = "restore"` with a
+`restore_after` of two passes or the default, drawn with the spec). Nobody promotes at
+once: `promote` is a rule.
 
 Between passes `OperatorDecision` draws, each command its own rule and through the same
 pure transition its use case calls (`minidock.core.intents`, `core.rebalance.record`),
@@ -34,7 +37,9 @@ Properties (docs/testing.md#the-whole-decision):
 (b), (c) as test_whole_decision's: no route loses its last healthy upstream, no task stops
     while a loaded table sends to it (checked by the Fleet after each pass's acts);
 (g) a pinned slot never has two running copies (at a start, counting every host not
-    forgotten; after each pass, every host seen);
+    forgotten, but a failover's old host while it is down: it is fenced when it answers;
+    after each pass, every host seen), and a failover keeps the slot's volume on its old
+    host;
 (h) a pinned slot never starts on a half-written volume (but one on a host `forget` said
     was gone for good: if it answers again, the controller knows nothing of it), nor at all
     while a restore left it half written (its record said so once), through any apply,
@@ -145,8 +150,11 @@ from minidock.core.state import ControllerState
 from minidock.ingress import configs_for
 from minidock.model import Cluster, Inventory
 from minidock.spec.cluster import load
-from tests.unit.test_whole_decision import HOSTS, INVENTORY, Fleet, Knobs
+from tests.unit.test_whole_decision import DT, HOSTS, INVENTORY, Fleet, Knobs
 
+# a failover's wait once its host is down (down_after 2 probes: 2 passes of DT), so that a
+# few passes of a host down pass it
+FAILOVER_AFTER = int(2 * DT)
 SETTLE = 40  # passes a still world may take to end every intent (measured: at most 6)
 KILLS = (
     "before acts",
@@ -174,6 +182,7 @@ class Spec:
     env: str = "a"
     dbs: int = 1
     stop: bool = False  # db's backup = { stop = true }: its task stopped for the copy
+    failover: bool = False  # db's on_host_loss = "restore", restore_after = FAILOVER_AFTER
 
     def render(self) -> str:
         web = Knobs(image=self.web, replicas=self.replicas, canary=self.canary)
@@ -188,6 +197,8 @@ class Spec:
             'backup = { repository = "restic", password = { file = "pass" }, '
             f"stop = {str(self.stop).lower()} }}",
         ]
+        if self.failover:
+            db += ['on_host_loss = "restore"', f'restore_after = "{FAILOVER_AFTER}s"']
         return web.render() + "\n".join(db) + "\n"
 
 
@@ -201,6 +212,7 @@ specs = st.builds(
     env=st.sampled_from(["a", "b"]),
     dbs=st.integers(1, 2),
     stop=st.booleans(),
+    failover=st.booleans(),
 )
 _FILES = Path(tempfile.mkdtemp(prefix="operator-decision-"))
 (_FILES / "inventory.toml").write_text(INVENTORY + "\n")
@@ -582,7 +594,8 @@ class OperatorDecision(RuleBasedStateMachine):
                     for t in self.state.host(h).tasks
                     if (t.service, t.slot) == (name, n)
                 }
-                if not ({move.target, move.source} | held) & waiting:
+                ends = {move.target} if move.failover else {move.target, move.source}
+                if not (ends | held) & waiting:  # a failover's source is down: why it runs
                     return f"{name}.{n} {move.line()}"
             manual = ss.rollout.in_canary and not canary.due(ss)
             if ss.rebalance and not manual and able:  # its moves wait for the canary's promote

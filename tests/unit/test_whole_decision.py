@@ -278,6 +278,7 @@ class Fleet(World):
     # are gone for good: the controller knows nothing of them if the host answers again
     forgotten: set[tuple[str, str]] = field(default_factory=set)
     copy_kill: str = ""  # the `kill` of the next pass that copies (a volume or a backup)
+    kept: set[tuple[str, str]] = field(default_factory=set)  # (host, volume) a failover left
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -323,6 +324,12 @@ class Fleet(World):
         plan = self.plan()
         self.record(plan)  # committed before any act
         self.note_marks()
+        for e in plan.events:  # (g): a failover keeps the slot's volume on its old host
+            ss = self.state.services.get(e.service or "")
+            if e.kind == "failover" and ss is not None and e.slot is not None:
+                old = ss.slot(e.slot).kept_on
+                names = self.named_volumes(ss.spec, e.slot)
+                self.kept |= {(old, n) for n in names if n in self.volumes.get(old, {})}
         if self.copy_kill and self.copies(plan):
             kill, self.copy_kill = kill or self.copy_kill, ""
         self.kill = kill
@@ -579,10 +586,12 @@ class Fleet(World):
         if not names:
             return
         subject = f"{s.name}.{slot}"
+        ss = self.state.services.get(s.name)
+        fenced = ss.slot(slot).kept_on if ss is not None else ""  # a failover left it: down
         others = [
             c
             for h, cs in self.containers.items()
-            if h not in self.gone
+            if h not in self.gone and not (h == fenced and h in self.down)
             for c in cs
             if c.live and c.service == s.name and c.slot == slot
         ]
@@ -616,7 +625,11 @@ class Fleet(World):
         )
 
     def check_pinned(self) -> None:
-        """(g) after the pass's acts: a pinned slot runs one copy where it is seen."""
+        """(g) after the pass's acts: a pinned slot runs one copy where it is seen, and the
+        volume a failover left on its old host is kept."""
+        for host, name in self.kept:
+            if host not in self.gone and name not in self.volumes[host]:
+                self.violations.append(f"(g) {name} on {host}, kept by a failover, removed")
         seen: Counter[tuple[str, int]] = Counter()
         for c in self.live():
             if c.id in self.mounts:

@@ -8,7 +8,7 @@ a named volume, `data`, whose content the sim keeps per host: made empty where a
 starts, written by its task as time passes, copied or restored afresh, half-written while
 a copy is cut off, snapshotted by a backup the passes carry out; `restart = on-failure`;
 its `backup = { stop = true }` or not, and `on_host_loss = "restore"` with a
-`restore_after` of two passes or the default, drawn with the spec). Nobody promotes at
+`restore_after` of two passes or not, drawn with the spec). Nobody promotes at
 once: `promote` is a rule.
 
 Between passes `OperatorDecision` draws, each command its own rule and through the same
@@ -39,7 +39,7 @@ Properties (docs/testing.md#the-whole-decision):
 (g) a pinned slot never has two running copies (at a start, counting every host not
     forgotten, but a failover's old host while it is down: it is fenced when it answers;
     after each pass, every host seen), and a failover keeps the slot's volume on its old
-    host;
+    host, whose task of the slot never runs past the first pass that sees it again;
 (h) a pinned slot never starts on a half-written volume (but one on a host `forget` said
     was gone for good: if it answers again, the controller knows nothing of it), nor at all
     while a restore left it half written (its record said so once), through any apply,
@@ -603,7 +603,7 @@ class OperatorDecision(RuleBasedStateMachine):
             # a slot that waits for the operator holds its rollout until they say (the last
             # settle does): `minidock restore` (its host forgotten, a snapshot of it known),
             # or `minidock move` (its data on a host drained since, no task left there)
-            asks = self.restores(name) or self.moves(name) or self.marked(name)
+            asks = {*self.restores(name), *self.moves(name), *self.marked(name)}
             if ss.rollout.active and not (manual or waiting or asks) and able:
                 return f"{name}'s rollout {ss.rollout.phase.value}"
             for n, b in ss.backups.slots.items():  # one on a down host waits for it

@@ -279,6 +279,7 @@ class Fleet(World):
     forgotten: set[tuple[str, str]] = field(default_factory=set)
     copy_kill: str = ""  # the `kill` of the next pass that copies (a volume or a backup)
     kept: set[tuple[str, str]] = field(default_factory=set)  # (host, volume) a failover left
+    fenced: set[str] = field(default_factory=set)  # containers a failover left (never again)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -330,6 +331,8 @@ class Fleet(World):
                 old = ss.slot(e.slot).kept_on
                 names = self.named_volumes(ss.spec, e.slot)
                 self.kept |= {(old, n) for n in names if n in self.volumes.get(old, {})}
+                left = self.containers.get(old, [])
+                self.fenced |= {c.id for c in left if (c.service, c.slot) == (e.service, e.slot)}
         if self.copy_kill and self.copies(plan):
             kill, self.copy_kill = kill or self.copy_kill, ""
         self.kill = kill
@@ -630,6 +633,9 @@ class Fleet(World):
         for host, name in self.kept:
             if host not in self.gone and name not in self.volumes[host]:
                 self.violations.append(f"(g) {name} on {host}, kept by a failover, removed")
+        for c in self.live():  # the old host back: its task fenced, the restored one runs
+            if c.id in self.fenced:
+                self.violations.append(f"(g) {c.name} runs on {c.host}, which a failover left")
         seen: Counter[tuple[str, int]] = Counter()
         for c in self.live():
             if c.id in self.mounts:

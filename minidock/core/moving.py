@@ -209,12 +209,13 @@ def hold(
 
 
 def _holders(ss: ServiceState, n: int, move: VolumeMove, view: View) -> tuple[str, ...]:
-    """The hosts the move waits for (`View.holders`), but a failover's down source: the
-    pass restores elsewhere because it is down, and fences its task if it answers."""
+    """The hosts the move waits for (`View.holders`), but a failover's down source (of
+    this move, or of an earlier one: the slot's `kept_on`): the pass restored elsewhere
+    because it is down, and fences its task if it answers."""
     held = view.holders(ss, n)
-    if not move.failover:
-        return held
-    return tuple(h for h in held if not (h == move.source and view.hosts[h].down))
+    fenced = {move.source} if move.failover else set()
+    fenced |= {ss.slot(n).kept_on} - {""}  # a failover's old host, also for a later move
+    return tuple(h for h in held if not (h in fenced and view.hosts[h].down))
 
 
 def _fenced(ss: ServiceState, n: int, c: Container) -> str:

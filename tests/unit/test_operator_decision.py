@@ -122,6 +122,9 @@ that); (n) narrowed: a restore waits while a down host last seen running its tas
 Drawing backups inside the pass found: a backup of a slot scaled away (`backup = { stop =
 true }`, then `scale db=0`) never ended, 'stopping its task for the copy' (n) (the passes
 decide wanted slots only; it now ends, failed, as a move of a slot scaled away does).
+Drawing failover found: a move of a slot after its failover waited for the failover's old
+host (down, last seen running the slot's task), its task stopped meanwhile: the database
+down for as long as that host is (the old host is fenced whatever moves the slot later).
 Still open (random seeds find them; the suite runs a fixed set of examples that pass, so
 that it fails by no chance; issue 43 stays open for them): with `--hypothesis-seed=8`,
 (m) "web.1 holds 3 live tasks in a canary"; with 9, (n) "db's rollout updating" never
@@ -938,3 +941,20 @@ def test_a_backup_of_a_slot_scaled_away_ends() -> None:
     machine.nothing_bad()
     assert machine.state.services["db"].backups.slots == {}
     assert machine.state.services["db"].backups.last[1].failed
+
+
+def test_a_move_after_a_failover_does_not_wait_for_the_old_host() -> None:
+    """db.1 failed over from host1 (down) to host2, then `move db.1 --to host3`: the move
+    stopped db.1 on host2 and waited for host1 to answer (it last ran a task of db.1), the
+    database down for as long as host1 is (found through the backup check of (n)). The
+    failover's old host is fenced whatever moves the slot later, so the move goes on."""
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:1", 1, 0, "manual", "db:1", "a", 1, failover=True), backed=True)
+    machine.f.kill_host(machine.state.services["db"].slot(1).host)
+    machine.passes(kills=[""] * 4)  # down, restore_after passed, restored elsewhere
+    machine.passes(kills=[""] * 4)  # its task ready there
+    to = next(h for h in HOSTS if h not in machine.f.down and h != machine.f.live("db")[0].host)
+    machine.move(slot=1, to=to)
+    machine.teardown()
+    machine.nothing_bad()
+    assert machine.state.services["db"].slot(1).host == to

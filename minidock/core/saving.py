@@ -177,7 +177,8 @@ def hold(
         line = f"{subject}: backup failed: its host was forgotten"
         event = Event(view.now, "backup-failed", line, service=name, slot=n)
         return _with(ss, n, failed.step(BackupInput.FAILED)), Effects(stops=stops, events=(event,))
-    held = view.holders(ss, n)
+    kept = ss.slot(n).kept_on  # a failover's old host: fenced when it answers, never waited
+    held = tuple(h for h in view.holders(ss, n) if not (h == kept and view.hosts[h].down))
     if intent.phase is BackupPhase.STOPPING and not here and not held:
         intent = intent.step(BackupInput.STOPPED)
         ss = _with(ss, n, intent)

@@ -132,7 +132,11 @@ that it fails by no chance; issue 43 stays open for them): with `--hypothesis-se
 (m) "web.1 holds 3 live tasks in a canary"; with 9, (n) "db's rollout updating" never
 ends, (g) "db.1 started on host2 while on host1" and (i) "db.1 started on an empty data
 on host2 though a snapshot of it exists"; with 11, (n) "db.1 moved to host2: removing
-its volumes on" its source never ends.
+its volumes on" its source never ends. With backups, half-written volumes and failover
+drawn (300 examples a seed, derandomize off, not yet judged core or invariant): seed 40,
+(g) "db.1.ID runs on host1, which a failover left" (restore_cut "copy fails" twice,
+lose_host with 4 passes, scale web=0, host_back, activate host1, the teardown); seeds 42
+and 45, (n) "web's rebalance ((1, 'host1'),)" never ends.
 """
 
 from __future__ import annotations

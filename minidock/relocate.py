@@ -105,9 +105,10 @@ async def carry_move(
         else:
             size = await _copy(acts, act)
     except _FAILURES as exc:
-        if not act.move.restore:  # a restore removes what it began itself
-            await _discard(acts, act)
-        acts.outcomes.append(MoveFailed(act.service, act.slot, str(exc)))
+        # a restore removes what it began itself; a move's partial copy not removed here
+        # (the target lost) is removed by a later pass (DISCARDING)
+        discarded = not act.move.restore and await _discard(acts, act)
+        acts.outcomes.append(MoveFailed(act.service, act.slot, str(exc), discarded))
         return
     acts.outcomes.append(VolumesCopied(act.service, act.slot, size, clock() - started))
 
@@ -221,14 +222,15 @@ def _check_top(first: bytes, snapshot: str, volume: str, path: str) -> None:
         )
 
 
-async def _discard(acts: Acts, act: MoveAct) -> None:
-    """A failed copy's volumes on the target removed (best effort: the next copy removes
-    them first anyway)."""
+async def _discard(acts: Acts, act: MoveAct) -> bool:
+    """A failed copy's volumes on the target removed; whether they were (not: the target
+    did not answer, and a later pass removes them, DISCARDING)."""
     target = acts.hosts.get(act.move.target)
     if target is None:
-        return
+        return False
     for volume, _ in slot_volumes(acts.cluster, act.spec, act.slot):
         try:
             await remove_volume(acts.executor, target, volume)
         except (CopyError, Unreachable, CommandTimeout):
-            return
+            return False
+    return True

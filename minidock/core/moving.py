@@ -62,11 +62,14 @@ class VolumesCopied:
 
 @dataclass(frozen=True)
 class MoveFailed:
-    """The copy failed (`line`, masked): the move ends, the slot stays where it was."""
+    """The copy failed (`line`, masked): the move ends, the slot stays where it was. A
+    move's act removes its partial copy on the target (`discarded`); one it could not (the
+    target lost half-way) is removed once the target answers (DISCARDING)."""
 
     service: str
     slot: int
     line: str
+    discarded: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,11 +185,17 @@ def hold(
     ss: ServiceState, n: int, here: Sequence[Container], view: View
 ) -> tuple[ServiceState, Effects] | None:
     """A holding move's slot: its tasks stopped, none started, and the move on to COPYING
-    once no task of the slot is seen or held anywhere; None for a slot decided as others."""
+    once no task of the slot is seen or held anywhere; None for a slot decided as others.
+    A slot with no host (its host forgotten) that would start afresh while its failed
+    move's partial copy on an answering target is being removed waits for that removal
+    (the pass's runs come before its removals: started there, it would run on the copy)."""
     move = ss.moves.get(n)
+    name, subject = ss.spec.name, f"{ss.spec.name}.{n}"
+    discarding = move is not None and move.phase is MovePhase.DISCARDING
+    if discarding and move is not None and not ss.slot(n).host and _answered(view, move.target):
+        return ss, Effects(waiting=(Waiting(subject, move.line(), WaitKind.MOVE, name),))
     if move is None or not move.holds:
         return None
-    name, subject = ss.spec.name, f"{ss.spec.name}.{n}"
     stops = tuple(Stop(c, f"{subject} {move.line()}{_fenced(ss, n, c)}") for c in here)
     held = _holders(ss, n, move, view)
     if move.phase is MovePhase.STOPPING and not here and not held:
@@ -200,12 +209,13 @@ def hold(
 
 
 def _holders(ss: ServiceState, n: int, move: VolumeMove, view: View) -> tuple[str, ...]:
-    """The hosts the move waits for (`View.holders`), but a failover's down source: the
-    pass restores elsewhere because it is down, and fences its task if it answers."""
+    """The hosts the move waits for (`View.holders`), but a failover's down source (of
+    this move, or of an earlier one: the slot's `kept_on`): the pass restored elsewhere
+    because it is down, and fences its task if it answers."""
     held = view.holders(ss, n)
-    if not move.failover:
-        return held
-    return tuple(h for h in held if not (h == move.source and view.hosts[h].down))
+    fenced = {move.source} if move.failover else set()
+    fenced |= {ss.slot(n).kept_on} - {""}  # a failover's old host, also for a later move
+    return tuple(h for h in held if not (h in fenced and view.hosts[h].down))
 
 
 def _fenced(ss: ServiceState, n: int, c: Container) -> str:
@@ -308,10 +318,14 @@ def fold_move(
         why = line.removeprefix(f"{subject}: ")
         ss = with_slot(ss, o.slot, restore_failed(ss.slot(o.slot), why))
     elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING:
-        ss = _with_move(ss, o.slot, None)
+        ended = None if o.discarded else move.step(MoveInput.LOST)
+        discarding = ended is not None and ended.phase is MovePhase.DISCARDING
+        ss = _with_move(ss, o.slot, ended if discarding else None)
         stays = move.source or "where the scheduler places it"
         kind = "move-failed"
         line = f"{subject}: move to {move.target} failed, it stays on {stays}: {o.line}"
+        if discarding:  # else a start there later would run on the half-written copy
+            line += f"; its partial copy on {move.target} is removed once {move.target} answers"
     elif isinstance(o, SourceCleaned) and move.phase is MovePhase.CLEANING:
         ss = _with_move(ss, o.slot, None)
         kind, line = "moved", f"{subject}: moved to {move.target}"

@@ -435,10 +435,13 @@ def _decide_service(
 def _intents_after(
     ss: ServiceState, wanted: set[int], view: View, fx: Effects
 ) -> tuple[ServiceState, Effects]:
-    """After the slots: a move of a slot scaled away ends, and the moves and backups
-    still under way say what they wait for."""
+    """After the slots: a move or a backup of a slot scaled away ends, and the moves and
+    backups still under way say what they wait for."""
     for n in sorted(ss.moves.keys() - wanted):  # nothing else would end it
         ss, ended = moving.unwanted(ss, n, view.now)
+        fx = fx + Effects(events=ended)
+    for n in sorted(ss.backups.slots.keys() - wanted):  # nor a backup's
+        ss, ended = saving.unwanted(ss, n, view.now)
         fx = fx + Effects(events=ended)
     if ss.moves:
         fx = fx + Effects(waiting=moving.waiting(ss, view))

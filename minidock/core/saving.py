@@ -53,6 +53,7 @@ __all__ = [
     "ready",
     "scheduled",
     "stranded",
+    "unwanted",
     "waiting",
 ]
 
@@ -176,7 +177,8 @@ def hold(
         line = f"{subject}: backup failed: its host was forgotten"
         event = Event(view.now, "backup-failed", line, service=name, slot=n)
         return _with(ss, n, failed.step(BackupInput.FAILED)), Effects(stops=stops, events=(event,))
-    held = view.holders(ss, n)
+    kept = ss.slot(n).kept_on  # a failover's old host: fenced when it answers, never waited
+    held = tuple(h for h in view.holders(ss, n) if not (h == kept and view.hosts[h].down))
     if intent.phase is BackupPhase.STOPPING and not here and not held:
         intent = intent.step(BackupInput.STOPPED)
         ss = _with(ss, n, intent)
@@ -274,6 +276,22 @@ def _drill_host(recorded: str, view: View) -> str:
         ),
         "",
     )
+
+
+def unwanted(ss: ServiceState, n: int, now: float) -> tuple[ServiceState, tuple[Event, ...]]:
+    """A backup of a slot the service no longer wants (scaled away) ends, as nothing else
+    would end it (the passes decide wanted slots only): copied already, as done (its task
+    does not start again: the slot is gone); else failed, nothing to start again. `keep`
+    goes on (restic's alone, no slot needed)."""
+    intent = ss.backups.slots.get(n)
+    if intent is None or intent.phase is BackupPhase.KEEPING:
+        return ss, ()
+    if intent.phase is BackupPhase.STARTING and not intent.failed:
+        return _ended(ss, n, intent, now, 0), ()
+    why = intent.failed or "the slot is no longer wanted"
+    line = f"{ss.spec.name}.{n}: backup failed: {why}"
+    ended = _ended(ss, n, replace(intent, failed=why), now, 0)
+    return ended, (Event(now, "backup-failed", line, service=ss.spec.name, slot=n),)
 
 
 def stranded(

@@ -83,7 +83,7 @@ class Fleet:
             return SourceCleaned("db", 1)
         self.volumes.pop(move.target, None)  # afresh, as minidock.relocate does
         if self.fail_copy:
-            return MoveFailed("db", 1, "no space left on device")
+            return MoveFailed("db", 1, "no space left on device", discarded=True)
         if move.restore:
             assert move.snapshot_of("data") == SNAP_ID
             self.volumes[move.target] = SNAPSHOT

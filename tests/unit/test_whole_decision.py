@@ -84,6 +84,7 @@ from hypothesis.stateful import (
 
 from minidock.caddy import parse_proxy_probe
 from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promote
+from minidock.core.backing import BackupAct, BackupStep, VerifyAct
 from minidock.core.endpoints import names_in_use
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import JobCollect, JobStart
@@ -91,6 +92,7 @@ from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
 from minidock.core.outcomes import HookEnded, HookStarted, JobEnded, JobStarted
 from minidock.core.plan import WaitKind
 from minidock.core.routes import ingress_hosts, takes_traffic
+from minidock.core.saving import BackupEnded, BackupKept, Copied, Hooked, VerifyEnded
 from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.core.scheduler import service_ports
 from minidock.core.serving import Serving
@@ -109,7 +111,7 @@ from minidock.model import (
 from minidock.runner import decision
 from minidock.spec.cluster import load
 from minidock.spec.errors import SpecError
-from tests.sim import World
+from tests.sim import Snapshot, World
 
 DT = 10.0  # seconds between passes: more than drain_timeout and a health check's settling
 HOSTS = ("host1", "host2", "host3")
@@ -267,6 +269,17 @@ class Fleet(World):
     answers_promote: bool = True  # the operator promotes a manual canary as soon as asked
     gone: set[str] = field(default_factory=set)  # hosts forgotten (their tasks do not count)
     kill: str = ""  # where this pass's controller dies (one_pass)
+    # (h): slots a restore left half written (once their record said so), until a restore
+    # of them completes or the operator forgives them (`reset`, `restore --empty`: then
+    # `forgiven`, their next start exempt from (h) and (i), on what they hold)
+    marked: set[tuple[str, int]] = field(default_factory=set)
+    forgiven: set[tuple[str, int]] = field(default_factory=set)
+    # (h): (host, volume) half written when `forget HOST` said the host and what it holds
+    # are gone for good: the controller knows nothing of them if the host answers again
+    forgotten: set[tuple[str, str]] = field(default_factory=set)
+    copy_kill: str = ""  # the `kill` of the next pass that copies (a volume or a backup)
+    kept: set[tuple[str, str]] = field(default_factory=set)  # (host, volume) a failover left
+    fenced: set[str] = field(default_factory=set)  # containers a failover left (never again)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -311,8 +324,24 @@ class Fleet(World):
         seen = {c.id for cs in self.reachable().values() for c in cs}
         plan = self.plan()
         self.record(plan)  # committed before any act
+        self.note_marks()
+        for e in plan.events:  # (g): a failover keeps the slot's volume on its old host
+            ss = self.state.services.get(e.service or "")
+            if e.kind == "failover" and ss is not None and e.slot is not None:
+                old = ss.slot(e.slot).kept_on
+                names = self.named_volumes(ss.spec, e.slot)
+                self.kept |= {(old, n) for n in names if n in self.volumes.get(old, {})}
+                left = self.containers.get(old, [])
+                self.fenced |= {c.id for c in left if (c.service, c.slot) == (e.service, e.slot)}
+        if self.copy_kill and self.copies(plan):
+            kill, self.copy_kill = kill or self.copy_kill, ""
         self.kill = kill
-        if kill != "before acts":
+        if kill == "mid stop":  # `docker stop` done (exit 0), not removed: the controller dies
+            self.load_proxies(plan)
+            for s in plan.stop:
+                self.stopping(s.container)
+                self.exited(s.container)
+        elif kill != "before acts":
             self.load_proxies(plan)
             for s in plan.stop:
                 self.stopping(s.container)
@@ -321,6 +350,7 @@ class Fleet(World):
                 outcomes = self.carry_rest(plan)
                 if kill not in ("before fold", "mid copy"):
                     self.state, _ = fold_outcomes(plan.state, outcomes, self.now)
+                    self.note_marks()
             self.check_traffic(seen)  # what this pass loaded, against what it saw
             self.check_share(plan)
             self.check_pinned()
@@ -329,6 +359,39 @@ class Fleet(World):
             self.state = promote(self.state, "web")  # the operator answers at once
         self.tick(DT)
         return plan
+
+    def exited(self, c: Container) -> None:
+        """`docker stop` of `c`: exited 0, still there."""
+        if c.host not in self.down:
+            self.containers[c.host] = [
+                replace(x, state="exited", exit_code=0, finished_at=self.now) if x.id == c.id else x
+                for x in self.containers[c.host]
+            ]
+
+    def copies(self, plan: Plan) -> bool:
+        """Whether the pass streams a volume (a move's, a restore's or a backup's copy) or
+        stops a task for its backup's copy."""
+        held = {
+            (name, n)
+            for name, ss in plan.state.services.items()
+            for n, b in ss.backups.slots.items()
+            if b.holds
+        }
+        return (
+            any(m.copy for m in plan.moves)
+            or any(isinstance(b, BackupAct) and b.step is BackupStep.COPY for b in plan.backups)
+            or any((s.container.service, s.container.slot) in held for s in plan.stop)
+        )
+
+    def note_marks(self) -> None:
+        """(h): a slot whose record says a restore left it half written is marked, and
+        stays so whatever later records say, until a restore of it completes or the
+        operator forgives it."""
+        for name, ss in self.state.services.items():
+            for n, record in ss.slots.items():
+                if record.half_written:
+                    self.marked.add((name, n))
+                    self.forgiven.discard((name, n))
 
     def check_share(self, plan: Plan) -> None:
         """(f): while a canary runs with `canary_weight`, each route sends its tasks that
@@ -408,6 +471,10 @@ class Fleet(World):
             outcomes += self.move_act(move)
             if self.kill == "mid copy" and move.copy:
                 return outcomes  # the controller died half-way through the copy
+        for backup in plan.backups:
+            outcomes += self.backup_act(backup)
+            if self.kill == "mid copy" and backup.step is BackupStep.COPY:
+                return outcomes  # the controller died half-way through the backup's copy
         for hook in plan.hooks:
             outcomes += self.hook_act(hook)
         for job in plan.jobs:
@@ -438,21 +505,24 @@ class Fleet(World):
         "mid copy" cuts the stream half-way (the controller dies: no outcome); "target
         lost mid copy" and "source lost mid copy" lose that host half-way (MoveFailed; a
         move's target copy is then removed where the target still answers, as relocate's
-        _discard does; a restore's removal of what it began fails on a lost target)."""
+        _discard does; a restore's removal of what it began fails on a lost target); "copy
+        fails" breaks the stream half-way, both hosts answering (MoveFailed: a move's
+        partial copy removed, a restore's volume left half written)."""
         move, subject = act.move, (act.service, act.slot)
         volumes = [v for v in act.spec.volumes if v.named]
         names = self.named_volumes(act.spec, act.slot)
-        if not act.copy:
-            if move.source in self.down:
+        if not act.copy:  # the source's old volumes, or a failed copy's on the target
+            if act.removes_on in self.down or act.removes_on not in self.volumes:
                 return []  # act-failed: tried again by the next pass
             for name in names:
-                self.remove_volume(move.source, name)
+                self.remove_volume(act.removes_on, name)
             return [SourceCleaned(*subject)]
         source = "" if move.restore else move.source
         if move.target in self.down or source in self.down:
-            return [MoveFailed(*subject, f"{move.target} does not answer")]
+            discarded = not move.restore and move.target not in self.down
+            return [MoveFailed(*subject, f"{move.target} does not answer", discarded)]
         lost = {"target lost mid copy": move.target, "source lost mid copy": source}
-        cut = self.kill == "mid copy" or bool(lost.get(self.kill))
+        cut = self.kill in ("mid copy", "copy fails") or bool(lost.get(self.kill))
         for v, name in zip(volumes, names, strict=True):
             if move.restore:
                 self.restore_volume(move.target, name, move.snapshot_of(v.source), cut=cut)
@@ -462,11 +532,55 @@ class Fleet(World):
                 break
         if lost.get(self.kill):
             self.kill_host(lost[self.kill])
-            if move.target not in self.down:
-                for name in names:
-                    self.remove_volume(move.target, name)
-            return [MoveFailed(*subject, f"{lost[self.kill]} lost mid copy")]
+            discarded = not move.restore and move.target not in self.down
+            for name in names if discarded else ():
+                self.remove_volume(move.target, name)
+            return [MoveFailed(*subject, f"{lost[self.kill]} lost mid copy", discarded)]
+        if self.kill == "copy fails":  # the stream broke, both hosts answering
+            for name in names if not move.restore else ():
+                self.remove_volume(move.target, name)
+            return [MoveFailed(*subject, "restic dump: unexpected EOF", not move.restore)]
+        if not cut and move.restore:  # whole again: what the operator restored
+            self.marked.discard(subject)
+            self.forgiven.discard(subject)
         return [] if cut else [VolumesCopied(*subject, 1, 1.0)]
+
+    def backup_act(self, act: BackupAct | VerifyAct) -> list[ActOutcome]:
+        """A backup's act as minidock.saving carries it: its hook (none drawn), its copy (a
+        snapshot of each named volume the slot holds on its host, out of its running task or
+        through a helper: a volume that is not there fails it), `keep` (forgets none), a
+        drill (not drawn). `kill`: "mid copy" cuts the copy (the controller dies: no
+        outcome, no snapshot); "copy fails" breaks restic's stream, and a host lost mid
+        copy (the slot's) fails it too (BackupEnded)."""
+        subject = (act.service, act.slot)
+        if isinstance(act, VerifyAct):
+            return [VerifyEnded(*subject, "", ok=True, line="")]
+        if act.step is BackupStep.HOOK:
+            return [Hooked(*subject)]
+        if act.step is BackupStep.KEEP:
+            return [BackupKept(*subject, 0)]
+        if act.host in self.down:
+            return [BackupEnded(*subject, f"{act.host} does not answer")]
+        if self.kill == "mid copy":
+            return []
+        if self.kill in ("target lost mid copy", "source lost mid copy"):
+            self.kill_host(act.host)
+            return [BackupEnded(*subject, f"{act.host} lost mid copy")]
+        if self.kill == "copy fails":
+            return [BackupEnded(*subject, "restic backup: unexpected EOF")]
+        saved: list[tuple[str, str]] = []
+        for v, name in zip(
+            [v for v in act.spec.volumes if v.named],
+            self.named_volumes(act.spec, act.slot),
+            strict=True,
+        ):
+            data = self.volume(act.host, name)
+            if data is None:
+                return [BackupEnded(*subject, f"volume {name} is not on {act.host}")]
+            ident = f"{len(self.snapshots) + 1:08x}"
+            self.snapshots.append(Snapshot(ident, act.service, act.slot, v.source, data.content))
+            saved.append((v.source, ident))
+        return [Copied(*subject, tuple(saved), 1, 1.0)]
 
     def starting_pinned(self, s: Service, slot: int, host: str) -> None:
         """(g)-(i): a pinned slot's task starts with no other copy of it running (on a
@@ -476,18 +590,31 @@ class Fleet(World):
         if not names:
             return
         subject = f"{s.name}.{slot}"
+        ss = self.state.services.get(s.name)
+        fenced = ss.slot(slot).kept_on if ss is not None else ""  # a failover left it: down
         others = [
             c
             for h, cs in self.containers.items()
-            if h not in self.gone
+            if h not in self.gone and not (h == fenced and h in self.down)
             for c in cs
             if c.live and c.service == s.name and c.slot == slot
         ]
         if others:
             self.violations.append(f"(g) {subject} started on {host} while on {others[0].host}")
+        if (s.name, slot) in self.marked:
+            self.violations.append(
+                f"(h) {subject} started on {host} while a restore left it half written"
+            )
+        if (s.name, slot) in self.forgiven:  # the operator's word: on what it holds (or empty)
+            self.forgiven.discard((s.name, slot))
+            for name in names:  # what it holds is its data from now on
+                data = self.volume(host, name)
+                if data is not None:
+                    self.volumes[host][name] = replace(data, whole=True)
+            return
         for v, name in zip([v for v in s.volumes if v.named], names, strict=True):
             data = self.volume(host, name)
-            if data is not None and not data.whole:
+            if data is not None and not data.whole and (host, name) not in self.forgotten:
                 self.violations.append(f"(h) {subject} started on a half-written {v.source}")
             elif (data is None or data.empty) and self.snapshot_of(s.name, slot, v.source):
                 self.violations.append(
@@ -502,7 +629,14 @@ class Fleet(World):
         )
 
     def check_pinned(self) -> None:
-        """(g) after the pass's acts: a pinned slot runs one copy where it is seen."""
+        """(g) after the pass's acts: a pinned slot runs one copy where it is seen, and the
+        volume a failover left on its old host is kept."""
+        for host, name in self.kept:
+            if host not in self.gone and name not in self.volumes[host]:
+                self.violations.append(f"(g) {name} on {host}, kept by a failover, removed")
+        for c in self.live():  # the old host back: its task fenced, the restored one runs
+            if c.id in self.fenced:
+                self.violations.append(f"(g) {c.name} runs on {c.host}, which a failover left")
         seen: Counter[tuple[str, int]] = Counter()
         for c in self.live():
             if c.id in self.mounts:

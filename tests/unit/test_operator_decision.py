@@ -147,12 +147,14 @@ host (down, last seen running the slot's task), its task stopped meanwhile: the 
 down for as long as that host is (the old host is fenced whatever moves the slot later);
 a backup after a failover likewise (`backup = { stop = true }`: stopped, it waited).
 Still open (random seeds find them, not yet judged core or invariant; the suite runs a
-fixed set of examples that pass, so that it fails by no chance): with backups,
-half-written volumes and failover drawn (300 examples a seed, derandomize off): seed 40,
-(g) "db.1.ID runs on host1, which a failover left" (restore_cut "copy fails" twice,
-lose_host with 4 passes, scale web=0, host_back, activate host1, the teardown); seeds 42
-and 45, (n) "web's rebalance ((1, 'host1'),)" never ends (found before the fix of a
-rebalance no other host can take was merged: judged again below).
+fixed set of examples that pass, so that it fails by no chance): seeds 40, 42, 45 and
+46 to 60 pass at 300 examples on the merged code; seed 131 at 300 examples fails three
+ways, all with `on_host_loss = "restore"` drawn, shrunk to: (g) "db.1.ID runs on host1,
+which a failover left" (first(failover), backup(fault="target lost mid copy"),
+lose_host(which=0), passes(2), host_back, the teardown); (n) "db.1 restoring snapshot
+00000001 on host3: stopping its task" never ends (the same, then forget instead of
+host_back); (n) "db.2 backing up: stopping its task for the copy" never ends (two slots,
+scale db=1 then back to 2 with `backup = { stop = true }`, a failover, a backup).
 """
 
 from __future__ import annotations

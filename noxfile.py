@@ -59,7 +59,7 @@ def conformance(session: nox.Session) -> None:
     kinds"); with no kind, the main suite's mixed lab (a host of each). Needs a Docker
     engine (docs/testing.md "Conformance")."""
     session.install("-e", ".[test]")
-    kinds = ",".join(session.posargs[:1] * 4) or "trixie,trixie-sudo,sid,podman"
+    kinds = ",".join(session.posargs[:1] * 4) or "bookworm,trixie,trixie-sudo,sid,podman"
     session.run(
         "pytest", "-n", "0", "-p", "no:cacheprovider", "tests/integration/test_conformance.py",
         env={"MINIDOCK_CONFORMANCE_KINDS": kinds},

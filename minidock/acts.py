@@ -60,6 +60,7 @@ __all__ = [
     "ActFailed",
     "Acts",
     "PrepareFailed",
+    "ensure_image",
     "ensure_network",
     "first_line",
     "login",
@@ -157,7 +158,7 @@ class Acts:
         svc = r.service
         where = (svc.name, r.slot, r.host, r.task)
         try:
-            await self.ensure_image(r.host, svc, where)
+            await ensure_image(self, r.host, svc, where)
             mounts = await self.configs.place(r.host, svc.configs, r.task, svc.name)
             if r.host not in self.networked:
                 await ensure_network(self.sh, r.host, self.cluster)
@@ -237,47 +238,49 @@ class Acts:
             await self._check(c.host, stop_argv(c.id, grace), "docker stop", timeout=limit)
         await self._check(c.host, rm_argv([c.id], force=True), "docker rm")
 
-    async def ensure_image(self, host: str, svc: Service, where: _Where) -> None:
-        """Confirm the image on the host, or pull it (logging in first where the spec has
-        credentials for its registry), or push it from the controller, before anything
-        is stopped for it."""
-        image = svc.image
-        if svc.image_source == "controller":
-            await self._push(host, image, where, built=svc.build is not None)
-            return
-        if (await self.sh(host, image_present_argv(image))).exit_status == 0:
-            return
-        if svc.registry_auth is not None:
-            await login(self.sh, host, svc.registry_auth)
-        pulled = await self.sh(host, pull_argv(image))
-        if pulled.exit_status != 0:
-            raise ActFailed(
-                f"image {image} is not on {host} and cannot be pulled: {first_line(pulled)}"
-            )
-
-    async def _push(self, host: str, image: str, where: _Where, *, built: bool = False) -> None:
-        """image_source = "controller" (and every `build`): stream the image from the
-        controller's engine to a host that lacks it (docker save | docker load over SSH)."""
-        if image not in self.local_images:
-            self.local_images[image] = await self.engine.inspect(image)
-        local = self.local_images[image]
-        if local is None:
-            how = (
-                "(built by apply): apply the file again to build it"
-                if built
-                else "(image_source = controller): build or pull it there first"
-            )
-            raise ActFailed(f"image {image} is not in the controller's Docker engine {how}")
-        pushed = await push_image(self.executor, self.engine, self.hosts[host], local)
-        if not pushed.skipped:
-            self.record("push", f"pushed {image} to {host} ({pushed.figure()})", where)
-
     async def _check(
         self, host: str, argv: Sequence[str], what: str, *, timeout: float | None = None
     ) -> None:
         res = await self.sh(host, argv, timeout=timeout)
         if res.exit_status != 0 and "No such container" not in res.stderr:
             raise ActFailed(f"{what} failed: {first_line(res)}")
+
+
+async def ensure_image(acts: Acts, host: str, svc: Service, where: _Where) -> None:
+    """Confirm the image on the host, or pull it (logging in first where the spec has
+    credentials for its registry), or push it from the controller, before anything
+    is stopped for it."""
+    image = svc.image
+    if svc.image_source == "controller":
+        await _push(acts, host, image, where, built=svc.build is not None)
+        return
+    if (await acts.sh(host, image_present_argv(image))).exit_status == 0:
+        return
+    if svc.registry_auth is not None:
+        await login(acts.sh, host, svc.registry_auth)
+    pulled = await acts.sh(host, pull_argv(image))
+    if pulled.exit_status != 0:
+        raise ActFailed(
+            f"image {image} is not on {host} and cannot be pulled: {first_line(pulled)}"
+        )
+
+
+async def _push(acts: Acts, host: str, image: str, where: _Where, *, built: bool = False) -> None:
+    """image_source = "controller" (and every `build`): stream the image from the
+    controller's engine to a host that lacks it (docker save | docker load over SSH)."""
+    if image not in acts.local_images:
+        acts.local_images[image] = await acts.engine.inspect(image)
+    local = acts.local_images[image]
+    if local is None:
+        how = (
+            "(built by apply): apply the file again to build it"
+            if built
+            else "(image_source = controller): build or pull it there first"
+        )
+        raise ActFailed(f"image {image} is not in the controller's Docker engine {how}")
+    pushed = await push_image(acts.executor, acts.engine, acts.hosts[host], local)
+    if not pushed.skipped:
+        acts.record("push", f"pushed {image} to {host} ({pushed.figure()})", where)
 
 
 def _replayed(res: Result, name: str) -> bool:
@@ -310,7 +313,7 @@ async def prepare_host(
     network. Returns the config mounts; raises PrepareFailed saying what failed."""
     acts = Acts(executor, inventory, cluster, 0.0, engine=engine)
     try:
-        await acts.ensure_image(host, service, (service.name, 0, host, name))
+        await ensure_image(acts, host, service, (service.name, 0, host, name))
         mounts = await acts.configs.place(host, service.configs, name, service.name)
         await ensure_network(acts.sh, host, cluster)
     except (ActFailed, ConfigPlaceError, PushError, Unreachable, CommandTimeout) as exc:

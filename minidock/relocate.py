@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from minidock import restic
-from minidock.acts import ActFailed, Acts
+from minidock.acts import ActFailed, Acts, ensure_image
 from minidock.commands.docker import volume_name
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
 from minidock.core.volumes import MoveAct, MovePhase
@@ -123,7 +123,7 @@ def _host(acts: Acts, name: str) -> Host:
 async def _copy(acts: Acts, act: MoveAct) -> int:
     """Every named volume of the slot onto the target, afresh; the bytes streamed."""
     source, target = _host(acts, act.move.source), _host(acts, act.move.target)
-    await acts.ensure_image(target.name, act.spec, (act.service, act.slot, target.name, ""))
+    await ensure_image(acts, target.name, act.spec, (act.service, act.slot, target.name, ""))
     size = 0
     for volume, path in slot_volumes(acts.cluster, act.spec, act.slot):
         acts.fence()
@@ -152,7 +152,7 @@ async def _restore(acts: Acts, act: MoveAct, snapshots: Snapshots | None) -> int
     doc); the bytes streamed. A failure once a stream began removes the volumes begun."""
     target = _host(acts, act.move.target)
     source = snapshots if snapshots is not None else _repository(acts, act.spec)
-    await acts.ensure_image(target.name, act.spec, (act.service, act.slot, target.name, ""))
+    await ensure_image(acts, target.name, act.spec, (act.service, act.slot, target.name, ""))
     begun: list[str] = []
     size = 0
     try:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from minidock import restic
-from minidock.acts import ActFailed, Acts
+from minidock.acts import ActFailed, Acts, ensure_image
 from minidock.commands.docker import exec_argv, rm_argv, verify_argv, volume_name
 from minidock.core.backing import BackupAct, BackupStep, VerifyAct
 from minidock.core.saving import BackupEnded, BackupKept, Copied, Hooked, VerifyEnded
@@ -189,7 +189,7 @@ async def _verify(acts: Acts, act: VerifyAct) -> VerifyEnded:
                 raise _Refused(f"no snapshot of {act.service}.{act.slot} {v.source}")
             picks.append((v.source, mine[-1].id, v.target))
         snapshot = picks[0][1]
-        await acts.ensure_image(host.name, act.spec, (act.service, act.slot, host.name, ""))
+        await ensure_image(acts, host.name, act.spec, (act.service, act.slot, host.name, ""))
         reader = ResticSnapshots(repo)
         for source, ident, path in picks:
             throwaway = verify_name(volume_name(acts.cluster, act.service, act.slot, source))

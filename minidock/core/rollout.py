@@ -499,19 +499,7 @@ def advance(
     if not r.inflight and now < r.last_batch_at + ss.spec.update.delay:
         fx = fx + Effects(waiting=(Waiting(name, "update delay", WaitKind.DELAY, name),))
     blocked = deps_block(services, view, ss)
-    # a slot whose replacement failed waits out its backoff (or stays Failed) and goes
-    # after slots not tried yet: the rollout moves on rather than retry one every pass; a
-    # slot with another live task still to stop (a superseded canary's, draining) waits
-    # for it, so that no slot holds three live tasks
-    live = _live_per_slot(ss, view)
-    due = [
-        o
-        for o in outdated
-        if now >= ss.slot(o.slot).next_start and not ss.slot(o.slot).failed and live[o.slot] < 2
-    ]
-    draining = view.traffic.draining if view.traffic is not None else {}
-    # a slot whose old task drains already goes first: it holds its share of parallelism
-    due.sort(key=lambda o: (o.task.task not in draining, len(ss.slot(o.slot).attempts)))
+    due = _due(ss, outdated, view)
     fx = fx + _backing_off(ss, outdated, due, now)
     begun: list[int] = []
     for o in due[: max(0, room)]:
@@ -531,6 +519,26 @@ def advance(
         count = f"{verb} {len(r.done) + len(begun)}/{total}"
         fx = fx + Effects(waiting=(Waiting(name, count, WaitKind.ROLLOUT, name),))
     return replace(ss, rollout=started(r, begun)), fx
+
+
+def _due(ss: ServiceState, outdated: tuple[Outdated, ...], view: View) -> list[Outdated]:
+    """The outdated slots a rollout may replace now, in the order it takes them. A slot
+    whose replacement failed waits out its backoff (or stays Failed) and goes after slots
+    not tried yet: the rollout moves on rather than retry one every pass. A slot with
+    another live task still to stop (a superseded canary's, draining) waits for it, so
+    that no slot holds three live tasks. A slot whose old task drains already goes first:
+    it holds its share of parallelism."""
+    live = _live_per_slot(ss, view)
+    due = [
+        o
+        for o in outdated
+        if view.now >= ss.slot(o.slot).next_start
+        and not ss.slot(o.slot).failed
+        and live[o.slot] < 2
+    ]
+    draining = view.traffic.draining if view.traffic is not None else {}
+    due.sort(key=lambda o: (o.task.task not in draining, len(ss.slot(o.slot).attempts)))
+    return due
 
 
 def _canaries(

@@ -135,16 +135,7 @@ async def restore(
 
     async def check(state: ControllerState, desired: Desired) -> None:
         targets, spec = _targets(state, desired, service, slot, host)
-        policy, repo = repository_of(spec, desired.inventory)
-        try:
-            found = await restic.snapshots(repo)
-        except ResticError as exc:
-            raise UseCaseError(f"{policy.repository}: {exc}") from None
-        volumes = [v.source for v in spec.volumes if v.named]
-        for n, target in targets.items():
-            where = (desired.cluster.name, service, n)
-            picks = choose_snapshots(found, where, volumes, snapshots, policy.repository)
-            chosen[n] = (target, picks)
+        chosen.update(await _chosen(desired, spec, targets, snapshots))
         for n, target in sorted(targets.items()):
             if not target:  # awaiting its restore, its host forgotten: the scheduler's pick
                 targets[n] = await _scheduled(state, desired, runtime, spec, n)
@@ -170,6 +161,28 @@ async def restore(
         timeout=timeout,
         check=check,
     )
+
+
+async def _chosen(
+    desired: Desired, spec: Service, targets: dict[int, str], snapshots: Sequence[str]
+) -> dict[int, tuple[str, Picks]]:
+    """Each target slot's snapshots to restore (`choose_snapshots`), read from the spec's
+    repository, beside its target host."""
+    policy, repo = repository_of(spec, desired.inventory)
+    try:
+        found = await restic.snapshots(repo)
+    except ResticError as exc:
+        raise UseCaseError(f"{policy.repository}: {exc}") from None
+    volumes = [v.source for v in spec.volumes if v.named]
+    return {
+        n: (
+            target,
+            choose_snapshots(
+                found, (desired.cluster.name, spec.name, n), volumes, snapshots, policy.repository
+            ),
+        )
+        for n, target in targets.items()
+    }
 
 
 def _message(service: str, chosen: dict[int, tuple[str, Picks]]) -> str:

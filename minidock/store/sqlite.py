@@ -114,10 +114,7 @@ class SQLiteStore:
             private_file(path)
             conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT, isolation_level=None)
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=FULL")
-                conn.execute("PRAGMA secure_delete=ON")  # a replaced row leaves no copy
-                _migrate(conn, path)
+                _prepare(conn, path)
                 box = key_box(directory / KEY_NAME, holds_sealed=lambda: _holds_sealed(conn))
                 store = cls(directory, conn, Codec(box))
                 tighten_sidecars(path)
@@ -289,6 +286,15 @@ class SQLiteStore:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+
+def _prepare(conn: sqlite3.Connection, path: Path) -> None:
+    """A connection as every store uses it: WAL, each commit synced, a replaced row's old
+    bytes overwritten, and the schema brought up to date."""
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA secure_delete=ON")  # a replaced row leaves no copy
+    _migrate(conn, path)
 
 
 def _generations(db: sqlite3.Connection, codec: Codec) -> list[GenerationRecord]:

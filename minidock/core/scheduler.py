@@ -292,20 +292,21 @@ class Fleet:
             index.sync()
         return index
 
-    def nowhere(self, service: Service) -> tuple[str, ...]:
-        """Why no host takes `service`, host by host in name order (remembered while no
-        host's load changes)."""
-        key = _weighed(service)
-        known = self._nowhere.get(key)
-        if known is not None and known[0] == len(self.changed):
-            return known[1]
-        reasons: list[str] = []
-        for host in self.hosts:
-            refused = next((f for f in FILTERS if not f.check(host, service, self)), None)
-            if refused is not None:
-                reasons.append(f"{host.name}: {refused.explain(host, service, self)}")
-        self._nowhere[key] = (len(self.changed), tuple(reasons))
-        return tuple(reasons)
+
+def nowhere(fleet: Fleet, service: Service) -> tuple[str, ...]:
+    """Why no host takes `service`, host by host in name order, each host's first filter
+    that refuses it (remembered by the fleet while no host's load changes)."""
+    key = _weighed(service)
+    known = fleet._nowhere.get(key)
+    if known is not None and known[0] == len(fleet.changed):
+        return known[1]
+    reasons: list[str] = []
+    for host in fleet.hosts:
+        refused = next((f for f in FILTERS if not f.check(host, service, fleet)), None)
+        if refused is not None:
+            reasons.append(f"{host.name}: {refused.explain(host, service, fleet)}")
+    fleet._nowhere[key] = (len(fleet.changed), tuple(reasons))
+    return tuple(reasons)
 
 
 def _weighed(service: Service) -> tuple[object, ...]:
@@ -643,7 +644,7 @@ def place(
         return _place_on(service, fleet, only)
     best = fleet.candidates(service).best(frozenset(avoid))
     if best is None:
-        return Placement(None, fleet.nowhere(service))
+        return Placement(None, nowhere(fleet, service))
     fleet.reserve(best, service)
     return Placement(best)
 

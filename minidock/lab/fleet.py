@@ -276,50 +276,8 @@ class Lab(LabSessions):
         sets: Sequence[str] = images.SET_NAMES,
         builds: Builds | None = None,
     ) -> None:
-        """Everything after the containers start: authorized key, pinned known_hosts, the
-        inventory, the image sets `sets` loaded into each host (each once `builds`, when
-        given, has built it); then wait until every host answers SSH and docker."""
-        hosts = self.hosts()
-        if not hosts:
-            raise LabError(f"no lab: run `{self.command('up')}`")
-        started = time.monotonic()
-        public = self.key_path.with_suffix(".pub").read_bytes()
-        host_keys: dict[str, str] = {}
-
-        def setup(host: LabHost) -> None:
-            install = INSTALL_KEY if host.kind == images.DEFAULT_KIND else INSTALL_KEYS
-            self.exec(host.name, "sh", "-c", install, input=public)
-            host_keys[host.name] = self.read_host_key(host.name, deadline=started + timeout)
-
-        parallel(setup, hosts)
-        hosts = self.record_addresses(self.container_addresses())
-        acme = self.acme()
-        if acme is not None and hosts[0].private_address:
-            provision_acme(acme, hosts[0].private_address, time.monotonic() + timeout)
-        bastion, routes = self.bastion(), ""
-        if bastion is not None:
-            routes = provision_bastion(self, bastion, public, hosts, host_keys, started + timeout)
-        self.write_known_hosts(hosts, host_keys, routes)
-        self.write_inventory(hosts)
-        self.timings["keys"] = time.monotonic() - started
-        names = [h.name for h in hosts]
-        step = time.monotonic()
-        self.wait_docker(names, timeout=max(1.0, started + timeout - step))
-        self.timings["docker ready"] = time.monotonic() - step
-        step = time.monotonic()
-        for kind in sets:  # in the order built (the quick workloads first)
-            if builds is not None:
-                self._built(builds.wait(kind))
-            parallel(functools.partial(self.load_images, wanted=images.IMAGE_SETS[kind]), names)
-        self.timings["load images"] = time.monotonic() - step
-        step = time.monotonic()
-        self.wait_ready(names, timeout=max(1.0, started + timeout - step))
-        self.timings["ssh ready"] = time.monotonic() - step
-        if bastion is not None:
-            step = time.monotonic()
-            wait_through_bastion(self, timeout=max(1.0, started + timeout - step))
-            self.timings["bastion ready"] = time.monotonic() - step
-        self.timings["provision"] = time.monotonic() - started
+        """Everything after the containers start (`provision_lab`)."""
+        provision_lab(self, timeout, sets, builds)
 
     def up(
         self,
@@ -402,6 +360,58 @@ class Lab(LabSessions):
         states = self.container_states()
         found = run_coro(probe.probe_hosts([self.ssh_host(h.name) for h in hosts]))
         return [_status(h, states[h.name], p) for h, p in zip(hosts, found, strict=True)]
+
+
+def provision_lab(
+    lab: Lab,
+    timeout: float = 90.0,
+    sets: Sequence[str] = images.SET_NAMES,
+    builds: Builds | None = None,
+) -> None:
+    """Everything after the containers start: authorized key, pinned known_hosts, the
+    inventory, the image sets `sets` loaded into each host (each once `builds`, when
+    given, has built it); then wait until every host answers SSH and docker."""
+    hosts = lab.hosts()
+    if not hosts:
+        raise LabError(f"no lab: run `{lab.command('up')}`")
+    started = time.monotonic()
+    public = lab.key_path.with_suffix(".pub").read_bytes()
+    host_keys: dict[str, str] = {}
+
+    def setup(host: LabHost) -> None:
+        install = INSTALL_KEY if host.kind == images.DEFAULT_KIND else INSTALL_KEYS
+        lab.exec(host.name, "sh", "-c", install, input=public)
+        host_keys[host.name] = lab.read_host_key(host.name, deadline=started + timeout)
+
+    parallel(setup, hosts)
+    hosts = lab.record_addresses(lab.container_addresses())
+    acme = lab.acme()
+    if acme is not None and hosts[0].private_address:
+        provision_acme(acme, hosts[0].private_address, time.monotonic() + timeout)
+    bastion, routes = lab.bastion(), ""
+    if bastion is not None:
+        routes = provision_bastion(lab, bastion, public, hosts, host_keys, started + timeout)
+    lab.write_known_hosts(hosts, host_keys, routes)
+    lab.write_inventory(hosts)
+    lab.timings["keys"] = time.monotonic() - started
+    names = [h.name for h in hosts]
+    step = time.monotonic()
+    lab.wait_docker(names, timeout=max(1.0, started + timeout - step))
+    lab.timings["docker ready"] = time.monotonic() - step
+    step = time.monotonic()
+    for kind in sets:  # in the order built (the quick workloads first)
+        if builds is not None:
+            lab._built(builds.wait(kind))
+        parallel(functools.partial(lab.load_images, wanted=images.IMAGE_SETS[kind]), names)
+    lab.timings["load images"] = time.monotonic() - step
+    step = time.monotonic()
+    lab.wait_ready(names, timeout=max(1.0, started + timeout - step))
+    lab.timings["ssh ready"] = time.monotonic() - step
+    if bastion is not None:
+        step = time.monotonic()
+        wait_through_bastion(lab, timeout=max(1.0, started + timeout - step))
+        lab.timings["bastion ready"] = time.monotonic() - step
+    lab.timings["provision"] = time.monotonic() - started
 
 
 def _status(h: LabHost, state: str, p: probe.Probe) -> HostStatus:

@@ -32,22 +32,13 @@ from minidock.model import (
 )
 from minidock.ssh import Result
 from tests.fakes import FakeExecutor, ok
+from tests.unit.test_volumecopy import tar_of
 
 pytestmark = pytest.mark.skipif(not restic.restic_available(), reason="needs Debian's restic")
 
 A = Host(name="a", address="10.0.0.1")
 VOLUME = "prod_db.1_data"
 CONTENT = [("PG_VERSION", b"16\n"), ("base/1", b"x" * 70_000)]
-
-
-def tar_of(members: list[tuple[str, bytes]]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.uid, info.size = 999, len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
 
 
 class Host1:

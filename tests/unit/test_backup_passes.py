@@ -198,6 +198,11 @@ def test_a_scheduled_backup_runs_from_reconcile_alone(
         return replace(made, clock=replace(made.clock, now=engines.docker.clock))
 
     monkeypatch.setattr(minidock.cli, "runtime", on_the_engines_clock)
+    # The engines' clock starts at the wall time: an apply begun late in a minute crossed
+    # into the next one on its passes (a few clock seconds), and the schedule, armed at its
+    # first pass, rightly ran from the apply (CI, one run in ~15). Start it one second into
+    # a minute, so the apply stays inside the minute it armed the schedule in.
+    engines.docker.clock.advance(61.0 - engines.docker.clock.now % 60)
     state = applied(in_tmp, 'schedule = "* * * * *"')
     said = invoke("validate", str(in_tmp / "cluster.toml")).stdout
     assert "db: backed up on '* * * * *' (UTC), next " in said, said

@@ -84,9 +84,9 @@ class Due:
 def due(ss: ServiceState, n: int, held: tuple[str, ...], view: View) -> Due | Waiting | None:
     """Whether the pass restores slot `n` elsewhere now (`Due`), waits to (a `Waiting`
     that says when, or why it cannot: no snapshot known), or is none of a failover's
-    business (None: not `on_host_loss = "restore"`, a move under way, a Failed slot (a
-    failover restore that failed waits for the operator), a holder that is only
-    unreachable, not down)."""
+    business (None: not `on_host_loss = "restore"`, a move under way, a Failed slot (its
+    failover restores failed `max_attempts` times: the operator's), a holder that is only
+    unreachable, not down). A failed restore backs off as a failed start does."""
     if ss.spec.on_host_loss != "restore" or not ss.spec.pinned:
         return None
     underway = ss.moves.get(n)
@@ -107,6 +107,13 @@ def due(ss: ServiceState, n: int, held: tuple[str, ...], view: View) -> Due | Wa
             f"`minidock restore {subject}`"
         )
         return Waiting(subject, why, WaitKind.HELD_DOWN, ss.spec.name)
+    if view.now < record.next_start:  # a failover restore failed: its backoff first
+        why = (
+            f"on_host_loss = restore: {record.host} is down; the last restore failed "
+            f"({record.last_exit}); snapshot {picks[0][1][:8]} is restored on another host "
+            f"in {record.next_start - view.now:.0f}s (restart backoff)"
+        )
+        return Waiting(subject, why, WaitKind.FAILOVER, ss.spec.name)
     down_for = view.now - (hs.last_seen if hs.last_seen is not None else view.now)
     left = ss.spec.restore_after - down_for
     if left > 0:

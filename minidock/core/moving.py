@@ -9,7 +9,9 @@ and removals; the act path reports `VolumesCopied`, `MoveFailed` or `SourceClean
 which `fold_move` records. A restore (a move from a snapshot) ends with `restored`; one
 whose stream failed or was cut leaves its slot Failed (`restore-failed`): its volume may
 be empty or partly written, so no task starts on it, across any apply, scale or rollback
-(`SlotState.half_written`), until the operator restores again or resets.
+(`SlotState.half_written`), until the operator restores again or resets. A failover's
+restore that fails is undone instead (its partial copy is on the target; the old host's
+volume is the slot's data again) and tried again after the restart backoff.
 
 Every move ends: `lost` ends one whose target or source is down (or gone from the
 inventory) before its copy is recorded, as failed, the slot's record still naming where
@@ -28,7 +30,7 @@ from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
 from minidock.core.rollout import slot_target
-from minidock.core.slots import relocate, restore_failed, restored
+from minidock.core.slots import count_failure, relocate, restore_failed, restored
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import ready as is_ready
 from minidock.core.volumes import MoveAct, MoveInput, MovePhase, VolumeMove
@@ -134,6 +136,9 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
     ss = _with_move(ss, n, ended if discarding else None)
     subject = f"{ss.spec.name}.{n}"
     began = move.phase is MovePhase.COPYING
+    if move.failover and began:
+        ss, kind, line = _failover_failed(ss, n, move, why, view.now, discarding=discarding)
+        return ss, (Event(view.now, kind, line, service=ss.spec.name, slot=n, host=move.target),)
     if move.restore:
         kind = "restore-failed"
         line = f"{subject}: restore of snapshot {move.snapshot} on {move.target} failed: {why}"
@@ -151,6 +156,34 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
         line += f"; its partial copy on {move.target} is removed once {move.target} answers"
     event = Event(view.now, kind, line, service=ss.spec.name, slot=n, host=move.target)
     return ss, (event,)
+
+
+def _failover_failed(
+    ss: ServiceState, n: int, move: VolumeMove, why: str, now: float, *, discarding: bool
+) -> tuple[ServiceState, str, str]:
+    """A failover's restore (core/failover.py) whose copy failed or was cut: undone. Its
+    partial copy is on the target (removed, or DISCARDING); the slot's record still names
+    its old host, whose volume is its data again (no longer kept: if that host answers,
+    its task runs there). The failure is counted as a failed attempt of the slot, so the
+    failover tries again after the restart backoff, and at `max_attempts` the slot is
+    Failed (the operator's: `minidock restore`, or `reset`)."""
+    subject = f"{ss.spec.name}.{n}"
+    line = f"{subject}: restore of snapshot {move.snapshot} on {move.target} failed: {why}"
+    tried = f"failover {move.snapshot} at {move.since:.3f}"  # counted once, as a task is
+    record = replace(ss.slot(n), kept_on="")
+    record = count_failure(record, tried, now, line.removeprefix(f"{subject}: "), ss.spec.restart)
+    line += f"; it stays on {move.source}, where its task runs if {move.source} answers"
+    if record.failed:
+        line += (
+            f"; the slot is Failed after {len(record.attempts)} failed restores: `minidock "
+            f"restore {subject}` tries again, `minidock reset {ss.spec.name}` starts it on "
+            f"{move.source} when it answers"
+        )
+    else:
+        line += f"; the failover tries again in {record.next_start - now:.0f}s"
+    if discarding:
+        line += f"; its partial copy on {move.target} is removed once {move.target} answers"
+    return with_slot(ss, n, record), "restore-failed", line
 
 
 def unwanted(ss: ServiceState, n: int, now: float) -> tuple[ServiceState, tuple[Event, ...]]:
@@ -309,6 +342,14 @@ def fold_move(
         kind = "volumes-copied"
         line = f"{subject}: volumes copied from {origin} to {move.target}"
         line += f" ({approx_size(o.size)}{rate})"
+    elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING and move.failover:
+        ended = None if o.discarded else move.step(MoveInput.LOST)
+        ss = _with_move(
+            ss, o.slot, ended if ended and ended.phase is MovePhase.DISCARDING else None
+        )
+        ss, kind, line = _failover_failed(
+            ss, o.slot, move, o.line, now, discarding=ended is not None
+        )
     elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING and move.restore:
         ss = _with_move(ss, o.slot, None)
         kind = "restore-failed"

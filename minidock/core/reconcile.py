@@ -534,11 +534,15 @@ def _decide_slot(
     live = [c for c in here if c.live and c.state != "created"]
     dead = [c for c in here if not (c.live and c.state != "created")]
     held = view.holders(ss, n)
-    if held and ss.slot(n).kept_on:  # a failover's old host holds nothing: it is fenced
-        held = tuple(h for h in held if not _kept_away(ss, n, h))
+    fenced = Effects()
+    if ss.slot(n).kept_on:  # a failover's old host holds nothing, and its exits are not
+        held = tuple(h for h in held if not _kept_away(ss, n, h))  # the slot's: removed
+        fenced = Effects(stops=tuple(_fenced_exit(ss, n, c) for c in dead if _on_kept(ss, n, c)))
+        dead = [c for c in dead if not _on_kept(ss, n, c)]
     if not (live or held):
-        return _slot_without_task(ss, n, dead, services, view)
-    fx = Effects(stops=tuple(Stop(c, f"{c.name} superseded") for c in dead))
+        decided = _slot_without_task(ss, n, dead, services, view)
+        return decided._replace(effects=fenced + decided.effects)
+    fx = fenced + Effects(stops=tuple(Stop(c, f"{c.name} superseded") for c in dead))
     ss, live, unhealthy = _unhealthy_out(ss, n, live, view)
     fx = fx + unhealthy + _fence_kept(ss, n, live, view)
     live = [c for c in live if not _on_kept(ss, n, c)]
@@ -567,6 +571,13 @@ def _kept_away(ss: ServiceState, n: int, host: str) -> bool:
 def _on_kept(ss: ServiceState, n: int, c: Container) -> bool:
     """A task of the slot on the host a failover restored it away from."""
     return _kept_away(ss, n, c.host)
+
+
+def _fenced_exit(ss: ServiceState, n: int, c: Container) -> Stop:
+    """An exited task of the slot on the host a failover left (stopped there by a fence
+    the controller did not live to remove, or stopped with its host): removed, never
+    counted as the slot's exit (a clean one would make a restored slot Complete)."""
+    return Stop(c, f"{c.name} left by a failover{failover.kept_line(ss.slot(n), c.host)}")
 
 
 def _fence_kept(ss: ServiceState, n: int, live: list[Container], view: View) -> Effects:

@@ -589,11 +589,12 @@ def test_a_failed_restore_of_a_waiting_slot_keeps_it_waiting_after_a_reset() -> 
 
 
 # -- failover from backups: on_host_loss = "restore" ---------------------------------------------
-def failing_over(restore_after: float = 10.0) -> tuple[Fleet, str]:
+def failing_over(restore_after: float = 10.0, restart: str = "any") -> tuple[Fleet, str]:
     """db (on_host_loss = "restore") backed up, then its host killed."""
     fleet = Fleet()
     db = svc("db", volumes=(Volume("data", "/data"),), on_host_loss="restore")
-    fleet.world.apply(replace(db, restore_after=restore_after))
+    policy = replace(db.restart, condition=restart)
+    fleet.world.apply(replace(db, restore_after=restore_after, restart=policy))
     fleet.world.converge()
     (task,) = fleet.world.live("db")
     fleet.volumes[task.host] = DATA
@@ -679,6 +680,35 @@ def test_the_old_host_back_during_the_failover_restore_is_fenced_at_once() -> No
     assert len(w.live("db")) == 1
 
 
+def test_the_old_hosts_task_exited_during_the_failover_restore_is_removed_not_counted() -> None:
+    """Issue 43 (the operator property, seed 131): a failover's copy made, its task not
+    yet started, and the old host answers with its task of the slot exited 0 (a fence
+    the controller did not live to remove, a clean shutdown): removed as left by the
+    failover, never the slot's own clean exit (which made the restored slot Complete, so
+    nothing ever started on the snapshot: `on-failure` restarts no exit 0)."""
+    fleet, lost = failing_over(restart="on-failure")
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    for _ in range(20):
+        move = w.state.services["db"].moves.get(1)
+        if move is not None and move.phase is MovePhase.STARTING:
+            break
+        fleet.step()
+    assert move is not None
+    assert move.phase is MovePhase.STARTING
+    w.revive_host(lost)
+    w.containers[lost] = [
+        replace(c, state="exited", exit_code=0, finished_at=w.now) for c in w.containers[lost]
+    ]
+    fleet.step()
+    assert not w.state.services["db"].slot(1).complete
+    until_restored(fleet)
+    (task,) = w.live("db")
+    assert task.host != lost
+    assert fleet.volumes[task.host] == SNAPSHOT
+    assert fleet.volumes[lost] == DATA  # its volume kept
+
+
 def test_without_a_recorded_snapshot_a_failover_waits_degraded_saying_why() -> None:
     fleet = Fleet()
     fleet.world.apply(svc("db", volumes=(Volume("data", "/data"),), on_host_loss="restore"))
@@ -728,16 +758,39 @@ def test_forget_of_the_old_host_during_a_failover_restore_lets_it_go_on() -> Non
     assert w.state.services["db"].slot(1).awaiting_restore == ""
 
 
-def test_a_failover_restore_that_fails_is_not_retried_every_pass() -> None:
+def test_a_failover_restore_that_fails_backs_off_then_is_failed_and_its_old_host_runs_it() -> None:
+    """Issue 43: a failover's restore whose copy fails is undone (the partial copy is on
+    the target; the old host's volume is the slot's data again, no longer kept): tried
+    again after the restart backoff, never every pass, Failed at `max_attempts`; the old
+    host back, its task runs there on its own data, not fenced."""
     fleet, lost = failing_over()
     fleet.fail_copy = True
     passes_until_down(fleet, lost)
-    for _ in range(30):
+    for _ in range(60):
         fleet.step()
-    kinds = [e.kind for e in fleet.events]
-    assert kinds.count("failover") == 1
-    assert kinds.count("restore-failed") == 1
-    assert fleet.world.state.services["db"].slot(1).failed
+    w = fleet.world
+    tries = [e for e in fleet.events if e.kind == "failover"]
+    failed = [e for e in fleet.events if e.kind == "restore-failed"]
+    policy = w.state.services["db"].spec.restart
+    assert len(tries) == len(failed) == policy.max_attempts
+    gaps = [b.at - a.at for a, b in zip(failed, tries[1:], strict=False)]
+    assert all(gap >= policy.delay * 2**k for k, gap in enumerate(gaps)), gaps  # backed off
+    assert "the failover tries again in" in failed[0].message
+    assert "the slot is Failed after 5 failed restores" in failed[-1].message
+    record = w.state.services["db"].slot(1)
+    assert (record.failed, record.host, record.kept_on, record.half_written) == (
+        True,
+        lost,
+        "",
+        "",
+    )
+    w.revive_host(lost)  # it never stopped its task: it was cut off
+    for _ in range(3):
+        fleet.step()
+    (task,) = w.live("db")
+    assert task.host == lost
+    assert fleet.volumes[lost] == DATA
+    assert "fenced" not in [e.kind for e in fleet.events]
 
 
 def test_forget_knows_a_snapshot_the_slots_backups_recorded_without_a_listing() -> None:

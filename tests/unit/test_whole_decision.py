@@ -101,6 +101,7 @@ from minidock.ingress import configs_for
 from minidock.model import (
     Cluster,
     Container,
+    Event,
     Inventory,
     NameProxy,
     Observed,
@@ -333,8 +334,11 @@ class Fleet(World):
                 self.kept |= {(old, n) for n in names if n in self.volumes.get(old, {})}
                 left = self.containers.get(old, [])
                 self.fenced |= {c.id for c in left if (c.service, c.slot) == (e.service, e.slot)}
+        self.note_undone(plan.events)  # committed with the plan, whatever the acts do
         if self.copy_kill and self.copies(plan):
             kill, self.copy_kill = kill or self.copy_kill, ""
+            if "lost" in kill and self.down:  # one host lost at a time: the mass-loss
+                kill = "mid copy"  # guard holds no pass (drawn before a host was lost)
         self.kill = kill
         if kill == "mid stop":  # `docker stop` done (exit 0), not removed: the controller dies
             self.load_proxies(plan)
@@ -349,8 +353,9 @@ class Fleet(World):
             if kill != "after stops":
                 outcomes = self.carry_rest(plan)
                 if kill not in ("before fold", "mid copy"):
-                    self.state, _ = fold_outcomes(plan.state, outcomes, self.now)
+                    self.state, folded = fold_outcomes(plan.state, outcomes, self.now)
                     self.note_marks()
+                    self.note_undone(folded)
             self.check_traffic(seen)  # what this pass loaded, against what it saw
             self.check_share(plan)
             self.check_pinned()
@@ -382,6 +387,20 @@ class Fleet(World):
             or any(isinstance(b, BackupAct) and b.step is BackupStep.COPY for b in plan.backups)
             or any((s.container.service, s.container.slot) in held for s in plan.stop)
         )
+
+    def note_undone(self, events: list[Event]) -> None:
+        """(g): a failover whose restore failed is undone (core/moving.py): its old host's
+        volume is the slot's data again, and its task there runs when it answers."""
+        for e in events:
+            ss = self.state.services.get(e.service or "")
+            if e.kind != "restore-failed" or ss is None or e.slot is None:
+                continue
+            record = ss.slot(e.slot)
+            if record.kept_on or not record.host:
+                continue
+            left = self.containers.get(record.host, [])
+            self.fenced -= {c.id for c in left if (c.service, c.slot) == (e.service, e.slot)}
+            self.kept -= {(record.host, n) for n in self.named_volumes(ss.spec, e.slot)}
 
     def note_marks(self) -> None:
         """(h): a slot whose record says a restore left it half written is marked, and

@@ -825,6 +825,12 @@ def move(
     keep_source: Annotated[
         bool, typer.Option("--keep-source", help="Keep the old host's volumes once moved.")
     ] = False,
+    replace_kept: Annotated[
+        bool,
+        typer.Option(
+            "--replace-kept", help="Write over the old volume a failover or forget kept there."
+        ),
+    ] = False,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Until it runs there.")] = True,
     timeout: TimeoutOption = "10m",
     quiet: QuietOption = False,
@@ -842,6 +848,7 @@ def move(
         runtime(),
         view.report,
         keep_source=keep_source,
+        replace_kept=replace_kept,
         wait=wait,
         timeout=limit,
         cluster=cluster,
@@ -1744,6 +1751,12 @@ def restore_command(
         bool,
         typer.Option("--empty", help="Start a slot waiting for its restore empty, on purpose."),
     ] = False,
+    replace_kept: Annotated[
+        bool,
+        typer.Option(
+            "--replace-kept", help="Write over the old volume a failover or forget kept there."
+        ),
+    ] = False,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Until it runs.")] = True,
     timeout: TimeoutOption = "10m",
     quiet: QuietOption = False,
@@ -1765,6 +1778,7 @@ def restore_command(
         host=host,
         force=force,
         empty=empty,
+        replace_kept=replace_kept,
         wait=wait,
         timeout=limit,
         cluster=cluster,

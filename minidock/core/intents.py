@@ -330,10 +330,12 @@ def begin_move(
     now: float,
     *,
     keep_source: bool = False,
+    replace_kept: bool = False,
 ) -> ControllerState:
     """`minidock move SERVICE.SLOT --to HOST`: record the slot's move with its volumes
     (core/volumes.py), carried out by the passes from here on. The same move asked again
-    (a command interrupted) changes nothing; ValueError (one line) when it cannot be."""
+    (a command interrupted) changes nothing; ValueError (one line) when it cannot be (a
+    target that keeps the slot's old volume, unless `replace_kept`: `refuse_kept`)."""
     ss = state.services[service]
     subject = f"{service}.{slot}"
     if ss.spec.mode == "global" or not ss.spec.pinned:
@@ -360,6 +362,7 @@ def begin_move(
         raise ValueError(f"{subject} has no recorded host: nothing to move (it starts anywhere)")
     if record.host == target:
         raise ValueError(f"{subject} is on {target} already")
+    refuse_kept(subject, record, target, "move", replace_kept=replace_kept)
     move = VolumeMove(target, record.host, keep_source=keep_source, since=now)
     return _with_service(state, replace(ss, moves={**ss.moves, slot: move}))
 
@@ -371,6 +374,8 @@ def begin_restore(
     target: str,
     snapshots: tuple[tuple[str, str], ...],
     now: float,
+    *,
+    replace_kept: bool = False,
 ) -> ControllerState:
     """`minidock restore SERVICE.SLOT`: record the slot's restore (a move whose source is
     `snapshots`, (volume, snapshot id) for each named volume) onto `target` (its recorded
@@ -398,6 +403,8 @@ def begin_restore(
             f"{subject}: a global service's task belongs to {record.host or 'its host'}"
         )
     shown = snapshots[0][1][:8]
+    if target != record.host:
+        refuse_kept(subject, record, target, "restore", replace_kept=replace_kept)
     underway = _underway(ss, slot)
     if underway is not None:
         if underway.restore and (underway.target, underway.snapshots) == (target, snapshots):
@@ -407,6 +414,21 @@ def begin_restore(
     record = slots.renew(record) if record.failed else record
     ss = replace(ss, moves={**ss.moves, slot: move}, slots={**ss.slots, slot: record})
     return _with_service(state, ss)
+
+
+def refuse_kept(
+    subject: str, record: slots.SlotState, target: str, verb: str, *, replace_kept: bool
+) -> None:
+    """A move or restore onto the host that keeps the slot's old volume (`kept_on`: a
+    failover or `forget` left it, and it may hold writes newer than any snapshot) would
+    write over it: refused (ValueError), unless the operator says `--replace-kept`."""
+    if replace_kept or not record.kept_on or record.kept_on != target:
+        return
+    raise ValueError(
+        f"{subject}: {target} keeps its old volume (left by a failover or `forget`; it may "
+        f"hold writes newer than any snapshot): {verb} it to another host, or add "
+        "--replace-kept to write over it"
+    )
 
 
 def _underway(ss: ServiceState, slot: int) -> VolumeMove | None:

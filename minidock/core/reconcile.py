@@ -40,7 +40,7 @@ from minidock.core.fold import (
 from minidock.core.hosts import HostState, SeenTask
 from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
 from minidock.core.rollout import Outdated, slot_target
-from minidock.core.scheduler import Fleet, counted_as, over_capacity, place
+from minidock.core.scheduler import Fleet, Placement, counted_as, over_capacity, place
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import exit_line, ready, still_starting
 from minidock.core.traffic import Traffic
@@ -856,7 +856,11 @@ def _failover(
     """A failover's restore placed as a task is (the scheduler picks the host) and
     recorded as the slot's restore intent; pending when no host fits."""
     assert want.failover is not None
-    where = place(want.target, fleet, avoid=(want.failover.old,))
+    kept = ss.slot(want.slot).kept_on  # an earlier failover's old volume: never written over
+    where = place(want.target, fleet, avoid=(want.failover.old, kept))
+    if where.host is not None and where.host == kept:
+        fleet.unreserve(kept, want.target)
+        where = Placement(None, (f"{kept}: keeps the slot's old volume",))
     if where.host is None:
         why = f"on_host_loss = restore: no host can take it: {where.why}"
         return ss, Effects(pending=(Pending(want.service, want.slot, why),))

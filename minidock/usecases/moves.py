@@ -36,13 +36,15 @@ async def move(
     report: Report,
     *,
     keep_source: bool = False,
+    replace_kept: bool = False,
     wait: bool = True,
     timeout: float = 0.0,
     cluster: str | None = None,
 ) -> IntentOutcome:
     """Record SUBJECT's (`SERVICE.SLOT`) move to TARGET, then converge: drained and
     stopped, its volumes streamed to TARGET, started there, its old volumes removed
-    (unless `keep_source`)."""
+    (unless `keep_source`). A TARGET that keeps the slot's old volume (a failover or
+    `forget` left it) is refused unless `replace_kept`."""
     service, slot = parse_slot(subject, "move")
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
@@ -57,7 +59,13 @@ async def move(
             raise BadInput(f"move: {target} is not ready ({why}): a move streams into it")
         try:
             return core.begin_move(
-                state, service, slot, target, runtime.clock.now(), keep_source=keep_source
+                state,
+                service,
+                slot,
+                target,
+                runtime.clock.now(),
+                keep_source=keep_source,
+                replace_kept=replace_kept,
             )
         except ValueError as exc:
             raise BadInput(str(exc)) from None

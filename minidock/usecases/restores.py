@@ -118,6 +118,7 @@ async def restore(
     host: str | None = None,
     force: bool = False,
     empty: bool = False,
+    replace_kept: bool = False,
     wait: bool = True,
     timeout: float = 0.0,
     cluster: str | None = None,
@@ -126,7 +127,9 @@ async def restore(
     newest snapshots; `SERVICE.SLOT`: that one, from `snapshots` or its newest) on `host`
     (else each slot's recorded host; a slot waiting for its restore, whose host was
     forgotten: a host the scheduler picks), then converge (module doc). `empty`: a slot
-    waiting for its restore starts on empty volumes instead."""
+    waiting for its restore starts on empty volumes instead. `replace_kept`: a `host` that
+    keeps the slot's old volume (a failover or `forget` left it) is written over; else
+    refused, and never the scheduler's pick."""
     service, slot = parse_subject(subject)
     if empty:
         return await _empty(service, slot, directory, runtime, report, snapshots, host, force,
@@ -145,7 +148,9 @@ async def restore(
     def change(state: ControllerState, desired: Desired) -> ControllerState:
         for n, (target, picks) in sorted(chosen.items()):
             try:
-                state = core.begin_restore(state, service, n, target, picks, runtime.clock.now())
+                state = core.begin_restore(
+                    state, service, n, target, picks, runtime.clock.now(), replace_kept=replace_kept
+                )
             except ValueError as exc:
                 raise BadInput(str(exc)) from None
         return state
@@ -259,6 +264,8 @@ async def _scheduled(
         for c in (*o.containers, *o.others)
         if c.live
     ]
+    kept = state.services[spec.name].slot(slot).kept_on  # its old volume: never written over
+    eligible.update({kept: "keeps the slot's old volume"} if kept in eligible else {})
     where = place(spec, Fleet.build(desired.inventory.hosts, eligible, live))
     if where.host is None:
         raise UseCaseError(

@@ -109,8 +109,17 @@ def test_the_password_is_on_no_command_line(repo: Repository) -> None:
     async def feed(write: restic.Write) -> None:
         """Every command line this process and its descendants have while restic runs (the
         machine's other processes are other tests' and other sessions': one of them, not
-        this test's, once failed it in a full unit run beside other work)."""
+        this test's, once failed it in a full unit run beside other work), looked at until
+        restic's own is among them: the write can land in the pipe before the forked child
+        has exec'd restic (a full unit run failed it so, `ours` empty)."""
         await write(b"some data")
+        for _ in range(100):  # the pipe takes the write before the child's exec of restic
+            scan()  # (its command line is still the forked worker's): look until it has
+            if ours:
+                return
+            await asyncio.sleep(0.05)
+
+    def scan() -> None:
         parents: dict[int, int] = {}
         lines: dict[int, bytes] = {}
         for pid in os.listdir("/proc"):

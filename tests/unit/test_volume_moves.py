@@ -709,6 +709,33 @@ def test_the_old_hosts_task_exited_during_the_failover_restore_is_removed_not_co
     assert fleet.volumes[lost] == DATA  # its volume kept
 
 
+def test_the_volume_a_failover_kept_is_never_written_over_unless_the_operator_says_so() -> None:
+    """Issue 43 (the operator property, seed 141): a move or restore onto the host that
+    keeps the slot's old volume would write over it (it may hold writes newer than the
+    snapshot): refused unless `--replace-kept`; a later failover never places it there."""
+    fleet, lost = failing_over()
+    w = fleet.world
+    passes_until_down(fleet, lost)
+    until_restored(fleet)
+    w.revive_host(lost)
+    fleet.settle()
+    with pytest.raises(ValueError, match=f"db.1: {lost} keeps its old volume .*--replace-kept"):
+        core.begin_move(w.state, "db", 1, lost, w.now)
+    with pytest.raises(ValueError, match=f"db.1: {lost} keeps its old volume"):
+        core.begin_restore(w.state, "db", 1, lost, (("data", SNAP_ID),), w.now)
+    assert core.begin_move(w.state, "db", 1, lost, w.now, replace_kept=True).services["db"].moves
+    (task,) = w.live("db")
+    (third,) = [h for h in ("host1", "host2", "host3") if h not in (lost, task.host)]
+    w.state = core.set_drained(w.state, third, True)
+    w.kill_host(task.host)  # the restored slot's host lost too: only the kept host is left
+    for _ in range(12):
+        fleet.step()
+    assert fleet.volumes[lost] == DATA  # never written over
+    assert w.live("db") == []
+    (pending,) = [p for p in w.plan().pending if p.service == "db"]
+    assert f"{lost}: keeps the slot's old volume" in pending.reason
+
+
 def test_without_a_recorded_snapshot_a_failover_waits_degraded_saying_why() -> None:
     fleet = Fleet()
     fleet.world.apply(svc("db", volumes=(Volume("data", "/data"),), on_host_loss="restore"))

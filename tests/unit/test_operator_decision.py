@@ -578,7 +578,9 @@ class OperatorDecision(RuleBasedStateMachine):
         for seen in self.older.values() if ss is not None else ():
             for n in [n for n in seen if n not in ss.slots]:  # scaled away, its record gone:
                 del seen[n]  # scaled back, it is a slot that never had a task
-        if ss is None or not running:
+        if set(self.older) - {running}:  # another canary, or none: what an earlier one saw
+            self.older = {}  # is no guide (the same spec canaried again found slots that a
+        if ss is None or not running:  # full rollout between gave it: no spread)
             return
         # a host back (forgotten or not): a stale task of a slot refilled elsewhere meanwhile
         # leaves through the drain gate (core/traffic), a pass or more, whatever runs: no

@@ -549,12 +549,14 @@ class Fleet(World):
                 self.copy_volume(move.source, move.target, name, cut=cut)
             if cut:
                 break
-        if lost.get(self.kill):
-            self.kill_host(lost[self.kill])
+        gone = lost.get(self.kill)
+        if gone:
+            self.kill_host(gone)
+            self.kill = ""  # one host lost a pass: the pass's other copies go on
             discarded = not move.restore and move.target not in self.down
             for name in names if discarded else ():
                 self.remove_volume(move.target, name)
-            return [MoveFailed(*subject, f"{lost[self.kill]} lost mid copy", discarded)]
+            return [MoveFailed(*subject, f"{gone} lost mid copy", discarded)]
         if self.kill == "copy fails":  # the stream broke, both hosts answering
             for name in names if not move.restore else ():
                 self.remove_volume(move.target, name)
@@ -584,6 +586,7 @@ class Fleet(World):
             return []
         if self.kill in ("target lost mid copy", "source lost mid copy"):
             self.kill_host(act.host)
+            self.kill = ""  # one host lost a pass: the pass's other copies go on
             return [BackupEnded(*subject, f"{act.host} lost mid copy")]
         if self.kill == "copy fails":
             return [BackupEnded(*subject, "restic backup: unexpected EOF")]

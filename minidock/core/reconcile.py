@@ -535,7 +535,8 @@ def _decide_slot(
     dead = [c for c in here if not (c.live and c.state != "created")]
     held = view.holders(ss, n)
     fenced = Effects()
-    if ss.slot(n).kept_on:  # a failover's old host holds nothing, and its exits are not
+    if ss.slot(n).kept_on or ss.slot(n).awaiting_restore:  # a failover's old host holds
+        # nothing (nor does any while a restore is awaited), and its exits are not
         held = tuple(h for h in held if not _kept_away(ss, n, h))  # the slot's: removed
         fenced = Effects(stops=tuple(_fenced_exit(ss, n, c) for c in dead if _on_kept(ss, n, c)))
         dead = [c for c in dead if not _on_kept(ss, n, c)]
@@ -563,8 +564,13 @@ def _decide_slot(
 
 
 def _kept_away(ss: ServiceState, n: int, host: str) -> bool:
-    """Whether `host` is the one a failover restored the slot away from (core/failover.py)."""
+    """Whether `host` is the one a failover restored the slot away from (core/failover.py),
+    or any host while the slot waits for `minidock restore` with no host (its host
+    forgotten): a task of it found running elsewhere is a stale copy (an older failover's
+    old host, back), never adopted in place of the restore the operator is asked for."""
     record = ss.slot(n)
+    if record.awaiting_restore and not record.host:
+        return True
     return bool(record.kept_on) and host == record.kept_on != record.host
 
 
@@ -586,11 +592,15 @@ def _fence_kept(ss: ServiceState, n: int, live: list[Container], view: View) -> 
     stale = [c for c in live if _on_kept(ss, n, c)]
     if not stale:
         return Effects()
-    record, subject = ss.slot(n), f"{ss.spec.name}.{n}"
-    line = f"fenced: {subject} was restored on {record.host}"
-    line += failover.kept_line(record, record.kept_on)
-    event = Event(view.now, "fenced", f"{subject}: task {stale[0].task} on {record.kept_on} "
-                  f"{line}", service=ss.spec.name, slot=n, host=record.kept_on)  # fmt: skip
+    record, subject, host = ss.slot(n), f"{ss.spec.name}.{n}", stale[0].host
+    if record.host:
+        line = f"fenced: {subject} was restored on {record.host}"
+        line += failover.kept_line(record, record.kept_on)
+    else:  # its host forgotten, a snapshot known: what runs elsewhere is an older copy
+        line = f"fenced: {subject} waits for `minidock restore {subject}`; its volume on "
+        line += f"{host} is kept (an older copy of its data)"
+    event = Event(view.now, "fenced", f"{subject}: task {stale[0].task} on {host} {line}",
+                  service=ss.spec.name, slot=n, host=host)  # fmt: skip
     return Effects(stops=tuple(Stop(c, line) for c in stale), events=(event,))
 
 

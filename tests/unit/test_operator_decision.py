@@ -1116,3 +1116,23 @@ def test_a_move_onto_the_host_that_keeps_a_failovers_old_volume_is_refused() -> 
     machine.teardown()
     machine.nothing_bad()
     assert machine.f.volumes["host1"]  # the kept volume is there
+
+
+def test_a_stale_copy_back_while_the_slot_waits_for_its_restore_is_fenced_not_adopted() -> None:
+    """Seed 256: db.1 failed over from host1 to host2; host1 forgotten, then back with its
+    old task (no pass seeing it yet); host2 lost and forgotten: the slot waited for its
+    restore, and the next pass adopted host1's task, the database running an older copy
+    of its data instead of the restore it asks for (g). While a slot waits for `minidock
+    restore` with no host, a task of it found anywhere is fenced, its volume kept."""
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:1", 1, 0, "manual", "db:1", "a", 1, failover=True), backed=True)
+    machine.lose_host(which=0, then=4)
+    machine.forget()
+    machine.host_back()
+    machine.lose_host(which=1)
+    machine.forget()
+    machine.nothing_bad()
+    assert machine.f.live("db") == []
+    assert machine.state.services["db"].slot(1).awaiting_restore
+    machine.teardown()
+    machine.nothing_bad()

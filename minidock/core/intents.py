@@ -538,6 +538,7 @@ def _moves_forgotten(ss: ServiceState, host: str, now: float) -> tuple[ServiceSt
             del moves[n]
         elif move.holds:
             del moves[n]
+            records[n] = slots.stopped_for(records.get(n, slots.SlotState()))  # its stop
             stays = move.source if move.source and move.source != host else ""
             line = f"{subject}: {what} to {move.target} failed: {host} forgotten"
             line += f"; it stays on {stays}" if stays else ""

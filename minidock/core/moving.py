@@ -30,7 +30,7 @@ from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
 from minidock.core.rollout import slot_target
-from minidock.core.slots import count_failure, relocate, restore_failed, restored
+from minidock.core.slots import count_failure, relocate, restore_failed, restored, stopped_for
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import ready as is_ready
 from minidock.core.volumes import MoveAct, MoveInput, MovePhase, VolumeMove
@@ -134,6 +134,7 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
     ended = move.step(MoveInput.LOST)
     discarding = ended.phase is MovePhase.DISCARDING and not _gone(view, move.target)
     ss = _with_move(ss, n, ended if discarding else None)
+    ss = with_slot(ss, n, stopped_for(ss.slot(n)))  # its task stopped by the move: no exit
     subject = f"{ss.spec.name}.{n}"
     began = move.phase is MovePhase.COPYING
     if move.failover and began:
@@ -331,6 +332,8 @@ def fold_move(
     move = ss.moves.get(o.slot) if ss is not None else None
     if ss is None or move is None:
         return state, []
+    if isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING:
+        ss = with_slot(ss, o.slot, stopped_for(ss.slot(o.slot)))  # stopped by the move
     subject = f"{o.service}.{o.slot}"
     if isinstance(o, VolumesCopied) and move.phase is MovePhase.COPYING:
         moved = replace(move.step(MoveInput.COPIED), size=o.size, seconds=o.seconds)

@@ -40,6 +40,7 @@ __all__ = [
     "scaled_away",
     "skip_backoff",
     "start_failed",
+    "stopped_for",
     "unplaced",
     "vanish",
 ]
@@ -216,6 +217,15 @@ def restore_failed(slot: SlotState, line: str) -> SlotState:
     (`line`), so no task starts on a volume it may have emptied, across any change, until
     the operator restores again or `reset`s the service."""
     return _step(slot, SlotInput.RESTORE_FAILED, last_exit=line, half_written=line)
+
+
+def stopped_for(slot: SlotState) -> SlotState:
+    """The slot's task was stopped by the controller for a move or restore that then
+    ended: its exit (0, from `docker stop`) is never taken for the task's own clean exit
+    (with `restart = on-failure` that made the slot Complete, never started again)."""
+    if not slot.task or slot.task in slot.counted:
+        return slot
+    return replace(slot, counted=(*slot.counted, slot.task)[-KEEP_COUNTED:])
 
 
 def lose(slot: SlotState, awaiting_restore: str = "", *, pinned: bool = False) -> SlotState:

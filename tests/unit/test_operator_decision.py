@@ -1136,3 +1136,23 @@ def test_a_stale_copy_back_while_the_slot_waits_for_its_restore_is_fenced_not_ad
     assert machine.state.services["db"].slot(1).awaiting_restore
     machine.teardown()
     machine.nothing_bad()
+
+
+def test_a_task_stopped_for_a_move_that_then_ends_is_started_again() -> None:
+    """Seed 15: db.1's task stopped for its move (the controller dying between the `docker
+    stop` and the removal), then the move's target lost and forgotten: the move ended and
+    the next pass took the stopped task's exit 0 for its own clean exit, so with `restart =
+    on-failure` the slot was Complete and the database never ran again (n). A task a move
+    or restore stopped is never counted when the intent ends; it starts again."""
+    spec = Spec("web:1", 1, 0, "manual", "db:1", "a", 2, stop=True)
+    machine = OperatorDecision()
+    machine.first(spec=spec, backed=False)
+    machine.backup(slot=1, then=1)
+    machine.backup(slot=2, fault="mid stop")
+    machine.move(slot=1, to="host2")
+    machine.lose_host(which=0)
+    machine.forget()
+    machine.teardown()
+    machine.nothing_bad()
+    assert not machine.state.services["db"].slot(1).complete
+    assert [c.host for c in machine.f.live("db") if c.slot == 1] == ["host1"]

@@ -377,6 +377,30 @@ def test_a_move_whose_target_goes_down_before_its_copy_fails_and_starts_again_on
     assert not outlook(w.plan()).progressing  # degraded (its target down), not exit 3
 
 
+def test_a_task_stopped_for_a_move_that_fails_is_never_its_own_clean_exit() -> None:
+    """Issue 43 (the operator property, seed 15): db (`restart = on-failure`) stopped for
+    its move and left exited 0 (the controller died before removing it), then the move's
+    target lost: the move ends, and the exit that `docker stop` gave is no clean exit of
+    the task's own (the slot was Complete, never started again): it starts on its source."""
+    fleet = Fleet()
+    source = fleet.start()
+    w = fleet.world
+    w.apply(replace(DB, restart=replace(DB.restart, condition="on-failure")))
+    w.converge()
+    target = other(fleet, source)
+    fleet.move(target)
+    w.containers[source] = [  # its `docker stop` done, the controller dead before the rm
+        replace(c, state="exited", exit_code=0, finished_at=w.now) for c in w.containers[source]
+    ]
+    w.kill_host(target)
+    for _ in range(4):  # controllers that die before their acts, until the target is down
+        fleet.step(kill="before-acts")
+    assert w.state.services["db"].moves == {}  # ended: its target is down
+    fleet.settle()
+    assert not w.state.services["db"].slot(1).complete
+    assert [c.host for c in w.live("db")] == [source]
+
+
 def test_a_move_whose_source_goes_down_before_its_copy_fails_and_forget_then_ends_it() -> None:
     fleet = Fleet()
     source = fleet.start()

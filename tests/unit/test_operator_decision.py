@@ -282,6 +282,7 @@ class OperatorDecision(RuleBasedStateMachine):
         self.serving = Serving.ON  # what the operator last set web's routes to
         # canary spec -> slot -> its tasks when it was first seen running another spec
         self.older: dict[str, dict[int, set[str]]] = {}
+        self.began: dict[str, dict[int, set[str]]] = {}
         self.lost: set[str] = set()  # hosts lost once, forgotten or not (they may come back)
         self.backed: set[int] = set()  # db slots a backup was asked of (o)
 
@@ -580,12 +581,12 @@ class OperatorDecision(RuleBasedStateMachine):
         ss = self.state.services.get("web")
         live = self.f.live("web")
         running = canary.running_spec(ss)
-        for seen in self.older.values() if ss is not None else ():
+        for seen in [*self.older.values(), *self.began.values()] if ss is not None else ():
             for n in [n for n in seen if n not in ss.slots]:  # scaled away, its record gone:
                 del seen[n]  # scaled back, it is a slot that never had a task
         if set(self.older) - {running}:  # another canary, or none: what an earlier one saw
-            self.older = {}  # is no guide (the same spec canaried again found slots that a
-        if ss is None or not running:  # full rollout between gave it: no spread)
+            self.older, self.began = {}, {}  # is no guide (the same spec canaried again found
+        if ss is None or not running:  # slots that a full rollout between gave it: no spread)
             return
         # a host back (forgotten or not): a stale task of a slot refilled elsewhere meanwhile
         # leaves through the drain gate (core/traffic), a pass or more, whatever runs: no
@@ -603,9 +604,15 @@ class OperatorDecision(RuleBasedStateMachine):
         # slot -> the slot's tasks alive when it was first seen running another spec: a
         # task among them (an apply gave a superseded canary's slot back to it) is no spread
         older = self.older.setdefault(running, {})
+        # slot -> its tasks seen running the canary's spec before that (a slot that never
+        # had a task took it): one of them back from a lost host is no spread either
+        began = self.began.setdefault(running, {})
         for c in live:
             if c.spec != running:
-                older.setdefault(c.slot, {x.task for x in live if x.slot == c.slot})
+                mine = {x.task for x in live if x.slot == c.slot}
+                older.setdefault(c.slot, mine | began.get(c.slot, set()))
+            elif c.slot not in older:
+                began.setdefault(c.slot, set()).add(c.task)
             elif (
                 c.slot in older
                 and c.task not in older[c.slot]

@@ -156,10 +156,15 @@ tried again after the restart backoff: tests/unit/test_volume_moves.py); and an 
 task on the host a failover left was taken for the slot's clean exit, so the restored
 slot was Complete and never started (n) (now removed, never counted). Seed 141: a `move`
 onto the host that keeps a failover's old volume wrote over it (g) (now refused unless
-`--replace-kept`, and a failover never placed there). Seed 146: (m) kept what an earlier
-canary of the same spec had seen (narrowed: forgotten once the canary changes or ends).
-Swept since with derandomize off, 300 examples a seed: seeds 131 to 330 pass
-(docs/testing.md).
+`--replace-kept`, and a failover never placed there). Seed 256: while a slot waited for
+its restore, an older failover's old host, back, had its task adopted (g) (now fenced).
+Seed 15: a task stopped for a move that then ended (its target forgotten) was taken for
+its own clean exit, so a `restart = on-failure` slot was Complete for good (n) (now never
+counted). The Fleet lost two hosts when one pass cut two copies (seed 174; now one a
+pass). (m) narrowed twice: it kept what an earlier canary of the same spec had seen (seeds
+146, 173), and took a slot's own task of the canary's spec, back from a lost host, for a
+spread (seed 94). Swept on the final code with derandomize off, 300 examples of 12 steps
+a seed: seeds 0 to 330 pass (docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ __all__ = [
     "RecoveryPoint",
     "due",
     "failover_move",
+    "holding",
     "kept_line",
+    "never_target",
     "recovery_points",
     "snapshot_taken",
 ]
@@ -146,6 +148,21 @@ def failover_move(
         f"restoring snapshot {move.snapshot} on {target}; its volume on {due.old} is kept"
     )
     return ss, Event(now, "failover", line, service=ss.spec.name, slot=n, host=target)
+
+
+def never_target(record: SlotState) -> dict[str, str]:
+    """The host a copy of the slot never goes to unless the operator says so (`place`'s
+    `never`): the one keeping its old volume, which may hold writes newer than any
+    snapshot (a failover or `forget` left it)."""
+    return {record.kept_on: "keeps the slot's old volume"} if record.kept_on else {}
+
+
+def holding(ss: ServiceState, n: int, view: View, also: str = "") -> tuple[str, ...]:
+    """The hosts a move's or a backup's stop waits for (`View.holders`), but a failover's
+    old host while it is down (the slot's `kept_on`, and `also`: a failover's source): the
+    pass restored elsewhere because it is down, and fences its task if it answers."""
+    fenced = {ss.slot(n).kept_on, also} - {""}
+    return tuple(h for h in view.holders(ss, n) if not (h in fenced and view.hosts[h].down))
 
 
 def kept_line(record: SlotState, host: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from minidock.core import canary, hooks, rollout, slots
+from minidock.core import canary, failover, hooks, rollout, slots
 from minidock.core import hosts as host_machine
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
@@ -403,8 +403,7 @@ def begin_restore(
             f"{subject}: a global service's task belongs to {record.host or 'its host'}"
         )
     shown = snapshots[0][1][:8]
-    if target != record.host:
-        refuse_kept(subject, record, target, "restore", replace_kept=replace_kept)
+    refuse_kept(subject, record, target, "restore", replace_kept=replace_kept)
     underway = _underway(ss, slot)
     if underway is not None:
         if underway.restore and (underway.target, underway.snapshots) == (target, snapshots):
@@ -421,8 +420,9 @@ def refuse_kept(
 ) -> None:
     """A move or restore onto the host that keeps the slot's old volume (`kept_on`: a
     failover or `forget` left it, and it may hold writes newer than any snapshot) would
-    write over it: refused (ValueError), unless the operator says `--replace-kept`."""
-    if replace_kept or not record.kept_on or record.kept_on != target:
+    write over it: refused (ValueError), unless the operator says `--replace-kept`. (A
+    restore in place, onto the slot's own host, writes over its own volume.)"""
+    if replace_kept or target not in failover.never_target(record) or target == record.host:
         return
     raise ValueError(
         f"{subject}: {target} keeps its old volume (left by a failover or `forget`; it may "

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from minidock.core.failover import kept_line
+from minidock.core.failover import holding, kept_line
 from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
@@ -159,6 +159,34 @@ def lost(ss: ServiceState, n: int, view: View) -> tuple[ServiceState, tuple[Even
     return ss, (event,)
 
 
+def _copy_failed(
+    ss: ServiceState, o: MoveFailed, move: VolumeMove, now: float
+) -> tuple[ServiceState, str, str]:
+    """A copy that failed, folded: the task the move stopped is no exit of its own; a
+    restore in place leaves its slot Failed, half written; a move's (or a failover's)
+    partial copy on its target is removed (DISCARDING, unless its act did), the slot
+    staying where its data is."""
+    ss = with_slot(ss, o.slot, stopped_for(ss.slot(o.slot)))
+    subject = f"{o.service}.{o.slot}"
+    if move.restore and not move.failover:
+        ss = _with_move(ss, o.slot, None)
+        line = f"{subject}: restore of snapshot {move.snapshot} on {move.target} failed: {o.line}"
+        line += f"; the slot is Failed: `minidock restore {subject}` tries again, `minidock "
+        line += f"reset {o.service}` starts it on what its volume holds"
+        why = line.removeprefix(f"{subject}: ")
+        return with_slot(ss, o.slot, restore_failed(ss.slot(o.slot), why)), "restore-failed", line
+    ended = None if o.discarded else move.step(MoveInput.LOST)
+    discarding = ended is not None and ended.phase is MovePhase.DISCARDING
+    ss = _with_move(ss, o.slot, ended if discarding else None)
+    if move.failover:
+        return _failover_failed(ss, o.slot, move, o.line, now, discarding=discarding)
+    stays = move.source or "where the scheduler places it"
+    line = f"{subject}: move to {move.target} failed, it stays on {stays}: {o.line}"
+    if discarding:  # else a start there later would run on the half-written copy
+        line += f"; its partial copy on {move.target} is removed once {move.target} answers"
+    return ss, "move-failed", line
+
+
 def _failover_failed(
     ss: ServiceState, n: int, move: VolumeMove, why: str, now: float, *, discarding: bool
 ) -> tuple[ServiceState, str, str]:
@@ -246,10 +274,7 @@ def _holders(ss: ServiceState, n: int, move: VolumeMove, view: View) -> tuple[st
     """The hosts the move waits for (`View.holders`), but a failover's down source (of
     this move, or of an earlier one: the slot's `kept_on`): the pass restored elsewhere
     because it is down, and fences its task if it answers."""
-    held = view.holders(ss, n)
-    fenced = {move.source} if move.failover else set()
-    fenced |= {ss.slot(n).kept_on} - {""}  # a failover's old host, also for a later move
-    return tuple(h for h in held if not (h in fenced and view.hosts[h].down))
+    return holding(ss, n, view, move.source if move.failover else "")
 
 
 def _fenced(ss: ServiceState, n: int, c: Container) -> str:
@@ -332,8 +357,6 @@ def fold_move(
     move = ss.moves.get(o.slot) if ss is not None else None
     if ss is None or move is None:
         return state, []
-    if isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING:
-        ss = with_slot(ss, o.slot, stopped_for(ss.slot(o.slot)))  # stopped by the move
     subject = f"{o.service}.{o.slot}"
     if isinstance(o, VolumesCopied) and move.phase is MovePhase.COPYING:
         moved = replace(move.step(MoveInput.COPIED), size=o.size, seconds=o.seconds)
@@ -345,31 +368,8 @@ def fold_move(
         kind = "volumes-copied"
         line = f"{subject}: volumes copied from {origin} to {move.target}"
         line += f" ({approx_size(o.size)}{rate})"
-    elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING and move.failover:
-        ended = None if o.discarded else move.step(MoveInput.LOST)
-        ss = _with_move(
-            ss, o.slot, ended if ended and ended.phase is MovePhase.DISCARDING else None
-        )
-        ss, kind, line = _failover_failed(
-            ss, o.slot, move, o.line, now, discarding=ended is not None
-        )
-    elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING and move.restore:
-        ss = _with_move(ss, o.slot, None)
-        kind = "restore-failed"
-        line = f"{subject}: restore of snapshot {move.snapshot} on {move.target} failed: {o.line}"
-        line += f"; the slot is Failed: `minidock restore {subject}` tries again, `minidock "
-        line += f"reset {o.service}` starts it on what its volume holds"
-        why = line.removeprefix(f"{subject}: ")
-        ss = with_slot(ss, o.slot, restore_failed(ss.slot(o.slot), why))
     elif isinstance(o, MoveFailed) and move.phase is MovePhase.COPYING:
-        ended = None if o.discarded else move.step(MoveInput.LOST)
-        discarding = ended is not None and ended.phase is MovePhase.DISCARDING
-        ss = _with_move(ss, o.slot, ended if discarding else None)
-        stays = move.source or "where the scheduler places it"
-        kind = "move-failed"
-        line = f"{subject}: move to {move.target} failed, it stays on {stays}: {o.line}"
-        if discarding:  # else a start there later would run on the half-written copy
-            line += f"; its partial copy on {move.target} is removed once {move.target} answers"
+        ss, kind, line = _copy_failed(ss, o, move, now)
     elif isinstance(o, SourceCleaned) and move.phase is MovePhase.CLEANING:
         ss = _with_move(ss, o.slot, None)
         kind, line = "moved", f"{subject}: moved to {move.target}"

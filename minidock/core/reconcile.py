@@ -40,7 +40,7 @@ from minidock.core.fold import (
 from minidock.core.hosts import HostState, SeenTask
 from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
 from minidock.core.rollout import Outdated, slot_target
-from minidock.core.scheduler import Fleet, Placement, counted_as, over_capacity, place
+from minidock.core.scheduler import Fleet, counted_as, over_capacity, place
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.supervise import exit_line, ready, still_starting
 from minidock.core.traffic import Traffic
@@ -534,12 +534,11 @@ def _decide_slot(
     live = [c for c in here if c.live and c.state != "created"]
     dead = [c for c in here if not (c.live and c.state != "created")]
     held = view.holders(ss, n)
-    fenced = Effects()
-    if ss.slot(n).kept_on or ss.slot(n).awaiting_restore:  # a failover's old host holds
-        # nothing (nor does any while a restore is awaited), and its exits are not
-        held = tuple(h for h in held if not _kept_away(ss, n, h))  # the slot's: removed
-        fenced = Effects(stops=tuple(_fenced_exit(ss, n, c) for c in dead if _on_kept(ss, n, c)))
-        dead = [c for c in dead if not _on_kept(ss, n, c)]
+    # a failover's old host holds nothing (nor does any while a restore is awaited), and
+    # its exited tasks are not the slot's exits: removed
+    held = tuple(h for h in held if not _kept_away(ss, n, h))
+    fenced = Effects(stops=tuple(_fenced_exit(ss, n, c) for c in dead if _on_kept(ss, n, c)))
+    dead = [c for c in dead if not _on_kept(ss, n, c)]
     if not (live or held):
         decided = _slot_without_task(ss, n, dead, services, view)
         return decided._replace(effects=fenced + decided.effects)
@@ -866,11 +865,8 @@ def _failover(
     """A failover's restore placed as a task is (the scheduler picks the host) and
     recorded as the slot's restore intent; pending when no host fits."""
     assert want.failover is not None
-    kept = ss.slot(want.slot).kept_on  # an earlier failover's old volume: never written over
-    where = place(want.target, fleet, avoid=(want.failover.old, kept))
-    if where.host is not None and where.host == kept:
-        fleet.unreserve(kept, want.target)
-        where = Placement(None, (f"{kept}: keeps the slot's old volume",))
+    never = failover.never_target(ss.slot(want.slot))  # an earlier failover's old volume
+    where = place(want.target, fleet, avoid=(want.failover.old,), never=never)
     if where.host is None:
         why = f"on_host_loss = restore: no host can take it: {where.why}"
         return ss, Effects(pending=(Pending(want.service, want.slot, why),))

@@ -25,7 +25,7 @@ from minidock.core.backing import (
     Verified,
     VerifyAct,
 )
-from minidock.core.failover import slot_snapshot
+from minidock.core.failover import holding, slot_snapshot
 from minidock.core.fold import Effects, View, with_slot
 from minidock.core.hosts import HostPhase
 from minidock.core.plan import Stop, Waiting, WaitKind
@@ -177,8 +177,7 @@ def hold(
         line = f"{subject}: backup failed: its host was forgotten"
         event = Event(view.now, "backup-failed", line, service=name, slot=n)
         return _with(ss, n, failed.step(BackupInput.FAILED)), Effects(stops=stops, events=(event,))
-    kept = ss.slot(n).kept_on  # a failover's old host: fenced when it answers, never waited
-    held = tuple(h for h in view.holders(ss, n) if not (h == kept and view.hosts[h].down))
+    held = holding(ss, n, view)  # a failover's old host: fenced, never waited for
     if intent.phase is BackupPhase.STOPPING and not here and not held:
         intent = intent.step(BackupInput.STOPPED)
         ss = _with(ss, n, intent)

@@ -632,19 +632,32 @@ class Placement:
 
 
 def place(
-    service: Service, fleet: Fleet, *, avoid: Iterable[str] = (), only: str = ""
+    service: Service,
+    fleet: Fleet,
+    *,
+    avoid: Iterable[str] = (),
+    only: str = "",
+    never: Mapping[str, str] | None = None,
 ) -> Placement:
     """Choose a host for one task of `service`, or explain why none fits.
 
     Hosts in `avoid` are used only when no other host fits (e.g. the host a task is being
     drained from is never in the candidate set at all, but a start-first replacement prefers
-    another host than the old task's). With `only`, that host or none (a slot pinned to
-    the host that holds its volume, a global service's task on its host)."""
+    another host than the old task's). Hosts in `never` (host -> why) are not used at all
+    (a host that keeps a slot's old volume). With `only`, that host or none (a slot pinned
+    to the host that holds its volume, a global service's task on its host)."""
     if only:
         return _place_on(service, fleet, only)
-    best = fleet.candidates(service).best(frozenset(avoid))
-    if best is None:
-        return Placement(None, nowhere(fleet, service))
+    never = never or {}
+    candidates = fleet.candidates(service)
+    best = candidates.best(frozenset({*avoid, *never}))
+    if best in never:  # only avoided hosts fit: the best of them that may be used
+        best = candidates.best(frozenset(never))
+    if best is None or best in never:
+        filtered = nowhere(fleet, service)  # and a host it never goes to, that fits
+        named = {r.split(":", 1)[0] for r in filtered}
+        kept = tuple(f"{h}: {why}" for h, why in sorted(never.items()) if h not in named)
+        return Placement(None, filtered + kept)
     fleet.reserve(best, service)
     return Placement(best)
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from minidock import core, restic
 from minidock.core import ControllerState
+from minidock.core.failover import never_target
 from minidock.core.scheduler import Fleet, counted_as, place
 from minidock.model import Host, Service
 from minidock.observe import observe_host
@@ -264,9 +265,8 @@ async def _scheduled(
         for c in (*o.containers, *o.others)
         if c.live
     ]
-    kept = state.services[spec.name].slot(slot).kept_on  # its old volume: never written over
-    eligible.update({kept: "keeps the slot's old volume"} if kept in eligible else {})
-    where = place(spec, Fleet.build(desired.inventory.hosts, eligible, live))
+    never = never_target(state.services[spec.name].slot(slot))  # its old volume's host
+    where = place(spec, Fleet.build(desired.inventory.hosts, eligible, live), never=never)
     if where.host is None:
         raise UseCaseError(
             f"restore: no host can take {spec.name}.{slot} ({where.why}): name one with --host"

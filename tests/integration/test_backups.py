@@ -222,6 +222,11 @@ def _old_host_back(fleet: Fleet, md: Minidock, lost: str, there: str) -> None:
     assert fleet.docker(lost, "volume", "inspect", volume).returncode == 0  # kept
     (db,) = [s for s in md.status()["services"] if s["name"] == "db"]
     assert {p["kept_on"] for p in db["recovery"]} == {lost}  # and listed
+    res = md("move", "db.1", "--to", lost)  # never written over by a routine command
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"db.1: {lost} keeps its old volume" in res.stderr, res.stderr
+    assert "--replace-kept" in res.stderr
+    assert [t["host"] for t in md.tasks("db")] == [there]
 
 
 def test_a_forgotten_hosts_slot_waits_and_restore_puts_its_data_back_with_no_force(

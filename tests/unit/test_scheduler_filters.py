@@ -191,3 +191,18 @@ def observed(inventory: Inventory, containers: Sequence[Container] = ()) -> Obse
             for h in inventory.hosts
         }
     )
+
+
+def test_a_host_in_never_is_not_used_even_when_it_is_the_only_one_that_fits() -> None:
+    """`place`'s `never` (a host keeping a slot's old volume) is hard where `avoid` is a
+    preference: an avoided host is still used when the others are never-hosts, and a
+    never-host alone that fits is none, said by its own line."""
+    db = Service(name="db", image="db:1")
+    never = {"host1": "keeps the slot's old volume"}
+    assert place(db, fleet(), never=never).host in ("host2", "host3")
+    assert place(db, fleet(), avoid=("host2", "host3"), never=never).host in ("host2", "host3")
+    alone = Fleet.build(HOSTS, {"host1": None, "host2": "drained", "host3": "drained"}, [])
+    where = place(db, alone, never=never)
+    assert where.host is None
+    assert "host1: keeps the slot's old volume" in where.why
+    assert "host2: " in where.why

@@ -19,14 +19,13 @@ count, `admit`), `rollback`, `promote`, `drain` (refused while a pinned slot is 
 there) and `activate`, `forget` (a host that does not answer), `move` and `restore` of a db
 slot (`begin_move`, `begin_restore` with each volume's newest snapshot, `--replace-kept`
 or not; each with the fault that cuts its next copy and a few passes: `restore_cut`
-always cuts it, so a half-written volume is reached), `restore --empty` (`start_empty`), `backup` of a db slot
-(`saving.begin`, as `minidock backup` records it: the passes carry the Plan's backup
-steps, the sim's copy a snapshot of the slot's volume; db's `backup = { stop = true }` or
-not, drawn with the spec: its task stopped by the pass and started again; its fault: its
-copy cut or failed, the slot's host lost mid copy, or the controller killed after the
-stop or before the fold; `first` backs each slot up once, or not), `maintenance` on and
-off, `pause` and `resume`,
-`reset`, `rebalance`; and faults: a host lost (it stops answering; one at a time, so the
+always cuts it, so a half-written volume is reached), `restore --empty` (`start_empty`),
+`backup` of a db slot (`saving.begin`, as `minidock backup` records it: the passes carry
+the Plan's backup steps, the sim's copy a snapshot of the slot's volume; db's `backup = {
+stop = true }` or not, drawn with the spec: its task stopped by the pass and started
+again; its fault: its copy cut or failed, the slot's host lost mid copy, or the
+controller killed after the stop or before the fold; `first` backs each slot up once, or
+not), `maintenance` on and off, `pause` and `resume`, `reset`, `rebalance`; and faults: a host lost (it stops answering; one at a time, so the
 mass-loss guard never holds; a few passes with it, past a failover's wait, or none) and
 back, and a controller killed within a pass: before its
 acts, after its stops, before its fold, half-way through a copy, a copy's target or source

@@ -25,13 +25,13 @@ the Plan's backup steps, the sim's copy a snapshot of the slot's volume; db's `b
 stop = true }` or not, drawn with the spec: its task stopped by the pass and started
 again; its fault: its copy cut or failed, the slot's host lost mid copy, or the
 controller killed after the stop or before the fold; `first` backs each slot up once, or
-not), `maintenance` on and off, `pause` and `resume`, `reset`, `rebalance`; and faults: a host lost (it stops answering; one at a time, so the
-mass-loss guard never holds; a few passes with it, past a failover's wait, or none) and
-back, and a controller killed within a pass: before its
-acts, after its stops, before its fold, half-way through a copy, a copy's target or source
-host lost half-way, or a copy's stream broken with both hosts answering (each step of a
-move and a restore is some pass's act, so each is cut). `settle` is the still world:
-passes, no command, no new fault.
+not), `maintenance` on and off, `pause` and `resume`, `reset`, `rebalance`; and faults:
+a host lost (it stops answering; one at a time, so the mass-loss guard never holds; a few
+passes with it, past a failover's wait, or none) and back, and a controller killed
+within a pass: before its acts, after its stops, before its fold, half-way through a
+copy, a copy's target or source host lost half-way, or a copy's stream broken with both
+hosts answering (each step of a move and a restore is some pass's act, so each is cut).
+`settle` is the still world: passes, no command, no new fault.
 
 Properties (docs/testing.md#the-whole-decision):
 (b), (c) as test_whole_decision's: no route loses its last healthy upstream, no task stops

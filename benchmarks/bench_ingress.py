@@ -10,7 +10,7 @@ response recorded: tests/integration/loadgen.py) send GETs to host1's published 
 port), then to host2's published port 80, which the same task also publishes (`ports =
 ["80:8080"]`: host2 runs no proxy), so the direct path reaches it with no proxy. A route
 change is what a pass does to load one: `caddy reload` of a new config over SSH, as
-`minidock.ingress` issues it; its wall time, median of ROUNDS loads of two alternating
+`minidock.act.ingress` issues it; its wall time, median of ROUNDS loads of two alternating
 configs. Prints Markdown tables (docs/benchmarks.md keeps the latest).
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from minidock.caddy import RouteSpec, load_argv, proxy_config  # noqa: E402
+from minidock.commands.caddy import RouteSpec, load_argv, proxy_config  # noqa: E402
 from minidock.lab import Lab  # noqa: E402
 from minidock.model import Ingress  # noqa: E402
 from minidock.ssh import SSHExecutor  # noqa: E402

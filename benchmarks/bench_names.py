@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from minidock.haproxy import NAMES_IMAGE  # noqa: E402
+from minidock.commands.haproxy import NAMES_IMAGE  # noqa: E402
 from minidock.lab import Lab  # noqa: E402
 
 ROUNDS = 1000

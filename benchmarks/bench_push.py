@@ -5,7 +5,7 @@
 (or `--inventory PATH` for another lab's inventory, e.g. one an integration session kept
 with `--keep-lab`). For images of about 2, 50 and 200 MiB (the lab's web:5, and web:5
 with an incompressible file added, built in this machine's engine and removed at the
-end): `docker save | docker load` over SSH (minidock.push.push_image) to one host that
+end): `docker save | docker load` over SSH (minidock.act.push.push_image) to one host that
 lacks the image, then to every host at once, then the check that finds it there already.
 Median of 3 runs; the pushed copies are removed from the hosts between runs. Prints a
 Markdown table (docs/benchmarks.md keeps the latest).
@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from minidock.act.push import LocalEngine, LocalImage, push_image
 from minidock.lab.images import WEB5_IMAGE
 from minidock.model import Host
-from minidock.push import LocalEngine, LocalImage, push_image
 from minidock.spec import load_inventory
 from minidock.ssh import SSHExecutor
 from minidock.units import approx_size

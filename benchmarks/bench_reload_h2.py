@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 
-from minidock.caddy import Certificate, RouteSpec, proxy_config  # noqa: E402
+from minidock.commands.caddy import Certificate, RouteSpec, proxy_config  # noqa: E402
 from minidock.model import Ingress  # noqa: E402
 from tests.integration.loadgen import H2Load  # noqa: E402
 from tests.tlsfiles import PrivateCA  # noqa: E402

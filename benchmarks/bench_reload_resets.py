@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from minidock.caddy import RouteSpec, proxy_config, proxy_run_argv  # noqa: E402
+from minidock.commands.caddy import RouteSpec, proxy_config, proxy_run_argv  # noqa: E402
 from minidock.lab import Lab  # noqa: E402
 from minidock.model import Ingress  # noqa: E402
 

@@ -9,13 +9,13 @@ bytes is made on the first host; then, each run, each operation is timed as Mini
 it and as a plain shell pipeline does the same on the same volume, one after the other:
 
 - backup: `minidock backup`'s stream (`docker cp HELPER:/data -` read over asyncssh by
-  minidock.volumecopy, written into `restic backup --stdin`) against
+  minidock.act.volumecopy, written into `restic backup --stdin`) against
   `ssh HOST docker cp HELPER:/data - | restic backup --stdin`, each into a fresh
   repository (a first backup: every byte chunked, compressed, encrypted and written);
 - restore: `minidock restore`'s stream (`restic dump` read by minidock.restic, written into
   `docker cp -a - HELPER:/` over asyncssh on the second host) against
   `restic dump SNAPSHOT /bench.tar | ssh HOST2 docker cp -a - HELPER:/`;
-- move: `minidock move`'s copy (minidock.volumecopy.copy_volume: both streams over
+- move: `minidock move`'s copy (minidock.act.volumecopy.copy_volume: both streams over
   asyncssh, at most 8 MiB in flight) against `ssh HOST1 docker cp ... - | ssh HOST2 docker
   cp -a - ...`.
 

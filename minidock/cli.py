@@ -26,19 +26,19 @@ import typer
 from typer.core import TyperGroup, TyperOption
 
 from minidock import usecases
-from minidock.model import Event
-from minidock.output import Output, Printer, rich_console
-from minidock.progress import LiveProgress, PlainProgress, progress_view
-from minidock.runner import PassResult
-from minidock.ssh import SSHExecutor
-from minidock.state import StateError
-from minidock.status import (
+from minidock.documents.status import (
     CertificateSummary,
     HostSummary,
     JobSummary,
     ServiceSummary,
     StatusDocument,
 )
+from minidock.model import Event
+from minidock.output import Output, Printer, rich_console
+from minidock.progress import LiveProgress, PlainProgress, progress_view
+from minidock.runner import PassResult
+from minidock.ssh import SSHExecutor
+from minidock.state import StateError
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
 

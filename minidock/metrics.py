@@ -24,8 +24,8 @@ from prometheus_client.core import (
 )
 
 from minidock.core import HostPhase, RolloutPhase
+from minidock.documents.status import ServiceWord, StatusDocument
 from minidock.model import ContainerState
-from minidock.status import ServiceWord, StatusDocument
 from minidock.usecases.fleetview import ClusterReading, FleetReading
 
 __all__ = [

@@ -346,7 +346,7 @@ class LogConfig:
 TlsMode = Literal["off", "files", "acme"]
 LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 # The ingress proxy's network: a namespace of its own (docker's default bridge), its ports
-# published (minidock.caddy: why not the host's network)
+# published (minidock.commands.caddy: why not the host's network)
 PROXY_NETWORK = "bridge"
 
 

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 from minidock.core import ControllerState, Rollout, ServiceState, SlotPhase
 from minidock.core.plan import WaitKind
 from minidock.core.supervise import ready
+from minidock.documents.status import service_state
 from minidock.model import Container
 from minidock.output import Printer, rich_console
 from minidock.runner import PassResult
-from minidock.status import service_state
 from minidock.units import format_duration
 from minidock.usecases import (
     ConvergeOutcome,

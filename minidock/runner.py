@@ -2,7 +2,7 @@
 
 The decision is the core's, whole (`minidock.core.decide`: the task verbs, the drain gate,
 what every proxy holds, certificates, hooks, jobs); the acts are the act path's
-(`minidock.carry`); this module only sequences them. The plan (its next controller state)
+(`minidock.act.carry`); this module only sequences them. The plan (its next controller state)
 is committed *before* acting, so a crash mid-act leaves a state that the next pass
 converges from: every act is either seen on the hosts by the next observation or simply
 decided again. What the acts learned (failures, log tails, hooks' and runs' outcomes,
@@ -23,8 +23,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from minidock.acts import Acts, stop_graces
-from minidock.carry import carry_out
+from minidock.act.acts import Acts, stop_graces
+from minidock.act.carry import carry_out
+from minidock.act.ingress import observe_proxies
+from minidock.act.names import observe_names
 from minidock.commands.docker import health_checks_argv
 from minidock.core import ControllerState, Plan, fold_outcomes
 from minidock.core.decide import decide
@@ -33,10 +35,8 @@ from minidock.core.engines import health_checks_due
 from minidock.core.routes import ingress_hosts
 from minidock.core.schedule import Times
 from minidock.core.watching import port_tables_needed, ports_conflict
-from minidock.ingress import observe_proxies
 from minidock.masking import NO_SECRETS, Masker, Masks
 from minidock.model import Cluster, Event, Inventory, Observed
-from minidock.names import observe_names
 from minidock.observe import ProbeMemory, observe, port_tables
 from minidock.schedules import backup_times, job_times
 from minidock.ssh import CommandTimeout, Executor, Unreachable

@@ -1,7 +1,7 @@
 """A loaded Caddy config read as a front server that does each route's work itself: every
-hand-off to a route server (minidock.caddy: one server per route, for its metrics)
+hand-off to a route server (minidock.commands.caddy: one server per route, for its metrics)
 replaced by what that server does, and its held-request releases gathered as the front
-server's error routes (its last resort, `minidock.caddy._last_resort`, is left out). Tests
+server's error routes (its last resort, `minidock.commands.caddy._last_resort`, is left out). Tests
 of what a route does read it through this view; the tests of the route servers themselves,
 and of the last resort, read the config as it is."""
 
@@ -11,7 +11,7 @@ import copy
 import json
 from typing import Any
 
-from minidock.caddy import HELD, ROUTE_SERVER
+from minidock.commands.caddy import HELD, ROUTE_SERVER
 
 __all__ = ["front"]
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from minidock.act.push import LocalImage
 from minidock.commands.facts import PS_FORMAT, version_argv
 from minidock.model import Host, image_registry
-from minidock.push import LocalImage
 from minidock.ssh import OnLine, OutputLine, Result, Sink, Terminal, Unreachable
 from tests.behaviour import TICK, Clock, Life, act_of, advance
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from minidock.caddy import ProxyConfig
+from minidock.commands.caddy import ProxyConfig
 from tests.etcd import free_ports
 
 __all__ = ["LocalCaddy", "Upstream", "local_caddy"]

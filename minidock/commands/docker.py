@@ -189,7 +189,7 @@ def run_argv(
     (the host's private address) each exposed port is published on it, on a host port
     docker picks, and the task has no alias: its service's name is its name proxies'
     (docs/discovery.md).
-    `configs` are (host path, path in the task) pairs, placed by `minidock.configs`.
+    `configs` are (host path, path in the task) pairs, placed by `minidock.act.configs`.
     """
     argv = ["docker", "run", "-d", "--name", container_name(service.name, slot, task)]
     argv += _task_labels(cluster, service.name, slot, task, spec_hash, controller)
@@ -322,7 +322,7 @@ def volume_spec(volume: Volume, cluster: str, service: str, slot: int) -> str:
     return f"{source}:{volume.target}" + (":ro" if volume.read_only else "")
 
 
-# -- a volume's data, as a tar stream (minidock.volumecopy) ----------------------------------
+# -- a volume's data, as a tar stream (minidock.act.volumecopy) ----------------------------------
 def volume_helper_name(volume: str) -> str:
     """The container that holds a volume while its data streams in or out of it."""
     return f"minidock-copy.{_operand(volume, 'volume')}"

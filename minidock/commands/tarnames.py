@@ -1,5 +1,5 @@
 """A tar stream's member names rewritten as it passes, chunk by chunk, never held whole:
-how a volume's stream keeps one form between engines (minidock.volumecopy).
+how a volume's stream keeps one form between engines (minidock.act.volumecopy).
 
 Docker's `cp` streams `/var/lib/data` as `data/`, `data/f`, ...; Podman's `volume export`
 streams the volume's contents as `f`, `sub/`, ... (no top entry) and `volume import`

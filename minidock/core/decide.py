@@ -1,7 +1,7 @@
 """One pass, one decision: (desired, observed, state, now) -> Plan. Pure: no I/O, no clock.
 
 Everything a pass will do is decided here, once, from what it observed (Nomad's
-`Compute()`, SwarmKit's orchestrators): the act path (minidock.acts) only carries out the
+`Compute()`, SwarmKit's orchestrators): the act path (minidock.act.acts) only carries out the
 plan's fields, and the runner commits the plan before any act and the outcomes after.
 
 The decision, in order, each part reading what the parts before it decided:

@@ -6,7 +6,7 @@ A `Plan` is the whole of one pass's decision (`minidock.core.decide`): the task 
 proxy must hold (`routes` for the ingress proxies, `endpoints` for the name proxies, with
 the steps of each proxy), the certificates to order, the hooks' and scheduled jobs' steps
 and the finished one-off tasks to remove. The act path carries out its fields and decides
-nothing of its own (minidock.acts)."""
+nothing of its own (minidock.act.acts)."""
 
 from __future__ import annotations
 

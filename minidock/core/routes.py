@@ -304,7 +304,7 @@ def route_changes(
     table: RouteTable, loaded: LoadedRoutes, modes: LoadedModes = ()
 ) -> tuple[str, ...]:
     """What loading `table` changes on a proxy that has loaded `loaded` (its services'
-    routes, as `minidock.caddy` reads them back: a TLS route once, its HTTPS one) in
+    routes, as `minidock.commands.caddy` reads them back: a TLS route once, its HTTPS one) in
     `modes` (those not serving): one line per route added (`+`), removed (`-`), sent to
     other upstreams (`~`, the addresses that join and leave) or put in another mode (`~`,
     the mode it enters)."""
@@ -340,7 +340,7 @@ def route_changes(
 
 def _share_change(entry: RouteEntry, loaded: tuple[str, ...], label: str) -> list[str]:
     """A line when the route's canary share changes: the proxy lists an upstream once per
-    turn of its round robin (minidock.caddy), so its loaded turns are compared."""
+    turn of its round robin (minidock.commands.caddy), so its loaded turns are compared."""
     if not entry.sends_to:
         return []
     turns = {u: loaded.count(u) for u in set(loaded)}

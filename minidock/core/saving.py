@@ -6,7 +6,7 @@ learned folded back. Pure.
 for the copy), the slot's tasks are stopped (drained first, by the traffic gate), none
 starts, and no exit of theirs is counted; else the slot is decided as any other, and
 `ready` moves the backup on once its task is ready again. `acts` gives the pass's hooks,
-copies, `keep`s and restore drills; the act path (minidock.saving) reports `Hooked`,
+copies, `keep`s and restore drills; the act path (minidock.act.backups) reports `Hooked`,
 `Copied`, `BackupKept`, `BackupEnded` or `VerifyEnded`, which `fold_backup` records.
 """
 

@@ -6,7 +6,7 @@ Pure.
 kamal-proxy's pause controller (running, paused, stopped) as desired state: the mode is
 kept in the service's state (`ServiceState.serving`), so it survives the proxies' restarts
 and the controller's; the route table carries it (`minidock.core.routes.RouteEntry.mode`)
-and the proxies' configs render it (`minidock.caddy`). One mode at a time: `maintenance on`
+and the proxies' configs render it (`minidock.commands.caddy`). One mode at a time: `maintenance on`
 and `pause` each replace what was set; `maintenance off` ends a maintenance only, `resume`
 a pause only. docs/ingress.md#maintenance-and-pause.
 """

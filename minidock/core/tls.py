@@ -1,5 +1,5 @@
 """Certificates from ACME as the controller keeps them, and when a pass orders one: the
-pure side of `tls = "acme"` (the ACME client itself is `minidock.acme`).
+pure side of `tls = "acme"` (the ACME client itself is `minidock.act.acme`).
 
 One ACME account per state (its key sealed at rest) and one record per host name a route
 asks a certificate for: the chain, its key (sealed), its end, and the order's bookkeeping.

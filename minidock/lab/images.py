@@ -73,7 +73,7 @@ WORKLOAD_IMAGES = (WEB5_IMAGE, WEB6_IMAGE, WEB_BROKEN_IMAGE, CRASH_IMAGE)
 # The ingress proxy's default image name (minidock.model.Ingress.image): the lab's own
 # build of Debian's caddy is loaded into every host under it (no registry here).
 PROXY_IMAGE = "caddy:2"
-# The name proxies' image name (minidock.haproxy.NAMES_IMAGE): the lab's build of Debian's
+# The name proxies' image name (minidock.commands.haproxy.NAMES_IMAGE): the lab's build of Debian's
 # haproxy, made by the same machinery as the ingress proxy's.
 NAMES_IMAGE = "haproxy:2.6"
 HOST_IMAGES = (*WORKLOAD_IMAGES, PROXY_IMAGE, NAMES_IMAGE)  # what `lab up` loads into every host
@@ -419,7 +419,7 @@ PROXY_CHANGES = (
 
 
 # The name proxy image's layout: the official haproxy image's config path (MiniDock runs
-# its own command in it: minidock.haproxy.run_argv).
+# its own command in it: minidock.commands.haproxy.run_argv).
 NAMES_CHANGES = ('CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]',)
 
 
@@ -470,7 +470,7 @@ class RootImage:
 
 
 # The ingress proxy: Debian's caddy with what it links (libc, libzstd, ...), coreutils for
-# the `cat` a pass reads the saved config with (minidock.caddy), the CA bundle the
+# the `cat` a pass reads the saved config with (minidock.commands.caddy), the CA bundle the
 # official image has, and its busybox `sh`, `wget` and `grep` (static busybox, linked),
 # which `minidock metrics` reads the proxy's request metrics with (request_metrics_argv).
 # Caddy needs no maintainer script, so the packages are only unpacked (mmdebstrap's

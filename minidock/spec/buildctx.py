@@ -1,6 +1,6 @@
 """A service's `build` (docs/compose.md#build): what the controller builds, and the content
 tag that names it, worked out from the files alone (no Docker engine: `validate` and
-`plan` need none; `apply` builds, minidock.build).
+`plan` need none; `apply` builds, minidock.act.build).
 
 The tag is REPOSITORY:DIGEST12. The digest is a sha256 over the build context's files as
 Docker sends them (`.dockerignore` honoured, with Docker's own pattern rules: patterns

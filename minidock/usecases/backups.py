@@ -6,7 +6,7 @@ passes that follow, this command's own or, if it is interrupted or killed, the n
 `reconcile` or `watch`: each slot's `hooks.before_backup` run in its task, with
 `backup.stop` the task drained and stopped (the passes hold the slot: its stop is never
 taken for an exit), each named volume streamed with `docker cp` over SSH straight into
-`restic backup --stdin` (minidock.saving), tagged cluster, service, slot, volume and
+`restic backup --stdin` (minidock.act.backups), tagged cluster, service, slot, volume and
 generation, the task started again, then `keep` applied to each slot's and volume's
 snapshots. A scheduled backup (`backup.schedule`) is the same intent, recorded by the pass
 itself at each scheduled time. The command then reads each slot's last backup and prints

@@ -9,6 +9,7 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 
+from minidock.act.ingress import route_loads
 from minidock.core import (
     ControllerState,
     Plan,
@@ -23,10 +24,9 @@ from minidock.core import (
 from minidock.core import scale as scale_service
 from minidock.core.causes import failed_probes
 from minidock.core.simulate import Simulation, simulate
-from minidock.ingress import route_loads
+from minidock.documents.plan import RouteLoad, plan_document
 from minidock.masking import NO_SECRETS, Masker
 from minidock.model import MAX_REPLICAS, Cluster, Event, Observed, keyed_cluster
-from minidock.plandoc import RouteLoad, plan_document
 from minidock.runner import decide_pass
 from minidock.schedules import backup_lines
 from minidock.spec import SpecError, load, load_inventory, secret_env_warnings

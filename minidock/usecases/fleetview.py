@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minidock.caddy import ProxyTraffic
+from minidock.act.ingress import read_traffic
+from minidock.commands.caddy import ProxyTraffic
 from minidock.core.passes import PassStats
 from minidock.core.routes import ingress_hosts
-from minidock.ingress import read_traffic
+from minidock.documents.status import StatusDocument, status_document
 from minidock.runner import decide_pass
 from minidock.ssh import Executor
-from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
 from minidock.store.directory import LOCK_NAME
 from minidock.usecases.access import read_desired, reading, require_applied

@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from minidock.act.push import ControllerEngine, PushError, push_image
 from minidock.commands import hostcheck as hc
 from minidock.commands import hostprep as hp
-from minidock.haproxy import NAMES_IMAGE
+from minidock.commands.haproxy import NAMES_IMAGE
 from minidock.model import Host, Ingress, Inventory
-from minidock.push import ControllerEngine, PushError, push_image
 from minidock.spec import SpecError, load_inventory
 from minidock.spec.cluster import INVENTORY_ENV
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable

@@ -1,5 +1,5 @@
 """`minidock push IMAGE`: put an image from the controller's engine on hosts over SSH, with
-no registry (docker save | docker load, `minidock.push`). It changes no state and takes no
+no registry (docker save | docker load, `minidock.act.push`). It changes no state and takes no
 lock; the hosts are the stored desired state's inventory, or an inventory file given.
 
 `build_images`: what `apply` does first for services with a `build` (docs/compose.md#build):
@@ -13,9 +13,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from minidock.build import BuildFailed, NoEngine
+from minidock.act.build import BuildFailed, NoEngine
+from minidock.act.push import Pushed, PushError, push_image
 from minidock.model import Cluster, Host, Inventory
-from minidock.push import Pushed, PushError, push_image
 from minidock.spec import SpecError, load_inventory
 from minidock.ssh import CommandTimeout, Unreachable
 from minidock.store import StateLocation

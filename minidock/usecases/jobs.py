@@ -10,8 +10,8 @@ import secrets as tokens
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from minidock.act.jobs import OneOffFailed, OneOffTask, attach_oneoff, create_oneoff, remove_oneoff
 from minidock.core.jobs import oneoff_spec, place_oneoff
-from minidock.jobs import OneOffFailed, OneOffTask, attach_oneoff, create_oneoff, remove_oneoff
 from minidock.masking import Masker
 from minidock.model import looks_secret
 from minidock.observe import observe

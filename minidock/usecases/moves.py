@@ -1,7 +1,7 @@
 """`minidock move SERVICE.SLOT --to HOST`: a slot's task moved with its named volumes.
 
 The move is recorded as an intent (core/volumes.py) and carried out by the passes that
-follow (core/moving.py decides each step, minidock.relocate copies): this command's own
+follow (core/moving.py decides each step, minidock.act.relocate copies): this command's own
 passes, or, if it is interrupted or killed, the next `reconcile` or `watch`. At any instant
 at most one task of the slot runs, and the source's volumes go only once the target's task
 is ready.

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from minidock.act.push import Pushed
 from minidock.core import Plan
 from minidock.core.causes import failed_probes
 from minidock.core.hooks import failing_hooks
@@ -16,12 +17,11 @@ from minidock.core.jobs import failing_jobs
 from minidock.core.plan import WaitKind
 from minidock.core.progress_rule import outlook
 from minidock.core.rebalance import Move
+from minidock.documents.plan import PlanDocument
+from minidock.documents.status import StatusDocument
 from minidock.model import ContainerState, Event, Health
-from minidock.plandoc import PlanDocument
-from minidock.push import Pushed
 from minidock.runner import PassResult
 from minidock.spec.messages import did_you_mean
-from minidock.status import StatusDocument
 from minidock.store import StateLocation
 
 

@@ -7,10 +7,10 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
-from minidock.ingress import configs_for
+from minidock.act.ingress import configs_for
+from minidock.documents.status import StatusDocument, status_document
 from minidock.model import Event
 from minidock.runner import decide_pass
-from minidock.status import StatusDocument, status_document
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.clusters import Held, chosen

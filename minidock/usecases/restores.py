@@ -5,7 +5,7 @@ A restore is a move whose source is a backup: each slot's restore is recorded as
 (`core.begin_restore`) and carried out by the passes that follow, this command's own or,
 if it is interrupted or killed, the next `reconcile` or `watch`: the slot's task drained
 and stopped wherever it runs, each named volume made afresh on the target from its
-snapshot (`restic dump` streamed in over SSH, minidock.relocate), the task started there,
+snapshot (`restic dump` streamed in over SSH, minidock.act.relocate), the task started there,
 which becomes the slot's recorded host. At any instant at most one task of the slot runs.
 
 Checked before anything is recorded, bad input first (no SSH, no restic), then the

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
-from minidock.build import ImageBuilder, LocalBuilder
+from minidock.act.build import ImageBuilder, LocalBuilder
+from minidock.act.push import ControllerEngine, LocalEngine
 from minidock.masking import Masks
-from minidock.push import ControllerEngine, LocalEngine
 from minidock.ssh import Executor
 
 ExecutorFactory = Callable[[], Executor]

@@ -42,10 +42,10 @@ import tomli_w
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from pytest_docker.plugin import Services
 
+from minidock.documents.status import status_schema
 from minidock.lab import KillMode, Lab, engine_available, remove_project
 from minidock.model import Inventory
 from minidock.spec import load_inventory
-from minidock.status import status_schema
 
 INTEGRATION_DIR = Path(__file__).parent
 STATUS_SCHEMA = Draft202012Validator(status_schema())

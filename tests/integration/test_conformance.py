@@ -33,7 +33,7 @@ import tomli_w
 from pytest_docker.plugin import Services
 
 from minidock import restic
-from minidock.haproxy import NAMES_IMAGE
+from minidock.commands.haproxy import NAMES_IMAGE
 from minidock.lab import Lab, engine_available
 from minidock.lab.images import HOST_KINDS
 from tests.integration.conftest import Fleet, Minidock, patient_inventory
@@ -343,7 +343,7 @@ def test_a_backup_taken_on_one_engine_is_restored_on_another(conformance: Minido
     """db.1 backed up on its host and restored onto a host of the other engine (another
     host where the lab has one engine): the lines written before the backup are there, the
     one written after it is not. The stream's form is the same on both engines
-    (minidock.volumecopy): a snapshot made on either restores on the other."""
+    (minidock.act.volumecopy): a snapshot made on either restores on the other."""
     md = conformance
     (db,) = md.tasks("db")
     here = db["host"]

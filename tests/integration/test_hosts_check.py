@@ -16,7 +16,7 @@ from typing import Any
 
 import tomli_w
 
-from minidock.haproxy import NAMES_IMAGE
+from minidock.commands.haproxy import NAMES_IMAGE
 from minidock.lab.images import WEB5_IMAGE
 from tests.integration.conftest import Fleet, Minidock, patient_inventory
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from minidock.caddy import AUTOSAVE, proxy_name
+from minidock.commands.caddy import AUTOSAVE, proxy_name
 from tests.caddyview import front
 from tests.integration.conftest import Fleet, Minidock
 from tests.integration.loadgen import H2Load, Load, get

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from minidock.caddy import proxy_name
+from minidock.commands.caddy import proxy_name
 from tests.integration.conftest import Fleet, Minidock
 from tests.integration.loadgen import Load
 from tests.integration.test_ingress import (

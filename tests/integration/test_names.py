@@ -15,10 +15,10 @@ from datetime import datetime
 
 import pytest
 
+from minidock.act.names import NamesOutcome, converge_names
+from minidock.commands.haproxy import NAMES_IMAGE, name_proxy_name
 from minidock.core.endpoints import Endpoints, NameStep
-from minidock.haproxy import NAMES_IMAGE, name_proxy_name
 from minidock.model import HostNames, Inventory, NameProxy
-from minidock.names import NamesOutcome, converge_names
 from minidock.ssh import Result, SSHExecutor
 from tests.integration.conftest import Fleet, Minidock, patient_inventory
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.caddy import AUTOSAVE, proxy_name
+from minidock.commands.caddy import AUTOSAVE, proxy_name
 from tests.integration.conftest import Fleet, Minidock
 from tests.integration.test_ingress import apply, events
 from tests.tlsfiles import PrivateCA, write_pair

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from minidock.acme import RATE_LIMITED, AcmeFailed, retry_after, start
+from minidock.act.acme import RATE_LIMITED, AcmeFailed, retry_after, start
 from minidock.model import AcmeSettings
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from minidock import usecases
-from minidock.build import BuildFailed, NoEngine
+from minidock.act.build import BuildFailed, NoEngine
 from minidock.commands.docker import build_argv
 from minidock.model import Build, Cluster
 from minidock.spec import SpecError, load_cluster

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.caddy import RouteSpec, proxy_config
+from minidock.commands.caddy import RouteSpec, proxy_config
 from minidock.model import Ingress
 from tests.etcd import free_ports
 from tests.localcaddy import LocalCaddy, Upstream, get, local_caddy, refused

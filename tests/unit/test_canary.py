@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidock.caddy import RouteSpec, proxy_config
+from minidock.commands.caddy import RouteSpec, proxy_config
 from minidock.core import canary, promote, rollback, set_drained
 from minidock.core.plan import WaitKind
 from minidock.core.progress_rule import outlook

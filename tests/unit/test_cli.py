@@ -34,12 +34,12 @@ import minidock.store.codec
 import minidock.usecases.access
 from minidock.cli import app, field_change, service_row
 from minidock.core import admit
+from minidock.documents.status import RolloutSummary, ServiceSummary
 from minidock.model import Event, Host
 from minidock.spec import load
 from minidock.ssh import Result as SSHResult
 from minidock.ssh import SSHExecutor
 from minidock.state import ENV_STATE, StateLock, Store
-from minidock.status import RolloutSummary, ServiceSummary
 from tests.fakes import FakeDocker, FakeExecutor
 
 CLUSTER = 'cluster = "prod"\ninventory = "inventory.toml"\n'

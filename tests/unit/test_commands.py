@@ -562,7 +562,7 @@ def test_our_container_without_a_known_state_raises() -> None:
 
 def test_a_docker_error_keeps_its_cause_when_shortened() -> None:
     """Issue 14: Docker puts the cause last; a long message is cut at its start."""
-    from minidock.acts import first_line
+    from minidock.act.acts import first_line
     from minidock.ssh import Result
 
     noise = "docker: Error response from daemon: failed to create shim task: OCI runtime " * 6

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from minidock.act.configs import ConfigPlaceError, ConfigPlacer
 from minidock.commands.docker import CONFIG_DIR, ConfigMount, run_argv
-from minidock.configs import ConfigPlaceError, ConfigPlacer
 from minidock.core.simulate import spec_diff
 from minidock.model import ConfigFile, Service
 from minidock.spec import SpecError, load_cluster

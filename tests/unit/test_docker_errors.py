@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from minidock.acts import first_line
+from minidock.act.acts import first_line
 from minidock.commands.errors import (
     DaemonDown,
     ImageNotFound,

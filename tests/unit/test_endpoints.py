@@ -13,8 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from minidock.act.names import converge_names, loaded_name_upstreams
 from minidock.commands.docker import run_argv
 from minidock.commands.facts import parse_inspect
+from minidock.commands.haproxy import (
+    NAMES_IMAGE,
+    name_proxy_config,
+    parse_digest,
+    parse_names_probe,
+)
+from minidock.commands.haproxy import run_argv as haproxy_run_argv
 from minidock.core import ControllerState, Plan, Stop
 from minidock.core.endpoints import (
     Endpoints,
@@ -25,8 +33,6 @@ from minidock.core.endpoints import (
 )
 from minidock.core.state import ServiceState
 from minidock.core.traffic import Traffic, gate
-from minidock.haproxy import NAMES_IMAGE, name_proxy_config, parse_digest, parse_names_probe
-from minidock.haproxy import run_argv as haproxy_run_argv
 from minidock.model import (
     Cluster,
     Container,
@@ -39,7 +45,6 @@ from minidock.model import (
     Observed,
     Service,
 )
-from minidock.names import converge_names, loaded_name_upstreams
 from minidock.spec import SpecError, load_cluster
 from minidock.ssh import Result
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from minidock import core, restic, usecases
+from minidock.act.relocate import ResticSnapshots
 from minidock.cli import print_plan
 from minidock.core.slots import SlotPhase, SlotState, renewed
 from minidock.core.volumes import MovePhase
-from minidock.relocate import ResticSnapshots
 from minidock.restic import ResticError
 from minidock.store import codec
 from minidock.usecases import ExitCode
@@ -64,7 +64,7 @@ COMMANDS: dict[str, Callable[[Fleet], None]] = {
 
 def _failed_restore(fleet: Fleet) -> str:
     """db.1 (updated once: a rollback has a spec to go back to) restored in place, its
-    stream failing: the volume it began is removed (minidock.relocate)."""
+    stream failing: the volume it began is removed (minidock.act.relocate)."""
     host = fleet.start()
     fleet.world.apply(GEN2)
     for _ in range(8):

@@ -31,11 +31,11 @@ from minidock.core.plan import WaitKind
 from minidock.core.reconcile import reconcile
 from minidock.core.simulate import simulate
 from minidock.core.state import ControllerState, Rollout, RolloutPhase, ServiceState
+from minidock.documents.status import status_document, status_schema
 from minidock.model import Cluster, Hook, Host, OneOff, Service
 from minidock.runner import PassResult
 from minidock.spec import SpecError, load_cluster
 from minidock.ssh import Result
-from minidock.status import status_document, status_schema
 from minidock.usecases import ExitCode, verdict, why
 from minidock.usecases.passes import one_pass
 from tests.fakes import FakeExecutor

@@ -9,7 +9,14 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidock.caddy import RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv, proxy_spec
+from minidock.act.ingress import configs_for, route_loads
+from minidock.commands.caddy import (
+    RouteSpec,
+    parse_proxy_probe,
+    proxy_config,
+    proxy_run_argv,
+    proxy_spec,
+)
 from minidock.core import ControllerState, Plan, Run, Stop
 from minidock.core.routes import (
     RouteEntry,
@@ -19,7 +26,7 @@ from minidock.core.routes import (
     route_table,
 )
 from minidock.core.traffic import TABLE, Traffic, TrafficInput, TrafficPhase, gate, step
-from minidock.ingress import configs_for, route_loads
+from minidock.documents.plan import RouteLoad
 from minidock.model import (
     Cluster,
     Constraint,
@@ -34,7 +41,6 @@ from minidock.model import (
     Route,
     Service,
 )
-from minidock.plandoc import RouteLoad
 from tests.caddyview import front
 
 NOW = 1000.0
@@ -329,7 +335,7 @@ def test_a_loaded_tls_route_reads_back_once_with_its_upstreams() -> None:
     """The plain server's redirect of a TLS route, the 404 ending each server and an ACME
     challenge's response are not routes: a proxy that has loaded the table shows no
     change against it (it used to list every TLS upstream as joining, and `- */`)."""
-    from minidock.caddy import Certificate
+    from minidock.commands.caddy import Certificate
 
     secure = RouteEntry(Route("app.test", "/", 8080), "web", ("10.0.0.1:30000",))
     plain = RouteEntry(Route("plain.test", "/", 8080), "api", ("10.0.0.2:30000",))

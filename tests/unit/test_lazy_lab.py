@@ -20,7 +20,7 @@ try:
     main()
 except SystemExit:
     pass
-packages = ("minidock.lab", "rich", "minidock.serve", "prometheus_client", "minidock.acme",
+packages = ("minidock.lab", "rich", "minidock.serve", "prometheus_client", "minidock.act.acme",
             "acme", "requests")
 prefixes = tuple(p + "." for p in packages)
 loaded = sorted(m for m in sys.modules if m in packages or m.startswith(prefixes))
@@ -86,7 +86,7 @@ def test_reconcile_loads_neither_the_web_server_nor_the_metrics_library() -> Non
 
 def test_reconcile_loads_no_acme_client_until_an_order_is_due() -> None:
     """The ACME client and its HTTP stack load inside the pass that orders (certify.py)."""
-    for package in ("minidock.acme", "acme", "requests"):
+    for package in ("minidock.act.acme", "acme", "requests"):
         assert modules_after("reconcile", "--state", "/nonexistent/state", package=package) == []
 
 

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from minidock import usecases
-from minidock.caddy import ProxyTraffic, proxy_traffic
 from minidock.cli import app
+from minidock.commands.caddy import ProxyTraffic, proxy_traffic
 from minidock.core.passes import PASS_BUCKETS, PassStats
 from minidock.metrics import METRICS, metrics_text, write_textfile
 from minidock.state import StateLock, Store

@@ -184,12 +184,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from minidock.act.ingress import configs_for
 from minidock.core import canary, failover, intents, saving
 from minidock.core.rebalance import moves as rebalance_moves
 from minidock.core.rebalance import record as record_moves
 from minidock.core.serving import Serving, ended, in_maintenance, paused
 from minidock.core.state import ControllerState
-from minidock.ingress import configs_for
 from minidock.model import Cluster, Inventory
 from minidock.spec.cluster import load
 from tests.unit.test_whole_decision import DT, HOSTS, INVENTORY, Fleet, Knobs

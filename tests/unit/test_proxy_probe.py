@@ -1,4 +1,4 @@
-"""The ingress proxy's probe script (minidock.caddy.proxy_probe_argv) run by a real shell
+"""The ingress proxy's probe script (minidock.commands.caddy.proxy_probe_argv) run by a real shell
 against a stand-in `docker` that answers as each engine does for a container that is not
 there: either engine's answer is a missing proxy (to be started), never a failed probe."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.caddy import parse_proxy_probe, proxy_probe_argv
+from minidock.commands.caddy import parse_proxy_probe, proxy_probe_argv
 
 ABSENT = {
     "docker": "Error: No such object: minidock-ingress-shop",

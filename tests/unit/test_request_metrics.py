@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from minidock.caddy import (
+from minidock.commands.caddy import (
     ROUTE_SERVER,
     RouteSpec,
     parse_proxy_probe,

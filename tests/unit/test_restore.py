@@ -1,4 +1,4 @@
-"""`minidock restore`: a restore act on the hosts (minidock.relocate, with the executor and
+"""`minidock restore`: a restore act on the hosts (minidock.act.relocate, with the executor and
 the snapshots faked: a volume is touched only once its snapshot's first chunk came and
 looks like the mount; a stream that breaks later removes what it began), which snapshot
 each volume takes (`choose_snapshots`), and the command's bad input (exit 2, one line, no
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from minidock import restic
-from minidock.acts import Acts
+from minidock.act.acts import Acts
+from minidock.act.relocate import carry_move
 from minidock.core.hosts import HostPhase, HostState
 from minidock.core.moving import MoveFailed, VolumesCopied
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.volumes import MoveAct, VolumeMove
 from minidock.model import EngineKind, Host, Inventory, Service, Volume
-from minidock.relocate import carry_move
 from minidock.restic import ResticError, Snapshot
 from minidock.spec import load
 from minidock.ssh import Result

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from minidock.acts import Acts
+from minidock.act.acts import Acts
 from minidock.core import (
     ControllerState,
     Plan,
@@ -35,6 +35,7 @@ from minidock.core import (
 )
 from minidock.core.outcomes import fold, note_exit
 from minidock.core.supervise import NO_CHECK_RAN, health_gate, ready
+from minidock.documents.status import summarize
 from minidock.masking import NO_SECRETS
 from minidock.model import (
     Constraint,
@@ -48,7 +49,6 @@ from minidock.model import (
     Ulimit,
     UpdatePolicy,
 )
-from minidock.status import summarize
 from tests.behaviour import HEALTH_LOG
 from tests.fakes import FakeExecutor, fail, ok
 from tests.sim import ONLY_RUNNER, FleetDouble, MakeWorld, RunnerWorld, World, host, hosts, svc

@@ -1,4 +1,4 @@
-"""A backup's read on a Podman host (minidock.saving): the volume's own export, out of
+"""A backup's read on a Podman host (minidock.act.backups): the volume's own export, out of
 the running task too, renamed into the stream a Docker host gives (`data/...`), so a
 snapshot restores on either engine; a Docker host's read is the task's `docker cp` as
 it was. The restic repository is real (Debian's restic), the hosts faked."""
@@ -12,8 +12,8 @@ import tarfile
 import pytest
 
 from minidock import restic, saving
-from minidock.acts import Acts
-from minidock.carry import carry_out
+from minidock.act.acts import Acts
+from minidock.act.carry import carry_out
 from minidock.core import ControllerState
 from minidock.core.backing import BackupAct, BackupStep
 from minidock.core.plan import Plan

@@ -22,11 +22,11 @@ from minidock.core.schedule import (
     record_run,
     step,
 )
+from minidock.documents.status import status_document
 from minidock.model import OneOff, Schedule, Service
 from minidock.runner import PassResult
 from minidock.schedules import FIRING_YEARS, cron_problem, job_times, times, timezone_problem
 from minidock.spec import SpecError, load, load_cluster
-from minidock.status import status_document
 from minidock.usecases import ExitCode, verdict, why
 from minidock.usecases.passes import one_pass
 from tests.sim import RunnerWorld, hosts

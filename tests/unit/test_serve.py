@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from minidock import serve as web
 from minidock import usecases
 from minidock.cli import app
+from minidock.documents.status import status_schema
 from minidock.serve.http import SECURITY_HEADERS
-from minidock.status import status_schema
 from tests.unit.test_usecases import Setup, make_setup
 
 TOKEN = "0123456789abcdef-token"

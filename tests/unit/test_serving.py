@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from minidock.caddy import HELD, RouteSpec, maintenance_page, parse_proxy_probe, proxy_config
+from minidock.act.ingress import configs_for
+from minidock.commands.caddy import (
+    HELD,
+    RouteSpec,
+    maintenance_page,
+    parse_proxy_probe,
+    proxy_config,
+)
 from minidock.core import ControllerState, admit, set_serving
 from minidock.core.decide import decide
 from minidock.core.routes import RouteEntry, route_changes, route_table
@@ -23,7 +30,6 @@ from minidock.core.serving import (
     in_maintenance,
     paused,
 )
-from minidock.ingress import configs_for
 from minidock.model import Cluster, Ingress, Route, Service
 from minidock.store.codec import from_data, to_data
 from tests.caddyview import front

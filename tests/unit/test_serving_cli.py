@@ -14,10 +14,10 @@ import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 import minidock.cli
-from minidock.caddy import HELD, LABEL_INGRESS
+from minidock.commands.caddy import HELD, LABEL_INGRESS
+from minidock.documents.status import status_schema
 from minidock.model import Host
 from minidock.ssh import Result
-from minidock.status import status_schema
 from tests.caddyview import front
 from tests.fakes import FakeDocker, FakeExecutor
 from tests.unit.test_cli import (  # noqa: F401 (fixtures)
@@ -51,7 +51,7 @@ image = "db:1"
 class CaddyDocker(FakeDocker):
     """FakeDocker and, on each ingress host, a fake Caddy: `docker run` of the proxy runs
     it, `caddy reload` keeps the config given, the probe prints its state and that
-    config (as `minidock.caddy`'s probe reads a real one's autosave)."""
+    config (as `minidock.commands.caddy`'s probe reads a real one's autosave)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from minidock.core import SlotPhase
 from minidock.core.outcomes import StartFailed, fold
+from minidock.documents.status import summarize
 from minidock.model import RestartPolicy
-from minidock.status import summarize
 from tests.sim import World, host, svc
 
 

@@ -16,9 +16,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from typer.testing import CliRunner
 
 import minidock.cli
-from minidock.model import HealthCheck, RestartPolicy, UpdatePolicy
-from minidock.state import ENV_STATE
-from minidock.status import (
+from minidock.documents.status import (
     CanarySummary,
     CpuUsage,
     FailedSlot,
@@ -39,6 +37,8 @@ from minidock.status import (
     status_document,
     status_schema,
 )
+from minidock.model import HealthCheck, RestartPolicy, UpdatePolicy
+from minidock.state import ENV_STATE
 from tests.fakes import FakeDocker
 from tests.sim import World, host, svc
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.caddy import proxy_probe_argv
+from minidock.commands.caddy import proxy_probe_argv
 from minidock.commands.facts import events_argv, ps_argv, version_argv
 from minidock.observe import probe_steps
 from minidock.spec import SpecError, load_inventory

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from minidock.caddy import Certificate, RouteSpec, parse_proxy_probe, proxy_config, proxy_run_argv
+from minidock.commands.caddy import (
+    Certificate,
+    RouteSpec,
+    parse_proxy_probe,
+    proxy_config,
+    proxy_run_argv,
+)
 from minidock.model import (
     LETS_ENCRYPT,
     AcmeSettings,
@@ -186,9 +192,9 @@ def test_acme_routes_get_the_ingress_acme_settings_with_defaults(tmp_path: Path)
 
 
 def test_an_acme_route_is_plain_http_until_its_certificate_is_issued() -> None:
+    from minidock.act.ingress import configs_for
     from minidock.core.routes import RouteEntry
     from minidock.core.tls import TlsState, issued
-    from minidock.ingress import configs_for
 
     table = (RouteEntry(Route("app.test", "/", 8080, RouteTls("acme")), "web", ("10.0.0.1:1",)),)
     challenge = {"/.well-known/acme-challenge/TOKEN": "TOKEN.THUMB"}
@@ -215,8 +221,8 @@ def test_an_acme_route_is_plain_http_until_its_certificate_is_issued() -> None:
 def test_status_and_metrics_show_each_tls_names_certificate() -> None:
     from minidock.core.routes import RouteEntry
     from minidock.core.tls import TlsState, failed, issued
+    from minidock.documents.status import StatusDocument, certificates
     from minidock.metrics import _document, _Families
-    from minidock.status import StatusDocument, certificates
 
     chain, key = CA.leaf("files.test")
     acme_chain, acme_key = CA.leaf("acme.test")

@@ -17,9 +17,9 @@ import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from minidock import usecases
+from minidock.documents.status import StatusDocument, status_schema
 from minidock.model import Event
 from minidock.state import StateLock, Store
-from minidock.status import StatusDocument, status_schema
 from minidock.usecases import (
     ApplyOutcome,
     BadInput,
@@ -722,7 +722,7 @@ def test_losing_state_db_keeps_the_controller_id_so_apply_adopts_at_once(setup: 
 
 # -- whole-change plans and what-ifs (issue 11) --------------------------------------------------
 def _valid_plan(doc: dict[str, Any]) -> None:
-    from minidock.plandoc import plan_schema
+    from minidock.documents.plan import plan_schema
 
     Draft202012Validator(plan_schema()).validate(doc)
 

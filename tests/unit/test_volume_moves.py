@@ -81,7 +81,7 @@ class Fleet:
         if not act.copy:
             self.volumes.pop(act.removes_on, None)
             return SourceCleaned("db", 1)
-        self.volumes.pop(move.target, None)  # afresh, as minidock.relocate does
+        self.volumes.pop(move.target, None)  # afresh, as minidock.act.relocate does
         if self.fail_copy:
             return MoveFailed("db", 1, "no space left on device", discarded=True)
         if move.restore:

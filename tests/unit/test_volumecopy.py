@@ -1,4 +1,4 @@
-"""minidock.volumecopy: the argvs of a volume's streams, and the pipe between two hosts
+"""minidock.act.volumecopy: the argvs of a volume's streams, and the pipe between two hosts
 (the bytes arrive whole and in order, counted, with a bounded number in flight; a failure
 on either side fails the copy). The lab's round trip is tests/integration/test_volume_moves.py."""
 

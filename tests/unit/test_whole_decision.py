@@ -2,7 +2,7 @@
 
 A `Fleet` (tests.sim.World on 3 hosts, all up) whose every pass is the runner's decision
 (`minidock.runner.decision`: the schedules' times, then `minidock.core.decide`), carried
-out as the act path would (minidock.carry): the ingress proxy on host1 loads `plan.routes`
+out as the act path would (minidock.act.carry): the ingress proxy on host1 loads `plan.routes`
 and each host's name proxies `plan.endpoints` before any stop; then the stops, the runs,
 the hooks', the jobs' and the removals' acts; the outcomes folded (`fold_outcomes`) and
 committed. `WholeDecision` draws applies of the cluster file through the real loader
@@ -82,7 +82,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from minidock.caddy import parse_proxy_probe
+from minidock.act.ingress import configs_for
+from minidock.commands.caddy import parse_proxy_probe
 from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promote
 from minidock.core.backing import BackupAct, BackupStep, VerifyAct
 from minidock.core.endpoints import names_in_use
@@ -97,7 +98,6 @@ from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.core.scheduler import service_ports
 from minidock.core.serving import Serving
 from minidock.core.volumes import MoveAct
-from minidock.ingress import configs_for
 from minidock.model import (
     Cluster,
     Container,
@@ -518,7 +518,7 @@ class Fleet(World):
 
     # -- a slot's named volumes: moved, restored, started on
     def move_act(self, act: MoveAct) -> list[ActOutcome]:
-        """A move's act as minidock.relocate carries it: each named volume made afresh on
+        """A move's act as minidock.act.relocate carries it: each named volume made afresh on
         the target from the source (a restore: from its snapshot), or the source's removed.
         A host that does not answer fails the act before any volume is touched. `kill`:
         "mid copy" cuts the stream half-way (the controller dies: no outcome); "target
@@ -567,7 +567,7 @@ class Fleet(World):
         return [] if cut else [VolumesCopied(*subject, 1, 1.0)]
 
     def backup_act(self, act: BackupAct | VerifyAct) -> list[ActOutcome]:
-        """A backup's act as minidock.saving carries it: its hook (none drawn), its copy (a
+        """A backup's act as minidock.act.backups carries it: its hook (none drawn), its copy (a
         snapshot of each named volume the slot holds on its host, out of its running task or
         through a helper: a volume that is not there fails it), `keep` (forgets none), a
         drill (not drawn). `kill`: "mid copy" cuts the copy (the controller dies: no

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from minidock.acts import STOP_TIMEOUT, Acts, stop_graces
+from minidock.act.acts import STOP_TIMEOUT, Acts, stop_graces
 from minidock.core import Run, Stop
 from minidock.core.outcomes import fold
 from minidock.masking import Masker, kept_masker

@@ -1,6 +1,6 @@
 """The ingress proxy as values: each proxy's whole Caddy JSON config and its digest, the
 docker argv that runs, reads and loads the proxy, and the parser of what it reports. Pure,
-like `minidock.commands`; `minidock.ingress` runs these over SSH.
+like `minidock.commands`; `minidock.act.ingress` runs these over SSH.
 
 The proxy is a container of its own on each ingress host (`minidock-ingress-CLUSTER`,
 labelled `minidock.ingress=CLUSTER`, never `minidock.cluster`: it is not a task), in a

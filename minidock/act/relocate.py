@@ -1,6 +1,6 @@
 """A pass's volume-move acts (`Plan.moves`, decided by core/moving.py) carried out on the
 hosts: a slot's named volumes copied host to host through the controller
-(minidock.volumecopy), or a snapshot streamed in (a restore, through `Snapshots`), or the
+(minidock.act.volumecopy), or a snapshot streamed in (a restore, through `Snapshots`), or the
 source's volumes removed once the target's task is ready (or, a move that failed once its
 copy may have begun, the target's partial volumes once it answers). Each act's result is an outcome
 for the core (`VolumesCopied`, `MoveFailed`, `SourceCleaned`); it decides nothing.
@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from minidock import restic
-from minidock.acts import ActFailed, Acts, ensure_image
+from minidock.act.acts import ActFailed, Acts, ensure_image
+from minidock.act.volumecopy import (
+    CopyError,
+    close_volume,
+    copy_volume,
+    open_volume,
+    remove_volume,
+    stream_in,
+)
 from minidock.commands.docker import volume_name
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
 from minidock.core.volumes import MoveAct, MovePhase
@@ -36,14 +44,6 @@ from minidock.restic import Repository, ResticError
 from minidock.spec import SpecError
 from minidock.spec.backup import password_value
 from minidock.ssh import CommandTimeout, Unreachable
-from minidock.volumecopy import (
-    CopyError,
-    close_volume,
-    copy_volume,
-    open_volume,
-    remove_volume,
-    stream_in,
-)
 
 __all__ = ["ResticSnapshots", "Snapshots", "carry_move", "slot_volumes"]
 

@@ -1,6 +1,6 @@
 """The ingress proxies over SSH: observe what each has loaded, and converge them on the
 pass's route table (start a proxy that is missing, dead or of another spec; load a config
-only where its digest differs). The configs come from `minidock.caddy`, the route table
+only where its digest differs). The configs come from `minidock.commands.caddy`, the route table
 from `minidock.core.routes`; an ingress host that does not answer is reported, never
 fatal. docs/ingress.md.
 """
@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from minidock.caddy import (
+from minidock.commands.caddy import (
     Certificate,
     ProxyConfig,
     ProxyTraffic,
@@ -31,8 +31,8 @@ from minidock.caddy import (
 from minidock.core.routes import ProxyStep, RouteTable, route_changes
 from minidock.core.serving import Serving
 from minidock.core.tls import TlsState
+from minidock.documents.plan import RouteLoad
 from minidock.model import Event, Host, Ingress, ProxyObservation
-from minidock.plandoc import RouteLoad
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
 __all__ = [

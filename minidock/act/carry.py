@@ -11,8 +11,8 @@ The order:
    proxies with its endpoints: a task that drains leaves every proxy in the pass that
    decides its stop, before any stop;
 3. the stops (every host at once), then the starts (hosts in parallel), then the volume
-   moves' copies and removals (minidock.relocate), then the backups' hooks, copies,
-   `keep`s and restore drills (minidock.saving);
+   moves' copies and removals (minidock.act.relocate), then the backups' hooks, copies,
+   `keep`s and restore drills (minidock.act.backups);
 4. the hooks' acts, the scheduled jobs' acts, and the finished one-off tasks removed.
 """
 
@@ -21,17 +21,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from minidock.acts import ActFailed, Acts, ensure_network
-from minidock.certify import order
-from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
-from minidock.core.jobs import JobAct, JobStart
-from minidock.core.outcomes import CertFailed, HookEnded, HookStarted, JobEnded, JobStarted
-from minidock.core.plan import Plan, Run
-from minidock.core.schedule import JOB_KIND, JobRun
-from minidock.core.tls import TlsState
-from minidock.haproxy import NAMES_IMAGE
-from minidock.ingress import configs_for, converge_proxies
-from minidock.jobs import (
+from minidock.act.acts import ActFailed, Acts, ensure_network
+from minidock.act.backups import carry_backup
+from minidock.act.certify import order
+from minidock.act.ingress import configs_for, converge_proxies
+from minidock.act.jobs import (
     OneOffFailed,
     OneOffTask,
     create_oneoff,
@@ -39,10 +33,16 @@ from minidock.jobs import (
     remove_oneoff,
     start_detached,
 )
+from minidock.act.names import converge_names
+from minidock.act.relocate import carry_move
+from minidock.commands.haproxy import NAMES_IMAGE
+from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
+from minidock.core.jobs import JobAct, JobStart
+from minidock.core.outcomes import CertFailed, HookEnded, HookStarted, JobEnded, JobStarted
+from minidock.core.plan import Plan, Run
+from minidock.core.schedule import JOB_KIND, JobRun
+from minidock.core.tls import TlsState
 from minidock.model import Cluster, Observed, OneOff
-from minidock.names import converge_names
-from minidock.relocate import carry_move
-from minidock.saving import carry_backup
 from minidock.ssh import CommandTimeout, Unreachable
 
 __all__ = ["TAIL_LINES", "carry_out"]

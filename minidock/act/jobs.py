@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from minidock.acts import PrepareFailed, prepare_host
+from minidock.act.acts import PrepareFailed, prepare_host
+from minidock.act.push import ControllerEngine
 from minidock.commands.docker import (
     logs_argv,
     network_connect_argv,
@@ -21,7 +22,6 @@ from minidock.commands.docker import (
 )
 from minidock.commands.errors import name_conflict
 from minidock.model import Host, Inventory, OneOff, Service, cluster_network
-from minidock.push import ControllerEngine
 from minidock.ssh import CommandTimeout, Executor, OnLine, Terminal, Unreachable
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The ACME acts of a pass, none of which waits for the CA: collect each order an earlier
-pass started (`Plan.collect`: one look each, `minidock.acme.collect`), then start each
+pass started (`Plan.collect`: one look each, `minidock.act.acme.collect`), then start each
 certificate the plan says is due (`Plan.certificates`, from `minidock.core.tls.due`),
-with the controller as the ACME client (`minidock.acme.start`): the HTTP-01 responses
+with the controller as the ACME client (`minidock.act.acme.start`): the HTTP-01 responses
 loaded into every answering ingress proxy first, then the CA told they are up. Each
 result is an outcome for the core (`CertIssued`, `CertOrdered`, `CertFailed`), folded into
 the state like every other act's; they run before the pass's routes are loaded, which
@@ -15,11 +15,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from minidock.caddy import ProxyConfig
+from minidock.act.ingress import Shell, configs_for, converge_proxies
+from minidock.commands.caddy import ProxyConfig
 from minidock.core.outcomes import CertFailed, CertIssued, CertOrdered
 from minidock.core.routes import ProxyStep, RouteTable
 from minidock.core.tls import CertRecord, PendingOrder, TlsState
-from minidock.ingress import Shell, configs_for, converge_proxies
 from minidock.model import AcmeSettings, Cluster, Event, ProxyObservation
 
 __all__ = ["Ordered", "order"]
@@ -75,7 +75,7 @@ async def order(
 async def _start(settings: AcmeSettings, name: str, publish: Publish, done: Ordered) -> None:
     # the ACME client (requests, acme, josepy) loads only when an order is due or pending:
     # every other pass, and every command, starts without it
-    from minidock.acme import AcmeFailed, start
+    from minidock.act.acme import AcmeFailed, start
 
     try:
         account, started = await start(settings, done.tls.account, name, publish)
@@ -92,7 +92,7 @@ async def _start(settings: AcmeSettings, name: str, publish: Publish, done: Orde
 async def _collect(settings: AcmeSettings, name: str, done: Ordered) -> None:
     """One look at `name`'s pending order: issued (served from this pass on), failed
     (backing off, its responses dropped), or still with the CA (nothing to say)."""
-    from minidock.acme import AcmeFailed, collect
+    from minidock.act.acme import AcmeFailed, collect
 
     record = done.tls.record(name)
     pending, account = record.order, done.tls.account

@@ -11,8 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from minidock.core.endpoints import Endpoints, NameStep
-from minidock.haproxy import (
+from minidock.commands.haproxy import (
     check_argv,
     config_tar,
     copy_argv,
@@ -24,6 +23,7 @@ from minidock.haproxy import (
     run_argv,
     stop_argv,
 )
+from minidock.core.endpoints import Endpoints, NameStep
 from minidock.model import Event, Host, HostNames, NameProxy
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 

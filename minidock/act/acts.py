@@ -8,13 +8,15 @@ create, connect, start) with the host ports the decision gave it, `docker stop` 
 command goes through `Acts.sh`, which first checks that this controller still holds the
 writer lock (`fence`). Its lines and events are as the hosts said them: the runner masks
 them once, where they leave the pass (the report and the commit). The whole plan is
-carried out by `minidock.carry`.
+carried out by `minidock.act.carry`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from minidock.act.configs import ConfigPlaceError, ConfigPlacer
+from minidock.act.push import ControllerEngine, LocalEngine, LocalImage, PushError, push_image
 from minidock.commands.docker import (
     ConfigMount,
     created_argv,
@@ -34,7 +36,6 @@ from minidock.commands.docker import (
     stop_argv,
 )
 from minidock.commands.errors import docker_error, name_conflict
-from minidock.configs import ConfigPlaceError, ConfigPlacer
 from minidock.core import (
     ActOutcome,
     ControllerState,
@@ -52,7 +53,6 @@ from minidock.model import (
     Service,
     cluster_network,
 )
-from minidock.push import ControllerEngine, LocalEngine, LocalImage, PushError, push_image
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
 __all__ = [
@@ -112,7 +112,7 @@ class Acts:
 
     def engine_of(self, host: str) -> EngineKind:
         """The host's engine kind as the pass's probe read it (Docker when it was not):
-        a volume's stream is made per engine (minidock.volumecopy)."""
+        a volume's stream is made per engine (minidock.act.volumecopy)."""
         return self.engines.get(host, "docker")
 
     async def sh(
@@ -308,7 +308,7 @@ async def prepare_host(
     *,
     engine: ControllerEngine | None = None,
 ) -> tuple[ConfigMount, ...]:
-    """What a task's start needs on `host`, done for a one-off task (`minidock.jobs`): the
+    """What a task's start needs on `host`, done for a one-off task (`minidock.act.jobs`): the
     image (confirmed, pulled or pushed, as for a task), the configs placed, the cluster's
     network. Returns the config mounts; raises PrepareFailed saying what failed."""
     acts = Acts(executor, inventory, cluster, 0.0, engine=engine)

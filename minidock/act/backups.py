@@ -5,7 +5,7 @@ the core (`Hooked`, `Copied`, `BackupKept`, `BackupEnded`, `VerifyEnded`); it de
 nothing.
 
 A copy streams each volume with `docker cp` (a Podman host: the volume's export, renamed
-into the same stream) over SSH (minidock.volumecopy) straight into
+into the same stream) over SSH (minidock.act.volumecopy) straight into
 `restic backup --stdin` (minidock.restic), tagged cluster, service, slot, volume and
 generation: out of the running task (`backup.stop` false), or, the task stopped by the
 passes, out of a helper holding the volume (never one made empty: a volume that is not
@@ -27,17 +27,9 @@ import time
 from collections.abc import Callable
 
 from minidock import restic
-from minidock.acts import ActFailed, Acts, ensure_image
-from minidock.commands.docker import exec_argv, rm_argv, verify_argv, volume_name
-from minidock.core.backing import BackupAct, BackupStep, VerifyAct
-from minidock.core.saving import BackupEnded, BackupKept, Copied, Hooked, VerifyEnded
-from minidock.model import BackupPolicy, Host, Service, Volume
-from minidock.relocate import ResticSnapshots
-from minidock.restic import Repository, ResticError
-from minidock.spec import SpecError
-from minidock.spec.backup import password_value
-from minidock.ssh import CommandTimeout, Unreachable
-from minidock.volumecopy import (
+from minidock.act.acts import ActFailed, Acts, ensure_image
+from minidock.act.relocate import ResticSnapshots
+from minidock.act.volumecopy import (
     CopyError,
     close_volume,
     open_volume,
@@ -46,6 +38,14 @@ from minidock.volumecopy import (
     stream_out,
     volume_exists,
 )
+from minidock.commands.docker import exec_argv, rm_argv, verify_argv, volume_name
+from minidock.core.backing import BackupAct, BackupStep, VerifyAct
+from minidock.core.saving import BackupEnded, BackupKept, Copied, Hooked, VerifyEnded
+from minidock.model import BackupPolicy, Host, Service, Volume
+from minidock.restic import Repository, ResticError
+from minidock.spec import SpecError
+from minidock.spec.backup import password_value
+from minidock.ssh import CommandTimeout, Unreachable
 
 __all__ = ["VERIFY_TIMEOUT", "carry_backup", "tags_of", "verify_name"]
 

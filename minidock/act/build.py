@@ -1,6 +1,6 @@
 """Images the controller builds (a service's `build`, docs/compose.md#build): `docker build`
 on the controller's own engine at apply, tagged by content (minidock.spec.buildctx); the
-hosts get the image over SSH as for `image_source = "controller"` (minidock.push).
+hosts get the image over SSH as for `image_source = "controller"` (minidock.act.push).
 
 The engine is reached through `ImageBuilder`, so the use case can be tested without one.
 """

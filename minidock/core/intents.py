@@ -121,12 +121,17 @@ def _admitted(
             removed=False,
             job=old.job.across(old.spec.schedule, svc.schedule),
         )
+    # a canary superseded before its promote never replaced the spec its slots run: that
+    # one stays the previous spec (what a drain refills outside the new canary, and what a
+    # rollback goes back to), and the canary's own spec joins the older ones
+    superseded = old.rollout.in_canary and old.previous is not None
+    base = old.previous if superseded and old.previous is not None else old.spec
     return old.through(
         admitted,
         spec=svc,
         generation=generation,
-        previous=old.spec,
-        previous_generation=old.generation,
+        previous=base,
+        previous_generation=old.previous_generation if superseded else old.generation,
         rollout=_begun(old, svc),
         # a canary superseded: its slots go back to the old tasks they ran beside, so
         # its tasks leave the routes and stop, and the new update starts from there
@@ -134,17 +139,17 @@ def _admitted(
         removed=False,
         previous_failed="",
         job=old.job.across(old.spec.schedule, svc.schedule),
-        older=_older(old, svc),
+        older=_older(old, svc, base),
     )
 
 
-def _older(old: ServiceState, svc: Service) -> tuple[Service, ...]:
-    """The specs older than the new previous one (`old.spec`) that tasks may still run:
-    the old previous and the old older ones, each once, none of the new or previous spec's
-    hash (a pass drops each once no task of it is seen: core/decide.py)."""
-    taken = {svc.spec_hash(), old.spec.spec_hash()}
+def _older(old: ServiceState, svc: Service, base: Service) -> tuple[Service, ...]:
+    """The specs older than the new previous one (`base`) that tasks may still run: the
+    old spec, the old previous and the old older ones, each once, none of the new or
+    previous spec's hash (a pass drops each once no task of it is seen: core/decide.py)."""
+    taken = {svc.spec_hash(), base.spec_hash()}
     found: list[Service] = []
-    for spec in (old.previous, *old.older):
+    for spec in (old.spec, old.previous, *old.older):
         if spec is not None and spec.spec_hash() not in taken:
             taken.add(spec.spec_hash())
             found.append(spec)

@@ -360,3 +360,31 @@ def test_an_apply_during_a_canary_of_a_start_first_update_never_makes_three_task
             assert len(tasks) <= 2, f"slot {n} holds {tasks}"
     w.converge()
     assert w.images() == ["web:7"] * 3
+
+
+def test_an_apply_during_a_canary_keeps_the_promoted_spec_as_previous() -> None:
+    # seed 67 of the operator property: an apply during a manual canary took the canary's
+    # own spec (never promoted) for `previous`, so a drain refilled the slots outside the
+    # new canary with it, and a rollback would have gone to it
+    w = canaried(promote="manual", canary=1)
+    for _ in range(4):
+        w.step()
+    w.apply(web("web:7", 3, promote="manual", canary=1))
+    ss = w.state.services["web"]
+    assert ss.previous is not None
+    assert ss.previous.image == "web:5"
+    assert "web:6" in {s.image for s in ss.older}  # its tasks are still judged by it
+    for _ in range(6):
+        w.step()
+    drained = next(c.host for c in w.live() if c.slot == 3)
+    w.state = set_drained(w.state, drained, True)
+    for _ in range(12):
+        w.step()
+        for n, tasks in w.slots("web").items():
+            assert len(tasks) <= 2, f"slot {n} holds {tasks}"
+    assert not ids(w, "web:6")
+    assert len(ids(w, "web:7")) == 1  # its own canary, beside an old task
+    assert sorted(c.image for c in w.live() if c.slot == 3) == ["web:5"]
+    w.state = rollback(w.state, "web")
+    w.converge()
+    assert w.images() == ["web:5"] * 3

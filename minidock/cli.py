@@ -38,7 +38,7 @@ from minidock.output import Output, Printer, rich_console
 from minidock.progress import LiveProgress, PlainProgress, progress_view
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
-from minidock.state import StateError
+from minidock.store.directory import StateError
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
 

@@ -69,6 +69,11 @@ class _Run:
     failures: dict[tuple[str, tuple[str, ...]], _Failure] = field(default_factory=dict)
 
 
+# The run under way, set by `one_run` around one load and reset after it. It stays ambient
+# (docs/architecture.md, "Ambient values"): a secret source is read deep in the spec's
+# parser (a service's env, secrets, secret files and registry password, a backup password,
+# an inventory's password command, an age file), and passing the run down would add a
+# parameter to every function between `cluster.load` and those readers.
 _RUN: ContextVar[_Run | None] = ContextVar("minidock_secret_run", default=None)
 
 

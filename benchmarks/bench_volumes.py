@@ -41,7 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minidock import restic, volumecopy
+from minidock import restic
+from minidock.act import volumecopy
 from minidock.lab.images import WEB5_IMAGE
 from minidock.model import Host
 from minidock.restic import Repository

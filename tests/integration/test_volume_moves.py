@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from minidock import volumecopy
+from minidock.act import volumecopy
 from minidock.commands.docker import volume_name
 from minidock.lab.images import WEB5_IMAGE
 from minidock.model import Inventory

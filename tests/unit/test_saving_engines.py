@@ -11,7 +11,8 @@ import tarfile
 
 import pytest
 
-from minidock import restic, saving
+from minidock import restic
+from minidock.act import backups as saving
 from minidock.act.acts import Acts
 from minidock.act.carry import carry_out
 from minidock.core import ControllerState

@@ -12,7 +12,7 @@ from typing import cast
 
 import pytest
 
-from minidock import volumecopy
+from minidock.act import volumecopy
 from minidock.commands.docker import (
     copy_in_argv,
     copy_out_argv,

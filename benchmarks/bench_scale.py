@@ -372,7 +372,7 @@ class Bench:
         """Start one task on every host: MiniDock's pass, then the floor with its commands.
         Returns the state directory of the last MiniDock pass (a converged fleet)."""
         from minidock.core import admit
-        from minidock.state import Store
+        from minidock.store.sqlite import SQLiteStore
 
         n = len(hosts)
         inventory_path = self.inventory_file(n)
@@ -382,7 +382,7 @@ class Bench:
         for _ in range(self.runs):
             self.fleet.restore()
             shutil.rmtree(state, ignore_errors=True)
-            store = Store.open(state)
+            store = SQLiteStore.open(state)
             cluster = one_per_host(n, inventory_path)
             store.commit(
                 admit(store.load(), cluster, 1, prune=True),

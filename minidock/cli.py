@@ -38,7 +38,7 @@ from minidock.output import Output, Printer, rich_console
 from minidock.progress import LiveProgress, PlainProgress, progress_view
 from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
-from minidock.state import StateError
+from minidock.store.directory import StateError
 from minidock.units import format_duration, format_size, parse_duration
 from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Progress, Report
 
@@ -47,6 +47,11 @@ if TYPE_CHECKING:
     from minidock.usecases.secrets import SecretsCheckOutcome
 
 T = TypeVar("T")
+# The --state given before the command (`minidock --state DIR status`), for `state_dir`. It
+# stays ambient (docs/architecture.md, "Ambient values"): click hands each command only its
+# own parameters, so an explicit route would add a context parameter to every one of the
+# commands that read a state, for one value. Set once per invocation by LazyGroup.invoke,
+# read only by `state_dir`.
 GLOBAL_STATE: contextvars.ContextVar[str | None] = contextvars.ContextVar("state", default=None)
 
 

@@ -6,7 +6,7 @@ and every container is there to edit by hand.
 
 `RunnerWorld` is the same fleet one level down: each pass is the real
 `minidock.runner.run_pass`, over `tests.fakes.FakeDocker` engines (argv level), with a real
-`Store` in a directory; the controller and the engines share one `Clock`. Scenario tests
+`SQLiteStore` in a directory; the controller and the engines share one `Clock`. Scenario tests
 run on both through the `world` fixture (tests/unit/conftest.py).
 
 In both, images behave by tests/behaviour.py's table as the clock advances, and both offer
@@ -43,7 +43,7 @@ from minidock.model import (
 )
 from minidock.observe import observe
 from minidock.runner import PassResult, decide_pass, run_pass
-from minidock.state import Store
+from minidock.store.sqlite import SQLiteStore
 from tests.behaviour import TICK, Clock, behave
 from tests.fakes import FakeDocker
 
@@ -393,7 +393,7 @@ class RunnerWorld(FleetDouble):
         self.clock = Clock(now)
         self.docker = FakeDocker(clock=self.clock, images=images)
         self.executor = self.docker.executor()
-        self.store = Store.open(directory)
+        self.store = SQLiteStore.open(directory)
         self.log: list[Plan] = []
         self.times: list[float] = []
         self.results: list[PassResult] = []

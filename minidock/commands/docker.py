@@ -66,6 +66,7 @@ __all__ = [
     "oneoff_create_argv",
     "oneoff_name",
     "oneoff_start_argv",
+    "operand",
     "pull_argv",
     "rm_argv",
     "run_argv",
@@ -106,7 +107,7 @@ def container_name(service: str, slot: int, task: str) -> str:
     return f"{service}.{slot}.{task}"
 
 
-def _operand(value: str, what: str) -> str:
+def operand(value: str, what: str) -> str:
     """A positional operand for docker: refuse what docker would read as an option."""
     if not value or value.startswith("-"):
         raise ValueError(f"invalid {what}: {value!r}")
@@ -199,9 +200,9 @@ def run_argv(
     for port in service.ports:
         argv += ["-p", str(port)]
     for address, host_port, container_port in routed:
-        argv += ["-p", f"{_operand(address, 'address')}:{host_port}:{container_port}"]
+        argv += ["-p", f"{operand(address, 'address')}:{host_port}:{container_port}"]
     if exposed_at is not None:
-        address = _operand(exposed_at, "address")
+        address = operand(exposed_at, "address")
         argv += [a for port in service.expose for a in ("-p", f"{address}::{port}")]
     for volume in service.volumes:
         argv += ["-v", volume_spec(volume, cluster, service.name, slot)]
@@ -217,7 +218,7 @@ def run_argv(
         argv += ["--network", network]
         argv += [] if service.expose else ["--network-alias", service.name]
     argv += run_options_args(service)
-    argv += ["--restart", "no", _operand(service.image, "image")]
+    argv += ["--restart", "no", operand(service.image, "image")]
     argv += [*_entrypoint_args(service), *(service.command or ())]
     return argv, env_text
 
@@ -270,7 +271,7 @@ def oneoff_create_argv(
     argv += run_options_args(service)
     argv += ["-i"] if interactive else []
     argv += ["-t"] if tty else []
-    argv += ["--restart", "no", _operand(service.image, "image")]
+    argv += ["--restart", "no", operand(service.image, "image")]
     argv += [*_entrypoint_args(service), *(service.command or ())]
     return argv, env_text
 
@@ -278,7 +279,7 @@ def oneoff_create_argv(
 def oneoff_start_argv(name: str, *, interactive: bool = False) -> list[str]:
     """Start a created one-off attached to its output (and, `interactive`, its stdin); the
     command's exit status is the one-off's."""
-    return ["docker", "start", "-a", *(["-i"] if interactive else []), _operand(name, "container")]
+    return ["docker", "start", "-a", *(["-i"] if interactive else []), operand(name, "container")]
 
 
 def _task_labels(
@@ -325,7 +326,7 @@ def volume_spec(volume: Volume, cluster: str, service: str, slot: int) -> str:
 # -- a volume's data, as a tar stream (minidock.act.volumecopy) ----------------------------------
 def volume_helper_name(volume: str) -> str:
     """The container that holds a volume while its data streams in or out of it."""
-    return f"minidock-copy.{_operand(volume, 'volume')}"
+    return f"minidock-copy.{operand(volume, 'volume')}"
 
 
 def volume_helper_argv(volume: str, target: str, image: str) -> list[str]:
@@ -337,7 +338,7 @@ def volume_helper_argv(volume: str, target: str, image: str) -> list[str]:
     option"); both engines take this one."""
     if not target.startswith("/") or target == "/" or "," in target or ":" in target:
         raise ValueError(f"invalid volume target: {target!r}")
-    mount = f"{_operand(volume, 'volume')}:{target}:nocopy"
+    mount = f"{operand(volume, 'volume')}:{target}:nocopy"
     return [
         "docker",
         "create",
@@ -351,20 +352,20 @@ def volume_helper_argv(volume: str, target: str, image: str) -> list[str]:
         "true",
         "--volume",
         mount,
-        _operand(image, "image"),
+        operand(image, "image"),
     ]
 
 
 def copy_out_argv(container: str, path: str) -> list[str]:
     """A tar stream of `path` (and all below it, owners and modes kept) on stdout, out of a
     container running or not; the archive's one top entry is the path's last name."""
-    return ["docker", "cp", f"{_operand(container, 'container')}:{path}", "-"]
+    return ["docker", "cp", f"{operand(container, 'container')}:{path}", "-"]
 
 
 def copy_in_argv(container: str, parent: str) -> list[str]:
     """The tar stream on stdin (`copy_out_argv`'s) unpacked under `parent` in a container,
     owners kept (`-a`): the stream of `/var/lib/data` goes in under `/var/lib`."""
-    return ["docker", "cp", "-a", "-", f"{_operand(container, 'container')}:{parent}"]
+    return ["docker", "cp", "-a", "-", f"{operand(container, 'container')}:{parent}"]
 
 
 def volume_export_argv(volume: str) -> list[str]:
@@ -372,23 +373,23 @@ def volume_export_argv(volume: str) -> list[str]:
     no top entry; owners kept): Podman's `cp` out of a container never started (the
     helper) reads the container's own root and gives every file to root, never the
     volume mounted there (docs/hosts.md). `podman-docker`'s docker is podman."""
-    return ["docker", "volume", "export", _operand(volume, "volume")]
+    return ["docker", "volume", "export", operand(volume, "volume")]
 
 
 def volume_import_argv(volume: str) -> list[str]:
     """Podman's unpacking of a tar stream on stdin (`volume_export_argv`'s form) into a
     volume that is there, owners kept (its `cp` into the helper misses the volume)."""
-    return ["docker", "volume", "import", _operand(volume, "volume"), "-"]
+    return ["docker", "volume", "import", operand(volume, "volume"), "-"]
 
 
 def volume_exists_argv(volume: str) -> list[str]:
     """Exit 0 (printing its name) when the volume is on the host, non-zero when not."""
-    return ["docker", "volume", "inspect", "--format", "{{.Name}}", _operand(volume, "volume")]
+    return ["docker", "volume", "inspect", "--format", "{{.Name}}", operand(volume, "volume")]
 
 
 def volume_rm_argv(volume: str) -> list[str]:
     """Remove a volume and its data (refused by Docker while a container uses it)."""
-    return ["docker", "volume", "rm", _operand(volume, "volume")]
+    return ["docker", "volume", "rm", operand(volume, "volume")]
 
 
 class ConfigMount(NamedTuple):
@@ -479,7 +480,7 @@ def secret_files_argv(container: str) -> list[str]:
     """Copy the tar stream on stdin (`secret_files_tar`) into a created task, at its root,
     keeping each file's owner and mode (`-a`): the secrets go into the task's own
     filesystem, never into a file of the host's."""
-    return ["docker", "cp", "-a", "-", f"{_operand(container, 'container')}:/"]
+    return ["docker", "cp", "-a", "-", f"{operand(container, 'container')}:/"]
 
 
 def secret_files_tar(files: Sequence[SecretFile]) -> str:
@@ -537,7 +538,7 @@ def gpus_args(ids: Sequence[str]) -> list[str]:
     and a restart of it keeps them)."""
     if not ids:
         return []
-    joined = ",".join(_operand(i, "GPU device id") for i in ids)
+    joined = ",".join(operand(i, "GPU device id") for i in ids)
     value = f"device={joined}" if len(ids) == 1 else f'"device={joined}"'
     return ["--label", f"{LABEL_GPUS}={joined}", "--gpus", value]
 
@@ -555,7 +556,7 @@ def grace_seconds(service: Service) -> int:
 
 def start_argv(id: str) -> list[str]:
     """Start a created or stopped container (by id or name)."""
-    return ["docker", "start", _operand(id, "container")]
+    return ["docker", "start", operand(id, "container")]
 
 
 # each id's health check, once; a check's own verdict is the engine's (ps shows it next)
@@ -566,45 +567,45 @@ def health_checks_argv(ids: Sequence[str]) -> list[str]:
     """Run each container's health check once, in one command: Podman's `healthcheck run`
     (`podman-docker`'s docker is podman), for a Podman host with no systemd timer to run
     them (docs/hosts.md). Always exits 0: the checks' verdicts are read by the next probe."""
-    return ["sh", "-c", _HEALTH_CHECKS, "sh", *(_operand(c, "container") for c in ids)]
+    return ["sh", "-c", _HEALTH_CHECKS, "sh", *(operand(c, "container") for c in ids)]
 
 
 def stop_argv(name_or_id: str, timeout_s: int = 10) -> list[str]:
     """Stop gracefully: SIGTERM, then SIGKILL after timeout_s seconds."""
-    return ["docker", "stop", "-t", str(int(timeout_s)), _operand(name_or_id, "container")]
+    return ["docker", "stop", "-t", str(int(timeout_s)), operand(name_or_id, "container")]
 
 
 def rm_argv(ids: Sequence[str], force: bool = False) -> list[str]:
     """Remove containers (by id or name); force also kills a running one."""
     flags = ["-f"] if force else []
-    return ["docker", "rm", *flags, *(_operand(c, "container") for c in ids)]
+    return ["docker", "rm", *flags, *(operand(c, "container") for c in ids)]
 
 
 def logs_argv(id: str, tail: int = 20) -> list[str]:
     """The last `tail` lines of a container's output (stdout and stderr); redact them."""
-    return ["docker", "logs", "--tail", str(int(tail)), _operand(id, "container")]
+    return ["docker", "logs", "--tail", str(int(tail)), operand(id, "container")]
 
 
 def image_present_argv(image: str) -> list[str]:
     """Exit 0 (printing the image id) when the image is on the host, non-zero when not."""
-    return ["docker", "image", "inspect", "--format", "{{.Id}}", _operand(image, "image")]
+    return ["docker", "image", "inspect", "--format", "{{.Id}}", operand(image, "image")]
 
 
 def pull_argv(image: str) -> list[str]:
     """Pull an image from its registry onto the host."""
-    return ["docker", "pull", _operand(image, "image")]
+    return ["docker", "pull", operand(image, "image")]
 
 
 def login_argv(registry: str, username: str) -> list[str]:
     """Log the host's docker in to a registry; the password goes on stdin, never in argv."""
-    user = _operand(username, "registry user")
+    user = operand(username, "registry user")
     return [
         "docker",
         "login",
         "--username",
         user,
         "--password-stdin",
-        _operand(registry, "registry"),
+        operand(registry, "registry"),
     ]
 
 
@@ -621,7 +622,7 @@ def network_owner_argv(network: str) -> list[str]:
     """Print the network's minidock.cluster label (empty when it has none); fails when the
     network does not exist on the host."""
     fmt = f'{{{{index .Labels "{LABEL_CLUSTER}"}}}}'
-    return ["docker", "network", "inspect", "--format", fmt, _operand(network, "network")]
+    return ["docker", "network", "inspect", "--format", fmt, operand(network, "network")]
 
 
 def network_create_argv(network: str, cluster: str) -> list[str]:
@@ -634,7 +635,7 @@ def network_create_argv(network: str, cluster: str) -> list[str]:
         "bridge",
         "--label",
         f"{LABEL_CLUSTER}={cluster}",
-        _operand(network, "network"),
+        operand(network, "network"),
     ]
 
 
@@ -646,27 +647,27 @@ def network_connect_argv(network: str, container: str, alias: str) -> list[str]:
         "connect",
         "--alias",
         alias,
-        _operand(network, "network"),
-        _operand(container, "container"),
+        operand(network, "network"),
+        operand(container, "container"),
     ]
 
 
 # -- images without a registry: docker save on the controller, docker load on a host -----------
 def image_id_size_argv(image: str) -> list[str]:
     """Print "ID SIZE" of a local image (exit non-zero when it is missing)."""
-    return ["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", _operand(image, "image")]
+    return ["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", operand(image, "image")]
 
 
 def build_argv(build: Build) -> list[str]:
     """`docker build` of a service's image on the controller, tagged by content (and with
     the name the file gave, when it gave one); the context is the last operand."""
-    argv = ["docker", "build", "--file", build.dockerfile, "--tag", _operand(build.tag, "image")]
+    argv = ["docker", "build", "--file", build.dockerfile, "--tag", operand(build.tag, "image")]
     if build.also is not None:
-        argv += ["--tag", _operand(build.also, "image")]
+        argv += ["--tag", operand(build.also, "image")]
     for key, value in build.args:
         argv += ["--build-arg", f"{key}={value}"]
     if build.target is not None:
-        argv += ["--target", _operand(build.target, "build target")]
+        argv += ["--target", operand(build.target, "build target")]
     for key, value in build.labels:
         argv += ["--label", f"{key}={value}"]
     return [*argv, "--", build.context]
@@ -679,7 +680,7 @@ def engine_version_argv() -> list[str]:
 
 def save_argv(image: str) -> list[str]:
     """Write an image as a tar stream on stdout (run on the controller)."""
-    return ["docker", "save", _operand(image, "image")]
+    return ["docker", "save", operand(image, "image")]
 
 
 def load_argv() -> list[str]:
@@ -697,7 +698,7 @@ def task_logs_argv(
     argv += ["--follow"] if follow else []
     argv += ["--tail", str(int(tail))] if tail is not None else []
     argv += ["--since", docker_duration(since)] if since is not None else []
-    return [*argv, _operand(id, "container")]
+    return [*argv, operand(id, "container")]
 
 
 def exec_argv(
@@ -708,7 +709,7 @@ def exec_argv(
         raise ValueError("exec needs a command")
     flags = ["-i"] if interactive else []
     flags += ["-t"] if tty else []
-    return ["docker", "exec", *flags, _operand(id, "container"), *command]
+    return ["docker", "exec", *flags, operand(id, "container"), *command]
 
 
 def verify_argv(
@@ -720,9 +721,9 @@ def verify_argv(
     exactly `command` (its first word as the entrypoint, the image's own bypassed)."""
     if not command:
         raise ValueError("a drill needs a command")
-    argv = ["docker", "run", "--rm", "--name", _operand(name, "container"), "--network", "none"]
+    argv = ["docker", "run", "--rm", "--name", operand(name, "container"), "--network", "none"]
     for volume, target in volumes:
         if not target.startswith("/") or "," in target:
             raise ValueError(f"invalid volume target: {target!r}")
-        argv += ["--mount", f"type=volume,source={_operand(volume, 'volume')},target={target}"]
-    return [*argv, "--entrypoint", command[0], _operand(image, "image"), *command[1:]]
+        argv += ["--mount", f"type=volume,source={operand(volume, 'volume')},target={target}"]
+    return [*argv, "--entrypoint", command[0], operand(image, "image"), *command[1:]]

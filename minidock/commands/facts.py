@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
-from minidock.commands.docker import _operand
+from minidock.commands.docker import operand
 from minidock.model import (
     LABEL_CLUSTER,
     LABEL_CONTROLLER,
@@ -231,7 +231,7 @@ def parse_listing(stdout: str) -> dict[str, str]:
 
 def inspect_argv(ids: Sequence[str]) -> list[str]:
     """Inspect the given containers (never images of the same name)."""
-    return ["docker", "inspect", "--type", "container", *(_operand(i, "id") for i in ids)]
+    return ["docker", "inspect", "--type", "container", *(operand(i, "id") for i in ids)]
 
 
 def parse_time(value: object) -> float | None:

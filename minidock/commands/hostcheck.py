@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from minidock.commands.docker import _operand
+from minidock.commands.docker import operand
 from minidock.commands.facts import ParseError, parse_version, version_argv
 from minidock.core.engines import OLDEST, refusal
 from minidock.model import Engine, EngineKind, Host
@@ -277,7 +277,7 @@ def user_check(host: Host, id_text: str, sudo_ok: bool) -> Check:
 # -- free disk under the engine's root --------------------------------------------------------
 def disk_argv(root: str) -> list[str]:
     """POSIX `df` of the engine's root directory, in KiB."""
-    return ["df", "-Pk", _operand(root, "directory")]
+    return ["df", "-Pk", operand(root, "directory")]
 
 
 def parse_df(text: str) -> int | None:
@@ -352,7 +352,7 @@ def clock_check(text: str, before: float, after: float) -> Check:
 # -- the proxies' images ----------------------------------------------------------------------
 def image_argv(image: str) -> list[str]:
     """The image's id on the host (exit non-zero when it lacks it)."""
-    return ["docker", "image", "inspect", "--format", "{{.Id}}", _operand(image, "image")]
+    return ["docker", "image", "inspect", "--format", "{{.Id}}", operand(image, "image")]
 
 
 def images_check(host: str, present: Mapping[str, bool]) -> Check:
@@ -387,7 +387,7 @@ def listener_argv(image: str, address: str, port: int) -> list[str]:
         f"{address}:{port}:{port}",
         "--entrypoint",
         "caddy",
-        _operand(image, "image"),
+        operand(image, "image"),
         "respond",
         "--listen",
         f":{port}",
@@ -426,7 +426,7 @@ def reach_argv(image: str, targets: Sequence[tuple[str, int]]) -> list[str]:
         "--rm",
         "--entrypoint",
         "busybox",
-        _operand(image, "image"),
+        operand(image, "image"),
         "sh",
         "-c",
         script,

@@ -11,13 +11,14 @@ group; a phase of the group that an input leaves as it is gets a note instead.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from minidock.core import backing, hosts, rollout, slots, traffic
+from minidock.core import backing, hosts, rollout, slots, traffic, volumes
 from minidock.core.state import RolloutPhase
 
-__all__ = ["diagrams", "mermaid"]
+__all__ = ["MACHINES", "Machine", "diagrams", "mermaid"]
 
 P = TypeVar("P", bound=StrEnum)  # a machine's phases
 In = TypeVar("In", bound=StrEnum)  # its inputs
@@ -68,29 +69,73 @@ def _from_group(table: Mapping[tuple[P, In], P], given: In, group: Collection[P]
     return target if moved * 2 > len(group) else None
 
 
+@dataclass(frozen=True)
+class Machine:
+    """One of the core's machines as the docs show it: `name` is its row in
+    docs/architecture.md's machine table, `title` its diagram's heading, `table` its
+    transition table as its module holds it (a value may carry more than the next phase: the
+    probe's says which event it is), `start` the phase a record is born in."""
+
+    name: str
+    title: str
+    table: Mapping[tuple[Any, Any], Any]
+    start: StrEnum
+    group: tuple[StrEnum, ...] = ()
+    group_name: str = ""
+
+    @property
+    def phases(self) -> type[StrEnum]:
+        """The machine's phase enum."""
+        return type(self.start)
+
+    def diagram(self) -> str:
+        moves = {key: nxt[0] if isinstance(nxt, tuple) else nxt for key, nxt in self.table.items()}
+        return mermaid(self.title, moves, self.start, group=self.group, group_name=self.group_name)
+
+
+MACHINES = (
+    Machine(
+        "host phase", "Host phase (this pass's probe)", hosts.PROBE_TABLE, hosts.HostPhase.READY
+    ),
+    Machine(
+        "host availability",
+        "Host availability (the operator's word)",
+        hosts.AVAILABILITY_TABLE,
+        hosts.Availability.ACTIVE,
+    ),
+    Machine(
+        "slot",
+        "Slot",
+        slots.TABLE,
+        slots.SlotPhase.EMPTY,
+        group=tuple(p for p in slots.SlotPhase if p not in slots.TERMINAL),
+        group_name="open",
+    ),
+    Machine("rollout", "Rollout", rollout.TABLE, RolloutPhase.NONE),
+    Machine(
+        "task traffic",
+        "Task traffic (routed services)",
+        traffic.TABLE,
+        traffic.TrafficPhase.UNROUTED,
+    ),
+    Machine(
+        "backup",
+        "Backup (a slot's, core/backing.py)",
+        backing.TABLE,
+        backing.BackupPhase.HOOKING,
+    ),
+    Machine(
+        "volume move",
+        "Volume move (a slot's, core/volumes.py)",
+        volumes.TABLE,
+        volumes.MovePhase.STOPPING,
+    ),
+)
+
+
 def diagrams() -> str:
     """Every machine's diagram, in the order docs/architecture.md shows them."""
-    probe = {key: nxt for key, (nxt, _) in hosts.PROBE_TABLE.items()}
-    open_slots = [p for p in slots.SlotPhase if p not in slots.TERMINAL]
-    blocks = [
-        mermaid("Host phase (this pass's probe)", probe, hosts.HostPhase.READY),
-        mermaid(
-            "Host availability (the operator's word)",
-            hosts.AVAILABILITY_TABLE,
-            hosts.Availability.ACTIVE,
-        ),
-        mermaid(
-            "Slot",
-            slots.TABLE,
-            slots.SlotPhase.EMPTY,
-            group=open_slots,
-            group_name="open",
-        ),
-        mermaid("Rollout", rollout.TABLE, RolloutPhase.NONE),
-        mermaid("Task traffic (routed services)", traffic.TABLE, traffic.TrafficPhase.UNROUTED),
-        mermaid("Backup (a slot's, core/backing.py)", backing.TABLE, backing.BackupPhase.HOOKING),
-    ]
-    return "\n\n".join(blocks) + "\n"
+    return "\n\n".join(m.diagram() for m in MACHINES) + "\n"
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ must succeed before any task of that spec starts. Pure (docs/jobs.md#hooks).
 A service's `HookRecord` says which generation its hook was run for and how it went.
 `holds` is the fold's question (core/rollout.py, core/reconcile.py): while the current
 generation's hook has not succeeded, no task of its spec starts, and its rollout waits
-(or, once the hook failed, fails). `step` is the hook pass's (minidock.hookpass): what to
-do about the hook now, from the record and the hook one-offs the hosts show. The run's id
+(or, once the hook failed, fails). `step` is the decision's (core/decide.py, its steps
+carried out by minidock.act.carry): what to do about the hook now, from the record and the
+hook one-offs the hosts show. The run's id
 is a hash of the service, the generation and the attempt, so a pass that decides again
 after a crash names the same container; the record is committed before each act and after
 each outcome, so a kill -9 anywhere neither loses the hook nor runs it twice: one still

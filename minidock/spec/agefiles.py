@@ -26,7 +26,13 @@ from minidock.spec.compose.envfiles import line_of
 from minidock.spec.errors import Fail, Part, SpecError
 from minidock.spec.messages import did_you_mean
 from minidock.spec.reading import resolve
-from minidock.spec.sources import DEFAULT_TIMEOUT, cached_document, remember, run_program
+from minidock.spec.sources import (
+    DEFAULT_TIMEOUT,
+    cached_document,
+    check_secret_mode,
+    remember,
+    run_program,
+)
 
 __all__ = [
     "AGE",
@@ -91,8 +97,6 @@ def _identity(
         return "-", text.encode()
     path = resolve(base, identity)
     at = (*where, "identity") if "identity" in source else where
-    from minidock.spec.secretfiles import check_secret_mode  # it imports this module
-
     try:
         check_secret_mode(path, os.stat(path).st_mode, at, fail)
     except FileNotFoundError:

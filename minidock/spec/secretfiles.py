@@ -11,27 +11,24 @@ that only its owner may read (as for `secrets`); a task whose root filesystem is
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from minidock.model import ConfigFile, SecretFile, Volume
+from minidock.spec.agefiles import age_value
 from minidock.spec.configs import check_task_path, mounted
 from minidock.spec.errors import Fail, Part
 from minidock.spec.messages import ONE_SOURCE
 from minidock.spec.reading import resolve
-from minidock.spec.sources import command_timeout, command_value, remember
+from minidock.spec.sources import check_secret_mode, command_timeout, command_value, remember
 
 __all__ = [
     "MAX_SECRET_BYTES",
     "build_secret_files",
-    "check_secret_mode",
     "one_source",
     "program_value",
 ]
-
-log = logging.getLogger("minidock.spec")
 
 MAX_SECRET_BYTES = 500 * 1024  # per secret, as Swarm's; the state keeps each one, sealed
 
@@ -109,8 +106,6 @@ def program_value(
     """The value of a source that runs a program on the controller: a `command`, or `age`
     for an `age_file`."""
     if kind == "age_file":
-        from minidock.spec.agefiles import age_value  # it imports check_secret_mode
-
         timeout = command_timeout(source, where, fail)
         return age_value(source, where, fail, base, timeout=timeout)
     return command_value(source, where, fail, base, exact=exact)
@@ -168,20 +163,6 @@ def _value(source: dict[str, Any], where: tuple[Part, ...], fail: Fail, base: st
     if "env" in source and len(value.encode()) > MAX_SECRET_BYTES:
         raise fail((*where, "env"), f"over the {MAX_SECRET_BYTES // 1024} KiB limit")
     return value
-
-
-def check_secret_mode(path: str, mode: int, where: Sequence[Part], fail: Fail) -> None:
-    """A secret file writable by every user is refused (anyone could swap the secret); one
-    the group or others may read (0644, 0664: what a git checkout leaves) is a warning
-    naming `chmod 600`, since it is read only here, on the controller, and sealed."""
-    if mode & 0o002:
-        raise fail(where, f"{path} is writable by every user: chmod 600 {path}")
-    if mode & 0o077:
-        problem = fail(
-            where,
-            f"{path} is open to the group or others (mode {mode & 0o777:04o}): chmod 600 {path}",
-        )
-        log.warning("%s", problem)
 
 
 def _read(path: str, where: tuple[Part, ...], fail: Fail) -> str:

@@ -11,11 +11,16 @@ every secret value masked, its own output included: the load's reader reads ever
 source of the file after a failure (`reread_failures`), so a value read later in the file (an
 `{ env }` one a `set -x` trace shows) is masked too. The value travels like any secret's:
 the env-file on stdin, never a remote command line.
+
+`check_secret_mode`, the rule for a secret file's mode, is here too: the secret files
+(minidock.spec.secretfiles) and the age identities (minidock.spec.agefiles) both read it,
+and secretfiles imports agefiles, so it lives below both.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -31,6 +36,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_OUTPUT_BYTES",
     "cached_document",
+    "check_secret_mode",
     "command_timeout",
     "command_value",
     "masked",
@@ -44,6 +50,7 @@ DEFAULT_TIMEOUT = 30.0  # seconds a secret command may take: `timeout = "2m"` gi
 MAX_OUTPUT_BYTES = 500 * 1024  # as for a secret file: the state keeps each value, sealed
 _STDERR_SHOWN = 300  # characters of a failed command's standard error in its one line
 MASK = "***"
+log = logging.getLogger("minidock.spec")
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,11 @@ class _Run:
     failures: dict[tuple[str, tuple[str, ...]], _Failure] = field(default_factory=dict)
 
 
+# The run under way, set by `one_run` around one load and reset after it. It stays ambient
+# (docs/architecture.md, "Ambient values"): a secret source is read deep in the spec's
+# parser (a service's env, secrets, secret files and registry password, a backup password,
+# an inventory's password command, an age file), and passing the run down would add a
+# parameter to every function between `cluster.load` and those readers.
 _RUN: ContextVar[_Run | None] = ContextVar("minidock_secret_run", default=None)
 
 
@@ -135,6 +147,20 @@ def masked(text: str, values: Sequence[str] = ()) -> str:
     for value in sorted((v for v in found if v), key=len, reverse=True):
         text = text.replace(value, MASK)
     return text
+
+
+def check_secret_mode(path: str, mode: int, where: Sequence[Part], fail: Fail) -> None:
+    """A secret file writable by every user is refused (anyone could swap the secret); one
+    the group or others may read (0644, 0664: what a git checkout leaves) is a warning
+    naming `chmod 600`, since it is read only here, on the controller, and sealed."""
+    if mode & 0o002:
+        raise fail(where, f"{path} is writable by every user: chmod 600 {path}")
+    if mode & 0o077:
+        problem = fail(
+            where,
+            f"{path} is open to the group or others (mode {mode & 0o777:04o}): chmod 600 {path}",
+        )
+        log.warning("%s", problem)
 
 
 def command_value(

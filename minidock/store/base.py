@@ -1,11 +1,11 @@
 """What every state store is, whatever keeps it: the `Store` and `WriterLock` protocols,
 the records a migration copies, and the errors the use cases turn into exit codes.
 
-Two backends implement them: the embedded SQLite store (`minidock.state`, adapted by
-`minidock.store.sqlite`) and the etcd v3 store (`minidock.store.etcd`), with the same
-semantics: desired-state generations whose ids only grow, one controller state, an event
-log whose ids only grow, and one writer at a time. See docs/state.md and docs/ha.md.
-This module imports neither backend.
+Two backends implement them: the embedded SQLite store (`minidock.store.sqlite`, its
+directory and lock in `minidock.store.directory`) and the etcd v3 store
+(`minidock.store.etcd`), with the same semantics: desired-state generations whose ids only
+grow, one controller state, an event log whose ids only grow, and one writer at a time.
+See docs/state.md and docs/ha.md. This module imports neither backend.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from minidock.store import StateLocation
 from minidock.units import approx_size
 from minidock.usecases.access import Desired, read_desired, reading, require_applied
 from minidock.usecases.clusters import chosen
-from minidock.usecases.intents import _intent, _known_service, _of_service
+from minidock.usecases.common import cluster_of, known_service, of_service, record_intent
 from minidock.usecases.outcomes import (
     BadInput,
     ConvergeOutcome,
@@ -42,7 +42,6 @@ from minidock.usecases.outcomes import (
 )
 from minidock.usecases.repositories import repository_of
 from minidock.usecases.runtime import Runtime
-from minidock.usecases.tasks import _cluster_of
 
 __all__ = [
     "BackupOutcome",
@@ -161,7 +160,7 @@ def _slots(
 ) -> tuple[Service, tuple[int, ...]]:
     """The service's applied spec and the slots the command takes, bad input refused (one
     line, before anything is recorded)."""
-    _known_service(state, service)
+    known_service(state, service)
     ss = state.services[service]
     spec = desired.cluster.service(service) or ss.spec
     if not any(v.named for v in spec.volumes):
@@ -210,8 +209,8 @@ async def backup(
             ss = begin(ss, n, since, stop=policy.stop, hook=spec.before_backup is not None)
         return replace(state, services={**state.services, service: ss})
 
-    held = _of_service(directory, cluster, service)
-    done = await _intent(
+    held = of_service(directory, cluster, service)
+    done = await record_intent(
         held,
         runtime,
         report,
@@ -265,8 +264,8 @@ async def verify(
             ss = begin_verify(ss, n)
         return replace(state, services={**state.services, service: ss})
 
-    held = _of_service(directory, cluster, service)
-    done = await _intent(
+    held = of_service(directory, cluster, service)
+    done = await record_intent(
         held,
         runtime,
         report,
@@ -292,7 +291,7 @@ async def list_backups(
     first. Every service listed must back up into the same repository: the first named
     (by the service, else the inventory) is read."""
     require_applied(directory)
-    directory = _cluster_of(directory, cluster, service) if service else directory
+    directory = cluster_of(directory, cluster, service) if service else directory
     with reading(directory) as store:
         desired = read_desired(store, directory)
     specs = desired.cluster.services

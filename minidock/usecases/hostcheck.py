@@ -29,8 +29,7 @@ from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 from minidock.store import StateLocation
 from minidock.usecases.access import has_state, reading
 from minidock.usecases.clusters import chosen
-from minidock.usecases.images import _hosts
-from minidock.usecases.images import _inventory as _applied_inventory
+from minidock.usecases.common import chosen_hosts, fleet_inventory
 from minidock.usecases.outcomes import BadInput, ExitCode
 from minidock.usecases.runtime import Runtime, connected
 
@@ -117,7 +116,7 @@ def _inventory(directory: StateLocation, given: Path | None) -> Inventory:
             return load_inventory(path)
         except SpecError as exc:
             raise BadInput(str(exc)) from None
-    return _applied_inventory(directory, None)
+    return fleet_inventory(directory, None)
 
 
 def fleetwide(directory: StateLocation, inventory: Inventory) -> Fleetwide:
@@ -284,7 +283,7 @@ async def check_hosts(
     """Every check of each host (or those named); a host that fails does not stop the
     others. The task ports are tried between the hosts checked."""
     found = _inventory(directory, inventory)
-    targets = _hosts(found, hosts)
+    targets = chosen_hosts(found, hosts)
     fleet = fleetwide(directory, found)
     bound = asyncio.Semaphore(CHECKS_AT_ONCE)
     async with connected(runtime) as executor:
@@ -344,7 +343,7 @@ async def prepare_hosts(
     add the user to the docker group, and load the proxies' images from the controller's
     engine (those it holds). Idempotent: a step already done is said so."""
     found = _inventory(directory, inventory)
-    targets = _hosts(found, hosts)
+    targets = chosen_hosts(found, hosts)
     fleet = fleetwide(directory, found)
     engine = runtime.engine()
     async with connected(runtime) as executor:

@@ -15,12 +15,10 @@ from pathlib import Path
 
 from minidock.act.build import BuildFailed, NoEngine
 from minidock.act.push import Pushed, PushError, push_image
-from minidock.model import Cluster, Host, Inventory
-from minidock.spec import SpecError, load_inventory
+from minidock.model import Cluster, Host
 from minidock.ssh import CommandTimeout, Unreachable
 from minidock.store import StateLocation
-from minidock.usecases.access import read_desired, reading, require_applied
-from minidock.usecases.clusters import chosen
+from minidock.usecases.common import chosen_hosts, fleet_inventory
 from minidock.usecases.outcomes import (
     BadInput,
     HostProblem,
@@ -29,41 +27,10 @@ from minidock.usecases.outcomes import (
     PushOutcome,
     PushProgress,
     UseCaseError,
-    unknown,
 )
 from minidock.usecases.runtime import Runtime, connected
 
 PUSHES_AT_ONCE = 4  # hosts streamed to at the same time (each reads its own docker save)
-
-
-def _inventory(directory: StateLocation, inventory: Path | None) -> Inventory:
-    if inventory is not None:
-        try:
-            return load_inventory(inventory)
-        except SpecError as exc:
-            raise BadInput(str(exc)) from None
-    require_applied(directory)
-    hosts: dict[str, Host] = {}
-    paths = []
-    for h in chosen(directory, None):  # every cluster's hosts, a host named twice once
-        with reading(h.location) as store:
-            found = read_desired(store, h.location).inventory
-        paths.append(found.path)
-        hosts.update((host.name, host) for host in found.hosts if host.name not in hosts)
-    return Inventory(", ".join(dict.fromkeys(paths)), tuple(hosts.values()))
-
-
-def _hosts(inventory: Inventory, names: Sequence[str] | None) -> list[Host]:
-    if not names:
-        return list(inventory.hosts)
-    chosen: list[Host] = []
-    for name in names:
-        host = inventory.host(name)
-        if host is None:
-            known = [h.name for h in inventory.hosts]
-            raise unknown("host", name, known, where=str(inventory.path))
-        chosen.append(host)
-    return chosen
 
 
 async def push(
@@ -77,7 +44,7 @@ async def push(
 ) -> PushOutcome:
     """Stream IMAGE to every host (or those named) that does not hold it yet; hosts that
     have the same image id are left alone. A host that fails does not stop the others."""
-    targets = _hosts(_inventory(directory, inventory), hosts)
+    targets = chosen_hosts(fleet_inventory(directory, inventory), hosts)
     engine = runtime.engine()
     local = await engine.inspect(image)
     if local is None:

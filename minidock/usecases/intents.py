@@ -3,14 +3,14 @@ record it with an `intent` event, then converge. A refused word changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from minidock import core
 from minidock.core import ControllerState
 from minidock.core.rebalance import moves as rebalance_moves
 from minidock.core.rebalance import record as record_moves
 from minidock.core.serving import SERVING, Serving, ServingMode, ended, in_maintenance, paused
-from minidock.model import Event, Inventory
+from minidock.model import Event
 from minidock.observe import observe, observe_host
 from minidock.store import StateLocation
 from minidock.usecases.access import (
@@ -22,7 +22,14 @@ from minidock.usecases.access import (
     require_applied,
     writing,
 )
-from minidock.usecases.clusters import Held, each_intent, knowing_host, one, tagged
+from minidock.usecases.clusters import one
+from minidock.usecases.common import (
+    known_host,
+    known_service,
+    of_host,
+    of_service,
+    record_intent,
+)
 from minidock.usecases.hostloss import newest_snapshots
 from minidock.usecases.outcomes import (
     BadInput,
@@ -30,74 +37,9 @@ from minidock.usecases.outcomes import (
     IntentRecorded,
     RebalanceOutcome,
     Report,
-    labelled,
-    unknown,
 )
 from minidock.usecases.passes import converge_passes
 from minidock.usecases.runtime import Runtime, connected
-
-Change = Callable[[ControllerState, Desired], ControllerState]  # may raise BadInput
-Forgets = Callable[[ControllerState, Desired], tuple[ControllerState, list[Event]]]
-Check = Callable[[ControllerState, Desired], Awaitable[None]]  # may raise BadInput
-
-
-async def _intent(
-    targets: list[Held],
-    runtime: Runtime,
-    report: Report,
-    change: Change | Forgets,
-    message: str | Callable[[], str],
-    *,
-    wait: bool,
-    timeout: float,
-    check: Check | None = None,
-) -> IntentOutcome:
-    """Record the operator's `change` in each target cluster and converge it there; `check`
-    (when given) looks at the world first, under the lock, and may refuse. `message` may be
-    written by the check (a callable, called after it)."""
-
-    async def one_cluster(h: Held) -> IntentOutcome:
-        require_applied(h.location)
-        shown = labelled(report, tagged(h, len(targets)))
-        async with writing(h.location, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
-            desired = read_desired(store, h.location)
-            if check is not None:
-                await check(store.load(), desired)
-            said = message() if callable(message) else message
-            changed = change(store.load(), desired)
-            changed, events = changed if isinstance(changed, tuple) else (changed, [])
-            desired = admissible(changed, desired)  # e.g. a drain lets an unlisted host go
-            store.commit(changed, [Event(runtime.clock.now(), "intent", said), *events])
-            shown(IntentRecorded(said))
-            convergence = await converge_passes(
-                store, desired, runtime, shown, wait=wait, timeout=timeout
-            )
-        return IntentOutcome(said, convergence)
-
-    return await each_intent(targets, one_cluster)
-
-
-def _of_host(directory: StateLocation, cluster: str | None, host: str) -> list[Held]:
-    """The clusters an intent about HOST acts in: every one that knows it."""
-    require_applied(directory)
-    return knowing_host(directory, cluster, host)
-
-
-def _of_service(directory: StateLocation, cluster: str | None, service: str) -> list[Held]:
-    """The one cluster an intent about SERVICE acts in."""
-    require_applied(directory)
-    return [Held("", one(directory, cluster, service))]
-
-
-def _known_host(inventory: Inventory, host: str, state: ControllerState) -> None:
-    """A host of the inventory, or one it no longer lists that the state still knows."""
-    if inventory.host(host) is None and state.host(host).last_known is None:
-        raise unknown("host", host, [h.name for h in inventory.hosts], where=str(inventory.path))
-
-
-def _known_service(state: ControllerState, service: str) -> None:
-    if service not in state.services:
-        raise unknown("service", service, list(state.services))
 
 
 async def drain(
@@ -115,7 +57,7 @@ async def drain(
     by a named volume are refused (their data stays) unless `move_volumes`."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_host(desired.inventory, host, state)
+        known_host(desired.inventory, host, state)
         pinned = core.pinned_on(state, host)
         if pinned and not move_volumes:
             raise BadInput(
@@ -127,8 +69,8 @@ async def drain(
             )
         return core.set_drained(state, host, True, move_volumes=move_volumes)
 
-    return await _intent(
-        _of_host(directory, cluster, host),
+    return await record_intent(
+        of_host(directory, cluster, host),
         runtime,
         report,
         change,
@@ -156,9 +98,9 @@ async def forget(
     snapshots: dict[tuple[str, int], str] = {}
 
     async def answers_now(state: ControllerState, desired: Desired) -> None:
-        _known_host(desired.inventory, host, state)
+        known_host(desired.inventory, host, state)
         details = desired.inventory.host(host) or state.host(host).last_known
-        assert details is not None  # _known_host: listed, or known to the state
+        assert details is not None  # known_host: listed, or known to the state
         async with connected(runtime) as executor:
             probe = await observe_host(executor, details, desired.cluster.name, ports=False)
         if probe.ok:
@@ -172,8 +114,8 @@ async def forget(
     def change(state: ControllerState, desired: Desired) -> tuple[ControllerState, list[Event]]:
         return core.forget(state, host, runtime.clock.now(), snapshots)
 
-    return await _intent(
-        _of_host(directory, cluster, host),
+    return await record_intent(
+        of_host(directory, cluster, host),
         runtime,
         report,
         change,
@@ -196,13 +138,13 @@ async def activate(
     A host that no cluster has drained is said to be so (and stays as it was)."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_host(desired.inventory, host, state)
+        known_host(desired.inventory, host, state)
         return core.set_drained(state, host, False)
 
-    targets = _of_host(directory, cluster, host)
+    targets = of_host(directory, cluster, host)
     drained = any(_drained(h.location, host) for h in targets)
     message = f"activated {host}" if drained else f"{host} was not drained: nothing to activate"
-    return await _intent(targets, runtime, report, change, message, wait=False, timeout=0.0)
+    return await record_intent(targets, runtime, report, change, message, wait=False, timeout=0.0)
 
 
 def _drained(location: StateLocation, host: str) -> bool:
@@ -225,14 +167,14 @@ async def rollback(
     was itself rolled back as failed, unless `force`."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_service(state, service)
+        known_service(state, service)
         try:
             return core.rollback(state, service, force=force)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
 
-    return await _intent(
-        _of_service(directory, cluster, service),
+    return await record_intent(
+        of_service(directory, cluster, service),
         runtime,
         report,
         change,
@@ -256,14 +198,14 @@ async def promote(
     and the rolling update goes on (docs/rollouts.md#canary). Refused without a canary."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_service(state, service)
+        known_service(state, service)
         try:
             return core.promote(state, service)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
 
-    return await _intent(
-        _of_service(directory, cluster, service),
+    return await record_intent(
+        of_service(directory, cluster, service),
         runtime,
         report,
         change,
@@ -286,11 +228,11 @@ async def reset(
     """Clear SERVICE's crash-loop Failed slots and backoff timers."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_service(state, service)
+        known_service(state, service)
         return core.reset(state, service)
 
-    return await _intent(
-        _of_service(directory, cluster, service),
+    return await record_intent(
+        of_service(directory, cluster, service),
         runtime,
         report,
         change,
@@ -319,7 +261,7 @@ async def rebalance(
     async with writing(directory, runtime.clock, Writer.OPERATOR, runtime.notice) as store:
         state = store.load()
         if service:
-            _known_service(state, service)
+            known_service(state, service)
         desired = admissible(state, read_desired(store, directory))
         async with connected(runtime) as executor:
             seen = await observe(executor, desired.inventory.hosts, desired.cluster.name)
@@ -403,14 +345,14 @@ async def _serving(
     route), then one pass."""
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_service(state, service)
+        known_service(state, service)
         try:
             return core.set_serving(state, service, mode(runtime.clock.now()))
         except ValueError as exc:
             raise BadInput(str(exc)) from None
 
-    targets = _of_service(directory, cluster, service)
-    return await _intent(targets, runtime, report, change, message, wait=False, timeout=0.0)
+    targets = of_service(directory, cluster, service)
+    return await record_intent(targets, runtime, report, change, message, wait=False, timeout=0.0)
 
 
 async def _ending(
@@ -422,7 +364,7 @@ async def _ending(
     cluster: str | None,
 ) -> IntentOutcome:
     """`maintenance off` (MAINTENANCE) or `resume` (PAUSED): serving again if it was so."""
-    targets = _of_service(directory, cluster, service)
+    targets = of_service(directory, cluster, service)
     with reading(targets[0].location) as store:
         ss = store.load().services.get(service)
     was = ss.serving if ss is not None else SERVING

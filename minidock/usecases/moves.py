@@ -13,7 +13,7 @@ from minidock import core
 from minidock.core import ControllerState
 from minidock.store import StateLocation
 from minidock.usecases.access import Desired
-from minidock.usecases.intents import _intent, _known_host, _known_service, _of_service
+from minidock.usecases.common import known_host, known_service, of_service, record_intent
 from minidock.usecases.outcomes import BadInput, IntentOutcome, Report
 from minidock.usecases.runtime import Runtime
 
@@ -48,8 +48,8 @@ async def move(
     service, slot = parse_slot(subject, "move")
 
     def change(state: ControllerState, desired: Desired) -> ControllerState:
-        _known_service(state, service)
-        _known_host(desired.inventory, target, state)
+        known_service(state, service)
+        known_host(desired.inventory, target, state)
         if desired.inventory.host(target) is None:
             raise BadInput(f"move: {target} is not in the inventory: a move needs to reach it")
         if state.host(target).drained:
@@ -70,8 +70,8 @@ async def move(
         except ValueError as exc:
             raise BadInput(str(exc)) from None
 
-    return await _intent(
-        _of_service(directory, cluster, service),
+    return await record_intent(
+        of_service(directory, cluster, service),
         runtime,
         report,
         change,

@@ -28,7 +28,7 @@ from minidock.observe import observe_host
 from minidock.restic import ResticError, Snapshot
 from minidock.store import StateLocation
 from minidock.usecases.access import Desired
-from minidock.usecases.intents import _intent, _known_host, _known_service, _of_service
+from minidock.usecases.common import known_host, known_service, of_service, record_intent
 from minidock.usecases.outcomes import BadInput, IntentOutcome, Report, UseCaseError
 from minidock.usecases.repositories import epoch, repository_of
 from minidock.usecases.runtime import Runtime, connected
@@ -156,8 +156,8 @@ async def restore(
                 raise BadInput(str(exc)) from None
         return state
 
-    held = _of_service(directory, cluster, service)
-    return await _intent(
+    held = of_service(directory, cluster, service)
+    return await record_intent(
         held,
         runtime,
         report,
@@ -211,7 +211,7 @@ def _targets(
     """Each slot restored and its target, and the service's applied spec: bad input (an
     unknown service, slot or host, no named volume, a slot with no host to restore on)
     refused here, before restic or SSH."""
-    _known_service(state, service)
+    known_service(state, service)
     ss = state.services[service]
     spec = desired.cluster.service(service) or ss.spec
     if not any(v.named for v in spec.volumes):
@@ -221,7 +221,7 @@ def _targets(
         raise BadInput(f"restore: {service} has no slot {slot} (slots 1..{ss.wanted()})")
     chosen = [slot] if slot is not None else sorted(numbers)
     if host is not None:
-        _known_host(desired.inventory, host, state)
+        known_host(desired.inventory, host, state)
         if desired.inventory.host(host) is None:
             raise BadInput(f"restore: {host} is not in the inventory: a restore streams into it")
         if state.host(host).drained:
@@ -297,7 +297,7 @@ async def _empty(
     numbers: list[int] = []
 
     async def check(state: ControllerState, desired: Desired) -> None:
-        _known_service(state, service)
+        known_service(state, service)
         ss = state.services[service]
         wanted = [slot] if slot is not None else [
             n for n in ss.slot_numbers() if ss.slot(n).awaiting_restore
@@ -317,8 +317,8 @@ async def _empty(
     def message() -> str:
         return "; ".join(f"starting {service}.{n} on empty volumes" for n in numbers)
 
-    held = _of_service(directory, cluster, service)
-    return await _intent(
+    held = of_service(directory, cluster, service)
+    return await record_intent(
         held, runtime, report, change, message, wait=wait, timeout=timeout, check=check
     )
 

@@ -19,6 +19,7 @@ from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.clusters import chosen
 from minidock.usecases.clusters import one as one_cluster
+from minidock.usecases.common import cluster_of
 from minidock.usecases.outcomes import (
     BadInput,
     ExecOutcome,
@@ -193,17 +194,6 @@ async def logs(
     return LogsOutcome(tuple(c.name for c in tasks), failed)
 
 
-def _cluster_of(directory: StateLocation, cluster: str | None, target: str) -> StateLocation:
-    """The cluster of SERVICE or SERVICE.SLOT (a known service name wins)."""
-    try:
-        return one_cluster(directory, cluster, target)
-    except BadInput:
-        service, dot, slot = target.rpartition(".")
-        if not (dot and slot.isdigit()):
-            raise
-        return one_cluster(directory, cluster, service)
-
-
 def _target(seen: _Seen, target: str) -> tuple[str, int | None]:
     """SERVICE or SERVICE.SLOT: a known service name wins (names may hold dots)."""
     if target in seen.services:
@@ -231,7 +221,7 @@ async def exec_task(
     if not command:
         raise BadInput("exec: give the command after --, e.g. minidock exec web -- sh -c 'env'")
     require_applied(directory)
-    directory = _cluster_of(directory, cluster, target)
+    directory = cluster_of(directory, cluster, target)
     async with connected(runtime) as executor:
         seen = await _observe(directory, runtime, executor)
         service, slot = _target(seen, target)

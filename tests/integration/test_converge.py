@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from minidock.state import StateLock
+from minidock.store.directory import StateLock
 from tests.integration.conftest import Fleet, Minidock
 
 WORKERS = """

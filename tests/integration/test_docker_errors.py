@@ -19,7 +19,7 @@ from minidock.model import Cluster, Event, Host, Inventory
 from minidock.runner import PassResult, run_pass
 from minidock.spec import load
 from minidock.ssh import Result, SSHExecutor
-from minidock.state import Store
+from minidock.store.sqlite import SQLiteStore
 from tests.integration.conftest import Fleet
 
 PORT = 18095
@@ -86,7 +86,7 @@ def test_a_host_port_taken_outside_minidock_fails_the_start_with_that_cause(
         f'[services.web]\nimage = "minidock-lab/web:5"\nports = ["{PORT}:8080"]\n'
     )
     cluster, inventory = load(spec)
-    store = Store.open(tmp_path / "state")
+    store = SQLiteStore.open(tmp_path / "state")
     racing = TakesThePortFirst(fleet, holder)
     try:
         store.commit(
@@ -126,7 +126,7 @@ def test_a_host_port_taken_outside_minidock_fails_the_start_with_that_cause(
 
 
 async def _pass(
-    cluster: Cluster, inventory: Inventory, store: Store, executor: SSHExecutor
+    cluster: Cluster, inventory: Inventory, store: SQLiteStore, executor: SSHExecutor
 ) -> PassResult:
     try:
         return await run_pass(cluster, inventory, store, executor)

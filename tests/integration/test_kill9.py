@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from minidock.state import Store
+from minidock.store.sqlite import SQLiteStore
 from tests.integration.conftest import Minidock
 from tests.integration.test_converge import live_by_host
 
@@ -143,7 +143,7 @@ def test_kill_minus_9_at_seeded_points_always_converges(md: Minidock) -> None:
             ]
         done.append((point, out))
         converge(md)
-        with Store.open(md.state) as store:  # the state opens
+        with SQLiteStore.open(md.state) as store:  # the state opens
             latest = store.latest_generation()
             assert latest is not None
             assert all(store.generation(g) is not None for g in reported), (done, reported)

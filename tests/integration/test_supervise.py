@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from minidock.state import StateLock
+from minidock.store.directory import StateLock
 from tests.integration.conftest import Fleet, Minidock
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"

@@ -39,7 +39,8 @@ from minidock.model import Event, Host
 from minidock.spec import load
 from minidock.ssh import Result as SSHResult
 from minidock.ssh import SSHExecutor
-from minidock.state import ENV_STATE, StateLock, Store
+from minidock.store.directory import ENV_STATE, StateLock
+from minidock.store.sqlite import SQLiteStore
 from tests.fakes import FakeDocker, FakeExecutor
 
 CLUSTER = 'cluster = "prod"\ninventory = "inventory.toml"\n'
@@ -82,7 +83,7 @@ def snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
 def applied(directory: Path, cluster_file: Path) -> None:
     """Store `cluster_file` as the first generation in `directory`, as `apply` would."""
     cluster, _ = load(cluster_file)
-    with Store.open(directory) as store:
+    with SQLiteStore.open(directory) as store:
         gen = store.next_generation_id()
         event = Event(time.time(), "apply", f"applied {cluster_file} as generation {gen}")
         store.commit(
@@ -1028,7 +1029,7 @@ def test_a_count_past_the_maximum_an_older_minidock_stored_is_read_as_the_maximu
     and `status` then ran out of memory building the slot range. Read as 1000, said once."""
     monkeypatch.setattr(minidock.store.codec, "_TOLD", set())
     assert fleet.run("apply", str(fleet.cluster), "--wait").exit_code == 0
-    with Store.open(fleet.state) as store:
+    with SQLiteStore.open(fleet.state) as store:
         latest = store.latest_generation()
         assert latest is not None
         huge = dataclasses.replace(

@@ -12,7 +12,8 @@ import pytest
 from minidock import store as stores
 from minidock import usecases
 from minidock.model import Cluster
-from minidock.state import StateLock, Store
+from minidock.store.directory import StateLock
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import (
     BadInput,
     Busy,
@@ -65,9 +66,9 @@ def clusters_running(setup: Setup) -> set[str]:
 
 def test_a_second_clusters_file_goes_beside_the_first(two: Setup) -> None:
     assert (two.state / "clusters" / "other" / "state.db").exists()
-    with Store.open(two.state) as own:
+    with SQLiteStore.open(two.state) as own:
         assert own.load().cluster == "uc"  # the store's own cluster is untouched
-    with Store.open(two.state / "clusters" / "other") as beside:
+    with SQLiteStore.open(two.state / "clusters" / "other") as beside:
         assert beside.load().cluster == "other"
     assert [(h.name, h.location) for h in held(two.state)] == [
         ("uc", two.state),
@@ -130,13 +131,13 @@ def test_reconcile_covers_every_cluster_and_names_each_pass(two: Setup) -> None:
 
 def test_reconcile_of_one_cluster_leaves_the_other_alone(two: Setup) -> None:
     remove_every(two, "db")
-    with Store.open(two.state) as own:
+    with SQLiteStore.open(two.state) as own:
         before = own.events(limit=0)
     run(usecases.reconcile(two.state, two.runtime(), two.report, cluster="other"))
     assert {p.cluster for p in two.passes()} == {""}  # one cluster: passes are not named
     dbs = [d for d in two.docker.containers() if d["Config"]["Labels"]["minidock.service"] == "db"]
     assert [d["Config"]["Labels"]["minidock.cluster"] for d in dbs] == ["other"]
-    with Store.open(two.state) as own:
+    with SQLiteStore.open(two.state) as own:
         assert own.events(limit=0) == before  # uc saw no pass
 
 
@@ -245,6 +246,6 @@ def test_migrate_moves_every_cluster(two: Setup, tmp_path: Path, etcd_url: str) 
     run(usecases.migrate(url, back, clock))
     for name, here in (("uc", two.state), ("other", two.state / "clusters" / "other")):
         there = back if name == "uc" else back / "clusters" / name
-        with Store.open(here) as a, Store.open(there) as b:
+        with SQLiteStore.open(here) as a, SQLiteStore.open(there) as b:
             assert (a.load(), a.events(limit=0)) == (b.load(), b.events(limit=0))
     assert moved.generations == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 from minidock import usecases
 from minidock.core import set_drained
 from minidock.model import RestartPolicy
-from minidock.state import Store
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import ExitCode
 from tests.sim import RunnerWorld, hosts, svc
 from tests.unit.test_usecases import make_setup, run
@@ -106,7 +106,7 @@ def test_drain_ends_with_exit_1_and_the_reason_when_its_move_cannot_start(
         c.argv for e in setup.executors for c in e.calls if c.host == free and c.argv[1] == "pull"
     ]
     assert len(pulls) == RestartPolicy().max_attempts  # never past max_attempts
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         state = store.load()
     assert any(s.failed for s in state.services["web"].slots.values())
     assert any(n.startswith("web.") for n in setup.running(busy))  # still serving there

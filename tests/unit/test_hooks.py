@@ -1,8 +1,9 @@
 """The before_update hook (issue 25, docs/jobs.md#hooks): the pure decisions of
 core/hooks.py, the fold's gate (core/rollout.py, core/reconcile.py), the spec key, and the
-hook pass (minidock.hookpass) through the real passes over FakeDocker, with a hypothesis
-property: whatever the passes and wherever a controller is killed, a generation's hook is
-created once, and the rollout goes on only after it succeeded."""
+hook's steps (decided by core/decide.py, carried out by minidock.act.carry) through the
+real passes over FakeDocker, with a hypothesis property: whatever the passes and wherever a
+controller is killed, a generation's hook is created once, and the rollout goes on only
+after it succeeded."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from minidock.cli import recovery_lines
 from minidock.commands.docker import volume_name
 from minidock.core.plan import WaitKind
 from minidock.metrics import metrics_text
-from minidock.state import Store
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import ExitCode
 from minidock.usecases.backups import backup
 from minidock.usecases.fleetview import read_fleet
@@ -80,7 +80,7 @@ def db_hosts(setup: Setup) -> list[str]:
 
 def test_a_backup_is_the_slots_recovery_point_in_status(tmp_path: Path) -> None:
     setup, _ = fleet(tmp_path)
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         ((volume, snapshot, taken),) = store.load().services["db"].slot(1).backups
     assert volume == "data"
     assert taken <= setup.clock.t
@@ -109,7 +109,7 @@ def test_forget_leaves_the_slot_waiting_then_restore_puts_its_data_back_elsewher
         reconcile(setup)
     forgot = run(usecases.forget(lost, setup.state, setup.runtime(), setup.report))
     assert forgot.exit_code is ExitCode.DEGRADED
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         record = store.load().services["db"].slot(1)
     assert record.awaiting_restore.startswith(record.backups[0][1][:8] + " of ")
     assert reconcile(setup) is ExitCode.DEGRADED  # every pass, until the operator says
@@ -153,7 +153,7 @@ def test_on_host_loss_restore_fails_over_by_itself_and_fences_the_old_host(
     (there,) = db_hosts(setup)
     assert there != lost
     assert data_on(setup, there) == PRECIOUS
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         kinds = [e.kind for _, e in store.events(0)]
     assert "failover" in kinds
     assert "restored" in kinds
@@ -162,7 +162,7 @@ def test_on_host_loss_restore_fails_over_by_itself_and_fences_the_old_host(
     reconcile(setup)
     assert db_hosts(setup) == [there]
     assert data_on(setup, lost) == PRECIOUS
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         fenced = [e.message for _, e in store.events(0) if e.kind == "fenced"]
     assert fenced
     assert fenced[0].endswith(

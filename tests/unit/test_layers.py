@@ -18,7 +18,7 @@ PACKAGE = Path(minidock.__file__).parent
 # adapters beside it (metrics text, the web server), loaded only by their commands.
 CLI_MAY_IMPORT = {
     "minidock.lab": {"lab_app"},
-    "minidock.state": {"StateError", "state_dir"},
+    "minidock.store.directory": {"StateError", "state_dir"},
     "minidock.ssh": {"SSHExecutor"},
     "minidock.units": {"format_duration", "format_size", "parse_duration"},
     "minidock.documents.status": {

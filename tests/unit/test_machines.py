@@ -4,13 +4,15 @@ tables, and no code outside a machine's module assigns its phase."""
 from __future__ import annotations
 
 import ast
+import importlib
 import re
+from enum import StrEnum
 from pathlib import Path
 
 import pytest
 
 from minidock.core import hosts, rollout, slots, traffic
-from minidock.core.diagram import diagrams
+from minidock.core.diagram import MACHINES, diagrams
 from minidock.core.hosts import HostPhase, HostState, Probe
 from minidock.core.rollout import RolloutInput
 from minidock.core.slots import SlotInput, SlotPhase, SlotState
@@ -40,6 +42,40 @@ def test_the_docs_diagrams_are_generated_from_the_tables() -> None:
     found = re.search(r"<!-- machines -->\n(.*)<!-- /machines -->", text, re.S)
     assert found is not None, "docs/architecture.md lost its <!-- machines --> markers"
     assert found[1] == diagrams(), "run `python -m minidock.core.diagram` into the docs"
+
+
+def transition_tables() -> dict[str, object]:
+    """Every transition table of the core, by `module.NAME`: a module-level dict named
+    TABLE or *_TABLE keyed by (phase, input) enums."""
+    found: dict[str, object] = {}
+    for path in sorted((PACKAGE / "core").glob("*.py")):
+        module = importlib.import_module(f"minidock.core.{path.stem}")
+        for name, value in vars(module).items():
+            if not (name == "TABLE" or name.endswith("_TABLE")) or not isinstance(value, dict):
+                continue
+            if all(isinstance(k, tuple) and all(isinstance(e, StrEnum) for e in k) for k in value):
+                found[f"{path.stem}.{name}"] = value
+    return found
+
+
+def test_every_transition_table_is_drawn() -> None:
+    drawn = {id(m.table) for m in MACHINES}
+    missing = [name for name, table in transition_tables().items() if id(table) not in drawn]
+    assert not missing, f"tables with no diagram (core/diagram.py's MACHINES): {missing}"
+    assert len(transition_tables()) == len(MACHINES)  # and no machine drawn twice
+
+
+def test_the_docs_machine_table_lists_each_machine_and_its_phases() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = {
+        cells[0]: cells[2]
+        for line in text.splitlines()
+        if line.startswith("| ") and len(cells := [c.strip() for c in line[2:-2].split(" | ")]) == 4
+    }
+    for machine in MACHINES:
+        assert machine.name in rows, f"docs/architecture.md's machine table lacks {machine.name}"
+        listed = rows[machine.name].split(", ")
+        assert listed == [p.value for p in machine.phases], machine.name
 
 
 def test_every_table_is_whole() -> None:

@@ -17,7 +17,8 @@ from minidock.cli import app
 from minidock.commands.caddy import ProxyTraffic, proxy_traffic
 from minidock.core.passes import PASS_BUCKETS, PassStats
 from minidock.metrics import METRICS, metrics_text, write_textfile
-from minidock.state import StateLock, Store
+from minidock.store.directory import StateLock
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import ExitCode
 from minidock.usecases.fleetview import (
     ClusterReading,
@@ -104,11 +105,11 @@ def test_a_store_that_cannot_be_read_is_store_up_0_and_no_fleet(tmp_path: Path) 
 def test_passes_are_counted_by_the_use_cases(tmp_path: Path) -> None:
     setup = make_setup(tmp_path)
     setup.converged()
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         before = store.load().passes
     outcome = run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
     assert outcome.exit_code is ExitCode.OK
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         after = store.load().passes
     assert after.count == before.count + 1
     assert after.codes["0"] == before.codes.get("0", 0) + 1

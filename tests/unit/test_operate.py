@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minidock import usecases
-from minidock.state import Store
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import BadInput, ExitCode, LogLine, PushProgress, UseCaseError
 from tests.behaviour import Clock
 from tests.fakes import FakeDocker, FakeEngine
@@ -155,7 +155,7 @@ def test_scale_stores_a_generation_with_the_new_count_and_converges(setup: Setup
     assert (scaled.before, scaled.replicas, scaled.generation) == (2, 1, 2)
     assert scaled.exit_code is ExitCode.OK
     assert [n.split(".")[0] for n in setup.running()] == ["db", "web"]
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         latest = store.latest_generation()
         assert latest is not None
         gen, cluster = latest
@@ -198,7 +198,7 @@ def test_scale_after_a_rollback_scales_the_spec_that_runs(setup: Setup) -> None:
     assert back.exit_code is ExitCode.OK, back
     _scaled(setup, 3)
     assert _web_images(setup) == ["web:5"] * 3
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         latest = store.latest_generation()
         assert latest is not None
         web = latest[1].service("web")
@@ -225,7 +225,7 @@ def test_scale_after_an_automatic_rollback_keeps_its_count(setup: Setup) -> None
 def test_scale_refuses_an_unknown_service_and_changes_nothing(setup: Setup) -> None:
     with pytest.raises(BadInput, match="unknown service 'wbe'"):
         run(usecases.scale("wbe", 3, setup.state, setup.runtime(), setup.report))
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert store.next_generation_id() == 2
 
 

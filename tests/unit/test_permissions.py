@@ -21,17 +21,17 @@ from minidock.cli import app
 from minidock.core import admit
 from minidock.model import Event
 from minidock.spec import load
-from minidock.state import (
+from minidock.store.directory import (
     DB_NAME,
     ENV_STATE,
     LOCK_NAME,
     StateError,
     StateLock,
-    Store,
     check_state_dir,
     ensure_state_dir,
     state_dir,
 )
+from minidock.store.sqlite import SQLiteStore
 
 CLUSTER = 'cluster = "prod"\ninventory = "inventory.toml"\n[services.web]\nimage = "web:5"\n'
 HOST = '[[hosts]]\nname = "host1"\naddress = "127.0.0.1"\nport = 1\n'
@@ -64,7 +64,7 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def applied(directory: Path, cluster_file: Path) -> None:
     cluster, _ = load(cluster_file)
-    with Store.open(directory) as store:
+    with SQLiteStore.open(directory) as store:
         event = Event(time.time(), "apply", "applied as generation 1")
         store.commit(admit(store.load(), cluster, 1), [event], cluster, str(cluster_file))
 
@@ -83,19 +83,24 @@ def one_line_exit_2(result: Result) -> str:
 @pytest.mark.parametrize("mode", LOOSE_MODES)
 def test_a_state_directory_open_to_group_or_others_is_refused(tmp_path: Path, mode: int) -> None:
     d = tmp_path / "state"
-    Store.open(d).close()
+    SQLiteStore.open(d).close()
     d.chmod(mode)
     expected = (
         f"state directory {d} is accessible by group or others (mode {mode:04o}): run chmod 700 {d}"
     )
-    for use in (check_state_dir, ensure_state_dir, Store.open, lambda p: StateLock(p).acquire()):
+    for use in (
+        check_state_dir,
+        ensure_state_dir,
+        SQLiteStore.open,
+        lambda p: StateLock(p).acquire(),
+    ):
         with pytest.raises(StateError) as err:
             use(d)
         assert str(err.value) == expected
     with pytest.raises(StateError, match="accessible by group or others"):
         state_dir(str(d))
     d.chmod(0o700)
-    Store.open(d).close()  # fixed: usable again, nothing was changed by the refusals
+    SQLiteStore.open(d).close()  # fixed: usable again, nothing was changed by the refusals
 
 
 def test_a_new_state_directory_is_made_private_and_a_missing_one_is_fine(tmp_path: Path) -> None:
@@ -110,11 +115,11 @@ def test_a_state_directory_of_another_user_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d = tmp_path / "state"
-    Store.open(d).close()
+    SQLiteStore.open(d).close()
     me = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: me + 1)
     with pytest.raises(StateError) as err:
-        Store.open(d)
+        SQLiteStore.open(d)
     owner, other = pwd.getpwuid(me).pw_name, pwd.getpwuid(me + 1).pw_name
     assert str(err.value) == (
         f"state directory {d} is owned by {owner} (uid {me}), not by this user "
@@ -126,12 +131,12 @@ def test_the_owner_without_a_passwd_entry_is_named_by_uid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d = tmp_path / "state"
-    Store.open(d).close()
+    SQLiteStore.open(d).close()
     me = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: me + 1)
     monkeypatch.setattr(pwd, "getpwuid", lambda uid: (_ for _ in ()).throw(KeyError(uid)))
     with pytest.raises(StateError, match=rf"owned by uid {me}, .* `sudo -u #{me} minidock"):
-        Store.open(d)
+        SQLiteStore.open(d)
 
 
 @pytest.mark.parametrize("name", [DB_NAME, LOCK_NAME])
@@ -149,7 +154,7 @@ def test_a_file_this_user_may_not_open_is_a_state_error(
 
     monkeypatch.setattr(os, "open", refusing_open)
     with pytest.raises(StateError) as err:
-        Store.open(tmp_path) if name == DB_NAME else StateLock(tmp_path).acquire()
+        SQLiteStore.open(tmp_path) if name == DB_NAME else StateLock(tmp_path).acquire()
     assert str(err.value) == f"cannot use {tmp_path / name}: permission denied"
 
 

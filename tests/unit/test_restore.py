@@ -27,7 +27,7 @@ from minidock.model import EngineKind, Host, Inventory, Service, Volume
 from minidock.restic import ResticError, Snapshot
 from minidock.spec import load
 from minidock.ssh import Result
-from minidock.state import Store
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases.outcomes import BadInput
 from minidock.usecases.restores import choose_snapshots, parse_subject
 from tests.fakes import FakeExecutor, fail, ok
@@ -359,7 +359,7 @@ def test_a_move_to_a_host_that_is_not_ready_is_refused_in_one_line(
     phase: HostPhase,
     said: str,
 ) -> None:
-    with Store.open(pinned) as store:
+    with SQLiteStore.open(pinned) as store:
         state = store.load()
         db = state.services["db"]
         db = replace(db, slots={1: SlotState(SlotPhase.RUNNING, "t1", "host1")})

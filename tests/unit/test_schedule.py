@@ -237,7 +237,7 @@ def test_a_job_in_a_cluster_file_is_a_service_with_a_schedule_and_no_slots(tmp_p
     assert (web.schedule, web.replicas) == (None, 1)
 
 
-# -- the job pass (minidock.jobpass) through the real passes, over FakeDocker ----------------
+# -- the jobs' steps (core/decide.py, minidock.act.carry) through the real passes, over FakeDocker
 def job(image: str, concurrency: str = "forbid") -> Service:
     schedule = Schedule("* * * * *", concurrency=concurrency)  # type: ignore[arg-type]
     return Service("report", image, replicas=0, command=("./report",), schedule=schedule)

@@ -16,8 +16,8 @@ import pytest
 from minidock import usecases
 from minidock.model import Cluster, Service
 from minidock.spec import load
-from minidock.state import Store
 from minidock.store.codec import Codec
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import ExitCode, GenerationStored
 from tests.unit.test_usecases import STACK, Setup, make_setup, run
 
@@ -67,7 +67,7 @@ def test_a_label_and_the_spec_without_the_secret_recover_no_pin(setup: Setup) ->
     ]
     assert found == []
     # the label is this spec's, PIN and all: with the state's key file, it is made again
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         keyed = store.keyed(cluster)
         stored = store.latest_generation()
     assert keyed.service("db").spec_hash() == label  # type: ignore[union-attr]
@@ -77,7 +77,7 @@ def test_a_label_and_the_spec_without_the_secret_recover_no_pin(setup: Setup) ->
 
 def test_the_digest_key_is_the_states_and_a_changed_value_changes_the_hash(tmp_path: Path) -> None:
     db = Service("db", "db:1", secrets=(("PIN", "1234"),))
-    with Store.open(tmp_path / "a") as a, Store.open(tmp_path / "b") as b:
+    with SQLiteStore.open(tmp_path / "a") as a, SQLiteStore.open(tmp_path / "b") as b:
         one = Cluster("c", "", "", (db,))
         assert a.keyed(one).services[0].spec_hash() == a.keyed(one).services[0].spec_hash()
         assert a.keyed(one).services[0].spec_hash() != b.keyed(one).services[0].spec_hash()

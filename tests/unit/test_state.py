@@ -37,17 +37,17 @@ from minidock.model import (
     Service,
     UpdatePolicy,
 )
-from minidock.state import (
+from minidock.store import codec
+from minidock.store.directory import (
     DB_NAME,
     ENV_STATE,
     LOCK_NAME,
     Locked,
     StateError,
     StateLock,
-    Store,
     state_dir,
 )
-from minidock.store import codec
+from minidock.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
 
@@ -131,7 +131,7 @@ def _mode(path: Path) -> int:
 
 # -- round-trips ------------------------------------------------------------------------------
 def test_empty_store_loads_empty_state(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "st") as store:
+    with SQLiteStore.open(tmp_path / "st") as store:
         assert store.load() == ControllerState()
         assert store.latest_generation() is None
         assert store.generation(1) is None
@@ -141,10 +141,10 @@ def test_empty_store_loads_empty_state(tmp_path: Path) -> None:
 
 def test_round_trip_state_generation_events(tmp_path: Path) -> None:
     d = tmp_path / "st"
-    with Store.open(d) as store:
+    with SQLiteStore.open(d) as store:
         gen = store.commit(_state(1), [_event(1), _event(1, "task.started")], _cluster(1), "a.toml")
         assert gen == 1
-    with Store.open(d) as store:  # a fresh connection sees it all
+    with SQLiteStore.open(d) as store:  # a fresh connection sees it all
         loaded = store.load()
         assert loaded == _state(1)
         assert loaded.services["web"].slots[3].last_exit.startswith("1:")  # int keys survive
@@ -154,7 +154,7 @@ def test_round_trip_state_generation_events(tmp_path: Path) -> None:
 
 
 def test_commit_without_generation_replaces_state_only(tmp_path: Path) -> None:
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         store.commit(_state(1), generation=_cluster(1))
         drained = ControllerState(
             generation=1, hosts={"host1": HostState(availability=Availability.DRAINED)}
@@ -165,7 +165,7 @@ def test_commit_without_generation_replaces_state_only(tmp_path: Path) -> None:
 
 
 def test_generation_ids_increase(tmp_path: Path) -> None:
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         ids = []
         for i in range(1, 6):
             assert store.next_generation_id() == i
@@ -176,7 +176,7 @@ def test_generation_ids_increase(tmp_path: Path) -> None:
 
 
 def test_generation_must_match_state(tmp_path: Path) -> None:
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         with pytest.raises(ValueError, match="generation"):
             store.commit(_state(7), [_event(7)], generation=_cluster(7))
         assert store.load() == ControllerState()
@@ -184,7 +184,7 @@ def test_generation_must_match_state(tmp_path: Path) -> None:
 
 
 def test_events_paging(tmp_path: Path) -> None:
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         for i in range(1, 11):
             store.commit(ControllerState(), [_event(i)])
         newest = store.events(limit=3)
@@ -216,7 +216,7 @@ class _Exploding(Sequence[Event]):
         raise RuntimeError("boom mid-transaction")
 
 
-def _assert_untouched(store: Store) -> None:
+def _assert_untouched(store: SQLiteStore) -> None:
     assert store.load() == _state(1)
     assert store.latest_generation() == (1, _cluster(1))
     assert store.generation(2) is None
@@ -224,19 +224,19 @@ def _assert_untouched(store: Store) -> None:
 
 
 def test_commit_is_all_or_nothing_on_python_error(tmp_path: Path) -> None:
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         store.commit(_state(1), [_event(1)], _cluster(1))
         with pytest.raises(RuntimeError, match="boom"):
             store.commit(_state(2), _Exploding(), _cluster(2))
         _assert_untouched(store)
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         _assert_untouched(store)
         assert store.commit(_state(2), [_event(2)], _cluster(2)) == 2  # still usable
 
 
 def test_commit_is_all_or_nothing_on_database_error(tmp_path: Path) -> None:
     """A statement-level abort (SQLite keeps the transaction open) still rolls back it all."""
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         store.commit(_state(1), [_event(1)], _cluster(1))
     raw = sqlite3.connect(tmp_path / DB_NAME)
     raw.execute(
@@ -245,14 +245,14 @@ def test_commit_is_all_or_nothing_on_database_error(tmp_path: Path) -> None:
     )
     raw.commit()
     raw.close()
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         with pytest.raises(sqlite3.DatabaseError, match="boom"):
             store.commit(_state(2), [_event(2), _event(2, "boom")], _cluster(2))
         _assert_untouched(store)
 
 
 def test_closed_store_refuses(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
+    store = SQLiteStore.open(tmp_path)
     store.close()
     store.close()
     with pytest.raises(StateError, match="closed"):
@@ -260,13 +260,13 @@ def test_closed_store_refuses(tmp_path: Path) -> None:
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
-    Store.open(tmp_path).close()
+    SQLiteStore.open(tmp_path).close()
     raw = sqlite3.connect(tmp_path / DB_NAME)
     raw.execute("PRAGMA user_version = 99")
     raw.commit()
     raw.close()
     with pytest.raises(StateError, match="schema version 99"):
-        Store.open(tmp_path)
+        SQLiteStore.open(tmp_path)
 
 
 # -- permissions ------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def open_umask() -> Iterator[None]:
 @pytest.mark.usefixtures("open_umask")
 def test_permissions_hold_under_open_umask(tmp_path: Path) -> None:
     d = tmp_path / "deep" / ".minidock"
-    with Store.open(d) as store:
+    with SQLiteStore.open(d) as store:
         store.commit(_state(1), [_event(1)], _cluster(1))
         assert _mode(d) == 0o700
         files = [d / DB_NAME, d / f"{DB_NAME}-wal", d / f"{DB_NAME}-shm"]
@@ -297,7 +297,7 @@ def test_permissions_hold_under_open_umask(tmp_path: Path) -> None:
 def test_loose_files_are_tightened(tmp_path: Path) -> None:
     (tmp_path / DB_NAME).touch(mode=0o666)
     (tmp_path / LOCK_NAME).touch(mode=0o666)
-    with Store.open(tmp_path):
+    with SQLiteStore.open(tmp_path):
         assert _mode(tmp_path / DB_NAME) == 0o600
     with StateLock(tmp_path):
         assert _mode(tmp_path / LOCK_NAME) == 0o600
@@ -320,7 +320,7 @@ def test_second_lock_in_process_is_refused_at_once(tmp_path: Path) -> None:
 _TRY_LOCK = """
 import sys
 from pathlib import Path
-from minidock.state import Locked, StateLock
+from minidock.store.directory import Locked, StateLock
 try:
     with StateLock(Path(sys.argv[1])):
         print("acquired", flush=True)
@@ -394,7 +394,7 @@ def test_state_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 def test_state_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(StateError, match="not a directory"):
-        Store.open(tmp_path / "f")
+        SQLiteStore.open(tmp_path / "f")
 
 
 # -- kill -9 at random instants ---------------------------------------------------------------
@@ -403,7 +403,7 @@ def _writer(directory: Path, ack_fd: int) -> NoReturn:
     code = 1
     try:
         os.write(ack_fd, b"S\n")
-        with Store.open(directory) as store:
+        with SQLiteStore.open(directory) as store:
             i = store.load().generation
             while True:
                 i += 1
@@ -450,7 +450,7 @@ def test_kill_9_at_random_instants_leaves_a_committed_state(tmp_path: Path) -> N
         assert os.WTERMSIG(status) == signal.SIGKILL, status
         acked = max(acks, default=verified)
 
-        with Store.open(d) as store:
+        with SQLiteStore.open(d) as store:
             state = store.load()
             n = state.generation
             # every acknowledged commit is durable; at most the one in flight is extra

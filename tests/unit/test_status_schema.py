@@ -38,7 +38,7 @@ from minidock.documents.status import (
     status_schema,
 )
 from minidock.model import HealthCheck, RestartPolicy, UpdatePolicy
-from minidock.state import ENV_STATE
+from minidock.store.directory import ENV_STATE
 from tests.fakes import FakeDocker
 from tests.sim import World, host, svc
 

@@ -29,7 +29,7 @@ from minidock.model import (
     UpdatePolicy,
 )
 from minidock.runner import PassResult
-from minidock.state import Store
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import ExitCode, verdict
 from tests.sim import MakeWorld, World, host, hosts, svc
 
@@ -293,9 +293,9 @@ def test_failed_is_never_revived_by_reconcile() -> None:
 
 def test_failed_survives_a_controller_restart(tmp_path: Path) -> None:
     w = failed_world()
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         store.commit(w.state, [])
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         w.state = store.load()
     assert slot(w).failed
     assert at(w, w.now + 1000).run == ()
@@ -308,9 +308,9 @@ def test_backoff_timer_survives_a_controller_restart(tmp_path: Path) -> None:
     w.now = 1005.0
     exit_task(w, "web", 1)
     at(w, 1005.0)
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         store.commit(w.state, [])
-    with Store.open(tmp_path) as store:
+    with SQLiteStore.open(tmp_path) as store:
         w.state = store.load()
     assert slot(w).next_start == 1035.0
     assert runs_of(at(w, 1034.0)) == []

@@ -19,7 +19,8 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from minidock import usecases
 from minidock.documents.status import StatusDocument, status_schema
 from minidock.model import Event
-from minidock.state import StateLock, Store
+from minidock.store.directory import StateLock
+from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import (
     ApplyOutcome,
     BadInput,
@@ -182,7 +183,7 @@ def test_apply_stores_a_generation_then_runs_one_pass(setup: Setup) -> None:
     assert isinstance(second, PassDone)
     assert second.exit_code is ExitCode.NOT_CONVERGED
     assert [line.split(".")[0] for line in second.result.done] == ["started db"]
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert store.next_generation_id() == 2
         (_, applied), *_ = store.events(limit=0)
     assert (applied.kind, applied.at) == ("apply", setup.clock.t)
@@ -254,7 +255,7 @@ def test_the_unchanged_file_of_an_update_rolled_back_is_a_no_op_unless_retried(
     setup.docker.images = {"db:1", "web:5"}  # web:6 cannot be pulled: its update fails
     setup.file.write_text(STACK.replace("web:5", "web:6"))
     assert setup.apply(wait=True, timeout=60.0).exit_code is ExitCode.FAILED
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         before = store.load().services["web"]
     setup.executors.clear()
     again = setup.apply(wait=True, timeout=60.0)  # the same file again
@@ -264,7 +265,7 @@ def test_the_unchanged_file_of_an_update_rolled_back_is_a_no_op_unless_retried(
     assert "rolled back as failed" in declined.reason
     assert "cannot be pulled" in declined.reason
     assert f"minidock apply {setup.file} --retry" in declined.reason
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         web = store.load().services["web"]  # nothing started again
         applied = [e.message for _, e in store.events(limit=0) if e.kind == "apply"]
     assert (web.spec, web.previous, web.rollout.rollback) == (before.spec, before.previous, True)
@@ -274,7 +275,7 @@ def test_the_unchanged_file_of_an_update_rolled_back_is_a_no_op_unless_retried(
     setup.docker.images.add("web:6")  # the registry has it now: the operator retries
     retried = setup.apply(retry=True, wait=True, timeout=60.0)
     assert retried.exit_code is ExitCode.OK, retried
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         web = store.load().services["web"]
         applied = [e.message for _, e in store.events(limit=0) if e.kind == "apply"]
     assert (web.spec.image, web.rollout.phase) == ("web:6", "completed")
@@ -404,13 +405,13 @@ def test_drain_records_its_word_then_waits_until_the_host_is_empty(setup: Setup)
     assert setup.reports[0] == IntentRecorded(f"draining {busy}")
     assert setup.running(busy) == []
     assert len(setup.running()) == 3
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert store.load().host(busy).drained
         intents = [e for _, e in store.events(limit=0) if e.kind == "intent"]
     assert [e.message for e in intents] == [f"draining {busy}"]
     activated = run(usecases.activate(busy, setup.state, setup.runtime(), setup.report))
     assert activated.convergence.ending is Ending.NO_WAIT
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert not store.load().host(busy).drained
 
 
@@ -539,7 +540,7 @@ def test_an_unchanged_reapply_is_a_no_op(setup: Setup) -> None:
     (stored, *_) = setup.reports
     assert stored == GenerationStored(1, "uc", 2, setup.state, changed=False)
     assert outcome.exit_code is ExitCode.OK
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert store.next_generation_id() == 2  # no new generation
 
 
@@ -562,7 +563,7 @@ def test_removing_services_needs_prune_and_goes_dependents_first(setup: Setup) -
     stopped = [line for p in setup.passes() for line in p.result.done if "stopped" in line]
     assert [line.split(".")[0] for line in stopped] == ["stopped web", "stopped web", "stopped db"]
     assert setup.running() == []
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert store.load().services == {}
 
 
@@ -573,7 +574,7 @@ def test_a_store_never_switches_cluster(setup: Setup) -> None:
     running = setup.running()
     setup.file.write_text(STACK.replace('cluster = "uc"', 'cluster = "other"'))
     setup.apply()
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert store.load().cluster == "uc"
         assert store.latest_generation() is not None
     assert set(running) <= set(setup.running())
@@ -620,7 +621,7 @@ def test_a_drain_of_an_unlisted_host_moves_its_tasks_off_it_then_it_is_dropped(
     assert setup.running(gone) == []  # no orphan left on it
     assert len(setup.running()) == 3
     run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert gone not in store.load().hosts
 
 
@@ -664,7 +665,7 @@ def test_forget_lets_an_inventory_drop_a_dead_host_and_its_tasks_start_elsewhere
         run(usecases.reconcile(setup.state, setup.runtime(), setup.report))
     forgot = run(usecases.forget(gone, setup.state, setup.runtime(), setup.report))
     assert forgot.message == f"forgot {gone}"
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         kinds = [e.kind for _, e in store.events(limit=0)]
     assert "host-forgotten" in kinds
     assert "task-lost" in kinds
@@ -706,7 +707,7 @@ def test_a_new_store_refuses_another_stores_tasks_unless_adopting(setup: Setup) 
     )
     assert adopted.exit_code is ExitCode.OK
     assert sorted(setup.running()) == running  # nothing started, nothing stopped
-    with Store.open(other) as store:
+    with SQLiteStore.open(other) as store:
         assert store.load().adopted == (theirs,)
 
 
@@ -829,7 +830,7 @@ def test_events_follow_prints_new_events_as_they_are_committed(setup: Setup) -> 
 
     def stop_after_two(n: int) -> None:
         if n == 1:
-            with Store.open(setup.state) as store:
+            with SQLiteStore.open(setup.state) as store:
                 store.commit(store.load(), [Event(1.0, "intent", "hello", service="web")])
         if n == 2:
             raise Stop
@@ -881,7 +882,7 @@ def test_a_signal_during_a_pass_lets_its_acts_finish_records_them_and_exits_130(
     assert outcome.convergence.why == "interrupted: 1 act done, recorded; run reconcile to go on"
     assert len(setup.passes()) == 1  # no pass after the signal
     assert setup.running() == ["db.1." + setup.passes()[0].result.plan.run[0].task]
-    with Store.open(setup.state) as store:
+    with SQLiteStore.open(setup.state) as store:
         assert [e.kind for _, e in store.events(limit=0)][-1] == "run"
     assert not interrupt.gentle  # the passes are over: a signal now stops at once
     again = run(usecases.converge(setup.state, runtime, setup.report))

@@ -1,12 +1,13 @@
 """The controller as an ACME client (RFC 8555, certbot's `acme` and `josepy`): one account
 per state, and a certificate per host name ordered with the HTTP-01 challenge, whose
-responses `publish` loads into every ingress proxy before the CA is told to validate, so
-whichever ingress host the name points at answers. An order never waits in a pass:
-`start` makes it, publishes its responses and tells the CA they are up; `collect`, in a
-later pass, looks at it once (finalizing it when ready, fetching the certificate when
-valid). The library is synchronous: each call runs in a worker thread.
-docs/ingress.md#acme.
-"""
+responses every ingress proxy serves before the CA is told to validate, so whichever
+ingress host the name points at answers. An order never waits in a pass and never loads
+a proxy: `start` makes it (its responses for the state); `answer`, in the next pass, once
+that pass has loaded the responses with its routes, tells the CA they are up; `collect`,
+in a later pass, looks at it once (finalizing it when ready, fetching the certificate when
+valid). Each takes the pass's clock (`now`). The library is synchronous: each call runs
+in a worker thread.
+docs/ingress.md#acme."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import email.utils
 import json
 import os
 import tempfile
-import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -33,13 +33,11 @@ from minidock.core.tls import AcmeAccount
 from minidock.model import AcmeSettings
 from minidock.spec.certs import certificate_info
 
-__all__ = ["AcmeFailed", "Issued", "Started", "collect", "retry_after", "start"]
+__all__ = ["AcmeFailed", "Issued", "Started", "answer", "collect", "retry_after", "start"]
 
 NETWORK_SECONDS = 20  # one request to the CA
 RATE_LIMITED = 3600.0  # a CA that says rateLimited is not asked again for an hour
 USER_AGENT = "minidock"
-
-Publish = Callable[[Mapping[str, str]], Awaitable[None]]  # {path: response} into the proxies
 
 
 @dataclass(frozen=True)
@@ -56,8 +54,8 @@ class Issued:
 
 @dataclass(frozen=True)
 class Started:
-    """An order made and its responses up: its URL, the certificate's key and request
-    (PEM), and the HTTP-01 responses by path (the proxies serve them until it is done)."""
+    """An order made: its URL, the certificate's key and request (PEM), and the HTTP-01
+    responses by path (the proxies serve them from the next pass until it is done)."""
 
     url: str
     key: str = field(repr=False)
@@ -76,20 +74,15 @@ class AcmeFailed(Exception):
 
 
 async def start(
-    settings: AcmeSettings,
-    account: AcmeAccount | None,
-    name: str,
-    publish: Publish,
+    settings: AcmeSettings, account: AcmeAccount | None, name: str, now: float
 ) -> tuple[AcmeAccount, Started]:
     """A new order for `name` (the account made first when there is none at this
-    directory), its responses published, the CA told to validate them: not waited for.
-    AcmeFailed says why not."""
-    told = _Told()
+    directory) and its HTTP-01 responses; the CA is not told yet. AcmeFailed says why
+    not."""
+    told = _Told(now)
     with _failures(told), _trust(settings.ca_root) as verify:
         session = await asyncio.to_thread(_Session, settings, account, verify, told)
         pending = await asyncio.to_thread(session.order, name)
-        await publish(pending.responses)
-        await asyncio.to_thread(session.answer, pending)
         started = Started(
             pending.order.uri,
             pending.key,
@@ -99,13 +92,22 @@ async def start(
         return session.account, started
 
 
+async def answer(settings: AcmeSettings, account: AcmeAccount, url: str, now: float) -> None:
+    """Tell the CA the responses of the order at `url` are up (every proxy has loaded
+    them): it validates them in its own time. AcmeFailed says why not."""
+    told = _Told(now)
+    with _failures(told), _trust(settings.ca_root) as verify:
+        session = await asyncio.to_thread(_Session, settings, account, verify, told)
+        await asyncio.to_thread(session.answer, url)
+
+
 async def collect(
-    settings: AcmeSettings, account: AcmeAccount, url: str, csr: str, key: str
+    settings: AcmeSettings, account: AcmeAccount, url: str, csr: str, key: str, now: float
 ) -> Issued | None:
-    """One look at a started order: its certificate once the CA has issued it (the order
-    finalized first when it is ready), None while the CA is still at it. AcmeFailed when
-    the order failed."""
-    told = _Told()
+    """One look at an answered order: its certificate once the CA has issued it (the
+    order finalized first when it is ready), None while the CA is still at it. AcmeFailed
+    when the order failed."""
+    told = _Told(now)
     with _failures(told), _trust(settings.ca_root) as verify:
         session = await asyncio.to_thread(_Session, settings, account, verify, told)
         return await asyncio.to_thread(session.look, url, csr, key)
@@ -119,7 +121,7 @@ def _failures(told: _Told) -> Iterator[None]:
     except AcmeFailed:
         raise
     except messages.Error as exc:
-        limited = time.time() + RATE_LIMITED if exc.code == "rateLimited" else 0.0
+        limited = told.now + RATE_LIMITED if exc.code == "rateLimited" else 0.0
         wait = max(limited, told.retry_after)  # the CA's own Retry-After, when it gave one
         raise AcmeFailed(_line(f"the CA refused: {exc.detail or exc.typ}"), wait) from None
     except errors.ValidationError as exc:
@@ -148,9 +150,10 @@ def _trust(ca_root: str) -> Iterator[str | bool]:
 
 @dataclass
 class _Told:
-    """The Retry-After (epoch seconds) of the CA's latest refusal: the library raises its
-    error without the response, so the network keeps it here."""
+    """The pass's clock, and the Retry-After (epoch seconds) of the CA's latest refusal:
+    the library raises its error without the response, so the network keeps it here."""
 
+    now: float
     retry_after: float = 0.0
 
 
@@ -178,7 +181,7 @@ class _Network(client.ClientNetwork):
     def _send_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:
         response = super()._send_request(method, url, *args, **kwargs)
         if response.status_code >= 400 and "Retry-After" in response.headers:
-            self.told.retry_after = retry_after(response.headers["Retry-After"], time.time())
+            self.told.retry_after = retry_after(response.headers["Retry-After"], self.told.now)
         return response
 
 
@@ -186,7 +189,6 @@ class _Network(client.ClientNetwork):
 class _Pending:
     order: messages.OrderResource
     key: str = field(repr=False)
-    answers: list[tuple[messages.ChallengeBody, challenges.ChallengeResponse]]
     responses: dict[str, str]
 
 
@@ -232,22 +234,26 @@ class _Session:
             serialization.NoEncryption(),
         )
         order = self.client.new_order(crypto_util.make_csr(key_pem, [name]))
-        answers, responses = [], {}
+        responses = {}
         for authz in order.authorizations:
             if authz.body.status == messages.STATUS_VALID:
                 continue  # the CA reuses a valid authorization (Let's Encrypt, Pebble)
-            found = [c for c in authz.body.challenges if isinstance(c.chall, challenges.HTTP01)]
-            if not found:
-                raise AcmeFailed(f"the CA offers no HTTP-01 challenge for {name}")
-            response, validation = found[0].response_and_validation(self.key)
-            answers.append((found[0], response))
-            responses[found[0].chall.path] = validation
-        return _Pending(order, key_pem.decode(), answers, responses)
+            found = _http01(authz.body, name)
+            _, validation = found.response_and_validation(self.key)
+            responses[found.chall.path] = validation
+        return _Pending(order, key_pem.decode(), responses)
 
-    def answer(self, pending: _Pending) -> None:
-        """Tell the CA the responses are up (it validates them in its own time)."""
-        for body, response in pending.answers:
-            self.client.answer_challenge(body, response)
+    def answer(self, url: str) -> None:
+        """Tell the CA the responses of the order at `url` are up: each pending
+        authorization's HTTP-01 challenge, unless the CA is at it already."""
+        body = messages.Order.from_json(self.client._post_as_get(url).json())
+        for authz_url in body.authorizations:
+            authz = messages.Authorization.from_json(self.client._post_as_get(authz_url).json())
+            if authz.status != messages.STATUS_PENDING:
+                continue  # valid (reused), or the CA gave it up (the collect says why)
+            found = _http01(authz, authz.identifier.value)
+            if found.status == messages.STATUS_PENDING:
+                self.client.answer_challenge(found, found.response(self.key))
 
     def look(self, url: str, csr: str, key: str) -> Issued | None:
         """One step of a started order: finalize it when ready, the certificate when valid
@@ -279,6 +285,14 @@ class _Session:
                 if failure is not None:
                     details.append(f"{authz.identifier.value}: {failure.detail or failure.typ}")
         return "validation failed: " + ("; ".join(details) or "the CA gave no detail")
+
+
+def _http01(authz: messages.Authorization, name: str) -> messages.ChallengeBody:
+    """The authorization's HTTP-01 challenge; AcmeFailed when the CA offers none."""
+    for c in authz.challenges:
+        if isinstance(c.chall, challenges.HTTP01):
+            return c
+    raise AcmeFailed(f"the CA offers no HTTP-01 challenge for {name}")
 
 
 def _new_account_key() -> JWK:

@@ -4,12 +4,13 @@ the state must know is an outcome for the core (`minidock.core.outcomes`), and e
 line and event is kept on `Acts`.
 
 The order:
-1. the ACME orders: those pending collected, those due started (their HTTP-01 responses
-   loaded into every ingress proxy first); none waits for the CA;
-2. the ingress proxies: started where the plan says, then loaded with its route table,
-   the certificates (step 1's too) and every pending order's responses; the name
+1. the ingress proxies: started where the plan says, then loaded with its route table,
+   the state's certificates and every pending order's HTTP-01 responses; the name
    proxies with its endpoints: a task that drains leaves every proxy in the pass that
    decides its stop, before any stop;
+2. the ACME acts (minidock.act.certify), none of which loads a proxy or waits for the CA:
+   the CA told of the orders whose responses step 1 loaded, the answered orders
+   collected, the due ones started (their responses loaded by the next pass);
 3. the stops (every host at once), then the starts (hosts in parallel), then the volume
    moves' copies and removals (minidock.act.relocate), then the backups' hooks, copies,
    `keep`s and restore drills (minidock.act.backups);
@@ -19,7 +20,7 @@ The order:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from minidock.act.acts import ActFailed, Acts, ensure_network
 from minidock.act.backups import carry_backup
@@ -41,7 +42,6 @@ from minidock.core.jobs import JobAct, JobStart
 from minidock.core.outcomes import CertFailed, HookEnded, HookStarted, JobEnded, JobStarted
 from minidock.core.plan import Plan, Run
 from minidock.core.schedule import JOB_KIND, JobRun
-from minidock.core.tls import TlsState
 from minidock.model import Cluster, Observed, OneOff
 from minidock.ssh import CommandTimeout, Unreachable
 
@@ -53,8 +53,8 @@ TAIL_LINES = 5  # lines of a hook's or a run's output kept with its outcome
 async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
     """Every act of a recorded plan, in the module's order."""
     acts.engines.update({n: o.engine.kind for n, o in observed.hosts.items() if o.engine})
-    tls, challenges = await _certificates(acts, plan, cluster, observed)
-    await _routes(acts, plan, cluster, observed, tls, challenges)
+    loaded = await _routes(acts, plan, cluster, observed)
+    await _certificates(acts, plan, cluster, loaded)
     await _names(acts, plan, cluster, observed)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
@@ -71,55 +71,33 @@ async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed
 
 
 # -- proxies ----------------------------------------------------------------------------------
-async def _certificates(
-    acts: Acts, plan: Plan, cluster: Cluster, observed: Observed
-) -> tuple[TlsState, dict[str, str]]:
-    """The pending orders collected and the due ones started; the TLS state the routes are
-    served with, and the HTTP-01 responses they keep serving."""
-    if not (plan.certificates or plan.collect):
-        return plan.state.tls, dict(plan.challenges)
-    acts.fence()
-    done = await order(
-        acts.sh,
-        cluster,
-        plan.certificates,
-        plan.collect,
-        plan.routes,
-        plan.proxies,
-        plan.state.tls,
-        dict(plan.challenges),
-        observed.proxies,
-        acts.now,
-    )
-    acts.outcomes.extend(done.outcomes)
-    for o in done.outcomes:
-        if isinstance(o, CertFailed):  # an order refused is a failed act (exit 1)
-            acts.failures.append(f"certificate for {o.name} not issued: {o.reason}")
-    for event in done.events:
-        acts.record_event(event)
-    observed.proxies.update(done.proxies)  # what the challenges' loads left loaded
-    return done.tls, done.challenges
-
-
-async def _routes(
-    acts: Acts,
-    plan: Plan,
-    cluster: Cluster,
-    observed: Observed,
-    tls: TlsState,
-    challenges: Mapping[str, str],
-) -> None:
+async def _routes(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> bool:
     """The plan's route table into every answering ingress proxy (before any stop), with
-    the pending orders' HTTP-01 responses."""
+    the state's certificates and the pending orders' HTTP-01 responses; whether every
+    step's proxy holds it."""
     if cluster.ingress is None or not plan.proxies:
-        return
-    config = configs_for(plan.routes, cluster.ingress, tls, challenges)
+        return False
+    config = configs_for(plan.routes, cluster.ingress, plan.state.tls, dict(plan.challenges))
     acts.fence()
     outcome = await converge_proxies(
         acts.sh, cluster.name, cluster.ingress, config, plan.proxies, observed.proxies, acts.now
     )
     for event in outcome.events:
         acts.record_event(event)
+    return not outcome.failures
+
+
+async def _certificates(acts: Acts, plan: Plan, cluster: Cluster, loaded: bool) -> None:
+    """The plan's ACME acts after the routes' load (`loaded`: every proxy holds the pending
+    orders' responses, so the CA may be told); a refused order is a failed act."""
+    if cluster.ingress is None or not (plan.answer or plan.collect or plan.certificates):
+        return
+    acts.fence()
+    done = await order(cluster.ingress.acme, plan, acts.now, loaded=loaded)
+    acts.outcomes.extend(done)
+    for o in done:
+        if isinstance(o, CertFailed):  # an order refused is a failed act (exit 1)
+            acts.failures.append(f"certificate for {o.name} not issued: {o.reason}")
 
 
 async def _names(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:

@@ -1,145 +1,106 @@
-"""The ACME acts of a pass, none of which waits for the CA: collect each order an earlier
-pass started (`Plan.collect`: one look each, `minidock.act.acme.collect`), then start each
-certificate the plan says is due (`Plan.certificates`, from `minidock.core.tls.due`),
-with the controller as the ACME client (`minidock.act.acme.start`): the HTTP-01 responses
-loaded into every answering ingress proxy first, then the CA told they are up. Each
-result is an outcome for the core (`CertIssued`, `CertOrdered`, `CertFailed`), folded into
-the state like every other act's; they run before the pass's routes are loaded, which
-then serve the new certificates and keep every pending order's responses.
-docs/ingress.md#acme.
+"""The ACME acts of a pass, none of which waits for the CA and none of which loads a proxy:
+each reads the Plan the core gave the pass (`Plan.answer`, `Plan.collect`,
+`Plan.certificates`, and its state's TLS records) and the pass's clock, and reports an
+outcome the core folds into the state (`CertAnswered`, `CertIssued`, `CertOrdered`,
+`CertFailed`). They run after the pass's own route load, whose config serves every
+pending order's HTTP-01 responses (`Plan.challenges`): the CA is told of the orders
+started by an earlier pass once that load is done (`minidock.act.acme.answer`), each
+answered order is looked at once (`minidock.act.acme.collect`: its certificate is served
+from the next pass), and each certificate due is ordered (`minidock.act.acme.start`: its
+responses go into the state, for the next pass's config). docs/ingress.md#acme.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 
-from minidock.act.ingress import Shell, configs_for, converge_proxies
-from minidock.commands.caddy import ProxyConfig
-from minidock.core.outcomes import CertFailed, CertIssued, CertOrdered
-from minidock.core.routes import ProxyStep, RouteTable
-from minidock.core.tls import CertRecord, PendingOrder, TlsState
-from minidock.model import AcmeSettings, Cluster, Event, ProxyObservation
+from minidock.core.outcomes import CertAnswered, CertFailed, CertIssued, CertOrdered
+from minidock.core.plan import Plan
+from minidock.core.tls import AcmeAccount, PendingOrder, TlsState
+from minidock.model import AcmeSettings
 
-__all__ = ["Ordered", "order"]
+__all__ = ["CertOutcome", "order"]
 
-Publish = Callable[[Mapping[str, str]], Awaitable[None]]  # {path: response} into the proxies
-
-
-@dataclass
-class Ordered:
-    """What the ACME acts did: an outcome per order, the TLS state to serve the pass's
-    routes with (the new certificates in it), the HTTP-01 responses the proxies keep
-    serving (every pending order's, the ones started now too), the proxies as the acts
-    left them (their loaded digests), and the events of loads that failed."""
-
-    outcomes: list[CertIssued | CertOrdered | CertFailed] = field(default_factory=list)
-    tls: TlsState = field(default_factory=TlsState)
-    challenges: dict[str, str] = field(default_factory=dict)
-    proxies: dict[str, ProxyObservation] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
+CertOutcome = CertAnswered | CertIssued | CertOrdered | CertFailed
 
 
 async def order(
-    sh: Shell,
-    cluster: Cluster,
-    names: Sequence[str],
-    collect: Sequence[str],
-    table: RouteTable,
-    steps: Sequence[ProxyStep],
-    tls: TlsState,
-    challenges: Mapping[str, str],
-    proxies: Mapping[str, ProxyObservation],
-    now: float,
-) -> Ordered:
-    """Each of `collect` looked at once, then each of `names` started in turn, its
-    responses served by every answering proxy (beside those of the orders pending)."""
-    ingress = cluster.ingress
-    done = Ordered(tls=tls, challenges=dict(challenges), proxies=dict(proxies))
-    if ingress is None or ingress.acme is None or not (names or collect):
-        return done
-    settings = ingress.acme
-    for name in collect:
-        await _collect(settings, name, done)
-    for name in names:
-
-        async def publish(responses: Mapping[str, str]) -> None:
-            config = configs_for(table, ingress, done.tls, {**done.challenges, **responses})
-            await _load(sh, cluster, config, steps, done, now)
-
-        await _start(settings, name, publish, done)
+    settings: AcmeSettings | None, plan: Plan, now: float, *, loaded: bool
+) -> list[CertOutcome]:
+    """The plan's ACME acts at `now`: its orders answered when the pass's config is
+    `loaded` on every proxy it steps (else a later pass answers them), its answered orders
+    collected, its due certificates ordered; an outcome each (none for an order the CA
+    is still at)."""
+    if settings is None or not (plan.answer or plan.collect or plan.certificates):
+        return []
+    tls = plan.state.tls
+    done: list[CertOutcome] = []
+    for name in plan.answer if loaded else ():
+        done.extend(await _answer(settings, tls, name, now))
+    for name in plan.collect:
+        done.extend(await _collect(settings, tls, name, now))
+    account = tls.account  # the first order makes it when there is none: the others use it
+    for name in plan.certificates:
+        ordered = await _start(settings, account, name, now)
+        if isinstance(ordered, CertOrdered):
+            account = ordered.account
+        done.append(ordered)
     return done
 
 
-async def _start(settings: AcmeSettings, name: str, publish: Publish, done: Ordered) -> None:
+async def _answer(
+    settings: AcmeSettings, tls: TlsState, name: str, now: float
+) -> list[CertOutcome]:
+    """The CA told `name`'s responses are up (the pass has loaded them)."""
     # the ACME client (requests, acme, josepy) loads only when an order is due or pending:
     # every other pass, and every command, starts without it
+    from minidock.act.acme import AcmeFailed, answer
+
+    pending, account = tls.record(name).order, tls.account
+    if pending is None or account is None:
+        return []
+    try:
+        await answer(settings, account, pending.url, now)
+    except AcmeFailed as exc:
+        return [CertFailed(name, exc.reason, now, exc.retry_after)]
+    return [CertAnswered(name, now)]
+
+
+async def _collect(
+    settings: AcmeSettings, tls: TlsState, name: str, now: float
+) -> list[CertOutcome]:
+    """One look at `name`'s answered order: issued, failed (backing off, its responses
+    dropped by the fold), or still with the CA (nothing to say)."""
+    from minidock.act.acme import AcmeFailed, collect
+
+    pending, account = tls.record(name).order, tls.account
+    if pending is None or account is None:
+        return []
+    try:
+        got = await collect(settings, account, pending.url, pending.csr, pending.key, now)
+    except AcmeFailed as exc:
+        return [CertFailed(name, exc.reason, now, exc.retry_after)]
+    if got is None:
+        return []
+    until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(got.not_after))
+    return [
+        CertIssued(
+            name, got.chain, got.key, issuer=got.issuer, not_after=got.not_after,
+            directory=settings.directory, account=account, at=now, until=until,
+            not_before=got.not_before,
+        )
+    ]  # fmt: skip
+
+
+async def _start(
+    settings: AcmeSettings, account: AcmeAccount | None, name: str, now: float
+) -> CertOrdered | CertFailed:
+    """A new order for `name`: its responses for the state (the next pass loads them)."""
     from minidock.act.acme import AcmeFailed, start
 
     try:
-        account, started = await start(settings, done.tls.account, name, publish)
+        used, started = await start(settings, account, name, now)
     except AcmeFailed as exc:
-        done.outcomes.append(CertFailed(name, exc.reason, time.time(), exc.retry_after))
-        return
-    at = time.time()
-    pending = PendingOrder(started.url, started.key, started.csr, started.responses, at)
-    done.outcomes.append(CertOrdered(name, pending, account, settings.directory, at))
-    done.challenges.update(started.responses)
-    done.tls = replace(done.tls, account=account)
-
-
-async def _collect(settings: AcmeSettings, name: str, done: Ordered) -> None:
-    """One look at `name`'s pending order: issued (served from this pass on), failed
-    (backing off, its responses dropped), or still with the CA (nothing to say)."""
-    from minidock.act.acme import AcmeFailed, collect
-
-    record = done.tls.record(name)
-    pending, account = record.order, done.tls.account
-    if pending is None or account is None:
-        return
-    try:
-        got = await collect(settings, account, pending.url, pending.csr, pending.key)
-    except AcmeFailed as exc:
-        done.outcomes.append(CertFailed(name, exc.reason, time.time(), exc.retry_after))
-        for path, _ in pending.responses:
-            done.challenges.pop(path, None)
-        return
-    if got is None:
-        return
-    at = time.time()
-    until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(got.not_after))
-    done.outcomes.append(
-        CertIssued(
-            name, got.chain, got.key, issuer=got.issuer, not_after=got.not_after,
-            directory=settings.directory, account=account, at=at, until=until,
-            not_before=got.not_before,
-        )
-    )  # fmt: skip
-    for path, _ in pending.responses:
-        done.challenges.pop(path, None)
-    record = CertRecord(
-        name, got.chain, got.key, got.issuer, got.not_after, at, not_before=got.not_before
-    )
-    done.tls = replace(done.tls, certificates={**done.tls.certificates, name: record})
-
-
-async def _load(
-    sh: Shell,
-    cluster: Cluster,
-    config: ProxyConfig,
-    steps: Sequence[ProxyStep],
-    done: Ordered,
-    now: float,
-) -> None:
-    """`config` into every answering proxy; the observations then say it is loaded."""
-    assert cluster.ingress is not None
-    loaded = await converge_proxies(
-        sh, cluster.name, cluster.ingress, config, steps, done.proxies, now
-    )
-    done.events.extend(e for e in loaded.events if e.kind == "act-failed")
-    failed_hosts = {e.host for e in loaded.events if e.kind == "act-failed"}
-    done.proxies = {
-        host: p if host in failed_hosts or not p.ok else replace(p, digest=config.digest)
-        for host, p in done.proxies.items()
-    }
+        return CertFailed(name, exc.reason, now, exc.retry_after)
+    pending = PendingOrder(started.url, started.key, started.csr, started.responses, now)
+    return CertOrdered(name, pending, used, settings.directory, now)

@@ -15,8 +15,10 @@ The decision, in order, each part reading what the parts before it decided:
    each host's name proxies (`routes`, `endpoints`), all judged from the state the gate
    left (a draining task is out of them in the pass that decides its stop);
 5. the ACME orders: those to start (`tls.due`, while every answering proxy runs its
-   spec), those started by an earlier pass to collect (`tls.pending`), those past their
-   time failed (`tls.overdue`), and the HTTP-01 responses the proxies serve meanwhile;
+   spec), those started by an earlier pass whose responses this pass loads and then
+   tells the CA of (`tls.answering`), those answered to collect (`tls.pending`), those
+   past their time failed (`tls.overdue`), and the HTTP-01 responses the proxies serve
+   meanwhile (in the config the pass loads anyway);
 6. the before_update hooks' steps (`hooks.step`), the scheduled jobs' (`schedule.step`)
    with their placements, and the finished one-off tasks to remove.
 While the mass-loss guard holds, only probes are recorded and the proxies keep what they
@@ -184,6 +186,11 @@ def _with_proxies(
         due_now = _due(cluster.ingress, routes, steps, plan.state, now)
         waits = tuple(
             Waiting(f"ingress proxy on {s.host}", s.waits, WaitKind.PROXY) for s in steps if s.waits
+        ) + tuple(
+            Waiting(
+                f"certificate {n}", "order started, answered by the next pass", WaitKind.CERTIFICATE
+            )
+            for n in due_now
         )
         plan = replace(
             plan,
@@ -231,7 +238,8 @@ def _with_names(
 
 def _with_orders(plan: Plan, routes: RouteTable, now: float) -> Plan:
     """The pending ACME orders: those past ORDER_TIMEOUT failed (backing off, the old
-    certificate kept), the others collected this pass, their HTTP-01 responses kept in
+    certificate kept), the others answered (the CA told once this pass's config, which
+    serves their HTTP-01 responses, is loaded) or collected, their responses kept in
     every proxy's config, and a wait line each (a later pass collects what this one
     does not)."""
     state = plan.state
@@ -243,15 +251,18 @@ def _with_orders(plan: Plan, routes: RouteTable, now: float) -> Plan:
         wait = certs.record(name).next_try - now
         line = f"certificate for {name} not issued: {why}; next try in {wait:.0f}s"
         events.append(Event(now, "certificate-failed", line))
+    answer = tls.answering(acme_names(routes), certs)
     collect = tls.pending(acme_names(routes), certs)
+    lines = dict.fromkeys(answer, "challenge responses loaded, then the CA told")
+    lines |= dict.fromkeys(collect, "order started, collected by a pass")
     waits = tuple(
-        Waiting(f"certificate {n}", "order started, collected by a pass", WaitKind.CERTIFICATE)
-        for n in collect
+        Waiting(f"certificate {n}", line, WaitKind.CERTIFICATE) for n, line in sorted(lines.items())
     )
     return replace(
         plan,
         state=replace(state, tls=certs),
         events=tuple(events),
+        answer=answer,
         collect=collect,
         challenges=tuple(sorted(tls.challenges(certs).items())),
         waiting=(*plan.waiting, *waits),

@@ -3,8 +3,9 @@
 The act path carries out a plan and reports what happened that the state must know: a
 start that failed on its host (`StartFailed`), the diagnosis of a task that failed
 (`ExitNoted`: its log tail), a hook started or ended (`HookStarted`, `HookEnded`), a
-scheduled job's run started or ended (`JobStarted`, `JobEnded`), a certificate issued or
-refused (`CertIssued`, `CertFailed`). It never derives events itself: `fold` turns each
+scheduled job's run started or ended (`JobStarted`, `JobEnded`), a certificate's order
+started, answered, issued or refused (`CertOrdered`, `CertAnswered`, `CertIssued`,
+`CertFailed`). It never derives events itself: `fold` turns each
 outcome into the controller state's next value *and* its domain events (a slot that
 reached its crash-loop limit, a rollout paused or rolled back by a failed start, a hook's
 outcome), the same way `decide` does for what it decides.
@@ -26,6 +27,7 @@ from minidock.units import format_duration
 
 __all__ = [
     "ActOutcome",
+    "CertAnswered",
     "CertFailed",
     "CertIssued",
     "CertOrdered",
@@ -122,13 +124,22 @@ class CertIssued:
 
 @dataclass(frozen=True)
 class CertOrdered:
-    """An ACME order a pass started for `name` (its responses up, the CA told), with the
-    account it used: later passes collect it."""
+    """An ACME order a pass started for `name`, its HTTP-01 responses in `order`, with the
+    account it used: the next pass loads the responses and tells the CA, later passes
+    collect it."""
 
     name: str
     order: PendingOrder
     account: AcmeAccount
     directory: str
+    at: float
+
+
+@dataclass(frozen=True)
+class CertAnswered:
+    """The CA told `name`'s responses are up, after the pass had loaded them."""
+
+    name: str
     at: float
 
 
@@ -151,6 +162,7 @@ ActOutcome = (
     | JobEnded
     | CertIssued
     | CertOrdered
+    | CertAnswered
     | CertFailed
     | VolumesCopied
     | MoveFailed
@@ -236,14 +248,19 @@ def _job(
 
 
 def _certificate(
-    state: ControllerState, o: CertIssued | CertOrdered | CertFailed
+    state: ControllerState, o: CertIssued | CertOrdered | CertAnswered | CertFailed
 ) -> tuple[ControllerState, list[Event]]:
-    """A certificate issued, an order started, or an order refused (backing off), into the
-    TLS state."""
+    """A certificate issued, an order started or answered, or an order refused (backing
+    off), into the TLS state."""
     if isinstance(o, CertOrdered):
         after = tls.ordered(state.tls, o.name, o.order, o.account)
-        line = f"certificate for {o.name} ordered from {o.directory}: a later pass collects it"
+        line = (
+            f"certificate for {o.name} ordered from {o.directory}: the next pass loads its"
+            " challenge responses and tells the CA, a later pass collects it"
+        )
         return replace(state, tls=after), [Event(o.at, "certificate-ordered", line)]
+    if isinstance(o, CertAnswered):
+        return replace(state, tls=tls.answered(state.tls, o.name)), []
     if isinstance(o, CertFailed):
         after = tls.failed(state.tls, o.name, o.reason, o.at, o.retry_after)
         wait = after.record(o.name).next_try - o.at

@@ -85,7 +85,7 @@ class WaitKind(enum.Enum):
     DRAINING = "draining"  # a routed task out of every route, waiting out drain_timeout
     HOOK = "hook"  # a generation's before_update hook, to run or running (core/hooks.py)
     PROXY = "proxy"  # an ingress proxy to replace once another host's new one serves
-    CERTIFICATE = "certificate"  # an ACME order started, collected by a later pass
+    CERTIFICATE = "certificate"  # an ACME order started, answered or collected by a pass
     PROMOTE = "promote"  # a canary that passed, waiting for the operator's `minidock promote`
     MOVE = "move"  # a slot's move with its volumes under way (core/volumes.py)
     BACKUP = "backup"  # a slot's backup or restore drill under way (core/backing.py)
@@ -152,7 +152,8 @@ class Plan:
     endpoints: tuple[Endpoints, ...] = ()  # every exposed (service, port) and its upstreams
     names: tuple[NameStep, ...] = ()  # each answering host's name proxies: run, remove
     certificates: tuple[str, ...] = ()  # host names an ACME order is started for now
-    collect: tuple[str, ...] = ()  # host names whose pending ACME order is looked at now
+    answer: tuple[str, ...] = ()  # host names whose order the CA is told of, once loaded
+    collect: tuple[str, ...] = ()  # host names whose answered ACME order is looked at now
     challenges: tuple[tuple[str, str], ...] = ()  # HTTP-01 (path, response) the proxies serve
     hooks: tuple[HookStep, ...] = ()  # the before_update hooks' acts
     jobs: tuple[JobAct, ...] = ()  # the scheduled jobs' runs to start and runs to read

@@ -9,11 +9,14 @@ when the spec sets it), or when its certificate no longer fits (the routes' name
 never while a failed order backs off: five minutes after the first failure, doubling to a
 day (to a tenth of the certificate's lifetime when that is shorter, so a short-lived one
 is tried several times before it ends), or the CA's `Retry-After` when that is later.
-An order never holds a pass: one pass starts it (the order made, its HTTP-01 responses
-loaded into the proxies, the CA told they are up: `PendingOrder` in the record), later
-passes collect it (one look at the order each, finalized when ready, the certificate
-fetched when valid), as hooks are run; an order not issued within ORDER_TIMEOUT of its
-start has failed. While it is pending its responses stay in every proxy's config.
+An order never holds a pass, and no act loads a proxy outside the pass's own load: one
+pass starts it (the account, the order made: `PendingOrder` in the record, with its
+HTTP-01 responses); the next pass's config serves the responses, and once that pass has
+loaded it the CA is told they are up (`answering`, then `answered`); later passes collect
+it (one look at the order each, finalized when ready, the certificate fetched when
+valid: `pending`), as hooks are run, and the pass after serves the certificate. An order
+not issued within ORDER_TIMEOUT of its start has failed. While it is pending its
+responses stay in every proxy's config.
 docs/ingress.md#acme.
 """
 
@@ -31,6 +34,8 @@ __all__ = [
     "CertRecord",
     "PendingOrder",
     "TlsState",
+    "answered",
+    "answering",
     "challenges",
     "due",
     "failed",
@@ -60,15 +65,17 @@ class AcmeAccount:
 
 @dataclass(frozen=True)
 class PendingOrder:
-    """An order a pass started, for later passes to collect: its URL at the CA, the
-    certificate's key (sealed at rest) and request (PEM), the HTTP-01 responses the
-    proxies serve meanwhile (path, response), and when it started."""
+    """An order a pass started, for later passes to answer and collect: its URL at the CA,
+    the certificate's key (sealed at rest) and request (PEM), the HTTP-01 responses the
+    proxies serve meanwhile (path, response), when it started, and whether the CA was told
+    the responses are up (by a pass that had loaded them)."""
 
     url: str
     key: str = field(repr=False)
     csr: str = ""
     responses: tuple[tuple[str, str], ...] = ()
     started: float = 0.0
+    answered: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,9 +189,20 @@ def failed(tls: TlsState, name: str, error: str, now: float, retry_after: float 
     return replace(tls, certificates={**tls.certificates, name: record})
 
 
+def answering(names: Iterable[str], tls: TlsState) -> tuple[str, ...]:
+    """The names, sorted, whose order's responses this pass loads and then tells the CA
+    are up: started by an earlier pass, not answered yet."""
+    return tuple(n for n in sorted(set(names)) if _order_of(tls, n, answered=False))
+
+
 def pending(names: Iterable[str], tls: TlsState) -> tuple[str, ...]:
-    """The names, sorted, whose order a pass collects: started and not collected."""
-    return tuple(n for n in sorted(set(names)) if tls.record(n).order is not None)
+    """The names, sorted, whose order a pass collects: answered and not collected."""
+    return tuple(n for n in sorted(set(names)) if _order_of(tls, n, answered=True))
+
+
+def _order_of(tls: TlsState, name: str, *, answered: bool) -> bool:
+    order = tls.record(name).order
+    return order is not None and order.answered is answered
 
 
 def overdue(tls: TlsState, now: float) -> tuple[str, ...]:
@@ -210,3 +228,13 @@ def ordered(tls: TlsState, name: str, order: PendingOrder, account: AcmeAccount)
     """The state after a pass started an order for `name` (the account it used kept)."""
     record = replace(tls.record(name), order=order)
     return replace(tls, account=account, certificates={**tls.certificates, name: record})
+
+
+def answered(tls: TlsState, name: str) -> TlsState:
+    """The state after a pass told the CA `name`'s responses are up (its config loaded):
+    later passes collect the order. Nothing changes without a pending order."""
+    record = tls.record(name)
+    if record.order is None:
+        return tls
+    record = replace(record, order=replace(record.order, answered=True))
+    return replace(tls, certificates={**tls.certificates, name: record})

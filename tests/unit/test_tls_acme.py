@@ -15,6 +15,8 @@ from minidock.core.tls import (
     AcmeAccount,
     PendingOrder,
     TlsState,
+    answered,
+    answering,
     challenges,
     due,
     failed,
@@ -111,17 +113,21 @@ def test_a_certificate_renews_when_a_third_of_its_lifetime_remains() -> None:
 
 
 def test_24_hour_certificates_are_ordered_once_per_renewal_window_across_simulated_days() -> None:
-    """A pass every minute for five days; an order is started by one pass and collected
-    by the next (the CA issues at once). With the lifetime rule: one order per window.
-    With `renew_before = 720h` on 24-hour certificates (the old default's trap), every
-    pass would order one."""
+    """A pass every minute for five days, its clock passed in; an order is started by one
+    pass, answered by the next (its responses loaded) and collected by the one after (the
+    CA issues at once). With the lifetime rule: one order per window. With
+    `renew_before = 720h` on 24-hour certificates (the old default's trap), every pass
+    would order one."""
 
     def run(renew_before: float | None) -> list[float]:
         tls, starts, now = TlsState(), [], 0.0
         while now < 5 * DAY:
-            collect = pending(["a.test"], tls)  # the decision first, as decide makes it
+            answer = answering(["a.test"], tls)  # the decision first, as decide makes it
+            collect = pending(["a.test"], tls)
             start = due(["a.test"], tls, DIRECTORY, now, renew_before)
-            for name in collect:  # then the acts: collected (the CA issued at once)
+            for name in answer:  # then the acts: the CA told, once the pass's load is done
+                tls = answered(tls, name)
+            for name in collect:  # collected (the CA issued at once)
                 tls = issued_now(tls, name, now)
             for name in start:
                 starts.append(now)
@@ -131,11 +137,12 @@ def test_24_hour_certificates_are_ordered_once_per_renewal_window_across_simulat
 
     starts = run(None)
     windows = [s // (16 * HOUR) for s in starts[1:]]
-    assert len(starts) == 1 + int((5 * DAY - 60) // (16 * HOUR + 60))  # first, then one a window
+    order = 120  # from the order's start to its certificate: two passes
+    assert len(starts) == 1 + int((5 * DAY - order - 60) // (16 * HOUR + order - 60))
     assert len(set(windows)) == len(windows)  # never two in one window
     gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert all(16 * HOUR <= g <= 16 * HOUR + 120 for g in gaps)  # at its window's start
-    assert len(run(720 * HOUR)) == 5 * DAY // 120  # every other pass: order, collect, ...
+    assert all(16 * HOUR <= g <= 16 * HOUR + 180 for g in gaps)  # at its window's start
+    assert len(run(720 * HOUR)) == 5 * DAY // 180  # every third pass: order, answer, collect
 
 
 def test_a_failing_ca_backs_off_within_the_window_and_the_old_certificate_serves() -> None:
@@ -154,12 +161,18 @@ def test_a_failing_ca_backs_off_within_the_window_and_the_old_certificate_serves
     assert len(tries) >= 6  # several tries before it ends, not one a day
 
 
-def test_a_pending_order_is_collected_keeps_its_responses_served_and_times_out() -> None:
+def test_a_pending_order_is_answered_collected_keeps_its_responses_served_and_times_out() -> None:
     order = PendingOrder("u", "k", "csr", (("/.well-known/acme-challenge/t", "t.k"),), 100.0)
-    tls = ordered(TlsState(), "a.test", order, ACCOUNT)
-    assert due(["a.test"], tls, DIRECTORY, 200.0) == ()  # not ordered twice
-    assert pending(["a.test", "b.test"], tls) == ("a.test",)
-    assert challenges(tls) == {"/.well-known/acme-challenge/t": "t.k"}
+    started = ordered(TlsState(), "a.test", order, ACCOUNT)
+    assert due(["a.test"], started, DIRECTORY, 200.0) == ()  # not ordered twice
+    assert (answering(["a.test", "b.test"], started), pending(["a.test"], started)) == (
+        ("a.test",),
+        (),
+    )  # the next pass loads its responses and tells the CA; none collects it yet
+    tls = answered(started, "a.test")
+    assert (answering(["a.test"], tls), pending(["a.test", "b.test"], tls)) == ((), ("a.test",))
+    assert answered(TlsState(), "a.test") == TlsState()  # no order: nothing to tell
+    assert challenges(started) == challenges(tls) == {"/.well-known/acme-challenge/t": "t.k"}
     assert overdue(tls, 100.0 + ORDER_TIMEOUT - 1) == ()
     assert overdue(tls, 100.0 + ORDER_TIMEOUT) == ("a.test",)
     gone = failed(tls, "a.test", "late", 100.0 + ORDER_TIMEOUT)
@@ -168,7 +181,7 @@ def test_a_pending_order_is_collected_keeps_its_responses_served_and_times_out()
     assert (done.record("a.test").order, challenges(done)) == (None, {})
 
 
-def test_the_decision_collects_pending_orders_keeps_their_responses_and_fails_late_ones() -> None:
+def test_the_decision_answers_then_collects_orders_and_fails_late_ones() -> None:
     from dataclasses import replace
 
     from minidock.core import ControllerState, admit
@@ -184,12 +197,18 @@ def test_the_decision_collects_pending_orders_keeps_their_responses_and_fails_la
     seen = observed(task(1))
     proxy = replace(seen.proxies["host1"], spec=ingress.proxy_spec())
     seen = replace(seen, proxies={"host1": proxy})
-    assert decide(cluster, INVENTORY, seen, state, 1000.0).certificates == ("app.test",)
+    first = decide(cluster, INVENTORY, seen, state, 1000.0)
+    assert (first.certificates, first.answer, first.challenges) == (("app.test",), (), ())
+    assert not first.converged  # `apply --wait` waits for the next pass's load
     order = PendingOrder("u", "k", "csr", (("/.well-known/acme-challenge/t", "t.k"),), 1000.0)
     state = replace(state, tls=ordered(state.tls, "app.test", order, ACCOUNT))
     plan = decide(cluster, INVENTORY, seen, state, 1010.0)
-    assert (plan.certificates, plan.collect) == ((), ("app.test",))  # collected, not ordered
-    assert plan.challenges == (("/.well-known/acme-challenge/t", "t.k"),)
+    assert (plan.certificates, plan.answer, plan.collect) == ((), ("app.test",), ())
+    assert plan.challenges == (("/.well-known/acme-challenge/t", "t.k"),)  # in this load
+    state = replace(state, tls=answered(state.tls, "app.test"))
+    plan = decide(cluster, INVENTORY, seen, state, 1020.0)
+    assert (plan.certificates, plan.answer, plan.collect) == ((), (), ("app.test",))
+    assert plan.challenges == (("/.well-known/acme-challenge/t", "t.k"),)  # still served
     assert [w.kind for w in plan.waiting if w.subject == "certificate app.test"] == [
         WaitKind.CERTIFICATE
     ]

@@ -6,10 +6,11 @@ line and event is kept on `Acts`.
 The order:
 1. the ACME orders: those pending collected, those due started (their HTTP-01 responses
    loaded into every ingress proxy first); none waits for the CA;
-2. the ingress proxies: started where the plan says, then loaded with its route table,
-   the certificates (step 1's too) and every pending order's responses; the name
-   proxies with its endpoints: a task that drains leaves every proxy in the pass that
-   decides its stop, before any stop;
+2. the ingress proxies: started where the plan says, then loaded where the pass's
+   rendered config (`minidock.commands.proxies`: its route table, certificates and every
+   pending order's responses; rendered again when step 1 issued or ordered one) differs
+   from what each holds; the name proxies with its endpoints, likewise: a task that
+   drains leaves every proxy in the pass that decides its stop, before any stop;
 3. the stops (every host at once), then the starts (hosts in parallel), then the volume
    moves' copies and removals (minidock.act.relocate), then the backups' hooks, copies,
    `keep`s and restore drills (minidock.act.backups);
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 
 from minidock.act.acts import ActFailed, Acts, ensure_network
 from minidock.act.backups import carry_backup
 from minidock.act.certify import order
-from minidock.act.ingress import configs_for, converge_proxies
+from minidock.act.ingress import converge_proxies
 from minidock.act.jobs import (
     OneOffFailed,
     OneOffTask,
@@ -36,6 +38,7 @@ from minidock.act.jobs import (
 from minidock.act.names import converge_names
 from minidock.act.relocate import carry_move
 from minidock.commands.haproxy import NAMES_IMAGE
+from minidock.commands.proxies import Rendered, render
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import JobAct, JobStart
 from minidock.core.outcomes import CertFailed, HookEnded, HookStarted, JobEnded, JobStarted
@@ -50,12 +53,21 @@ __all__ = ["TAIL_LINES", "carry_out"]
 TAIL_LINES = 5  # lines of a hook's or a run's output kept with its outcome
 
 
-async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
-    """Every act of a recorded plan, in the module's order."""
+async def carry_out(
+    acts: Acts,
+    plan: Plan,
+    cluster: Cluster,
+    observed: Observed,
+    rendered: Rendered,
+) -> None:
+    """Every act of a recorded plan, in the module's order, the proxies loaded with the
+    configs the pass rendered (`rendered`: `minidock.commands.proxies.render` of `plan`)."""
     acts.engines.update({n: o.engine.kind for n, o in observed.hosts.items() if o.engine})
     tls, challenges = await _certificates(acts, plan, cluster, observed)
-    await _routes(acts, plan, cluster, observed, tls, challenges)
-    await _names(acts, plan, cluster, observed)
+    if plan.certificates or plan.collect:  # the ACME acts changed what the routes serve
+        rendered = _rendered_again(plan, cluster, observed, tls, challenges)
+    await _routes(acts, plan, cluster, rendered)
+    await _names(acts, plan, cluster, rendered)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     for move in plan.moves:
@@ -101,29 +113,35 @@ async def _certificates(
     return done.tls, done.challenges
 
 
-async def _routes(
-    acts: Acts,
-    plan: Plan,
-    cluster: Cluster,
-    observed: Observed,
-    tls: TlsState,
-    challenges: Mapping[str, str],
-) -> None:
-    """The plan's route table into every answering ingress proxy (before any stop), with
-    the pending orders' HTTP-01 responses."""
-    if cluster.ingress is None or not plan.proxies:
+def _rendered_again(
+    plan: Plan, cluster: Cluster, observed: Observed, tls: TlsState, challenges: Mapping[str, str]
+) -> Rendered:
+    """The proxies' configs rendered again, for a pass whose ACME acts issued a
+    certificate or started an order (their responses loaded, `observed.proxies` as they
+    left the proxies): the routes serve the new certificate, and every pending order's
+    responses, from this pass on. Only until certificates are level-based (issue 46,
+    part 2): then the pass's own render holds them, and this goes."""
+    pending = tuple(challenges.items())
+    served = replace(plan, state=replace(plan.state, tls=tls), challenges=pending)
+    return render(served, cluster.ingress, observed)
+
+
+async def _routes(acts: Acts, plan: Plan, cluster: Cluster, rendered: Rendered) -> None:
+    """The plan's route table into every answering ingress proxy (before any stop), as the
+    pass rendered it (with the pending orders' HTTP-01 responses)."""
+    if cluster.ingress is None or rendered.ingress is None or not plan.proxies:
         return
-    config = configs_for(plan.routes, cluster.ingress, tls, challenges)
     acts.fence()
     outcome = await converge_proxies(
-        acts.sh, cluster.name, cluster.ingress, config, plan.proxies, observed.proxies, acts.now
+        acts.sh, cluster.name, cluster.ingress, rendered.ingress, rendered.proxies, acts.now
     )
     for event in outcome.events:
         acts.record_event(event)
 
 
-async def _names(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
-    """The plan's endpoints into the name proxies its steps run, the others removed."""
+async def _names(acts: Acts, plan: Plan, cluster: Cluster, rendered: Rendered) -> None:
+    """The plan's endpoints into the name proxies its steps run (as the pass rendered
+    them), the others removed."""
     if not plan.names:
         return
 
@@ -137,14 +155,7 @@ async def _names(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -
         return ""
 
     outcome = await converge_names(
-        acts.sh,
-        cluster.name,
-        NAMES_IMAGE,
-        plan.endpoints,
-        plan.names,
-        observed.names,
-        acts.now,
-        prepare,
+        acts.sh, cluster.name, NAMES_IMAGE, rendered.names, acts.now, prepare
     )
     for event in outcome.events:
         acts.record_event(event)

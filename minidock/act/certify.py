@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from minidock.act.ingress import Shell, configs_for, converge_proxies
 from minidock.commands.caddy import ProxyConfig
+from minidock.commands.proxies import ingress_loads
 from minidock.core.outcomes import CertFailed, CertIssued, CertOrdered
 from minidock.core.routes import ProxyStep, RouteTable
 from minidock.core.tls import CertRecord, PendingOrder, TlsState
@@ -134,9 +135,8 @@ async def _load(
 ) -> None:
     """`config` into every answering proxy; the observations then say it is loaded."""
     assert cluster.ingress is not None
-    loaded = await converge_proxies(
-        sh, cluster.name, cluster.ingress, config, steps, done.proxies, now
-    )
+    loads = ingress_loads(config.digest, steps, done.proxies)
+    loaded = await converge_proxies(sh, cluster.name, cluster.ingress, config, loads, now)
     done.events.extend(e for e in loaded.events if e.kind == "act-failed")
     failed_hosts = {e.host for e in loaded.events if e.kind == "act-failed"}
     done.proxies = {

@@ -729,6 +729,7 @@ class OperatorDecision(RuleBasedStateMachine):
         assert not [v for v in found if v.startswith("(l)")], found
         assert not [v for v in found if v.startswith("(m)")], found
         assert not [v for v in found if v.startswith("(r)")], found
+        assert not [v for v in found if v.startswith("(p)")], found
         assert not found, found
         mode = self.state.services["web"].serving
         assert mode.serving is self.serving, f"(j) web is {mode.serving}, set {self.serving}"

@@ -33,6 +33,8 @@ Properties (docs/testing.md#the-whole-decision states them and the bound):
 (e) no pass raises on a spec that loads;
 (f) while a canary runs with `canary_weight`, each route's weights give the new spec's
     tasks that percent (within canary.SHARE_TOLERANCE), and only then;
+(p) a pass that starts a task taking a host port reads the port tables before its one
+    decision (`core.watching.port_tables_wanted`: conservative, before deciding);
 (r) each pass's proxy configs are rendered once from its plan (`commands.proxies.render`,
     as the runner does) and loaded as that render says; `plan` (`route_loads`) and
     `status` (`proxy_summaries`) agree on every ingress proxy, both reading it.
@@ -101,6 +103,7 @@ from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.core.scheduler import service_ports
 from minidock.core.serving import Serving
 from minidock.core.volumes import MoveAct
+from minidock.core.watching import port_tables_needed, port_tables_wanted
 from minidock.documents.plan import route_loads
 from minidock.documents.status import proxy_summaries
 from minidock.model import (
@@ -325,6 +328,14 @@ class Fleet(World):
         self.seen = self.observe()
         return decision(self.cluster, self.inventory, self.seen, self.state, self.now)
 
+    def check_port_tables(self, plan: Plan) -> None:
+        """(p): a pass that starts a task taking a host port read the port tables before
+        its one decision (`port_tables_wanted` on what it decided from)."""
+        assert self.seen is not None
+        started = [r for r in plan.run if port_tables_needed([r.service])]
+        if started and not port_tables_wanted(self.inventory, self.state, self.seen):
+            self.violations.append(f"(p) {started[0].name} started, no port tables read")
+
     def render(self, plan: Plan) -> Rendered:
         """Every proxy's config of the pass, rendered once from its plan (as the runner
         does), and (r): `plan` and `status` agree on each ingress proxy, reading it."""
@@ -346,6 +357,7 @@ class Fleet(World):
         controller dies after its commit ("before acts", "after stops", "before fold")."""
         seen = {c.id for cs in self.reachable().values() for c in cs}
         plan = self.plan()
+        self.check_port_tables(plan)
         rendered = self.render(plan)
         self.record(plan)  # committed before any act
         self.note_marks()

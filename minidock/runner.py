@@ -1,16 +1,21 @@
 """One reconcile pass over real hosts: observe -> decide -> commit -> act -> fold -> commit.
 
-The decision is the core's, whole (`minidock.core.decide`: the task verbs, the drain gate,
-what every proxy holds, certificates, hooks, jobs); the acts are the act path's
-(`minidock.act.carry`); this module only sequences them. The plan (its next controller state)
-is committed *before* acting, so a crash mid-act leaves a state that the next pass
+A pass observes once (the hosts' port tables too, read after the probes and before the
+decision, while a task that takes a host port may start: core.watching.port_tables_wanted)
+and decides once. The decision is the
+core's, whole (`minidock.core.decide`: the task verbs, the drain gate, what every proxy
+holds, certificates, hooks, jobs); right after it, every proxy's config is rendered once
+from the plan (`minidock.commands.proxies.render`: each proxy step's digest and whether it
+loads), which the act path, `plan`, `status` and `serve` read; the acts are the act path's
+(`minidock.act.carry`); this module only sequences them. The plan (its next controller
+state) is committed *before* acting, so a crash mid-act leaves a state that the next pass
 converges from: every act is either seen on the hosts by the next observation or simply
 decided again. What the acts learned (failures, log tails, hooks' and runs' outcomes,
-certificates) is folded into the state by the core and committed after. Secrets are
-masked once, at the two places a pass's words leave it: each commit, and its result. The
-caller holds the state lock; every remote command is preceded by `store.fence()`, so a
-controller that lost the lock mid-pass (etcd: its lease) issues no further command, and
-its commits fail (docs/ha.md).
+certificates) is folded into the state by the core and committed after. Secrets are masked
+once, at the two places a pass's words leave it: each commit, and its result. The caller
+holds the state lock; every remote command is preceded by `store.fence()`, so a controller
+that lost the lock mid-pass (etcd: its lease) issues no further command, and its commits
+fail (docs/ha.md).
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ from minidock.act.carry import carry_out
 from minidock.act.ingress import observe_proxies
 from minidock.act.names import observe_names
 from minidock.commands.docker import health_checks_argv
+from minidock.commands.proxies import NOTHING_RENDERED, Rendered, render
 from minidock.core import ControllerState, Plan, fold_outcomes
 from minidock.core.decide import decide
 from minidock.core.endpoints import names_in_use
 from minidock.core.engines import health_checks_due
 from minidock.core.routes import ingress_hosts
 from minidock.core.schedule import Times
-from minidock.core.watching import port_tables_needed, ports_conflict
+from minidock.core.watching import port_tables_wanted
 from minidock.masking import NO_SECRETS, Masker, Masks
 from minidock.model import Cluster, Event, Inventory, Observed
 from minidock.observe import ProbeMemory, observe, port_tables
@@ -58,6 +64,7 @@ class PassResult:
     failures: list[str] = field(default_factory=list)  # one line per act that failed
     acts: dict[str, int] = field(default_factory=dict)  # acts made, by event kind (metrics)
     masker: Masker = NO_SECRETS  # the pass's masker: the command's next pass starts from it
+    rendered: Rendered = NOTHING_RENDERED  # every proxy's config, from `plan` (render)
 
 
 async def decide_pass(
@@ -72,12 +79,14 @@ async def decide_pass(
     scope: Set[str] | None = None,
 ) -> PassResult:
     """Observe every host (and the ingress proxies, and the name proxies while a service
-    exposes ports) and decide; nothing is recorded or done (plan, status). The hosts' port
-    tables are read only when the decision made without them starts a task that takes a
-    host port (core.watching.port_tables_needed), and it is made again only if one of its
-    tasks' ports turns out held (ports_conflict). `memory`: what this command's earlier
-    probes inspected (watch's; else none); `scope`: the only hosts to probe, the others'
-    last observation in `memory` standing for them (observe.observe)."""
+    exposes ports), decide once, and render every proxy's config from the plan
+    (commands.proxies.render); nothing is recorded or done (plan, status). The hosts'
+    port tables are read, between the observation and the decision, only when a task
+    that takes a host port may start this pass (core.watching.port_tables_wanted: a
+    service that takes one is not settled), so the one decision places with them.
+    `memory`: what this command's earlier probes inspected (watch's; else none); `scope`:
+    the only hosts to probe, the others' last observation in `memory` standing for them
+    (observe.observe)."""
     edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
     named = inventory.hosts if names_in_use(cluster, state) else ()
     observed, proxies, names = await asyncio.gather(
@@ -86,14 +95,10 @@ async def decide_pass(
         observe_names(executor, named, cluster.name),
     )
     observed = replace(observed, proxies=proxies, names=names)
-    now = clock()
-    plan = decision(cluster, inventory, observed, state, now, force_down=force_down)
-    if port_tables_needed(r.service for r in plan.run):
+    if port_tables_wanted(inventory, state, observed):
         observed = await port_tables(executor, inventory.hosts, observed, cluster.name)
-        held = {name: o.ports_in_use for name, o in observed.hosts.items()}
-        if ports_conflict(((r.host, r.service) for r in plan.run), held):
-            plan = decision(cluster, inventory, observed, state, now, force_down=force_down)
-    return PassResult(plan, observed)
+    plan = decision(cluster, inventory, observed, state, clock(), force_down=force_down)
+    return PassResult(plan, observed, rendered=render(plan, cluster.ingress, observed))
 
 
 async def health_checks(
@@ -212,7 +217,7 @@ async def run_pass(
     )
     if memory is not None:
         memory.forget([r.host for r in plan.run] + [s.container.host for s in plan.stop])
-    await carry_out(acts, plan, cluster, result.observed)
+    await carry_out(acts, plan, cluster, result.observed, result.rendered)
     checked = await health_checks(executor, inventory, result.observed, cluster.name, store.fence)
     if memory is not None:
         memory.forget(checked)  # the next pass reads what the checks found

@@ -4,10 +4,11 @@ the state must know is an outcome for the core (`minidock.core.outcomes`), and e
 line and event is kept on `Acts`.
 
 The order:
-1. the ingress proxies: started where the plan says, then loaded with its route table,
-   the state's certificates and every pending order's HTTP-01 responses; the name
-   proxies with its endpoints: a task that drains leaves every proxy in the pass that
-   decides its stop, before any stop;
+1. the ingress proxies: started where the plan says, then loaded where the pass's
+   rendered config (`minidock.commands.proxies`: its route table, the state's
+   certificates and every pending order's HTTP-01 responses) differs from what each
+   holds; the name proxies with its endpoints, likewise: a task that drains leaves every
+   proxy in the pass that decides its stop, before any stop;
 2. the ACME acts (minidock.act.certify), none of which loads a proxy or waits for the CA:
    the CA told of the orders whose responses step 1 loaded, the answered orders
    collected, the due ones started (their responses loaded by the next pass);
@@ -25,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from minidock.act.acts import ActFailed, Acts, ensure_network
 from minidock.act.backups import carry_backup
 from minidock.act.certify import order
-from minidock.act.ingress import configs_for, converge_proxies
+from minidock.act.ingress import converge_proxies
 from minidock.act.jobs import (
     OneOffFailed,
     OneOffTask,
@@ -37,6 +38,7 @@ from minidock.act.jobs import (
 from minidock.act.names import converge_names
 from minidock.act.relocate import carry_move
 from minidock.commands.haproxy import NAMES_IMAGE
+from minidock.commands.proxies import Rendered
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import JobAct, JobStart
 from minidock.core.outcomes import CertFailed, HookEnded, HookStarted, JobEnded, JobStarted
@@ -50,12 +52,19 @@ __all__ = ["TAIL_LINES", "carry_out"]
 TAIL_LINES = 5  # lines of a hook's or a run's output kept with its outcome
 
 
-async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
-    """Every act of a recorded plan, in the module's order."""
+async def carry_out(
+    acts: Acts,
+    plan: Plan,
+    cluster: Cluster,
+    observed: Observed,
+    rendered: Rendered,
+) -> None:
+    """Every act of a recorded plan, in the module's order, the proxies loaded with the
+    configs the pass rendered (`rendered`: `minidock.commands.proxies.render` of `plan`)."""
     acts.engines.update({n: o.engine.kind for n, o in observed.hosts.items() if o.engine})
-    loaded = await _routes(acts, plan, cluster, observed)
+    loaded = await _routes(acts, plan, cluster, rendered)
     await _certificates(acts, plan, cluster, loaded)
-    await _names(acts, plan, cluster, observed)
+    await _names(acts, plan, cluster, rendered)
     await asyncio.gather(*(acts.stop(s) for s in plan.stop))
     await _by_host(plan.run, acts.run)
     for move in plan.moves:
@@ -71,16 +80,15 @@ async def carry_out(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed
 
 
 # -- proxies ----------------------------------------------------------------------------------
-async def _routes(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> bool:
-    """The plan's route table into every answering ingress proxy (before any stop), with
-    the state's certificates and the pending orders' HTTP-01 responses; whether every
-    step's proxy holds it."""
-    if cluster.ingress is None or not plan.proxies:
+async def _routes(acts: Acts, plan: Plan, cluster: Cluster, rendered: Rendered) -> bool:
+    """The plan's route table into every answering ingress proxy (before any stop), as the
+    pass rendered it (with the state's certificates and the pending orders' HTTP-01
+    responses); whether every step's proxy holds it."""
+    if cluster.ingress is None or rendered.ingress is None or not plan.proxies:
         return False
-    config = configs_for(plan.routes, cluster.ingress, plan.state.tls, dict(plan.challenges))
     acts.fence()
     outcome = await converge_proxies(
-        acts.sh, cluster.name, cluster.ingress, config, plan.proxies, observed.proxies, acts.now
+        acts.sh, cluster.name, cluster.ingress, rendered.ingress, rendered.proxies, acts.now
     )
     for event in outcome.events:
         acts.record_event(event)
@@ -100,8 +108,9 @@ async def _certificates(acts: Acts, plan: Plan, cluster: Cluster, loaded: bool) 
             acts.failures.append(f"certificate for {o.name} not issued: {o.reason}")
 
 
-async def _names(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -> None:
-    """The plan's endpoints into the name proxies its steps run, the others removed."""
+async def _names(acts: Acts, plan: Plan, cluster: Cluster, rendered: Rendered) -> None:
+    """The plan's endpoints into the name proxies its steps run (as the pass rendered
+    them), the others removed."""
     if not plan.names:
         return
 
@@ -115,14 +124,7 @@ async def _names(acts: Acts, plan: Plan, cluster: Cluster, observed: Observed) -
         return ""
 
     outcome = await converge_names(
-        acts.sh,
-        cluster.name,
-        NAMES_IMAGE,
-        plan.endpoints,
-        plan.names,
-        observed.names,
-        acts.now,
-        prepare,
+        acts.sh, cluster.name, NAMES_IMAGE, rendered.names, acts.now, prepare
     )
     for event in outcome.events:
         acts.record_event(event)

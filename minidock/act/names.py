@@ -1,7 +1,8 @@
 """The name proxies over SSH (docs/discovery.md): observe each host's, and converge them on
-the pass's endpoint table, as the decision's steps say (`minidock.core.endpoints`): on each
-host, start a missing or stopped one, load a config only where its digest differs (copied
-in, checked by HAProxy, then a seamless reload), stop (the connections under way served
+the pass's endpoint table, as the decision's steps say (`minidock.core.endpoints`), each
+with the config the pass rendered (`minidock.commands.proxies`): on each host, start a
+missing or stopped one, load its config where the step says it differs (copied in,
+checked by HAProxy, then a seamless reload), stop (the connections under way served
 to their end) and remove those the step removes. A host that does not answer is left for
 a later pass, never fatal."""
 
@@ -15,7 +16,6 @@ from minidock.commands.haproxy import (
     check_argv,
     config_tar,
     copy_argv,
-    name_proxy_config,
     names_probe_argv,
     parse_names_probe,
     reload_argv,
@@ -23,8 +23,8 @@ from minidock.commands.haproxy import (
     run_argv,
     stop_argv,
 )
-from minidock.core.endpoints import Endpoints, NameStep
-from minidock.model import Event, Host, HostNames, NameProxy
+from minidock.commands.proxies import NameLoad, NamesLoad
+from minidock.model import Event, Host, HostNames
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
 __all__ = ["NamesOutcome", "converge_names", "loaded_name_upstreams", "observe_names"]
@@ -70,26 +70,25 @@ async def converge_names(
     sh: Shell,
     cluster: str,
     image: str,
-    table: Sequence[Endpoints],
-    steps: Sequence[NameStep],
-    seen: Mapping[str, HostNames],
+    steps: Sequence[NamesLoad],
     now: float,
     prepare: Prepare | None = None,
 ) -> NamesOutcome:
-    """Each step's host (`minidock.core.endpoints.name_steps`): after `prepare` (the
-    cluster network), one running name proxy per service the step runs, with its config
-    loaded where its digest differs; the proxies the step removes, stopped gracefully and
-    removed."""
+    """Each step's host (`minidock.core.endpoints.name_steps`, rendered by
+    `minidock.commands.proxies`): after `prepare` (the cluster network), one running name
+    proxy per service the step runs, started where its load says, its config loaded where
+    its load says; the proxies the step removes, stopped gracefully and removed."""
     outcome = NamesOutcome()
 
-    async def one(step: NameStep) -> None:
-        host, proxies = step.host, seen.get(step.host) or {}
+    async def one(rendered: NamesLoad) -> None:
+        step = rendered.step
+        host = step.host
         try:
             refused = await prepare(host) if step.run and prepare is not None else ""
             if refused:
                 raise _NamesFailed(refused)
-            for service in step.run:
-                await _converge_one(sh, host, cluster, image, service, table, proxies, now, outcome)
+            for load in rendered.loads:
+                await _converge_one(sh, host, cluster, image, load, now, outcome)
         except (_NamesFailed, Unreachable, CommandTimeout) as exc:
             line = f"name proxies on {host}: {exc}"
             outcome.failures.append(line)
@@ -105,7 +104,7 @@ async def converge_names(
         line = f"removed the name proxy of {service} on {host}"
         outcome.events.append(Event(now, "names-removed", line, service=service, host=host))
 
-    await asyncio.gather(*(one(s) for s in steps))
+    await asyncio.gather(*(one(x) for x in steps))
     return outcome
 
 
@@ -118,20 +117,18 @@ async def _converge_one(
     host: str,
     cluster: str,
     image: str,
-    service: str,
-    table: Sequence[Endpoints],
-    proxies: Mapping[str, NameProxy],
+    load: NameLoad,
     now: float,
     outcome: NamesOutcome,
 ) -> None:
-    config = name_proxy_config(service, table)
-    proxy = proxies.get(service)
-    if proxy is None or not proxy.running:
+    config = load.config
+    service = config.service
+    if load.start:
         await sh(host, remove_argv(cluster, service))
         await _must(sh, host, run_argv(cluster, service, image), None, "docker run")
         line = f"started the name proxy of {service} on {host}"
         outcome.events.append(Event(now, "names-started", line, service=service, host=host))
-    elif proxy.digest == config.digest:
+    if not load.load:
         return
     await _must(sh, host, copy_argv(cluster, service), config_tar(config), "copying the config")
     await _must(sh, host, check_argv(cluster, service), None, "checking the config")

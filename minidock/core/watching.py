@@ -1,9 +1,9 @@
 """Pure decisions of a watching controller (docs/operations.md, "Watch"): which listed
 containers need a `docker inspect`, how long a probe waits for a host's docker and when
-its answer is "slow", whether a pass needs the hosts' port tables, which hosts a pass
-between resyncs probes, and when the next pass runs (events coalesced, the interval as the
-resync). No I/O: the observe adapter, the
-event streams and the watch loop hand these functions what they measured.
+its answer is "slow", whether a pass reads the hosts' port tables before it decides,
+which hosts a pass between resyncs probes, and when the next pass runs (events
+coalesced, the interval as the resync). No I/O: the observe adapter, the event streams
+and the watch loop hand these functions what they measured.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from minidock.core.state import ControllerState
-from minidock.model import Service
+from minidock.core.slots import SlotPhase
+from minidock.core.state import ControllerState, ServiceState
+from minidock.model import Inventory, Observed, Service
 
 __all__ = [
     "ANSWER_FACTOR",
@@ -24,7 +25,7 @@ __all__ = [
     "answer_deadline",
     "backoff_ends",
     "port_tables_needed",
-    "ports_conflict",
+    "port_tables_wanted",
     "probe_scope",
     "slow",
     "to_inspect",
@@ -71,23 +72,60 @@ def slow(seconds: float, recent: Sequence[float], probe_timeout: float) -> bool:
 
 
 def port_tables_needed(runs: Iterable[Service]) -> bool:
-    """Whether a pass reads the hosts' port tables (/proc/net and other containers'
-    published ports): only when the decision made without them starts a task that takes a
-    host port (a published port, or an ingress route's task port, chosen when it runs).
-    No other decision reads them: one-off tasks (jobs, hooks, `minidock run`) publish no
-    ports (core.jobs.oneoff_spec)."""
+    """Whether starting these services' tasks reads the hosts' port tables (/proc/net and
+    other containers' published ports): one takes a host port (a published port, or an
+    ingress route's task port, chosen from the tables when it is placed). No other
+    decision reads them: one-off tasks (jobs, hooks, `minidock run`) publish no ports
+    (core.jobs.oneoff_spec)."""
     return any(s.ports or s.ingress for s in runs)
 
 
-def ports_conflict(runs: Iterable[tuple[str, Service]], held: Mapping[str, Set[str]]) -> bool:
-    """Whether a task the decision placed (host, service) publishes a host port that the
-    port tables show held on that host outside the cluster: the decision is made again
-    with the tables (a routed task's ports are chosen from them when it runs)."""
+def port_tables_wanted(inventory: Inventory, state: ControllerState, observed: Observed) -> bool:
+    """Whether a pass reads the hosts' port tables before its one decision: unless every
+    service that takes a host port (in any spec it keeps: `port_tables_needed`) is
+    settled, a task that takes one may start this pass. Conservative (a pass that starts
+    nothing may read them; one that starts such a task always does): a settled service
+    has no rollout under way, no volume move, backup or rebalance move, and each slot it
+    wants is complete, or running the task its record names, not unhealthy, on the host
+    the record names, answering, listed, not drained, its constraints met (a global
+    service: its slots are on every such host)."""
+    running = {
+        (c.host, c.task)
+        for h in observed.hosts.values()
+        if h.ok
+        for c in h.containers
+        if c.state == "running" and c.health != "unhealthy"
+    }
     return any(
-        f"{p.host_port}/{p.protocol}" in held.get(host, frozenset())
-        for host, service in runs
-        for p in service.ports
+        not ss.removed
+        and port_tables_needed(s for s in (ss.spec, ss.previous, *ss.older) if s is not None)
+        and not _settled(ss, inventory, state, running)
+        for ss in state.services.values()
     )
+
+
+def _settled(
+    ss: ServiceState, inventory: Inventory, state: ControllerState, running: Set[tuple[str, str]]
+) -> bool:
+    """Whether no task of the service starts this pass (`port_tables_wanted`)."""
+    if ss.rollout.active or ss.moves or ss.backups.slots or ss.rebalance:
+        return False
+    allowed = {
+        h.name
+        for h in inventory.hosts
+        if not state.host(h.name).drained and all(k.allows(h) for k in ss.spec.constraints)
+    }
+    if ss.spec.mode == "global" and set(ss.global_slots) != allowed:
+        return False
+    for n in ss.slot_numbers():
+        record = ss.slot(n)
+        if record.complete:
+            continue
+        if record.phase is not SlotPhase.RUNNING or record.host not in allowed:
+            return False
+        if (record.host, record.task) not in running:
+            return False
+    return True
 
 
 # -- which hosts a pass probes --------------------------------------------------------------

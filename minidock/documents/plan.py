@@ -10,14 +10,16 @@ want. It assumes, and says, that every new task becomes healthy.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any
 
+from minidock.commands.proxies import Rendered
 from minidock.core import ControllerState
+from minidock.core.routes import RouteTable, route_changes
 from minidock.core.simulate import FieldChange, Simulation, spec_diff
-from minidock.model import Cluster
+from minidock.model import Cluster, ProxyObservation
 
 __all__ = [
     "ASSUMPTION",
@@ -26,6 +28,7 @@ __all__ = [
     "ServingNote",
     "plan_document",
     "plan_schema",
+    "route_loads",
     "serving_notes",
 ]
 
@@ -155,6 +158,30 @@ def plan_document(
         converged=sim.converged and not sim.below,
         serving=serving_notes(before, desired),
     )
+
+
+def route_loads(
+    table: RouteTable, rendered: Rendered, seen: Mapping[str, ProxyObservation]
+) -> tuple[RouteLoad, ...]:
+    """What the first pass does to each observed ingress host's proxy, as it rendered
+    its config (`rendered.proxies`: each step's load), with the changes to route table
+    `table` a load makes."""
+    by_host = {x.step.host: x for x in rendered.proxies}
+    loads = []
+    for host, proxy in sorted(seen.items()):
+        x = by_host.get(host)
+        if x is None:
+            loads.append(RouteLoad(host, "unreachable"))
+        elif x.step.start:
+            loads.append(RouteLoad(host, "start", route_changes(table, ())))  # every route new
+        elif x.step.waits:
+            changes = route_changes(table, proxy.routes, proxy.modes) if x.load else ()
+            loads.append(RouteLoad(host, "waits", (x.step.waits, *changes)))
+        elif not x.load:
+            loads.append(RouteLoad(host, "unchanged"))
+        else:
+            loads.append(RouteLoad(host, "load", route_changes(table, proxy.routes, proxy.modes)))
+    return tuple(loads)
 
 
 def serving_notes(state: ControllerState, desired: Cluster) -> tuple[ServingNote, ...]:

@@ -59,6 +59,7 @@ __all__ = [
     "StatusDocument",
     "TaskSummary",
     "VerifiedSummary",
+    "proxy_summaries",
     "status_document",
     "status_schema",
     "summarize",
@@ -590,6 +591,14 @@ def _task(
     )
 
 
+def proxy_summaries(
+    proxies: Mapping[str, ProxyObservation], digest: str
+) -> tuple[ProxySummary, ...]:
+    """Each observed ingress proxy, by host, against the config of `digest` that the pass
+    rendered (`minidock.commands.proxies`): `loaded` when it holds that config."""
+    return tuple(_proxy(p, digest) for _, p in sorted(proxies.items()))
+
+
 def _proxy(seen: ProxyObservation, digest: str) -> ProxySummary:
     if not seen.ok:
         return ProxySummary(seen.host, "unreachable", "", seen.error)
@@ -636,7 +645,8 @@ def status_document(
 ) -> StatusDocument:
     """The status document. `plan` is the dry-run decision for this observation (pending
     reasons and what the next pass would wait for); `routes` the route table a pass would
-    load into the ingress proxies, whose config has `digest`; its TLS names' certificates
+    load into the ingress proxies, whose config (as the pass rendered it) has `digest`; its
+    TLS names' certificates
     renew `renew_before` their end."""
     mine = [c for c in observed.containers() if c.cluster == state.cluster]
     routed = {t for entry in routes for t in entry.tasks}
@@ -663,7 +673,7 @@ def status_document(
         ),
         hosts=tuple(_host(h, mine, observed, plan) for h in inventory.hosts),
         routes=tuple(_route(e) for e in routes),
-        proxies=tuple(_proxy(p, digest) for _, p in sorted(observed.proxies.items())),
+        proxies=proxy_summaries(observed.proxies, digest),
         certificates=certificates(routes, state.tls, renew_before),
     )
 

@@ -9,7 +9,6 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 
-from minidock.act.ingress import route_loads
 from minidock.core import (
     ControllerState,
     Plan,
@@ -24,10 +23,10 @@ from minidock.core import (
 from minidock.core import scale as scale_service
 from minidock.core.causes import failed_probes
 from minidock.core.simulate import Simulation, simulate
-from minidock.documents.plan import RouteLoad, plan_document
+from minidock.documents.plan import plan_document, route_loads
 from minidock.masking import NO_SECRETS, Masker
 from minidock.model import MAX_REPLICAS, Cluster, Event, Observed, keyed_cluster
-from minidock.runner import decide_pass
+from minidock.runner import PassResult, decide_pass
 from minidock.schedules import backup_lines
 from minidock.spec import SpecError, load, load_inventory, secret_env_warnings
 from minidock.ssh import Executor
@@ -120,13 +119,15 @@ async def plan(
     admitted = _admitted(current, file, desired.cluster, location, generation, prune=prune)
     desired = admissible(admitted, desired)
     _known_hosts(desired, lose)
-    plan, sim, observed = await _simulated(desired, admitted, runtime, mask, lose=lose)
+    plan, sim, result = await _simulated(desired, admitted, runtime, mask, lose=lose)
+    observed = result.observed
     if new:  # a new store: what runs may be another store's (its own id, if kept, owns)
         own = admitted.controller or existing_controller_id(location) or NO_ID_YET
         known = replace(admitted, controller=own)
         _refuse_foreign(known, observed, desired.cluster, file, adopt=adopt)
     document = plan_document(current, desired.cluster, sim, lost=lose, removals=gone, mask=mask)
-    document = replace(document, routes=_route_loads(desired, observed, plan, runtime))
+    loads = route_loads(plan.routes, result.rendered, observed.proxies)  # the pass's render
+    document = replace(document, routes=loads)
     code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
     probes = failed_probes(observed)
     said = tuple(backup_lines(desired.cluster.services, runtime.clock.now()))
@@ -143,9 +144,10 @@ async def _simulated(
     *,
     lose: tuple[str, ...] = (),
     drain: tuple[str, ...] = (),
-) -> tuple[Plan, Simulation, Observed]:
+) -> tuple[Plan, Simulation, PassResult]:
     """Observe the fleet, then simulate every pass from `state` (with the what-ifs): the
-    first pass's plan (masked), the simulation, and what was observed."""
+    first pass's plan (masked), the simulation, and the first pass (what was observed,
+    the proxies' configs rendered)."""
     async with connected(runtime) as executor:
         result = await decide_pass(
             desired.cluster, desired.inventory, state, executor, clock=runtime.clock.now
@@ -154,18 +156,7 @@ async def _simulated(
     sim = simulate(
         desired.cluster, desired.inventory, result.observed, state, now, lose=lose, drain=drain
     )
-    return mask.plan(result.plan), sim, result.observed
-
-
-def _route_loads(
-    desired: Desired, observed: Observed, plan: Plan, runtime: Runtime
-) -> tuple[RouteLoad, ...]:
-    """What the first pass would load into each ingress proxy (none without an ingress)."""
-    ingress = desired.cluster.ingress
-    if ingress is None:
-        return ()
-    tls, challenges = plan.state.tls, dict(plan.challenges)
-    return route_loads(plan.routes, ingress, plan.proxies, observed.proxies, tls, challenges)
+    return mask.plan(result.plan), sim, result
 
 
 def _known_hosts(desired: Desired, hosts: tuple[str, ...]) -> None:

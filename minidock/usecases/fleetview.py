@@ -125,7 +125,10 @@ async def _read_cluster(h: Held, executor: Executor, runtime: Runtime) -> Cluste
             plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
     except UseCaseError as exc:
         return ClusterReading(h.name, None, lock=lock_state(h.location), error=str(exc))
-    document = status_document(current, desired.inventory, result.observed, plan)
+    digest = result.rendered.digest  # what `status` reads: the pass's render
+    document = status_document(
+        current, desired.inventory, result.observed, plan, plan.routes, digest
+    )
     return ClusterReading(h.name, document, current.passes, lock_state(h.location), traffic=traffic)
 
 

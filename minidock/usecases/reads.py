@@ -7,7 +7,6 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
-from minidock.act.ingress import configs_for
 from minidock.documents.status import StatusDocument, status_document
 from minidock.model import Event
 from minidock.runner import decide_pass
@@ -41,13 +40,11 @@ async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:
                 desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
             )
         plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
-    cluster, inventory, routes = desired.cluster, desired.inventory, plan.routes
-    ingress = cluster.ingress
-    challenges = dict(plan.challenges)  # a pending ACME order's, served meanwhile
-    digest = configs_for(routes, ingress, current.tls, challenges).digest if ingress else ""
+    ingress, digest = desired.cluster.ingress, result.rendered.digest  # the pass's render
     acme = ingress.acme if ingress is not None else None
     renew = acme.renew_before if acme is not None else None
-    return status_document(current, inventory, result.observed, plan, routes, digest, renew)
+    observed = result.observed
+    return status_document(current, desired.inventory, observed, plan, plan.routes, digest, renew)
 
 
 def events(

@@ -17,6 +17,7 @@ import pytest
 
 from minidock.act.names import NamesOutcome, converge_names
 from minidock.commands.haproxy import NAMES_IMAGE, name_proxy_name
+from minidock.commands.proxies import name_loads
 from minidock.core.endpoints import Endpoints, NameStep
 from minidock.model import HostNames, Inventory, NameProxy
 from minidock.ssh import Result, SSHExecutor
@@ -376,8 +377,8 @@ def test_a_name_proxy_removed_under_a_request_serves_it_to_its_end(
                 return await executor.run(host, argv, input=stdin)
 
             try:
-                seen_at = {CLIENT_HOST: seen}
-                return await converge_names(sh, cluster, NAMES_IMAGE, table, [step], seen_at, 0.0)
+                rendered = name_loads(table, [step], {CLIENT_HOST: seen})
+                return await converge_names(sh, cluster, NAMES_IMAGE, rendered, 0.0)
             finally:
                 await executor.close()
 

@@ -157,7 +157,8 @@ def test_a_move_under_load_through_the_ingress_has_one_gap_the_stop(
     shown = [f"{end - start:.2f}s ({n} requests)" for start, end, n in windows]
     copied = events(md, "volumes-copied")
     print(f"move under load: {took:.1f}s; gaps {shown}; {copied}; {len(load.replies)} requests")
-    assert len(windows) == 1, shown  # the stop is the only gap
+    said = sorted({f"{r.status} {r.text[:80]}" for r in load.replies if not r.ok})
+    assert len(windows) == 1, (shown, said, copied)  # the stop is the only gap
     assert load.replies[-1].ok
     assert load.bodies() == {"web 5\n"}
     assert web_running(md) == [f"{target} {md.tasks('web')[0]['name']}"]

@@ -23,6 +23,7 @@ from minidock.commands.haproxy import (
     parse_names_probe,
 )
 from minidock.commands.haproxy import run_argv as haproxy_run_argv
+from minidock.commands.proxies import name_loads
 from minidock.core import ControllerState, Plan, Stop
 from minidock.core.endpoints import (
     Endpoints,
@@ -177,7 +178,8 @@ def test_converging_starts_a_missing_proxy_loads_only_where_the_digest_differs()
         NameStep("host2", ("api",)),
         NameStep("host3", ("api",), ("gone",)),
     )
-    outcome = asyncio.run(converge_names(sh, "c", "names:1", table, steps, seen, NOW))
+    rendered = name_loads(table, steps, seen)
+    outcome = asyncio.run(converge_names(sh, "c", "names:1", rendered, NOW))
     assert outcome.failures == []
     by_host = {h: [a[1] for h2, a in calls if h2 == h] for h in seen}
     assert by_host["host1"] == ["rm", "run", "cp", "exec", "kill"]

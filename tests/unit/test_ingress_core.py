@@ -9,7 +9,6 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidock.act.ingress import configs_for, route_loads
 from minidock.commands.caddy import (
     RouteSpec,
     parse_proxy_probe,
@@ -17,6 +16,7 @@ from minidock.commands.caddy import (
     proxy_run_argv,
     proxy_spec,
 )
+from minidock.commands.proxies import Rendered, configs_for, ingress_loads, render
 from minidock.core import ControllerState, Plan, Run, Stop
 from minidock.core.routes import (
     RouteEntry,
@@ -26,7 +26,7 @@ from minidock.core.routes import (
     route_table,
 )
 from minidock.core.traffic import TABLE, Traffic, TrafficInput, TrafficPhase, gate, step
-from minidock.documents.plan import RouteLoad
+from minidock.documents.plan import RouteLoad, route_loads
 from minidock.model import (
     Cluster,
     Constraint,
@@ -380,7 +380,9 @@ def test_plan_says_what_each_proxy_would_load_route_by_route() -> None:
         "host4": loaded_as((moved,), "host4"),
     }
     steps = proxy_steps(ingress, seen)
-    assert route_loads((web,), ingress, steps, seen) == (
+    config = configs_for((web,), ingress)
+    rendered = Rendered(config, ingress_loads(config.digest, steps, seen))
+    assert route_loads((web,), rendered, seen) == (
         RouteLoad("host1", "unchanged"),
         RouteLoad("host2", "unreachable"),
         RouteLoad("host3", "start", ("+ */ -> web (2 upstreams)",)),
@@ -437,7 +439,8 @@ def test_a_pass_waits_for_the_next_proxy_and_plan_says_so() -> None:
     (wait,) = [w for w in plan.waiting if w.kind is WaitKind.PROXY]
     assert wait == "ingress proxy on host2: replaced once host1's new proxy serves"
     assert not plan.converged  # apply --wait and reconcile's exit 3 go on to host2
-    loads = route_loads(plan.routes, ingress, plan.proxies, proxies)
+    rendered = render(plan, ingress, replace(seen, proxies=proxies))
+    loads = route_loads(plan.routes, rendered, proxies)
     assert [(r.host, r.action) for r in loads] == [("host1", "start"), ("host2", "waits")]
     assert loads[1].changes[0] == "replaced once host1's new proxy serves"
 

@@ -184,7 +184,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from minidock.act.ingress import configs_for
+from minidock.commands.proxies import configs_for
 from minidock.core import canary, failover, intents, saving
 from minidock.core.hosts import Availability
 from minidock.core.rebalance import moves as rebalance_moves
@@ -738,6 +738,8 @@ class OperatorDecision(RuleBasedStateMachine):
         assert not [v for v in found if v.startswith("(k)")], found
         assert not [v for v in found if v.startswith("(l)")], found
         assert not [v for v in found if v.startswith("(m)")], found
+        assert not [v for v in found if v.startswith("(r)")], found
+        assert not [v for v in found if v.startswith("(p)")], found
         assert not found, found
         mode = self.state.services["web"].serving
         assert mode.serving is self.serving, f"(j) web is {mode.serving}, set {self.serving}"

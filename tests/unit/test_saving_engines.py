@@ -15,6 +15,7 @@ from minidock import restic
 from minidock.act import backups as saving
 from minidock.act.acts import Acts
 from minidock.act.carry import carry_out
+from minidock.commands.proxies import NOTHING_RENDERED
 from minidock.core import ControllerState
 from minidock.core.backing import BackupAct, BackupStep
 from minidock.core.plan import Plan
@@ -112,6 +113,7 @@ def test_the_acts_take_each_hosts_engine_from_the_passs_probe() -> None:
             Plan(ControllerState()),
             Cluster("prod", "cluster.toml", "inventory.toml", ()),
             observed,
+            NOTHING_RENDERED,
         )
     )
     assert [acts.engine_of(h) for h in "abc"] == ["podman", "docker", "docker"]

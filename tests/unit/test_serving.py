@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from minidock.act.ingress import configs_for
 from minidock.commands.caddy import (
     HELD,
     RouteSpec,
@@ -18,6 +17,7 @@ from minidock.commands.caddy import (
     parse_proxy_probe,
     proxy_config,
 )
+from minidock.commands.proxies import configs_for
 from minidock.core import ControllerState, admit, set_serving
 from minidock.core.decide import decide
 from minidock.core.routes import RouteEntry, route_changes, route_table

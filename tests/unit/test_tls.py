@@ -192,7 +192,7 @@ def test_acme_routes_get_the_ingress_acme_settings_with_defaults(tmp_path: Path)
 
 
 def test_an_acme_route_is_plain_http_until_its_certificate_is_issued() -> None:
-    from minidock.act.ingress import configs_for
+    from minidock.commands.proxies import configs_for
     from minidock.core.routes import RouteEntry
     from minidock.core.tls import TlsState, issued
 

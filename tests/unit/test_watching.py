@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minidock import streams
+from minidock import runner, streams
 from minidock.commands.facts import (
     events_argv,
     health_word,
@@ -25,8 +26,8 @@ from minidock.commands.facts import (
     parse_listing,
     ps_argv,
 )
-from minidock.core import watching
-from minidock.core.hosts import SLOW_GRACE, HostPhase, HostState, probe_step
+from minidock.core import Plan, watching
+from minidock.core.hosts import SLOW_GRACE, Availability, HostPhase, HostState, probe_step
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.core.state import ControllerState, ServiceState
 from minidock.core.watching import (
@@ -36,13 +37,20 @@ from minidock.core.watching import (
     answer_deadline,
     backoff_ends,
     port_tables_needed,
-    ports_conflict,
     probe_scope,
     slow,
     to_inspect,
     unconfirmed_dies,
 )
-from minidock.model import Host, HostObservation, Inventory, PortMapping, Service
+from minidock.model import (
+    Container,
+    Host,
+    HostObservation,
+    Inventory,
+    Observed,
+    PortMapping,
+    Service,
+)
 from minidock.observe import ProbeMemory, observe
 from minidock.runner import run_pass
 from minidock.spec import SpecError
@@ -148,9 +156,75 @@ def test_port_tables_are_read_only_when_a_started_task_takes_a_host_port() -> No
     assert not port_tables_needed([plain])
     assert port_tables_needed([plain, ported])
     assert not port_tables_needed([])
-    assert ports_conflict([("h1", ported)], {"h1": frozenset({"8080/tcp"})})
-    assert not ports_conflict([("h1", ported)], {"h2": frozenset({"8080/tcp"})})
-    assert not ports_conflict([("h1", plain)], {"h1": frozenset({"8080/tcp"})})
+
+
+def test_a_pass_reads_the_port_tables_before_it_decides_while_a_ported_task_may_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One observation, one decision: the port tables are read between them while a
+    service that takes a host port is not settled (no task yet, its task gone), so the
+    one decision places with them (a port held on host1: the task goes to host2); a
+    settled fleet's pass reads none."""
+    read: list[int] = []
+    decided: list[int] = []
+    real_decision = runner.decision
+
+    async def port_tables(executor: Executor, hs: object, seen: Observed, c: str) -> Observed:
+        read.append(1)
+        held = replace(seen.hosts["host1"], ports_in_use=frozenset({"8080/tcp"}))
+        return replace(seen, hosts={**seen.hosts, "host1": held})
+
+    def decision(*args: object, **kw: object) -> Plan:
+        decided.append(1)
+        return real_decision(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "port_tables", port_tables)
+    monkeypatch.setattr(runner, "decision", decision)
+    w = RunnerWorld(hosts(2), tmp_path)
+    try:
+        w.apply(svc("web", ports=(PortMapping(8080, 8080),)), svc("db", image="db:1"))
+        counts = []
+        for _ in range(4):
+            read.clear()
+            decided.clear()
+            plan = w.step(30.0)
+            counts.append((len(read), len(decided), [(r.service.name, r.host) for r in plan.run]))
+        assert counts[0] == (1, 1, [("web", "host2"), ("db", "host1")])  # 8080 held on host1
+        assert counts[1] == (1, 1, [])  # its task starting: it may fail and start again
+        assert counts[2:] == [(0, 1, [])] * 2  # settled: no tables read
+        (web,) = [n for n in w.docker.names("host2") if n.startswith("web.")]
+        w.docker.handler(w.hosts[1], ["docker", "stop", web], None)  # the next pass restarts it
+        runs: list[tuple[str, str]] = []
+        while not runs:  # each pass until its restart (after its backoff) reads the tables
+            read.clear()
+            decided.clear()
+            runs = [(r.service.name, r.host) for r in w.step(30.0).run]
+            assert (len(read), len(decided)) == (1, 1)
+        assert runs == [("web", "host2")]
+    finally:
+        w.close()
+
+
+def test_a_settled_fleet_wants_no_port_tables_and_anything_unsettled_does() -> None:
+    ported = Service(name="web", image="web:1", replicas=1, ports=(PortMapping(8080, 8080),))
+    record = SlotState(SlotPhase.RUNNING, task="t1", host="h1")
+    ss = ServiceState(ported, 1, slots={1: record})
+    inventory = Inventory("inventory.toml", (Host("h1", "10.0.0.1"), Host("h2", "10.0.0.2")))
+    task = Container("c1", "web.1.t1", "h1", "c", "web", 1, "t1", ported.spec_hash(), "web:1",
+                     "running")  # fmt: skip
+    seen = Observed({"h1": HostObservation("h1", True, (task,)), "h2": HostObservation("h2", True)})
+    state = ControllerState(services={"web": ss})
+    assert not watching.port_tables_wanted(inventory, state, seen)
+    exited = Observed({"h1": HostObservation("h1", True, (replace(task, state="exited"),))})
+    assert watching.port_tables_wanted(inventory, state, exited)
+    silent = Observed({"h1": HostObservation("h1", False, error="timed out")})
+    assert watching.port_tables_wanted(inventory, state, silent)
+    scaled = replace(ss, spec=replace(ported, replicas=2))
+    assert watching.port_tables_wanted(inventory, replace(state, services={"web": scaled}), seen)
+    drained = replace(state, hosts={"h1": HostState(availability=Availability.DRAINED)})
+    assert watching.port_tables_wanted(inventory, drained, seen)
+    plain = replace(ss, spec=replace(ported, ports=()), slots={})
+    assert not watching.port_tables_wanted(inventory, ControllerState(services={"w": plain}), seen)
 
 
 # -- when the next pass runs ----------------------------------------------------------------

@@ -32,7 +32,12 @@ Properties (docs/testing.md#the-whole-decision states them and the bound):
     converged the current spec's hook has run;
 (e) no pass raises on a spec that loads;
 (f) while a canary runs with `canary_weight`, each route's weights give the new spec's
-    tasks that percent (within canary.SHARE_TOLERANCE), and only then.
+    tasks that percent (within canary.SHARE_TOLERANCE), and only then;
+(p) a pass that starts a task taking a host port reads the port tables before its one
+    decision (`core.watching.port_tables_wanted`: conservative, before deciding);
+(r) each pass's proxy configs are rendered once from its plan (`commands.proxies.render`,
+    as the runner does) and loaded as that render says; `plan` (`route_loads`) and
+    `status` (`proxy_summaries`) agree on every ingress proxy, both reading it.
 
 Each break, reintroduced by a minimal mutation of today's core, fails (shrunk examples in
 the commit messages; Knobs left at their defaults unless named):
@@ -82,8 +87,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from minidock.act.ingress import configs_for
 from minidock.commands.caddy import parse_proxy_probe
+from minidock.commands.proxies import Rendered, render
 from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promote
 from minidock.core.backing import BackupAct, BackupStep, VerifyAct
 from minidock.core.endpoints import names_in_use
@@ -98,6 +103,9 @@ from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.core.scheduler import service_ports
 from minidock.core.serving import Serving
 from minidock.core.volumes import MoveAct
+from minidock.core.watching import port_tables_needed, port_tables_wanted
+from minidock.documents.plan import route_loads
+from minidock.documents.status import proxy_summaries
 from minidock.model import (
     Cluster,
     Container,
@@ -281,6 +289,7 @@ class Fleet(World):
     copy_kill: str = ""  # the `kill` of the next pass that copies (a volume or a backup)
     kept: set[tuple[str, str]] = field(default_factory=set)  # (host, volume) a failover left
     fenced: set[str] = field(default_factory=set)  # containers a failover left (never again)
+    seen: Observed | None = None  # what the last plan was decided on
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -316,7 +325,31 @@ class Fleet(World):
 
     def plan(self, state: object = None) -> Plan:
         assert self.cluster is not None
-        return decision(self.cluster, self.inventory, self.observe(), self.state, self.now)
+        self.seen = self.observe()
+        return decision(self.cluster, self.inventory, self.seen, self.state, self.now)
+
+    def check_port_tables(self, plan: Plan) -> None:
+        """(p): a pass that starts a task taking a host port read the port tables before
+        its one decision (`port_tables_wanted` on what it decided from)."""
+        assert self.seen is not None
+        started = [r for r in plan.run if port_tables_needed([r.service])]
+        if started and not port_tables_wanted(self.inventory, self.state, self.seen):
+            self.violations.append(f"(p) {started[0].name} started, no port tables read")
+
+    def render(self, plan: Plan) -> Rendered:
+        """Every proxy's config of the pass, rendered once from its plan (as the runner
+        does), and (r): `plan` and `status` agree on each ingress proxy, reading it."""
+        assert self.cluster is not None
+        assert self.seen is not None
+        rendered = render(plan, self.cluster.ingress, self.seen)
+        said = {x.host: x.state for x in proxy_summaries(self.seen.proxies, rendered.digest)}
+        agree = {"unchanged": "loaded", "load": "stale", "unreachable": "unreachable"}
+        for x in route_loads(plan.routes, rendered, self.seen.proxies):
+            if x.action in agree and said[x.host] != agree[x.action]:
+                self.violations.append(
+                    f"(r) plan says {x.action} on {x.host}, status {said[x.host]}"
+                )
+        return rendered
 
     # -- one pass, perhaps cut by a controller kill
     def one_pass(self, kill: str = "") -> Plan:
@@ -324,6 +357,8 @@ class Fleet(World):
         controller dies after its commit ("before acts", "after stops", "before fold")."""
         seen = {c.id for cs in self.reachable().values() for c in cs}
         plan = self.plan()
+        self.check_port_tables(plan)
+        rendered = self.render(plan)
         self.record(plan)  # committed before any act
         self.note_marks()
         for e in plan.events:  # (g): a failover keeps the slot's volume on its old host
@@ -341,12 +376,12 @@ class Fleet(World):
                 kill = "mid copy"  # guard holds no pass (drawn before a host was lost)
         self.kill = kill
         if kill == "mid stop":  # `docker stop` done (exit 0), not removed: the controller dies
-            self.load_proxies(plan)
+            self.load_proxies(plan, rendered)
             for s in plan.stop:
                 self.stopping(s.container)
                 self.exited(s.container)
         elif kill != "before acts":
-            self.load_proxies(plan)
+            self.load_proxies(plan, rendered)
             for s in plan.stop:
                 self.stopping(s.container)
                 self.remove(s.container)
@@ -434,16 +469,15 @@ class Fleet(World):
             if abs(got - e.canary) > canary.SHARE_TOLERANCE:
                 self.violations.append(f"(f) the canary took {got:.1f}%, not {e.canary}%")
 
-    def load_proxies(self, plan: Plan) -> None:
-        """The act path's loads: the ingress proxy's real config built from `plan.routes`
-        (`configs_for`, route servers or not as `[ingress] request_metrics` says) and
-        loaded where its digest differs; what the proxy then has is what a probe reads back
-        from that config (`parse_proxy_probe`); then each host's name proxies."""
+    def load_proxies(self, plan: Plan, rendered: Rendered) -> None:
+        """The act path's loads: the ingress proxy's real config as the pass rendered it
+        from `plan.routes` (`render`, route servers or not as `[ingress] request_metrics`
+        says), loaded where its step says; what the proxy then has is what a probe reads
+        back from that config (`parse_proxy_probe`); then each host's name proxies."""
         if plan.proxies:
-            assert self.cluster is not None
-            assert self.cluster.ingress is not None
-            config = configs_for(plan.routes, self.cluster.ingress)
-            if config.digest != self.digest:
+            config = rendered.ingress
+            assert config is not None
+            if any(x.load for x in rendered.proxies):
                 self.loads += 1
                 text = config.loadable(f"load{self.loads}")
                 seen = parse_proxy_probe("host1", "running spec\n" + text)

@@ -12,7 +12,7 @@ from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
 from minidock.core.serving import ServingMode
 from minidock.core.state import ControllerState, Rollout, ServiceState, Transition
-from minidock.core.volumes import MovePhase, VolumeMove
+from minidock.core.volumes import MoveInput, MovePhase, VolumeMove
 from minidock.model import Cluster, Event, Observed, Service
 
 __all__ = [
@@ -542,11 +542,19 @@ def _moves_forgotten(ss: ServiceState, host: str, now: float) -> tuple[ServiceSt
         elif move.phase is MovePhase.DISCARDING and move.target == host:
             del moves[n]
         elif move.holds:
-            del moves[n]
+            # a copy that may have begun leaves its partial copy on the target to remove
+            # (DISCARDING): the slot, its host forgotten, waits for that before it starts
+            ended = move.step(MoveInput.LOST) if move.target != host else move
+            if ended.phase is MovePhase.DISCARDING:
+                moves[n] = replace(ended, source="")
+            else:
+                del moves[n]
             records[n] = slots.stopped_for(records.get(n, slots.SlotState()))  # its stop
             stays = move.source if move.source and move.source != host else ""
             line = f"{subject}: {what} to {move.target} failed: {host} forgotten"
             line += f"; it stays on {stays}" if stays else ""
+            if ended.phase is MovePhase.DISCARDING:
+                line += f"; its partial copy on {move.target} is removed once it answers"
         elif move.target == host and move.phase is MovePhase.STARTING and move.source:
             del moves[n]
             if not move.restore:  # its source's volumes are whole: the slot goes back there

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
+from minidock.core import rollout
 from minidock.core.slots import SlotPhase
 from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Inventory, Observed, Service
@@ -86,11 +87,11 @@ def port_tables_wanted(inventory: Inventory, state: ControllerState, observed: O
     settled, a task that takes one may start this pass. Conservative (a pass that starts
     nothing may read them; one that starts such a task always does): a settled service
     has no rollout under way, no volume move, backup or rebalance move, and each slot it
-    wants is complete, or running the task its record names, not unhealthy, on the host
-    the record names, answering, listed, not drained, its constraints met (a global
-    service: its slots are on every such host)."""
+    wants is complete, or running the task its record names (of the spec the slot should
+    run), not unhealthy, on the host the record names, answering, listed, not drained,
+    its constraints met (a global service: its slots are on every such host)."""
     running = {
-        (c.host, c.task)
+        (c.host, c.task): c.spec
         for h in observed.hosts.values()
         if h.ok
         for c in h.containers
@@ -105,7 +106,10 @@ def port_tables_wanted(inventory: Inventory, state: ControllerState, observed: O
 
 
 def _settled(
-    ss: ServiceState, inventory: Inventory, state: ControllerState, running: Set[tuple[str, str]]
+    ss: ServiceState,
+    inventory: Inventory,
+    state: ControllerState,
+    running: Mapping[tuple[str, str], str],
 ) -> bool:
     """Whether no task of the service starts this pass (`port_tables_wanted`)."""
     if ss.rollout.active or ss.moves or ss.backups.slots or ss.rebalance:
@@ -123,7 +127,9 @@ def _settled(
             continue
         if record.phase is not SlotPhase.RUNNING or record.host not in allowed:
             return False
-        if (record.host, record.task) not in running:
+        # its task running, of the spec the slot should run (one of another spec is
+        # replaced: a scale back up after a scale down can find an old task still draining)
+        if running.get((record.host, record.task)) != rollout.slot_target(ss, n).spec_hash():
             return False
     return True
 

@@ -1236,3 +1236,22 @@ def test_an_apply_during_a_canary_then_two_drains_keep_the_old_tasks_spec() -> N
     assert "web:2" not in {machine.f.started_with[c.id].image for c in machine.f.live("web")}
     machine.teardown()
     machine.nothing_bad()
+
+
+def test_a_move_cut_mid_copy_whose_source_is_forgotten_discards_its_partial_copy() -> None:
+    """Seed 105: db.1's move to host2 cut half-way through its copy, then host1 (its
+    source, the only whole copy) lost and forgotten. The move was dropped with its partial
+    copy left on host2, where the slot, its host forgotten, was placed and started on it
+    (h). Now the move ends DISCARDING that copy: the slot waits for its removal, then
+    starts afresh (no snapshot was taken)."""
+    machine = OperatorDecision()
+    machine.first(spec=Spec("web:1", 1, 0, "manual", "db:1", "a", 1))
+    machine.move(fault="mid copy", replace_kept=False, slot=1, then=1, to="host2")
+    machine.nothing_bad()
+    machine.lose_host(then=0, which=1)
+    machine.nothing_bad()
+    machine.forget()
+    machine.nothing_bad()
+    machine.teardown()
+    machine.nothing_bad()
+    assert [c.host for c in machine.f.live("db")] == ["host2"]

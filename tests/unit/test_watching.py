@@ -223,6 +223,10 @@ def test_a_settled_fleet_wants_no_port_tables_and_anything_unsettled_does() -> N
     assert watching.port_tables_wanted(inventory, replace(state, services={"web": scaled}), seen)
     drained = replace(state, hosts={"h1": HostState(availability=Availability.DRAINED)})
     assert watching.port_tables_wanted(inventory, drained, seen)
+    # its task of another spec (scaled down, then back up while it drained: seed 124 of
+    # the operator property): the pass replaces it
+    older = Observed({**seen.hosts, "h1": HostObservation("h1", True, (replace(task, spec="x"),))})
+    assert watching.port_tables_wanted(inventory, state, older)
     plain = replace(ss, spec=replace(ported, ports=()), slots={})
     assert not watching.port_tables_wanted(inventory, ControllerState(services={"w": plain}), seen)
 

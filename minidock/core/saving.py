@@ -297,7 +297,9 @@ def stranded(
     ss: ServiceState, n: int, here: Sequence[Container], view: View
 ) -> tuple[ServiceState, tuple[Event, ...]]:
     """A backup whose hook or unstopped copy has no running task to run in (the slot is
-    Failed, Complete, or never ran) ends, failed: nothing is stopped, nothing to start."""
+    Failed, Complete, or never ran; or its host is down, or drained with no task of the
+    slot running there, which waits for the operator) ends, failed: nothing is stopped,
+    nothing to start."""
     intent = ss.backups.slots.get(n)
     if intent is None or intent.phase not in (BackupPhase.HOOKING, BackupPhase.COPYING):
         return ss, ()
@@ -309,6 +311,8 @@ def stranded(
         why = "no running task to back up"
     elif hs is not None and hs.down:
         why = f"its host {record.host} is down"
+    elif hs is not None and hs.drained:  # its task starts there only once it is activated
+        why = f"its host {record.host} is drained and its task does not run there"
     else:
         return ss, ()
     ended = _ended(ss, n, replace(intent, failed=why), view.now, 0)

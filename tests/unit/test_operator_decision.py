@@ -1255,3 +1255,23 @@ def test_a_move_cut_mid_copy_whose_source_is_forgotten_discards_its_partial_copy
     machine.teardown()
     machine.nothing_bad()
     assert [c.host for c in machine.f.live("db")] == ["host2"]
+
+
+def test_an_unstopped_backup_of_a_slot_waiting_on_its_drained_host_ends() -> None:
+    """Seed 109: db scaled to 0, its host lost and drained, db scaled back (its slot waits
+    for its data on the drained host, for the operator), the host back, then `backup
+    db.1` (an unstopped copy, which runs in the slot's task): it waited for a task that
+    only the operator's word would start, for ever (n). Now it ends, failed."""
+    machine = OperatorDecision()
+    spec = Spec("web:1", 1, 0, "manual", "db:1", "a", 1)
+    machine.first(spec=spec)
+    machine.scale(n=0, service="db")
+    machine.lose_host(then=0, which=0)
+    machine.drain(host="host1")
+    machine.apply(spec=spec)
+    machine.host_back()
+    machine.backup(fault="", slot=1, then=0)
+    machine.nothing_bad()
+    machine.settle()
+    machine.nothing_bad()
+    assert not machine.state.services["db"].backups.slots

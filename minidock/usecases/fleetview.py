@@ -18,7 +18,7 @@ from minidock.act.ingress import read_traffic
 from minidock.commands.caddy import ProxyTraffic
 from minidock.core.passes import PassStats
 from minidock.core.routes import ingress_hosts
-from minidock.documents.status import StatusDocument, status_document
+from minidock.documents.status import StatusDocument
 from minidock.runner import decide_pass
 from minidock.ssh import Executor
 from minidock.store import StateLocation
@@ -26,6 +26,7 @@ from minidock.store.directory import LOCK_NAME
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.clusters import Held, chosen
 from minidock.usecases.outcomes import UseCaseError
+from minidock.usecases.reads import status_of
 from minidock.usecases.runtime import Runtime, connected
 
 __all__ = ["ClusterReading", "FleetReading", "LockState", "read_fleet", "status_json"]
@@ -125,10 +126,7 @@ async def _read_cluster(h: Held, executor: Executor, runtime: Runtime) -> Cluste
             plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
     except UseCaseError as exc:
         return ClusterReading(h.name, None, lock=lock_state(h.location), error=str(exc))
-    digest = result.rendered.digest  # what `status` reads: the pass's render
-    document = status_document(
-        current, desired.inventory, result.observed, plan, plan.routes, digest
-    )
+    document = status_of(current, desired, result, plan)  # as `status` reads it
     return ClusterReading(h.name, document, current.passes, lock_state(h.location), traffic=traffic)
 
 

@@ -7,11 +7,12 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
+from minidock.core import ControllerState, Plan
 from minidock.documents.status import StatusDocument, status_document
 from minidock.model import Event
-from minidock.runner import decide_pass
+from minidock.runner import PassResult, decide_pass
 from minidock.store import StateLocation
-from minidock.usecases.access import read_desired, reading, require_applied
+from minidock.usecases.access import Desired, read_desired, reading, require_applied
 from minidock.usecases.clusters import Held, chosen
 from minidock.usecases.outcomes import EventFilter, EventsOutcome, StatusOutcome, unknown
 from minidock.usecases.runtime import Runtime, connected
@@ -40,10 +41,19 @@ async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:
                 desired.cluster, desired.inventory, current, executor, clock=runtime.clock.now
             )
         plan = runtime.masks.of(store, result.plan.state, result.observed).plan(result.plan)
-    ingress, digest = desired.cluster.ingress, result.rendered.digest  # the pass's render
+    return status_of(current, desired, result, plan)
+
+
+def status_of(
+    current: ControllerState, desired: Desired, result: PassResult, plan: Plan
+) -> StatusDocument:
+    """The status document of a pass decided from `current` (`plan`: its plan, masked):
+    the route table it decided, the ingress config it rendered (`result.rendered`), its
+    certificates' renewal as the cluster's ACME settings say. `status` and `serve` both."""
+    ingress = desired.cluster.ingress
     acme = ingress.acme if ingress is not None else None
     renew = acme.renew_before if acme is not None else None
-    observed = result.observed
+    digest, observed = result.rendered.digest, result.observed  # the pass's render
     return status_document(current, desired.inventory, observed, plan, plan.routes, digest, renew)
 
 

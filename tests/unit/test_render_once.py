@@ -121,3 +121,43 @@ def test_a_pass_renders_every_proxy_config_once_and_acts_on_that_render(
         ("host1", config.digest, False)  # an earlier pass loaded it: status says "loaded"
     ]
     assert {n.config.service for x in last.rendered.names for n in x.loads} == {"api"}
+
+
+ROUTED = """\
+cluster = "test"
+inventory = "inventory.toml"
+
+[ingress]
+hosts = ["host1"]
+
+[services.web]
+image = "web:5"
+ingress = { host = "app.test", port = 8080 }
+health = { cmd = ["wget", "-qO-", "http://127.0.0.1:8080/"], interval = "1s" }
+"""
+
+
+def test_serve_reads_a_cluster_as_status_does_its_routes_and_proxies_included(
+    tmp_path: Path,
+) -> None:
+    """`serve`'s fleet view (metrics, the dashboard) builds each cluster's status document
+    as `status` does, from the pass's render: it passed neither the route table nor the
+    rendered digest, so it showed no route and every ingress proxy "stale"."""
+    from minidock import usecases
+    from tests.unit.test_usecases import make_setup, run
+
+    setup = make_setup(tmp_path)
+    setup.file.write_text(ROUTED)
+    fleet = Proxies(setup.docker)
+    clock = usecases.Clock(setup.clock.now, setup.clock.monotonic, setup.clock.sleep)
+    runtime = usecases.Runtime(lambda: FakeExecutor(fleet.handler), clock)
+    apply = usecases.apply(setup.file, setup.state, runtime, setup.report, wait=True, timeout=60.0)
+    applied = run(apply)
+    assert applied.exit_code is usecases.ExitCode.OK, applied
+    (status,) = run(usecases.status(setup.state, runtime)).documents
+    (reading,) = run(usecases.read_fleet(setup.state, runtime)).clusters
+    assert reading.document is not None
+    assert [(p.host, p.state) for p in status.proxies] == [("host1", "loaded")]
+    assert reading.document.proxies == status.proxies
+    assert [r.host for r in reading.document.routes] == ["app.test"]
+    assert reading.document.routes == status.routes

@@ -16,6 +16,7 @@ from typing import Literal
 __all__ = [
     "COMPOSE_DIR_LABEL",
     "COMPOSE_PROJECT_LABEL",
+    "all_containers_argv",
     "compose_down_argv",
     "compose_up_argv",
     "container_addresses_argv",
@@ -32,12 +33,14 @@ __all__ = [
     "parse_image_tags",
     "parse_lines",
     "parse_loopback_port",
+    "parse_published_ports",
     "parse_words",
     "pause_argv",
     "port_argv",
     "privileged_probe_argv",
     "project_containers_argv",
     "project_dirs_argv",
+    "published_ports_argv",
     "remove_containers_argv",
     "remove_resources_argv",
     "resources_argv",
@@ -186,6 +189,33 @@ def parse_container_addresses(stdout: str) -> dict[str, str]:
 def port_argv(container: str, port: str = "22/tcp") -> list[str]:
     """Where docker publishes a container port (`ADDRESS:PORT` lines)."""
     return ["docker", "port", _operand(container, "container"), port]
+
+
+def all_containers_argv() -> list[str]:
+    """Ids of every container on the engine, in any state."""
+    return ["docker", "ps", "-aq"]
+
+
+def published_ports_argv(ids: Sequence[str]) -> list[str]:
+    """`PROJECT PORT...` per container: its compose project (empty when none) and every
+    host port it publishes, bound now or when it starts again (a stopped container's ports
+    are free on the machine but still its own)."""
+    template = (
+        f'{{{{index .Config.Labels "{COMPOSE_PROJECT_LABEL}"}}}}:'
+        "{{range $p, $b := .HostConfig.PortBindings}}{{range $b}} {{.HostPort}}{{end}}{{end}}"
+    )
+    return _inspect_containers_argv(template, ids)
+
+
+def parse_published_ports(stdout: str, *, except_project: str) -> set[int]:
+    """The host ports in `published_ports_argv`'s output, but those of `except_project`'s
+    own containers."""
+    ports: set[int] = set()
+    for line in stdout.splitlines():
+        project, _, words = line.strip().partition(":")
+        if project != except_project:
+            ports.update(int(w) for w in words.split() if w.isdigit())
+    return ports
 
 
 def parse_loopback_port(stdout: str) -> int | None:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
-import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -41,12 +39,11 @@ from minidock.lab.errors import LabError, NotOwnedError
 from minidock.lab.faults import CLEAN_SCRIPT, KillMode
 from minidock.lab.local import parallel, run_coro, write_atomic
 from minidock.lab.ownership import Claim, Verb, refusal, takeover
+from minidock.lab.ports import choosing_ports, keep_or_pick, pick_port
 from minidock.lab.probe import HostStatus
 from minidock.model import Host
 
 __all__ = ["Lab", "project_dirs", "remove_project"]
-
-PORT_RANGE = (20000, 32000)  # below the kernel's ephemeral range, so pinned ports stay free
 
 
 def remove_project(project: str) -> None:
@@ -74,31 +71,6 @@ def project_dirs(project: str) -> dict[str, bool]:
     return dirs
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _pick_port(taken: set[int]) -> int:
-    for _ in range(500):
-        port = random.randrange(*PORT_RANGE)
-        if port not in taken and _port_free(port):
-            return port
-    raise LabError(f"no free port on 127.0.0.1 in {PORT_RANGE}")
-
-
-def _keep_or_pick(previous: int, kept: bool, taken: set[int]) -> int:
-    """A host's loopback port: its previous one while its container exists, else a free
-    one; added to `taken`."""
-    port = previous if kept and previous and previous not in taken else _pick_port(taken)
-    taken.add(port)
-    return port
-
-
 def _hosts_with_ports(
     n: int,
     project: str,
@@ -117,7 +89,7 @@ def _hosts_with_ports(
         old = previous.get(name)
         kept = old is not None and states.get(name, "missing") != "missing"
         olds = (old.port, old.http_port, old.https_port) if old else (0, 0, 0)
-        ssh, http, https = (_keep_or_pick(p, kept, taken) for p in olds)
+        ssh, http, https = (keep_or_pick(p, kept, taken) for p in olds)
         kind = kinds[i - 1] if i <= len(kinds) else images.DEFAULT_KIND
         hosts.append(LabHost(name, ssh, zone_for(i), f"{project}-{name}", http, https, kind=kind))
     return hosts
@@ -136,7 +108,7 @@ def _lab_acme(folder: Path, container: str, taken: set[int]) -> LabAcme | None:
         return old
     ports = []
     for _ in range(3):
-        ports.append(_pick_port(taken))
+        ports.append(pick_port(taken))
         taken.add(ports[-1])
     return prepare_acme(folder, (ports[0], ports[1], ports[2]))
 
@@ -221,7 +193,9 @@ class Lab(LabSessions):
         containers still exist, so re-running `up` leaves a running lab alone."""
         self._may_start(n)
         with images.start_builds(sets) as builds:
-            path = self._prepare(n, bastion, builds, kinds)
+            dind = self._host_images(builds, kinds)
+            with choosing_ports(self.project) as busy:
+                path = self._write_compose(n, bastion, dind, kinds, busy)
             self._built(builds.wait_all())
         return path
 
@@ -237,10 +211,10 @@ class Lab(LabSessions):
             remove_project(self.project)
             self.notes.append(note)
 
-    def _prepare(self, n: int, bastion: bool, builds: Builds, kinds: Sequence[str] = ()) -> Path:
-        """`prepare` once `_may_start` passed, with the images building in `builds`: it
-        waits for the host image only (the other builds go on while the containers start),
-        and builds the other kinds' host images `kinds` name, one after the other."""
+    def _host_images(self, builds: Builds, kinds: Sequence[str] = ()) -> str:
+        """Wait for the host image only (the other builds in `builds` go on while the
+        containers start), build the other kinds' host images `kinds` name, one after the
+        other, and make the key. Returns the DinD mode."""
         step = time.monotonic()
         self._built(builds.wait(HOST))
         self.timings["host image"] = time.monotonic() - step
@@ -250,13 +224,19 @@ class Lab(LabSessions):
                 if images.build_kind_image(kind):
                     self.timings[f"build {images.kind_image_tag(kind)}"] = time.monotonic() - step
         self.ensure_key()
-        image = images.host_image_tag()
-        dind = self.dind_mode() or detect_dind_mode(image)
-        taken: set[int] = set()
+        return self.dind_mode() or detect_dind_mode(images.host_image_tag())
+
+    def _write_compose(
+        self, n: int, bastion: bool, dind: str, kinds: Sequence[str], busy: set[int]
+    ) -> Path:
+        """Ports (none of `busy`, the ports other containers publish) and the compose file
+        and lab state that name them."""
+        taken = set(busy)
         states = self.container_states()
         hosts = _hosts_with_ports(n, self.project, self.hosts(), states, taken, kinds)
         jump = _prepare_bastion(self, taken) if bastion else None
         acme = _lab_acme(self.lab_dir / ACME, f"{self.project}-{ACME}", taken)
+        image = images.host_image_tag()
         document = compose_document(self.project, hosts, image, dind, self.labels, jump, acme)
         write_atomic(self.compose_path, compose_text(document).encode())
         self.write_state(hosts, dind, image, jump)
@@ -295,10 +275,12 @@ class Lab(LabSessions):
         order = build_order(sets, images.BUILD_COST)
         self._may_start(n)
         with images.start_builds(order) as builds:
-            self._prepare(n, bastion, builds, kinds)
-            step = time.monotonic()
-            local.run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
-            self.timings["compose up"] = time.monotonic() - step
+            dind = self._host_images(builds, kinds)
+            with choosing_ports(self.project) as busy:
+                self._write_compose(n, bastion, dind, kinds, busy)
+                step = time.monotonic()
+                local.run(docker.compose_up_argv(self.compose_path, self.project), timeout=300)
+                self.timings["compose up"] = time.monotonic() - step
             self.provision(timeout=timeout, sets=order, builds=builds)
         self.timings["up"] = time.monotonic() - started
         return self.hosts()
@@ -452,6 +434,6 @@ def _prepare_bastion(lab: Lab, taken: set[int]) -> LabBastion:
     old = lab.bastion()
     proc = local.run(docker.container_states_argv([f"{lab.project}-{BASTION}"]), check=False)
     exists = bool(docker.parse_container_states(proc.stdout))
-    port = old.port if old and exists and old.port not in taken else _pick_port(taken)
+    port = old.port if old and exists and old.port not in taken else pick_port(taken)
     taken.add(port)
     return LabBastion(port, f"{lab.project}-{BASTION}")

@@ -123,3 +123,18 @@ def test_container_addresses() -> None:
         "p-host1": "172.18.0.2",
         "p-host3": "172.18.0.4",
     }
+
+
+def test_published_ports_of_every_container_but_the_projects_own() -> None:
+    assert docker.all_containers_argv() == ["docker", "ps", "-aq"]
+    assert docker.published_ports_argv(["c1", "c2"]) == [
+        "docker", "inspect", "--type", "container", "-f",
+        '{{index .Config.Labels "com.docker.compose.project"}}:'
+        "{{range $p, $b := .HostConfig.PortBindings}}{{range $b}} {{.HostPort}}{{end}}{{end}}",
+        "c1", "c2",
+    ]  # fmt: skip
+    out = "lab-a: 23001 23002 23003\nlab-b: 24001\n: 8080 \nlab-c:\n\n"
+    assert docker.parse_published_ports(out, except_project="lab-a") == {24001, 8080}
+    assert docker.parse_published_ports(out, except_project="lab-x") == {
+        23001, 23002, 23003, 24001, 8080,
+    }  # fmt: skip

@@ -26,17 +26,8 @@ import typer
 from typer.core import TyperGroup, TyperOption
 
 from minidock import usecases
-from minidock.documents.status import (
-    CertificateSummary,
-    HostSummary,
-    JobSummary,
-    ServiceSummary,
-    StatusDocument,
-)
 from minidock.model import Event
 from minidock.output import Output, Printer, rich_console
-from minidock.progress import LiveProgress, PlainProgress, progress_view
-from minidock.runner import PassResult
 from minidock.ssh import SSHExecutor
 from minidock.store.directory import StateError
 from minidock.units import format_duration, format_size, parse_duration
@@ -44,6 +35,15 @@ from minidock.usecases import ConvergeOutcome, Ending, ExitCode, PlanOutcome, Pr
 
 MIN_INTERVAL = 0.1  # seconds: the shortest `watch --interval`
 if TYPE_CHECKING:
+    from minidock.documents.status import (
+        CertificateSummary,
+        HostSummary,
+        JobSummary,
+        ServiceSummary,
+        StatusDocument,
+    )
+    from minidock.progress import LiveProgress, PlainProgress
+    from minidock.runner import PassResult
     from minidock.usecases.secrets import SecretsCheckOutcome
 
 T = TypeVar("T")
@@ -317,6 +317,8 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
 def live_view(wait: bool, quiet: bool = False) -> LiveProgress | PlainProgress:
     """Progress of passes: a live view on a terminal while they are waited for, else (a
     pipe, `-q`, no wait) the plain lines of `printer` (minidock/progress.py)."""
+    from minidock.progress import progress_view  # the commands that wait, only
+
     return progress_view(out, err, printer(), print_convergence, live=wait and not quiet)
 
 

@@ -8,82 +8,201 @@ nothing. The writer lock and its patience live here (`access.Writer`). Dependenc
 inward: cli -> usecases -> runner, store, spec, status -> the core.
 """
 
-from minidock.ssh import Terminal  # what `exec -it` joins a task to: the CLI builds it
-from minidock.store import StateLocation
-from minidock.usecases.access import Writer, patience, state_location
-from minidock.usecases.convert import ConvertOutcome, convert
-from minidock.usecases.desired import apply, drain_plan, plan, scale, too_many_replicas, validate
-from minidock.usecases.fleetview import FleetReading, read_fleet
-from minidock.usecases.images import push
-from minidock.usecases.intents import (
-    activate,
-    drain,
-    forget,
-    maintenance,
-    pause,
-    promote,
-    rebalance,
-    reset,
-    resume,
-    rollback,
-)
-from minidock.usecases.jobs import RunOutcome, env_pairs, run_oneoff
-from minidock.usecases.migrate import migrate
-from minidock.usecases.moves import move
-from minidock.usecases.outcomes import (
-    ApplyOutcome,
-    BadInput,
-    Busy,
-    ConvergeOutcome,
-    Deposed,
-    Ending,
-    EventFilter,
-    EventsOutcome,
-    ExecOutcome,
-    ExitCode,
-    FailedUpdate,
-    GenerationStored,
-    HostProblem,
-    ImageBuilt,
-    IntentOutcome,
-    IntentRecorded,
-    LogLine,
-    LogsOutcome,
-    MigrateOutcome,
-    OnLogLine,
-    OnPushProgress,
-    PassDone,
-    PassSkipped,
-    PlanOutcome,
-    Progress,
-    PsOutcome,
-    PushOutcome,
-    PushProgress,
-    RebalanceOutcome,
-    Report,
-    ScaleOutcome,
-    StatusOutcome,
-    StoreDown,
-    TaskRow,
-    UseCaseError,
-    ValidateOutcome,
-    ignore,
-    verdict,
-    waited_for,
-    why,
-)
-from minidock.usecases.passes import converge, reconcile, watch, watch_step
-from minidock.usecases.reads import events, follow_events, status
-from minidock.usecases.runtime import (
-    BuilderFactory,
-    Clock,
-    EngineFactory,
-    ExecutorFactory,
-    Interrupt,
-    Runtime,
-)
-from minidock.usecases.statefile import StateBackupOutcome, backup_state, restore_state
-from minidock.usecases.tasks import exec_task, logs, ps
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minidock.ssh import Terminal
+    from minidock.store import StateLocation
+    from minidock.usecases.access import Writer, patience, state_location
+    from minidock.usecases.convert import ConvertOutcome, convert
+    from minidock.usecases.desired import (
+        apply,
+        drain_plan,
+        plan,
+        scale,
+        too_many_replicas,
+        validate,
+    )
+    from minidock.usecases.fleetview import FleetReading, read_fleet
+    from minidock.usecases.images import push
+    from minidock.usecases.intents import (
+        activate,
+        drain,
+        forget,
+        maintenance,
+        pause,
+        promote,
+        rebalance,
+        reset,
+        resume,
+        rollback,
+    )
+    from minidock.usecases.jobs import RunOutcome, env_pairs, run_oneoff
+    from minidock.usecases.migrate import migrate
+    from minidock.usecases.moves import move
+    from minidock.usecases.outcomes import (
+        ApplyOutcome,
+        BadInput,
+        Busy,
+        ConvergeOutcome,
+        Deposed,
+        Ending,
+        EventFilter,
+        EventsOutcome,
+        ExecOutcome,
+        ExitCode,
+        FailedUpdate,
+        GenerationStored,
+        HostProblem,
+        ImageBuilt,
+        IntentOutcome,
+        IntentRecorded,
+        LogLine,
+        LogsOutcome,
+        MigrateOutcome,
+        OnLogLine,
+        OnPushProgress,
+        PassDone,
+        PassSkipped,
+        PlanOutcome,
+        Progress,
+        PsOutcome,
+        PushOutcome,
+        PushProgress,
+        RebalanceOutcome,
+        Report,
+        ScaleOutcome,
+        StatusOutcome,
+        StoreDown,
+        TaskRow,
+        UseCaseError,
+        ValidateOutcome,
+        ignore,
+        verdict,
+        waited_for,
+        why,
+    )
+    from minidock.usecases.passes import converge, reconcile, watch, watch_step
+    from minidock.usecases.reads import events, follow_events, status
+    from minidock.usecases.runtime import (
+        BuilderFactory,
+        Clock,
+        EngineFactory,
+        ExecutorFactory,
+        Interrupt,
+        Runtime,
+    )
+    from minidock.usecases.statefile import StateBackupOutcome, backup_state, restore_state
+    from minidock.usecases.tasks import exec_task, logs, ps
+
+# Each name is imported from its module when first asked for (PEP 562): a command loads
+# the use cases it runs, not all of them (cron's `minidock reconcile` loads the passes,
+# not `status`'s documents nor `push`'s images). tests/unit/test_lazy_lab.py holds it.
+_HOMES = {
+    "Terminal": "minidock.ssh",
+    "StateLocation": "minidock.store",
+    "Writer": "minidock.usecases.access",
+    "patience": "minidock.usecases.access",
+    "state_location": "minidock.usecases.access",
+    "ConvertOutcome": "minidock.usecases.convert",
+    "convert": "minidock.usecases.convert",
+    "apply": "minidock.usecases.desired",
+    "drain_plan": "minidock.usecases.desired",
+    "plan": "minidock.usecases.desired",
+    "scale": "minidock.usecases.desired",
+    "too_many_replicas": "minidock.usecases.desired",
+    "validate": "minidock.usecases.desired",
+    "FleetReading": "minidock.usecases.fleetview",
+    "read_fleet": "minidock.usecases.fleetview",
+    "push": "minidock.usecases.images",
+    "activate": "minidock.usecases.intents",
+    "drain": "minidock.usecases.intents",
+    "forget": "minidock.usecases.intents",
+    "maintenance": "minidock.usecases.intents",
+    "pause": "minidock.usecases.intents",
+    "promote": "minidock.usecases.intents",
+    "rebalance": "minidock.usecases.intents",
+    "reset": "minidock.usecases.intents",
+    "resume": "minidock.usecases.intents",
+    "rollback": "minidock.usecases.intents",
+    "RunOutcome": "minidock.usecases.jobs",
+    "env_pairs": "minidock.usecases.jobs",
+    "run_oneoff": "minidock.usecases.jobs",
+    "migrate": "minidock.usecases.migrate",
+    "move": "minidock.usecases.moves",
+    "ApplyOutcome": "minidock.usecases.outcomes",
+    "BadInput": "minidock.usecases.outcomes",
+    "Busy": "minidock.usecases.outcomes",
+    "ConvergeOutcome": "minidock.usecases.outcomes",
+    "Deposed": "minidock.usecases.outcomes",
+    "Ending": "minidock.usecases.outcomes",
+    "EventFilter": "minidock.usecases.outcomes",
+    "EventsOutcome": "minidock.usecases.outcomes",
+    "ExecOutcome": "minidock.usecases.outcomes",
+    "ExitCode": "minidock.usecases.outcomes",
+    "FailedUpdate": "minidock.usecases.outcomes",
+    "GenerationStored": "minidock.usecases.outcomes",
+    "HostProblem": "minidock.usecases.outcomes",
+    "ImageBuilt": "minidock.usecases.outcomes",
+    "IntentOutcome": "minidock.usecases.outcomes",
+    "IntentRecorded": "minidock.usecases.outcomes",
+    "LogLine": "minidock.usecases.outcomes",
+    "LogsOutcome": "minidock.usecases.outcomes",
+    "MigrateOutcome": "minidock.usecases.outcomes",
+    "OnLogLine": "minidock.usecases.outcomes",
+    "OnPushProgress": "minidock.usecases.outcomes",
+    "PassDone": "minidock.usecases.outcomes",
+    "PassSkipped": "minidock.usecases.outcomes",
+    "PlanOutcome": "minidock.usecases.outcomes",
+    "Progress": "minidock.usecases.outcomes",
+    "PsOutcome": "minidock.usecases.outcomes",
+    "PushOutcome": "minidock.usecases.outcomes",
+    "PushProgress": "minidock.usecases.outcomes",
+    "RebalanceOutcome": "minidock.usecases.outcomes",
+    "Report": "minidock.usecases.outcomes",
+    "ScaleOutcome": "minidock.usecases.outcomes",
+    "StatusOutcome": "minidock.usecases.outcomes",
+    "StoreDown": "minidock.usecases.outcomes",
+    "TaskRow": "minidock.usecases.outcomes",
+    "UseCaseError": "minidock.usecases.outcomes",
+    "ValidateOutcome": "minidock.usecases.outcomes",
+    "ignore": "minidock.usecases.outcomes",
+    "verdict": "minidock.usecases.outcomes",
+    "waited_for": "minidock.usecases.outcomes",
+    "why": "minidock.usecases.outcomes",
+    "converge": "minidock.usecases.passes",
+    "reconcile": "minidock.usecases.passes",
+    "watch": "minidock.usecases.passes",
+    "watch_step": "minidock.usecases.passes",
+    "events": "minidock.usecases.reads",
+    "follow_events": "minidock.usecases.reads",
+    "status": "minidock.usecases.reads",
+    "BuilderFactory": "minidock.usecases.runtime",
+    "Clock": "minidock.usecases.runtime",
+    "EngineFactory": "minidock.usecases.runtime",
+    "ExecutorFactory": "minidock.usecases.runtime",
+    "Interrupt": "minidock.usecases.runtime",
+    "Runtime": "minidock.usecases.runtime",
+    "StateBackupOutcome": "minidock.usecases.statefile",
+    "backup_state": "minidock.usecases.statefile",
+    "restore_state": "minidock.usecases.statefile",
+    "exec_task": "minidock.usecases.tasks",
+    "logs": "minidock.usecases.tasks",
+    "ps": "minidock.usecases.tasks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # asked once: later reads are plain attribute reads
+    return value
+
 
 __all__ = [
     "ApplyOutcome",

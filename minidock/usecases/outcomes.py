@@ -8,21 +8,24 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from minidock.act.push import Pushed
 from minidock.core import Plan
 from minidock.core.causes import failed_probes
 from minidock.core.hooks import failing_hooks
 from minidock.core.jobs import failing_jobs
 from minidock.core.plan import WaitKind
 from minidock.core.progress_rule import outlook
-from minidock.core.rebalance import Move
-from minidock.documents.plan import PlanDocument
-from minidock.documents.status import StatusDocument
 from minidock.model import ContainerState, Event, Health
-from minidock.runner import PassResult
 from minidock.spec.messages import did_you_mean
-from minidock.store import StateLocation
+
+if TYPE_CHECKING:  # the types of fields and arguments only: a command loads what it runs
+    from minidock.act.push import Pushed
+    from minidock.core.rebalance import Move
+    from minidock.documents.plan import PlanDocument
+    from minidock.documents.status import StatusDocument
+    from minidock.runner import PassResult
+    from minidock.store import StateLocation
 
 
 class ExitCode(enum.IntEnum):

@@ -21,7 +21,7 @@ try:
 except SystemExit:
     pass
 packages = ("minidock.lab", "rich", "minidock.serve", "prometheus_client", "minidock.act.acme",
-            "acme", "requests")
+            "acme", "requests", "minidock.documents", "minidock.progress", "minidock.usecases")
 prefixes = tuple(p + "." for p in packages)
 loaded = sorted(m for m in sys.modules if m in packages or m.startswith(prefixes))
 print("LOADED:" + " ".join(loaded))
@@ -94,3 +94,16 @@ def test_reconcile_on_a_pipe_loads_no_rich_and_its_help_does() -> None:
     """A cron run prints plain lines; help is rendered by rich, so the check can fail."""
     assert modules_after("reconcile", "--state", "/nonexistent/state", package="rich") == []
     assert "rich.console" in modules_after("reconcile", "--help", package="rich")  # typer's help
+
+
+def test_reconcile_loads_the_use_cases_it_runs_and_not_the_documents_of_status() -> None:
+    """The use cases load by name (minidock/usecases/__init__.py), and the CLI names the
+    status documents and the live view for types only: a cron pass loads neither."""
+    cron = ("reconcile", "--state", "/nonexistent/state")
+    assert modules_after(*cron, package="minidock.documents") == []
+    assert modules_after(*cron, package="minidock.progress") == []
+    loaded = set(modules_after(*cron, package="minidock.usecases"))
+    assert "minidock.usecases.passes" in loaded
+    assert not loaded & {"minidock.usecases.desired", "minidock.usecases.reads"}
+    status = ("status", "--state", "/nonexistent/state")  # the check can fail: status loads them
+    assert "minidock.documents.status" in modules_after(*status, package="minidock.documents")

@@ -115,6 +115,14 @@ def test_the_checker_finds_two_owners_when_acts_are_not_fenced_by_the_lease() ->
     assert sum(t.overlaps for t in trials) > 0
 
 
+def test_etcd_refuses_a_deposed_owners_writes_when_its_own_fence_is_off() -> None:
+    """The second line of the fence (docs/ha.md): a paused owner that resumes and commits
+    what it observed has every write refused by the compare on the host's owner key."""
+    rng = random.Random("unfenced writes")
+    trials = [sm.trial("pause", sm.Timing(ttl=2.0, fence=False), rng) for _ in range(6)]
+    assert sum(t.refused_commits for t in trials) > 0
+
+
 def test_the_checker_finds_two_owners_when_a_host_changes_hands_without_a_drain() -> None:
     """The ring view alone (no owner key, no acknowledgement): the newcomer acts before the
     old owner has seen the new membership."""

@@ -6,7 +6,8 @@ each with a `docker` stand-in on its PATH. For benchmarks only; not shipped, not
     .venv/bin/python benchmarks/scale_fleet.py down
 
 Each host `sNNNN` is one `sshd` (Debian's OpenSSH 9.2, its own config, host key and pid
-file) listening on 127.100.X.Y:2222, with its own directory holding what the host's
+file) listening on 127.100.X.Y:2222 (127.101.X.Y when another fleet holds 127.100, and so
+on), with its own directory holding what the host's
 `docker` and `/proc/net` say: `benchmarks/standin/docker.sh` answers `ps`, `inspect`,
 `run`, `stop`, `rm`, `image inspect`, `logs` and `pull` from per-host state files in the
 real CLI's output formats (tests/data/docker), and `benchmarks/standin/cat.sh` serves a
@@ -55,9 +56,22 @@ PORT = 2222
 IMAGES = ("bench/web:1", "bench/web:2", "minidock-lab/web:5")
 
 
-def address(i: int) -> str:
-    """Host i (from 1) on the loopback network: 127.100.0.1 ... 127.100.3.250 ..."""
-    return f"127.100.{(i - 1) // 250}.{(i - 1) % 250 + 1}"
+NETS = range(100, 200)  # the second octet of a fleet's loopback network, 127.NET.0.0/16
+
+
+def address(i: int, net: int = NETS[0]) -> str:
+    """Host i (from 1) on the fleet's loopback network: 127.100.0.1 ... 127.100.3.250 ..."""
+    return f"127.{net}.{(i - 1) // 250}.{(i - 1) % 250 + 1}"
+
+
+def _taken(where: str) -> bool:
+    """Whether something already listens on where:PORT (another fleet's sshd)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((where, PORT))
+        except OSError:
+            return True
+    return False
 
 
 def host_name(i: int) -> str:
@@ -163,6 +177,22 @@ class ScaleFleet:
         self.known_hosts = self.root / "known_hosts"
 
     @property
+    def net(self) -> int:
+        """This fleet's loopback network (127.NET.0.0/16), chosen by `create`: the first of
+        NETS where no other fleet listens, so a benchmark's fleet left running and the
+        smoke test's fleet never answer for each other."""
+        recorded = self.root / "net"
+        if not recorded.exists():
+            mine = {self.host_dir(h) for h in self.hosts}
+            free = next(n for n in NETS if mine or not _taken(address(1, n)))
+            recorded.parent.mkdir(parents=True, exist_ok=True)
+            recorded.write_text(f"{free}\n")
+        return int(recorded.read_text())
+
+    def address(self, i: int) -> str:
+        return address(i, self.net)
+
+    @property
     def hosts(self) -> list[str]:
         return (
             sorted(p.name for p in (self.root / "hosts").iterdir())
@@ -176,6 +206,9 @@ class ScaleFleet:
     # -- files --------------------------------------------------------------------------------
     def create(self, n: int) -> None:
         """Keys, configs, stand-ins and the inventory for hosts s0001..sNNNN (idempotent)."""
+        # The network is chosen before the first host's directory exists (a fleet with host
+        # directories and no record of its network is one made before it: on 127.100).
+        assert self.net in NETS
         (self.root / "hosts").mkdir(parents=True, exist_ok=True)
         if not self.key.exists():
             key = asyncssh.generate_private_key("ssh-ed25519")
@@ -217,7 +250,7 @@ class ScaleFleet:
             key.write_private_key(str(key_path))
             key_path.chmod(0o600)
             key.write_public_key(str(key_path) + ".pub")
-        (d / "sshd_config").write_text(sshd_config(self.root, d, address(i)))
+        (d / "sshd_config").write_text(sshd_config(self.root, d, self.address(i)))
         for link, target in (
             ("bin", self.root / "bin"),
             ("proc", self.root / "proc"),
@@ -227,7 +260,7 @@ class ScaleFleet:
                 (d / link).symlink_to(target)
         (d / "prefix").write_text(f"{i:08x}" + "5eed" * 10 + "\n")  # 48 hex digits
         algorithm, blob = Path(str(key_path) + ".pub").read_text().split()[:2]
-        return f"[{address(i)}]:{PORT} {algorithm} {blob}\n"
+        return f"[{self.address(i)}]:{PORT} {algorithm} {blob}\n"
 
     def _inventory(self, n: int, connect_timeout: str = "10s") -> None:
         doc = {
@@ -241,7 +274,11 @@ class ScaleFleet:
                 "down_after": 2,
             },
             "hosts": [
-                {"name": host_name(i), "address": address(i), "labels": {"zone": "abcde"[i % 5]}}
+                {
+                    "name": host_name(i),
+                    "address": self.address(i),
+                    "labels": {"zone": "abcde"[i % 5]},
+                }
                 for i in range(1, n + 1)
             ],
         }
@@ -282,7 +319,7 @@ class ScaleFleet:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(one, self.hosts))
         for i in range(1, len(self.hosts) + 1):
-            self._wait_listening(address(i))
+            self._wait_listening(self.address(i))
         return time.monotonic() - begin
 
     def _pid(self, name: str) -> int | None:

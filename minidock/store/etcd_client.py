@@ -197,10 +197,21 @@ def _no_leader(details: str) -> bool:
     return any(word in details for word in _NO_LEADER)
 
 
+# etcd's words for a request past --max-request-bytes, and its gRPC server's for one past
+# that limit plus gRPC's 0.5 MiB of room
+TOO_LARGE = ("request is too large", "received message larger than max")
+
+
 def _refused(url: EtcdURL, what: str, code: grpc.StatusCode, details: str) -> StoreError:
     denied = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
     if code in denied or "authentication failed" in details:
         return StoreUnusable(f"{url}: etcd refused {what}: {details} (check the user and its role)")
+    if any(words in details for words in TOO_LARGE):
+        return StoreError(
+            f"{url}: etcd refused {what}: the request is larger than the members' "
+            "--max-request-bytes (1.5 MiB by default; the whole state is one key, about "
+            "1,300 hosts of 2 tasks fill it): raise it on every member (docs/ha.md)"
+        )
     return StoreError(f"{url}: etcd refused {what}: {details}")
 
 

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -376,6 +377,27 @@ def test_a_state_of_a_newer_schema_is_refused(etcd_url: str, etcd_cluster: EtcdC
     with pytest.raises(StoreUnusable, match="upgrade minidock"):
         writer.acquire()
     writer.release()
+
+
+def test_a_commit_past_the_members_request_limit_names_the_limit_and_the_fix(
+    etcd_url: str,
+) -> None:
+    """etcd refuses a request over --max-request-bytes (1.5 MiB by default); the whole
+    state is one key (docs/scale.md), so a fleet of about 1,300 hosts reaches it. The
+    refusal is one line naming the member's limit and what to raise; nothing is written."""
+    holder = _holding(_url(etcd_url))
+    store = holder.store()
+    store.commit(_state(1), [_event(1)], _cluster(1))
+    for size in (1.7, 2.5):  # MiB: etcd's refusal, then its gRPC server's (past 2 MiB)
+        huge = replace(_event(2), message="x" * int(size * 1024 * 1024))
+        with pytest.raises(StoreError) as refused:
+            store.commit(_state(1), [huge])
+        line = str(refused.value)
+        assert "\n" not in line
+        assert "--max-request-bytes" in line
+        assert "raise it on every member" in line
+    assert [e.message for _, e in store.events(limit=0)] == ["commit 1"]
+    holder.release()
 
 
 # -- quorum -----------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ See docs/lab.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from minidock.lazy import lazy_names
 
 if TYPE_CHECKING:
     from minidock.lab.cli import lab_app
@@ -45,32 +46,28 @@ if TYPE_CHECKING:
 # needs only the standard library (`python3 -m minidock.lab.prebuild`, run before MiniDock's
 # dependencies are installed: scripts/setup.sh --demo) loads none of the others.
 _HOMES = {
-    "lab_app": "cli",
-    "DEFAULT_PROJECT": "directory",
-    "LabHost": "directory",
-    "zone_for": "directory",
-    "LabError": "errors",
-    "NotOwnedError": "errors",
-    "UnknownHostError": "errors",
-    "KILL_MODES": "faults",
-    "KillMode": "faults",
-    "Lab": "fleet",
-    "remove_project": "fleet",
-    "CRASH_IMAGE": "images",
-    "WEB5_IMAGE": "images",
-    "WEB6_IMAGE": "images",
-    "WEB_BROKEN_IMAGE": "images",
-    "WORKLOAD_IMAGES": "images",
-    "engine_available": "local",
-    "HostStatus": "probe",
+    "lab_app": ".cli",
+    "DEFAULT_PROJECT": ".directory",
+    "LabHost": ".directory",
+    "zone_for": ".directory",
+    "LabError": ".errors",
+    "NotOwnedError": ".errors",
+    "UnknownHostError": ".errors",
+    "KILL_MODES": ".faults",
+    "KillMode": ".faults",
+    "Lab": ".fleet",
+    "remove_project": ".fleet",
+    "CRASH_IMAGE": ".images",
+    "WEB5_IMAGE": ".images",
+    "WEB6_IMAGE": ".images",
+    "WEB_BROKEN_IMAGE": ".images",
+    "WORKLOAD_IMAGES": ".images",
+    "engine_available": ".local",
+    "HostStatus": ".probe",
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+__getattr__ = lazy_names(__name__, _HOMES)
 
 
 __all__ = [

@@ -10,8 +10,9 @@ inward: cli -> usecases -> runner, store, spec, status -> the core.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from minidock.lazy import lazy_names
 
 if TYPE_CHECKING:
     from minidock.ssh import Terminal
@@ -195,13 +196,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # asked once: later reads are plain attribute reads
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)
 
 
 __all__ = [

@@ -106,11 +106,7 @@ def _lab_acme(folder: Path, container: str, taken: set[int]) -> LabAcme | None:
     if old is not None and docker.parse_container_states(proc.stdout):
         taken.update((old.directory_port, old.management_port, old.dns_port))
         return old
-    ports = []
-    for _ in range(3):
-        ports.append(pick_port(taken))
-        taken.add(ports[-1])
-    return prepare_acme(folder, (ports[0], ports[1], ports[2]))
+    return prepare_acme(folder, (pick_port(taken), pick_port(taken), pick_port(taken)))
 
 
 class LabSessions(HostContainers):
@@ -434,6 +430,5 @@ def _prepare_bastion(lab: Lab, taken: set[int]) -> LabBastion:
     old = lab.bastion()
     proc = local.run(docker.container_states_argv([f"{lab.project}-{BASTION}"]), check=False)
     exists = bool(docker.parse_container_states(proc.stdout))
-    port = old.port if old and exists and old.port not in taken else pick_port(taken)
-    taken.add(port)
+    port = keep_or_pick(old.port if old else 0, exists, taken)
     return LabBastion(port, f"{lab.project}-{BASTION}")

@@ -75,17 +75,20 @@ def port_free(port: int) -> bool:
 
 
 def pick_port(taken: set[int]) -> int:
-    """A port of PORT_RANGE outside `taken` that nothing on 127.0.0.1 listens on."""
+    """A port of PORT_RANGE outside `taken` that nothing on 127.0.0.1 listens on; added
+    to `taken`."""
     for _ in range(500):
         port = random.randrange(*PORT_RANGE)
         if port not in taken and port_free(port):
+            taken.add(port)
             return port
     raise LabError(f"no free port on 127.0.0.1 in {PORT_RANGE}")
 
 
 def keep_or_pick(previous: int, kept: bool, taken: set[int]) -> int:
-    """A host's loopback port: its previous one while its container exists, else a free
-    one; added to `taken`."""
-    port = previous if kept and previous and previous not in taken else pick_port(taken)
-    taken.add(port)
-    return port
+    """A host's loopback port: its previous one while its container exists (unless it is
+    taken), else a free one; added to `taken`."""
+    if kept and previous and previous not in taken:
+        taken.add(previous)
+        return previous
+    return pick_port(taken)

@@ -53,6 +53,9 @@ def test_a_picked_port_is_neither_taken_nor_listened_on(monkeypatch: pytest.Monk
         # of the three ports, one is listened on and one taken: the third, every time
         picks = {ports.pick_port({listened + 1}) for _ in range(20)}
         assert picks == {listened + 2}
+        taken = {listened + 1}
+        assert ports.pick_port(taken) == listened + 2
+        assert taken == {listened + 1, listened + 2}  # the picked port is taken from now on
         with pytest.raises(LabError):
             ports.pick_port({listened + 1, listened + 2})
 

@@ -9,6 +9,7 @@ would be a download of its own on every CI run)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,27 @@ def test_bench_scale_smoke_on_three_sshd_hosts(tmp_path: Path) -> None:
     ansible = {4, 8}  # the Ansible columns: not run in the smoke
     assert all(c not in ("", "-") for i, c in enumerate(observe) if i not in ansible), out
     assert all(c not in ("", "-") for c in act), out
+
+
+def test_bench_fixed_cost_smoke_beside_another_scale_fleet(tmp_path: Path) -> None:
+    """Two scale fleets on one machine take two loopback networks (a benchmark's fleet
+    left running beside the smoke's once answered its probes: host key changed), and the
+    fixed-cost benchmark runs on the second: both its commands reach its own hosts."""
+    roots = [tmp_path / "first", tmp_path / "second"]
+    try:
+        for root in roots:
+            bench("benchmarks/scale_fleet.py", "up", "--hosts", "2", "--root", str(root))
+        first, second = ((root / "inventory.toml").read_text() for root in roots)
+        assert 'address = "127.' in first
+        assert set(re.findall(r'address = "([\d.]+)"', first)).isdisjoint(
+            re.findall(r'address = "([\d.]+)"', second)
+        )
+        out = bench(
+            "benchmarks/bench_fixed_cost.py",
+            "--inventory", str(roots[1] / "inventory.toml"), "--runs", "1",
+        )  # fmt: skip
+        (row,) = table_rows(out, "2")
+        assert all(cell not in ("", "-") for cell in row), out
+    finally:
+        for root in roots:
+            bench("benchmarks/scale_fleet.py", "down", "--root", str(root))

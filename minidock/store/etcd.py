@@ -4,15 +4,19 @@ as an etcd lease plus a key (etcd's concurrency recipe: client/v3/concurrency).
 Keys under PREFIX (docs/ha.md has the layout and the fencing argument):
 
     PREFIX/meta                    {"schema", "generation", "event", "writer", "commit"}
-    PREFIX/controller              codec.dumps(ControllerState)
+    PREFIX/state/<part>            the ControllerState, a key per host, service and slot
+                                   (minidock.store.parts); PREFIX/controller before schema 4
     PREFIX/controller-id           this store's controller id (made once, random)
     PREFIX/generations/<20 digits> {"id", "applied_at", "source_path", "cluster"}
     PREFIX/events/<20 digits>      the events of one commit, keyed by the last one's id
     PREFIX/lock/<lease id, hex>    a writer waiting for or holding the lock (lease-owned)
 
-The lock is held by the lock key with the lowest create revision. Every commit is one
-transaction guarded by the holder's key (`create_revision == the holder's`) and by
-`PREFIX/meta`'s mod revision, so a writer whose lease expired commits nothing. A thread
+The lock is held by the lock key with the lowest create revision. Every commit is guarded
+by the holder's key (`create_revision == the holder's`) and by `PREFIX/meta`'s mod
+revision, so a writer whose lease expired commits nothing. A commit writes only the state
+keys that changed, in one transaction when they fit (100 operations, 1 MiB) and else in
+several, PREFIX/meta last: the state is read at meta's mod revision, so no reader ever
+sees a commit's first transactions without its last. A thread
 renews the lease every TTL/3 while it is held; `fence()` says when it can no longer be
 sure that it holds it, before the lease can have expired on etcd's side.
 """
@@ -32,7 +36,7 @@ from typing import Any
 
 from minidock.core import ControllerState
 from minidock.model import Cluster, Event
-from minidock.store import codec
+from minidock.store import codec, parts
 from minidock.store.base import (
     GenerationRecord,
     LeaseLost,
@@ -44,6 +48,7 @@ from minidock.store.base import (
 from minidock.store.codec import Codec
 from minidock.store.etcd_client import (
     EtcdClient,
+    RevisionCompacted,
     compare_create,
     compare_mod,
     delete,
@@ -66,8 +71,10 @@ __all__ = [
 ]
 
 # 1: secrets in clear (sealed by the first writer); 2: sealed; 3: written by MiniDock 0.5,
-# refused by an older one (as minidock.store.sqlite.SCHEMA_VERSION); raised by the writer
-SCHEMA_VERSION = 3
+# refused by an older one (as minidock.store.sqlite.SCHEMA_VERSION); 4: the controller
+# state in a key per host, service and slot (PREFIX/state/). Raised by the first writer.
+SCHEMA_VERSION = 4
+PARTS_SCHEMA = 4  # the first schema whose controller state is under PREFIX/state/
 _ID_DIGITS = 20  # zero-padded ids: the keys' byte order is the ids' order
 
 
@@ -78,7 +85,8 @@ class Keys:
         base = prefix.rstrip("/")
         self.root = f"{base}/".encode()
         self.meta = f"{base}/meta".encode()
-        self.controller = f"{base}/controller".encode()
+        self.controller = f"{base}/controller".encode()  # the whole state, before schema 4
+        self.state = f"{base}/state/".encode()
         self.controller_id = f"{base}/controller-id".encode()
         self.generations = f"{base}/generations/".encode()
         self.events = f"{base}/events/".encode()
@@ -92,6 +100,10 @@ class Keys:
 
     def lock_key(self, lease_id: int) -> bytes:
         return self.lock + f"{lease_id:x}".encode()
+
+    def parts(self, named: dict[str, bytes]) -> dict[bytes, bytes]:
+        """`parts.split` output under PREFIX/state/."""
+        return {self.state + name.encode(): raw for name, raw in named.items()}
 
 
 def range_end(prefix: bytes) -> bytes:
@@ -152,7 +164,11 @@ class EtcdStore:
         found = self.kvs(self.keys.controller)
         if found and marker in bytes(found[0].value):
             return True
-        return any(marker in bytes(kv.value) for kv in _every(self, self.keys.generations, 0))
+        return any(
+            marker in bytes(kv.value)
+            for prefix in (self.keys.state, self.keys.generations)
+            for kv in _every(self, prefix, 0)
+        )
 
     @classmethod
     def open(cls, url: EtcdURL) -> EtcdStore:
@@ -197,10 +213,33 @@ class EtcdStore:
         return meta, int(found[0].mod_revision)
 
     def load(self) -> ControllerState:
-        found = self.kvs(self.keys.controller)
-        if not found:
+        """The state as the last commit left it: read at PREFIX/meta's mod revision."""
+        meta, revision = self.meta()
+        return self.state_at(meta, revision)
+
+    def state_at(self, meta: Meta, revision: int) -> ControllerState:
+        if revision == 0:
             return ControllerState()
-        return self.codec.loads(found[0].value.decode(), ControllerState)
+        if meta.schema < PARTS_SCHEMA:
+            found = self.kvs(self.keys.controller, revision=revision)
+            if not found:
+                return ControllerState()
+            return self.codec.loads(found[0].value.decode(), ControllerState)
+        keyed = self.state_keys(revision)
+        if self._writer is not None and revision == self._writer.meta_rev:
+            self._writer.parts = keyed  # what the next commit writes its changes against
+        data = parts.join({k[len(self.keys.state) :].decode(): v for k, v in keyed.items()})
+        return ControllerState() if data is None else self.codec.from_data(data, ControllerState)
+
+    def state_keys(self, revision: int) -> dict[bytes, bytes]:
+        """PREFIX/state/ at `revision`; at the newest one when etcd compacted it away
+        (then a commit cut short since is read as far as it got: docs/ha.md)."""
+        try:
+            return {
+                bytes(kv.key): bytes(kv.value) for kv in _every(self, self.keys.state, revision)
+            }
+        except RevisionCompacted:
+            return {bytes(kv.key): bytes(kv.value) for kv in _every(self, self.keys.state, 0)}
 
     def keyed(self, cluster: Cluster) -> Cluster:
         return self.codec.keyed(cluster)
@@ -246,11 +285,12 @@ class EtcdStore:
         generation: Cluster | None = None,
         source_path: str = "",
     ) -> int | None:
-        """One transaction, guarded by the writer's lock key and by PREFIX/meta."""
+        """The state keys that changed, then the generation, the events and PREFIX/meta,
+        guarded by the writer's lock key and by PREFIX/meta (`write_state`)."""
         writer = self._holder()
         before = writer.meta
         new = replace(before, writer=holder_text(), commit=uuid.uuid4().hex)
-        ops: list[Any] = []
+        ops: list[tuple[Any, int]] = []  # each with its size, for `_batches`
         gen_id: int | None = None
         if generation is not None:
             gen_id = before.generation + 1
@@ -260,19 +300,15 @@ class EtcdStore:
                     f"but the new generation's id is {gen_id}"
                 )
             doc = generation_doc(self.codec, gen_id, time.time(), source_path, generation)
-            ops.append(put(self.keys.generation(gen_id), doc))
+            ops.append((put(self.keys.generation(gen_id), doc), len(doc)))
             new = replace(new, generation=gen_id)
         listed = list(events)
         if listed:
             last = before.event + len(listed)
             batch = batch_doc(range(before.event + 1, last + 1), listed)
-            ops.append(put(self.keys.event_batch(last), batch))
+            ops.append((put(self.keys.event_batch(last), batch), len(batch)))
             new = replace(new, event=last)
-        ops += [
-            put(self.keys.controller, self.codec.dumps(state).encode()),
-            put(self.keys.meta, new.dumps().encode()),
-        ]
-        writer.fenced_txn(ops, new)
+        write_state(self, writer, state, ops, new)
         return gen_id
 
     def fence(self) -> None:
@@ -374,6 +410,9 @@ class EtcdWriter:
         self.keys = Keys(url.prefix)
         self.client = EtcdClient(url)
         self.meta, self.meta_rev = Meta(), 0
+        # PREFIX/state/ as the last commit left it, when known (None: read it at the next
+        # commit): a commit writes only the keys that differ from it
+        self.parts: dict[bytes, bytes] | None = None
         self._keeper: LeaseKeeper | None = None
         self._key: bytes | None = None
         self._rev = 0  # the create revision of our key while we hold the lock
@@ -423,11 +462,14 @@ class EtcdWriter:
         if not self.held:
             raise RuntimeError(f"the writer lock on {self.url} is not held")
         store = EtcdStore(self.url, self.client, self)
-        if self.meta.schema == 1 and self.meta_rev > 0:
+        if self.meta_rev == 0:
+            return store
+        if self.meta.schema == 1:
             seal_at_rest(store, self)
-        elif 1 < self.meta.schema < SCHEMA_VERSION and self.meta_rev > 0:  # only marked
-            new = replace(self.meta, schema=SCHEMA_VERSION, commit=uuid.uuid4().hex)
-            self.fenced_txn([put(self.keys.meta, new.dumps().encode())], new)
+        elif self.meta.schema < PARTS_SCHEMA:
+            into_parts(store, self)
+        else:
+            repair_cut_commit(store, self)
         return store
 
     def fence(self) -> None:
@@ -445,7 +487,16 @@ class EtcdWriter:
         if seen.commit == new.commit:  # an earlier try of this very request landed
             self.meta, self.meta_rev = new, rev
             return
-        raise StoreError(
+        raise self.changed_behind(seen)
+
+    def meta_guarded_txn(self, ops: list[Any]) -> None:
+        """`ops` only while we hold the lock and PREFIX/meta is as we last saw it: a
+        commit's transactions before its last (which `fenced_txn` runs)."""
+        if not self.guarded_txn(ops, [compare_mod(self.keys.meta, self.meta_rev)]):
+            raise self.changed_behind(EtcdStore(self.url, self.client, None).meta()[0])
+
+    def changed_behind(self, seen: Meta) -> StoreError:
+        return StoreError(
             f"{self.url}: the state was changed by {seen.writer or 'another writer'} while "
             "this writer held the lock; nothing was committed"
         )
@@ -476,6 +527,7 @@ class EtcdWriter:
     def reload(self) -> None:
         """Read PREFIX/meta afresh (after a restore wrote it)."""
         self.meta, self.meta_rev = EtcdStore(self.url, self.client, self).meta()
+        self.parts = None
 
     def release(self) -> None:
         """Delete our key and revoke the lease (idempotent; etcd down: it expires)."""
@@ -572,14 +624,101 @@ class LeaseKeeper(threading.Thread):
             raise LeaseLost(_lost(self.writer.url, self.lost))
 
 
-# -- a migration's copy -----------------------------------------------------------------------
+# -- writing the state in keys ----------------------------------------------------------------
 _PAGE = 500  # keys per range request while reading a whole store
 _OPS_PER_TXN = 100  # etcd refuses a transaction of more than 128 operations by default
+_TXN_BYTES = 1 << 20  # and a request of more than 1.5 MiB: room left for the keys and framing
 _EVENTS_PER_BATCH = 200
 
 
+def write_state(
+    store: EtcdStore,
+    writer: EtcdWriter,
+    state: ControllerState,
+    final: Sequence[tuple[Any, int]],
+    new: Meta,
+) -> None:
+    """Commit `state`: the state keys that differ from the last commit's, in transactions
+    of at most _OPS_PER_TXN operations and _TXN_BYTES, each guarded by the lock and by
+    PREFIX/meta; `final` (generation, events; each with its size) and PREFIX/meta in the
+    last. Until that one lands, readers (who read the state at meta's mod revision) see
+    the state before; a writer cut off between them leaves keys that `repair_cut_commit`
+    puts back."""
+    target = store.keys.parts(parts.split(store.codec.to_data(state)))
+    current = writer.parts if writer.parts is not None else store.state_keys(0)
+    puts, deletes = parts.changes(current, target)
+    ops = [(put(k, v), len(k) + len(v)) for k, v in puts.items()]
+    ops += [(delete(k), len(k)) for k in deletes]
+    meta = new.dumps().encode()
+    *early, last = _batches(ops, [*final, (put(store.keys.meta, meta), len(meta))])
+    writer.parts = None  # unknown until the last transaction lands
+    for chunk in early:
+        writer.meta_guarded_txn(chunk)
+    writer.fenced_txn(last, new)
+    writer.parts = target
+
+
+def _batches(ops: Sequence[tuple[Any, int]], final: Sequence[tuple[Any, int]]) -> list[list[Any]]:
+    """`ops` then `final` in transactions within the limits, `final` whole in the last."""
+    batches: list[list[Any]] = []
+    chunk: list[Any] = []
+    size = 0
+    for op, n in ops:
+        if chunk and (len(chunk) >= _OPS_PER_TXN or size + n > _TXN_BYTES):
+            batches.append(chunk)
+            chunk, size = [], 0
+        chunk.append(op)
+        size += n
+    tail = sum(n for _, n in final)
+    if chunk and (len(chunk) + len(final) > _OPS_PER_TXN or size + tail > _TXN_BYTES):
+        batches.append(chunk)
+        chunk = []
+    batches.append(chunk + [op for op, _ in final])
+    return batches
+
+
+def repair_cut_commit(store: EtcdStore, writer: EtcdWriter) -> None:
+    """Put back the state keys a commit cut short left behind (its writer killed or
+    deposed between its transactions): every key changed after PREFIX/meta's revision
+    gets its value at that revision again. When etcd compacted that revision away the
+    keys stay as they are (docs/ha.md, "A commit in several transactions")."""
+    keys, revision = store.keys, writer.meta_rev
+    newest = {
+        bytes(kv.key): int(kv.mod_revision) for kv in _every(store, keys.state, 0, keys_only=True)
+    }
+    try:
+        then = store.client.range(
+            rpc.RangeRequest(
+                key=keys.state, range_end=range_end(keys.state), revision=revision, count_only=True
+            )
+        )
+    except RevisionCompacted:
+        return
+    kept = sum(1 for rev in newest.values() if rev <= revision)
+    if kept == len(newest) and int(then.count) == kept:
+        return
+    committed = store.state_keys(revision)
+    puts, deletes = parts.changes(dict.fromkeys(newest, b""), committed)
+    ops = [(put(k, v), len(k) + len(v)) for k, v in puts.items()]
+    ops += [(delete(k), len(k)) for k in deletes]
+    for chunk in _batches(ops, []):
+        if chunk:
+            writer.meta_guarded_txn(chunk)
+    writer.parts = committed
+
+
+def into_parts(store: EtcdStore, writer: EtcdWriter) -> None:
+    """A schema-2 or 3 state (one PREFIX/controller key) moved into PREFIX/state/ keys,
+    the old key deleted with PREFIX/meta's raise to schema 4 in the last transaction."""
+    state = store.state_at(writer.meta, writer.meta_rev)
+    new = replace(writer.meta, schema=SCHEMA_VERSION, commit=uuid.uuid4().hex)
+    legacy = store.keys.controller
+    write_state(store, writer, state, [(delete(legacy), len(legacy))], new)
+
+
+# -- a migration's copy -----------------------------------------------------------------------
 def read_snapshot(store: EtcdStore) -> Snapshot:
-    """Generations, controller state and events, all read at one revision."""
+    """Generations, controller state and events, all as of the last commit."""
     revision = int(store.client.range(rpc.RangeRequest(key=store.keys.meta)).header.revision)
     generations = []
     for kv in _every(store, store.keys.generations, revision):
@@ -588,10 +727,9 @@ def read_snapshot(store: EtcdStore) -> Snapshot:
         generations.append(
             GenerationRecord(int(doc["id"]), float(doc["applied_at"]), doc["source_path"], cluster)
         )
-    found = store.kvs(store.keys.controller, revision=revision)
-    state = (
-        store.codec.loads(found[0].value.decode(), ControllerState) if found else ControllerState()
-    )
+    found = store.kvs(store.keys.meta, revision=revision)
+    meta = Meta.loads(found[0].value) if found else Meta()
+    state = store.state_at(meta, int(found[0].mod_revision) if found else 0)
     events = [
         pair for kv in _every(store, store.keys.events, revision) for pair in event_batch(kv.value)
     ]
@@ -614,49 +752,48 @@ def _every(
 
 
 def write_snapshot(store: EtcdStore, writer: EtcdWriter, snapshot: Snapshot) -> None:
-    """Clear the prefix (but the lock), then write the generations and events in
-    transactions of at most _OPS_PER_TXN operations, and PREFIX/meta last: until then the
-    prefix holds no state (`has_state` is false). Every step is guarded by the lock."""
+    """Clear the prefix (but the lock), then write the generations, events and state keys
+    in transactions within the limits, and PREFIX/meta last: until then the prefix holds
+    no state (`has_state` is false). Every step is guarded by the lock."""
     keys = store.keys
     clear = [
         delete(keys.meta),
         delete(keys.controller),
+        delete(keys.state, range_end(keys.state)),
         delete(keys.generations, range_end(keys.generations)),
         delete(keys.events, range_end(keys.events)),
     ]
-    writes = [
-        put(
-            keys.generation(g.id),
-            generation_doc(store.codec, g.id, g.applied_at, g.source_path, g.cluster),
-        )
-        for g in snapshot.generations
-    ]
+    writes = []
+    for g in snapshot.generations:
+        doc = generation_doc(store.codec, g.id, g.applied_at, g.source_path, g.cluster)
+        writes.append((put(keys.generation(g.id), doc), len(doc)))
     events = list(snapshot.events)
     for at in range(0, len(events), _EVENTS_PER_BATCH):
         chunk = events[at : at + _EVENTS_PER_BATCH]
         ids, listed = [i for i, _ in chunk], [e for _, e in chunk]
-        writes.append(put(keys.event_batch(ids[-1]), batch_doc(ids, listed)))
+        batch = batch_doc(ids, listed)
+        writes.append((put(keys.event_batch(ids[-1]), batch), len(batch)))
+    target = keys.parts(parts.split(store.codec.to_data(snapshot.state)))
+    writes += [(put(k, v), len(k) + len(v)) for k, v in sorted(target.items())]
     meta = Meta(
         generation=max((g.id for g in snapshot.generations), default=0),
         event=max((i for i, _ in events), default=0),
         writer=holder_text(),
         commit=uuid.uuid4().hex,
     )
-    final = [
-        put(keys.controller, store.codec.dumps(snapshot.state).encode()),
-        put(keys.meta, meta.dumps().encode()),
-    ]
     writer.guarded_txn(clear)
-    for at in range(0, len(writes), _OPS_PER_TXN):
-        writer.guarded_txn(writes[at : at + _OPS_PER_TXN])
-    writer.guarded_txn(final)
+    for chunk in _batches(writes, [(put(keys.meta, meta.dumps().encode()), 0)]):
+        writer.guarded_txn(chunk)
     writer.reload()
+    writer.parts = target
 
 
 def seal_at_rest(store: EtcdStore, writer: EtcdWriter) -> None:
-    """A schema-1 state (secrets in clear): every generation and the controller state
-    rewritten sealed, PREFIX/meta last (schema 2), each step guarded by the lock; then the
-    history before it compacted, so no earlier revision still holds a clear value."""
+    """A schema-1 state (secrets in clear): every generation rewritten sealed and the
+    controller state written sealed into PREFIX/state/ keys, the clear PREFIX/controller
+    deleted with PREFIX/meta's raise in the last transaction, each step guarded by the
+    lock; then the history before it compacted, so no earlier revision still holds a clear
+    value."""
     snapshot = read_snapshot(store)
     keys = store.keys
     writes = [
@@ -669,11 +806,8 @@ def seal_at_rest(store: EtcdStore, writer: EtcdWriter) -> None:
     for at in range(0, len(writes), _OPS_PER_TXN):
         writer.guarded_txn(writes[at : at + _OPS_PER_TXN])
     new = replace(writer.meta, schema=SCHEMA_VERSION, writer=holder_text(), commit=uuid.uuid4().hex)
-    final = [
-        put(keys.controller, store.codec.dumps(snapshot.state).encode()),
-        put(keys.meta, new.dumps().encode()),
-    ]
-    writer.fenced_txn(final, new)
+    legacy = keys.controller
+    write_state(store, writer, snapshot.state, [(delete(legacy), len(legacy))], new)
     store.client.compact(writer.meta_rev)
 
 

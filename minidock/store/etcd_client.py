@@ -28,7 +28,16 @@ from aetcd import rpc  # type: ignore[import-untyped]
 from minidock.store.base import StoreError, StoreUnavailable, StoreUnusable
 from minidock.store.location import Endpoint, EtcdURL
 
-__all__ = ["EtcdClient", "compare_create", "compare_mod", "delete", "get", "put", "rpc"]
+__all__ = [
+    "EtcdClient",
+    "RevisionCompacted",
+    "compare_create",
+    "compare_mod",
+    "delete",
+    "get",
+    "put",
+    "rpc",
+]
 
 STATUS_TIMEOUT = 1.0  # seconds each endpoint has to say how it is, when a request failed
 MAX_MESSAGE = 64 << 20  # a snapshot of a long history can exceed grpc's 4 MiB default
@@ -37,6 +46,11 @@ _LAST_ERROR = re.compile(
     r"last error: (?:[A-Z_]+: )?(?:ipv[46]:\S+: )?(?:Failed to connect to remote host: )?(.*)"
 )
 _NO_LEADER = ("no leader", "timed out", "leader changed", "not capable", "deadline exceeded")
+
+
+class RevisionCompacted(StoreError):
+    """A read at a revision etcd has compacted away (its history before it is gone)."""
+
 
 Invoke = Callable[["_Member", float, Sequence[tuple[str, str]]], Any]
 
@@ -209,9 +223,11 @@ def _refused(url: EtcdURL, what: str, code: grpc.StatusCode, details: str) -> St
     if any(words in details for words in TOO_LARGE):
         return StoreError(
             f"{url}: etcd refused {what}: the request is larger than the members' "
-            "--max-request-bytes (1.5 MiB by default; the whole state is one key, about "
-            "1,300 hosts of 2 tasks fill it): raise it on every member (docs/ha.md)"
+            "--max-request-bytes (1.5 MiB by default; one service's spec or one host's "
+            "record that large fills it): raise it on every member (docs/ha.md)"
         )
+    if "required revision has been compacted" in details:
+        return RevisionCompacted(f"{url}: etcd refused {what}: {details}")
     return StoreError(f"{url}: etcd refused {what}: {details}")
 
 

@@ -382,9 +382,10 @@ def test_a_state_of_a_newer_schema_is_refused(etcd_url: str, etcd_cluster: EtcdC
 def test_a_commit_past_the_members_request_limit_names_the_limit_and_the_fix(
     etcd_url: str,
 ) -> None:
-    """etcd refuses a request over --max-request-bytes (1.5 MiB by default); the whole
-    state is one key (docs/scale.md), so a fleet of about 1,300 hosts reaches it. The
-    refusal is one line naming the member's limit and what to raise; nothing is written."""
+    """etcd refuses a request over --max-request-bytes (1.5 MiB by default): a commit's
+    state keys are spread over transactions within it, but one value past it (here a
+    commit's events) is refused in one line naming the member's limit and what to raise;
+    nothing is written."""
     holder = _holding(_url(etcd_url))
     store = holder.store()
     store.commit(_state(1), [_event(1)], _cluster(1))

@@ -1,7 +1,8 @@
 """Two controllers of different versions on one state (issue 45): a state written by
 MiniDock 0.4 (schema 2) is read as it is by 0.5's readers and raised to schema 3 by 0.5's
 first writer; from then on a controller that knows only schema 2 (0.4) refuses it with one
-line (it would drop what 0.5 records), and its readers alike. Both stores."""
+line (it would drop what 0.5 records), and its readers alike. Both stores. The etcd
+store's schema 4 (the state in a key per host, service and slot) is raised alike."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from minidock import store as stores
 from minidock.store import etcd as etcd_store
 from minidock.store import sqlite as sqlite_store
 from minidock.store.directory import DB_NAME
+from minidock.store.etcd_client import delete, put
 from minidock.store.location import EtcdURL
-from tests.etcd import EtcdCluster
 from tests.unit.test_state import _event, _state
 
 
@@ -59,22 +60,47 @@ def test_a_schema_2_directory_is_raised_by_the_first_writer_then_refused_by_an_o
         stores.open_reader(state)
 
 
-def test_an_etcd_state_is_raised_alike(
-    etcd_url: str, etcd_cluster: EtcdCluster, monkeypatch: pytest.MonkeyPatch
+def _as_written_before_schema_4(url: EtcdURL, schema: int) -> None:
+    """The state as MiniDock 0.4 (schema 2) or 0.5 (3) left it: one PREFIX/controller key."""
+    writer = etcd_store.EtcdWriter(url)
+    writer.acquire()
+    try:
+        store = writer.store()
+        keys, state = store.keys, store.load()
+        old = replace(writer.meta, schema=schema)
+        ops = [
+            delete(keys.state, etcd_store.range_end(keys.state)),
+            put(keys.controller, store.codec.dumps(state).encode()),
+            put(keys.meta, old.dumps().encode()),
+        ]
+        writer.fenced_txn(ops, old)
+    finally:
+        writer.release()
+
+
+@pytest.mark.parametrize("schema", [2, 3])
+def test_an_etcd_state_is_raised_alike_and_moved_into_a_key_per_part(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch, schema: int
 ) -> None:
+    """0.4's and 0.5's one key is read as it is by this MiniDock's readers; its first
+    writer moves it into PREFIX/state/ keys (schema 4) and deletes the old key; then an
+    older MiniDock refuses it with one line."""
     url = stores.parse_location(etcd_url)
     assert isinstance(url, EtcdURL)
     _commit(url)
+    _as_written_before_schema_4(url, schema)
     store = etcd_store.EtcdStore.open(url)
-    meta = replace(store.meta()[0], schema=2)  # as MiniDock 0.4 left it
-    store.close()
-    done = etcd_cluster.etcdctl("put", etcd_store.Keys(url.prefix).meta.decode(), meta.dumps())
-    assert done.returncode == 0, done.stderr
-    _commit(url)  # 0.5's first writer raises it
-    store = etcd_store.EtcdStore.open(url)
-    assert store.meta()[0].schema == etcd_store.SCHEMA_VERSION == 3
+    assert store.meta()[0].schema == schema
     assert store.load() == _state(1)
+    assert store.kvs(store.keys.state, etcd_store.range_end(store.keys.state)) == []
     store.close()
-    monkeypatch.setattr(etcd_store, "SCHEMA_VERSION", 2)  # 0.4 again
-    with pytest.raises(stores.StoreUnusable, match=r"schema version 3; .* upgrade minidock"):
+    _commit(url)  # this MiniDock's first writer raises it
+    store = etcd_store.EtcdStore.open(url)
+    assert store.meta()[0].schema == etcd_store.SCHEMA_VERSION == 4
+    assert store.load() == _state(1)
+    assert store.kvs(store.keys.controller) == []
+    assert len(store.kvs(store.keys.state, etcd_store.range_end(store.keys.state))) > 3
+    store.close()
+    monkeypatch.setattr(etcd_store, "SCHEMA_VERSION", 3)  # 0.5 again
+    with pytest.raises(stores.StoreUnusable, match=r"schema version 4; .* upgrade minidock"):
         stores.open_reader(url)

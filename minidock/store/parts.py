@@ -1,0 +1,76 @@
+"""The controller state as many small documents, one per host, service and slot, so the
+etcd store keeps it in a key each and a commit rewrites only what changed (docs/ha.md,
+"What is in etcd"; docs/scale.md says why: one key stops fitting in an etcd request at
+about 1,300 hosts, and a fleet's every pass would rewrite it whole).
+
+Names, under the state's `PREFIX/state/`:
+
+    rest                 the ControllerState without its hosts and services
+    hosts/<host>         one HostState
+    services/<service>   one ServiceState without its slots
+    slots/<service>/<n>  one SlotState
+
+Pure: JSON data in (a codec's `to_data` output), bytes out, and back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["REST", "changes", "join", "split"]
+
+REST = "rest"
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def split(data: Mapping[str, Any]) -> dict[str, bytes]:
+    """A ControllerState's data as {name: document}: equal data, equal documents."""
+    rest = dict(data)
+    hosts = rest.pop("hosts", {})
+    services = rest.pop("services", {})
+    parts = {REST: _dumps(rest)}
+    for host, record in hosts.items():
+        parts[f"hosts/{host}"] = _dumps(record)
+    for service, record in services.items():
+        own = dict(record)
+        for n, slot in own.pop("slots", {}).items():
+            parts[f"slots/{service}/{n}"] = _dumps(slot)
+        parts[f"services/{service}"] = _dumps(own)
+    return parts
+
+
+def join(parts: Mapping[str, bytes]) -> dict[str, Any] | None:
+    """The data `split` was given (slot numbers as JSON keys, strings), or None when
+    there is no `rest` document: nothing was committed in this layout."""
+    if REST not in parts:
+        return None
+    data: dict[str, Any] = json.loads(parts[REST])
+    hosts: dict[str, Any] = {}
+    services: dict[str, dict[str, Any]] = {}
+    slots: dict[str, dict[str, Any]] = {}
+    for name, raw in parts.items():
+        kind, _, rest = name.partition("/")
+        if kind == "hosts":
+            hosts[rest] = json.loads(raw)
+        elif kind == "services":
+            services[rest] = json.loads(raw)
+        elif kind == "slots":
+            service, _, n = rest.rpartition("/")
+            slots.setdefault(service, {})[n] = json.loads(raw)
+    for service, record in services.items():
+        record["slots"] = slots.get(service, {})
+    return {**data, "hosts": hosts, "services": services}
+
+
+def changes(
+    current: Mapping[bytes, bytes], target: Mapping[bytes, bytes]
+) -> tuple[dict[bytes, bytes], list[bytes]]:
+    """What turns the keys `current` into `target`: the puts (new or changed values) and
+    the deletes (keys `target` no longer has), each in key order."""
+    puts = {k: v for k, v in sorted(target.items()) if current.get(k) != v}
+    return puts, sorted(k for k in current if k not in target)

@@ -1,0 +1,199 @@
+"""The etcd store keeps the controller state in a key per host, service and slot (schema 4,
+issue 47's first step: docs/scale.md, "What etcd carries"): a fleet past what one etcd
+request holds commits, a commit rewrites only what changed, a commit in several
+transactions is never seen half-done and is put back when cut short, and a read whose
+revision etcd compacted away still answers. On real etcd members (tests/etcd.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minidock.core import ControllerState
+from minidock.core.hosts import HostState, SeenTask
+from minidock.core.slots import SlotPhase, SlotState
+from minidock.model import Host
+from minidock.store import LeaseLost, codec, parse_location, parts
+from minidock.store.etcd import EtcdStore, EtcdWriter, _batches, _every
+from minidock.store.etcd_client import put, rpc
+from minidock.store.location import EtcdURL
+from tests.etcd import EtcdCluster
+from tests.unit.test_state import _cluster, _event, _state
+
+REQUEST_LIMIT = int(1.5 * 1024 * 1024)  # etcd's --max-request-bytes default (the fixture's)
+
+
+def _url(text: str) -> EtcdURL:
+    url = parse_location(text)
+    assert isinstance(url, EtcdURL)
+    return url
+
+
+@pytest.fixture
+def holder(etcd_url: str) -> Iterator[EtcdWriter]:
+    writer = EtcdWriter(_url(etcd_url))
+    writer.acquire()
+    yield writer
+    writer.release()
+
+
+def _fleet(hosts: int, generation: int = 1) -> ControllerState:
+    """`hosts` hosts of 2 tasks each (the records of docs/scale.md's sizes), on top of the
+    rich state of test_state."""
+    base = _state(generation)
+    records = {}
+    slots = {}
+    for n in range(hosts):
+        name = f"host-{n:06d}"
+        host = Host(name=name, address=f"10.1.{n // 250}.{n % 250}", cpus=4.0, memory=8 << 30)
+        tasks = tuple(SeenTask("web", 2 * n + i, f"web.{2 * n + i}.3f9a", "9c1e") for i in range(2))
+        records[name] = HostState(last_seen=1796490217.5, tasks=tasks, last_known=host)
+        for i in range(2):
+            slot = SlotState(phase=SlotPhase.RUNNING, task=f"web.{2 * n + i}.3f9a", host=name)
+            slots[2 * n + i + 10] = slot
+    web = base.services["web"]
+    services = {**base.services, "web": replace(web, slots={**web.slots, **slots})}
+    return replace(base, hosts={**base.hosts, **records}, services=services)
+
+
+def _revisions(store: EtcdStore) -> dict[bytes, int]:
+    return {bytes(kv.key): int(kv.mod_revision) for kv in _every(store, store.keys.state, 0)}
+
+
+def test_a_fleet_past_one_requests_limit_commits_and_reads_back(holder: EtcdWriter) -> None:
+    """2,000 hosts of 2 tasks: as one key, about 1.8 MB, past etcd's 1.5 MiB request limit
+    (the state was one key up to schema 3: such a commit was refused)."""
+    state = _fleet(2000)
+    assert len(codec.dumps(state)) > REQUEST_LIMIT
+    store = holder.store()
+    store.commit(state, [_event(1)], _cluster(1))
+    reader = EtcdStore.open(holder.url)
+    try:
+        assert reader.load() == state
+        assert reader.snapshot().state == state
+    finally:
+        reader.close()
+    slots = sum(len(s.slots) for s in state.services.values())
+    assert len(_revisions(store)) == 1 + len(state.hosts) + len(state.services) + slots
+
+
+def test_a_commit_rewrites_only_the_keys_that_changed(holder: EtcdWriter) -> None:
+    store = holder.store()
+    state = _fleet(300)
+    store.commit(state, [_event(1)], _cluster(1))
+    before = _revisions(store)
+    host = state.hosts["host-000042"]
+    changed = replace(state, hosts={**state.hosts, "host-000042": replace(host, failures=1)})
+    store.commit(changed, [_event(2)])
+    after = _revisions(store)
+    assert {k for k in after if after[k] != before.get(k)} == {
+        store.keys.state + b"hosts/host-000042"
+    }
+    gone = {h: r for h, r in changed.hosts.items() if h != "host-000007"}
+    store.commit(replace(changed, hosts=gone), [_event(3)])
+    assert set(after) - set(_revisions(store)) == {store.keys.state + b"hosts/host-000007"}
+    assert store.load() == replace(changed, hosts=gone)
+
+
+def test_a_commit_cut_short_is_never_read_and_the_next_writer_puts_it_back(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer is deposed after its commit's first transactions, before the one that
+    writes PREFIX/meta: readers still read the last whole commit, and the next holder puts
+    the keys it left back before it reads."""
+    url = _url(etcd_url)
+    first = EtcdWriter(url)
+    first.acquire()
+    store = first.store()
+    whole = _fleet(400)
+    store.commit(whole, [_event(1)], _cluster(1))
+    changed = _fleet(400, generation=2)
+    changed = replace(changed, hosts={h: replace(r, failures=3) for h, r in changed.hosts.items()})
+
+    def deposed(ops: list[Any], new: object) -> None:
+        raise LeaseLost("deposed before its last transaction")
+
+    monkeypatch.setattr(first, "fenced_txn", deposed)
+    with pytest.raises(LeaseLost):
+        store.commit(changed, [_event(2)])
+    newer = [k for k, rev in _revisions(store).items() if rev > first.meta_rev]
+    assert len(newer) > 100  # several transactions landed
+    reader = EtcdStore.open(url)
+    assert reader.load() == whole
+    reader.close()
+    first.release()
+
+    second = EtcdWriter(url)
+    second.acquire()
+    try:
+        again = second.store()
+        now = {bytes(kv.key): bytes(kv.value) for kv in _every(again, again.keys.state, 0)}
+        assert now == again.state_keys(second.meta_rev)
+        assert again.load() == whole
+        again.commit(changed, [_event(2)])
+        assert again.load() == changed
+    finally:
+        second.release()
+
+
+def test_a_state_read_at_a_compacted_revision_is_read_at_the_newest(
+    holder: EtcdWriter, etcd_cluster: EtcdCluster
+) -> None:
+    """etcd's auto-compaction may drop PREFIX/meta's revision from the history: the state
+    (whole, since no commit was cut short) is then read as it is now."""
+    store = holder.store()
+    state = _fleet(20)
+    store.commit(state, [_event(1)], _cluster(1))
+    other = (holder.url.prefix.rstrip("/") + "-elsewhere").encode()
+    reply = holder.client.txn(rpc.TxnRequest(success=[put(other, b"x")]))
+    holder.client.compact(int(reply.header.revision))
+    assert holder.meta_rev < int(reply.header.revision)
+    reader = EtcdStore.open(holder.url)
+    try:
+        assert reader.load() == state
+    finally:
+        reader.close()
+    holder.release()
+    after = EtcdWriter(holder.url)
+    after.acquire()
+    try:
+        assert after.store().load() == state
+    finally:
+        after.release()
+
+
+# -- the pure parts ---------------------------------------------------------------------------
+def test_split_then_join_is_the_codecs_own_round_trip() -> None:
+    state = _fleet(3)
+    data = codec.to_data(state)
+    assert codec.from_data(parts.join(parts.split(data)), ControllerState) == state
+    assert parts.join({}) is None
+
+
+def test_changes_are_the_puts_and_deletes_between_two_key_sets() -> None:
+    current = {b"a": b"1", b"b": b"2", b"c": b"3"}
+    target = {b"a": b"1", b"b": b"9", b"d": b"4"}
+    assert parts.changes(current, target) == ({b"b": b"9", b"d": b"4"}, [b"c"])
+
+
+@given(
+    st.lists(st.integers(min_value=0, max_value=400_000), max_size=400),
+    st.lists(st.integers(min_value=0, max_value=250_000), min_size=1, max_size=4),
+)
+def test_batches_keep_every_op_in_order_within_the_limits_and_the_final_ops_last(
+    sizes: list[int], final_sizes: list[int]
+) -> None:
+    ops = [(("op", i), n) for i, n in enumerate(sizes)]
+    final = [(("final", i), n) for i, n in enumerate(final_sizes)]
+    batches = _batches(ops, final)
+    assert [op for batch in batches for op in batch] == [op for op, _ in ops + final]
+    assert batches[-1][-len(final) :] == [op for op, _ in final]
+    size = dict(ops + final)
+    for batch in batches:
+        assert len(batch) <= 100
+        assert len(batch) == 1 or sum(size[op] for op in batch) <= 1 << 20

@@ -279,6 +279,9 @@ class Recorder:
     def disconnect(self, host: Host) -> None:
         self.inner.disconnect(host)
 
+    async def warm(self, hosts: Sequence[Host]) -> int:
+        return await self.inner.warm(hosts)
+
     async def close(self) -> None:
         await self.inner.close()
 

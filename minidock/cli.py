@@ -302,8 +302,14 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
                     last_why[cluster] = line
             case usecases.PassSkipped(reason=reason, deposed=True):
                 err.print(f"minidock: {reason}", markup=False)  # another controller leads
-            case usecases.PassSkipped():
-                pass  # another writer is at work: the next pass will see its result
+            case usecases.PassSkipped(cluster=cluster, standby=warm, hosts=hosts):
+                # another writer is at work: the next pass will see its result; said once
+                # for each change of how many hosts this standby holds connections to
+                line = f"standing by, {warm} of {hosts} hosts connected"
+                if summaries and line != last_why.get(cluster, ""):
+                    tag = f"[{cluster}] " if cluster else ""
+                    err.print(f"minidock: {tag}{line}", markup=False)
+                    last_why[cluster] = line
             case usecases.ImageBuilt(service=name, image=image, built=False):
                 out.print(f"{name}: {image} is built already", markup=False)
             case usecases.ImageBuilt(service=name, image=image, seconds=took):

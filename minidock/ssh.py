@@ -180,6 +180,12 @@ class Executor(Protocol):
         """Drop any pooled connection to host: the next call connects afresh."""
         ...
 
+    async def warm(self, hosts: Sequence[Host]) -> int:
+        """Open (or keep) a connection to each host, running nothing on it: a standby
+        controller's, so that its first pass after a takeover needs no handshake. How
+        many hosts are connected; one that cannot be reached is left for the pass."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -950,6 +956,21 @@ class SSHExecutor:
         """Drop the pooled connection to host, if any: the next call connects afresh (with
         `host.connect_timeout`). Commands still running on it fail as Unreachable."""
         self._pool.disconnect(host.name)
+
+    async def warm(self, hosts: Sequence[Host]) -> int:
+        """See `Executor.warm`: connections a pass would open, opened now, within the
+        same overall limit; kept alive by their keepalives (a dead one is reopened on
+        the next call)."""
+
+        async def connect(host: Host) -> bool:
+            async with self._limit:
+                try:
+                    await self._pool.connection(host)
+                except Unreachable:
+                    return False
+                return True
+
+        return sum(await asyncio.gather(*(connect(h) for h in hosts)))
 
     async def close(self) -> None:
         """Close every pooled connection."""

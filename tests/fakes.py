@@ -54,6 +54,7 @@ class FakeExecutor:
         self.calls: list[Call] = []
         self.closed = False
         self.disconnected: list[str] = []  # hosts whose connection a caller dropped
+        self.warmed: list[list[str]] = []  # the hosts of each `warm` call
         self.in_flight = 0
         self.max_in_flight = 0
         self.pour_chunk = 1 << 20
@@ -80,6 +81,12 @@ class FakeExecutor:
 
     def disconnect(self, host: Host) -> None:
         self.disconnected.append(host.name)
+
+    async def warm(self, hosts: Sequence[Host]) -> int:
+        """Recorded in `warmed`; every host counts as connected (nothing is run)."""
+        self.warmed.append([h.name for h in hosts])
+        await asyncio.sleep(0)
+        return len(hosts)
 
     async def feed(
         self,

@@ -181,6 +181,8 @@ class PassSkipped:
     reason: str
     deposed: bool = False
     cluster: str = ""  # which cluster's pass, when the store holds several
+    standby: int = 0  # hosts this standby holds a warm connection to (passes.stand_by)
+    hosts: int = 0  # of how many in the inventory
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from minidock.usecases.access import (
     Writer,
     admissible,
     read_desired,
+    reading,
     require_applied,
     writing,
 )
@@ -35,6 +36,7 @@ from minidock.usecases.outcomes import (
     PassDone,
     PassSkipped,
     Report,
+    UseCaseError,
     labelled,
     verdict,
     waited_for,
@@ -258,10 +260,26 @@ async def watch_step(
                 streams.seen(desired.cluster.name, live_ids(result.observed))
                 streams.engines(desired.cluster.name, engine_kinds(result.observed))
     except Busy as exc:
-        return PassSkipped(str(exc), cluster=cluster)
+        warm, listed = await stand_by(directory, executor, inventories)
+        return PassSkipped(str(exc), cluster=cluster, standby=warm, hosts=listed)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
     return PassDone(result, code, cluster)
+
+
+async def stand_by(
+    directory: StateLocation, executor: Executor, inventories: Inventories | None
+) -> tuple[int, int]:
+    """While another controller works: a connection to each host of the inventory kept
+    open (nothing run on it), so this one's first pass after a takeover needs no SSH
+    handshake (docs/ha.md, "Warm takeover"). The hosts connected, of how many; (0, 0)
+    when the state or the inventory cannot be read now (the next round tries again)."""
+    try:
+        with reading(directory) as store:
+            hosts = read_desired(store, directory, inventories).inventory.hosts
+    except UseCaseError:
+        return 0, 0
+    return await executor.warm(hosts), len(hosts)
 
 
 def engine_kinds(observed: Observed) -> dict[str, EngineKind]:

@@ -53,6 +53,35 @@ def test_lab_docker_ps_on_every_host(lab_inventory: Inventory) -> None:
     go(main())
 
 
+def test_lab_warm_connects_each_host_once_and_the_commands_after_it_open_none(
+    lab_inventory: Inventory,
+) -> None:
+    """A standby controller's warm connections (`Executor.warm`): one to each host it can
+    reach, nothing run on them; warming again opens none; the commands after it (its
+    first pass once it takes over) reuse them. A host that refuses is not counted."""
+    hosts = list(lab_inventory.hosts)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens here once the socket is closed
+    refusing = replace(hosts[0], name="refusing", port=closed, connect_timeout=2.0)
+
+    async def main() -> None:
+        executor = SSHExecutor()
+        try:
+            assert await executor.warm([*hosts, refusing]) == len(hosts)
+            assert executor.connections_opened == len(hosts)
+            assert await executor.warm(hosts) == len(hosts)
+            results = await asyncio.gather(
+                *(executor.run(h, ["docker", "ps", "-q"]) for h in hosts)
+            )
+            assert [r.exit_status for r in results] == [0] * len(hosts)
+            assert executor.connections_opened == len(hosts)
+        finally:
+            await executor.close()
+
+    go(main())
+
+
 def test_lab_connection_is_pooled(lab_inventory: Inventory) -> None:
     host = lab_inventory.hosts[0]
 

@@ -368,6 +368,9 @@ class Hosts:
 
     def disconnect(self, host: Host) -> None: ...
 
+    async def warm(self, hosts: Sequence[Host]) -> int:
+        return len(hosts)
+
     async def close(self) -> None: ...
 
 

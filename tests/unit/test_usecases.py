@@ -368,6 +368,10 @@ def test_watch_steps_skip_while_another_writer_works(setup: Setup) -> None:
         skipped = run(usecases.watch_step(setup.state, executor, setup.runtime()))
     assert isinstance(skipped, PassSkipped)
     assert "is locked by another minidock process" in skipped.reason
+    # a standby: a connection kept to every host of the inventory, nothing run on them
+    assert executor.warmed == [["host1", "host2", "host3"]]
+    assert executor.calls == []
+    assert (skipped.standby, skipped.hosts) == (3, 3)
     done = run(usecases.watch_step(setup.state, executor, setup.runtime()))
     assert isinstance(done, PassDone)
     assert any(line.startswith("started web.") for line in done.result.done)

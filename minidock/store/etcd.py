@@ -4,8 +4,9 @@ as an etcd lease plus a key (etcd's concurrency recipe: client/v3/concurrency).
 Keys under PREFIX (docs/ha.md has the layout and the fencing argument):
 
     PREFIX/meta                    {"schema", "generation", "event", "writer", "commit"}
-    PREFIX/state/<part>            the ControllerState, a key per host, service and slot
-                                   (minidock.store.parts); PREFIX/controller before schema 4
+    PREFIX/state/<part>            the ControllerState, a key per host, service and slot,
+                                   the hosts' last_seen in one (minidock.store.parts);
+                                   PREFIX/controller before schema 4
     PREFIX/controller-id           this store's controller id (made once, random)
     PREFIX/generations/<20 digits> {"id", "applied_at", "source_path", "cluster"}
     PREFIX/events/<20 digits>      the events of one commit, keyed by the last one's id

@@ -6,9 +6,14 @@ about 1,300 hosts, and a fleet's every pass would rewrite it whole).
 Names, under the state's `PREFIX/state/`:
 
     rest                 the ControllerState without its hosts and services
-    hosts/<host>         one HostState
+    seen                 {host: last_seen}: the one field every pass's probes change
+    hosts/<host>         one HostState without its last_seen
     services/<service>   one ServiceState without its slots
     slots/<service>/<n>  one SlotState
+
+Each host's `last_seen` lives in `seen`, not in its own key: a pass in which nothing
+happened then writes three small keys (`seen`, `rest` with its pass counters, and
+PREFIX/meta) however many hosts it probed, not one key a host.
 
 Pure: JSON data in (a codec's `to_data` output), bytes out, and back.
 """
@@ -19,9 +24,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REST", "changes", "join", "split"]
+__all__ = ["REST", "SEEN", "changes", "join", "split"]
 
 REST = "rest"
+SEEN = "seen"
 
 
 def _dumps(data: Any) -> bytes:
@@ -34,8 +40,12 @@ def split(data: Mapping[str, Any]) -> dict[str, bytes]:
     hosts = rest.pop("hosts", {})
     services = rest.pop("services", {})
     parts = {REST: _dumps(rest)}
+    seen = {}
     for host, record in hosts.items():
-        parts[f"hosts/{host}"] = _dumps(record)
+        own = dict(record)
+        seen[host] = own.pop("last_seen", None)
+        parts[f"hosts/{host}"] = _dumps(own)
+    parts[SEEN] = _dumps(seen)
     for service, record in services.items():
         own = dict(record)
         for n, slot in own.pop("slots", {}).items():
@@ -50,13 +60,14 @@ def join(parts: Mapping[str, bytes]) -> dict[str, Any] | None:
     if REST not in parts:
         return None
     data: dict[str, Any] = json.loads(parts[REST])
+    seen: dict[str, Any] = json.loads(parts.get(SEEN, b"{}"))
     hosts: dict[str, Any] = {}
     services: dict[str, dict[str, Any]] = {}
     slots: dict[str, dict[str, Any]] = {}
     for name, raw in parts.items():
         kind, _, rest = name.partition("/")
         if kind == "hosts":
-            hosts[rest] = json.loads(raw)
+            hosts[rest] = {**json.loads(raw), "last_seen": seen.get(rest)}
         elif kind == "services":
             services[rest] = json.loads(raw)
         elif kind == "slots":

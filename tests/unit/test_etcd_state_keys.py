@@ -79,7 +79,7 @@ def test_a_fleet_past_one_requests_limit_commits_and_reads_back(holder: EtcdWrit
     finally:
         reader.close()
     slots = sum(len(s.slots) for s in state.services.values())
-    assert len(_revisions(store)) == 1 + len(state.hosts) + len(state.services) + slots
+    assert len(_revisions(store)) == 2 + len(state.hosts) + len(state.services) + slots
 
 
 def test_a_commit_rewrites_only_the_keys_that_changed(holder: EtcdWriter) -> None:
@@ -173,6 +173,16 @@ def test_split_then_join_is_the_codecs_own_round_trip() -> None:
     data = codec.to_data(state)
     assert codec.from_data(parts.join(parts.split(data)), ControllerState) == state
     assert parts.join({}) is None
+
+
+def test_a_pass_that_only_saw_its_hosts_again_changes_one_key_not_one_a_host() -> None:
+    """Every probe that answers sets its host's last_seen: kept in `seen`, so the host keys
+    stay as they were."""
+    state = _fleet(50)
+    later = replace(state, hosts={h: replace(r, last_seen=2e9) for h, r in state.hosts.items()})
+    before, after = parts.split(codec.to_data(state)), parts.split(codec.to_data(later))
+    assert {k for k in after if after[k] != before.get(k)} == {parts.SEEN}
+    assert codec.from_data(parts.join(after), ControllerState) == later
 
 
 def test_changes_are_the_puts_and_deletes_between_two_key_sets() -> None:

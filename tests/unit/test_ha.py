@@ -23,7 +23,7 @@ from minidock.model import Cluster, Host, Inventory
 from minidock.runner import run_pass
 from minidock.ssh import Result
 from minidock.store import LeaseLost, WriterBusy, parse_location
-from minidock.store.etcd import EtcdWriter
+from minidock.store.etcd import EtcdStore, EtcdWriter, _every
 from minidock.store.location import EtcdURL
 from minidock.usecases import Busy, Deposed, Ending, ExitCode, PassDone, Progress, Writer
 from tests.behaviour import Clock
@@ -183,6 +183,28 @@ def test_apply_reconcile_status_and_events_on_an_etcd_state(ha: EtcdSetup) -> No
     doc = run(usecases.status(ha.location, ha.runtime())).document
     assert sorted(s.name for s in doc.services) == ["db", "web"]
     assert [e.kind for e in usecases.events(ha.location, limit=1).events] == ["run"]
+
+
+def test_a_pass_in_which_nothing_happened_writes_three_keys_whatever_the_fleet(
+    ha: EtcdSetup,
+) -> None:
+    """etcd's writes at rest (docs/scale.md, "What etcd carries"): a pass that probed every
+    host and changed nothing writes PREFIX/meta, the state's `rest` (its pass counters)
+    and `seen` (the hosts' last_seen), no host's, service's or slot's key."""
+    run(usecases.apply(ha.file, ha.location, ha.runtime(), ha.report, wait=True, timeout=60))
+    run(usecases.reconcile(ha.location, ha.runtime(), ha.report))
+    store = EtcdStore.open(_url(str(ha.location)))
+    try:
+        before = {bytes(kv.key): int(kv.mod_revision) for kv in _every(store, store.keys.root, 0)}
+        ha.clock.t += 30
+        ha.docker.advance(30)
+        run(usecases.reconcile(ha.location, ha.runtime(), ha.report))
+        after = {bytes(kv.key): int(kv.mod_revision) for kv in _every(store, store.keys.root, 0)}
+    finally:
+        store.close()
+    changed = {k.removeprefix(store.keys.root) for k in after if after[k] != before.get(k)}
+    assert changed == {b"meta", b"state/rest", b"state/seen"}
+    assert len(after) > 10  # hosts, services and slots: none of them written
 
 
 def test_a_taken_etcd_lock_is_busy_at_once_for_cron_and_after_patience_for_operators(

@@ -81,3 +81,19 @@ def test_bench_fixed_cost_smoke_beside_another_scale_fleet(tmp_path: Path) -> No
     finally:
         for root in roots:
             bench("benchmarks/scale_fleet.py", "down", "--root", str(root))
+
+
+def test_bench_etcd_rest_smoke_counts_three_keys_a_quiet_pass(tmp_path: Path) -> None:
+    """etcd's writes at rest on a 3-host scale fleet: a pass in which nothing happened
+    writes `meta`, `rest` and `seen`, no host's or slot's key (docs/benchmarks.md)."""
+    root = tmp_path / "scale"
+    try:
+        bench("benchmarks/scale_fleet.py", "up", "--hosts", "3", "--root", str(root))
+        out = bench(
+            "benchmarks/bench_etcd_rest.py",
+            "--inventory", str(root / "inventory.toml"), "--hosts", "3", "--passes", "1",
+        )  # fmt: skip
+        (row,) = table_rows(out, "3")
+        assert row[1:3] == ["4", "3"], out  # the lock's put and delete, two commits; 3 keys
+    finally:
+        bench("benchmarks/scale_fleet.py", "down", "--root", str(root))

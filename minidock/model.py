@@ -516,6 +516,27 @@ class RegistryAuth:
     password: str = field(repr=False)
 
 
+@dataclass(frozen=True)
+class Autoscale:
+    """A service's `autoscale` (docs/autoscale.md): its count follows the ingress's own
+    request metrics within `min`..`max`, towards one target: `requests_per_task` (requests
+    a second each task takes, over every route) or `p95` (seconds: the 95th percentile of
+    the routes' request durations). Readings are taken over `window` seconds; the count
+    goes down only `cooldown` seconds after its last change. Not in the spec hash: it
+    changes no task."""
+
+    min: int
+    max: int
+    requests_per_task: float | None = None
+    p95: float | None = None
+    window: float = 60.0
+    cooldown: float = 180.0
+
+    def bounded(self, count: int) -> int:
+        """`count` brought within min..max."""
+        return max(self.min, min(self.max, count))
+
+
 # The most slots one service may have (docs/formats.md#at-most-1000-replicas): every pass
 # builds a service's slot range whole, keeps a record per slot in the state and places
 # each empty slot over every host, so the count is held in memory, never streamed. 1000 is
@@ -603,6 +624,9 @@ class Service:
     # volumes are copied; neither is in the hash
     backup: BackupPolicy | None = None
     before_backup: Hook | None = None
+    # `autoscale`: the count follows the routes' request metrics within bounds (core/autoscale.py);
+    # `replicas` is its starting count; not in the hash
+    autoscale: Autoscale | None = None
     # HMAC-SHA256 of the secret values under the state's digest key (`keyed`, done by the
     # store at apply); the spec hash takes it instead of the values. "" while unkeyed: a
     # service an older MiniDock stored, whose hash keeps the older, unkeyed form

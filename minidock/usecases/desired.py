@@ -514,10 +514,18 @@ async def scale(
         if desired.cluster.service(service) is None or ss is None or ss.removed:
             raise unknown("service", service, [s.name for s in desired.cluster.services])
         old = ss.spec
+        policy = old.autoscale
+        if policy is not None and policy.bounded(replicas) != replicas:
+            raise BadInput(
+                f"scale {service}={replicas}: {service} is autoscaled within "
+                f"{policy.min}..{policy.max} (docs/autoscale.md): give a count within them, "
+                "or change autoscale in the file"
+            )
         generation = store.next_generation_id()
         admitted = scale_service(before, service, replicas, generation)
         scaled = scaled_cluster(admitted, desired.cluster, service)
-        message = f"scaled {service} from {old.replicas} to {replicas} as generation {generation}"
+        was = ss.replicas()
+        message = f"scaled {service} from {was} to {replicas} as generation {generation}"
         event = Event(runtime.clock.now(), "scale", message, service)
         store.commit(admitted, [event], generation=scaled, source_path=f"scale {service}")
         services = len(scaled.services)
@@ -525,4 +533,4 @@ async def scale(
         convergence = await converge_passes(
             store, Desired(scaled, desired.inventory), runtime, report, wait=wait, timeout=timeout
         )
-    return ScaleOutcome(service, old.replicas, replicas, generation, convergence)
+    return ScaleOutcome(service, was, replicas, generation, convergence)

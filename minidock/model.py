@@ -935,6 +935,19 @@ class NameProxy:
         return frozenset(address for _, _, address in self.servers)
 
 
+@dataclass(frozen=True)
+class RouteCounts:
+    """One ingress proxy's cumulative counters of one route, as its metrics read them
+    (docs/autoscale.md): requests answered since the proxy started, and the duration
+    histogram's cumulative buckets as (upper bound, count), +Inf last. A route the proxy
+    has not counted a request of yet has none."""
+
+    service: str
+    route: str  # its label: Host (`*` for any) and path
+    requests: float
+    buckets: tuple[tuple[float, float], ...] = ()
+
+
 HostNames = dict[str, NameProxy] | None  # a host's name proxies by service; None: no answer
 
 
@@ -943,6 +956,9 @@ class Observed:
     hosts: dict[str, HostObservation]
     proxies: dict[str, ProxyObservation] = field(default_factory=dict)  # by ingress host
     names: dict[str, HostNames] = field(default_factory=dict)  # by host (probed when exposing)
+    # each ingress host's proxy's route counters (read while a service autoscales; None: its
+    # metrics could not be read, which is no data, never zero traffic)
+    traffic: dict[str, tuple[RouteCounts, ...] | None] = field(default_factory=dict)
 
     def containers(self) -> list[Container]:
         return [c for o in self.hosts.values() if o.ok for c in o.containers]

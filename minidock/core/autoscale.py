@@ -30,8 +30,10 @@ from minidock import units
 from minidock.model import Autoscale, Service
 
 __all__ = [
+    "DECISIONS",
     "MARGIN",
     "Delta",
+    "Mark",
     "Reading",
     "Sample",
     "Scaling",
@@ -41,12 +43,32 @@ __all__ = [
     "delta",
     "quantile",
     "reading",
+    "target",
 ]
+
+# the decision in one word (`Scaling.kind`): the count went out or in, stays (steady, at
+# max, in held by the cooldown, out held until the count has a window), or was held
+DECISIONS = ("out", "in", "steady", "max", "cooldown", "window", "held", "no-data", "bounds")
 
 # a lower count must hold each task at or under this share of the target: with it, a rate
 # that varies by up to +-10% around a steady value never turns the count back
 # (tests/unit/test_autoscale.py's property)
 MARGIN = 0.8
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Where the next reading of a route on one ingress host counts from: that proxy's
+    counters as a pass read them at `at`."""
+
+    host: str
+    route: str
+    at: float
+    requests: float
+    buckets: tuple[tuple[float, float], ...] = ()
+
+    def sample(self) -> Sample:
+        return Sample(self.at, self.requests, self.buckets)
 
 
 @dataclass(frozen=True)
@@ -62,6 +84,8 @@ class Scaling:
     reason: str = ""
     rate: float | None = None
     p95: float | None = None
+    marks: tuple[Mark, ...] = ()  # each (ingress host, route)'s counters readings start from
+    kind: str = ""  # the decision in one word, one of DECISIONS ("" before a pass decided)
 
 
 @dataclass(frozen=True)
@@ -140,6 +164,13 @@ def quantile(q: float, buckets: tuple[tuple[float, float], ...]) -> float | None
     return lower
 
 
+def target(policy: Autoscale) -> str:
+    """A policy's target in words: '50 requests a second a task', 'p95 250ms'."""
+    if policy.requests_per_task is not None:
+        return f"{_rate(policy.requests_per_task)} requests a second a task"
+    return f"p95 {units.format_duration(policy.p95 or 0.0)}"
+
+
 def count(spec: Service, scaling: Scaling) -> int:
     """The count a service wants: the decided one within the policy's bounds, else the
     spec's `replicas` (no policy, or no pass has decided yet)."""
@@ -168,10 +199,12 @@ def decide(
     now: float,
     *,
     held: str = "",
+    gaps: Mapping[str, str] | None = None,
 ) -> Scaling:
     """The count a service should have now, with why: `current` is the count in effect
     (`count`), `readings` each route's (by its name), `held` why the count may not change
-    now ("" when it may: a rollout or a canary holds it)."""
+    now ("" when it may: a rollout or a canary holds it), `gaps` why a route that has no
+    reading has none. The marks are carried."""
     since = scaling.changed if scaling.count is not None else now  # a first decision
     bounded = policy.bounded(current)
     missing = sorted(route for route, r in readings.items() if r is None)
@@ -180,83 +213,93 @@ def decide(
     timed = [r.p95 for r in seen if r.p95 is not None]
     p95 = max(timed) if timed and not missing else None
 
-    def at(n: int, why: str, changed: float) -> Scaling:
-        return Scaling(n, changed, why, rate, p95)
+    def at(n: int, why: str, changed: float, kind: str) -> Scaling:
+        return Scaling(n, changed, why, rate, p95, scaling.marks, kind)
 
     if bounded != current:
-        return at(bounded, f"{current} is outside {policy.min}..{policy.max}: {bounded}", now)
+        why = f"{current} is outside {policy.min}..{policy.max}: {bounded}"
+        return at(bounded, why, now, "bounds")
     if held:
-        return at(current, f"held at {current}: {held}", since)
+        return at(current, f"held at {current}: {held}", since, "held")
     if missing or not readings:
         route = missing[0] if missing else "its routes"
-        why = f"held at {current}: no data for {route} (a proxy's metrics were not read)"
-        return at(current, why, since)
+        cause = (gaps or {}).get(route, "a proxy's metrics were not read")
+        why = f"held at {current}: no data for {route} ({cause})"
+        return at(current, why, since, "no-data")
     assert rate is not None
     if policy.requests_per_task is not None:
-        want, why = _by_rate(policy, policy.requests_per_task, current, rate)
+        want, why, kind = _by_rate(policy, policy.requests_per_task, current, rate)
     else:
-        want, why = _by_latency(policy, current, rate, p95, now - since)
+        want, why, kind = _by_latency(policy, current, rate, p95, now - since)
     if want > current:
-        return at(want, why, now)
+        return at(want, why, now, kind)
     if want < current:
         left = since + policy.cooldown - now
         if left > 0:
-            return at(current, f"{why}, after the cooldown ({_seconds(left)} left)", since)
-        return at(want, why, now)
-    return at(current, why, since)
+            why = f"{why}, after the cooldown ({_seconds(left)} left)"
+            return at(current, why, since, "cooldown")
+        return at(want, why, now, kind)
+    return at(current, why, since, kind)
 
 
-def _by_rate(policy: Autoscale, target: float, current: int, rate: float) -> tuple[int, str]:
-    """The count a request rate wants, and why."""
+def _by_rate(policy: Autoscale, target: float, current: int, rate: float) -> tuple[int, str, str]:
+    """The count a request rate wants, why, and the decision's kind."""
     shown = f"{_rate(rate)} req/s"
     each = f"{_rate(rate / current)} a task" if current else "no task"
     out = math.ceil(rate / target - 1e-9)
     if out > current:
         want = policy.bounded(out)
         if want == current:
-            return current, f"at max {current}: {shown} wants {out} at {_rate(target)} a task"
-        return want, f"out: {shown} is {each}, above the target {_rate(target)}: {want} tasks"
+            why = f"at max {current}: {shown} wants {out} at {_rate(target)} a task"
+            return current, why, "max"
+        why = f"out: {shown} is {each}, above the target {_rate(target)}: {want} tasks"
+        return want, why, "out"
     low = policy.bounded(math.ceil(rate / (MARGIN * target) - 1e-9))
     if low < current:
-        return low, (
+        why = (
             f"in: {shown} is {each}; {low} tasks would take {_rate(rate / low) if low else 0} "
             f"each, under {_percent()} of the target {_rate(target)}"
         )
-    return current, f"steady: {shown} is {each}, target {_rate(target)}"
+        return low, why, "in"
+    return current, f"steady: {shown} is {each}, target {_rate(target)}", "steady"
 
 
 def _by_latency(
     policy: Autoscale, current: int, rate: float, p95: float | None, age: float
-) -> tuple[int, str]:
-    """The count a p95 wants (`age`: seconds since the count last changed), and why."""
+) -> tuple[int, str, str]:
+    """The count a p95 wants (`age`: seconds since the count last changed), why, and the
+    decision's kind."""
     assert policy.p95 is not None
     target = units.format_duration(policy.p95)
     shown = "no request timed" if p95 is None else f"p95 {units.format_duration(p95)}"
     if current == 0 and rate > 0:
         want = policy.bounded(1)
-        return want, f"out: {_rate(rate)} req/s and no task: {want}"
+        return want, f"out: {_rate(rate)} req/s and no task: {want}", "out"
     if p95 is not None and p95 > policy.p95:
         out = policy.bounded(max(current + 1, math.ceil(current * p95 / policy.p95 - 1e-9)))
         if out == current:
-            return current, f"at max {current}: {shown}, above the target {target}"
+            return current, f"at max {current}: {shown}, above the target {target}", "max"
         if age < policy.window:
-            return current, (
+            why = (
                 f"{shown}, above the target {target}: out once the count of "
                 f"{_seconds(age)} ago is a whole window old ({_seconds(policy.window - age)})"
             )
-        return out, f"out: {shown}, above the target {target}: {out} tasks"
+            return current, why, "window"
+        return out, f"out: {shown}, above the target {target}: {out} tasks", "out"
     fewer = policy.bounded(current - 1)
     if fewer < current:
         if p95 is None and rate == 0:
-            return fewer, f"in: no request in the window, target p95 {target}: {fewer} tasks"
+            why = f"in: no request in the window, target p95 {target}: {fewer} tasks"
+            return fewer, why, "in"
         if p95 is not None and fewer > 0:
             scaled = p95 * current / fewer
             if scaled <= MARGIN * policy.p95:
-                return fewer, (
+                why = (
                     f"in: {shown} would be about {units.format_duration(scaled)} on {fewer} "
                     f"tasks, under {_percent()} of the target {target}"
                 )
-    return current, f"steady: {shown}, target {target}"
+                return fewer, why, "in"
+    return current, f"steady: {shown}, target {target}", "steady"
 
 
 def _rate(value: float) -> str:

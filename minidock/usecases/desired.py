@@ -23,7 +23,7 @@ from minidock.core import (
 from minidock.core import scale as scale_service
 from minidock.core.causes import failed_probes
 from minidock.core.simulate import Simulation, simulate
-from minidock.documents.plan import plan_document, route_loads
+from minidock.documents.plan import autoscale_notes, plan_document, route_loads
 from minidock.masking import NO_SECRETS, Masker
 from minidock.model import MAX_REPLICAS, Cluster, Event, Observed, keyed_cluster
 from minidock.runner import PassResult, decide_pass
@@ -127,7 +127,8 @@ async def plan(
         _refuse_foreign(known, observed, desired.cluster, file, adopt=adopt)
     document = plan_document(current, desired.cluster, sim, lost=lose, removals=gone, mask=mask)
     loads = route_loads(plan.routes, result.rendered, observed.proxies)  # the pass's render
-    document = replace(document, routes=loads)
+    scaled = autoscale_notes(plan.state, desired.cluster)
+    document = replace(document, routes=loads, autoscale=scaled)
     code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
     probes = failed_probes(observed)
     said = tuple(backup_lines(desired.cluster.services, runtime.clock.now()))

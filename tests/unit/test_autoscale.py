@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from minidock.core import admit, scale
 from minidock.core.autoscale import (
     Delta,
+    Mark,
     Reading,
     Sample,
     Scaling,
@@ -25,8 +26,9 @@ from minidock.core.autoscale import (
     quantile,
     reading,
 )
-from minidock.core.state import ControllerState, ServiceState
-from minidock.model import Autoscale, Cluster, Route
+from minidock.core.autoscaling import step
+from minidock.core.state import ControllerState, Rollout, RolloutPhase, ServiceState
+from minidock.model import Autoscale, Cluster, Observed, Route, RouteCounts
 from tests.sim import svc
 
 BY_RATE = Autoscale(min=2, max=10, requests_per_task=50.0, window=60.0, cooldown=180.0)
@@ -258,8 +260,8 @@ def test_the_count_stays_within_its_bounds_and_holds_without_data(
     without data or held by a rollout changes nothing; a scale-in comes at least
     `cooldown` after the change before it."""
     scaling, current, now = Scaling(), policy.min, 0.0
-    for found, step, rolling in seen:
-        now += step
+    for found, pause, rolling in seen:
+        now += pause
         before = scaling
         scaling = decide(policy, scaling, current, {ROUTE: found}, now, held="r" if rolling else "")
         assert scaling.count is not None
@@ -271,3 +273,79 @@ def test_the_count_stays_within_its_bounds_and_holds_without_data(
             assert before.count is not None
             assert now - before.changed >= policy.cooldown
         current = scaling.count
+
+
+# -- a pass's part: readings from the observed counters ---------------------------------------
+def counted(n: float, route: str = "app.test/") -> tuple[RouteCounts, ...]:
+    return (RouteCounts("web", route, n, ((0.1, n), (math.inf, n))),)
+
+
+def passes(
+    ss: ServiceState, *seen: tuple[float, dict[str, tuple[RouteCounts, ...] | None]]
+) -> list[ServiceState]:
+    """`ss` through a pass at each (time, each ingress host's counters)."""
+    found = []
+    for now, traffic in seen:
+        services, _ = step({"web": ss}, Observed({}, traffic=traffic), now)
+        ss = services["web"]
+        found.append(ss)
+    return found
+
+
+def autoscaled(n: int = 2) -> ServiceState:
+    return ServiceState(spec=web(replicas=n), generation=1)  # type: ignore[arg-type]
+
+
+def test_the_first_read_marks_the_counters_and_holds() -> None:
+    (first,) = passes(autoscaled(), (100.0, {"h1": counted(500)}))
+    assert first.scaling.marks == (
+        Mark("h1", "app.test/", 100.0, 500, ((0.1, 500), (math.inf, 500))),
+    )
+    assert first.scaling.kind == "no-data"
+    assert first.scaling.reason == (
+        "held at 2: no data for app.test/ (first read of the ingress proxy on h1)"
+    )
+
+
+def test_every_proxys_counts_add_once_half_a_window_has_passed() -> None:
+    seen = passes(
+        autoscaled(),
+        (100.0, {"h1": counted(0), "h2": counted(0)}),
+        (110.0, {"h1": counted(3000), "h2": counted(3000)}),  # 10s: not half a window
+        (140.0, {"h1": counted(6000), "h2": counted(6000)}),  # 40s: 300 req/s
+    )
+    assert seen[1].scaling.reason == seen[0].scaling.reason  # the marks are only 10s old
+    assert (seen[2].scaling.count, seen[2].scaling.rate) == (6, 300.0)
+    assert {m.at for m in seen[2].scaling.marks} == {100.0}  # kept until a window old
+    after = passes(seen[2], (165.0, {"h1": counted(9000), "h2": counted(9000)}))[0]
+    assert {m.at for m in after.scaling.marks} == {165.0}  # 65s: the marks move on
+
+
+def test_an_unread_proxy_or_one_that_restarted_is_no_data() -> None:
+    seen = passes(
+        autoscaled(),
+        (100.0, {"h1": counted(1000), "h2": counted(1000)}),
+        (160.0, {"h1": counted(2000), "h2": None}),
+        (220.0, {"h1": counted(3000), "h2": counted(10)}),
+    )
+    assert seen[1].scaling.reason.endswith("(the ingress proxy on h2 did not answer its metrics)")
+    assert seen[1].scaling.rate is None
+    assert seen[2].scaling.reason.endswith("(the ingress proxy on h2 began counting again)")
+    assert [c.replicas() for c in seen] == [2, 2, 2]
+
+
+def test_a_route_a_proxy_has_not_counted_yet_is_no_request_not_no_data() -> None:
+    seen = passes(autoscaled(4), (0.0, {"h1": ()}), (60.0, {"h1": ()}))
+    assert (seen[1].scaling.rate, seen[1].scaling.kind) == (0.0, "cooldown")
+
+
+def test_a_rollout_holds_the_count_and_the_count_changing_is_an_event() -> None:
+    ss = passes(autoscaled(), (0.0, {"h1": counted(0)}))[0]
+    rolling = replace(ss, rollout=Rollout(RolloutPhase.UPDATING))
+    services, events = step({"web": rolling}, Observed({}, traffic={"h1": counted(30000)}), 60.0)
+    assert services["web"].scaling.reason == "held at 2: a rollout is updating"
+    assert events == []
+    services, events = step({"web": ss}, Observed({}, traffic={"h1": counted(30000)}), 60.0)
+    assert [e.message for e in events] == [
+        "web: 2 -> 10 tasks (out: 500 req/s is 250 a task, above the target 50: 10 tasks)"
+    ]

@@ -939,8 +939,8 @@ class NameProxy:
 class RouteCounts:
     """One ingress proxy's cumulative counters of one route, as its metrics read them
     (docs/autoscale.md): requests answered since the proxy started, and the duration
-    histogram's cumulative buckets as (upper bound, count), +Inf last. A route the proxy
-    has not counted a request of yet has none."""
+    histogram's cumulative buckets as (upper bound, count), the finite ones (+Inf is
+    `requests`). A route the proxy has not counted a request of yet has none."""
 
     service: str
     route: str  # its label: Host (`*` for any) and path

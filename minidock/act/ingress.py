@@ -9,7 +9,6 @@ docs/ingress.md.
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -97,11 +96,8 @@ async def observe_traffic(
 
 def route_counts(traffic: ProxyTraffic) -> tuple[RouteCounts, ...]:
     """A proxy's request metrics as the model's counters: each route's requests and its
-    cumulative buckets, +Inf (the count) last."""
-    return tuple(
-        RouteCounts(r.service, r.route, r.count, (*r.buckets, (math.inf, r.count)))
-        for r in traffic.routes
-    )
+    cumulative finite buckets."""
+    return tuple(RouteCounts(r.service, r.route, r.count, r.buckets) for r in traffic.routes)
 
 
 @dataclass

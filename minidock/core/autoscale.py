@@ -59,7 +59,8 @@ MARGIN = 0.8
 @dataclass(frozen=True)
 class Mark:
     """Where the next reading of a route on one ingress host counts from: that proxy's
-    counters as a pass read them at `at`."""
+    counters as a pass read them at `at` (its finite buckets: +Inf is `requests`, and
+    the state's JSON holds no infinity)."""
 
     host: str
     route: str
@@ -68,7 +69,7 @@ class Mark:
     buckets: tuple[tuple[float, float], ...] = ()
 
     def sample(self) -> Sample:
-        return Sample(self.at, self.requests, self.buckets)
+        return Sample(self.at, self.requests, (*self.buckets, (math.inf, self.requests)))
 
 
 @dataclass(frozen=True)
@@ -183,9 +184,12 @@ def count(spec: Service, scaling: Scaling) -> int:
 def admitted(scaling: Scaling, old: Service, new: Service) -> Scaling:
     """The decided count once `new` is applied over `old`: kept (within the new bounds)
     while both have a policy and the file's `replicas` is the same; else the file's
-    `replicas` is the count again (a new policy, or the operator changed the count)."""
-    if new.autoscale is None or old.autoscale is None or old.replicas != new.replicas:
+    `replicas` is the count again (a new policy, or the operator changed the count). The
+    marks the readings count from are kept either way."""
+    if new.autoscale is None:
         return Scaling()
+    if old.autoscale is None or old.replicas != new.replicas:
+        return Scaling(marks=scaling.marks)
     if scaling.count is None:
         return scaling
     return replace(scaling, count=new.autoscale.bounded(scaling.count))

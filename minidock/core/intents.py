@@ -263,7 +263,7 @@ def scale(state: ControllerState, service: str, replicas: int, generation: int) 
         previous=previous,
         rollout=_resumed(ss, ss.spec),
         slots=slots.renewed(ss.slots),
-        scaling=Scaling(),  # the operator's count, until a pass decides from it
+        scaling=Scaling(marks=ss.scaling.marks),  # the operator's count, until a pass decides
     )
     return replace(state, generation=generation, services={**state.services, service: scaled})
 

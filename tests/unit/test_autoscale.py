@@ -368,3 +368,29 @@ def test_the_decided_count_and_its_marks_round_trip_through_the_stores_json() ->
 
     json.loads(text, parse_constant=refuse)
     assert loads(text, ControllerState) == state
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    load=st.floats(min_value=0.01, max_value=5.0),
+    noise=st.lists(st.floats(min_value=-0.1, max_value=0.1), min_size=2, max_size=60),
+    start=st.integers(min_value=1, max_value=8),
+    pause=st.floats(min_value=1.0, max_value=400.0),
+    shared=st.booleans(),
+)
+def test_a_steady_latency_with_ten_percent_noise_never_flaps(
+    load: float, noise: list[float], start: int, pause: float, shared: bool
+) -> None:
+    """The same for a p95 target, whether the p95 is shared by the tasks (each task's
+    share of a steady load: `load / count` seconds) or set elsewhere (`load / 4` whatever
+    the count), each with +-10% noise."""
+    scaling, current, now, moves = steady(start), start, 0.0, []
+    for n in noise:
+        now += pause
+        p95 = (load / max(current, 1) if shared else load / 4) * (1 + n)
+        scaling = decide(BY_P95, scaling, current, rate(10.0, p95), now)
+        assert scaling.count is not None
+        if scaling.count != current:
+            moves.append(scaling.count > current)
+        current = scaling.count
+    assert all(a == b for a, b in itertools.pairwise(moves)), moves

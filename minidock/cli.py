@@ -392,6 +392,9 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         else:
             line = f"paused: its routes hold each new request up to {format_duration(note.timeout)}"
         out.print(f"service {note.service}: {line}", markup=False)
+    for scaled in doc.autoscale:  # docs/autoscale.md
+        line = f"autoscaled {scaled.min}..{scaled.max}, target {scaled.target}: {scaled.reason}"
+        out.print(f"service {scaled.service}: {line}", markup=False)
     for line in planned.schedules:  # when the passes run each scheduled backup next
         out.print(line, markup=False)
     for name, n, why in planned.plan.half_written():  # held across this apply too
@@ -708,6 +711,8 @@ def service_notes(s: ServiceSummary) -> list[str]:
         notes.append(f"{s.name}: {serving_line(s)}")
     if s.rollout.canary is not None:  # a canary (docs/rollouts.md#canary)
         notes.append(f"{s.name}: {s.rollout.canary.line()}")
+    if s.autoscale is not None:  # docs/autoscale.md
+        notes.append(f"{s.name}: {s.autoscale.line()}")
     for line in recovery_lines(s, time.time()):
         notes.append(line)
     return notes

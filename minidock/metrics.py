@@ -24,7 +24,8 @@ from prometheus_client.core import (
 )
 
 from minidock.core import HostPhase, RolloutPhase
-from minidock.documents.status import ServiceWord, StatusDocument
+from minidock.core.autoscale import DECISIONS
+from minidock.documents.status import AutoscaleSummary, ServiceWord, StatusDocument
 from minidock.model import ContainerState
 from minidock.usecases.fleetview import ClusterReading, FleetReading
 
@@ -70,6 +71,24 @@ METRICS: dict[str, MetricInfo] = {
     ),
     "minidock_service_desired_replicas": MetricInfo(
         "gauge", CS, "Slots the service wants filled (0 when desired stopped)"
+    ),
+    "minidock_autoscale_min_replicas": MetricInfo(
+        "gauge", CS, "An autoscaled service's fewest tasks (docs/autoscale.md)"
+    ),
+    "minidock_autoscale_max_replicas": MetricInfo(
+        "gauge", CS, "An autoscaled service's most tasks"
+    ),
+    "minidock_autoscale_requests_per_second": MetricInfo(
+        "gauge",
+        CS,
+        "Requests a second over an autoscaled service's routes, as its count's "
+        "latest decision read them (absent without data)",
+    ),
+    "minidock_autoscale_decision": MetricInfo(
+        "gauge",
+        (*CS, "decision"),
+        "1 for the one word of an autoscaled service's latest "
+        "decision (out, in, steady, max, cooldown, window, held, no-data, bounds)",
     ),
     "minidock_service_running": MetricInfo("gauge", CS, "Slots with a running task"),
     "minidock_service_healthy": MetricInfo(
@@ -294,6 +313,15 @@ def _bound(b: float) -> str:
     return f"{b:g}" if b != int(b) else f"{b:.1f}"
 
 
+def _autoscale(out: _Families, labels: tuple[str, ...], a: AutoscaleSummary) -> None:
+    out.add("minidock_autoscale_min_replicas", labels, a.min)
+    out.add("minidock_autoscale_max_replicas", labels, a.max)
+    if a.rate is not None:
+        out.add("minidock_autoscale_requests_per_second", labels, a.rate)
+    if a.decision:
+        out.states("minidock_autoscale_decision", labels, DECISIONS, a.decision)
+
+
 def _document(out: _Families, cluster: str, doc: StatusDocument) -> None:
     key = (cluster,)
     out.add("minidock_cluster_generation", key, doc.generation)
@@ -302,6 +330,8 @@ def _document(out: _Families, cluster: str, doc: StatusDocument) -> None:
     for s in doc.services:
         labels = (cluster, s.name)
         out.add("minidock_service_desired_replicas", labels, s.replicas)
+        if s.autoscale is not None:
+            _autoscale(out, labels, s.autoscale)
         out.add("minidock_service_running", labels, s.running)
         out.add("minidock_service_healthy", labels, s.healthy)
         for state in CONTAINER_STATES:

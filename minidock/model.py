@@ -516,6 +516,27 @@ class RegistryAuth:
     password: str = field(repr=False)
 
 
+@dataclass(frozen=True)
+class Autoscale:
+    """A service's `autoscale` (docs/autoscale.md): its count follows the ingress's own
+    request metrics within `min`..`max`, towards one target: `requests_per_task` (requests
+    a second each task takes, over every route) or `p95` (seconds: the 95th percentile of
+    the routes' request durations). Readings are taken over `window` seconds; the count
+    goes down only `cooldown` seconds after its last change. Not in the spec hash: it
+    changes no task."""
+
+    min: int
+    max: int
+    requests_per_task: float | None = None
+    p95: float | None = None
+    window: float = 60.0
+    cooldown: float = 180.0
+
+    def bounded(self, count: int) -> int:
+        """`count` brought within min..max."""
+        return max(self.min, min(self.max, count))
+
+
 # The most slots one service may have (docs/formats.md#at-most-1000-replicas): every pass
 # builds a service's slot range whole, keeps a record per slot in the state and places
 # each empty slot over every host, so the count is held in memory, never streamed. 1000 is
@@ -603,6 +624,9 @@ class Service:
     # volumes are copied; neither is in the hash
     backup: BackupPolicy | None = None
     before_backup: Hook | None = None
+    # `autoscale`: the count follows the routes' request metrics within bounds (core/autoscale.py);
+    # `replicas` is its starting count; not in the hash
+    autoscale: Autoscale | None = None
     # HMAC-SHA256 of the secret values under the state's digest key (`keyed`, done by the
     # store at apply); the spec hash takes it instead of the values. "" while unkeyed: a
     # service an older MiniDock stored, whose hash keeps the older, unkeyed form
@@ -911,6 +935,19 @@ class NameProxy:
         return frozenset(address for _, _, address in self.servers)
 
 
+@dataclass(frozen=True)
+class RouteCounts:
+    """One ingress proxy's cumulative counters of one route, as its metrics read them
+    (docs/autoscale.md): requests answered since the proxy started, and the duration
+    histogram's cumulative buckets as (upper bound, count), the finite ones (+Inf is
+    `requests`). A route the proxy has not counted a request of yet has none."""
+
+    service: str
+    route: str  # its label: Host (`*` for any) and path
+    requests: float
+    buckets: tuple[tuple[float, float], ...] = ()
+
+
 HostNames = dict[str, NameProxy] | None  # a host's name proxies by service; None: no answer
 
 
@@ -919,6 +956,9 @@ class Observed:
     hosts: dict[str, HostObservation]
     proxies: dict[str, ProxyObservation] = field(default_factory=dict)  # by ingress host
     names: dict[str, HostNames] = field(default_factory=dict)  # by host (probed when exposing)
+    # each ingress host's proxy's route counters (read while a service autoscales; None: its
+    # metrics could not be read, which is no data, never zero traffic)
+    traffic: dict[str, tuple[RouteCounts, ...] | None] = field(default_factory=dict)
 
     def containers(self) -> list[Container]:
         return [c for o in self.hosts.values() if o.ok for c in o.containers]

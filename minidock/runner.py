@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from minidock.act.acts import Acts, stop_graces
 from minidock.act.carry import carry_out
-from minidock.act.ingress import observe_proxies
+from minidock.act.ingress import observe_proxies, observe_traffic
 from minidock.act.names import observe_names
 from minidock.commands.docker import health_checks_argv
 from minidock.commands.proxies import NOTHING_RENDERED, Rendered, render
@@ -78,23 +78,26 @@ async def decide_pass(
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
 ) -> PassResult:
-    """Observe every host (and the ingress proxies, and the name proxies while a service
-    exposes ports), decide once, and render every proxy's config from the plan
-    (commands.proxies.render); nothing is recorded or done (plan, status). The hosts'
-    port tables are read, between the observation and the decision, only when a task
-    that takes a host port may start this pass (core.watching.port_tables_wanted: a
-    service that takes one is not settled), so the one decision places with them.
+    """Observe every host (and the ingress proxies, their route counters while a service
+    autoscales, and the name proxies while a service exposes ports), decide once, and
+    render every proxy's config from the plan (commands.proxies.render); nothing is
+    recorded or done (plan, status). The hosts' port tables are read, between the
+    observation and the decision, only when a task that takes a host port may start this
+    pass (core.watching.port_tables_wanted: a service that takes one is not settled), so
+    the one decision places with them.
     `memory`: what this command's earlier probes inspected (watch's; else none); `scope`:
     the only hosts to probe, the others' last observation in `memory` standing for them
     (observe.observe)."""
     edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
     named = inventory.hosts if names_in_use(cluster, state) else ()
-    observed, proxies, names = await asyncio.gather(
+    counted = edges if any(ss.spec.autoscale for ss in state.services.values()) else []
+    observed, proxies, names, traffic = await asyncio.gather(
         observe(executor, inventory.hosts, cluster.name, ports=False, memory=memory, scope=scope),
         observe_proxies(executor, edges, cluster.name),
         observe_names(executor, named, cluster.name),
+        observe_traffic(executor, counted, cluster.name),
     )
-    observed = replace(observed, proxies=proxies, names=names)
+    observed = replace(observed, proxies=proxies, names=names, traffic=traffic)
     if port_tables_wanted(inventory, state, observed):
         observed = await port_tables(executor, inventory.hosts, observed, cluster.name)
     plan = decision(cluster, inventory, observed, state, clock(), force_down=force_down)

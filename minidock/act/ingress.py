@@ -26,14 +26,16 @@ from minidock.commands.caddy import (
     stop_argv,
 )
 from minidock.commands.proxies import ProxyLoad
-from minidock.model import Event, Host, Ingress, ProxyObservation
+from minidock.model import Event, Host, Ingress, ProxyObservation, RouteCounts
 from minidock.ssh import CommandTimeout, Executor, Result, Unreachable
 
 __all__ = [
     "ProxyOutcome",
     "converge_proxies",
     "observe_proxies",
+    "observe_traffic",
     "read_traffic",
+    "route_counts",
 ]
 
 LOAD_TRIES = 20  # a proxy just started answers its admin API within a second or so
@@ -80,6 +82,22 @@ async def read_traffic(
         return proxy_traffic(host.name, res.stdout, counted)
 
     return tuple(await asyncio.gather(*(one(h) for h in hosts)))
+
+
+async def observe_traffic(
+    executor: Executor, hosts: Sequence[Host], cluster: str
+) -> dict[str, tuple[RouteCounts, ...] | None]:
+    """Each ingress host's proxy's route counters for the pass's observation (while a
+    service autoscales: core/autoscaling.py), read as `minidock metrics` reads them
+    (`read_traffic`); None for a proxy whose metrics could not be read: no data."""
+    found = await read_traffic(executor, hosts, cluster)
+    return {t.host: None if t.error else route_counts(t) for t in found}
+
+
+def route_counts(traffic: ProxyTraffic) -> tuple[RouteCounts, ...]:
+    """A proxy's request metrics as the model's counters: each route's requests and its
+    cumulative finite buckets."""
+    return tuple(RouteCounts(r.service, r.route, r.count, r.buckets) for r in traffic.routes)
 
 
 @dataclass

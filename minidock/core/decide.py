@@ -5,6 +5,7 @@ Everything a pass will do is decided here, once, from what it observed (Nomad's
 plan's fields, and the runner commits the plan before any act and the outcomes after.
 
 The decision, in order, each part reading what the parts before it decided:
+0. each autoscaled service's count, from the proxies' counters (`autoscaling.step`);
 1. the task verbs (`reconcile`): hosts through their machine, slots decided, wants placed,
    rollouts advanced; a rollout that would replace a task stop-first while the task still
    carries traffic drains it first instead (it asks `traffic.Traffic.holds`);
@@ -30,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from minidock.core import gpus, hooks, saving, schedule, tls
+from minidock.core import autoscaling, gpus, hooks, saving, schedule, tls
 from minidock.core.endpoints import endpoint_table, name_steps
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import (
@@ -69,6 +70,8 @@ def decide(
     (the adapter reads its cron expression: minidock.schedules), or why they cannot be
     had; `force_down`: the mass-loss guard does not hold this pass."""
     state, scheduled = saving.schedule_all(state, times or {}, now)
+    state, scaled = _autoscaled(state, observed, now)
+    scheduled = (*scheduled, *scaled)
     specs = TaskSpecs.of_state(desired, state)
     traffic = Traffic.of(desired, inventory, observed, state, now, specs)
     plan = reconcile(
@@ -87,6 +90,21 @@ def decide(
     plan = _with_jobs(plan, desired, inventory, observed, now, times or {})
     plan = _with_names(plan, desired, inventory, observed, now, specs)
     return _with_removals(plan, observed)
+
+
+# -- autoscaling ------------------------------------------------------------------------------
+def _autoscaled(
+    state: ControllerState, observed: Observed, now: float
+) -> tuple[ControllerState, list[Event]]:
+    """Each autoscaled service's count decided from the proxies' counters, before the
+    task fold numbers its slots by it (core/autoscaling.py); a scale-in's stops go
+    through the traffic gate like any other."""
+    if not any(ss.spec.autoscale for ss in state.services.values()):
+        return state, []
+    services, events = autoscaling.step(state.services, observed, now)
+    if services == state.services:
+        return state, events
+    return replace(state, services=services), events
 
 
 # -- the specs old tasks run ------------------------------------------------------------------

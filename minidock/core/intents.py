@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from minidock.core import canary, failover, hooks, rollout, slots
+from minidock.core import autoscale, canary, failover, hooks, rollout, slots
 from minidock.core import hosts as host_machine
+from minidock.core.autoscale import Scaling
 from minidock.core.hosts import HostState
 from minidock.core.rollout import RolloutInput, rolled_back
 from minidock.core.serving import ServingMode
@@ -120,6 +121,7 @@ def _admitted(
             slots=slots.renewed(old.slots),
             removed=False,
             job=old.job.across(old.spec.schedule, svc.schedule),
+            scaling=autoscale.admitted(old.scaling, old.spec, svc),
         )
     # a canary superseded before its promote never replaced the spec its slots run: that
     # one stays the previous spec (what a drain refills outside the new canary, and what a
@@ -140,6 +142,7 @@ def _admitted(
         previous_failed="",
         job=old.job.across(old.spec.schedule, svc.schedule),
         older=_older(old, svc, base),
+        scaling=autoscale.admitted(old.scaling, old.spec, svc),
     )
 
 
@@ -193,7 +196,9 @@ def _resumed(old: ServiceState, svc: Service) -> Rollout:
 
 
 def _wanted(svc: Service, old: ServiceState) -> int:
-    return len(old.global_slots) if svc.mode == "global" else svc.replicas
+    if svc.mode == "global":
+        return len(old.global_slots)
+    return autoscale.count(svc, autoscale.admitted(old.scaling, old.spec, svc))
 
 
 def rollouts_started(before: ControllerState, after: ControllerState, now: float) -> list[Event]:
@@ -258,6 +263,7 @@ def scale(state: ControllerState, service: str, replicas: int, generation: int) 
         previous=previous,
         rollout=_resumed(ss, ss.spec),
         slots=slots.renewed(ss.slots),
+        scaling=Scaling(marks=ss.scaling.marks),  # the operator's count, until a pass decides
     )
     return replace(state, generation=generation, services={**state.services, service: scaled})
 

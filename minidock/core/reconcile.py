@@ -492,7 +492,7 @@ def _holds_data(record: slots.SlotState) -> bool:
 def _unwanted(ss: ServiceState, c: Container) -> str:
     if ss.spec.mode == "global":
         return f"global service {ss.spec.name}: {c.host} is no longer eligible"
-    return f"scale down {ss.spec.name} to {ss.spec.replicas}"
+    return f"scale down {ss.spec.name} to {ss.replicas()}"
 
 
 def _global_hosts(ss: ServiceState, view: View) -> ServiceState:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
+from minidock.core.autoscale import Scaling, count
 from minidock.core.backing import Backups
 from minidock.core.hosts import HostState
 from minidock.core.passes import PassStats
@@ -172,6 +173,8 @@ class ServiceState:
     serving: ServingMode = SERVING  # its routes: serving, maintenance or paused (core/serving.py)
     moves: dict[int, VolumeMove] = field(default_factory=dict)  # slot -> its move (core/volumes.py)
     backups: Backups = field(default_factory=Backups)  # its backups and drills (core/backing.py)
+    # its autoscaled count as the passes decided it, and why (core/autoscale.py)
+    scaling: Scaling = field(default_factory=Scaling)
 
     def through(self, transition: Transition, **changes: object) -> ServiceState:
         """This state after `transition`: `changes` set, every other field carried as it
@@ -190,7 +193,11 @@ class ServiceState:
         eligible host."""
         if self.spec.mode == "global":
             return tuple(sorted(self.global_slots.values()))
-        return tuple(range(1, self.spec.replicas + 1))
+        return tuple(range(1, self.replicas() + 1))
+
+    def replicas(self) -> int:
+        """The count it wants: the autoscaled one when a pass decided it, else the spec's."""
+        return count(self.spec, self.scaling)
 
     def wanted(self) -> int:
         return len(self.slot_numbers())
@@ -239,6 +246,9 @@ CHANGED_BY: dict[str, frozenset[Transition]] = {
     "serving": frozenset({_T.SERVE}),
     "moves": frozenset(),
     "backups": frozenset(),  # backups under way, scheduled times, the last drill: the passes'
+    # the decided count: kept by an apply of the same `replicas` (within the new bounds),
+    # else the file's or the operator's count again (core/autoscale.py, `admitted`)
+    "scaling": frozenset({_T.ADMIT, _T.SCALE}),
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from minidock.commands.proxies import Rendered
 from minidock.core import ControllerState
+from minidock.core.autoscale import target
 from minidock.core.routes import RouteTable, route_changes
 from minidock.core.simulate import FieldChange, Simulation, spec_diff
 from minidock.model import Cluster, ProxyObservation
@@ -102,6 +103,21 @@ class ServingNote:
 
 
 @dataclass(frozen=True)
+class AutoscaleNote:
+    """An autoscaled service's count as the first pass decides it, and why
+    (docs/autoscale.md): its bounds, its target in words, the rate it read (requests a
+    second over its routes; None: no data)."""
+
+    service: str
+    min: int
+    max: int
+    replicas: int
+    target: str
+    rate: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
 class Below:
     service: str
     running: int
@@ -121,6 +137,7 @@ class PlanDocument:
     converged: bool
     routes: tuple[RouteLoad, ...] = ()  # the first pass's loads on the ingress proxies
     serving: tuple[ServingNote, ...] = ()  # routed services in maintenance or paused
+    autoscale: tuple[AutoscaleNote, ...] = ()  # the first pass's count and why, each
 
     def to_json(self) -> dict[str, Any]:
         """The `plan --json` document (dicts, lists and scalars)."""
@@ -182,6 +199,24 @@ def route_loads(
         else:
             loads.append(RouteLoad(host, "load", route_changes(table, proxy.routes, proxy.modes)))
     return tuple(loads)
+
+
+def autoscale_notes(state: ControllerState, desired: Cluster) -> tuple[AutoscaleNote, ...]:
+    """The desired file's autoscaled services, with the count and reason in `state` (the
+    first pass's decision)."""
+    found = []
+    for svc in desired.services:
+        ss = state.services.get(svc.name)
+        policy = svc.autoscale
+        if ss is None or policy is None:
+            continue
+        reason = ss.scaling.reason or "no decision yet"
+        words = target(policy)
+        note = AutoscaleNote(
+            svc.name, policy.min, policy.max, ss.replicas(), words, ss.scaling.rate, reason
+        )
+        found.append(note)
+    return tuple(found)
 
 
 def serving_notes(state: ControllerState, desired: Cluster) -> tuple[ServingNote, ...]:

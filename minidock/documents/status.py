@@ -19,6 +19,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from minidock.core import ControllerState, HostPhase, Plan, RolloutPhase, ServiceState
+from minidock.core.autoscale import target
 from minidock.core.failover import recovery_points
 from minidock.core.jobs import failing_jobs
 from minidock.core.routes import RouteEntry, RouteTable
@@ -41,6 +42,7 @@ from minidock.schedules import backup_times, job_times
 from minidock.spec.certs import certificate_info
 
 __all__ = [
+    "AutoscaleSummary",
     "BackupSlotSummary",
     "BackupSummary",
     "CanarySummary",
@@ -248,6 +250,27 @@ class ServingSummary:
 
 
 @dataclass(frozen=True)
+class AutoscaleSummary:
+    """An autoscaled service's policy and its count's latest decision (docs/autoscale.md):
+    its bounds, its target in words, the readings it was decided from (`rate`: requests a
+    second over its routes, `p95`: seconds; None: no data) and why the count is what it
+    is ("" before a pass decided), since when (`changed`, None: not yet)."""
+
+    min: int
+    max: int
+    target: str
+    rate: float | None
+    p95: float | None
+    reason: str
+    changed: float | None
+    decision: str  # the reason in one word (core.autoscale.DECISIONS; "" before a pass)
+
+    def line(self) -> str:
+        why = f": {self.reason}" if self.reason else ": no decision yet"
+        return f"autoscaled {self.min}..{self.max}, target {self.target}{why}"
+
+
+@dataclass(frozen=True)
 class RecoverySummary:
     """A pinned slot's recovery point for one named volume (core/failover.py)."""
 
@@ -278,6 +301,7 @@ class ServiceSummary:
     serving: ServingSummary | None = None  # its routes' mode (None: it has no route)
     backups: BackupSummary | None = None  # its backups (None: it has no backup policy)
     recovery: tuple[RecoverySummary, ...] = ()  # a pinned service's, per slot and volume
+    autoscale: AutoscaleSummary | None = None  # its policy and decision (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -477,6 +501,24 @@ def _service(
         serving=_serving(ss),
         backups=_backups(ss),
         recovery=_recovery(ss),
+        autoscale=_autoscale(ss),
+    )
+
+
+def _autoscale(ss: ServiceState) -> AutoscaleSummary | None:
+    policy, scaling = ss.spec.autoscale, ss.scaling
+    if policy is None:
+        return None
+    changed = scaling.changed if scaling.count is not None else None
+    return AutoscaleSummary(
+        policy.min,
+        policy.max,
+        target(policy),
+        scaling.rate,
+        scaling.p95,
+        scaling.reason,
+        changed,
+        scaling.kind,
     )
 
 

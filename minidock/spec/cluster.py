@@ -41,6 +41,7 @@ from minidock.model import (
     looks_secret,
 )
 from minidock.schedules import cron_problem, timezone_problem
+from minidock.spec.autoscale import autoscale_of, check_autoscale, starting_replicas
 from minidock.spec.backup import backup_of, before_backup_of, with_backup_defaults
 from minidock.spec.buildctx import build_of
 from minidock.spec.compose import is_compose_file
@@ -270,6 +271,7 @@ def _load_cluster(
         ingress=ingress_of(doc, display, base),
     )
     check_routes(cluster, display)
+    check_autoscale(cluster, display)
     if with_inventory:
         target = Path(cluster.inventory_path)
         how = {"inventory": "", "the default": f" ({_UNNAMED})"}.get(source, f" (from {source})")
@@ -347,10 +349,11 @@ def _build_service(
     volumes = _volumes(body.get("volumes", []), (*at, "volumes"), fail)
     configs = build_configs(body.get("configs", {}), volumes, (*at, "configs"), fail, base)
     build = _build(body, at, fail, base, cluster)
+    policy = autoscale_of(body, at, fail, volumes)
     return Service(
         name=name,
         image=build.tag if build is not None else body["image"],
-        replicas=0 if "schedule" in body else body.get("replicas", 1),
+        replicas=0 if "schedule" in body else starting_replicas(body, policy, at, fail),
         command=tuple(command) if command is not None else None,
         env=tuple(sorted(env.items())),
         ports=ports,
@@ -376,6 +379,7 @@ def _build_service(
         before_update=_before_update(body.get("hooks", {}), (*at, "hooks"), fail),
         backup=backup_of(body, at, fail, base, display),
         before_backup=before_backup_of(body, at, fail),
+        autoscale=policy,
         **_run_options(body, at, fail, cluster),
         **service_ingress(body, routes_of(body, at, fail, ports, base)),
         expose=tuple(sorted(body.get("expose", ()))),

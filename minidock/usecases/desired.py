@@ -23,7 +23,7 @@ from minidock.core import (
 from minidock.core import scale as scale_service
 from minidock.core.causes import failed_probes
 from minidock.core.simulate import Simulation, simulate
-from minidock.documents.plan import plan_document, route_loads
+from minidock.documents.plan import autoscale_notes, plan_document, route_loads
 from minidock.masking import NO_SECRETS, Masker
 from minidock.model import MAX_REPLICAS, Cluster, Event, Observed, keyed_cluster
 from minidock.runner import PassResult, decide_pass
@@ -127,7 +127,8 @@ async def plan(
         _refuse_foreign(known, observed, desired.cluster, file, adopt=adopt)
     document = plan_document(current, desired.cluster, sim, lost=lose, removals=gone, mask=mask)
     loads = route_loads(plan.routes, result.rendered, observed.proxies)  # the pass's render
-    document = replace(document, routes=loads)
+    scaled = autoscale_notes(plan.state, desired.cluster)
+    document = replace(document, routes=loads, autoscale=scaled)
     code = ExitCode.FAILED if lose and not document.converged else ExitCode.OK
     probes = failed_probes(observed)
     said = tuple(backup_lines(desired.cluster.services, runtime.clock.now()))
@@ -514,10 +515,18 @@ async def scale(
         if desired.cluster.service(service) is None or ss is None or ss.removed:
             raise unknown("service", service, [s.name for s in desired.cluster.services])
         old = ss.spec
+        policy = old.autoscale
+        if policy is not None and policy.bounded(replicas) != replicas:
+            raise BadInput(
+                f"scale {service}={replicas}: {service} is autoscaled within "
+                f"{policy.min}..{policy.max} (docs/autoscale.md): give a count within them, "
+                "or change autoscale in the file"
+            )
         generation = store.next_generation_id()
         admitted = scale_service(before, service, replicas, generation)
         scaled = scaled_cluster(admitted, desired.cluster, service)
-        message = f"scaled {service} from {old.replicas} to {replicas} as generation {generation}"
+        was = ss.replicas()
+        message = f"scaled {service} from {was} to {replicas} as generation {generation}"
         event = Event(runtime.clock.now(), "scale", message, service)
         store.commit(admitted, [event], generation=scaled, source_path=f"scale {service}")
         services = len(scaled.services)
@@ -525,4 +534,4 @@ async def scale(
         convergence = await converge_passes(
             store, Desired(scaled, desired.inventory), runtime, report, wait=wait, timeout=timeout
         )
-    return ScaleOutcome(service, old.replicas, replicas, generation, convergence)
+    return ScaleOutcome(service, was, replicas, generation, convergence)

@@ -26,6 +26,7 @@ from minidock.core import (
     set_drained,
     set_serving,
 )
+from minidock.core.autoscale import Scaling
 from minidock.core.backing import Backups
 from minidock.core.rollout import failure_action
 from minidock.core.schedule import JobRecord
@@ -77,6 +78,7 @@ FULL = ServiceState(
     serving=in_maintenance("back soon", 50.0),
     moves={1: VolumeMove("host2", "host1", MovePhase.COPYING, since=40.0)},
     backups=Backups(due=3600.0, verifying=(2,)),
+    scaling=Scaling(4, changed=30.0, reason="out: 180 req/s", rate=180.0),
 )
 CANARY = Rollout(RolloutPhase.CANARY, total=3, inflight=(1,), canary=((1, "t0", "host3"),))
 

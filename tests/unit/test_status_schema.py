@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 import minidock.cli
 from minidock.documents.status import (
+    AutoscaleSummary,
     CanarySummary,
     CpuUsage,
     FailedSlot,
@@ -75,6 +76,7 @@ def test_the_schema_names_exactly_the_fields_of_the_typed_records() -> None:
         (d["service"]["properties"]["hook"]["oneOf"][1], HookSummary),
         (d["service"]["properties"]["serving"]["oneOf"][1], ServingSummary),
         (d["service"]["properties"]["recovery"]["items"], RecoverySummary),
+        (d["service"]["properties"]["autoscale"]["oneOf"][1], AutoscaleSummary),
         (d["job_run"], JobRunSummary),
     ]
     for node, cls in nodes:

@@ -45,6 +45,7 @@ function serviceCard(doc, s, tasks, several) {
       el("small", {}, ` running · ${s.healthy} healthy`)),
     bar(s.healthy, s.replicas, full ? "" : "warn"),
     el("p", { class: "sub" }, s.image));
+  if (s.autoscale) card.append(el("p", { class: "sub autoscale" }, autoscaleLine(s.autoscale)));
   for (const f of s.failed) card.append(el("p", { class: "sub bad" }, `slot ${f.slot} FAILED: ${f.last_exit}`));
   for (const p of s.pending) card.append(el("p", { class: "sub warn" }, `slot ${p.slot} pending: ${p.reason}`));
   for (const r of s.recovery || []) card.append(recoveryLine(r));
@@ -105,6 +106,12 @@ function rolloutCard(doc, s, several) {
   return card;
 }
 
+// An autoscaled service's bounds, target and latest decision (docs/autoscale.md), as
+// `status` prints it.
+function autoscaleLine(a) {
+  return `autoscaled ${a.min}..${a.max}, target ${a.target}: ${a.reason || "no decision yet"}`;
+}
+
 // A canary beside the old tasks (docs/rollouts.md#canary), as `status` prints it.
 function canaryLine(c) {
   const share = c.weight ? `${c.weight}% of requests` : "round-robin share";
@@ -116,8 +123,10 @@ function render(body, problems) {
   const docs = documents(body);
   const several = docs.length > 1;
   const services = [], hosts = [], rollouts = [];
+  scaled.clear();
   for (const doc of docs) {
     for (const s of doc.services) {
+      if (s.autoscale) scaled.set(`${doc.cluster}\u0000${s.name}`, { replicas: s.replicas, max: s.autoscale.max });
       services.push(serviceCard(doc, s, doc.tasks, several));
       if (["updating", "canary", "rolling_back", "paused"].includes(s.rollout.status)) rollouts.push(rolloutCard(doc, s, several));
     }
@@ -138,7 +147,10 @@ function render(body, problems) {
 // between two readings, by status class, and the latency of the requests between them.
 const HISTORY = 40;
 const CLASSES = ["2xx", "3xx", "4xx", "5xx"];
-const history = new Map(); // "cluster service route" -> [{at, counts, seconds, buckets}]
+const history = new Map(); // "cluster service route" -> [{at, counts, seconds, buckets, replicas}]
+// each autoscaled service's count in the latest status ("cluster service" -> {replicas, max}),
+// charted beside its routes' request rate (docs/autoscale.md)
+const scaled = new Map();
 
 function sumRoutes(body) {
   const found = new Map();
@@ -171,7 +183,8 @@ function intervals(points) {
     for (const [le, m] of [...b.buckets.entries()].sort((x, y) => x[0] - y[0])) {
       if (n > 0 && m - (a.buckets.get(le) || 0) >= 0.99 * n) { p99 = le; break; }
     }
-    out.push({ rates, total: n / dt, mean: n > 0 ? (b.seconds - a.seconds) / n : null, p99 });
+    out.push({ rates, total: n / dt, mean: n > 0 ? (b.seconds - a.seconds) / n : null, p99,
+      replicas: b.replicas, max: b.max });
   }
   return out;
 }
@@ -200,6 +213,15 @@ function chart(points) {
       y -= bar;
     }
   });
+  const counted = points.slice(-HISTORY).map((p, i) => [i, p]).filter(([, p]) => p.replicas != null);
+  if (counted.length) { // an autoscaled service's count, on a scale of 0..max
+    const line = document.createElementNS(SVG, "polyline");
+    const most = Math.max(1, ...counted.map(([, p]) => p.max));
+    line.setAttribute("points", counted.map(([i, p]) => `${(i + 0.5) * step},${h - (h * p.replicas) / most}`).join(" "));
+    line.setAttribute("class", "replicas");
+    svg.append(line);
+    svg.setAttribute("aria-label", "requests per second by status class, and the autoscaled count");
+  }
   return svg;
 }
 
@@ -215,6 +237,9 @@ function trafficCard(s, points, several) {
     el("p", { class: "sub" }, last ? `5xx ${errors.toFixed(1)}% · mean ${ms(last.mean)} · p99 ≤ ${ms(last.p99)}`
       : "counting since the proxies started: a rate needs two readings"),
     el("p", { class: "sub" }, CLASSES.map((k) => `${k} ${s.counts[k] || 0}`).join(" · ")));
+  if (last && last.replicas != null) {
+    card.append(el("p", { class: "sub autoscale" }, `${last.replicas} tasks (autoscaled, of at most ${last.max}): the line`));
+  }
   return card;
 }
 
@@ -227,7 +252,8 @@ async function refreshTraffic() {
   const cards = [];
   for (const [key, s] of now) {
     const list = history.get(key) || [];
-    if (!list.length || list[list.length - 1].at !== body.at) list.push({ at: body.at, ...s });
+    const count = scaled.get(`${s.cluster}\u0000${s.service}`) || { replicas: null, max: null };
+    if (!list.length || list[list.length - 1].at !== body.at) list.push({ at: body.at, ...s, ...count });
     while (list.length > HISTORY + 1) list.shift();
     history.set(key, list);
     cards.push(trafficCard(s, intervals(list), several));

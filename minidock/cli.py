@@ -621,6 +621,44 @@ def status(
         print_status(doc)
 
 
+@app.command()
+def controllers(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+    state: StateOption = None,
+) -> None:
+    """The controllers at work on the state: each running `watch` (its member key on an
+    etcd state: since when, its lease, its last pass, the hosts it holds connections to),
+    the writer lock's holder now, and who committed last."""
+    roster = checked(lambda: usecases.controllers(state_dir(state)))
+    if as_json:
+        doc = {
+            "members": [dataclasses.asdict(m) for m in roster.members],
+            "writer": roster.writer,
+            "last_commit": roster.last_commit,
+        }
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return
+    from rich.table import Table
+
+    now = time.time()
+    table = Table("controller", "holder", "since", "lease", "last pass", "passes", "hosts")
+    for m in roster.members:
+        table.add_row(*member_row(m, now))
+    out.print(table)
+    out.print(f"writer now: {roster.writer or 'none (no pass under way)'}", markup=False)
+    if roster.last_commit:
+        out.print(f"last commit: {roster.last_commit}", markup=False)
+
+
+def member_row(m: usecases.Member, now: float) -> tuple[str, ...]:
+    def ago(t: float | None) -> str:
+        return "never" if t is None else f"{max(now - t, 0):.0f}s ago"
+
+    lease = "expired" if m.lease_left is None else f"{m.lease_left:.0f}s"
+    hosts = f"{m.warm}/{m.hosts} connected"
+    return (m.id, m.holder, ago(m.since), lease, ago(m.last_pass), str(m.passes), hosts)
+
+
 def print_status(doc: StatusDocument) -> None:
     if doc.guard:
         err.print(f"minidock: {doc.guard}", markup=False)

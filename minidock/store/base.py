@@ -10,8 +10,9 @@ See docs/state.md and docs/ha.md. This module imports neither backend.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from minidock.core import ControllerState
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
 __all__ = [
     "GenerationRecord",
     "LeaseLost",
+    "Member",
     "PortableStore",
+    "Roster",
     "Snapshot",
     "Store",
     "StoreError",
@@ -80,6 +83,34 @@ class Snapshot:
     @property
     def empty(self) -> bool:
         return not self.generations and not self.events and self.state == ControllerState()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One controller's member key: who it is, since when, its last round."""
+
+    id: str
+    holder: str  # "pid N on HOST"
+    since: float
+    last_pass: float | None = None  # when its last pass that held the lock ended
+    passes: int = 0  # its passes that held the lock, since it started
+    warm: int = 0  # hosts it holds a connection to (its own passes' or a standby's)
+    hosts: int = 0  # of how many in its clusters' inventories
+    lease_left: float | None = None  # seconds left on its lease, as etcd says (reading only)
+
+    def value(self) -> bytes:
+        record = {k: v for k, v in asdict(self).items() if k not in ("id", "lease_left")}
+        return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Roster:
+    """The controllers of a state as read now: the members, the lock's holder (a pass
+    under way) and who committed last."""
+
+    members: tuple[Member, ...]
+    writer: str = ""  # the holder of the writer lock now ("" when no pass is under way)
+    last_commit: str = ""  # "pid N on HOST" of the last commit
 
 
 class Store(Protocol):

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from minidock.core import ControllerState
 from minidock.model import Cluster, Event
@@ -168,7 +168,7 @@ class EtcdStore:
         return any(
             marker in bytes(kv.value)
             for prefix in (self.keys.state, self.keys.generations)
-            for kv in _every(self, prefix, 0)
+            for kv in every_key(self, prefix, 0)
         )
 
     @classmethod
@@ -237,10 +237,10 @@ class EtcdStore:
         (then a commit cut short since is read as far as it got: docs/ha.md)."""
         try:
             return {
-                bytes(kv.key): bytes(kv.value) for kv in _every(self, self.keys.state, revision)
+                bytes(kv.key): bytes(kv.value) for kv in every_key(self, self.keys.state, revision)
             }
         except RevisionCompacted:
-            return {bytes(kv.key): bytes(kv.value) for kv in _every(self, self.keys.state, 0)}
+            return {bytes(kv.key): bytes(kv.value) for kv in every_key(self, self.keys.state, 0)}
 
     def keyed(self, cluster: Cluster) -> Cluster:
         return self.codec.keyed(cluster)
@@ -366,7 +366,7 @@ def further_clusters(url: EtcdURL, below: str) -> list[str]:
     base = f"{url.prefix.rstrip('/')}/{below}/".encode()
     store = EtcdStore.open(url)
     try:
-        keys = [bytes(kv.key)[len(base) :] for kv in _every(store, base, 0, keys_only=True)]
+        keys = [bytes(kv.key)[len(base) :] for kv in every_key(store, base, 0, keys_only=True)]
     finally:
         store.close()
     names = {k.removesuffix(b"/meta") for k in keys if k.endswith(b"/meta")}
@@ -577,12 +577,20 @@ def _lost(url: EtcdURL, why: str) -> str:
     )
 
 
+class LeaseHolder(Protocol):
+    """What owns a lease its keeper renews: the writer lock, or a controller's member key
+    (minidock.store.members)."""
+
+    url: EtcdURL
+    client: EtcdClient
+
+
 class LeaseKeeper(threading.Thread):
     """Renews the writer's lease every TTL/3 (etcd's Session). Its deadline is when the
     lease may expire at the latest as this process can know: the send time of the last
     renewal that etcd answered, plus the TTL it granted; `check` fails a margin before."""
 
-    def __init__(self, writer: EtcdWriter, lease_id: int, ttl: float, sent: float) -> None:
+    def __init__(self, writer: LeaseHolder, lease_id: int, ttl: float, sent: float) -> None:
         super().__init__(name=f"minidock-lease-{lease_id:x}", daemon=True)
         self.writer = writer
         self.lease_id = lease_id
@@ -685,7 +693,8 @@ def repair_cut_commit(store: EtcdStore, writer: EtcdWriter) -> None:
     keys stay as they are (docs/ha.md, "A commit in several transactions")."""
     keys, revision = store.keys, writer.meta_rev
     newest = {
-        bytes(kv.key): int(kv.mod_revision) for kv in _every(store, keys.state, 0, keys_only=True)
+        bytes(kv.key): int(kv.mod_revision)
+        for kv in every_key(store, keys.state, 0, keys_only=True)
     }
     try:
         then = store.client.range(
@@ -722,7 +731,7 @@ def read_snapshot(store: EtcdStore) -> Snapshot:
     """Generations, controller state and events, all as of the last commit."""
     revision = int(store.client.range(rpc.RangeRequest(key=store.keys.meta)).header.revision)
     generations = []
-    for kv in _every(store, store.keys.generations, revision):
+    for kv in every_key(store, store.keys.generations, revision):
         doc = json.loads(kv.value)
         cluster = store.codec.from_data(doc["cluster"], Cluster)
         generations.append(
@@ -732,12 +741,14 @@ def read_snapshot(store: EtcdStore) -> Snapshot:
     meta = Meta.loads(found[0].value) if found else Meta()
     state = store.state_at(meta, int(found[0].mod_revision) if found else 0)
     events = [
-        pair for kv in _every(store, store.keys.events, revision) for pair in event_batch(kv.value)
+        pair
+        for kv in every_key(store, store.keys.events, revision)
+        for pair in event_batch(kv.value)
     ]
     return Snapshot(state, tuple(generations), tuple(events))
 
 
-def _every(
+def every_key(
     store: EtcdStore, prefix: bytes, revision: int, *, keys_only: bool = False
 ) -> Iterator[Any]:
     start, end = prefix, range_end(prefix)

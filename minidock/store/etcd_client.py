@@ -110,6 +110,15 @@ class EtcdClient:
 
         return int(self._call("LeaseKeepAlive", once, budget=budget).TTL)
 
+    def time_to_live(self, lease_id: int) -> float | None:
+        """Seconds left on the lease, as etcd counts them (None: it has expired)."""
+        request = rpc.LeaseTimeToLiveRequest(ID=lease_id)
+        reply = self._call(
+            "LeaseTimeToLive",
+            lambda m, t, md: m.lease.LeaseTimeToLive(request, timeout=t, metadata=md),
+        )
+        return float(reply.TTL) if int(reply.TTL) >= 0 else None
+
     def revoke(self, lease_id: int) -> None:
         request = rpc.LeaseRevokeRequest(ID=lease_id)
         self._call(

@@ -16,7 +16,7 @@ from minidock.lazy import lazy_names
 
 if TYPE_CHECKING:
     from minidock.ssh import Terminal
-    from minidock.store import StateLocation
+    from minidock.store import Member, StateLocation
     from minidock.usecases.access import Writer, patience, state_location
     from minidock.usecases.convert import ConvertOutcome, convert
     from minidock.usecases.desired import (
@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     )
     from minidock.usecases.passes import converge, reconcile, watch, watch_step
     from minidock.usecases.reads import events, follow_events, status
+    from minidock.usecases.roster import controllers
     from minidock.usecases.runtime import (
         BuilderFactory,
         Clock,
@@ -105,6 +106,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "Terminal": "minidock.ssh",
     "StateLocation": "minidock.store",
+    "Member": "minidock.store",
     "Writer": "minidock.usecases.access",
     "patience": "minidock.usecases.access",
     "state_location": "minidock.usecases.access",
@@ -118,6 +120,7 @@ _HOMES = {
     "validate": "minidock.usecases.desired",
     "FleetReading": "minidock.usecases.fleetview",
     "read_fleet": "minidock.usecases.fleetview",
+    "controllers": "minidock.usecases.roster",
     "push": "minidock.usecases.images",
     "activate": "minidock.usecases.intents",
     "drain": "minidock.usecases.intents",
@@ -225,6 +228,7 @@ __all__ = [
     "Interrupt",
     "LogLine",
     "LogsOutcome",
+    "Member",
     "MigrateOutcome",
     "OnLogLine",
     "OnPushProgress",
@@ -252,6 +256,7 @@ __all__ = [
     "activate",
     "apply",
     "backup_state",
+    "controllers",
     "converge",
     "convert",
     "drain",

@@ -48,7 +48,7 @@ class Desired:
 def state_location(explicit: str | None) -> StateLocation:
     """Where the state is: --state, else $MINIDOCK_STATE, else .minidock/ (a directory or an
     etcd URL); a bad etcd URL is `BadInput`."""
-    with _translated():
+    with translated():
         return stores.state_location(explicit)
 
 
@@ -62,7 +62,7 @@ async def writing(
     """The one-writer section: the lock (waiting as `writer` may, having told `notice`
     once why), then the store it guards. A writer that loses the lock mid-way (etcd: its
     lease) is `Deposed`, committing nothing."""
-    with _translated():
+    with translated():
         stores.prepare(location)
         lock = stores.writer_lock(location)
         try:
@@ -92,7 +92,7 @@ async def writing(
 @contextmanager
 def reading(location: StateLocation) -> Iterator[stores.PortableStore]:
     """The store, without the lock: readers see the last committed state."""
-    with _translated():
+    with translated():
         opened = stores.open_reader(location)
         try:
             yield opened
@@ -102,25 +102,25 @@ def reading(location: StateLocation) -> Iterator[stores.PortableStore]:
 
 def has_state(location: StateLocation) -> bool:
     """Whether anything was ever stored at `location` (creating nothing)."""
-    with _translated():
+    with translated():
         return stores.has_state(location)
 
 
 def controller_id(location: StateLocation) -> str:
     """The location's controller id, made on first use (minidock.store.controller_id)."""
-    with _translated():
+    with translated():
         return stores.controller_id(location)
 
 
 def existing_controller_id(location: StateLocation) -> str | None:
     """The location's controller id if one was made, creating nothing."""
-    with _translated():
+    with translated():
         return stores.existing_controller_id(location)
 
 
 def further_clusters(location: StateLocation) -> list[str]:
     """The clusters a store keeps beside its own (minidock.store.further_clusters)."""
-    with _translated():
+    with translated():
         return stores.further_clusters(location)
 
 
@@ -131,7 +131,7 @@ def require_applied(location: StateLocation) -> None:
 
 
 @contextmanager
-def _translated() -> Iterator[None]:
+def translated() -> Iterator[None]:
     """The store's refusals as the use cases' (one line and an exit code each)."""
     try:
         yield

@@ -330,10 +330,13 @@ async def watch(
     hosts whose stream rang or is not up (watch_step). The lock is held for each pass, not
     between passes, so other writers get their turn. A signal during a pass lets it finish
     (KeyboardInterrupt after it)."""
+    from minidock.usecases.roster import Heartbeat  # its imports: watch's alone
+
     require_applied(directory)
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
     inventories = Inventories()
     bell = Bell(runtime.clock, interval)
+    heartbeat = Heartbeat(directory)
     async with connected(runtime) as executor:
         streams = EventStreams(executor, bell.ring)
         try:
@@ -341,6 +344,7 @@ async def watch(
                 full = bell.started()
                 targets = chosen(directory, cluster)
                 left = _Left()
+                steps: list[PassDone | PassSkipped] = []
                 for h in targets:
                     name = tagged(h, len(targets))
                     memory = memories.setdefault(h.name, ProbeMemory())
@@ -358,10 +362,13 @@ async def watch(
                         left.add(step, runtime.clock.now())
                         log.debug("%s: pass exit %d", h.name, step.exit_code)
                     report(step)
+                    steps.append(step)
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
+                heartbeat.round(steps, runtime.clock.now())
                 under_way = left.under_way or streams.unconfirmed()  # docker's ps lags its `die`
                 bell.finished(under_way=under_way, backoff_left=left.backoff)
                 await bell.wait()
         finally:
+            heartbeat.leave()
             await streams.close()

@@ -19,7 +19,7 @@ from minidock.core.hosts import HostState, SeenTask
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.model import Host
 from minidock.store import LeaseLost, codec, parse_location, parts
-from minidock.store.etcd import EtcdStore, EtcdWriter, _batches, _every
+from minidock.store.etcd import EtcdStore, EtcdWriter, _batches, every_key
 from minidock.store.etcd_client import put, rpc
 from minidock.store.location import EtcdURL
 from tests.etcd import EtcdCluster
@@ -62,7 +62,7 @@ def _fleet(hosts: int, generation: int = 1) -> ControllerState:
 
 
 def _revisions(store: EtcdStore) -> dict[bytes, int]:
-    return {bytes(kv.key): int(kv.mod_revision) for kv in _every(store, store.keys.state, 0)}
+    return {bytes(kv.key): int(kv.mod_revision) for kv in every_key(store, store.keys.state, 0)}
 
 
 def test_a_fleet_past_one_requests_limit_commits_and_reads_back(holder: EtcdWriter) -> None:
@@ -132,7 +132,7 @@ def test_a_commit_cut_short_is_never_read_and_the_next_writer_puts_it_back(
     second.acquire()
     try:
         again = second.store()
-        now = {bytes(kv.key): bytes(kv.value) for kv in _every(again, again.keys.state, 0)}
+        now = {bytes(kv.key): bytes(kv.value) for kv in every_key(again, again.keys.state, 0)}
         assert now == again.state_keys(second.meta_rev)
         assert again.load() == whole
         again.commit(changed, [_event(2)])

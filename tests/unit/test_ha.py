@@ -23,7 +23,7 @@ from minidock.model import Cluster, Host, Inventory
 from minidock.runner import run_pass
 from minidock.ssh import Result
 from minidock.store import LeaseLost, WriterBusy, parse_location
-from minidock.store.etcd import EtcdStore, EtcdWriter, _every
+from minidock.store.etcd import EtcdStore, EtcdWriter, every_key
 from minidock.store.location import EtcdURL
 from minidock.usecases import Busy, Deposed, Ending, ExitCode, PassDone, Progress, Writer
 from tests.behaviour import Clock
@@ -195,11 +195,13 @@ def test_a_pass_in_which_nothing_happened_writes_three_keys_whatever_the_fleet(
     run(usecases.reconcile(ha.location, ha.runtime(), ha.report))
     store = EtcdStore.open(_url(str(ha.location)))
     try:
-        before = {bytes(kv.key): int(kv.mod_revision) for kv in _every(store, store.keys.root, 0)}
+        before = {
+            bytes(kv.key): int(kv.mod_revision) for kv in every_key(store, store.keys.root, 0)
+        }
         ha.clock.t += 30
         ha.docker.advance(30)
         run(usecases.reconcile(ha.location, ha.runtime(), ha.report))
-        after = {bytes(kv.key): int(kv.mod_revision) for kv in _every(store, store.keys.root, 0)}
+        after = {bytes(kv.key): int(kv.mod_revision) for kv in every_key(store, store.keys.root, 0)}
     finally:
         store.close()
     changed = {k.removeprefix(store.keys.root) for k in after if after[k] != before.get(k)}

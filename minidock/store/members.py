@@ -1,0 +1,114 @@
+"""The controllers at work on one etcd state: each long-running controller (`minidock
+watch`) keeps a member key, `PREFIX/members/<id>`, owned by a lease of its own, and
+rewrites it after each round (its heartbeat: the last pass, how many, how many hosts it
+holds connections to). A controller that dies goes from the list with its lease; one
+that stops revokes it. What `minidock controllers` lists (docs/ha.md, "Which controllers
+are at work"), and the membership the sharded design of docs/scale.md builds on.
+
+Loaded only for an etcd state, as minidock.store.etcd is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict
+from typing import Any
+
+from minidock.store.base import Member, Roster, StoreError
+from minidock.store.etcd import (
+    EtcdStore,
+    Keys,
+    LeaseKeeper,
+    Meta,
+    every_key,
+    holder_text,
+    range_end,
+)
+from minidock.store.etcd_client import EtcdClient, get, put, rpc
+from minidock.store.location import EtcdURL
+
+__all__ = ["Membership", "read_roster"]
+
+
+def members_prefix(url: EtcdURL) -> bytes:
+    return Keys(url.prefix).root + b"members/"
+
+
+class Membership:
+    """This controller's member key and the lease that owns it. Never in the way of the
+    work: etcd not answering is logged by the caller and tried again at the next beat."""
+
+    def __init__(self, url: EtcdURL) -> None:
+        self.url = url
+        self.client = EtcdClient(url)
+        self.member = Member(uuid.uuid4().hex[:12], holder_text(), time.time())
+        self._keeper: LeaseKeeper | None = None
+
+    @property
+    def key(self) -> bytes:
+        return members_prefix(self.url) + self.member.id.encode()
+
+    def beat(self, **changes: Any) -> None:
+        """Write the member key with `changes` (last_pass, passes, warm, hosts), under a
+        live lease (a new one when the last was lost: etcd was away longer than its TTL)."""
+        self.member = Member(**{**asdict(self.member), **changes})
+        keeper = self._keeper
+        if keeper is None or keeper.lost is not None:
+            if keeper is not None:
+                keeper.stop()
+            sent = time.monotonic()
+            granted = self.client.grant(max(1, round(self.url.ttl)))
+            keeper = self._keeper = LeaseKeeper(self, int(granted.ID), float(granted.TTL), sent)
+            keeper.start()
+        self.client.txn(
+            rpc.TxnRequest(success=[put(self.key, self.member.value(), keeper.lease_id)])
+        )
+
+    def leave(self) -> None:
+        """Revoke the lease (its key goes with it) and close; etcd away: it expires."""
+        keeper, self._keeper = self._keeper, None
+        try:
+            if keeper is not None:
+                keeper.stop()
+                self.client.revoke(keeper.lease_id)
+        except StoreError:
+            pass
+        finally:
+            self.client.close()
+
+
+def read_roster(url: EtcdURL) -> Roster:
+    """The member keys (each with its lease's time left), the lock's holder and the last
+    commit's writer, as etcd holds them now."""
+    store = EtcdStore.open(url)
+    try:
+        prefix = members_prefix(url)
+        members = [
+            _member(store.client, bytes(kv.key)[len(prefix) :].decode(), kv)
+            for kv in every_key(store, prefix, 0)
+        ]
+        keys = store.keys
+        first = get(
+            keys.lock,
+            range_end(keys.lock),
+            limit=1,
+            sort_order=rpc.RangeRequest.ASCEND,
+            sort_target=rpc.RangeRequest.CREATE,
+        )
+        reply = store.client.txn(rpc.TxnRequest(success=[first, get(keys.meta)]))
+        holders = list(reply.responses[0].response_range.kvs)
+        metas = list(reply.responses[1].response_range.kvs)
+    finally:
+        store.close()
+    writer = str(json.loads(holders[0].value).get("holder", "")) if holders else ""
+    last = Meta.loads(metas[0].value).writer if metas else ""
+    return Roster(tuple(sorted(members, key=lambda m: m.since)), writer, last)
+
+
+def _member(client: EtcdClient, member_id: str, kv: Any) -> Member:
+    record = json.loads(kv.value)
+    left = client.time_to_live(int(kv.lease)) if int(kv.lease) else None
+    fields = {k: record[k] for k in Member.__dataclass_fields__ if k in record}
+    return Member(**{**fields, "id": member_id, "lease_left": left})

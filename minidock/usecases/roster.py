@@ -1,0 +1,75 @@
+"""`minidock controllers`: which controllers are at work on a state, read without the
+lock (docs/ha.md, "Which controllers are at work"). An etcd state lists the member key
+each running `minidock watch` keeps (minidock.store.members); cron's `minidock reconcile`
+keeps none (it lives for one pass) and shows as the lock's holder while its pass runs and
+as the last commit's writer after. A state directory has one controller at a time, on
+its own machine: the lock's holder, when a pass is under way."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minidock.store import Roster, StateLocation, StoreError
+from minidock.usecases.access import require_applied, translated
+from minidock.usecases.fleetview import lock_state
+from minidock.usecases.outcomes import PassDone, PassSkipped
+
+if TYPE_CHECKING:
+    from minidock.store.members import Membership
+
+__all__ = ["Heartbeat", "controllers"]
+
+log = logging.getLogger(__name__)
+
+
+def controllers(location: StateLocation) -> Roster:
+    """The state's controllers as read now (etcd: its member keys, each with its lease's
+    time left; a directory: none, and whether a pass holds the lock)."""
+    require_applied(location)
+    if isinstance(location, Path):
+        held = lock_state(location).held
+        return Roster((), "a pass is under way on this machine" if held else "")
+    from minidock.store.members import read_roster  # loads the etcd client: etcd states only
+
+    with translated():
+        return read_roster(location)
+
+
+class Heartbeat:
+    """A `watch`'s member key on an etcd state (none for a state directory), rewritten
+    after each round with what the round did; etcd not answering is logged and the next
+    round tries again (the work never waits for it)."""
+
+    def __init__(self, location: StateLocation) -> None:
+        self._member: Membership | None = None
+        if not isinstance(location, Path):
+            from minidock.store.members import Membership
+
+            self._member = Membership(location)
+        self._passes = 0
+        self._last: float | None = None
+
+    def round(self, steps: Sequence[PassDone | PassSkipped], now: float) -> None:
+        done = [s for s in steps if isinstance(s, PassDone)]
+        self._passes += len(done)
+        self._last = now if done else self._last
+        warm = hosts = 0
+        for step in steps:
+            if isinstance(step, PassDone):
+                seen = step.result.observed.hosts
+                warm, hosts = warm + sum(1 for o in seen.values() if o.ok), hosts + len(seen)
+            else:
+                warm, hosts = warm + step.standby, hosts + step.hosts
+        if self._member is None:
+            return
+        try:
+            self._member.beat(last_pass=self._last, passes=self._passes, warm=warm, hosts=hosts)
+        except StoreError as exc:
+            log.info("member key not written: %s", exc)
+
+    def leave(self) -> None:
+        if self._member is not None:
+            self._member.leave()

@@ -1,0 +1,152 @@
+"""`minidock controllers` and the member keys behind it (issue 47, item 4, in today's
+one-writer shape): each running `watch` keeps `PREFIX/members/<id>` under a lease of its
+own and rewrites it after each round; a stopped one's key goes at once, a killed one's
+with its lease; the command lists them with the lock's holder and the last commit's
+writer. On real etcd members (tests/etcd.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from minidock import usecases
+from minidock.store import Roster
+from minidock.store.members import Membership, read_roster
+from minidock.usecases import PassDone, PassSkipped
+from minidock.usecases.roster import Heartbeat
+from tests.etcd import EtcdCluster
+from tests.unit.test_ha import TTL, EtcdSetup, _take, _url, run
+
+ROOT = Path(__file__).parents[2]
+_MEMBER = """
+import sys, time
+from minidock.store import parse_location
+from minidock.store.members import Membership
+member = Membership(parse_location(sys.argv[1]))
+member.beat(passes=1)
+print(member.member.id, flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.fixture
+def ha(tmp_path: Path, etcd_url: str) -> EtcdSetup:
+    setup = EtcdSetup(tmp_path, etcd_url)
+    run(usecases.apply(setup.file, setup.location, setup.runtime(), setup.report))
+    return setup
+
+
+def _ids(roster: Roster) -> list[str]:
+    return [m.id for m in roster.members]
+
+
+def test_each_member_is_listed_with_its_lease_and_a_stopped_one_goes_at_once(
+    ha: EtcdSetup,
+) -> None:
+    url = _url(str(ha.location))
+    first, second = Membership(url), Membership(url)
+    first.beat(passes=3, last_pass=time.time(), warm=3, hosts=3)
+    second.beat(warm=2, hosts=3)
+    try:
+        roster = read_roster(url)
+        assert _ids(roster) == [first.member.id, second.member.id]  # oldest first
+        one = roster.members[0]
+        assert (one.passes, one.warm, one.hosts, one.holder) == (3, 3, 3, first.member.holder)
+        assert one.lease_left is not None
+        assert 0 < one.lease_left <= url.ttl
+        assert roster.writer == ""  # no pass under way
+        assert roster.last_commit.startswith("pid ")  # the apply's
+        holder = _take(url)
+        try:
+            assert read_roster(url).writer == first.member.holder  # same process here
+        finally:
+            holder.release()
+        first.leave()
+        assert _ids(read_roster(url)) == [second.member.id]
+    finally:
+        second.leave()
+    assert _ids(read_roster(url)) == []
+
+
+def test_a_killed_controllers_member_goes_with_its_lease(etcd_cluster: EtcdCluster) -> None:
+    url = etcd_cluster.url(ttl=f"{TTL:g}s")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _MEMBER, url], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert child.stdout is not None
+        member_id = child.stdout.readline().strip()
+        assert _ids(read_roster(_url(url))) == [member_id]
+        child.kill()  # SIGKILL: nothing revoked
+        deadline = time.monotonic() + TTL + 5  # the rest of its lease and etcd's next check
+        while _ids(read_roster(_url(url))) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ids(read_roster(_url(url))) == []
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def test_a_watch_round_writes_what_it_did_into_its_member_key(ha: EtcdSetup) -> None:
+    """A round that passed (the hosts it observed) and one that stood by (its warm
+    connections) each rewrite the key; the passes and the last pass add up."""
+    url = _url(str(ha.location))
+    heartbeat = Heartbeat(url)
+    try:
+        done = run(usecases.watch_step(url, ha.docker.executor(), ha.runtime()))
+        assert isinstance(done, PassDone)
+        heartbeat.round([done], 1000.0)
+        (member,) = read_roster(url).members
+        assert (member.passes, member.last_pass, member.warm, member.hosts) == (1, 1000.0, 3, 3)
+        heartbeat.round([PassSkipped("busy", standby=2, hosts=3)], 1010.0)
+        (member,) = read_roster(url).members
+        assert (member.passes, member.last_pass, member.warm, member.hosts) == (1, 1000.0, 2, 3)
+    finally:
+        heartbeat.leave()
+    assert read_roster(url).members == ()
+
+
+def test_the_command_lists_them_as_a_table_and_as_json(ha: EtcdSetup) -> None:
+    url = _url(str(ha.location))
+    member = Membership(url)
+    member.beat(passes=2, warm=3, hosts=3, last_pass=time.time())
+    try:
+        shown = _minidock("controllers", "--state", str(ha.location))
+        assert member.member.id in shown
+        assert "3/3 connected" in shown
+        assert "writer now: none (no pass under way)" in shown
+        doc = json.loads(_minidock("controllers", "--json", "--state", str(ha.location)))
+        assert [m["id"] for m in doc["members"]] == [member.member.id]
+        assert doc["members"][0]["passes"] == 2
+    finally:
+        member.leave()
+
+
+def test_a_state_directory_has_no_member_keys_only_its_lock(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    setup = EtcdSetup(tmp_path, str(state))  # its files, runtime and fakes, on a directory
+    run(usecases.apply(setup.file, state, setup.runtime(), setup.report))
+    assert usecases.controllers(state) == Roster((), "", "")
+    shown = _minidock("controllers", "--state", str(state))
+    assert "writer now: none (no pass under way)" in shown
+
+
+def _minidock(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "minidock", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

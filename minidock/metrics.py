@@ -185,6 +185,21 @@ METRICS: dict[str, MetricInfo] = {
     "minidock_lock_held_since_timestamp_seconds": MetricInfo(
         "gauge", C, "When the lock's holder took it (absent while nobody holds it)"
     ),
+    "minidock_controller_up": MetricInfo(
+        "gauge", ("controller", "holder"), "1 for each running watch's member key (etcd store)"
+    ),
+    "minidock_controller_last_pass_timestamp_seconds": MetricInfo(
+        "gauge", ("controller",), "When the controller's last pass that held the lock ended"
+    ),
+    "minidock_controller_passes": MetricInfo(
+        "gauge", ("controller",), "Passes the controller made holding the lock, since it started"
+    ),
+    "minidock_controller_hosts_connected": MetricInfo(
+        "gauge", ("controller",), "Hosts the controller holds a connection to (its own or warm)"
+    ),
+    "minidock_controller_lease_seconds_left": MetricInfo(
+        "gauge", ("controller",), "Seconds left on the controller's member lease"
+    ),
     "minidock_ingress_up": MetricInfo(
         "gauge",
         CH,
@@ -246,6 +261,14 @@ def metric_families(reading: FleetReading) -> list[Metric]:
     out.add("minidock_observation_timestamp_seconds", (), reading.at)
     for cluster in reading.clusters:
         _cluster(out, cluster, reading.at)
+    for m in reading.controllers:
+        out.add("minidock_controller_up", (m.id, m.holder), 1.0)
+        if m.last_pass is not None:
+            out.add("minidock_controller_last_pass_timestamp_seconds", (m.id,), m.last_pass)
+        out.add("minidock_controller_passes", (m.id,), float(m.passes))
+        out.add("minidock_controller_hosts_connected", (m.id,), float(m.warm))
+        if m.lease_left is not None:
+            out.add("minidock_controller_lease_seconds_left", (m.id,), m.lease_left)
     return list(out.made.values())
 
 

@@ -21,7 +21,7 @@ from minidock.core.routes import ingress_hosts
 from minidock.documents.status import StatusDocument
 from minidock.runner import decide_pass
 from minidock.ssh import Executor
-from minidock.store import StateLocation
+from minidock.store import Member, StateLocation, StoreError
 from minidock.store.directory import LOCK_NAME
 from minidock.usecases.access import read_desired, reading, require_applied
 from minidock.usecases.clusters import Held, chosen
@@ -64,6 +64,7 @@ class FleetReading:
     at: float
     clusters: tuple[ClusterReading, ...] = ()
     error: str = ""
+    controllers: tuple[Member, ...] = ()  # an etcd store's member keys (minidock.store.members)
 
     @property
     def documents(self) -> tuple[StatusDocument, ...]:
@@ -102,7 +103,20 @@ async def read_fleet(
     except UseCaseError as exc:
         return FleetReading(at, error=str(exc))
     readings = [await _read_cluster(h, executor, runtime) for h in targets]
-    return FleetReading(at, tuple(readings))
+    return FleetReading(at, tuple(readings), controllers=members(directory))
+
+
+def members(location: StateLocation) -> tuple[Member, ...]:
+    """An etcd store's running `watch` controllers (none for a directory, or when etcd
+    does not answer now: the clusters' readings say so)."""
+    if isinstance(location, Path):
+        return ()
+    from minidock.store.members import read_roster  # the etcd client: etcd stores only
+
+    try:
+        return read_roster(location).members
+    except StoreError:
+        return ()
 
 
 async def _read_cluster(h: Held, executor: Executor, runtime: Runtime) -> ClusterReading:

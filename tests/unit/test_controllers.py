@@ -150,3 +150,27 @@ def _minidock(*args: str) -> str:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def test_metrics_give_a_series_per_controller(ha: EtcdSetup) -> None:
+    from minidock.metrics import metrics_text
+
+    url = _url(str(ha.location))
+    member = Membership(url)
+    member.beat(passes=4, warm=3, hosts=3, last_pass=1234.5)
+    try:
+        reading = run(usecases.read_fleet(url, ha.runtime()))
+        assert [m.id for m in reading.controllers] == [member.member.id]
+        text = metrics_text(reading).decode()
+    finally:
+        member.leave()
+    mid = member.member.id
+    assert (
+        f'minidock_controller_up{{controller="{mid}",holder="{member.member.holder}"}} 1.0' in text
+    )
+    assert f'minidock_controller_passes{{controller="{mid}"}} 4.0' in text
+    assert f'minidock_controller_hosts_connected{{controller="{mid}"}} 3.0' in text
+    assert f'minidock_controller_last_pass_timestamp_seconds{{controller="{mid}"}} 1234.5' in text
+    assert f'minidock_controller_lease_seconds_left{{controller="{mid}"}}' in text
+    after = metrics_text(run(usecases.read_fleet(url, ha.runtime()))).decode()
+    assert "minidock_controller_up" not in after  # it stopped: its series are gone

@@ -386,15 +386,8 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
         return
     changes = [s for s in doc.services if s.change != "unchanged"]
     loads = [r for r in doc.routes if r.action != "unchanged"]
-    for note in doc.serving:  # the operator's, kept by every plan
-        if note.mode == "maintenance":
-            line = f"in maintenance: its routes answer 503 ({note.message})"
-        else:
-            line = f"paused: its routes hold each new request up to {format_duration(note.timeout)}"
-        out.print(f"service {note.service}: {line}", markup=False)
-    for scaled in doc.autoscale:  # docs/autoscale.md
-        line = f"autoscaled {scaled.min}..{scaled.max}, target {scaled.target}: {scaled.reason}"
-        out.print(f"service {scaled.service}: {line}", markup=False)
+    for line in service_modes(planned):
+        out.print(line, markup=False)
     for line in planned.schedules:  # when the passes run each scheduled backup next
         out.print(line, markup=False)
     for name, n, why in planned.plan.half_written():  # held across this apply too
@@ -441,6 +434,24 @@ def print_plan(planned: PlanOutcome, *, as_json: bool = False) -> None:
 
 
 KEY_CHANGES = {"+": "added", "-": "removed", "~": "changed"}
+
+
+def service_modes(planned: PlanOutcome) -> list[str]:
+    """What every plan says of a service first: the operator's maintenance or pause (kept
+    by every plan) and its autoscaling (docs/autoscale.md)."""
+    doc = planned.document
+    assert doc is not None
+    lines = []
+    for note in doc.serving:
+        if note.mode == "maintenance":
+            line = f"in maintenance: its routes answer 503 ({note.message})"
+        else:
+            line = f"paused: its routes hold each new request up to {format_duration(note.timeout)}"
+        lines.append(f"service {note.service}: {line}")
+    for scaled in doc.autoscale:
+        line = f"autoscaled {scaled.min}..{scaled.max}, target {scaled.target}: {scaled.reason}"
+        lines.append(f"service {scaled.service}: {line}")
+    return lines
 
 
 def field_change(field: str, old: str, new: str) -> str:

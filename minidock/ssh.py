@@ -21,7 +21,7 @@ import os
 import secrets
 import shlex
 import socket
-from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -670,6 +670,26 @@ class _Pool:
             self._pool[host.name] = (host, conn)
             return conn, False
 
+    @contextlib.contextmanager
+    def running(self, host: Host, process: asyncssh.SSHClientProcess[Any]) -> Iterator[None]:
+        """Around a session's use: a connection error is the host's `Unreachable`, and the
+        process is closed after, however it ended."""
+        try:
+            yield
+        except (asyncssh.Error, OSError) as exc:
+            raise self.unreachable(host, exc) from None
+        finally:
+            process.close()
+
+    async def reach(self, host: Host, limit: asyncio.Semaphore) -> bool:
+        """Whether the host's connection is open (opened now, within `limit`, if need be)."""
+        async with limit:
+            try:
+                await self.connection(host)
+            except Unreachable:
+                return False
+            return True
+
     async def session(
         self, host: Host, command: str, **options: Any
     ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[Any]]:
@@ -875,15 +895,12 @@ class SSHExecutor:
         limit = host.command_timeout if timeout is None else timeout
         async with self._host_limit(host), self._limit:
             conn, process = await self._pool.session(host, command, encoding=None)
-            try:
-                await _stream_in(process, source, limit)
-                return await self._pool.finish(host, conn, process, _argv0(argv), limit)
-            except TimeoutError:
-                raise CommandTimeout(host.name, _argv0(argv), limit) from None
-            except (asyncssh.Error, OSError) as exc:
-                raise self._pool.unreachable(host, exc) from None
-            finally:
-                process.close()
+            with self._pool.running(host, process):
+                try:
+                    await _stream_in(process, source, limit)
+                    return await self._pool.finish(host, conn, process, _argv0(argv), limit)
+                except TimeoutError:
+                    raise CommandTimeout(host.name, _argv0(argv), limit) from None
 
     async def pour(
         self,
@@ -899,14 +916,11 @@ class SSHExecutor:
         limit = host.command_timeout if timeout is None else timeout
         async with self._host_limit(host), self._limit:
             conn, process = await self._pool.session(host, command, encoding=None)
-            try:
-                stderr = await _stream_out(process, sink, limit)
-            except TimeoutError:
-                raise CommandTimeout(host.name, _argv0(argv), limit, opened=True) from None
-            except (asyncssh.Error, OSError) as exc:
-                raise self._pool.unreachable(host, exc) from None
-            finally:
-                process.close()
+            with self._pool.running(host, process):
+                try:
+                    stderr = await _stream_out(process, sink, limit)
+                except TimeoutError:
+                    raise CommandTimeout(host.name, _argv0(argv), limit, opened=True) from None
             return Result(self._pool.status(host, conn, process), "", _text(stderr))
 
     async def follow(self, host: Host, argv: Sequence[str], on_line: OnLine) -> int:
@@ -916,17 +930,13 @@ class SSHExecutor:
             conn, process = await self._pool.session(
                 host, _command(host, argv), encoding="utf-8", errors="replace"
             )
-            try:
+            with self._pool.running(host, process):
                 process.stdin.write_eof()
                 await asyncio.gather(
                     _lines(process.stdout, "stdout", on_line),
                     _lines(process.stderr, "stderr", on_line),
                 )
                 await process.wait_closed()
-            except (asyncssh.Error, OSError) as exc:
-                raise self._pool.unreachable(host, exc) from None
-            finally:
-                process.close()
             return self._pool.status(host, conn, process)
 
     async def attach(self, host: Host, argv: Sequence[str], terminal: Terminal) -> int:
@@ -939,12 +949,8 @@ class SSHExecutor:
             conn, process = await self._pool.session(
                 host, _command(host, argv), encoding=None, **pty
             )
-            try:
+            with self._pool.running(host, process):
                 await pump(process, terminal)
-            except (asyncssh.Error, OSError) as exc:
-                raise self._pool.unreachable(host, exc) from None
-            finally:
-                process.close()
             return self._pool.status(host, conn, process)
 
     def _host_limit(self, host: Host) -> asyncio.Semaphore:
@@ -961,16 +967,7 @@ class SSHExecutor:
         """See `Executor.warm`: connections a pass would open, opened now, within the
         same overall limit; kept alive by their keepalives (a dead one is reopened on
         the next call)."""
-
-        async def connect(host: Host) -> bool:
-            async with self._limit:
-                try:
-                    await self._pool.connection(host)
-                except Unreachable:
-                    return False
-                return True
-
-        return sum(await asyncio.gather(*(connect(h) for h in hosts)))
+        return sum(await asyncio.gather(*(self._pool.reach(h, self._limit) for h in hosts)))
 
     async def close(self) -> None:
         """Close every pooled connection."""

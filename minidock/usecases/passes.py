@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from minidock.core.watching import backoff_ends, probe_scope
@@ -299,10 +299,18 @@ def live_ids(observed: Observed) -> dict[str, set[str]]:
 @dataclass
 class _Left:
     """What a watch round's passes left for the next round: work under way (a pass exited
-    3), and the seconds to the soonest restart backoff's end among them."""
+    3), and the seconds to the soonest restart backoff's end among them; and its steps,
+    for the controller's member key (roster.Heartbeat)."""
 
     under_way: bool = False
     backoff: float | None = None
+    steps: list[PassDone | PassSkipped] = field(default_factory=list)
+
+    def took(self, step: PassDone | PassSkipped, now: float) -> None:
+        self.steps.append(step)
+        if isinstance(step, PassDone):
+            self.add(step, now)
+            log.debug("%s: pass exit %d", step.cluster or "pass", step.exit_code)
 
     def add(self, step: PassDone, now: float) -> None:
         self.under_way |= step.exit_code is ExitCode.NOT_CONVERGED
@@ -329,7 +337,8 @@ async def watch(
     if sooner. A round at the resync probes every host; one between probes only the
     hosts whose stream rang or is not up (watch_step). The lock is held for each pass, not
     between passes, so other writers get their turn. A signal during a pass lets it finish
-    (KeyboardInterrupt after it)."""
+    (KeyboardInterrupt after it). On an etcd state its member key is rewritten after each
+    round (roster.Heartbeat: `minidock controllers`)."""
     from minidock.usecases.roster import Heartbeat  # its imports: watch's alone
 
     require_applied(directory)
@@ -344,7 +353,6 @@ async def watch(
                 full = bell.started()
                 targets = chosen(directory, cluster)
                 left = _Left()
-                steps: list[PassDone | PassSkipped] = []
                 for h in targets:
                     name = tagged(h, len(targets))
                     memory = memories.setdefault(h.name, ProbeMemory())
@@ -358,14 +366,11 @@ async def watch(
                         full=full,
                         inventories=inventories,
                     )
-                    if isinstance(step, PassDone):
-                        left.add(step, runtime.clock.now())
-                        log.debug("%s: pass exit %d", h.name, step.exit_code)
+                    left.took(step, runtime.clock.now())
                     report(step)
-                    steps.append(step)
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
-                heartbeat.round(steps, runtime.clock.now())
+                heartbeat.round(left.steps, runtime.clock.now())
                 under_way = left.under_way or streams.unconfirmed()  # docker's ps lags its `die`
                 bell.finished(under_way=under_way, backoff_left=left.backoff)
                 await bell.wait()

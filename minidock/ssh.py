@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -181,9 +182,10 @@ class Executor(Protocol):
         ...
 
     async def warm(self, hosts: Sequence[Host]) -> int:
-        """Open (or keep) a connection to each host, running nothing on it: a standby
-        controller's, so that its first pass after a takeover needs no handshake. How
-        many hosts are connected; one that cannot be reached is left for the pass."""
+        """Keep a connection open to each host, running nothing on it: a standby
+        controller's, so that its first pass after a takeover needs no handshake. The
+        connections missing are opened in the background (the caller never waits for a
+        host that does not answer); how many hosts are connected now."""
         ...
 
     async def close(self) -> None: ...
@@ -615,6 +617,7 @@ class _Pool:
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._jumps: dict[_Route, asyncssh.SSHClientConnection] = {}
         self._jump_locks: dict[_Route, asyncio.Lock] = {}
+        self._warming: dict[str, asyncio.Task[bool]] = {}  # connections `warm` opens
 
     @property
     def opened(self) -> int:
@@ -623,6 +626,10 @@ class _Pool:
 
     async def close(self) -> None:
         """Close every pooled connection, the hosts' first, then the jump hosts'."""
+        warming, self._warming = self._warming, {}
+        for task in warming.values():
+            task.cancel()
+        await asyncio.gather(*warming.values(), return_exceptions=True)
         pool, self._pool = self._pool, {}
         jumps, self._jumps = self._jumps, {}
         conns = [conn for _, conn in pool.values()]
@@ -680,6 +687,23 @@ class _Pool:
             raise self.unreachable(host, exc) from None
         finally:
             process.close()
+
+    def warm(self, hosts: Sequence[Host], limit: asyncio.Semaphore) -> int:
+        """Start opening, in the background, the connection to each host that has none
+        open nor being opened; how many of `hosts` have one open now."""
+        for host in hosts:
+            if not self.open_to(host) and host.name not in self._warming:
+                task = asyncio.create_task(self.reach(host, limit))
+                self._warming[host.name] = task
+                task.add_done_callback(functools.partial(self._warmed, host.name))
+        return sum(1 for h in hosts if self.open_to(h))
+
+    def _warmed(self, name: str, _: asyncio.Task[bool]) -> None:
+        self._warming.pop(name, None)
+
+    def open_to(self, host: Host) -> bool:
+        pooled = self._pool.get(host.name)
+        return pooled is not None and pooled[0] == host and not pooled[1].is_closed()
 
     async def reach(self, host: Host, limit: asyncio.Semaphore) -> bool:
         """Whether the host's connection is open (opened now, within `limit`, if need be)."""
@@ -964,10 +988,9 @@ class SSHExecutor:
         self._pool.disconnect(host.name)
 
     async def warm(self, hosts: Sequence[Host]) -> int:
-        """See `Executor.warm`: connections a pass would open, opened now, within the
-        same overall limit; kept alive by their keepalives (a dead one is reopened on
-        the next call)."""
-        return sum(await asyncio.gather(*(self._pool.reach(h, self._limit) for h in hosts)))
+        """See `Executor.warm`: the connections a pass would open, within the same overall
+        limit; kept alive by their keepalives (a dead one is reopened by a later call)."""
+        return self._pool.warm(hosts, self._limit)
 
     async def close(self) -> None:
         """Close every pooled connection."""

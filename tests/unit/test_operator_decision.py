@@ -31,7 +31,9 @@ passes with it, past a failover's wait, or none) and back, and a controller kill
 within a pass: before its acts, after its stops, before its fold, half-way through a
 copy, a copy's target or source host lost half-way, or a copy's stream broken with both
 hosts answering (each step of a move and a restore is some pass's act, so each is cut).
-`settle` is the still world: passes, no command, no new fault.
+`settle` is the still world: passes, no command, no new fault. web may have an
+`autoscale` policy (drawn with the spec: max 2 or 3, or none), and the edge's request
+rate is drawn with the first spec and by `traffic` (its metrics may not answer: no data).
 
 Properties (docs/testing.md#the-whole-decision):
 (b), (c) as test_whole_decision's: no route loses its last healthy upstream, no task stops
@@ -55,6 +57,10 @@ Properties (docs/testing.md#the-whole-decision):
 (m) while a canary runs, a slot outside it that ran another spec never runs the canary's
     (a slot that never had a task takes the new spec, by design), and no slot holds more than
     two live tasks then (a host back's stale task draining out of the routes aside);
+(s) an autoscaled web's count stays within min..max after every pass, does not change on
+    a pass without data, and changes by no command but apply, scale and rollback (scale
+    outside the bounds refused; its own pass never goes in from the operator's count;
+    rollback keeps the decided count within the bounds it returns to);
 (n) on a still world every intent ends within `SETTLE` passes of the last command: each
     backup, with its slot's task running (issue 43 break 5: a kill between the stop and
     the start never leaves it down; but a slot whose host is down, forgotten, or that is

@@ -24,7 +24,7 @@ from hyperframe.frame import (
     SettingsFrame,
 )
 
-__all__ = ["H2Load", "Load", "Reply", "get", "get_any", "get_h2"]
+__all__ = ["H2Load", "Load", "Paced", "Reply", "get", "get_any", "get_h2"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,40 @@ class Load(Background):
 
     def bodies(self) -> set[str]:
         return {r.text for r in self.replies if r.ok}
+
+
+@dataclass
+class Paced(Background):
+    """`with Paced(port, "app.test", rate=3) as load:` starts a GET every 1 / `rate`
+    seconds, whether the earlier ones have ended or not (an open loop: the rate the test
+    sets is the rate the proxy sees, however slow a reply), until the block ends; the test
+    may change `rate` in the block. `replies` holds every one, `sent` counts them as they
+    start."""
+
+    port: int
+    host: str
+    rate: float
+    replies: list[Reply] = field(default_factory=list)
+    sent: int = 0
+
+    async def _one(self) -> None:
+        self.replies.append(await get(self.port, self.host))
+
+    async def _run(self) -> None:
+        pending: set[asyncio.Task[None]] = set()
+        due = time.monotonic()
+        while not self._stop.is_set():
+            task = asyncio.create_task(self._one())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            self.sent += 1
+            due = max(due + 1 / self.rate, time.monotonic() - 1.0)  # no burst after a stall
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+        if pending:
+            await asyncio.gather(*pending)
+
+    def failed(self) -> list[Reply]:
+        return [r for r in self.replies if not r.ok]
 
 
 async def get_h2(port: int, host: str, root: str, path: str = "/", timeout: float = 30.0) -> Reply:

@@ -14,7 +14,7 @@ import pytest
 from minidock.commands.caddy import AUTOSAVE, proxy_name
 from tests.caddyview import front
 from tests.integration.conftest import Fleet, Minidock
-from tests.integration.loadgen import H2Load, Load, get
+from tests.integration.loadgen import H2Load, Load, Paced, get
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +143,7 @@ def converge(md: Minidock, passes: int = 60, ok: tuple[int, ...] = (0,)) -> int:
     raise AssertionError(f"not converged after {passes} passes (last exit {code})")
 
 
-def assert_no_failure(load: Load | H2Load, fleet: Fleet, md: Minidock) -> None:
+def assert_no_failure(load: Load | H2Load | Paced, fleet: Fleet, md: Minidock) -> None:
     """No request failed; if one did, the message carries the edge proxy's own errors."""
     failed = load.failed()
     assert load.replies, "the load generator sent nothing"
@@ -173,7 +173,7 @@ def timeline(md: Minidock) -> list[str]:
     return [f"{e.get('at')} {e['kind']} {e['message']}" for e in found if e["kind"] in kinds][-15:]
 
 
-def latency(load: Load | H2Load) -> str:
+def latency(load: Load | H2Load | Paced) -> str:
     times = sorted(r.seconds for r in load.replies)
     p99 = times[int(len(times) * 0.99) - 1] if len(times) >= 100 else times[-1]
     p50, top = times[len(times) // 2], times[-1]

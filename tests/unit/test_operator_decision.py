@@ -31,7 +31,9 @@ passes with it, past a failover's wait, or none) and back, and a controller kill
 within a pass: before its acts, after its stops, before its fold, half-way through a
 copy, a copy's target or source host lost half-way, or a copy's stream broken with both
 hosts answering (each step of a move and a restore is some pass's act, so each is cut).
-`settle` is the still world: passes, no command, no new fault.
+`settle` is the still world: passes, no command, no new fault. web may have an
+`autoscale` policy (drawn with the spec: max 2 or 3, or none), and the edge's request
+rate is drawn with the first spec and by `traffic` (its metrics may not answer: no data).
 
 Properties (docs/testing.md#the-whole-decision):
 (b), (c) as test_whole_decision's: no route loses its last healthy upstream, no task stops
@@ -55,6 +57,10 @@ Properties (docs/testing.md#the-whole-decision):
 (m) while a canary runs, a slot outside it that ran another spec never runs the canary's
     (a slot that never had a task takes the new spec, by design), and no slot holds more than
     two live tasks then (a host back's stale task draining out of the routes aside);
+(s) an autoscaled web's count stays within min..max after every pass, does not change on
+    a pass without data, and changes by no command but apply, scale and rollback (scale
+    outside the bounds refused; its own pass never goes in from the operator's count;
+    rollback keeps the decided count within the bounds it returns to);
 (n) on a still world every intent ends within `SETTLE` passes of the last command: each
     backup, with its slot's task running (issue 43 break 5: a kill between the stop and
     the start never leaves it down; but a slot whose host is down, forgotten, or that is
@@ -190,7 +196,7 @@ from minidock.core.hosts import Availability
 from minidock.core.rebalance import moves as rebalance_moves
 from minidock.core.rebalance import record as record_moves
 from minidock.core.serving import Serving, ended, in_maintenance, paused
-from minidock.core.state import ControllerState
+from minidock.core.state import ControllerState, ServiceState
 from minidock.model import Cluster, Inventory
 from minidock.spec.cluster import load
 from tests.unit.test_whole_decision import DT, HOSTS, INVENTORY, Fleet, Knobs
@@ -199,6 +205,18 @@ from tests.unit.test_whole_decision import DT, HOSTS, INVENTORY, Fleet, Knobs
 # few passes of a host down pass it
 FAILOVER_AFTER = int(2 * DT)
 SETTLE = 40  # passes a still world may take to end every intent (measured: at most 6)
+
+
+# web's autoscale policy, up to `most` tasks: a window of two passes, a cooldown of four
+def policy(most: int) -> str:
+    return (
+        f"{{ min = 1, max = {most}, target = {{ requests_per_task = 10 }}, "
+        f'window = "{2 * DT:g}s", cooldown = "{4 * DT:g}s" }}'
+    )
+
+
+# the edge's request rates drawn (a second; None: its metrics do not answer)
+RATES = (None, 0.0, 8.0, 25.0, 40.0)
 KILLS = (
     "before acts",
     "after stops",
@@ -226,10 +244,12 @@ class Spec:
     dbs: int = 1
     stop: bool = False  # db's backup = { stop = true }: its task stopped for the copy
     failover: bool = False  # db's on_host_loss = "restore", restore_after = FAILOVER_AFTER
+    most: int = 0  # web's autoscale max (`policy`; 0: none): its replicas within it
 
     def render(self) -> str:
-        web = Knobs(image=self.web, replicas=self.replicas, canary=self.canary)
-        web = replace(web, promote=self.promote)
+        replicas = min(self.replicas, self.most) if self.most else self.replicas
+        web = Knobs(image=self.web, replicas=replicas, canary=self.canary)
+        web = replace(web, promote=self.promote, autoscale=policy(self.most) if self.most else "")
         db = [
             "[services.db]",
             f'image = "{self.db}"',
@@ -256,6 +276,7 @@ specs = st.builds(
     dbs=st.integers(1, 2),
     stop=st.booleans(),
     failover=st.booleans(),
+    most=st.sampled_from([0, 2, 3]),
 )
 _FILES = Path(tempfile.mkdtemp(prefix="operator-decision-"))
 (_FILES / "inventory.toml").write_text(INVENTORY + "\n")
@@ -322,23 +343,29 @@ class OperatorDecision(RuleBasedStateMachine):
             kept = [r for r in was.rebalance if r[0] in wanted]
             if kept and not set(kept) <= set(now.rebalance):
                 self.f.violations.append(f"(k) {rule} dropped {name}'s rebalance {kept}")
+        counts = before.services["web"].replicas(), after.services["web"].replicas()
+        if counts[0] != counts[1] and not rule.startswith(("apply", "scale web", "rollback web")):
+            self.f.violations.append(f"(s) {rule} changed web's count: {counts}")
         self.f.state = after
         self.one_pass()  # the command's own pass (the CLI's use cases run one or more)
 
     def one_pass(self, kill: str = "") -> None:
+        was = self.state.services["web"]
         self.lost |= self.f.down
         self.f.one_pass(kill)
+        self.check_count(was)
         self.lost |= self.f.down  # a host lost mid copy
         if kill != "before acts":  # a forgotten host back, seen, its stale tasks fenced
             self.f.gone -= self.f.gone - self.f.down
         self.check_canary()
 
     # -- applies and the commands on a service
-    @initialize(spec=specs, backed=st.booleans())
-    def first(self, spec: Spec, backed: bool = False) -> None:
+    @initialize(spec=specs, backed=st.booleans(), rate=st.sampled_from(RATES))
+    def first(self, spec: Spec, backed: bool = False, rate: float | None = 0.0) -> None:
         cluster, inventory = loaded(spec)
         self.fleet = Fleet(list(inventory.hosts), cluster_name=cluster.name)
         self.f.answers_promote = False
+        self.f.rate, self.f.unread = rate or 0.0, rate is None  # the edge's traffic
         self.f.take(cluster)
         self.settle()  # a fleet running its first apply
         for n in range(1, spec.dbs + 1) if backed else ():  # and backed up once
@@ -363,6 +390,8 @@ class OperatorDecision(RuleBasedStateMachine):
         scaled_cluster); (l)."""
         assert self.f.cluster is not None
         was = self.state.services[service].spec
+        if was.autoscale is not None and was.autoscale.bounded(n) != n:
+            return  # refused: outside the policy's bounds (usecases.desired.scale)
         self.f.generation += 1
         after = intents.scale(self.state, service, n, self.f.generation)
         self.f.cluster = intents.scaled_cluster(after, self.f.cluster, service)
@@ -371,6 +400,9 @@ class OperatorDecision(RuleBasedStateMachine):
         if now != replace(was, replicas=n):
             changed = f"{was.image} {dict(was.env)} -> {now.image} {dict(now.env)}"
             self.f.violations.append(f"(l) scale {service}={n} changed its spec: {changed}")
+        got = self.state.services[service].replicas()
+        if was.autoscale is not None and got < n:  # its pass decides from n: out, never in
+            self.f.violations.append(f"(s) scale {service}={n}, then {got} in its own pass")
 
     @rule(service=services)
     def rollback(self, service: str) -> None:
@@ -378,6 +410,13 @@ class OperatorDecision(RuleBasedStateMachine):
             after = intents.rollback(self.state, service)
         except ValueError:
             return  # refused: no previous spec, or a failed one
+        was, now = self.state.services[service], after.services[service]
+        decided = was.scaling.count if was.spec.autoscale else None
+        policy = now.spec.autoscale  # the decided count, within the bounds returned to
+        want = now.spec.replicas if policy is None or decided is None else policy.bounded(decided)
+        if now.replicas() != want:
+            why = f"{was.replicas()} -> {now.replicas()}, not {want}"
+            self.f.violations.append(f"(s) rollback {service} changed the count: {why}")
         self.command(f"rollback {service}", after)
 
     @precondition(lambda self: self.state.services["web"].rollout.in_canary)
@@ -588,6 +627,15 @@ class OperatorDecision(RuleBasedStateMachine):
         for host in sorted(self.f.down):
             self.f.revive_host(host)
 
+    @rule(rate=st.sampled_from(RATES), then=st.integers(0, 3))
+    def traffic(self, rate: float | None, then: int = 0) -> None:
+        """The requests through the edge change to `rate` a second, or its metrics stop
+        answering (None: no data, the rate it counts unchanged); `then` passes run."""
+        self.f.unread = rate is None
+        self.f.rate = self.f.rate if rate is None else rate
+        for _ in range(then):
+            self.one_pass()
+
     @rule(kills=st.lists(st.sampled_from(("", "", *KILLS)), min_size=1, max_size=4))
     def passes(self, kills: list[str]) -> None:
         for kill in kills:
@@ -616,6 +664,19 @@ class OperatorDecision(RuleBasedStateMachine):
         raise AssertionError(f"(n) not ended in {SETTLE} passes: {why}")
 
     # -- the properties
+    def check_count(self, was: ServiceState) -> None:
+        """(s) after a pass: an autoscaled web's count is within its policy's bounds, and
+        does not change on a pass that had no data (the edge's metrics unread)."""
+        ss = self.state.services["web"]
+        policy, got = ss.spec.autoscale, ss.replicas()
+        if policy is None:
+            return
+        if not policy.min <= got <= policy.max:
+            self.f.violations.append(f"(s) web's count {got} outside {policy.min}..{policy.max}")
+        if self.f.unread and was.spec.autoscale == policy and got != was.replicas():
+            why = f"{was.replicas()} -> {got} ({ss.scaling.reason})"
+            self.f.violations.append(f"(s) web's count changed without data: {why}")
+
     def check_canary(self) -> None:
         """(m) after a pass's acts."""
         ss = self.state.services.get("web")
@@ -740,6 +801,7 @@ class OperatorDecision(RuleBasedStateMachine):
         assert not [v for v in found if v.startswith("(m)")], found
         assert not [v for v in found if v.startswith("(r)")], found
         assert not [v for v in found if v.startswith("(p)")], found
+        assert not [v for v in found if v.startswith("(s)")], found
         assert not found, found
         mode = self.state.services["web"].serving
         assert mode.serving is self.serving, f"(j) web is {mode.serving}, set {self.serving}"

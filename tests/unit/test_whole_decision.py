@@ -90,6 +90,7 @@ from hypothesis.stateful import (
 from minidock.commands.caddy import parse_proxy_probe
 from minidock.commands.proxies import Rendered, render
 from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promote
+from minidock.core.autoscaling import labels
 from minidock.core.backing import BackupAct, BackupStep, VerifyAct
 from minidock.core.endpoints import names_in_use
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
@@ -115,6 +116,7 @@ from minidock.model import (
     Observed,
     OneOff,
     ProxyObservation,
+    RouteCounts,
     Service,
 )
 from minidock.runner import decision
@@ -154,6 +156,7 @@ class Knobs:
     canary_monitor: str = "0s"
     request_metrics: bool = True  # [ingress]: a server per route behind the front, or not
     http2: bool = False  # [ingress]: the HTTPS server's protocols (the loaded config's)
+    autoscale: str = ""  # web's autoscale policy, an inline table ("": none)
 
     def render(self) -> str:
         port = self.route or 8080
@@ -185,6 +188,8 @@ class Knobs:
         web.append(f'update = {{ {policy}, monitor = "{self.monitor}" }}')
         if self.volume:
             web.append('volumes = ["/srv/web:/data"]')
+        if self.autoscale:
+            web.append(f"autoscale = {self.autoscale}")
         parts = [
             'cluster = "fleet"',
             'inventory = "inventory.toml"',
@@ -290,6 +295,12 @@ class Fleet(World):
     kept: set[tuple[str, str]] = field(default_factory=set)  # (host, volume) a failover left
     fenced: set[str] = field(default_factory=set)  # containers a failover left (never again)
     seen: Observed | None = None  # what the last plan was decided on
+    # the edge proxy's request counter of each autoscaled route (requests since it
+    # started, `rate` a second as time passes), read by a pass while a service has a
+    # policy (the runner's observe_traffic); `unread`: its metrics do not answer (no data)
+    counted: float = 0.0
+    rate: float = 0.0
+    unread: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -321,7 +332,18 @@ class Fleet(World):
         names: dict[str, dict[str, NameProxy] | None] = {}
         if names_in_use(self.cluster, self.state):
             names = {h: dict(ps) for h, ps in self.names.items()}
-        return Observed(hosts, proxies, names)
+        return Observed(hosts, proxies, names, traffic=self.traffic())
+
+    def traffic(self) -> dict[str, tuple[RouteCounts, ...] | None]:
+        """What the edge's metrics say while a service autoscales (runner.observe): each
+        autoscaled service's routes counted `counted` requests, or no answer."""
+        assert self.cluster is not None
+        scaled = [ss.spec for ss in self.state.services.values() if ss.spec.autoscale]
+        if not scaled:
+            return {}
+        counts = tuple(RouteCounts(s.name, r, self.counted) for s in scaled for r in labels(s))
+        edges = ingress_hosts(self.cluster, self.inventory)
+        return dict.fromkeys(edges, None if self.unread else counts)
 
     def plan(self, state: object = None) -> Plan:
         assert self.cluster is not None
@@ -763,6 +785,7 @@ class Fleet(World):
 
     def tick(self, dt: float = DT) -> None:
         super().tick(dt)
+        self.counted += self.rate * dt
         for host, os in self.oneoffs.items():
             ended = []
             for o in os:
@@ -851,7 +874,7 @@ class Fleet(World):
         if spec.mode == "global":
             if sorted(c.host for c in live) != sorted(h.name for h in hosts):
                 return f"global tasks on {sorted(c.host for c in live)}"
-        elif sorted(c.slot for c in live) != list(range(1, spec.replicas + 1)):
+        elif sorted(c.slot for c in live) != list(range(1, ss.replicas() + 1)):
             return f"slots {sorted(c.slot for c in live)}"
         if any(c.host not in {h.name for h in hosts} for c in live):
             return "a task where its constraints forbid"

@@ -4,7 +4,9 @@ port 80 that records every reply. The rate triples: the count goes out. The rate
 while the edge's proxy does not answer its metrics (its admin port refused on the host):
 the count holds, past the cooldown, and status says there is no data. The metrics answer
 again: the count falls back to `min`, each task of the scale-in out of the routes and
-drained before it stops. No request fails throughout.
+drained before it stops. No request fails throughout. Then `minidock serve`'s dashboard,
+in a real headless Chromium, shows the policy on web's card and the count's line on its
+route's request-rate chart.
 
 The passes are cron's: `minidock reconcile` one after another. The durations are short
 (a 10 s window, a 20 s cooldown) so the test takes about two minutes of lab time; the
@@ -133,6 +135,28 @@ def passes_until(
             )
 
 
+def dashboard(md: Minidock) -> tuple[str, str, str]:
+    """`minidock serve`'s dashboard in a real headless Chromium (docs/autoscale.md): web's
+    card's autoscale line, its route's card's line under the chart, and the points of the
+    chart's line of the count (once two readings of the proxy make a rate)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.integration.test_serve import CHROMIUM, serving
+
+    with serving(md, "--interval", "1s") as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(url + "/")
+            route = page.locator('[data-route^="web "] .autoscale')
+            route.wait_for(timeout=DEADLINE * 1000)
+            service = page.locator('[data-service="web"] .autoscale').inner_text()
+            drawn = page.locator('[data-route^="web "] polyline.replicas').get_attribute("points")
+            return service, route.inner_text(), drawn or ""
+        finally:
+            browser.close()
+
+
 def test_the_count_follows_the_rate_holds_without_metrics_and_fails_no_request(
     fleet: Fleet, md: Minidock
 ) -> None:
@@ -197,6 +221,10 @@ def test_the_count_follows_the_rate_holds_without_metrics_and_fails_no_request(
     assert scaled[0].startswith("web: 1 -> "), scaled
     assert any(line.startswith("web: 3 -> ") and "(in: " in line for line in scaled), scaled
     assert events(md, "draining")  # each task of the scale-in left the routes first
+    service_line, route_line, drawn = dashboard(md)
+    assert service_line.startswith("autoscaled 1..4, target "), service_line
+    assert route_line == "1 tasks (autoscaled, of at most 4): the line", route_line
+    assert drawn, "the route's chart has no line of the autoscaled count"
     print(
         f"autoscale: {load.sent} requests sent, {len(load.failed())} failed "
         f"({latency(load)}); counts {' then '.join(s.split(' ->')[0] for s in scaled)} "

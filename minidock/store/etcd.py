@@ -430,13 +430,7 @@ class EtcdWriter:
         keeper = self._lease()
         key = self.keys.lock_key(keeper.lease_id)
         holder = json.dumps({"holder": holder_text(), "since": time.time()}).encode()
-        owner = get(
-            self.keys.lock,
-            range_end(self.keys.lock),
-            limit=1,
-            sort_order=rpc.RangeRequest.ASCEND,
-            sort_target=rpc.RangeRequest.CREATE,
-        )
+        owner = lock_holder(self.keys)
         reply = self.client.txn(
             rpc.TxnRequest(
                 compare=[compare_create(key, 0)],
@@ -454,7 +448,9 @@ class EtcdWriter:
             self.client.txn(
                 rpc.TxnRequest(compare=[compare_create(key, mine)], success=[delete(key)])
             )
-            raise WriterBusy(f"{self.url} is locked by another minidock process ({_who(first[0])})")
+            raise WriterBusy(
+                f"{self.url} is locked by another minidock process ({holder_of(first[0])})"
+            )
         self._key, self._rev = key, mine
         self.reload()
 
@@ -563,7 +559,19 @@ class EtcdWriter:
         return self._keeper
 
 
-def _who(kv: Any) -> str:
+def lock_holder(keys: Keys) -> Any:
+    """The request for the lock key with the lowest create revision: the holder's."""
+    return get(
+        keys.lock,
+        range_end(keys.lock),
+        limit=1,
+        sort_order=rpc.RangeRequest.ASCEND,
+        sort_target=rpc.RangeRequest.CREATE,
+    )
+
+
+def holder_of(kv: Any) -> str:
+    """`pid N on HOST` of a lock key's value."""
     try:
         return str(json.loads(kv.value)["holder"])
     except (ValueError, KeyError, TypeError):

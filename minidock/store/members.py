@@ -23,8 +23,9 @@ from minidock.store.etcd import (
     LeaseKeeper,
     Meta,
     every_key,
+    holder_of,
     holder_text,
-    range_end,
+    lock_holder,
 )
 from minidock.store.etcd_client import EtcdClient, get, put, rpc
 from minidock.store.location import EtcdURL
@@ -89,20 +90,13 @@ def read_roster(url: EtcdURL) -> Roster:
             _member(store.client, bytes(kv.key)[len(prefix) :].decode(), kv)
             for kv in every_key(store, prefix, 0)
         ]
-        keys = store.keys
-        first = get(
-            keys.lock,
-            range_end(keys.lock),
-            limit=1,
-            sort_order=rpc.RangeRequest.ASCEND,
-            sort_target=rpc.RangeRequest.CREATE,
-        )
-        reply = store.client.txn(rpc.TxnRequest(success=[first, get(keys.meta)]))
+        requests = [lock_holder(store.keys), get(store.keys.meta)]
+        reply = store.client.txn(rpc.TxnRequest(success=requests))
         holders = list(reply.responses[0].response_range.kvs)
         metas = list(reply.responses[1].response_range.kvs)
     finally:
         store.close()
-    writer = str(json.loads(holders[0].value).get("holder", "")) if holders else ""
+    writer = holder_of(holders[0]) if holders else ""
     last = Meta.loads(metas[0].value).writer if metas else ""
     return Roster(tuple(sorted(members, key=lambda m: m.since)), writer, last)
 

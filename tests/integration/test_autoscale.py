@@ -139,22 +139,14 @@ def dashboard(md: Minidock) -> tuple[str, str, str]:
     """`minidock serve`'s dashboard in a real headless Chromium (docs/autoscale.md): web's
     card's autoscale line, its route's card's line under the chart, and the points of the
     chart's line of the count (once two readings of the proxy make a rate)."""
-    from playwright.sync_api import sync_playwright
+    from tests.integration.test_serve import dashboard as opened
 
-    from tests.integration.test_serve import CHROMIUM, serving
-
-    with serving(md, "--interval", "1s") as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.goto(url + "/")
-            route = page.locator('[data-route^="web "] .autoscale')
-            route.wait_for(timeout=DEADLINE * 1000)
-            service = page.locator('[data-service="web"] .autoscale').inner_text()
-            drawn = page.locator('[data-route^="web "] polyline.replicas').get_attribute("points")
-            return service, route.inner_text(), drawn or ""
-        finally:
-            browser.close()
+    with opened(md, "--interval", "1s") as page:
+        route = page.locator('[data-route^="web "] .autoscale')
+        route.wait_for(timeout=DEADLINE * 1000)
+        service = page.locator('[data-service="web"] .autoscale').inner_text()
+        drawn = page.locator('[data-route^="web "] polyline.replicas').get_attribute("points")
+        return service, route.inner_text(), drawn or ""
 
 
 def test_the_count_follows_the_rate_holds_without_metrics_and_fails_no_request(

@@ -98,6 +98,19 @@ def serving(md: Minidock, *args: str) -> Iterator[str]:
                 stream.close()
 
 
+@contextlib.contextmanager
+def dashboard(md: Minidock, *args: str) -> Iterator[Page]:
+    """`minidock serve ARGS`' dashboard open in a real headless Chromium."""
+    with serving(md, *args) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(url + "/")
+            yield page
+        finally:
+            browser.close()
+
+
 def _pump(stream: Any, into: queue.Queue[str]) -> None:
     for line in stream:
         into.put(line)
@@ -303,24 +316,18 @@ def test_the_dashboard_shows_the_services_and_changes_when_a_task_is_killed(
     md: Minidock, tmp_path: Path
 ) -> None:
     applied(md, WEB + API)
-    with serving(md, "--interval", "1s") as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.goto(url + "/")
-            running = page.locator('[data-service="web"] .running')
-            running.wait_for(timeout=DEADLINE * 1000)
-            assert eventually(lambda: running.inner_text() == "2" or None, "2 running shown")
-            assert page.locator('[data-host="host1"]').count() == 1
-            assert page.locator('[data-service="api"] .running').inner_text() == "3"
-            page.evaluate("window.notReloaded = true")
-            _screenshot(page, tmp_path)
-            task = eventually(lambda: (md.tasks("web") or [None])[0], "web's tasks listed")
-            md.fleet.docker(task["host"], "kill", task["name"], check=True)
-            assert eventually(lambda: running.inner_text() == "1" or None, "1 running shown")
-            assert page.evaluate("window.notReloaded") is True  # changed on its own
-        finally:
-            browser.close()
+    with dashboard(md, "--interval", "1s") as page:
+        running = page.locator('[data-service="web"] .running')
+        running.wait_for(timeout=DEADLINE * 1000)
+        assert eventually(lambda: running.inner_text() == "2" or None, "2 running shown")
+        assert page.locator('[data-host="host1"]').count() == 1
+        assert page.locator('[data-service="api"] .running').inner_text() == "3"
+        page.evaluate("window.notReloaded = true")
+        _screenshot(page, tmp_path)
+        task = eventually(lambda: (md.tasks("web") or [None])[0], "web's tasks listed")
+        md.fleet.docker(task["host"], "kill", task["name"], check=True)
+        assert eventually(lambda: running.inner_text() == "1" or None, "1 running shown")
+        assert page.evaluate("window.notReloaded") is True  # changed on its own
 
 
 def _screenshot(page: Page, tmp_path: Path) -> None:

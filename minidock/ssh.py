@@ -618,6 +618,8 @@ class _Pool:
         self._jumps: dict[_Route, asyncssh.SSHClientConnection] = {}
         self._jump_locks: dict[_Route, asyncio.Lock] = {}
         self._warming: dict[str, asyncio.Task[bool]] = {}  # connections `warm` opens
+        self._closing: set[asyncio.Future[None]] = set()  # dropped connections' ends
+        self._closed = False
 
     @property
     def opened(self) -> int:
@@ -625,7 +627,10 @@ class _Pool:
         return self._connector.opened
 
     async def close(self) -> None:
-        """Close every pooled connection, the hosts' first, then the jump hosts'."""
+        """Close every connection, the hosts' first, then the jump hosts', and return once
+        each is closed, those dropped before included: a caller whose event loop ends
+        next leaves no socket open behind it. A closed pool opens no more."""
+        self._closed = True
         warming, self._warming = self._warming, {}
         for task in warming.values():
             task.cancel()
@@ -636,9 +641,10 @@ class _Pool:
         conns += [jumps[route] for route in sorted(jumps, key=len, reverse=True)]
         for conn in conns:
             conn.close()
-        for conn in conns:
-            with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
-                await asyncio.wait_for(conn.wait_closed(), 5.0)
+        ends: list[asyncio.Future[None]] = [asyncio.ensure_future(c.wait_closed()) for c in conns]
+        ends += self._closing
+        if ends:
+            await asyncio.wait(ends, timeout=5.0)
 
     def unreachable(self, host: Host, exc: BaseException) -> Unreachable:
         pooled = self._pool.get(host.name)
@@ -655,13 +661,19 @@ class _Pool:
             self.drop(name, pooled[1])
 
     def drop(self, name: str, conn: asyncssh.SSHClientConnection) -> None:
+        """Take the connection out of the pool and close it (`close` waits for the end)."""
         pooled = self._pool.get(name)
         if pooled is not None and pooled[1] is conn:
             del self._pool[name]
         conn.close()
+        end = asyncio.ensure_future(conn.wait_closed())
+        self._closing.add(end)
+        end.add_done_callback(self._closing.discard)
 
     async def connection(self, host: Host) -> tuple[asyncssh.SSHClientConnection, bool]:
         """The pooled connection to host (reused: True), or a new one (False)."""
+        if self._closed:
+            raise Unreachable(host.name, "the executor is closed")
         lock = self._connect_locks.setdefault(host.name, asyncio.Lock())
         async with lock:
             pooled = self._pool.get(host.name)
@@ -674,6 +686,9 @@ class _Pool:
             for hop in range(1, len(host.proxy_jump) + 1):
                 tunnel = await self._jump(host, host.proxy_jump[:hop], tunnel)
             conn = await self._connector.connect(host, host, _where(host), tunnel)
+            if self._closed:  # opened by a task that outlived `close`: nobody would close it
+                self.drop(host.name, conn)
+                raise Unreachable(host.name, "the executor is closed")
             self._pool[host.name] = (host, conn)
             return conn, False
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import json
 import os
 import pty
@@ -203,6 +204,15 @@ def lab_fleet(lab: Lab, docker_services: Services, pytestconfig: pytest.Config) 
     lab.provision()
     pytestconfig.stash[LAB_FLEET] = Fleet(lab, docker_services)
     return pytestconfig.stash[LAB_FLEET]
+
+
+@pytest.fixture(autouse=True)
+def _leaks_named() -> Iterator[None]:
+    """After each lab test, a full garbage collection: a socket or transport the test left
+    open is reported (an unclosed-resource warning, an error here) against the test that
+    left it, not against whichever later test the collector happened to run in."""
+    yield
+    gc.collect()
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

@@ -63,11 +63,13 @@ async def get(port: int, host: str, path: str = "/", timeout: float = 30.0) -> R
     started = time.monotonic()
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
-        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        writer.write(request.encode())
-        await writer.drain()
-        raw = await asyncio.wait_for(reader.read(), timeout)
-        writer.close()
+        try:
+            request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            writer.write(request.encode())
+            await writer.drain()
+            raw = await asyncio.wait_for(reader.read(), timeout)
+        finally:
+            writer.close()  # a reply that timed out too: its socket is not left open
     except (OSError, TimeoutError) as exc:
         return Reply(started, time.monotonic() - started, 0, f"{type(exc).__name__}: {exc}")
     head, _, body = raw.partition(b"\r\n\r\n")

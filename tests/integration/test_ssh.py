@@ -357,6 +357,39 @@ def test_local_accept_new_writes_the_key_once(tmp_path: Path) -> None:
     with_server(tmp_path, body)
 
 
+def sockets_to(port: int) -> int:
+    """How many of this process's TCP sockets are connected to port `port` (IPv4)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # an fd closed since the listing
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:[") : -1])
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return sum(1 for r in rows if int(r[2].split(":")[1], 16) == port and r[9] in inodes)
+
+
+def test_close_returns_with_every_connection_closed_a_dropped_one_too(tmp_path: Path) -> None:
+    """A connection dropped (a hung host's) and the executor closed at once: when `close`
+    returns, no socket to the host is left, though the event loop may end next (the
+    socket of a transport never closed is an unclosed-resource error at collection, in
+    whatever test runs then); and a closed executor opens no new connection."""
+
+    async def main() -> None:
+        async with local_server(tmp_path) as box:
+            executor = SSHExecutor()
+            assert (await executor.run(box.host(), ["true"])).exit_status == 0
+            assert sockets_to(box.port) == 1
+            executor.disconnect(box.host())
+            await executor.close()
+            assert sockets_to(box.port) == 0
+            with pytest.raises(Unreachable, match="closed"):
+                await executor.run(box.host(), ["true"])
+            assert executor.connections_opened == 1
+
+    go(main())
+
+
 def test_local_auth_failure(tmp_path: Path) -> None:
     async def body(box: LocalServer, ex: SSHExecutor) -> None:
         other = tmp_path / "other_key"

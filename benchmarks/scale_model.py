@@ -5,14 +5,16 @@ design claims before the design is built.
     python benchmarks/scale_model.py --quick      # smaller fleets and fewer trials
     python benchmarks/scale_model.py --seed 7     # another seed: the same claims must hold
 
-Standard library only, deterministic for a seed. Four parts, each a section of the doc:
+The standard library and MiniDock's own ring, deterministic for a seed. Four parts, each
+a section of the doc:
 
-1. **The ring.** Hosts are assigned to the live controllers by consistent hashing with
-   bounded loads (Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with Bounded
-   Loads", SODA 2018 / arXiv:1608.01350): each controller has `vnodes` points on a ring,
-   hosts are taken in the order of their own hash, and each goes to the first point
-   clockwise whose controller holds fewer than ceil(c * N / C) hosts. Every controller
-   computes the same map from the member set it read at one etcd revision. Measured:
+1. **The ring** (the product's: minidock/core/ring.py). Hosts are assigned to the live
+   controllers by consistent hashing with bounded loads (Mirrokni, Thorup and
+   Zadimoghaddam, "Consistent Hashing with Bounded Loads", SODA 2018 / arXiv:1608.01350):
+   each controller has `vnodes` points on a ring, hosts are taken in the order of their
+   own hash, and each goes to the first point clockwise whose controller holds fewer than
+   ceil(c * N / C) hosts. Every controller computes the same map from the member set it
+   read at one etcd revision. Measured:
    max/mean load, hosts that change hands on a join, a leave or a death against the
    minimum, and the standby set each controller would keep warm.
 2. **The handover.** A discrete-event simulation of leases, etcd's expiry checks, watches
@@ -34,8 +36,6 @@ Standard library only, deterministic for a seed. Four parts, each a section of t
 from __future__ import annotations
 
 import argparse
-import bisect
-import hashlib
 import heapq
 import itertools
 import json
@@ -46,83 +46,16 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from minidock.core.ring import CAPACITY, VNODES, Fleet, assign, capacity, shares, standbys
+
 # -- 1. the ring ------------------------------------------------------------------------------
-
-VNODES = 100  # points per controller, as timebertt/kubernetes-controller-sharding's ring
-CAPACITY = 1.25  # c: no controller holds more than ceil(c * N / C) hosts
-
-
-def point(text: str) -> int:
-    """A 64-bit position on the ring (blake2b: stable across processes and machines)."""
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+# The ring itself is the product's (minidock/core/ring.py: point, Fleet, Ring, capacity,
+# assign, shares, standbys); the model measures it.
 
 
-@dataclass(frozen=True)
-class Fleet:
-    """The hosts in the order every controller assigns them: by their ring position."""
-
-    order: tuple[tuple[int, str], ...]
-
-    @classmethod
-    def of(cls, names: Iterable[str]) -> Fleet:
-        return cls(tuple(sorted((point(f"host/{n}"), n) for n in names)))
-
-    @classmethod
-    def numbered(cls, n: int) -> Fleet:
-        return cls.of(f"host-{i:06d}" for i in range(n))
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-
-@dataclass(frozen=True)
-class Ring:
-    """The controllers' points, sorted: a function of the member *set* alone."""
-
-    points: tuple[int, ...]
-    owners: tuple[str, ...]
-
-    @classmethod
-    def of(cls, members: Iterable[str], vnodes: int = VNODES) -> Ring:
-        found = sorted((point(f"member/{m}/{i}"), m) for m in set(members) for i in range(vnodes))
-        return cls(tuple(p for p, _ in found), tuple(m for _, m in found))
-
-
-def capacity(hosts: int, members: int, c: float = CAPACITY) -> int:
-    """The bound on one controller's share: ceil(c * N / C) (c = inf: no bound)."""
-    if math.isinf(c):
-        return hosts
-    return math.ceil(c * hosts / members)
-
-
-def assign(
-    fleet: Fleet, members: Iterable[str], c: float = CAPACITY, vnodes: int = VNODES
-) -> dict[str, str]:
-    """Host -> controller by consistent hashing with bounded loads. Every controller calls
-    this with the member set it read at one etcd revision and gets the same map."""
-    ring = Ring.of(members, vnodes)
-    count = len(set(ring.owners))
-    if count == 0:
-        return {}
-    cap = capacity(len(fleet), count, c)
-    load = dict.fromkeys(ring.owners, 0)
-    points, owners, size = ring.points, ring.owners, len(ring.points)
-    owner: dict[str, str] = {}
-    for at, host in fleet.order:
-        i = bisect.bisect_left(points, at)
-        while load[owners[i % size]] >= cap:
-            i += 1
-        chosen = owners[i % size]
-        load[chosen] += 1
-        owner[host] = chosen
-    return owner
-
-
-def loads(owner: dict[str, str], members: Iterable[str]) -> dict[str, int]:
-    found = dict.fromkeys(members, 0)
-    for m in owner.values():
-        found[m] += 1
-    return found
+def numbered(n: int) -> Fleet:
+    """The model's fleet: `host-000000` to `host-<n-1>`, in ring order."""
+    return Fleet.of(f"host-{i:06d}" for i in range(n))
 
 
 def owners_seen(
@@ -134,7 +67,7 @@ def owners_seen(
     for me in members:
         mine = list(members)
         rng.shuffle(mine)
-        for host, m in assign(fleet, mine, c).items():
+        for host, m in assign(fleet, mine, c=c).items():
             if m == me:
                 believed.setdefault(host, set()).add(me)
     return believed
@@ -166,10 +99,10 @@ class Balance:
 
 
 def balance(fleet: Fleet, members: Sequence[str], c: float = CAPACITY) -> Balance:
-    load = loads(assign(fleet, members, c), members)
+    load = [len(held) for held in shares(fleet, members, c=c).values()]
     cap = capacity(len(fleet), len(members), c)
-    assert max(load.values()) <= cap, f"a controller holds {max(load.values())} > {cap}"
-    return Balance(len(fleet), len(members), cap, max(load.values()), min(load.values()))
+    assert max(load) <= cap, f"a controller holds {max(load)} > {cap}"
+    return Balance(len(fleet), len(members), cap, max(load), min(load))
 
 
 @dataclass(frozen=True)
@@ -195,8 +128,8 @@ def moves(before: dict[str, str], after: dict[str, str], gone: str | None) -> tu
 
 
 def join(fleet: Fleet, members: Sequence[str], c: float = CAPACITY) -> Moves:
-    before = assign(fleet, members, c)
-    after = assign(fleet, [*members, "ctl-new"], c)
+    before = assign(fleet, members, c=c)
+    after = assign(fleet, [*members, "ctl-new"], c=c)
     moved, live = moves(before, after, None)
     return Moves("join", len(fleet), len(members), moved, len(fleet) // (len(members) + 1), live)
 
@@ -205,24 +138,17 @@ def leave(fleet: Fleet, members: Sequence[str], c: float = CAPACITY) -> Moves:
     """A controller leaves or dies: the map is the same either way (its member key is
     gone); only the handover differs (section 2)."""
     gone = members[len(members) // 2]
-    before = assign(fleet, members, c)
-    after = assign(fleet, [m for m in members if m != gone], c)
+    before = assign(fleet, members, c=c)
+    after = assign(fleet, [m for m in members if m != gone], c=c)
     moved, live = moves(before, after, gone)
     own = sum(1 for m in before.values() if m == gone)
     return Moves("leave", len(fleet), len(members), moved, own, live)
 
 
-def standby(fleet: Fleet, members: Sequence[str], c: float = CAPACITY) -> dict[str, int]:
-    """For each controller, the hosts it would take if any one other controller died: the
-    connections it keeps warm (docs/scale.md, "Warm takeover")."""
-    now = assign(fleet, members, c)
-    extra: dict[str, set[str]] = {m: set() for m in members}
-    for gone in members:
-        after = assign(fleet, [m for m in members if m != gone], c)
-        for host, m in after.items():
-            if now[host] != m:
-                extra[m].add(host)
-    return {m: len(hosts) for m, hosts in extra.items()}
+def standby_sizes(fleet: Fleet, members: Sequence[str], c: float = CAPACITY) -> dict[str, int]:
+    """For each controller, how many hosts it would take if any one other controller died:
+    the connections it keeps warm (docs/scale.md, "Warm takeover")."""
+    return {m: len(hosts) for m, hosts in standbys(fleet, members, c=c).items()}
 
 
 # -- 2. the handover: a discrete-event simulation ----------------------------------------------
@@ -292,7 +218,7 @@ class Handover:
 
     def __init__(self, timing: Timing, rng: random.Random, hosts: int, members: int) -> None:
         self.timing, self.rng = timing, rng
-        self.fleet = Fleet.numbered(hosts)
+        self.fleet = numbered(hosts)
         self.queue: list[tuple[float, int, str, tuple[object, ...]]] = []
         self.seq = 0
         self.now = 0.0
@@ -997,7 +923,7 @@ def report(seed: int, quick: bool) -> str:
     counts = (1, 2, 3, 5, 10) if quick else (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
     rng = random.Random(seed)
     out: list[str] = []
-    fleets = {n: Fleet.numbered(n) for n in sizes}
+    fleets = {n: numbered(n) for n in sizes}
 
     for n in sizes[:2]:  # the single-owner check, each controller computing alone
         for c in (2, 5, 10):
@@ -1040,7 +966,7 @@ def report(seed: int, quick: bool) -> str:
     rows = []
     for n in sizes[:2]:
         for c in (3, 5, 10):
-            sb = standby(fleets[n], members_named(c))
+            sb = standby_sizes(fleets[n], members_named(c))
             share = n / c
             rows.append([f"{n:,}", c, f"{share:,.0f}", f"{max(sb.values()):,}",
                          f"{max(sb.values()) / share:.2f}"])  # fmt: skip

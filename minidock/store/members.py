@@ -51,6 +51,13 @@ class Membership:
     def key(self) -> bytes:
         return members_prefix(self.url) + self.member.id.encode()
 
+    @property
+    def lease_id(self) -> int | None:
+        """The lease of the member key (and of this controller's owner keys): None before
+        the first beat, or once it is lost until the next beat grants another."""
+        keeper = self._keeper
+        return keeper.lease_id if keeper is not None and keeper.lost is None else None
+
     def beat(self, **changes: Any) -> None:
         """Write the member key with `changes` (last_pass, passes, warm, hosts), under a
         live lease (a new one when the last was lost: etcd was away longer than its TTL)."""

@@ -1,0 +1,121 @@
+"""The owner keys: which controller observes and acts on which host, as etcd holds it
+(docs/scale.md, "A host changes hands"). `PREFIX/owners/<host>` holds
+`{"controller": <member id>, "since": <unix time>}` under its owner's lease. It is created
+only where absent (a take); it goes by its owner's acknowledgement, a delete compared on
+the key's create revision (so a deposed owner, whose key went and was taken again, deletes
+nothing), or with the owner's lease. The key's create revision is what the owner's acts
+and its writes about the host are fenced by.
+
+Who should hold each host is minidock.core.ring's to say; these keys are who does. Not
+used by `watch` yet. Loaded only for an etcd state, as minidock.store.etcd is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from minidock.store.base import LeaseLost, StoreError
+from minidock.store.etcd import EtcdStore, Keys, every_key, range_end
+from minidock.store.etcd_client import EtcdClient, compare_create, delete, get, put, rpc
+from minidock.store.location import EtcdURL
+from minidock.store.members import Membership
+
+__all__ = ["Owner", "OwnerKeys", "Take", "owners_prefix", "read_owners"]
+
+
+def owners_prefix(url: EtcdURL) -> bytes:
+    return Keys(url.prefix).root + b"owners/"
+
+
+class Owner(NamedTuple):
+    """A host's owner key as read: the member that created it and the key's create
+    revision (the fence of the owner's acts; what its acknowledgement compares)."""
+
+    controller: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class Take:
+    """What a take found: `got` when the key is this controller's now (created by this
+    take, or by an earlier try of it under the same lease); `owner` is the key's holder."""
+
+    got: bool
+    owner: Owner
+
+
+class OwnerKeys:
+    """One controller's takes and acknowledgements, under one lease (its member key's: a
+    new lease is a new OwnerKeys, and the keys of the old one went with it)."""
+
+    def __init__(self, url: EtcdURL, client: EtcdClient, controller: str, lease: int) -> None:
+        self.url, self.client = url, client
+        self.controller, self.lease = controller, lease
+
+    @classmethod
+    def of(cls, membership: Membership) -> OwnerKeys:
+        """The owner keys of a controller's membership, under its member key's lease."""
+        lease = membership.lease_id
+        if lease is None:
+            raise LeaseLost(f"{membership.url}: this controller holds no member lease")
+        return cls(membership.url, membership.client, membership.member.id, lease)
+
+    def key(self, host: str) -> bytes:
+        return owners_prefix(self.url) + host.encode()
+
+    def take(self, host: str) -> Take:
+        """Create `host`'s owner key under our lease if it is absent. `LeaseLost` when the
+        lease is gone (etcd refuses a key under it): this controller may take nothing."""
+        key = self.key(host)
+        value = json.dumps({"controller": self.controller, "since": time.time()}).encode()
+        request = rpc.TxnRequest(
+            compare=[compare_create(key, 0)],
+            success=[put(key, value, self.lease)],
+            failure=[get(key)],
+        )
+        try:
+            reply = self.client.txn(request)
+        except StoreError as exc:
+            if "lease not found" in str(exc):
+                raise LeaseLost(
+                    f"{self.url}: lease {self.lease:x} of controller {self.controller} is "
+                    f"gone: it owns no host now and takes none ({host})"
+                ) from None
+            raise
+        if reply.succeeded:
+            return Take(True, Owner(self.controller, int(reply.header.revision)))
+        held = reply.responses[0].response_range.kvs[0]
+        return Take(int(held.lease) == self.lease, _owner(held))
+
+    def acknowledge(self, host: str, revision: int) -> bool:
+        """Give `host` up: delete its owner key if it is still the one created at
+        `revision` (ours). False when it is not: it went with our lease, or is another's."""
+        key = self.key(host)
+        request = rpc.TxnRequest(compare=[compare_create(key, revision)], success=[delete(key)])
+        reply = self.client.txn(request)
+        return bool(reply.succeeded) and int(reply.responses[0].response_delete_range.deleted) > 0
+
+    def read(self) -> dict[str, Owner]:
+        return read_owners(self.url, self.client)
+
+
+def read_owners(url: EtcdURL, client: EtcdClient) -> dict[str, Owner]:
+    """Host -> its owner, every owner key read at one revision."""
+    prefix = owners_prefix(url)
+    now = client.range(rpc.RangeRequest(key=prefix, range_end=range_end(prefix), count_only=True))
+    store = EtcdStore(url, client, None)  # a view on the client: not closed here
+    return {
+        bytes(kv.key)[len(prefix) :].decode(): _owner(kv)
+        for kv in every_key(store, prefix, int(now.header.revision))
+    }
+
+
+def _owner(kv: Any) -> Owner:
+    try:
+        controller = str(json.loads(kv.value)["controller"])
+    except (ValueError, KeyError, TypeError):
+        controller = ""
+    return Owner(controller, int(kv.create_revision))

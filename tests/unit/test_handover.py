@@ -3,14 +3,14 @@ each rule by example, then the protocol as a stateful property under random inte
 
 The property (`Handover`) models etcd (`Etcd`: leases, member keys, owner keys with their
 create revisions; create-if-absent under a live lease, delete compared on the create
-revision, a lease's keys gone with it at one revision) and 2 to 5 controllers at first,
-each deciding by `steps` from its own view, stale until a rule refreshes it. Its rules:
-joins, graceful leaves, deaths (SIGKILL: the lease expires at some later rule), pauses
-(the lease may expire meanwhile), views refreshed, one etcd step taken, commands started
-and ended. After every rule: no two controllers act on one host, and every owner key names
-a controller whose lease is live. At `settle` (a rule, and the end of every run): once every
-command ended, every dead lease expired and every live controller refreshed and stepped
-until etcd stops changing, each host has one owner key, the ring's member's.
+revision, a lease's keys gone with it at one revision) and 2 to 5 controllers at first, each
+deciding by `steps` from its own view, stale until a rule refreshes it. Its rules: joins,
+graceful leaves, deaths (SIGKILL: the lease expires at some later rule), pauses (the lease
+may expire meanwhile), a view's members or owner keys read, one etcd step or a whole round,
+commands started and ended. After every rule: no two controllers act on one host, and every
+owner key names a controller whose lease is live. At `settle` (a rule, and the end of every
+run): once every command ended, every dead lease expired and every live controller refreshed
+and stepped until etcd stops changing, each host has one owner key, the ring's member's.
 """
 
 from __future__ import annotations

@@ -494,3 +494,25 @@ def test_the_property_finds_a_broken_protocol(broken: type[Handover]) -> None:
     )
     with pytest.raises(AssertionError, match="act at once"):
         run_state_machine_as_test(broken, settings=search)
+
+
+def test_an_id_kept_across_leases_would_act_beside_the_new_owner() -> None:
+    """Why `me` names one lease (docs/scale.md): a controller cut off from etcd past its
+    TTL loses its lease, its member key and its owner keys; another takes its hosts. Were
+    it to take a new lease under its old id (as Membership.beat does today), its view
+    would still read the old keys as its own and its fence would pass: two would act."""
+    f = Fleet()
+    f.spawn()
+    f.spawn()
+    f.settle()
+    c0, c1 = f.controllers["c0"], f.controllers["c1"]
+    held = f.starts(c0)
+    assert held
+    f.etcd.revoke(c0.lease)  # expired at etcd: its member key and owner keys go with it
+    f.catch_up(c1)  # the ring is c1 alone now: it takes them
+    assert held <= f.starts(c1)
+    assert f.starts(c0) == frozenset()  # fenced: no live lease
+    c0.lease = f.etcd.grant("c0")  # a new lease, the same id
+    assert held <= f.starts(c0)  # the old keys read as its own, and the fence passes
+    fresh = View("c0-2", ring(c0.members), c0.owners)  # an id of the new lease's own
+    assert steps(fresh).act == frozenset()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from minidock.store.base import Member, Roster, StoreError
@@ -33,6 +33,10 @@ from minidock.store.location import EtcdURL
 __all__ = ["Membership", "read_roster"]
 
 
+def _new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
 def members_prefix(url: EtcdURL) -> bytes:
     return Keys(url.prefix).root + b"members/"
 
@@ -44,7 +48,7 @@ class Membership:
     def __init__(self, url: EtcdURL) -> None:
         self.url = url
         self.client = EtcdClient(url)
-        self.member = Member(uuid.uuid4().hex[:12], holder_text(), time.time())
+        self.member = Member(_new_id(), holder_text(), time.time())
         self._keeper: LeaseKeeper | None = None
 
     @property
@@ -60,12 +64,16 @@ class Membership:
 
     def beat(self, **changes: Any) -> None:
         """Write the member key with `changes` (last_pass, passes, warm, hosts), under a
-        live lease (a new one when the last was lost: etcd was away longer than its TTL)."""
+        live lease (a new one when the last was lost: etcd was away longer than its TTL).
+        A new lease is a new member, with an id of its own: keys of the lost lease are
+        gone, and a view read before the loss must not take them for this member's
+        (tests/unit/test_handover.py, an id kept across leases)."""
         self.member = Member(**{**asdict(self.member), **changes})
         keeper = self._keeper
         if keeper is None or keeper.lost is not None:
             if keeper is not None:
                 keeper.stop()
+                self.member = replace(self.member, id=_new_id(), since=time.time())
             sent = time.monotonic()
             granted = self.client.grant(max(1, round(self.url.ttl)))
             keeper = self._keeper = LeaseKeeper(self, int(granted.ID), float(granted.TTL), sent)

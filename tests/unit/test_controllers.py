@@ -95,6 +95,31 @@ def test_a_killed_controllers_member_goes_with_its_lease(etcd_cluster: EtcdClust
             child.stdout.close()
 
 
+def test_a_member_whose_lease_was_lost_comes_back_as_a_new_member(
+    etcd_cluster: EtcdCluster,
+) -> None:
+    """etcd away past the TTL (here: the lease revoked under it): the next beat takes a new
+    lease and a new id, and the old id is listed no more."""
+    url = _url(etcd_cluster.url(ttl=f"{TTL:g}s"))
+    member = Membership(url)
+    member.beat(passes=1)
+    try:
+        old, lease = member.member.id, member.lease_id
+        assert lease is not None
+        member.client.revoke(lease)
+        deadline = time.monotonic() + TTL + 5  # the keeper's next renewal finds it gone
+        while member.lease_id is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert member.lease_id is None
+        member.beat(passes=2)
+        assert member.member.id != old
+        assert member.lease_id not in (None, lease)
+        assert _ids(read_roster(url)) == [member.member.id]
+        assert read_roster(url).members[0].passes == 2
+    finally:
+        member.leave()
+
+
 def test_a_watch_round_writes_what_it_did_into_its_member_key(ha: EtcdSetup) -> None:
     """A round that passed (the hosts it observed) and one that stood by (its warm
     connections) each rewrite the key; the passes and the last pass add up."""

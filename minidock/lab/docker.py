@@ -256,6 +256,13 @@ def compose_up_argv(file: Path, project: str) -> list[str]:
     return _compose(file, project, "up", "-d", "--remove-orphans")
 
 
+def compose_create_argv(file: Path, project: str) -> list[str]:
+    """Create every service's container of the compose file (networks and volumes too)
+    without starting any: their published ports are then the project's, seen by
+    `docker inspect`, though nothing binds them yet."""
+    return _compose(file, project, "up", "--no-start", "--remove-orphans")
+
+
 def compose_down_argv(file: Path, project: str) -> list[str]:
     """Remove the project's containers, networks and volumes."""
     return _compose(file, project, "down", "-v", "--remove-orphans", "-t", "2")

@@ -185,13 +185,21 @@ class Lab(LabSessions):
     ) -> Path:
         """Everything before the containers start: the host image and the image sets `sets`
         built (side by side), key, DinD mode, ports, the compose file (with `bastion`, a
-        bastion too). Returns the compose file's path. Keeps the ports of hosts whose
-        containers still exist, so re-running `up` leaves a running lab alone."""
+        bastion too), and the containers created, not started (`up -d` on the file starts
+        them). Returns the compose file's path. Keeps the ports of hosts whose containers
+        still exist, so re-running `up` leaves a running lab alone.
+
+        The containers are created before the port lock is let go: a lab choosing next
+        sees their ports as taken. Released before they existed, another lab could pick
+        one of them and start first, and this lab's host then never starts ("port is
+        already allocated": a test worker's lab lost every test that way, at a 2% chance
+        a run)."""
         self._may_start(n)
         with images.start_builds(sets) as builds:
             dind = self._host_images(builds, kinds)
             with choosing_ports(self.project) as busy:
                 path = self._write_compose(n, bastion, dind, kinds, busy)
+                local.run(docker.compose_create_argv(path, self.project), timeout=300)
             self._built(builds.wait_all())
         return path
 

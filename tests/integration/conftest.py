@@ -185,7 +185,7 @@ def docker_compose_project_name(lab: Lab) -> str:
 
 @pytest.fixture(scope="session")
 def docker_setup() -> list[str]:
-    return ["down -v --remove-orphans -t 1", "up -d"]
+    return ["up -d"]  # Lab.prepare created the containers, under the machine's port lock
 
 
 @pytest.fixture(scope="session")

@@ -128,13 +128,9 @@ async def wait_until_ready(hosts: Sequence[Host], timeout: float) -> None:
                 raise LabError(f"{host.name}: not ready after {timeout:.0f}s: {found.error}")
             await asyncio.sleep(0.2)
 
-    probes = [asyncio.ensure_future(one(h)) for h in hosts]
     try:
-        await asyncio.gather(*probes)
-    finally:  # a host not ready in time: the others' probes end here, not after the close
-        for task in probes:
-            task.cancel()
-        await asyncio.gather(*probes, return_exceptions=True)
+        await asyncio.gather(*(one(h) for h in hosts))
+    finally:
         await executor.close()
 
 

@@ -15,27 +15,20 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+from minidock.core.handover import OwnerKey
 from minidock.store.base import LeaseLost, StoreError
 from minidock.store.etcd import EtcdStore, Keys, every_key, range_end
 from minidock.store.etcd_client import EtcdClient, compare_create, delete, get, put, rpc
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership
 
-__all__ = ["Owner", "OwnerKeys", "Take", "owners_prefix", "read_owners"]
+__all__ = ["OwnerKeys", "Take", "owners_prefix", "read_owners"]
 
 
 def owners_prefix(url: EtcdURL) -> bytes:
     return Keys(url.prefix).root + b"owners/"
-
-
-class Owner(NamedTuple):
-    """A host's owner key as read: the member that created it and the key's create
-    revision (the fence of the owner's acts; what its acknowledgement compares)."""
-
-    controller: str
-    revision: int
 
 
 @dataclass(frozen=True)
@@ -44,7 +37,7 @@ class Take:
     take, or by an earlier try of it under the same lease); `owner` is the key's holder."""
 
     got: bool
-    owner: Owner
+    owner: OwnerKey
 
 
 class OwnerKeys:
@@ -86,23 +79,23 @@ class OwnerKeys:
                 ) from None
             raise
         if reply.succeeded:
-            return Take(True, Owner(self.controller, int(reply.header.revision)))
+            return Take(True, OwnerKey(self.controller, int(reply.header.revision)))
         held = reply.responses[0].response_range.kvs[0]
         return Take(int(held.lease) == self.lease, _owner(held))
 
-    def acknowledge(self, host: str, revision: int) -> bool:
-        """Give `host` up: delete its owner key if it is still the one created at
-        `revision` (ours). False when it is not: it went with our lease, or is another's."""
+    def acknowledge(self, host: str, created: int) -> bool:
+        """Give `host` up: delete its owner key if it is still the one created at revision
+        `created` (ours). False when it is not: it went with our lease, or is another's."""
         key = self.key(host)
-        request = rpc.TxnRequest(compare=[compare_create(key, revision)], success=[delete(key)])
+        request = rpc.TxnRequest(compare=[compare_create(key, created)], success=[delete(key)])
         reply = self.client.txn(request)
         return bool(reply.succeeded) and int(reply.responses[0].response_delete_range.deleted) > 0
 
-    def read(self) -> dict[str, Owner]:
+    def read(self) -> dict[str, OwnerKey]:
         return read_owners(self.url, self.client)
 
 
-def read_owners(url: EtcdURL, client: EtcdClient) -> dict[str, Owner]:
+def read_owners(url: EtcdURL, client: EtcdClient) -> dict[str, OwnerKey]:
     """Host -> its owner, every owner key read at one revision."""
     prefix = owners_prefix(url)
     now = client.range(rpc.RangeRequest(key=prefix, range_end=range_end(prefix), count_only=True))
@@ -113,9 +106,9 @@ def read_owners(url: EtcdURL, client: EtcdClient) -> dict[str, Owner]:
     }
 
 
-def _owner(kv: Any) -> Owner:
+def _owner(kv: Any) -> OwnerKey:
     try:
         controller = str(json.loads(kv.value)["controller"])
     except (ValueError, KeyError, TypeError):
         controller = ""
-    return Owner(controller, int(kv.create_revision))
+    return OwnerKey(controller, int(kv.create_revision))

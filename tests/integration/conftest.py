@@ -133,6 +133,11 @@ def _reap_stale_test_labs() -> None:
         remove_project(project)
 
 
+def ours() -> dict[str, str]:
+    """The labels of a lab this test process owns (a stale one's are reaped by the next)."""
+    return {PID_LABEL: str(os.getpid()), HOSTNAME_LABEL: socket.gethostname()}
+
+
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Lab:
     if not engine_available():
@@ -142,9 +147,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -
             pytrace=False,
         )
     the_lab = Lab(
-        tmp_path_factory.mktemp("lab"),
-        project=f"{PROJECT_PREFIX}{os.getpid()}",
-        labels={PID_LABEL: str(os.getpid()), HOSTNAME_LABEL: socket.gethostname()},
+        tmp_path_factory.mktemp("lab"), project=f"{PROJECT_PREFIX}{os.getpid()}", labels=ours()
     )
     # pytest-xdist's workers (scripts/test.sh runs two) each have a lab of their own: one
     # at a time reaps stale labs and builds the images they share (cached by tag)

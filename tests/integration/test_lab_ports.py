@@ -6,14 +6,13 @@ and its port unbound. The real engine, a real stopped container."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minidock.lab import Lab, images, remove_project
 from minidock.lab.ports import port_free, published_elsewhere
-from tests.integration.conftest import HOSTNAME_LABEL, PID_LABEL, PROJECT_PREFIX
+from tests.integration.conftest import PROJECT_PREFIX, ours
 
 if TYPE_CHECKING:
     from conftest import Fleet
@@ -51,8 +50,7 @@ def test_a_prepared_labs_ports_are_taken_before_it_starts(lab_fleet: Fleet, tmp_
     of 2026-12-06: "Bind for 127.0.0.1:23916 failed: port is already allocated", every
     test of that worker in error)."""
     project = f"{PROJECT_PREFIX}{os.getpid()}-prepared"
-    labels = {PID_LABEL: str(os.getpid()), HOSTNAME_LABEL: socket.gethostname()}
-    lab = Lab(tmp_path, project=project, labels=labels)
+    lab = Lab(tmp_path, project=project, labels=ours())
     try:
         lab.prepare(1, sets=())
         ports = {p for h in lab.hosts() for p in (h.port, h.http_port, h.https_port) if p}

@@ -11,11 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from minidock.core.handover import OwnerKey
 from minidock.store import LeaseLost
 from minidock.store.etcd_client import EtcdClient
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership
-from minidock.store.owners import Owner, OwnerKeys, read_owners
+from minidock.store.owners import OwnerKeys, read_owners
 from tests.unit.test_ha import TTL, _url
 
 HOSTS = [f"web-{i}" for i in range(8)]
@@ -39,7 +40,7 @@ def two(url: EtcdURL) -> Iterator[tuple[OwnerKeys, OwnerKeys]]:
         second.leave()
 
 
-def _owners(url: EtcdURL) -> dict[str, Owner]:
+def _owners(url: EtcdURL) -> dict[str, OwnerKey]:
     client = EtcdClient(url)
     try:
         return read_owners(url, client)
@@ -108,12 +109,12 @@ def test_an_acknowledgement_with_a_stale_create_revision_deletes_nothing(
     revision: B's key stays. So does it against any revision but the key's own."""
     a, b = two
     old = a.take("web-1").owner
-    assert a.acknowledge("web-1", old.revision)
+    assert a.acknowledge("web-1", old.created)
     new = b.take("web-1")
     assert new.got
-    assert not a.acknowledge("web-1", old.revision)
+    assert not a.acknowledge("web-1", old.created)
     assert not a.acknowledge("web-1", 0)
-    assert not a.acknowledge("web-1", new.owner.revision + 1)
+    assert not a.acknowledge("web-1", new.owner.created + 1)
     assert _owners(url) == {"web-1": new.owner}
 
 
@@ -123,14 +124,14 @@ def test_a_host_acknowledged_is_taken_again_with_a_new_revision(
     a, b = two
     held = a.take("web-1").owner
     assert not b.take("web-1").got
-    assert a.acknowledge("web-1", held.revision)
+    assert a.acknowledge("web-1", held.created)
     assert _owners(url) == {}
     again = b.take("web-1")
     assert again.got
-    assert again.owner == Owner(b.controller, again.owner.revision)
-    assert again.owner.revision > held.revision
+    assert again.owner == OwnerKey(b.controller, again.owner.created)
+    assert again.owner.created > held.created
     assert _owners(url) == {"web-1": again.owner}
-    assert not a.acknowledge("web-1", held.revision)  # nothing of A's is left to give up
+    assert not a.acknowledge("web-1", held.created)  # nothing of A's is left to give up
 
 
 def test_a_membership_without_a_lease_takes_nothing(url: EtcdURL) -> None:

@@ -52,6 +52,8 @@ case "${1:-}" in
 esac
 
 LOG=${MINIDOCK_DOCKERD_LOG:-/var/log/minidock-dockerd.log}
+DOCKERD_PIDFILE=${MINIDOCK_DOCKERD_PIDFILE:-/var/run/docker.pid}
+CONTAINERD_PIDFILE=${MINIDOCK_CONTAINERD_PIDFILE:-/var/run/docker/containerd/containerd.pid}
 TIMEOUT=${MINIDOCK_ENGINE_TIMEOUT:-60}
 
 SUDO=()
@@ -105,6 +107,17 @@ fi
 if pgrep -x dockerd >/dev/null 2>&1; then
     log "dockerd is running but not answering yet; waiting"
 else
+    # A pid file left by an engine that is gone (a machine restored from an image taken
+    # while dockerd ran) stops the next one from starting when a live process has its pid:
+    # "pid file found, ensure docker is not running". No dockerd runs here, so the file
+    # is stale; so is containerd's, which dockerd would otherwise wait on forever.
+    for daemon_pidfile in "dockerd:$DOCKERD_PIDFILE" "containerd:$CONTAINERD_PIDFILE"; do
+        daemon=${daemon_pidfile%%:*} pidfile=${daemon_pidfile#*:}
+        if [ -e "$pidfile" ] && ! pgrep -x "$daemon" >/dev/null 2>&1; then
+            log "removing the stale $pidfile (pid $(cat "$pidfile" 2>/dev/null || echo '?'), no $daemon runs)"
+            "${SUDO[@]}" rm -f "$pidfile"
+        fi
+    done
     log "starting dockerd (log: $LOG)"
     "${SUDO[@]}" mkdir -p "$(dirname "$LOG")"
     # setsid + nohup: the daemon outlives this script and the CI step's process group.

@@ -638,8 +638,9 @@ def controllers(
     state: StateOption = None,
 ) -> None:
     """The controllers at work on the state: each running `watch` (its member key on an
-    etcd state: since when, its lease, its last pass, the hosts it holds connections to),
-    the writer lock's holder now, and who committed last."""
+    etcd state: since when, its lease, its last pass, the hosts it holds connections to,
+    the hosts whose owner key it holds: its share), the writer lock's holder now, and who
+    committed last."""
     roster = checked(lambda: usecases.controllers(state_dir(state)))
     if as_json:
         doc = {
@@ -652,7 +653,7 @@ def controllers(
     from rich.table import Table
 
     now = time.time()
-    table = Table("controller", "holder", "since", "lease", "last pass", "passes", "hosts")
+    table = Table("controller", "holder", "since", "lease", "last pass", "passes", "hosts", "owns")
     for m in roster.members:
         table.add_row(*member_row(m, now))
     out.print(table)
@@ -667,7 +668,8 @@ def member_row(m: usecases.Member, now: float) -> tuple[str, ...]:
 
     lease = "expired" if m.lease_left is None else f"{m.lease_left:.0f}s"
     hosts = f"{m.warm}/{m.hosts} connected"
-    return (m.id, m.holder, ago(m.since), lease, ago(m.last_pass), str(m.passes), hosts)
+    owns = f"{m.owned} hosts"
+    return (m.id, m.holder, ago(m.since), lease, ago(m.last_pass), str(m.passes), hosts, owns)
 
 
 def print_status(doc: StatusDocument) -> None:

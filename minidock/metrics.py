@@ -197,6 +197,9 @@ METRICS: dict[str, MetricInfo] = {
     "minidock_controller_hosts_connected": MetricInfo(
         "gauge", ("controller",), "Hosts the controller holds a connection to (its own or warm)"
     ),
+    "minidock_controller_hosts_owned": MetricInfo(
+        "gauge", ("controller",), "Hosts whose owner key the controller holds: its share"
+    ),
     "minidock_controller_lease_seconds_left": MetricInfo(
         "gauge", ("controller",), "Seconds left on the controller's member lease"
     ),
@@ -267,6 +270,7 @@ def metric_families(reading: FleetReading) -> list[Metric]:
             out.add("minidock_controller_last_pass_timestamp_seconds", (m.id,), m.last_pass)
         out.add("minidock_controller_passes", (m.id,), float(m.passes))
         out.add("minidock_controller_hosts_connected", (m.id,), float(m.warm))
+        out.add("minidock_controller_hosts_owned", (m.id,), float(m.owned))
         if m.lease_left is not None:
             out.add("minidock_controller_lease_seconds_left", (m.id,), m.lease_left)
     return list(out.made.values())

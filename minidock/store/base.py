@@ -97,9 +97,10 @@ class Member:
     warm: int = 0  # hosts it holds a connection to (its own passes' or a standby's)
     hosts: int = 0  # of how many in its clusters' inventories
     lease_left: float | None = None  # seconds left on its lease, as etcd says (reading only)
+    owned: int = 0  # owner keys it holds: its share of the hosts (reading only)
 
     def value(self) -> bytes:
-        record = {k: v for k, v in asdict(self).items() if k not in ("id", "lease_left")}
+        record = {k: v for k, v in asdict(self).items() if k not in ("id", "lease_left", "owned")}
         return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
 
 

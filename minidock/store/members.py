@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -30,7 +31,7 @@ from minidock.store.etcd import (
 from minidock.store.etcd_client import EtcdClient, get, put, rpc
 from minidock.store.location import EtcdURL
 
-__all__ = ["Membership", "read_roster"]
+__all__ = ["Membership", "controller_of", "members_prefix", "owners_prefix", "read_roster"]
 
 
 def _new_id() -> str:
@@ -39,6 +40,11 @@ def _new_id() -> str:
 
 def members_prefix(url: EtcdURL) -> bytes:
     return Keys(url.prefix).root + b"members/"
+
+
+def owners_prefix(url: EtcdURL) -> bytes:
+    """Where the owner keys are (minidock.store.owners): a member's share is counted here."""
+    return Keys(url.prefix).root + b"owners/"
 
 
 class Membership:
@@ -101,9 +107,11 @@ def read_roster(url: EtcdURL) -> Roster:
     store = EtcdStore.open(url)
     try:
         prefix = members_prefix(url)
+        owned = Counter(controller_of(kv) for kv in every_key(store, owners_prefix(url), 0))
         members = [
-            _member(store.client, bytes(kv.key)[len(prefix) :].decode(), kv)
+            _member(store.client, member_id, kv, owned[member_id])
             for kv in every_key(store, prefix, 0)
+            for member_id in [bytes(kv.key)[len(prefix) :].decode()]
         ]
         requests = [lock_holder(store.keys), get(store.keys.meta)]
         reply = store.client.txn(rpc.TxnRequest(success=requests))
@@ -116,8 +124,16 @@ def read_roster(url: EtcdURL) -> Roster:
     return Roster(tuple(sorted(members, key=lambda m: m.since)), writer, last)
 
 
-def _member(client: EtcdClient, member_id: str, kv: Any) -> Member:
+def _member(client: EtcdClient, member_id: str, kv: Any, owned: int) -> Member:
     record = json.loads(kv.value)
     left = client.time_to_live(int(kv.lease)) if int(kv.lease) else None
     fields = {k: record[k] for k in Member.__dataclass_fields__ if k in record}
-    return Member(**{**fields, "id": member_id, "lease_left": left})
+    return Member(**{**fields, "id": member_id, "lease_left": left, "owned": owned})
+
+
+def controller_of(kv: Any) -> str:
+    """The member id an owner key names ("" when its value is not an owner record)."""
+    try:
+        return str(json.loads(kv.value)["controller"])
+    except (ValueError, KeyError, TypeError):
+        return ""

@@ -6,8 +6,9 @@ the key's create revision (so a deposed owner, whose key went and was taken agai
 nothing), or with the owner's lease. The key's create revision is what the owner's acts
 and its writes about the host are fenced by.
 
-Who should hold each host is minidock.core.ring's to say; these keys are who does. Not
-used by `watch` yet. Loaded only for an etcd state, as minidock.store.etcd is.
+Who should hold each host is minidock.core.ring's to say; these keys are who does. Each
+`watch` holds its share of them (minidock.usecases.roster.Shares); observing and acting by
+share is not built yet. Loaded only for an etcd state, as minidock.store.etcd is.
 """
 
 from __future__ import annotations
@@ -19,16 +20,20 @@ from typing import Any
 
 from minidock.core.handover import OwnerKey
 from minidock.store.base import LeaseLost, StoreError
-from minidock.store.etcd import EtcdStore, Keys, every_key, range_end
+from minidock.store.etcd import EtcdStore, every_key, range_end
 from minidock.store.etcd_client import EtcdClient, compare_create, delete, get, put, rpc
 from minidock.store.location import EtcdURL
-from minidock.store.members import Membership
+from minidock.store.members import Membership, controller_of, members_prefix, owners_prefix
 
-__all__ = ["OwnerKeys", "Take", "owners_prefix", "read_owners"]
-
-
-def owners_prefix(url: EtcdURL) -> bytes:
-    return Keys(url.prefix).root + b"owners/"
+__all__ = [
+    "OwnerKeys",
+    "Table",
+    "Take",
+    "owners_prefix",
+    "read_members",
+    "read_owners",
+    "read_table",
+]
 
 
 @dataclass(frozen=True)
@@ -97,18 +102,45 @@ class OwnerKeys:
 
 def read_owners(url: EtcdURL, client: EtcdClient) -> dict[str, OwnerKey]:
     """Host -> its owner, every owner key read at one revision."""
-    prefix = owners_prefix(url)
-    now = client.range(rpc.RangeRequest(key=prefix, range_end=range_end(prefix), count_only=True))
+    return read_table(url, client).owners
+
+
+@dataclass(frozen=True)
+class Table:
+    """The member keys' ids and the owner keys, read at one etcd revision: what the ring
+    (from `members`) and the handover (from `owners`) of every controller start from."""
+
+    members: frozenset[str]
+    owners: dict[str, OwnerKey]
+    revision: int
+
+
+def read_members(url: EtcdURL, client: EtcdClient) -> frozenset[str]:
+    """The ids of the member keys now (the live controllers)."""
+    prefix = members_prefix(url)
     store = EtcdStore(url, client, None)  # a view on the client: not closed here
-    return {
-        bytes(kv.key)[len(prefix) :].decode(): _owner(kv)
-        for kv in every_key(store, prefix, int(now.header.revision))
-    }
+    return frozenset(
+        bytes(kv.key)[len(prefix) :].decode() for kv in every_key(store, prefix, 0, keys_only=True)
+    )
+
+
+def read_table(url: EtcdURL, client: EtcdClient) -> Table:
+    prefix, members = owners_prefix(url), members_prefix(url)
+    now = client.range(rpc.RangeRequest(key=prefix, range_end=range_end(prefix), count_only=True))
+    revision = int(now.header.revision)
+    store = EtcdStore(url, client, None)  # a view on the client: not closed here
+    return Table(
+        members=frozenset(
+            bytes(kv.key)[len(members) :].decode()
+            for kv in every_key(store, members, revision, keys_only=True)
+        ),
+        owners={
+            bytes(kv.key)[len(prefix) :].decode(): _owner(kv)
+            for kv in every_key(store, prefix, revision)
+        },
+        revision=revision,
+    )
 
 
 def _owner(kv: Any) -> OwnerKey:
-    try:
-        controller = str(json.loads(kv.value)["controller"])
-    except (ValueError, KeyError, TypeError):
-        controller = ""
-    return OwnerKey(controller, int(kv.create_revision))
+    return OwnerKey(controller_of(kv), int(kv.create_revision))

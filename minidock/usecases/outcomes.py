@@ -183,6 +183,7 @@ class PassSkipped:
     cluster: str = ""  # which cluster's pass, when the store holds several
     standby: int = 0  # hosts this standby holds a warm connection to (passes.stand_by)
     hosts: int = 0  # of how many in the inventory
+    names: tuple[str, ...] = ()  # the inventory's hosts (() when it could not be read)
 
 
 @dataclass(frozen=True)

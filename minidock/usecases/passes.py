@@ -4,13 +4,13 @@ timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import NoReturn
 
 from minidock.core.watching import backoff_ends, probe_scope
 from minidock.masking import Masks
-from minidock.model import Cluster, EngineKind, Inventory, Observed
+from minidock.model import Cluster, EngineKind, Host, Inventory, Observed
 from minidock.observe import ProbeMemory
 from minidock.runner import PassResult, run_pass
 from minidock.ssh import Executor
@@ -261,7 +261,10 @@ async def watch_step(
                 streams.engines(desired.cluster.name, engine_kinds(result.observed))
     except Busy as exc:
         warm, listed = await stand_by(directory, executor, inventories)
-        return PassSkipped(str(exc), cluster=cluster, standby=warm, hosts=listed)
+        listed_names = tuple(h.name for h in listed)
+        return PassSkipped(
+            str(exc), cluster=cluster, standby=warm, hosts=len(listed), names=listed_names
+        )
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
     return PassDone(result, code, cluster)
@@ -269,17 +272,18 @@ async def watch_step(
 
 async def stand_by(
     directory: StateLocation, executor: Executor, inventories: Inventories | None
-) -> tuple[int, int]:
+) -> tuple[int, Sequence[Host]]:
     """While another controller works: a connection to each host of the inventory kept
     open (nothing run on it), so this one's first pass after a takeover needs no SSH
-    handshake (docs/ha.md, "Warm takeover"). The hosts connected, of how many; (0, 0)
-    when the state or the inventory cannot be read now (the next round tries again)."""
+    handshake (docs/ha.md, "Warm takeover"). How many hosts are connected, of which;
+    (0, ()) when the state or the inventory cannot be read now (the next round tries
+    again)."""
     try:
         with reading(directory) as store:
             hosts = read_desired(store, directory, inventories).inventory.hosts
     except UseCaseError:
-        return 0, 0
-    return await executor.warm(hosts), len(hosts)
+        return 0, ()
+    return await executor.warm(hosts), hosts
 
 
 def engine_kinds(observed: Observed) -> dict[str, EngineKind]:

@@ -18,6 +18,7 @@ import pytest
 from minidock import usecases
 from minidock.store import Roster
 from minidock.store.members import Membership, read_roster
+from minidock.store.owners import OwnerKeys
 from minidock.usecases import PassDone, PassSkipped
 from minidock.usecases.roster import Heartbeat
 from tests.etcd import EtcdCluster
@@ -143,14 +144,19 @@ def test_the_command_lists_them_as_a_table_and_as_json(ha: EtcdSetup) -> None:
     url = _url(str(ha.location))
     member = Membership(url)
     member.beat(passes=2, warm=3, hosts=3, last_pass=time.time())
+    keys = OwnerKeys.of(member)
+    assert keys.take("host1").got  # its share: two hosts
+    assert keys.take("host2").got
     try:
         shown = _minidock("controllers", "--state", str(ha.location))
         assert member.member.id in shown
         assert "3/3 connected" in shown
+        assert "2 hosts" in shown  # the "owns" column
         assert "writer now: none (no pass under way)" in shown
         doc = json.loads(_minidock("controllers", "--json", "--state", str(ha.location)))
         assert [m["id"] for m in doc["members"]] == [member.member.id]
-        assert doc["members"][0]["passes"] == 2
+        assert (doc["members"][0]["passes"], doc["members"][0]["owned"]) == (2, 2)
+        assert "owned" not in json.loads(member.member.value())  # read, never written
     finally:
         member.leave()
 
@@ -183,6 +189,7 @@ def test_metrics_give_a_series_per_controller(ha: EtcdSetup) -> None:
     url = _url(str(ha.location))
     member = Membership(url)
     member.beat(passes=4, warm=3, hosts=3, last_pass=1234.5)
+    assert OwnerKeys.of(member).take("host1").got
     try:
         reading = run(usecases.read_fleet(url, ha.runtime()))
         assert [m.id for m in reading.controllers] == [member.member.id]
@@ -195,6 +202,7 @@ def test_metrics_give_a_series_per_controller(ha: EtcdSetup) -> None:
     )
     assert f'minidock_controller_passes{{controller="{mid}"}} 4.0' in text
     assert f'minidock_controller_hosts_connected{{controller="{mid}"}} 3.0' in text
+    assert f'minidock_controller_hosts_owned{{controller="{mid}"}} 1.0' in text
     assert f'minidock_controller_last_pass_timestamp_seconds{{controller="{mid}"}} 1234.5' in text
     assert f'minidock_controller_lease_seconds_left{{controller="{mid}"}}' in text
     after = metrics_text(run(usecases.read_fleet(url, ha.runtime()))).decode()

@@ -1,0 +1,208 @@
+"""Each `watch` holds its share of the owner keys (minidock.usecases.roster.Shares, issue 47):
+the ring's map over the live members, reached by the handover's steps alone, each
+controller acting on its own view, on real etcd members (tests/etcd.py). A join rebalances
+with drains and takes, a leave or a death has the leaver's hosts taken by the others, and
+at no read does a host have an owner that is not a live member."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from minidock.core.ring import assign
+from minidock.store.etcd_client import EtcdClient
+from minidock.store.location import EtcdURL
+from minidock.store.members import Membership, read_roster
+from minidock.store.owners import read_members, read_owners
+from minidock.usecases import PassSkipped
+from minidock.usecases.roster import Heartbeat, Shares, fleet_names
+from tests.unit.test_ha import TTL, _url
+
+ROOT = Path(__file__).parents[2]
+HOSTS = frozenset(f"web-{i}" for i in range(40))
+
+# A controller in a process of its own that holds its share of HOSTS, then sleeps: killed
+# with -9, its lease is not renewed and its keys go with it.
+_HOLDER = """
+import sys, time
+from minidock.store import parse_location
+from minidock.store.members import Membership
+from minidock.usecases.roster import Shares
+member = Membership(parse_location(sys.argv[1]))
+member.beat()
+hosts = frozenset(f"web-{i}" for i in range(40))
+held = Shares(member).hold(hosts)
+print(member.member.id, held.owned, flush=True)
+time.sleep(3600)
+"""
+
+
+class Controller:
+    """A member and its shares, held as a `watch` holds them after each round."""
+
+    def __init__(self, url: EtcdURL) -> None:
+        self.member = Membership(url)
+        self.member.beat()
+        self.shares = Shares(self.member)
+
+    @property
+    def id(self) -> str:
+        return self.member.member.id
+
+    def hold(self, hosts: frozenset[str] = HOSTS) -> None:
+        self.member.beat()
+        self.shares.hold(hosts)
+
+
+@pytest.fixture
+def url(etcd_url: str) -> EtcdURL:
+    return _url(etcd_url)
+
+
+@pytest.fixture
+def client(url: EtcdURL) -> Iterator[EtcdClient]:
+    client = EtcdClient(url)
+    yield client
+    client.close()
+
+
+def owners_now(url: EtcdURL, client: EtcdClient) -> dict[str, str]:
+    """Host -> owner, checked: every owner is a live member."""
+    owners = {h: key.controller for h, key in read_owners(url, client).items()}
+    live = read_members(url, client)
+    assert set(owners.values()) <= live, "a host is owned by a controller that is gone"
+    return owners
+
+
+def settle(url: EtcdURL, client: EtcdClient, controllers: list[Controller]) -> int:
+    """Every controller holds in turn until a whole turn changes no key; the turns taken.
+    At every read in between, no owner is a dead member."""
+    before: dict[str, str] | None = None
+    for turn in range(1, 6):
+        for c in controllers:
+            c.hold()
+            owners_now(url, client)
+        after = owners_now(url, client)
+        if after == before:
+            return turn
+        before = after
+    raise AssertionError(f"the shares did not settle in 5 turns: {before}")
+
+
+def test_three_controllers_hold_exactly_the_rings_shares_and_a_fourth_joining_rebalances(
+    url: EtcdURL, client: EtcdClient
+) -> None:
+    three = [Controller(url) for _ in range(3)]
+    everyone = list(three)
+    try:
+        settle(url, client, three)
+        ring = assign(HOSTS, [c.id for c in three])
+        assert owners_now(url, client) == ring  # all 40 hosts, each where the ring puts it
+        owned = {m.id: m.owned for m in read_roster(url).members}
+        assert owned == {c.id: sum(1 for m in ring.values() if m == c.id) for c in three}
+
+        fourth = Controller(url)
+        everyone.append(fourth)
+        fourth.hold()  # what the ring gives it is held by others: it takes none yet
+        assert fourth.id not in owners_now(url, client).values()
+        turns = settle(url, client, everyone)
+        joined = assign(HOSTS, [c.id for c in everyone])
+        assert owners_now(url, client) == joined
+        assert turns <= 3  # the others give up, the newcomer takes, a turn that changes none
+        # Every host the newcomer holds came from another, through a drain and a take;
+        # with 40 hosts the bound (17 a member for three, 13 for four) may move a few
+        # more between the others, each by the same steps.
+        gained = {h for h in HOSTS if joined[h] == fourth.id}
+        assert gained
+        assert gained <= {h for h in HOSTS if ring[h] != joined[h]}
+    finally:
+        for c in everyone:
+            c.member.leave()
+    assert owners_now(url, client) == {}
+
+
+def test_a_controller_that_leaves_has_only_its_hosts_taken_by_the_others(
+    url: EtcdURL, client: EtcdClient
+) -> None:
+    controllers = [Controller(url) for _ in range(3)]
+    try:
+        settle(url, client, controllers)
+        before = owners_now(url, client)
+        leaver = controllers.pop()
+        leaver.member.leave()  # its lease revoked: its keys go at once
+        assert leaver.id not in owners_now(url, client).values()
+        settle(url, client, controllers)
+        after = owners_now(url, client)
+        assert after == assign(HOSTS, [c.id for c in controllers])
+        # The leaver's hosts all changed hands (the ring alone would move no other; with
+        # 40 hosts the bound may move one or two more between the others, by the steps).
+        assert {h for h in HOSTS if before[h] == leaver.id} <= {
+            h for h in HOSTS if before[h] != after[h]
+        }
+    finally:
+        for c in controllers:
+            c.member.leave()
+
+
+def test_a_killed_controllers_share_is_taken_once_its_lease_is_gone(
+    etcd_url: str, url: EtcdURL, client: EtcdClient
+) -> None:
+    survivor = Controller(url)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, etcd_url], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert child.stdout is not None
+        dead_id, held = child.stdout.readline().split()
+        survivor.hold()  # the child's share is its own: the survivor takes only the rest
+        owners = owners_now(url, client)
+        assert sum(1 for m in owners.values() if m == dead_id) == int(held) > 0
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        deadline = time.monotonic() + TTL + 5  # the rest of its lease and etcd's next check
+        while dead_id in read_members(url, client) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        survivor.hold()
+        assert owners_now(url, client) == dict.fromkeys(HOSTS, survivor.id)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+        survivor.member.leave()
+
+
+def test_a_watch_round_holds_the_share_of_the_hosts_its_passes_listed(
+    url: EtcdURL, client: EtcdClient
+) -> None:
+    """A round's steps name the fleet (a standby's from the inventory it read); a round
+    in which a cluster's inventory could not be read holds nothing new and gives nothing
+    up: a ring over part of the fleet would give the rest away."""
+    names = tuple(sorted(HOSTS))
+    heartbeat = Heartbeat(url)
+    try:
+        heartbeat.round([PassSkipped("busy", standby=40, hosts=40, names=names)], 1.0)
+        assert heartbeat.last_hold is not None
+        assert heartbeat.last_hold.owned == 40
+        assert set(owners_now(url, client)) == HOSTS
+        heartbeat.round([PassSkipped("busy", hosts=0)], 2.0)  # the inventory unread
+        assert set(owners_now(url, client)) == HOSTS
+    finally:
+        heartbeat.leave()
+    assert owners_now(url, client) == {}
+
+
+def test_fleet_names_name_each_clusters_hosts_apart() -> None:
+    one = PassSkipped("busy", cluster="a", names=("h1", "h2"))
+    two = PassSkipped("busy", cluster="b", names=("h1",))
+    assert fleet_names([one, two]) == {"a/h1", "a/h2", "b/h1"}
+    assert fleet_names([PassSkipped("busy", names=("h1",))]) == {"h1"}
+    assert fleet_names([one, PassSkipped("busy", cluster="b")]) is None

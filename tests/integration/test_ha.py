@@ -345,3 +345,67 @@ def test_one_member_down_changes_nothing_two_down_and_controllers_refuse_saying_
     back = ha("reconcile")
     assert back.returncode == 0, back.stderr
     assert every_container(ha, fleet.hosts) == containers
+
+
+# -- watches sharing the fleet: each holds the ring's share of the owner keys ---------------------
+def shares_held(md: EtcdMinidock, hosts: list[str], members: int) -> dict[str, str] | None:
+    """The owner keys (host -> controller) once `members` watches are live and the keys
+    are exactly the ring's map over them; None before. Every owner is a live member."""
+    from minidock.core.ring import assign
+    from minidock.store import parse_location
+    from minidock.store.etcd_client import EtcdClient
+    from minidock.store.location import EtcdURL
+    from minidock.store.owners import read_table
+
+    url = parse_location(md.url)
+    assert isinstance(url, EtcdURL)
+    client = EtcdClient(url)
+    try:
+        table = read_table(url, client)
+    finally:
+        client.close()
+    owners = {h: key.controller for h, key in table.owners.items()}
+    assert set(owners.values()) <= table.members, (owners, table.members)
+    if len(table.members) != members or owners != assign(hosts, table.members):
+        return None
+    return owners
+
+
+def test_watches_hold_the_rings_shares_a_joiner_rebalances_and_a_killed_ones_are_taken(
+    ha: EtcdMinidock, fleet: Fleet
+) -> None:
+    """Three `minidock watch` on one etcd state: their owner keys come to the ring's map
+    over them; a fourth joins and the keys follow the ring over four; one killed with -9
+    and the survivors take its hosts within the TTL and a round. The shares are not yet
+    worked by (docs/scale.md): the tasks stay as they were, each slot once."""
+    deploy(ha)
+    before = sorted(every_container(ha, fleet.hosts))
+    watches = [ha.popen("watch", "--interval", "2s") for _ in range(3)]
+    try:
+        three = wait_for("three shares", lambda: shares_held(ha, fleet.hosts, 3), 30, every=0.5)
+        assert isinstance(three, dict)
+        assert sorted(three) == sorted(fleet.hosts)
+        doc = json.loads(ha("controllers", "--json").stdout)
+        owned = {m["id"]: m["owned"] for m in doc["members"]}
+        assert owned == {m: sum(1 for c in three.values() if c == m) for m in owned}
+
+        watches.append(ha.popen("watch", "--interval", "2s"))
+        four = wait_for("four shares", lambda: shares_held(ha, fleet.hosts, 4), 30, every=0.5)
+        assert isinstance(four, dict)
+
+        watches[0].kill()  # -9: its member key and owner keys go with its lease
+        watches[0].wait(timeout=10)
+        # Its lease ends within TTL (3 s), and the survivors' next rounds (2 s apart) take
+        # its hosts; 30 s is the loaded machine's margin, not a measure.
+        wait_for("the survivors' shares", lambda: shares_held(ha, fleet.hosts, 3), 30, every=0.5)
+        assert sorted(every_container(ha, fleet.hosts)) == before  # acted on by nobody
+    finally:
+        for watch in watches:
+            if watch.poll() is None:
+                watch.send_signal(signal.SIGINT)
+        for watch in watches:
+            try:
+                watch.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+                watch.communicate()

@@ -714,8 +714,11 @@ def print_status(doc: StatusDocument) -> None:
     if routed:
         print_routes(doc)
     hosts = Table("host", "state", "engine", "drained", "last seen", "tasks", "cpus", "memory")
+    owned = any(h.controller for h in doc.hosts)  # an etcd state with watches at work
+    if owned:
+        hosts.add_column("controller")
     for h in doc.hosts:
-        hosts.add_row(*host_row(h))
+        hosts.add_row(*host_row(h), *([h.controller or "-"] if owned else []))
     out.print(hosts)
     for w in doc.waiting:
         out.print(f"waiting: {w}", markup=False)

@@ -395,6 +395,7 @@ class HostSummary:
     answer_seconds: float | None = None  # how long this status's probe took to answer
     engine: Engine | None = None  # its engine and version, as this probe read them
     refused: bool = False  # its engine answered and is one MiniDock does not drive (`error`)
+    controller: str = ""  # the watch whose owner key holds it (etcd, docs/scale.md), or ""
 
 
 @dataclass(frozen=True)

@@ -309,9 +309,11 @@ class _Left:
     under_way: bool = False
     backoff: float | None = None
     steps: list[PassDone | PassSkipped] = field(default_factory=list)
+    clusters: list[str] = field(default_factory=list)  # each step's cluster, by name
 
-    def took(self, step: PassDone | PassSkipped, now: float) -> None:
+    def took(self, cluster: str, step: PassDone | PassSkipped, now: float) -> None:
         self.steps.append(step)
+        self.clusters.append(cluster)
         if isinstance(step, PassDone):
             self.add(step, now)
             log.debug("%s: pass exit %d", step.cluster or "pass", step.exit_code)
@@ -344,6 +346,7 @@ async def watch(
     (KeyboardInterrupt after it). On an etcd state its member key is rewritten after each
     round (roster.Heartbeat: `minidock controllers`)."""
     from minidock.usecases.roster import Heartbeat  # its imports: watch's alone
+    from minidock.usecases.shares import fleet_names
 
     require_applied(directory)
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
@@ -370,11 +373,12 @@ async def watch(
                         full=full,
                         inventories=inventories,
                     )
-                    left.took(step, runtime.clock.now())
+                    left.took(h.name, step, runtime.clock.now())
                     report(step)
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
-                heartbeat.round(left.steps, runtime.clock.now())
+                fleet = fleet_names(zip(left.clusters, left.steps, strict=True))
+                heartbeat.round(left.steps, runtime.clock.now(), fleet)
                 under_way = left.under_way or streams.unconfirmed()  # docker's ps lags its `die`
                 bell.finished(under_way=under_way, backoff_left=left.backoff)
                 await bell.wait()

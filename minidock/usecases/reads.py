@@ -4,7 +4,7 @@ take no lock, so they answer while `watch` or another writer works."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from minidock.core import ControllerState, Plan
@@ -16,6 +16,7 @@ from minidock.usecases.access import Desired, read_desired, reading, require_app
 from minidock.usecases.clusters import Held, chosen
 from minidock.usecases.outcomes import EventFilter, EventsOutcome, StatusOutcome, unknown
 from minidock.usecases.runtime import Runtime, connected
+from minidock.usecases.shares import host_owners, owner_name
 
 EVERY = EventFilter()  # no filter: every event
 
@@ -28,7 +29,18 @@ async def status(
     reasons, what it waits for), secrets masked."""
     require_applied(directory)
     documents = [await _status(h.location, runtime) for h in chosen(directory, cluster)]
-    return StatusOutcome(tuple(documents))
+    owners = host_owners(directory)  # the owner keys are the root state's
+    return StatusOutcome(tuple(owned_by(doc, owners) for doc in documents))
+
+
+def owned_by(doc: StatusDocument, owners: Mapping[str, str]) -> StatusDocument:
+    """`doc` with each host's controller: whose owner key holds it (docs/scale.md)."""
+    if not owners:
+        return doc
+    hosts = tuple(
+        replace(h, controller=owners.get(owner_name(doc.cluster, h.name), "")) for h in doc.hosts
+    )
+    return replace(doc, hosts=hosts)
 
 
 async def _status(location: StateLocation, runtime: Runtime) -> StatusDocument:

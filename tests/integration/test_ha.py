@@ -366,7 +366,8 @@ def shares_held(md: EtcdMinidock, hosts: list[str], members: int) -> dict[str, s
         client.close()
     owners = {h: key.controller for h, key in table.owners.items()}
     assert set(owners.values()) <= table.members, (owners, table.members)
-    if len(table.members) != members or owners != assign(hosts, table.members):
+    named = [f"{md.cluster}/{h}" for h in hosts]  # an owner key names its cluster
+    if len(table.members) != members or owners != assign(named, table.members):
         return None
     return owners
 
@@ -384,10 +385,13 @@ def test_watches_hold_the_rings_shares_a_joiner_rebalances_and_a_killed_ones_are
     try:
         three = wait_for("three shares", lambda: shares_held(ha, fleet.hosts, 3), 30, every=0.5)
         assert isinstance(three, dict)
-        assert sorted(three) == sorted(fleet.hosts)
+        assert sorted(three) == sorted(f"{ha.cluster}/{h}" for h in fleet.hosts)
         doc = json.loads(ha("controllers", "--json").stdout)
         owned = {m["id"]: m["owned"] for m in doc["members"]}
         assert owned == {m: sum(1 for c in three.values() if c == m) for m in owned}
+        status = json.loads(ha("status", "--json").stdout)
+        named = {h["name"]: h["controller"] for h in status["hosts"]}
+        assert named == {h: three[f"{ha.cluster}/{h}"] for h in fleet.hosts}
 
         watches.append(ha.popen("watch", "--interval", "2s"))
         four = wait_for("four shares", lambda: shares_held(ha, fleet.hosts, 4), 30, every=0.5)

@@ -21,6 +21,7 @@ from minidock.store.members import Membership, read_roster
 from minidock.store.owners import OwnerKeys
 from minidock.usecases import PassDone, PassSkipped
 from minidock.usecases.roster import Heartbeat
+from minidock.usecases.shares import host_owners, owner_name
 from tests.etcd import EtcdCluster
 from tests.unit.test_ha import TTL, EtcdSetup, _take, _url, run
 
@@ -207,3 +208,35 @@ def test_metrics_give_a_series_per_controller(ha: EtcdSetup) -> None:
     assert f'minidock_controller_lease_seconds_left{{controller="{mid}"}}' in text
     after = metrics_text(run(usecases.read_fleet(url, ha.runtime()))).decode()
     assert "minidock_controller_up" not in after  # it stopped: its series are gone
+
+
+def test_status_names_each_hosts_controller_from_its_owner_key(ha: EtcdSetup) -> None:
+    """A host whose owner key a watch holds shows that watch's id; one held by none, "".
+    The document stays valid against the status schema."""
+    from jsonschema import Draft202012Validator
+
+    from minidock.documents.status import status_schema
+
+    url = _url(str(ha.location))
+    member = Membership(url)
+    member.beat()
+    doc = run(usecases.status(ha.location, ha.runtime())).document
+    assert {h.controller for h in doc.hosts} == {""}  # no owner key yet
+    first = doc.hosts[0].name
+    assert OwnerKeys.of(member).take(owner_name(doc.cluster, first)).got
+    try:
+        doc = run(usecases.status(ha.location, ha.runtime())).document
+        named = {h.name: h.controller for h in doc.hosts}
+        assert named == {h.name: member.member.id if h.name == first else "" for h in doc.hosts}
+        Draft202012Validator(status_schema()).validate(doc.to_json())
+    finally:
+        member.leave()
+
+
+def test_a_state_directory_names_no_controller(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    setup = EtcdSetup(tmp_path, str(state))
+    run(usecases.apply(setup.file, state, setup.runtime(), setup.report))
+    assert host_owners(state) == {}
+    doc = run(usecases.status(state, setup.runtime())).document
+    assert {h.controller for h in doc.hosts} == {""}

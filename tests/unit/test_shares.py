@@ -1,4 +1,4 @@
-"""Each `watch` holds its share of the owner keys (minidock.usecases.roster.Shares, issue 47):
+"""Each `watch` holds its share of the owner keys (minidock.usecases.shares.Shares, issue 47):
 the ring's map over the live members, reached by the handover's steps alone, each
 controller acting on its own view, on real etcd members (tests/etcd.py). A join rebalances
 with drains and takes, a leave or a death has the leaver's hosts taken by the others, and
@@ -22,7 +22,8 @@ from minidock.store.location import EtcdURL
 from minidock.store.members import Membership, read_roster
 from minidock.store.owners import read_members, read_owners
 from minidock.usecases import PassSkipped
-from minidock.usecases.roster import Heartbeat, Shares, fleet_names
+from minidock.usecases.roster import Heartbeat
+from minidock.usecases.shares import Shares, fleet_names
 from tests.unit.test_ha import TTL, _url
 
 ROOT = Path(__file__).parents[2]
@@ -34,7 +35,7 @@ _HOLDER = """
 import sys, time
 from minidock.store import parse_location
 from minidock.store.members import Membership
-from minidock.usecases.roster import Shares
+from minidock.usecases.shares import Shares
 member = Membership(parse_location(sys.argv[1]))
 member.beat()
 hosts = frozenset(f"web-{i}" for i in range(40))
@@ -186,23 +187,24 @@ def test_a_watch_round_holds_the_share_of_the_hosts_its_passes_listed(
     """A round's steps name the fleet (a standby's from the inventory it read); a round
     in which a cluster's inventory could not be read holds nothing new and gives nothing
     up: a ring over part of the fleet would give the rest away."""
-    names = tuple(sorted(HOSTS))
+    listed = PassSkipped("busy", standby=40, hosts=40, names=tuple(sorted(HOSTS)))
     heartbeat = Heartbeat(url)
     try:
-        heartbeat.round([PassSkipped("busy", standby=40, hosts=40, names=names)], 1.0)
+        heartbeat.round([listed], 1.0, fleet_names([("c", listed)]))
         assert heartbeat.last_hold is not None
         assert heartbeat.last_hold.owned == 40
-        assert set(owners_now(url, client)) == HOSTS
-        heartbeat.round([PassSkipped("busy", hosts=0)], 2.0)  # the inventory unread
-        assert set(owners_now(url, client)) == HOSTS
+        assert set(owners_now(url, client)) == {f"c/{h}" for h in HOSTS}
+        unread = PassSkipped("busy", hosts=0)  # the inventory could not be read
+        heartbeat.round([unread], 2.0, fleet_names([("c", unread)]))
+        assert set(owners_now(url, client)) == {f"c/{h}" for h in HOSTS}
     finally:
         heartbeat.leave()
     assert owners_now(url, client) == {}
 
 
 def test_fleet_names_name_each_clusters_hosts_apart() -> None:
-    one = PassSkipped("busy", cluster="a", names=("h1", "h2"))
-    two = PassSkipped("busy", cluster="b", names=("h1",))
-    assert fleet_names([one, two]) == {"a/h1", "a/h2", "b/h1"}
-    assert fleet_names([PassSkipped("busy", names=("h1",))]) == {"h1"}
-    assert fleet_names([one, PassSkipped("busy", cluster="b")]) is None
+    one = PassSkipped("busy", names=("h1", "h2"))
+    two = PassSkipped("busy", names=("h1",))
+    assert fleet_names([("a", one), ("b", two)]) == {"a/h1", "a/h2", "b/h1"}
+    assert fleet_names([]) == frozenset()
+    assert fleet_names([("a", one), ("b", PassSkipped("busy"))]) is None

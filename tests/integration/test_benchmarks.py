@@ -97,3 +97,15 @@ def test_bench_etcd_rest_smoke_counts_three_keys_a_quiet_pass(tmp_path: Path) ->
         assert row[1:3] == ["4", "3"], out  # the lock's put and delete, two commits; 3 keys
     finally:
         bench("benchmarks/scale_fleet.py", "down", "--root", str(root))
+
+
+def test_bench_shares_smoke_a_settled_hold_writes_nothing() -> None:
+    """Holding the shares of 50 hosts on 3 controllers: the first holds take each host
+    once, a settled hold writes nothing, a join and a death settle in two turns of holds
+    (the benchmark itself checks the keys against the ring each time)."""
+    out = bench("benchmarks/bench_shares.py", "--hosts", "50", "--controllers", "3")
+    (row,) = table_rows(out, "50")
+    assert row[3] == "50", out  # one take per host
+    assert row[5] == "0", out  # at rest
+    assert row[6].split(" / ")[0] == "2", out
+    assert row[7].split(" / ")[0] == "2", out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,12 @@ from minidock.store.etcd_client import EtcdClient, compare_create, delete, get, 
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership, controller_of, members_prefix, owners_prefix
 
+# Keys a take transaction creates: its compares, puts and gets are each within etcd's
+# default of 128 operations (it counts the largest of the three)
+TAKES_PER_TXN = 100
+
 __all__ = [
+    "TAKES_PER_TXN",
     "OwnerKeys",
     "Table",
     "Take",
@@ -67,34 +73,79 @@ class OwnerKeys:
     def take(self, host: str) -> Take:
         """Create `host`'s owner key under our lease if it is absent. `LeaseLost` when the
         lease is gone (etcd refuses a key under it): this controller may take nothing."""
-        key = self.key(host)
+        return self.take_all([host])[host]
+
+    def take_all(self, hosts: Iterable[str]) -> dict[str, Take]:
+        """`take` of each host, in transactions of up to TAKES_PER_TXN keys: one creates
+        them all (at one revision) when all are absent (the common case: a first hold, a
+        dead controller's hosts); when one is not, each key of that batch is taken alone."""
+        wanted = sorted(set(hosts))
+        found: dict[str, Take] = {}
+        for i in range(0, len(wanted), TAKES_PER_TXN):
+            batch = wanted[i : i + TAKES_PER_TXN]
+            found |= self._take_batch(batch)
+        return found
+
+    def _take_batch(self, hosts: list[str]) -> dict[str, Take]:
+        keys = [self.key(h) for h in hosts]
         value = json.dumps({"controller": self.controller, "since": time.time()}).encode()
         request = rpc.TxnRequest(
-            compare=[compare_create(key, 0)],
-            success=[put(key, value, self.lease)],
-            failure=[get(key)],
+            compare=[compare_create(key, 0) for key in keys],
+            success=[put(key, value, self.lease) for key in keys],
+            failure=[get(key) for key in keys],
         )
+        reply = self._txn(request, hosts)
+        if reply.succeeded:
+            mine = OwnerKey(self.controller, int(reply.header.revision))
+            return {h: Take(True, mine) for h in hosts}
+        if len(hosts) > 1:  # some key is held: take the others one at a time
+            return {h: take for h in hosts for take in self._take_batch([h]).values()}
+        held = reply.responses[0].response_range.kvs[0]
+        return {hosts[0]: Take(int(held.lease) == self.lease, _owner(held))}
+
+    def _txn(self, request: Any, hosts: list[str]) -> Any:
         try:
-            reply = self.client.txn(request)
+            return self.client.txn(request)
         except StoreError as exc:
             if "lease not found" in str(exc):
+                named = hosts[0] if len(hosts) == 1 else f"{hosts[0]} and {len(hosts) - 1} more"
                 raise LeaseLost(
                     f"{self.url}: lease {self.lease:x} of controller {self.controller} is "
-                    f"gone: it owns no host now and takes none ({host})"
+                    f"gone: it owns no host now and takes none ({named})"
                 ) from None
             raise
-        if reply.succeeded:
-            return Take(True, OwnerKey(self.controller, int(reply.header.revision)))
-        held = reply.responses[0].response_range.kvs[0]
-        return Take(int(held.lease) == self.lease, _owner(held))
 
     def acknowledge(self, host: str, created: int) -> bool:
         """Give `host` up: delete its owner key if it is still the one created at revision
         `created` (ours). False when it is not: it went with our lease, or is another's."""
-        key = self.key(host)
-        request = rpc.TxnRequest(compare=[compare_create(key, created)], success=[delete(key)])
+        return self.acknowledge_all({host: created})[host]
+
+    def acknowledge_all(self, keys: Mapping[str, int]) -> dict[str, bool]:
+        """`acknowledge` of each host (host -> the create revision of our key), in
+        transactions of up to TAKES_PER_TXN keys; when one key of a batch is no longer
+        ours, each of that batch is given up alone."""
+        hosts = sorted(keys)
+        found: dict[str, bool] = {}
+        for i in range(0, len(hosts), TAKES_PER_TXN):
+            found |= self._acknowledge_batch({h: keys[h] for h in hosts[i : i + TAKES_PER_TXN]})
+        return found
+
+    def _acknowledge_batch(self, keys: dict[str, int]) -> dict[str, bool]:
+        request = rpc.TxnRequest(
+            compare=[compare_create(self.key(h), created) for h, created in keys.items()],
+            success=[delete(self.key(h)) for h in keys],
+        )
         reply = self.client.txn(request)
-        return bool(reply.succeeded) and int(reply.responses[0].response_delete_range.deleted) > 0
+        if reply.succeeded:
+            return {
+                h: int(r.response_delete_range.deleted) > 0
+                for h, r in zip(keys, reply.responses, strict=True)
+            }
+        if len(keys) == 1:
+            return dict.fromkeys(keys, False)
+        return {
+            h: gone for h, c in keys.items() for gone in self._acknowledge_batch({h: c}).values()
+        }
 
     def read(self) -> dict[str, OwnerKey]:
         return read_owners(self.url, self.client)

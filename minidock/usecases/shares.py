@@ -94,13 +94,12 @@ class Shares:
         wanted = assign(hosts, table.members | {me})
         todo = steps(View(me, wanted, table.owners))
         owners = dict(table.owners)
-        gave = 0
-        for ack in todo.acknowledge:
-            if keys.acknowledge(ack.host, ack.created):
-                gave += 1
-            owners.pop(ack.host)  # given up, or already gone with an old lease
-        for host in sorted(todo.take):
-            owners[host] = keys.take(host).owner
+        given = keys.acknowledge_all({ack.host: ack.created for ack in todo.acknowledge})
+        gave = sum(given.values())
+        for host in given:
+            owners.pop(host)  # given up, or already gone with an old lease
+        for host, taken in keys.take_all(todo.take).items():
+            owners[host] = taken.owner
         owned = sum(1 for key in owners.values() if key.controller == me)
         share = sum(1 for m in wanted.values() if m == me)
         held = Hold(share, owned, took=len(todo.take), gave=gave)

@@ -100,12 +100,13 @@ def test_bench_etcd_rest_smoke_counts_three_keys_a_quiet_pass(tmp_path: Path) ->
 
 
 def test_bench_shares_smoke_a_settled_hold_writes_nothing() -> None:
-    """Holding the shares of 50 hosts on 3 controllers: the first holds take each host
-    once, a settled hold writes nothing, a join and a death settle in two turns of holds
-    (the benchmark itself checks the keys against the ring each time)."""
+    """Holding the shares of 50 hosts on 3 controllers: the first holds take each
+    controller's share in one transaction, a settled hold writes nothing, a join and a
+    death settle within three turns of holds (the benchmark itself checks the keys
+    against the ring each time)."""
     out = bench("benchmarks/bench_shares.py", "--hosts", "50", "--controllers", "3")
     (row,) = table_rows(out, "50")
-    assert row[3] == "50", out  # one take per host
+    assert row[3] == "3", out  # a batch each
     assert row[5] == "0", out  # at rest
-    assert row[6].split(" / ")[0] == "2", out
-    assert row[7].split(" / ")[0] == "2", out
+    assert row[6].split(" / ")[0] in ("2", "3"), out  # the last turn changes nothing
+    assert row[7].split(" / ")[0] in ("2", "3"), out

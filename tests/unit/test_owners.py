@@ -141,3 +141,73 @@ def test_a_membership_without_a_lease_takes_nothing(url: EtcdURL) -> None:
             OwnerKeys.of(member)
     finally:
         member.leave()
+
+
+def test_taking_many_hosts_takes_each_batch_in_one_transaction(
+    url: EtcdURL, two: tuple[OwnerKeys, OwnerKeys]
+) -> None:
+    """A first hold's takes: 250 absent keys in three transactions (100 a batch), each
+    batch's keys created at one revision."""
+    a, _ = two
+    hosts = [f"h{i:03d}" for i in range(250)]
+    taken = a.take_all(hosts)
+    assert sorted(taken) == hosts
+    assert all(t.got for t in taken.values())
+    assert len({t.owner.created for t in taken.values()}) == 3
+    assert _owners(url) == {h: t.owner for h, t in taken.items()}
+
+
+def test_a_batch_with_a_held_key_takes_the_others_and_names_the_holder(
+    url: EtcdURL, two: tuple[OwnerKeys, OwnerKeys]
+) -> None:
+    a, b = two
+    held = b.take("web-3").owner
+    taken = a.take_all(HOSTS)
+    assert not taken["web-3"].got
+    assert taken["web-3"].owner == held
+    assert all(taken[h].got for h in HOSTS if h != "web-3")
+    owners = _owners(url)
+    assert owners == {h: taken[h].owner for h in HOSTS}
+    assert owners["web-3"].controller == b.controller
+
+
+def test_two_controllers_taking_the_same_hosts_in_batches_get_one_owner_each(
+    url: EtcdURL, two: tuple[OwnerKeys, OwnerKeys]
+) -> None:
+    a, b = two
+    hosts = [f"h{i:03d}" for i in range(300)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        mine, theirs = pool.submit(a.take_all, hosts), pool.submit(b.take_all, hosts[::-1])
+        x, y = mine.result(), theirs.result()
+    owners = _owners(url)
+    assert sorted(owners) == hosts
+    for h in hosts:
+        assert [x[h].got, y[h].got].count(True) == 1, h
+        assert x[h].owner == y[h].owner == owners[h]
+
+
+def test_many_takes_under_a_gone_lease_are_refused(url: EtcdURL) -> None:
+    client = EtcdClient(url)
+    try:
+        lease = int(client.grant(round(TTL)).ID)
+        client.revoke(lease)
+        with pytest.raises(LeaseLost, match="web-0 and 7 more"):
+            OwnerKeys(url, client, "ctl-gone", lease).take_all(HOSTS)
+        assert read_owners(url, client) == {}
+    finally:
+        client.close()
+
+
+def test_giving_many_hosts_up_deletes_ours_and_never_anothers(
+    url: EtcdURL, two: tuple[OwnerKeys, OwnerKeys]
+) -> None:
+    """150 keys given up in batches; one of them, meanwhile given up and taken by B, is
+    compared on our old revision and stays B's; the rest go."""
+    a, b = two
+    hosts = [f"h{i:03d}" for i in range(150)]
+    ours = {h: t.owner.created for h, t in a.take_all(hosts).items()}
+    assert a.acknowledge("h007", ours["h007"])
+    theirs = b.take("h007").owner
+    given = a.acknowledge_all(ours)
+    assert given == {h: h != "h007" for h in hosts}
+    assert _owners(url) == {"h007": theirs}

@@ -105,8 +105,10 @@ class Shares:
         held = Hold(share, owned, took=len(todo.take), gave=gave)
         self._settled = (me, table.members, hosts, held) if held.settled else None
         if held.took or held.gave:
-            took = held.took
-            log.info("owner keys: took %d, gave up %d; %d of %d held", took, gave, owned, share)
+            log.info(
+                "owner keys: took %d, gave up %d; %d of %d held",
+                held.took, held.gave, held.owned, held.wanted,
+            )  # fmt: skip
         return held
 
 

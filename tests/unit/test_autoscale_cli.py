@@ -19,7 +19,6 @@ from minidock.documents.plan import plan_schema
 from minidock.documents.status import status_schema
 from minidock.model import Host
 from minidock.ssh import Result
-from tests.fakes import FakeExecutor
 from tests.unit.test_cli import (  # noqa: F401 (fixtures)
     FLEET,
     Fleet,
@@ -92,29 +91,14 @@ def metered(in_tmp: Path, monkeypatch: pytest.MonkeyPatch, ssh_calls: list[str])
     apart = FLEET  # each host its own address, so each task is an upstream of its own
     for n in (1, 2, 3):
         apart = apart.replace('address = "127.0.0.1"', f'address = "10.0.0.{n}"', 1)
-    (in_tmp / "inventory.toml").write_text(apart)
-    (in_tmp / "cluster.toml").write_text(
-        AUTOSCALED.replace("max = 4", 'max = 6, window = "1m", cooldown = "3m"')
-    )
     docker = MeteredDocker()
-    executors: list[FakeExecutor] = []
-
-    def make() -> FakeExecutor:
-        docker.advance()
-        executors.append(docker.executor())
-        return executors[-1]
-
     clock = SimpleNamespace(
         **{k: getattr(time, k) for k in dir(time) if not k.startswith("_")},
     )
     clock.time = lambda: docker.clock.now
     monkeypatch.setattr(minidock.cli, "time", clock)
-    monkeypatch.setattr(minidock.cli, "SSHExecutor", make)
-    monkeypatch.setattr(minidock.cli, "asyncio", QuickAsyncio(docker))
-    fleet = Fleet(in_tmp, docker, executors, QuickAsyncio(docker))
-    assert fleet.run("apply", str(fleet.cluster)).exit_code in (0, 3)
-    fleet.settle()
-    return fleet
+    policy = AUTOSCALED.replace("max = 4", 'max = 6, window = "1m", cooldown = "3m"')
+    return edge_fleet(in_tmp, monkeypatch, apart, policy, docker)
 
 
 def web_tasks(fleet: Fleet) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import random
 import socket
 import tempfile
@@ -48,10 +49,18 @@ def choosing_ports(project: str, lock_path: Path = LOCK_PATH) -> Iterator[set[in
 
 @contextlib.contextmanager
 def port_lock(lock_path: Path = LOCK_PATH) -> Iterator[None]:
-    """The machine-wide lock of port choice (an flock, freed with the process)."""
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """The machine-wide lock of port choice (an flock, freed with the process). Read
+    access is all an flock needs, so the file is opened read-only and made readable by
+    every user whatever the umask: a lab of another user on the machine waits on the
+    same lock rather than failing to open it."""
+    fd = os.open(lock_path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def published_elsewhere(project: str) -> set[int]:

@@ -3,7 +3,9 @@ its loopback ports, and none of them is one another container publishes."""
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 import threading
 from pathlib import Path
 
@@ -84,3 +86,16 @@ def test_a_host_keeps_its_port_while_its_container_exists_unless_another_holds_i
     fresh = ports.keep_or_pick(26000, False, taken)  # its container is gone: any free one
     assert fresh not in (25000, other)
     assert taken == {25000, other, fresh}
+
+
+def test_the_lock_file_is_readable_by_every_user_whatever_the_umask(tmp_path: Path) -> None:
+    """Another user's lab on the machine opens the same lock (read-only: all an flock
+    needs); a umask of 077 must not make it this user's alone."""
+    lock = tmp_path / "ports.lock"
+    old = os.umask(0o077)
+    try:
+        with ports.port_lock(lock):
+            pass
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o644

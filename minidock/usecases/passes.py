@@ -344,7 +344,8 @@ async def watch(
     hosts whose stream rang or is not up (watch_step). The lock is held for each pass, not
     between passes, so other writers get their turn. A signal during a pass lets it finish
     (KeyboardInterrupt after it). On an etcd state its member key is rewritten after each
-    round (roster.Heartbeat: `minidock controllers`)."""
+    round and its share of the owner keys held (roster.Heartbeat, usecases.shares: the
+    hosts the round's passes listed, by cluster: `minidock controllers`)."""
     from minidock.usecases.roster import Heartbeat  # its imports: watch's alone
     from minidock.usecases.shares import fleet_names
 

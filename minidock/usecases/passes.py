@@ -304,16 +304,15 @@ def live_ids(observed: Observed) -> dict[str, set[str]]:
 class _Left:
     """What a watch round's passes left for the next round: work under way (a pass exited
     3), and the seconds to the soonest restart backoff's end among them; and its steps,
-    for the controller's member key (roster.Heartbeat)."""
+    each with its cluster's name, for the controller's member key and share
+    (roster.Heartbeat)."""
 
     under_way: bool = False
     backoff: float | None = None
-    steps: list[PassDone | PassSkipped] = field(default_factory=list)
-    clusters: list[str] = field(default_factory=list)  # each step's cluster, by name
+    steps: list[tuple[str, PassDone | PassSkipped]] = field(default_factory=list)
 
     def took(self, cluster: str, step: PassDone | PassSkipped, now: float) -> None:
-        self.steps.append(step)
-        self.clusters.append(cluster)
+        self.steps.append((cluster, step))
         if isinstance(step, PassDone):
             self.add(step, now)
             log.debug("%s: pass exit %d", step.cluster or "pass", step.exit_code)
@@ -347,7 +346,6 @@ async def watch(
     round and its share of the owner keys held (roster.Heartbeat, usecases.shares: the
     hosts the round's passes listed, by cluster: `minidock controllers`)."""
     from minidock.usecases.roster import Heartbeat  # its imports: watch's alone
-    from minidock.usecases.shares import fleet_names
 
     require_applied(directory)
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
@@ -378,8 +376,7 @@ async def watch(
                     report(step)
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
-                fleet = fleet_names(zip(left.clusters, left.steps, strict=True))
-                heartbeat.round(left.steps, runtime.clock.now(), fleet)
+                heartbeat.round(left.steps, runtime.clock.now())
                 under_way = left.under_way or streams.unconfirmed()  # docker's ps lags its `die`
                 bell.finished(under_way=under_way, backoff_left=left.backoff)
                 await bell.wait()

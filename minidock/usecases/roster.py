@@ -13,16 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from minidock.store import Roster, StateLocation, StoreError
 from minidock.usecases.access import require_applied, translated
 from minidock.usecases.fleetview import lock_state
 from minidock.usecases.outcomes import PassDone, PassSkipped
-from minidock.usecases.shares import Hold, Shares
-
-if TYPE_CHECKING:
-    from minidock.store.members import Membership
+from minidock.usecases.shares import Hold, Shares, fleet_names
 
 __all__ = ["Heartbeat", "controllers"]
 
@@ -49,43 +45,39 @@ class Heartbeat:
     never waits for it)."""
 
     def __init__(self, location: StateLocation) -> None:
-        self._member: Membership | None = None
         self._shares: Shares | None = None
         if not isinstance(location, Path):
             from minidock.store.members import Membership
 
-            self._member = Membership(location)
-            self._shares = Shares(self._member)
+            self._shares = Shares(Membership(location))
         self._passes = 0
         self._last: float | None = None
         self.last_hold: Hold | None = None  # the last round's hold of the owner keys
 
-    def round(
-        self,
-        steps: Sequence[PassDone | PassSkipped],
-        now: float,
-        fleet: frozenset[str] | None = None,
-    ) -> None:
-        """Rewrite the member key with what `steps` did, then hold the share of `fleet`
-        (owner key names, `fleet_names`; None: hold what is held, take and give none)."""
-        done = [s for s in steps if isinstance(s, PassDone)]
+    def round(self, steps: Sequence[tuple[str, PassDone | PassSkipped]], now: float) -> None:
+        """Rewrite the member key with what the round's steps (each with its cluster's
+        name) did, then hold the share of the hosts they listed (`fleet_names`; when a
+        cluster's hosts are unknown this round, what is held stays held)."""
+        done = [s for _, s in steps if isinstance(s, PassDone)]
         self._passes += len(done)
         self._last = now if done else self._last
         warm = hosts = 0
-        for step in steps:
+        for _, step in steps:
             if isinstance(step, PassDone):
                 seen = step.result.observed.hosts
                 warm, hosts = warm + sum(1 for o in seen.values() if o.ok), hosts + len(seen)
             else:
                 warm, hosts = warm + step.standby, hosts + step.hosts
-        if self._member is None or self._shares is None:
+        if self._shares is None:
             return
+        member = self._shares.membership
         try:
-            self._member.beat(last_pass=self._last, passes=self._passes, warm=warm, hosts=hosts)
+            member.beat(last_pass=self._last, passes=self._passes, warm=warm, hosts=hosts)
         except StoreError as exc:
             log.info("member key not written: %s", exc)
             return
-        if fleet is None:  # a cluster's hosts unknown this round: hold what is held
+        fleet = fleet_names(steps)
+        if fleet is None:
             return
         try:
             self.last_hold = self._shares.hold(fleet)
@@ -93,5 +85,5 @@ class Heartbeat:
             log.info("owner keys not held: %s", exc)
 
     def leave(self) -> None:
-        if self._member is not None:
-            self._member.leave()
+        if self._shares is not None:
+            self._shares.membership.leave()

@@ -76,7 +76,7 @@ class Shares:
     same: at rest a hold is one read of the member ids."""
 
     def __init__(self, membership: Membership) -> None:
-        self._membership = membership
+        self.membership = membership  # its member key, whose lease the owner keys are under
         self._settled: tuple[str, frozenset[str], frozenset[str], Hold] | None = None
 
     def hold(self, hosts: frozenset[str]) -> Hold:
@@ -84,7 +84,7 @@ class Shares:
         from minidock.core.ring import assign
         from minidock.store.owners import OwnerKeys, read_members, read_table
 
-        keys = OwnerKeys.of(self._membership)
+        keys = OwnerKeys.of(self.membership)
         me = keys.controller
         if self._settled is not None:
             was, members, fleet, held = self._settled

@@ -392,6 +392,10 @@ def test_watches_hold_the_rings_shares_a_joiner_rebalances_and_a_killed_ones_are
         status = json.loads(ha("status", "--json").stdout)
         named = {h["name"]: h["controller"] for h in status["hosts"]}
         assert named == {h: three[f"{ha.cluster}/{h}"] for h in fleet.hosts}
+        shown = ha("status").stdout.splitlines()  # the table: a controller column
+        assert any("controller" in line and "engine" in line for line in shown), shown
+        rows = {line.split()[1]: line for line in shown if len(line.split()) > 1}
+        assert all(three[f"{ha.cluster}/{h}"] in rows[h] for h in fleet.hosts), shown
 
         watches.append(ha.popen("watch", "--interval", "2s"))
         four = wait_for("four shares", lambda: shares_held(ha, fleet.hosts, 4), 30, every=0.5)

@@ -130,10 +130,10 @@ def test_a_watch_round_writes_what_it_did_into_its_member_key(ha: EtcdSetup) -> 
     try:
         done = run(usecases.watch_step(url, ha.docker.executor(), ha.runtime()))
         assert isinstance(done, PassDone)
-        heartbeat.round([done], 1000.0)
+        heartbeat.round([("c", done)], 1000.0)
         (member,) = read_roster(url).members
         assert (member.passes, member.last_pass, member.warm, member.hosts) == (1, 1000.0, 3, 3)
-        heartbeat.round([PassSkipped("busy", standby=2, hosts=3)], 1010.0)
+        heartbeat.round([("c", PassSkipped("busy", standby=2, hosts=3))], 1010.0)
         (member,) = read_roster(url).members
         assert (member.passes, member.last_pass, member.warm, member.hosts) == (1, 1000.0, 2, 3)
     finally:

@@ -190,12 +190,12 @@ def test_a_watch_round_holds_the_share_of_the_hosts_its_passes_listed(
     listed = PassSkipped("busy", standby=40, hosts=40, names=tuple(sorted(HOSTS)))
     heartbeat = Heartbeat(url)
     try:
-        heartbeat.round([listed], 1.0, fleet_names([("c", listed)]))
+        heartbeat.round([("c", listed)], 1.0)
         assert heartbeat.last_hold is not None
         assert heartbeat.last_hold.owned == 40
         assert set(owners_now(url, client)) == {f"c/{h}" for h in HOSTS}
         unread = PassSkipped("busy", hosts=0)  # the inventory could not be read
-        heartbeat.round([unread], 2.0, fleet_names([("c", unread)]))
+        heartbeat.round([("c", unread)], 2.0)
         assert set(owners_now(url, client)) == {f"c/{h}" for h in HOSTS}
     finally:
         heartbeat.leave()

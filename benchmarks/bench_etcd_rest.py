@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from minidock.store import codec, parse_location  # noqa: E402
-from minidock.store.etcd import EtcdStore, range_end  # noqa: E402
-from minidock.store.etcd_client import rpc  # noqa: E402
+from minidock.store.etcd import EtcdStore  # noqa: E402
+from minidock.store.etcd_client import range_end, rpc  # noqa: E402
 from tests.etcd import EtcdCluster  # noqa: E402
 
 SPEC = """\

@@ -16,7 +16,11 @@ member keys (Membership, lease TTL 10 s) in this one process, then:
   (the last changing none), the hosts that changed hands, the revisions (a give-up and a
   take each), and the seconds of the longest hold;
 - **a death**: one controller's lease revoked (as etcd does when a killed controller's
-  lease ends; the TTL itself is not waited for); holds until settled, as above.
+  lease ends; the TTL itself is not waited for); holds until settled, as above;
+- **the news**: every controller follows the members and the owner keys
+  (Membership.follow, etcd's watch, as each `watch` does); the milliseconds from the
+  joiner's first beat, and from the revoke, until the last of the others has the news
+  that rings its round (a `watch` otherwise holds at its next resync, 2 s by default).
 
 Prints one Markdown row per (N, C) for docs/benchmarks.md. No SSH and no hosts: the
 shares are etcd's and the ring's work alone.
@@ -28,6 +32,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -53,17 +58,36 @@ class Bench:
         self.shares: list[Shares] = []
         self.client = EtcdClient(url)
         self.beats = 0  # member key writes, one etcd revision each: not the shares'
+        self.heard: list[Heard] = []  # each member's news, in the order of `members`
 
     def join(self) -> None:
         member = Membership(self.url)
+        heard = Heard()
+        member.follow(heard)
         member.beat()
         self.beats += 1
         self.members.append(member)
         self.shares.append(Shares(member))
+        self.heard.append(heard)
+
+    def news_of(self, change: str) -> float:
+        """Seconds from a join ("join") or a death ("death") until each of the others
+        heard of it: the slowest of them."""
+        others = list(self.heard)
+        for heard in others:
+            heard.clear()
+        start = time.perf_counter()
+        if change == "join":
+            self.join()
+        else:
+            self.die(0)
+            others = others[1:]
+        return max(heard.wait() for heard in others) - start
 
     def die(self, i: int) -> None:
         self.members.pop(i).leave()  # its lease revoked: its keys go at once
         self.shares.pop(i)
+        self.heard.pop(i)
 
     def revision(self) -> int:
         """etcd's revision less the member keys' beats: the shares' own writes."""
@@ -105,6 +129,27 @@ class Bench:
         self.client.close()
 
 
+class Heard:
+    """When a member last had news (perf_counter), set from its watch's thread."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self._news = threading.Event()
+
+    def __call__(self) -> None:
+        self.at = time.perf_counter()
+        self._news.set()
+
+    def clear(self) -> None:
+        self.at = None
+        self._news.clear()
+
+    def wait(self) -> float:
+        if not self._news.wait(30) or self.at is None:
+            raise SystemExit("a controller had no news of the change within 30 s")
+        return self.at
+
+
 def measure(work: Path, n: int, c: int) -> str:
     cluster = EtcdCluster(work / f"etcd-{n}-{c}", size=1)
     cluster.start()
@@ -124,12 +169,12 @@ def measure(work: Path, n: int, c: int) -> str:
         rest = [t for _ in range(5) for t in bench.turn()]
         rest_rev = bench.revision() - start
         before = bench.owners()
-        bench.join()
+        join_news = bench.news_of("join")
         join_turns, join_rev, join_long = bench.settle()
         bench.check()
         moved = sum(1 for h, m in bench.owners().items() if before[h] != m)
         before = bench.owners()
-        bench.die(0)
+        death_news = bench.news_of("death")
         death_turns, death_rev, death_long = bench.settle()
         bench.check()
         taken = sum(1 for h, m in bench.owners().items() if before[h] != m)
@@ -137,7 +182,8 @@ def measure(work: Path, n: int, c: int) -> str:
             f"| {n:,} | {c} | {first_s:.2f} s | {first_rev:,} | "
             f"{statistics.median(rest) * 1000:.1f} ms | {rest_rev} | "
             f"{join_turns} / {moved:,} / {join_rev:,} / {join_long:.2f} s | "
-            f"{death_turns} / {taken:,} / {death_rev:,} / {death_long:.2f} s |"
+            f"{death_turns} / {taken:,} / {death_rev:,} / {death_long:.2f} s | "
+            f"{join_news * 1000:.1f} / {death_news * 1000:.1f} ms |"
         )
     finally:
         if bench is not None:
@@ -153,9 +199,10 @@ def main() -> None:
     print(
         "| hosts | controllers | first holds | revisions | a settled hold (median) | "
         "its revisions | a join: turns / hosts moved / revisions / longest hold | "
-        "a death: turns / hosts taken / revisions / longest hold |"
+        "a death: turns / hosts taken / revisions / longest hold | "
+        "the news of a join / a death, slowest controller |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory(prefix="bench-shares-") as tmp:
         for n in args.hosts:
             for c in args.controllers:

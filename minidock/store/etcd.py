@@ -55,6 +55,7 @@ from minidock.store.etcd_client import (
     delete,
     get,
     put,
+    range_end,
     rpc,
 )
 from minidock.store.location import CLUSTERS, EtcdURL, StateLocation
@@ -105,11 +106,6 @@ class Keys:
     def parts(self, named: dict[str, bytes]) -> dict[bytes, bytes]:
         """`parts.split` output under PREFIX/state/."""
         return {self.state + name.encode(): raw for name, raw in named.items()}
-
-
-def range_end(prefix: bytes) -> bytes:
-    """The end of the key range of every key that starts with `prefix`."""
-    return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,13 @@ minidock.store.etcd imports this module (docs/ha.md says why aetcd).
 
 from __future__ import annotations
 
+import logging
 import os
+import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +33,13 @@ from minidock.store.location import Endpoint, EtcdURL
 __all__ = [
     "EtcdClient",
     "RevisionCompacted",
+    "Watching",
     "compare_create",
     "compare_mod",
     "delete",
     "get",
     "put",
+    "range_end",
     "rpc",
 ]
 
@@ -46,6 +50,11 @@ _LAST_ERROR = re.compile(
     r"last error: (?:[A-Z_]+: )?(?:ipv[46]:\S+: )?(?:Failed to connect to remote host: )?(.*)"
 )
 _NO_LEADER = ("no leader", "timed out", "leader changed", "not capable", "deadline exceeded")
+WATCH_BACKOFF = (0.2, 1.0)  # seconds a broken watch waits before it reopens: first, most
+WATCH_JOIN = 2.0  # seconds close() waits for a watch's thread to end
+_END = object()  # the end of a watch stream's requests
+
+log = logging.getLogger(__name__)
 
 
 class RevisionCompacted(StoreError):
@@ -65,6 +74,7 @@ class _Member:
     lease: Any
     auth: Any
     maintenance: Any
+    watch: Any
 
 
 class EtcdClient:
@@ -77,10 +87,32 @@ class EtcdClient:
         self._current = 0
         self._token: str | None = None
         self._mutex = threading.Lock()
+        self._watches: list[Watching] = []
 
     def close(self) -> None:
+        """Stop every watch still open, then close the channels."""
+        with self._mutex:
+            watches = list(self._watches)
+        for w in watches:
+            w.close()
         for m in self._members:
             m.channel.close()
+
+    def watch(
+        self,
+        prefix: bytes,
+        on_events: Callable[[Sequence[Any] | None], None],
+        *,
+        start_revision: int = 0,
+    ) -> Watching:
+        """Call `on_events` with the changes (rpc.Event) to every key under `prefix`, in
+        order, from `start_revision` on (0: from now), from a thread of the watch's own until
+        close(). `on_events(None)`: some may have been lost, re-read what you watch."""
+        watching = Watching(self, prefix, on_events, start_revision)
+        with self._mutex:
+            self._watches.append(watching)
+        watching.thread.start()
+        return watching
 
     # -- requests -----------------------------------------------------------------------------
     def range(self, request: Any) -> Any:
@@ -207,6 +239,151 @@ class EtcdClient:
         )
 
 
+class _Canceled(Exception):
+    """etcd ended a watch for a reason other than compaction (e.g. permission denied)."""
+
+
+class Watching:
+    """One watch of an EtcdClient: a Watch stream on the current member, read by a daemon
+    thread (`thread`) that reopens it on the next member from the last revision delivered
+    when it breaks, until close()."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: bytes,
+        on_events: Callable[[Sequence[Any] | None], None],
+        start_revision: int,
+    ) -> None:
+        self._client = client
+        self._key, self._end = prefix, range_end(prefix)
+        self._on_events = on_events
+        self._next = start_revision  # where a (re)opened stream starts (0: now)
+        self._lost = False  # on_events(None) said so since the last stream was created
+        self._resync = False  # say None once the next stream is created (it starts at now)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # the open stream, against close()
+        self._open: tuple[Any, queue.Queue[Any]] | None = None
+        self.thread = threading.Thread(target=self._run, name="etcd-watch", daemon=True)
+
+    def close(self) -> None:
+        """End the stream and the thread (waiting WATCH_JOIN seconds at most); no on_events
+        call starts after this returns. Idempotent."""
+        self._stop.set()
+        with self._lock:
+            opened, self._open = self._open, None
+        if opened is not None:
+            _end_stream(*opened)
+        if self.thread is not threading.current_thread() and self.thread.ident is not None:
+            self.thread.join(WATCH_JOIN)
+        with self._client._mutex:
+            if self in self._client._watches:
+                self._client._watches.remove(self)
+
+    def _run(self) -> None:
+        delay = WATCH_BACKOFF[0]
+        while not self._stop.is_set():
+            member = self._client._members[self._client._current]
+            try:
+                if self._follow(member):
+                    delay = WATCH_BACKOFF[0]
+                    continue  # compacted: reopen from now at once
+            except grpc.RpcError as exc:
+                if self._stop.is_set():
+                    return  # close() canceled it
+                if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
+                    with self._client._mutex:
+                        self._client._token = None  # expired: log in again
+                else:
+                    self._client._advance(member)
+                log.debug("etcd watch on %s broke: %s", member.endpoint, exc.code())
+            except _Canceled as exc:
+                log.warning("etcd canceled the watch on %s: %s", member.endpoint, exc)
+            except ValueError:  # the client's channels are closed
+                return
+            if self._stop.is_set():
+                return
+            if self._next == 0:
+                self._resync = True  # reopened from now: say None once it is
+            elif not self._lost:
+                self._lost = True
+                self._deliver(None)
+            if self._stop.wait(delay):
+                return
+            delay = min(delay * 2, WATCH_BACKOFF[1])
+
+    def _follow(self, member: _Member) -> bool:
+        """Read one stream until it breaks (an exception) or etcd says the revision it
+        starts from is compacted (True); False when it just ended."""
+        requests: queue.Queue[Any] = queue.Queue()
+        create = rpc.WatchCreateRequest(
+            key=self._key, range_end=self._end, start_revision=self._next, prev_kv=False
+        )
+        requests.put(rpc.WatchRequest(create_request=create))
+        # hasleader: the member ends the stream when it has no leader (it would go quiet)
+        metadata = (*self._client._metadata(member), ("hasleader", "true"))
+        call = member.watch.Watch(_requests(requests), metadata=metadata)
+        with self._lock:
+            if self._stop.is_set():
+                _end_stream(call, requests)
+                return False
+            self._open = (call, requests)
+        try:
+            return any(self._take(response) for response in call)
+        finally:
+            with self._lock:
+                self._open = None
+            _end_stream(call, requests)
+
+    def _take(self, response: Any) -> bool:
+        """Deliver one response's events; True when the watch's revision is compacted."""
+        if response.compact_revision > 0 or (
+            response.canceled and "compacted" in response.cancel_reason
+        ):
+            log.debug("etcd watch from revision %d: compacted", self._next)
+            self._next, self._resync = 0, True
+            return True
+        if response.canceled:
+            raise _Canceled(response.cancel_reason or "no reason given")
+        if response.created:
+            if self._next == 0:
+                self._next = int(response.header.revision) + 1
+            if self._resync:
+                self._deliver(None)  # a read from now on misses nothing the watch will not tell
+            self._lost = self._resync = False
+        if response.events:
+            # the last event's revision, not the header's: a catching-up watch may send its
+            # events in several responses, each with the newest revision in its header
+            self._next = max(int(e.kv.mod_revision) for e in response.events) + 1
+            self._deliver(list(response.events))
+        return False
+
+    def _deliver(self, events: Sequence[Any] | None) -> None:
+        if self._stop.is_set():
+            return  # close() has begun: it waits for a delivery under way, none starts
+        try:
+            self._on_events(events)
+        except Exception:
+            log.exception("etcd watch of %r: on_events failed", self._key)
+
+
+def _requests(requests: queue.Queue[Any]) -> Iterator[Any]:
+    """A watch stream's requests: those put on the queue, until _END."""
+    while (request := requests.get()) is not _END:
+        yield request
+
+
+def _end_stream(call: Any, requests: queue.Queue[Any]) -> None:
+    """Cancel a watch stream and end its requests (grpc reads them from a thread)."""
+    call.cancel()
+    requests.put(_END)
+
+
+def range_end(prefix: bytes) -> bytes:
+    """The end of the key range of every key that starts with `prefix`."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
 def _reason(details: str) -> str:
     """grpc's account of a failed call, as a few words: "connection refused", "Ssl
     handshake failed ...", "Deadline Exceeded"."""
@@ -260,6 +437,7 @@ def _member(endpoint: Endpoint, credentials: grpc.ChannelCredentials | None) -> 
         lease=rpc.LeaseStub(channel),
         auth=rpc.AuthStub(channel),
         maintenance=rpc.MaintenanceStub(channel),
+        watch=rpc.WatchStub(channel),
     )
 
 

@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -28,10 +29,17 @@ from minidock.store.etcd import (
     holder_text,
     lock_holder,
 )
-from minidock.store.etcd_client import EtcdClient, get, put, rpc
+from minidock.store.etcd_client import EtcdClient, Watching, get, put, rpc
 from minidock.store.location import EtcdURL
 
-__all__ = ["Membership", "controller_of", "members_prefix", "owners_prefix", "read_roster"]
+__all__ = [
+    "Membership",
+    "controller_of",
+    "handover_news",
+    "members_prefix",
+    "owners_prefix",
+    "read_roster",
+]
 
 
 def _new_id() -> str:
@@ -56,6 +64,7 @@ class Membership:
         self.client = EtcdClient(url)
         self.member = Member(_new_id(), holder_text(), time.time())
         self._keeper: LeaseKeeper | None = None
+        self._watching: list[Watching] = []
 
     @property
     def key(self) -> bytes:
@@ -88,9 +97,24 @@ class Membership:
             rpc.TxnRequest(success=[put(self.key, self.member.value(), keeper.lease_id)])
         )
 
+    def follow(self, news: Callable[[], None]) -> None:
+        """Call `news` (from a thread of etcd's watch) whenever a share may have to change
+        hands (`handover_news`), or the watch broke and news may have been lost: so a
+        `watch` holds its share at once, not at its next resync."""
+        members, owners = members_prefix(self.url), owners_prefix(self.url)
+
+        def seen(events: Sequence[Any] | None) -> None:
+            if events is None or handover_news(members, owners, events):
+                news()
+
+        self._watching = [self.client.watch(p, seen) for p in (members, owners)]
+
     def leave(self) -> None:
         """Revoke the lease (its key goes with it) and close; etcd away: it expires."""
         keeper, self._keeper = self._keeper, None
+        watching, self._watching = self._watching, []
+        for each in watching:
+            each.close()
         try:
             if keeper is not None:
                 keeper.stop()
@@ -99,6 +123,21 @@ class Membership:
             pass
         finally:
             self.client.close()
+
+
+def handover_news(members: bytes, owners: bytes, events: Sequence[Any]) -> bool:
+    """Whether etcd events may change who should or may hold a host: a member key created
+    (a join) or gone (a leave, a death), an owner key gone (given up, or with its owner's
+    lease: free to take). Not a member's beat (every `watch` rewrites its key each round:
+    news of it would keep them all busy ringing each other) nor a take."""
+    for event in events:
+        key = bytes(event.kv.key)
+        gone = event.type == rpc.Event.DELETE
+        if key.startswith(owners) and gone:
+            return True
+        if key.startswith(members) and (gone or int(event.kv.version) == 1):
+            return True
+    return False
 
 
 def read_roster(url: EtcdURL) -> Roster:

@@ -21,8 +21,16 @@ from typing import Any
 
 from minidock.core.handover import OwnerKey
 from minidock.store.base import LeaseLost, StoreError
-from minidock.store.etcd import EtcdStore, every_key, range_end
-from minidock.store.etcd_client import EtcdClient, compare_create, delete, get, put, rpc
+from minidock.store.etcd import EtcdStore, every_key
+from minidock.store.etcd_client import (
+    EtcdClient,
+    compare_create,
+    delete,
+    get,
+    put,
+    range_end,
+    rpc,
+)
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership, controller_of, members_prefix, owners_prefix
 

@@ -3,6 +3,7 @@ timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
@@ -339,19 +340,19 @@ async def watch(
     memory or was removed, or the stream broke (minidock.streams; core.watching.PassTimer
     coalesces them), and a second after a round that left work under way (a pass exited
     3: a restart backoff, a task starting, a rollout), or when its soonest backoff ends
-    if sooner. A round at the resync probes every host; one between probes only the
-    hosts whose stream rang or is not up (watch_step). The lock is held for each pass, not
-    between passes, so other writers get their turn. A signal during a pass lets it finish
-    (KeyboardInterrupt after it). On an etcd state its member key is rewritten after each
-    round and its share of the owner keys held (roster.Heartbeat, usecases.shares: the
-    hosts the round's passes listed, by cluster: `minidock controllers`)."""
+    if sooner. A round at the resync probes every host; one between, only the hosts whose
+    stream rang or is not up (watch_step). The lock is held for each pass, not between
+    passes. A signal during a pass lets it finish (KeyboardInterrupt after it). On an etcd
+    state, after each round, its member key is rewritten and its share of the owner keys
+    held (roster.Heartbeat, usecases.shares); etcd's news of a join, a leave or an owner
+    key gone rings a round at once."""
     from minidock.usecases.roster import Heartbeat  # its imports: watch's alone
 
     require_applied(directory)
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
     inventories = Inventories()
     bell = Bell(runtime.clock, interval)
-    heartbeat = Heartbeat(directory)
+    heartbeat = Heartbeat(directory, bell.rung_from(asyncio.get_running_loop(), "etcd"))
     async with connected(runtime) as executor:
         streams = EventStreams(executor, bell.ring)
         try:

@@ -11,7 +11,7 @@ round (minidock.usecases.shares)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from minidock.store import Roster, StateLocation, StoreError
@@ -42,14 +42,18 @@ class Heartbeat:
     """A `watch`'s member key on an etcd state (none for a state directory), rewritten
     after each round with what the round did, and its share of the owner keys held
     (`Shares`); etcd not answering is logged and the next round tries again (the work
-    never waits for it)."""
+    never waits for it). `news` is called, from another thread, when etcd says a share
+    may have to change hands (Membership.follow): a round then holds it at once."""
 
-    def __init__(self, location: StateLocation) -> None:
+    def __init__(self, location: StateLocation, news: Callable[[], None] | None = None) -> None:
         self._shares: Shares | None = None
         if not isinstance(location, Path):
             from minidock.store.members import Membership
 
-            self._shares = Shares(Membership(location))
+            membership = Membership(location)
+            if news is not None:
+                membership.follow(news)
+            self._shares = Shares(membership)
         self._passes = 0
         self._last: float | None = None
         self.last_hold: Hold | None = None  # the last round's hold of the owner keys

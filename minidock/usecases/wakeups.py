@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from minidock.core.watching import PassTimer
 from minidock.usecases.runtime import Clock
@@ -32,6 +33,14 @@ class Bell:
         log.debug("rung by %s", host)
         self._timer = self._timer.event(self._clock.monotonic())
         self._rung.set()
+
+    def rung_from(self, loop: asyncio.AbstractEventLoop, by: str) -> Callable[[], None]:
+        """A ring for another thread (etcd's watch): `ring(by)` on `loop`'s own, soon."""
+
+        def ring() -> None:
+            loop.call_soon_threadsafe(self.ring, by)
+
+        return ring
 
     def started(self) -> bool:
         """A round begins: the rings before now are its own. Whether it is a resync (its

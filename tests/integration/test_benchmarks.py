@@ -103,10 +103,14 @@ def test_bench_shares_smoke_a_settled_hold_writes_nothing() -> None:
     """Holding the shares of 50 hosts on 3 controllers: the first holds take each
     controller's share in one transaction, a settled hold writes nothing, a join and a
     death settle within three turns of holds (the benchmark itself checks the keys
-    against the ring each time)."""
+    against the ring each time), and every controller hears of the join and the death
+    (the benchmark fails if one does not within 30 s)."""
     out = bench("benchmarks/bench_shares.py", "--hosts", "50", "--controllers", "3")
     (row,) = table_rows(out, "50")
     assert row[3] == "3", out  # a batch each
     assert row[5] == "0", out  # at rest
     assert row[6].split(" / ")[0] in ("2", "3"), out  # the last turn changes nothing
     assert row[7].split(" / ")[0] in ("2", "3"), out
+    join_news, death_news = row[8].removesuffix(" ms").split(" / ")
+    assert float(join_news) > 0, out
+    assert float(death_news) > 0, out

@@ -10,17 +10,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from minidock.core.ring import assign
-from minidock.store.etcd_client import EtcdClient
+from minidock.store.etcd_client import EtcdClient, rpc
 from minidock.store.location import EtcdURL
-from minidock.store.members import Membership, read_roster
-from minidock.store.owners import read_members, read_owners
+from minidock.store.members import Membership, handover_news, read_roster
+from minidock.store.owners import OwnerKeys, read_members, read_owners
 from minidock.usecases import PassSkipped
 from minidock.usecases.roster import Heartbeat
 from minidock.usecases.shares import Shares, fleet_names
@@ -208,3 +210,68 @@ def test_fleet_names_name_each_clusters_hosts_apart() -> None:
     assert fleet_names([("a", one), ("b", two)]) == {"a/h1", "a/h2", "b/h1"}
     assert fleet_names([]) == frozenset()
     assert fleet_names([("a", one), ("b", PassSkipped("busy"))]) is None
+
+
+def _event(key: bytes, kind: int, version: int = 1) -> SimpleNamespace:
+    return SimpleNamespace(type=kind, kv=SimpleNamespace(key=key, version=version))
+
+
+def test_news_of_a_handover_is_a_join_a_leave_or_an_owner_key_gone_never_a_beat() -> None:
+    put, gone = rpc.Event.PUT, rpc.Event.DELETE
+    members, owners = b"p/members/", b"p/owners/"
+    assert handover_news(members, owners, [_event(b"p/members/a", put, version=1)])  # a join
+    assert handover_news(members, owners, [_event(b"p/members/a", gone, version=0)])  # left
+    assert handover_news(members, owners, [_event(b"p/owners/c/h1", gone, version=0)])
+    assert not handover_news(members, owners, [_event(b"p/members/a", put, version=7)])  # beat
+    assert not handover_news(members, owners, [_event(b"p/owners/c/h1", put, version=1)])  # take
+    assert not handover_news(members, owners, [_event(b"p/meta", put, version=1)])
+    assert not handover_news(members, owners, [])
+    beats = [_event(b"p/members/a", put, version=v) for v in (2, 3)]
+    assert handover_news(members, owners, [*beats, _event(b"p/owners/c/h", gone, 0)])
+
+
+class News:
+    """What a following member was told, counted, with a wait for the next."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._changed = threading.Condition()
+
+    def __call__(self) -> None:
+        with self._changed:
+            self.count += 1
+            self._changed.notify_all()
+
+    def reach(self, count: int) -> int:
+        """Wait (up to 10 s, a loaded machine's margin) until `count` news came; the count."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.count >= count, timeout=10)
+            return self.count
+
+
+def test_a_followers_news_is_each_join_leave_and_key_given_up_in_order_and_no_beat(
+    url: EtcdURL,
+) -> None:
+    """Membership.follow on real etcd: every other member's join and leave and every owner
+    key given up is news; a beat (a rewrite of a member key) and a take are not. Each
+    count is checked once a later piece of news arrived: etcd delivers in revision order,
+    so by then the earlier events (the beats, the take) were seen and told nothing."""
+    follower, news = Membership(url), News()
+    follower.follow(news)
+    other = Membership(url)
+    try:
+        other.beat()  # a join
+        assert news.reach(1) == 1
+        other.beat(passes=1)
+        other.beat(passes=2)  # beats: no news
+        keys = OwnerKeys.of(other)
+        taken = keys.take("c/h1")  # a take: no news
+        assert keys.acknowledge("c/h1", taken.owner.created)  # given up: news
+        assert news.reach(2) == 2
+        other.leave()  # its key goes: news
+        assert news.reach(3) == 3
+    finally:
+        other.leave()
+        follower.leave()
+    time.sleep(0.2)
+    assert news.count == 3  # none after leave: the watches were closed first

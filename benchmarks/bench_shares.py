@@ -130,14 +130,15 @@ class Bench:
 
 
 class Heard:
-    """When a member last had news (perf_counter), set from its watch's thread."""
+    """When a member first had news since `clear` (perf_counter), from its watch's thread."""
 
     def __init__(self) -> None:
         self.at: float | None = None
         self._news = threading.Event()
 
     def __call__(self) -> None:
-        self.at = time.perf_counter()
+        if self.at is None:
+            self.at = time.perf_counter()
         self._news.set()
 
     def clear(self) -> None:

@@ -96,6 +96,8 @@ class Member:
     passes: int = 0  # its passes that held the lock, since it started
     warm: int = 0  # hosts it holds a connection to (its own passes' or a standby's)
     hosts: int = 0  # of how many in its clusters' inventories
+    cluster: str = ""  # the cluster its passes cover ("" for every cluster of the state)
+    interval: float = 0.0  # its resync, seconds (core.deciding: when its silence is a stall)
     lease_left: float | None = None  # seconds left on its lease, as etcd says (reading only)
     owned: int = 0  # owner keys it holds: its share of the hosts (reading only)
 

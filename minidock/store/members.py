@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
+from minidock.core.deciding import Peer
 from minidock.store.base import Member, Roster, StoreError
 from minidock.store.etcd import (
     EtcdStore,
@@ -38,6 +39,7 @@ __all__ = [
     "handover_news",
     "members_prefix",
     "owners_prefix",
+    "read_peers",
     "read_roster",
 ]
 
@@ -123,6 +125,28 @@ class Membership:
             pass
         finally:
             self.client.close()
+
+
+def read_peers(url: EtcdURL, client: EtcdClient) -> list[Peer]:
+    """The live members as core.deciding ranks them: each with its key's create revision
+    (its seniority), the cluster it covers, its resync and its passes."""
+    prefix = members_prefix(url)
+    store = EtcdStore(url, client, None)  # a view on the client: not closed here
+    peers = []
+    for kv in every_key(store, prefix, 0):
+        try:
+            record = json.loads(kv.value)
+            peer = Peer(
+                bytes(kv.key)[len(prefix) :].decode(),
+                int(kv.create_revision),
+                cluster=str(record.get("cluster", "")),
+                interval=float(record.get("interval", 0.0)),
+                passes=int(record.get("passes", 0)),
+            )
+        except (ValueError, TypeError, AttributeError):
+            continue  # not a member record: ranks nobody
+        peers.append(peer)
+    return peers
 
 
 def handover_news(members: bytes, owners: bytes, events: Sequence[Any]) -> bool:

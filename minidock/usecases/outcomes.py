@@ -176,10 +176,12 @@ class PassDone:
 @dataclass(frozen=True)
 class PassSkipped:
     """A `watch` pass found another writer at work (or lost the lock to one mid-way:
-    `deposed`); the next pass sees its result."""
+    `deposed`), or was left to the `watch` that makes the cluster's passes (`deferred`,
+    core.deciding); the next pass sees its result."""
 
     reason: str
     deposed: bool = False
+    deferred: bool = False
     cluster: str = ""  # which cluster's pass, when the store holds several
     standby: int = 0  # hosts this standby holds a warm connection to (passes.stand_by)
     hosts: int = 0  # of how many in the inventory

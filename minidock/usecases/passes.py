@@ -222,14 +222,19 @@ async def watch_step(
     streams: EventStreams | None = None,
     full: bool = True,
     inventories: Inventories | None = None,
+    defer_to: str | None = None,
 ) -> PassDone | PassSkipped:
-    """One pass of `watch` on its long-lived executor; skipped while another writer works.
+    """One pass of `watch` on its long-lived executor; skipped while another writer works,
+    or (`defer_to`: its member id) while another `watch` makes this cluster's passes.
     The latest generation is read afresh, so an apply made meanwhile counts (and its
     secrets join the command's masker, `runtime.masks`); `memory` is the
     cluster's probe memory, and `streams` follow the events of the hosts its inventory
     lists now. A pass that is not `full` (not a resync) probes only the hosts whose stream
     rang or is not up, or that `memory` has no good observation of (probe_scope);
     `inventories`: the inventory files read before, parsed again only when changed."""
+    if defer_to is not None:
+        why_not = f"controller {defer_to} makes this cluster's passes"
+        return await standing_by(directory, executor, inventories, cluster, why_not, True)
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory, inventories))
@@ -261,14 +266,30 @@ async def watch_step(
                 streams.seen(desired.cluster.name, live_ids(result.observed))
                 streams.engines(desired.cluster.name, engine_kinds(result.observed))
     except Busy as exc:
-        warm, listed = await stand_by(directory, executor, inventories)
-        listed_names = tuple(h.name for h in listed)
-        return PassSkipped(
-            str(exc), cluster=cluster, standby=warm, hosts=len(listed), names=listed_names
-        )
+        return await standing_by(directory, executor, inventories, cluster, str(exc))
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
     return PassDone(result, code, cluster)
+
+
+async def standing_by(
+    directory: StateLocation,
+    executor: Executor,
+    inventories: Inventories | None,
+    cluster: str,
+    why_not: str,
+    deferred: bool = False,
+) -> PassSkipped:
+    """A skipped pass (`why_not`) that keeps its hosts' connections warm (`stand_by`)."""
+    warm, listed = await stand_by(directory, executor, inventories)
+    return PassSkipped(
+        why_not,
+        cluster=cluster,
+        standby=warm,
+        hosts=len(listed),
+        names=tuple(h.name for h in listed),
+        deferred=deferred,
+    )
 
 
 async def stand_by(
@@ -304,7 +325,8 @@ def live_ids(observed: Observed) -> dict[str, set[str]]:
 @dataclass
 class _Left:
     """What a watch round's passes left for the next round: work under way (a pass exited
-    3), and the seconds to the soonest restart backoff's end among them; and its steps,
+    3, or found another writer at work), and the seconds to the soonest restart
+    backoff's end among them; and its steps,
     each with its cluster's name, for the controller's member key and share
     (roster.Heartbeat)."""
 
@@ -314,6 +336,8 @@ class _Left:
 
     def took(self, cluster: str, step: PassDone | PassSkipped, now: float) -> None:
         self.steps.append((cluster, step))
+        if isinstance(step, PassSkipped):  # found the lock taken: try again in a second
+            self.under_way |= not step.deferred
         if isinstance(step, PassDone):
             self.add(step, now)
             log.debug("%s: pass exit %d", step.cluster or "pass", step.exit_code)
@@ -336,42 +360,42 @@ async def watch(
     """Passes until cancelled (Ctrl-C), reusing one executor's connections: each round a
     pass for every cluster (or `cluster`), a cluster applied meanwhile included. A round
     begins `interval` after the last one began (the resync), or at once when a host's
-    docker events stream says a container died, started, changed health, ran out of
-    memory or was removed, or the stream broke (minidock.streams; core.watching.PassTimer
-    coalesces them), and a second after a round that left work under way (a pass exited
-    3: a restart backoff, a task starting, a rollout), or when its soonest backoff ends
-    if sooner. A round at the resync probes every host; one between, only the hosts whose
-    stream rang or is not up (watch_step). The lock is held for each pass, not between
-    passes. A signal during a pass lets it finish (KeyboardInterrupt after it). On an etcd
-    state, after each round, its member key is rewritten and its share of the owner keys
-    held (roster.Heartbeat, usecases.shares); etcd's news of a join, a leave or an owner
-    key gone rings a round at once."""
+    docker events stream rang (minidock.streams; core.watching.PassTimer coalesces), and
+    a second after a round that left work under way (a pass exited 3), or when its
+    soonest restart backoff ends if sooner. A round at the resync probes every host; one
+    between, only the hosts whose stream rang or is not up (watch_step). The lock is held
+    for each pass, not between passes. A signal during a pass lets it finish
+    (KeyboardInterrupt after it). On an etcd state (roster.Heartbeat): the most senior
+    `watch` makes each cluster's passes, the others stand by; after each round its member
+    key is rewritten and its share of the owner keys held; etcd's news of a join, a
+    leave or an owner key gone rings a round at once."""
     from minidock.usecases.roster import Heartbeat  # its imports: watch's alone
 
     require_applied(directory)
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
     inventories = Inventories()
     bell = Bell(runtime.clock, interval)
-    heartbeat = Heartbeat(directory, bell.rung_from(asyncio.get_running_loop(), "etcd"))
+    news = bell.rung_from(asyncio.get_running_loop(), "etcd")
+    heartbeat = Heartbeat(directory, news, cluster=cluster or "", interval=interval)
     async with connected(runtime) as executor:
         streams = EventStreams(executor, bell.ring)
         try:
             while True:
                 full = bell.started()
+                heartbeat.look(runtime.clock.monotonic())
                 targets = chosen(directory, cluster)
                 left = _Left()
                 for h in targets:
-                    name = tagged(h, len(targets))
-                    memory = memories.setdefault(h.name, ProbeMemory())
                     step = await watch_step(
                         h.location,
                         executor,
                         runtime,
-                        name,
-                        memory=memory,
+                        tagged(h, len(targets)),
+                        memory=memories.setdefault(h.name, ProbeMemory()),
                         streams=streams,
                         full=full,
                         inventories=inventories,
+                        defer_to=heartbeat.defers(h.name),
                     )
                     left.took(h.name, step, runtime.clock.now())
                     report(step)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from minidock.core.deciding import Peer, Progress, deferring_to, progressed
 from minidock.store import Roster, StateLocation, StoreError
 from minidock.usecases.access import require_applied, translated
 from minidock.usecases.fleetview import lock_state
@@ -43,9 +44,18 @@ class Heartbeat:
     after each round with what the round did, and its share of the owner keys held
     (`Shares`); etcd not answering is logged and the next round tries again (the work
     never waits for it). `news` is called, from another thread, when etcd says a share
-    may have to change hands (Membership.follow): a round then holds it at once."""
+    may have to change hands (Membership.follow): a round then holds it at once. Its key
+    says which cluster it covers ("" for all) and its resync, so that the watches on a
+    state agree which one makes each cluster's passes (`defers`, core.deciding)."""
 
-    def __init__(self, location: StateLocation, news: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        location: StateLocation,
+        news: Callable[[], None] | None = None,
+        *,
+        cluster: str = "",
+        interval: float = 0.0,
+    ) -> None:
         self._shares: Shares | None = None
         if not isinstance(location, Path):
             from minidock.store.members import Membership
@@ -54,9 +64,43 @@ class Heartbeat:
             if news is not None:
                 membership.follow(news)
             self._shares = Shares(membership)
+        self._covers = {"cluster": cluster, "interval": interval}
         self._passes = 0
         self._last: float | None = None
         self.last_hold: Hold | None = None  # the last round's hold of the owner keys
+        self._peers: list[Peer] = []  # the live members at the round's start (`look`)
+        self._seen: dict[str, Progress] = {}
+        self._now = 0.0
+
+    @property
+    def member_id(self) -> str | None:
+        """Its member key's id (None for a state directory)."""
+        return None if self._shares is None else self._shares.membership.member.id
+
+    def look(self, now: float) -> None:
+        """At a round's start (`now`: the monotonic clock): read the live members, for
+        `defers`. etcd not answering: this round defers to nobody (the lock still
+        guards each pass)."""
+        if self._shares is None:
+            return
+        from minidock.store.members import read_peers
+
+        member = self._shares.membership
+        try:
+            peers = read_peers(member.url, member.client)
+        except StoreError as exc:
+            log.info("members not read: %s", exc)
+            peers = []
+        self._peers, self._seen, self._now = peers, progressed(self._seen, peers, now), now
+
+    def defers(self, cluster: str) -> str | None:
+        """The member id of the `watch` this one leaves `cluster`'s passes to this round
+        (the most senior that covers it, while its passes advance), or None: pass."""
+        me = self.member_id
+        if me is None:
+            return None
+        chosen = deferring_to(me, self._peers, cluster, self._seen, self._now)
+        return None if chosen is None else chosen.id
 
     def round(self, steps: Sequence[tuple[str, PassDone | PassSkipped]], now: float) -> None:
         """Rewrite the member key with what the round's steps (each with its cluster's
@@ -76,7 +120,9 @@ class Heartbeat:
             return
         member = self._shares.membership
         try:
-            member.beat(last_pass=self._last, passes=self._passes, warm=warm, hosts=hosts)
+            member.beat(
+                last_pass=self._last, passes=self._passes, warm=warm, hosts=hosts, **self._covers
+            )
         except StoreError as exc:
             log.info("member key not written: %s", exc)
             return

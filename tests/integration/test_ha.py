@@ -375,15 +375,22 @@ def shares_held(md: EtcdMinidock, hosts: list[str], members: int) -> dict[str, s
 RESYNC = "60s"  # longer than any wait of the test below: only etcd's news moves the shares
 
 
+def passes_by_pid(md: EtcdMinidock) -> dict[int, int]:
+    """Each running watch's passes that held the lock, by its pid (`controllers --json`)."""
+    doc = json.loads(md("controllers", "--json").stdout)
+    return {int(m["holder"].split()[1]): m["passes"] for m in doc["members"]}
+
+
 def test_watches_hold_the_rings_shares_a_joiner_rebalances_and_a_killed_ones_are_taken(
     ha: EtcdMinidock, fleet: Fleet
 ) -> None:
     """Three `minidock watch` on one etcd state: their owner keys come to the ring's map
-    over them; a fourth joins and the keys follow the ring over four; one killed with -9
-    and the survivors take its hosts within the TTL. Each on etcd's news, not at a resync:
-    the resync is a minute away and every wait here is shorter (30 s, the loaded
-    machine's margin). The shares are not yet worked by (docs/scale.md): the tasks stay
-    as they were, each slot once."""
+    over them; one of them (the senior) makes the passes, the others stand by; a fourth
+    joins, makes no pass, and the keys follow the ring over four; the one making the
+    passes is killed with -9, the survivors take its hosts within the TTL and another
+    makes the passes. Each on etcd's news, not at a resync: the resync is a minute away
+    and every wait here is shorter (30 s, the loaded machine's margin). The shares are
+    not yet worked by (docs/scale.md): the tasks stay as they were, each slot once."""
     deploy(ha)
     before = sorted(every_container(ha, fleet.hosts))
     watches = [ha.popen("watch", "--interval", RESYNC) for _ in range(3)]
@@ -402,15 +409,29 @@ def test_watches_hold_the_rings_shares_a_joiner_rebalances_and_a_killed_ones_are
         rows = {line.split()[1]: line for line in shown if len(line.split()) > 1}
         assert all(three[f"{ha.cluster}/{h}"] in rows[h] for h in fleet.hosts), shown
 
-        watches.append(ha.popen("watch", "--interval", RESYNC))
+        joiner = ha.popen("watch", "--interval", RESYNC)
+        watches.append(joiner)
         four = wait_for("four shares", lambda: shares_held(ha, fleet.hosts, 4), 30, every=0.5)
         assert isinstance(four, dict)
+        passes = passes_by_pid(ha)
+        assert passes[joiner.pid] == 0, passes  # it saw the senior at its first round
+        # a watch started with the others may have passed once, before any had a member key;
+        # after that only the senior passes (each join and each key given up rang them all)
+        assert sum(1 for n in passes.values() if n > 1) <= 1, passes
+        deciding = max(passes, key=lambda pid: passes[pid])
+        (senior,) = [w for w in watches if w.pid == deciding]
 
-        watches[0].kill()  # -9: its member key and owner keys go with its lease
-        watches[0].wait(timeout=10)
+        senior.kill()  # -9: its member key and owner keys go with its lease
+        senior.wait(timeout=10)
         # Its lease ends within TTL (3 s), and the news of its keys gone rings the
-        # survivors' rounds, which take its hosts
+        # survivors' rounds: they take its hosts, and the next senior makes a pass
         wait_for("the survivors' shares", lambda: shares_held(ha, fleet.hosts, 3), 30, every=0.5)
+        wait_for(
+            "another watch's pass",
+            lambda: any(n > passes[pid] for pid, n in passes_by_pid(ha).items()),
+            30,
+            every=0.5,
+        )
         assert sorted(every_container(ha, fleet.hosts)) == before  # acted on by nobody
     finally:
         for watch in watches:

@@ -275,3 +275,38 @@ def test_a_followers_news_is_each_join_leave_and_key_given_up_in_order_and_no_be
         follower.leave()
     time.sleep(0.2)
     assert news.count == 3  # none after leave: the watches were closed first
+
+
+def test_of_two_watches_the_junior_defers_to_the_senior_while_it_passes_and_lives(
+    url: EtcdURL,
+) -> None:
+    """Heartbeat.look and defers on real etcd: the member whose key is older makes the
+    cluster's passes, the other stands by; a senior covering another cluster only is not
+    deferred to for this one; a senior whose passes stop advancing past three resyncs
+    and a margin is passed over; one that leaves is no longer deferred to."""
+    listed = PassSkipped("busy", standby=40, hosts=40, names=tuple(sorted(HOSTS)))
+    senior, junior = Heartbeat(url, interval=2.0), Heartbeat(url, interval=2.0)
+    other = Heartbeat(url, cluster="blog", interval=2.0)
+    late = Heartbeat(Path("unused"))  # replaced below; a directory's heartbeat holds nothing
+    try:
+        other.round([("blog", listed)], 0.0)  # the oldest key, covering blog alone
+        senior.round([("c", listed)], 0.0)
+        junior.round([("c", listed)], 0.0)
+        for each in (senior, junior, other):
+            each.look(100.0)
+        assert senior.defers("c") is None
+        assert junior.defers("c") == senior.member_id
+        assert junior.defers("blog") == other.member_id
+        junior.look(100.0 + 3 * 2.0 + 5.0 + 0.1)  # the senior's passes have not advanced
+        assert junior.defers("c") is None
+        senior.round([("c", listed)], 1.0)  # still no pass: stalled, as far as junior knows
+        junior.look(120.0)
+        assert junior.defers("c") is None
+        senior.leave()
+        late = Heartbeat(url, interval=2.0)  # a newcomer: it has seen nobody stall
+        late.look(0.0)
+        assert late.defers("c") == junior.member_id  # the senior is gone: junior decides
+        assert late.defers("blog") == other.member_id
+    finally:
+        for each in (senior, junior, other, late):
+            each.leave()

@@ -1,0 +1,85 @@
+"""Which `watch` makes a cluster's passes when several run on one etcd state (docs/ha.md,
+"One watch decides"): the most senior live member that covers the cluster, its seniority
+its member key's create revision, as etcd's election recipe ranks candidates. The others
+stand by (warm connections, no pass), unless the decider's passes stop advancing for
+longer than it would ever go without one (`stalled_after`): then each tries the lock
+again as before, so a decider that is alive but cannot pass never leaves a cluster
+unworked. Every controller computes this alike from the member keys it reads; the lock
+still guards every pass, so two that disagree for a round only take turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["Peer", "Progress", "decider", "deferring_to", "progressed", "stalled_after"]
+
+STALL_MARGIN = 5.0  # seconds past three resyncs before a silent decider counts as stalled
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A live member as its key says: its seniority (the key's create revision), the
+    cluster its passes cover ("" for every cluster), its resync and its passes so far."""
+
+    id: str
+    created: int
+    cluster: str = ""
+    interval: float = 0.0
+    passes: int = 0
+
+    def covers(self, cluster: str) -> bool:
+        return self.cluster in ("", cluster)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A peer's passes as this controller last saw them change, and when (its own
+    monotonic clock: no two machines' clocks are compared)."""
+
+    passes: int
+    since: float
+
+
+def stalled_after(peer: Peer) -> float:
+    """Seconds without a new pass after which `peer` no longer counts as deciding: a
+    resync makes a pass at least every `interval` (three of them, and a margin)."""
+    return 3 * peer.interval + STALL_MARGIN
+
+
+def progressed(
+    seen: Mapping[str, Progress], peers: Iterable[Peer], now: float
+) -> dict[str, Progress]:
+    """`seen` after a read of the members at `now`: a peer whose passes changed (or that
+    is new) is seen progressing from now; peers that are gone are forgotten."""
+    after: dict[str, Progress] = {}
+    for peer in peers:
+        was = seen.get(peer.id)
+        after[peer.id] = was if was and was.passes == peer.passes else Progress(peer.passes, now)
+    return after
+
+
+def decider(peers: Iterable[Peer], cluster: str) -> Peer | None:
+    """The most senior peer covering `cluster` (None: no peer covers it)."""
+    covering = [p for p in peers if p.covers(cluster)]
+    return min(covering, key=lambda p: (p.created, p.id), default=None)
+
+
+def deferring_to(
+    me: str,
+    peers: Iterable[Peer],
+    cluster: str,
+    seen: Mapping[str, Progress],
+    now: float,
+) -> Peer | None:
+    """The peer this controller (`me`) leaves `cluster`'s passes to, or None: it passes
+    itself (it is the decider, or nobody is, or the decider stalled). A controller not
+    yet among the peers (before its first beat) is junior to every one of them."""
+    chosen = decider(peers, cluster)
+    if chosen is None or chosen.id == me:
+        return None
+    progress = seen.get(chosen.id)
+    if progress is not None and now - progress.since > stalled_after(chosen):
+        return None
+    return chosen

@@ -1,0 +1,94 @@
+"""Which `watch` makes a cluster's passes (minidock/core/deciding.py, docs/ha.md "One watch
+decides"): the most senior live member covering the cluster, while its passes advance."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minidock.core.deciding import (
+    Peer,
+    Progress,
+    decider,
+    deferring_to,
+    progressed,
+    stalled_after,
+)
+
+A = Peer("a", created=10, interval=2.0, passes=4)
+B = Peer("b", created=20, interval=2.0)
+C = Peer("c", created=30, cluster="shop", interval=60.0)
+
+
+def test_the_most_senior_covering_member_decides_and_the_others_defer_to_it() -> None:
+    peers = [C, B, A]
+    seen = progressed({}, peers, now=0.0)
+    assert decider(peers, "shop") == A
+    assert deferring_to("a", peers, "shop", seen, 1.0) is None  # a passes
+    assert deferring_to("b", peers, "shop", seen, 1.0) == A
+    assert deferring_to("c", peers, "shop", seen, 1.0) == A
+    assert deferring_to("new", peers, "shop", seen, 1.0) == A  # before its first beat
+
+
+def test_a_member_covering_one_cluster_decides_nothing_for_another() -> None:
+    peers = [Peer("c", created=1, cluster="shop"), Peer("b", created=2)]
+    seen = progressed({}, peers, now=0.0)
+    assert decider(peers, "shop") == peers[0]
+    assert decider(peers, "blog") == peers[1]
+    assert deferring_to("b", peers, "blog", seen, 1.0) is None
+    assert deferring_to("b", peers, "shop", seen, 1.0) == peers[0]
+    assert decider([], "blog") is None
+    assert deferring_to("b", [], "blog", {}, 1.0) is None  # nobody else: pass
+
+
+def test_a_decider_whose_passes_stop_advancing_is_passed_over_until_they_do() -> None:
+    limit = stalled_after(A)
+    assert limit == 3 * 2.0 + 5.0
+    seen = progressed({}, [A, B], now=0.0)
+    assert deferring_to("b", [A, B], "x", seen, limit) == A  # not yet past it
+    seen = progressed(seen, [A, B], now=limit + 0.1)  # its passes still 4
+    assert seen["a"] == Progress(4, 0.0)
+    assert deferring_to("b", [A, B], "x", seen, limit + 0.1) is None  # stalled: b passes
+    moved = Peer("a", created=10, interval=2.0, passes=5)
+    seen = progressed(seen, [moved, B], now=limit + 1.0)
+    assert seen["a"] == Progress(5, limit + 1.0)
+    assert deferring_to("b", [moved, B], "x", seen, limit + 1.0) == moved  # deciding again
+
+
+def test_a_member_gone_is_forgotten_and_the_next_senior_decides() -> None:
+    seen = progressed({}, [A, B], now=0.0)
+    seen = progressed(seen, [B], now=1.0)
+    assert set(seen) == {"b"}
+    assert deferring_to("b", [B], "x", seen, 1.0) is None
+
+
+peers_strategy = st.lists(
+    st.builds(
+        Peer,
+        id=st.sampled_from("abcdefgh"),
+        created=st.integers(1, 50),
+        cluster=st.sampled_from(("", "", "shop", "blog")),
+        interval=st.sampled_from((1.0, 2.0, 60.0)),
+        passes=st.integers(0, 5),
+    ),
+    unique_by=lambda p: p.id,
+    max_size=6,
+)
+
+
+@given(peers=peers_strategy, cluster=st.sampled_from(("shop", "blog")))
+def test_members_reading_one_roster_agree_on_exactly_one_decider_per_cluster(
+    peers: list[Peer], cluster: str
+) -> None:
+    """Every member computing from the same members (none stalled) defers to the same
+    one, and exactly the covering members that do not defer is that one: never two
+    passing, never none while a member covers the cluster."""
+    seen = progressed({}, peers, now=0.0)
+    covering = [p for p in peers if p.covers(cluster)]
+    passing = [p for p in covering if deferring_to(p.id, peers, cluster, seen, 1.0) is None]
+    assert len(passing) == (1 if covering else 0)
+    if covering:
+        (chosen,) = passing
+        assert chosen.created == min(p.created for p in covering)
+        others = [p for p in covering if p != chosen]
+        assert all(deferring_to(p.id, peers, cluster, seen, 1.0) == chosen for p in others)

@@ -13,7 +13,10 @@ which counts every command a host runs). An etcd member of its own on free loopb
 else this one), and after they settle (`--settle` seconds), `--seconds` of rest, counted:
 the passes each watch made that held the lock (its member key's count, `minidock
 controllers --json`), the commands per host, etcd's revisions (every transaction that
-wrote: the lock's put and delete, each commit, each member key's beat). Prints one
+wrote: the lock's put and delete, each commit, each member key's beat). Then
+(`--kill-decider`) the watch making the passes is killed with SIGKILL and a task killed
+on a random host at once: the seconds from the kills until another watch prints the
+task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s). Prints one
 Markdown row.
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -57,10 +61,31 @@ def run(md: list[str], env: dict[str, str], code: Path, *args: str) -> str:
     return done.stdout
 
 
-def passes(md: list[str], env: dict[str, str], code: Path) -> dict[str, int]:
-    """Each member's passes that held the lock, by member id."""
+def passes(md: list[str], env: dict[str, str], code: Path) -> dict[int, int]:
+    """Each member's passes that held the lock, by its process id."""
     doc = json.loads(run(md, env, code, "controllers", "--json"))
-    return {m["id"]: m["passes"] for m in doc["members"]}
+    return {int(m["holder"].split()[1]): m["passes"] for m in doc["members"]}
+
+
+def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int) -> float:
+    """SIGKILL the watch `decider` and a task at once; seconds until another watch
+    started its replacement."""
+    (dead,) = [w for w in watches if w.proc.pid == decider]
+    victim = random.choice(names)
+    found = fleet.docker(victim, "ps", "--filter", "label=minidock.cluster=rest", "-q")
+    at = time.monotonic()
+    dead.proc.kill()
+    fleet.docker(victim, "kill", found.stdout.split()[0])
+    end = at + 120
+    while time.monotonic() < end:
+        for watch in watches:
+            if watch is dead:
+                continue
+            for when, line in list(watch.lines):
+                if when >= at and line.startswith("started "):
+                    return when - at
+        time.sleep(0.05)
+    raise SystemExit("no other watch replaced the task within 120 s")
 
 
 def main() -> None:
@@ -70,6 +95,7 @@ def main() -> None:
     parser.add_argument("--interval", default="2s")
     parser.add_argument("--settle", type=float, default=30.0)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--kill-decider", action="store_true", help="then time a failover")
     parser.add_argument("--code", type=Path, default=None, help="run MiniDock from this tree")
     parser.add_argument("--root", type=Path, default=Path(".scale"))
     args = parser.parse_args()
@@ -109,9 +135,12 @@ def main() -> None:
                 verbs = [(fleet.host_dir(n) / "calls").read_text().split() for n in names]
                 for name in names:
                     (fleet.host_dir(name) / "count").unlink()
+                decider = max(after, key=lambda pid: after[pid] - before.get(pid, 0))
+                took = failover(fleet, names, watches, decider) if args.kill_decider else None
             finally:
                 for watch in watches:
-                    watch.stop()
+                    if watch.proc.poll() is None:
+                        watch.stop()
                 etcd.close()
     finally:
         fleet.stop()
@@ -120,10 +149,11 @@ def main() -> None:
     per_host = statistics.mean(len(v) for v in verbs) * minute
     counted = Counter(verb for v in verbs for verb in v)
     each = ", ".join(f"{verb} {n * minute / len(names):.1f}" for verb, n in counted.most_common())
+    failed_over = "-" if took is None else f"{took:.2f} s"
     print(
         f"| {args.hosts} | {args.watches} | {args.interval} | "
         f"{' / '.join(f'{m:.0f}' for m in made)} | {per_host:.1f} ({each}) | "
-        f"{revs * minute:.0f} |"
+        f"{revs * minute:.0f} | {failed_over} |"
     )
 
 

@@ -653,7 +653,9 @@ def controllers(
     from rich.table import Table
 
     now = time.time()
-    table = Table("controller", "holder", "since", "lease", "last pass", "passes", "hosts", "owns")
+    table = Table(
+        "controller", "holder", "since", "lease", "last pass", "passes", "hosts", "owns", "decides"
+    )
     for m in roster.members:
         table.add_row(*member_row(m, now))
     out.print(table)
@@ -669,7 +671,9 @@ def member_row(m: usecases.Member, now: float) -> tuple[str, ...]:
     lease = "expired" if m.lease_left is None else f"{m.lease_left:.0f}s"
     hosts = f"{m.warm}/{m.hosts} connected"
     owns = f"{m.owned} hosts"
-    return (m.id, m.holder, ago(m.since), lease, ago(m.last_pass), str(m.passes), hosts, owns)
+    decides = ", ".join(m.decides) or "-"
+    last = ago(m.last_pass)
+    return (m.id, m.holder, ago(m.since), lease, last, str(m.passes), hosts, owns, decides)
 
 
 def print_status(doc: StatusDocument) -> None:

@@ -100,9 +100,12 @@ class Member:
     interval: float = 0.0  # its resync, seconds (core.deciding: when its silence is a stall)
     lease_left: float | None = None  # seconds left on its lease, as etcd says (reading only)
     owned: int = 0  # owner keys it holds: its share of the hosts (reading only)
+    created: int = 0  # its key's create revision: its seniority (reading only)
+    decides: tuple[str, ...] = ()  # the clusters whose passes it makes (reading only)
 
     def value(self) -> bytes:
-        record = {k: v for k, v in asdict(self).items() if k not in ("id", "lease_left", "owned")}
+        reading_only = ("id", "lease_left", "owned", "created", "decides")
+        record = {k: v for k, v in asdict(self).items() if k not in reading_only}
         return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -191,7 +191,8 @@ def _member(client: EtcdClient, member_id: str, kv: Any, owned: int) -> Member:
     record = json.loads(kv.value)
     left = client.time_to_live(int(kv.lease)) if int(kv.lease) else None
     fields = {k: record[k] for k in Member.__dataclass_fields__ if k in record}
-    return Member(**{**fields, "id": member_id, "lease_left": left, "owned": owned})
+    read = {"id": member_id, "lease_left": left, "owned": owned}
+    return Member(**{**fields, **read, "created": int(kv.create_revision)})
 
 
 def controller_of(kv: Any) -> str:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from minidock.core.deciding import Peer, Progress, deferring_to, progressed
-from minidock.store import Roster, StateLocation, StoreError
+from minidock.core.deciding import Peer, Progress, decider, deferring_to, progressed
+from minidock.store import Member, Roster, StateLocation, StoreError
 from minidock.usecases.access import require_applied, translated
+from minidock.usecases.clusters import held
 from minidock.usecases.fleetview import lock_state
 from minidock.usecases.outcomes import PassDone, PassSkipped
 from minidock.usecases.shares import Hold, Shares, fleet_names
@@ -31,12 +33,23 @@ def controllers(location: StateLocation) -> Roster:
     time left; a directory: none, and whether a pass holds the lock)."""
     require_applied(location)
     if isinstance(location, Path):
-        held = lock_state(location).held
-        return Roster((), "a pass is under way on this machine" if held else "")
+        locked = lock_state(location).held
+        return Roster((), "a pass is under way on this machine" if locked else "")
     from minidock.store.members import read_roster  # loads the etcd client: etcd states only
 
     with translated():
-        return read_roster(location)
+        roster = read_roster(location)
+    return replace(roster, members=deciders(roster.members, [h.name for h in held(location)]))
+
+
+def deciders(members: Sequence[Member], clusters: Sequence[str]) -> tuple[Member, ...]:
+    """`members`, each with the clusters whose passes it makes by core.deciding's rule
+    (the most senior covering each; a stalled one is passed over by the others)."""
+    peers = [Peer(m.id, m.created, m.cluster, m.interval, m.passes) for m in members]
+    chosen = {c: d.id for c in clusters if (d := decider(peers, c)) is not None}
+    return tuple(
+        replace(m, decides=tuple(c for c in clusters if chosen.get(c) == m.id)) for m in members
+    )
 
 
 class Heartbeat:

@@ -20,6 +20,7 @@ from minidock.store import Roster
 from minidock.store.members import Membership, read_roster
 from minidock.store.owners import OwnerKeys
 from minidock.usecases import PassDone, PassSkipped
+from minidock.usecases.clusters import Held, held
 from minidock.usecases.roster import Heartbeat
 from minidock.usecases.shares import host_owners, owner_name
 from tests.etcd import EtcdCluster
@@ -160,6 +161,46 @@ def test_the_command_lists_them_as_a_table_and_as_json(ha: EtcdSetup) -> None:
         assert "owned" not in json.loads(member.member.value())  # read, never written
     finally:
         member.leave()
+
+
+def test_the_command_names_the_watch_that_makes_each_clusters_passes(ha: EtcdSetup) -> None:
+    """`decides`: the most senior member covering the cluster (core.deciding), in the
+    table and the JSON; a member covering another cluster only decides none of these;
+    the seniority and the decision are read, never written into the member key."""
+    url = _url(str(ha.location))
+    (cluster,) = [h.name for h in usecases_held(ha)]
+    elsewhere, senior, junior = Membership(url), Membership(url), Membership(url)
+    elsewhere.beat(cluster="another", interval=2.0)
+    senior.beat(interval=2.0)
+    junior.beat(interval=2.0)
+    try:
+        doc = json.loads(_minidock("controllers", "--json", "--state", str(ha.location)))
+        decides = {m["id"]: m["decides"] for m in doc["members"]}
+        assert decides == {
+            elsewhere.member.id: [],
+            senior.member.id: [cluster],
+            junior.member.id: [],
+        }
+        assert [m["cluster"] for m in doc["members"]] == ["another", "", ""]
+        shown = _minidock("controllers", "--state", str(ha.location)).splitlines()
+        cells = {  # each member's row, its cells: the last is `decides`
+            member_id: [c.strip() for c in line.split("│") if c.strip()]
+            for line in shown
+            for member_id in decides
+            if member_id in line
+        }
+        assert cells[senior.member.id][-1] == cluster, shown
+        assert cells[junior.member.id][-1] == "-", shown
+        written = json.loads(senior.member.value())
+        assert "decides" not in written
+        assert "created" not in written
+    finally:
+        for member in (elsewhere, senior, junior):
+            member.leave()
+
+
+def usecases_held(setup: EtcdSetup) -> list[Held]:
+    return held(_url(str(setup.location)))
 
 
 def test_a_state_directory_has_no_member_keys_only_its_lock(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ takes, per minute, with no change and no fault.
     .venv/bin/python benchmarks/bench_watches.py --hosts 100 --watches 3 --code TREE  # before
 
 The fleet is benchmarks/scale_fleet.py's (OpenSSH sshd per host, the docker stand-in,
-which counts every command a host runs). An etcd member of its own on free loopback ports
-(tests/etcd.py); one service of a task on each of the first `--hosts` hosts, applied with
-`--adopt --wait`; then `--watches` watches with `--interval` (MiniDock from `--code`'s tree,
+which counts every command a host runs). An etcd member of its own on free loopback
+ports (tests/etcd.py; the state's lease TTL `--ttl`, 10 s by default); one service of a
+task on each of the first `--hosts` hosts, applied with `--adopt --wait`; then `--watches` watches with `--interval` (MiniDock from `--code`'s tree,
 else this one), and after they settle (`--settle` seconds), `--seconds` of rest, counted:
 the passes each watch made that held the lock (its member key's count, `minidock
 controllers --json`), the commands per host, etcd's revisions (every transaction that
@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=30.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--kill-decider", action="store_true", help="then time a failover")
+    parser.add_argument("--ttl", default="10s", help="the state's lease TTL")
     parser.add_argument("--code", type=Path, default=None, help="run MiniDock from this tree")
     parser.add_argument("--root", type=Path, default=Path(".scale"))
     args = parser.parse_args()
@@ -118,7 +119,7 @@ def main() -> None:
                 spec.write_text(SPEC.format(inventory=inventory, n=args.hosts))
                 env = dict(os.environ) | {
                     "PYTHONPATH": str(code),
-                    "MINIDOCK_STATE": etcd.url(ttl="10s"),
+                    "MINIDOCK_STATE": etcd.url(ttl=args.ttl),
                     "MINIDOCK_KEY_FILE": str(work / "key"),
                 }
                 md = [sys.executable, "-m", "minidock"]

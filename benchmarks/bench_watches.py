@@ -9,11 +9,12 @@ takes, per minute, with no change and no fault.
 The fleet is benchmarks/scale_fleet.py's (OpenSSH sshd per host, the docker stand-in,
 which counts every command a host runs). An etcd member of its own on free loopback
 ports (tests/etcd.py; the state's lease TTL `--ttl`, 10 s by default); one service of a
-task on each of the first `--hosts` hosts, applied with `--adopt --wait`; then `--watches` watches with `--interval` (MiniDock from `--code`'s tree,
-else this one), and after they settle (`--settle` seconds), `--seconds` of rest, counted:
-the passes each watch made that held the lock (its member key's count, `minidock
-controllers --json`), the commands per host, etcd's revisions (every transaction that
-wrote: the lock's put and delete, each commit, each member key's beat). Then
+task on each of the first `--hosts` hosts, applied with `--adopt --wait`; then
+`--watches` watches with `--interval` (MiniDock from `--code`'s tree, else this one), and
+after they settle (`--settle` seconds), `--seconds` of rest, counted: the passes each
+watch made that held the lock (its member key's count, `minidock controllers --json`),
+the commands per host, etcd's revisions (every transaction that wrote: the lock's put
+and delete, each commit, each member key's beat). Then
 (`--kill-decider`) the watch making the passes is killed with SIGKILL and a task killed
 on a random host at once: the seconds from the kills until another watch prints the
 task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s). Prints one

@@ -131,10 +131,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path(".scale"))
     args = parser.parse_args()
     fleet = ScaleFleet(args.root)
-    fleet.create(max(args.hosts, len(fleet.hosts)))
-    fleet.start()
-    fleet.clear()
-    names = list(fleet.hosts)[: args.hosts]
+    names = fleet.ready(args.hosts)
     code = (args.code or Path(__file__).resolve().parent.parent).resolve()
     try:
         with tempfile.TemporaryDirectory(dir=fleet.root) as tmp:

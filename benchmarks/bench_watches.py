@@ -9,12 +9,13 @@ takes, per minute, with no change and no fault.
 The fleet is benchmarks/scale_fleet.py's (OpenSSH sshd per host, the docker stand-in,
 which counts every command a host runs). An etcd member of its own on free loopback
 ports (tests/etcd.py; the state's lease TTL `--ttl`, 10 s by default); one service of a
-task on each of the first `--hosts` hosts, applied with `--adopt --wait`; then
-`--watches` watches with `--interval` (MiniDock from `--code`'s tree, else this one), and
-after they settle (`--settle` seconds), `--seconds` of rest, counted: the passes each
-watch made that held the lock (its member key's count, `minidock controllers --json`),
-the commands per host, etcd's revisions (every transaction that wrote: the lock's put
-and delete, each commit, each member key's beat). Then
+task on each of the first `--hosts` hosts (bench_watch.py's spec), applied with
+`--adopt --wait`; then `--watches` watches with `--interval` (MiniDock from `--code`'s
+tree, else this one), and after they settle (`--settle` seconds), `--seconds` of rest,
+counted: the passes each watch made that held the lock (its member key's count,
+`minidock controllers --json`), the commands per host, etcd's revisions (every
+transaction that wrote: the lock's put and delete, each commit, each member key's
+beat). Then
 (`--kill-decider`) the watch making the passes is killed with SIGKILL and a task killed
 on a random host at once: the seconds from the kills until another watch prints the
 task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s). Prints one
@@ -39,20 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_watch import Watch  # noqa: E402
+from bench_watch import SPEC, Watch, running_task  # noqa: E402
 from scale_fleet import ScaleFleet  # noqa: E402
 
 from tests.etcd import EtcdCluster, revision  # noqa: E402
-
-SPEC = """cluster = "rest"
-inventory = "{inventory}"
-
-[services.one]
-image = "bench/web:1"
-replicas = {n}
-spread = "zone"
-command = ["sleep", "1d"]
-"""
 
 
 def run(md: list[str], env: dict[str, str], code: Path, *args: str) -> str:
@@ -73,10 +64,10 @@ def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider:
     started its replacement."""
     (dead,) = [w for w in watches if w.proc.pid == decider]
     victim = random.choice(names)
-    found = fleet.docker(victim, "ps", "--filter", "label=minidock.cluster=rest", "-q")
+    task = running_task(fleet, victim)
     at = time.monotonic()
     dead.proc.kill()
-    fleet.docker(victim, "kill", found.stdout.split()[0])
+    fleet.docker(victim, "kill", task)
     end = at + 120
     while time.monotonic() < end:
         for watch in watches:
@@ -102,10 +93,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path(".scale"))
     args = parser.parse_args()
     fleet = ScaleFleet(args.root)
-    fleet.create(max(args.hosts, len(fleet.hosts)))
-    fleet.start()
-    fleet.clear()
-    names = list(fleet.hosts)[: args.hosts]
+    names = fleet.ready(args.hosts)
     code = (args.code or ROOT).resolve()
     watches: list[Watch] = []
     try:
@@ -116,7 +104,7 @@ def main() -> None:
             try:
                 inventory = work / "inventory.toml"
                 inventory.write_text(fleet.inventory.read_text())
-                spec = work / "rest.toml"
+                spec = work / "bench.toml"
                 spec.write_text(SPEC.format(inventory=inventory, n=args.hosts))
                 env = dict(os.environ) | {
                     "PYTHONPATH": str(code),

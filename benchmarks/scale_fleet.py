@@ -357,6 +357,14 @@ class ScaleFleet:
         return [p for p in (self._pid(h) for h in self.hosts) if p is not None]
 
     # -- state ----------------------------------------------------------------------------------
+    def ready(self, n: int) -> list[str]:
+        """At least `n` hosts created and started, every host without containers: the
+        names of the first `n`, which a benchmark's spec spreads over."""
+        self.create(max(n, len(self.hosts)))
+        self.start()
+        self.clear()
+        return list(self.hosts)[:n]
+
     def clear(self) -> None:
         """Every host without containers."""
         for name in self.hosts:

@@ -1,4 +1,5 @@
-"""The `world` fixture: scenario tests run once on each fleet double (tests/sim.py)."""
+"""The `world` fixture: scenario tests run once on each fleet double (tests/sim.py); and
+`url` and `client`, an etcd state of the test's own and a client of it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from minidock.model import Host
+from minidock.store import parse_location
+from minidock.store.etcd_client import EtcdClient
+from minidock.store.location import EtcdURL
 from tests.sim import MakeWorld, RunnerWorld, World, hosts
 
 
@@ -30,3 +34,21 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeWorld]
     yield make
     for w in made:
         w.close()
+
+
+@pytest.fixture
+def url(etcd_url: str) -> EtcdURL:
+    """The test's etcd state (its own prefix on the session's cluster), parsed."""
+    location = parse_location(etcd_url)
+    assert isinstance(location, EtcdURL)
+    return location
+
+
+@pytest.fixture
+def client(url: EtcdURL) -> Iterator[EtcdClient]:
+    """A client of the test's etcd state, closed after it."""
+    client = EtcdClient(url)
+    try:
+        yield client
+    finally:
+        client.close()

@@ -21,6 +21,7 @@ from minidock.store.members import Membership, read_roster
 from minidock.store.owners import OwnerKeys
 from minidock.usecases import PassDone, PassSkipped
 from minidock.usecases.clusters import Held, held
+from minidock.usecases.passes import _Left
 from minidock.usecases.roster import Heartbeat
 from minidock.usecases.shares import host_owners, owner_name
 from tests.etcd import EtcdCluster
@@ -161,6 +162,27 @@ def test_the_command_lists_them_as_a_table_and_as_json(ha: EtcdSetup) -> None:
         assert "owned" not in json.loads(member.member.value())  # read, never written
     finally:
         member.leave()
+
+
+def test_a_deferred_pass_stands_by_without_the_lock_and_a_busy_one_is_tried_again_soon(
+    ha: EtcdSetup,
+) -> None:
+    """watch_step left to another watch (`defer_to`) takes no lock and makes no pass: it
+    keeps its hosts warm and says whose passes they are. A round that found the lock
+    taken is work under way (its next round a second later); one that deferred is not."""
+    url = _url(str(ha.location))
+    before = read_roster(url).writer
+    step = run(usecases.watch_step(url, ha.docker.executor(), ha.runtime(), defer_to="abc"))
+    assert isinstance(step, PassSkipped)
+    assert step.deferred
+    assert "controller abc" in step.reason
+    assert (step.standby, step.hosts) == (3, 3)
+    assert (before, read_roster(url).writer) == ("", "")
+    deferred, busy = _Left(), _Left()
+    deferred.took("c", step, 0.0)
+    busy.took("c", PassSkipped("locked by another minidock process"), 0.0)
+    assert not deferred.under_way
+    assert busy.under_way
 
 
 def test_the_command_names_the_watch_that_makes_each_clusters_passes(ha: EtcdSetup) -> None:

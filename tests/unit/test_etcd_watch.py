@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,23 +14,8 @@ import pytest
 from minidock.store.etcd_client import EtcdClient, delete, put, rpc
 from minidock.store.location import EtcdURL
 from tests.etcd import EtcdCluster
-from tests.unit.test_ha import _url
 
 WAIT = 5.0  # seconds a test waits for a delivery
-
-
-@pytest.fixture
-def url(etcd_url: str) -> EtcdURL:
-    return _url(etcd_url)
-
-
-@pytest.fixture
-def client(url: EtcdURL) -> Iterator[EtcdClient]:
-    client = EtcdClient(url)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 class Deliveries:

@@ -17,14 +17,9 @@ from minidock.store.etcd_client import EtcdClient
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership
 from minidock.store.owners import OwnerKeys, read_owners
-from tests.unit.test_ha import TTL, _url
+from tests.unit.test_ha import TTL
 
 HOSTS = [f"web-{i}" for i in range(8)]
-
-
-@pytest.fixture
-def url(etcd_url: str) -> EtcdURL:
-    return _url(etcd_url)
 
 
 @pytest.fixture

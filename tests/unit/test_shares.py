@@ -12,11 +12,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-
-import pytest
 
 from minidock.core.ring import assign
 from minidock.store.etcd_client import EtcdClient, rpc
@@ -26,7 +23,7 @@ from minidock.store.owners import OwnerKeys, read_members, read_owners
 from minidock.usecases import PassSkipped
 from minidock.usecases.roster import Heartbeat
 from minidock.usecases.shares import Shares, fleet_names
-from tests.unit.test_ha import TTL, _url
+from tests.unit.test_ha import TTL
 
 ROOT = Path(__file__).parents[2]
 HOSTS = frozenset(f"web-{i}" for i in range(40))
@@ -62,18 +59,6 @@ class Controller:
     def hold(self, hosts: frozenset[str] = HOSTS) -> None:
         self.member.beat()
         self.shares.hold(hosts)
-
-
-@pytest.fixture
-def url(etcd_url: str) -> EtcdURL:
-    return _url(etcd_url)
-
-
-@pytest.fixture
-def client(url: EtcdURL) -> Iterator[EtcdClient]:
-    client = EtcdClient(url)
-    yield client
-    client.close()
 
 
 def owners_now(url: EtcdURL, client: EtcdClient) -> dict[str, str]:

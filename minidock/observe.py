@@ -43,7 +43,7 @@ import asyncio
 import logging
 import re
 from collections import deque
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 
 from minidock.commands.facts import (
@@ -443,14 +443,23 @@ async def observe(
     others: bool = True,
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
+    borrowed: Mapping[str, HostObservation] | None = None,
 ) -> Observed:
     """Probe every host at once; each gets a HostObservation, failed or not. `memory`:
     what earlier probes inspected (watch's), else none. With `scope` (a watch pass between
     resyncs: core.watching.probe_scope), only those hosts are probed; every other host's
-    last good observation in `memory` stands for it (one it does not have is probed)."""
+    last good observation in `memory` stands for it (one it does not have is probed).
+    `borrowed`: observations made by the hosts' owners (core.borrowing), which stand for
+    those hosts' probes."""
     memory = ProbeMemory() if memory is None else memory
+    borrowed = borrowed or {}
     kept = {} if scope is None else {h.name: memory.last(h.name) for h in hosts}
-    probed = [h for h in hosts if scope is None or h.name in scope or kept[h.name] is None]
+    kept |= {h.name: borrowed[h.name] for h in hosts if h.name in borrowed}
+    probed = [
+        h
+        for h in hosts
+        if h.name not in borrowed and (scope is None or h.name in scope or kept[h.name] is None)
+    ]
     found = await asyncio.gather(
         *(
             observe_host(executor, h, cluster, ports=ports, others=others, memory=memory)

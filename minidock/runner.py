@@ -42,7 +42,7 @@ from minidock.core.routes import ingress_hosts
 from minidock.core.schedule import Times
 from minidock.core.watching import port_tables_wanted
 from minidock.masking import NO_SECRETS, Masker, Masks
-from minidock.model import Cluster, Event, Inventory, Observed
+from minidock.model import Cluster, Event, HostObservation, Inventory, Observed
 from minidock.observe import ProbeMemory, observe, port_tables
 from minidock.schedules import backup_times, job_times
 from minidock.ssh import CommandTimeout, Executor, Unreachable
@@ -77,6 +77,7 @@ async def decide_pass(
     force_down: bool = False,
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
+    borrowed: Mapping[str, HostObservation] | None = None,
 ) -> PassResult:
     """Observe every host (and the ingress proxies, their route counters while a service
     autoscales, and the name proxies while a service exposes ports), decide once, and
@@ -87,12 +88,21 @@ async def decide_pass(
     the one decision places with them.
     `memory`: what this command's earlier probes inspected (watch's; else none); `scope`:
     the only hosts to probe, the others' last observation in `memory` standing for them
-    (observe.observe)."""
+    (observe.observe); `borrowed`: the hosts' owners' observations standing for probes
+    (watch's decider: core.borrowing)."""
     edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
     named = inventory.hosts if names_in_use(cluster, state) else ()
     counted = edges if any(ss.spec.autoscale for ss in state.services.values()) else []
     observed, proxies, names, traffic = await asyncio.gather(
-        observe(executor, inventory.hosts, cluster.name, ports=False, memory=memory, scope=scope),
+        observe(
+            executor,
+            inventory.hosts,
+            cluster.name,
+            ports=False,
+            memory=memory,
+            scope=scope,
+            borrowed=borrowed,
+        ),
         observe_proxies(executor, edges, cluster.name),
         observe_names(executor, named, cluster.name),
         observe_traffic(executor, counted, cluster.name),
@@ -186,6 +196,7 @@ async def run_pass(
     masks: Masks | None = None,
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
+    borrowed: Mapping[str, HostObservation] | None = None,
 ) -> PassResult:
     """Observe every host (or those in `scope`, `decide_pass`), decide, record the
     decision, act, record the outcome. `force_down` overrides the mass-loss guard for this
@@ -204,6 +215,7 @@ async def run_pass(
         force_down=force_down,
         memory=memory,
         scope=scope,
+        borrowed=borrowed,
     )
     masks = masks if masks is not None else Masks()
     mask = result.masker = masks.of(store, result.plan.state, result.observed)

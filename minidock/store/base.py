@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from minidock.core import ControllerState
@@ -102,6 +102,10 @@ class Member:
     owned: int = 0  # owner keys it holds: its share of the hosts (reading only)
     created: int = 0  # its key's create revision: its seniority (reading only)
     decides: tuple[str, ...] = ()  # the clusters whose passes it makes (reading only)
+    # cluster -> the revision read before its last whole round of probes over its share
+    # of that cluster's hosts (their observations written: minidock.store.seen)
+    rounds: dict[str, int] = field(default_factory=dict)
+    borrowed: int = 0  # hosts its last pass took its owners' observations of, unprobed
 
     def value(self) -> bytes:
         reading_only = ("id", "lease_left", "owned", "created", "decides")

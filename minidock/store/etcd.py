@@ -93,6 +93,7 @@ class Keys:
         self.generations = f"{base}/generations/".encode()
         self.events = f"{base}/events/".encode()
         self.lock = f"{base}/lock/".encode()
+        self.tenure = f"{base}/tenure".encode()  # rewritten by each holder as it takes the lock
 
     def generation(self, gen_id: int) -> bytes:
         return self.generations + f"{gen_id:0{_ID_DIGITS}d}".encode()
@@ -312,6 +313,12 @@ class EtcdStore:
         if self._writer is not None:
             self._writer.fence()
 
+    @property
+    def tenure(self) -> tuple[int, int]:
+        """The lock's tenure this store commits under, and the one before it
+        (EtcdWriter.tenure); (0, 0) for a reader's store."""
+        return (0, 0) if self._writer is None else self._writer.tenure
+
     # -- a migration's copy -------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """Everything under the prefix, read at one revision."""
@@ -413,6 +420,8 @@ class EtcdWriter:
         self._keeper: LeaseKeeper | None = None
         self._key: bytes | None = None
         self._rev = 0  # the create revision of our key while we hold the lock
+        # (this tenure's revision, the one before it): `tenure`
+        self._tenure: tuple[int, int] = (0, 0)
 
     @property
     def held(self) -> bool:
@@ -448,7 +457,28 @@ class EtcdWriter:
                 f"{self.url} is locked by another minidock process ({holder_of(first[0])})"
             )
         self._key, self._rev = key, mine
+        self._tenure = self._mark_tenure(key, mine, holder)
         self.reload()
+
+    def _mark_tenure(self, key: bytes, mine: int, holder: bytes) -> tuple[int, int]:
+        """Rewrite PREFIX/tenure while our lock key stands: (the revision of that write,
+        the revision of the write before it: the tenure before this one)."""
+        mark = rpc.RequestOp(
+            request_put=rpc.PutRequest(key=self.keys.tenure, value=holder, prev_kv=True)
+        )
+        reply = self.client.txn(rpc.TxnRequest(compare=[compare_create(key, mine)], success=[mark]))
+        if not reply.succeeded:
+            raise LeaseLost(_lost(self.url, "its lock key went as it was taken"))
+        before = reply.responses[0].response_put.prev_kv
+        return int(reply.header.revision), int(before.mod_revision)
+
+    @property
+    def tenure(self) -> tuple[int, int]:
+        """This tenure of the lock (the revision at which PREFIX/tenure was rewritten as it
+        began) and the tenure before it, whoever held it (0: none); (0, 0) when not held.
+        A holder whose tenure before is its own last knows nobody held the lock between
+        (minidock.core.borrowing.Trust)."""
+        return self._tenure if self.held else (0, 0)
 
     def store(self) -> EtcdStore:
         """The holder's store, an older state's clear secrets sealed first."""

@@ -43,6 +43,7 @@ __all__ = [
     "OwnerKeys",
     "Table",
     "Take",
+    "owner_key",
     "owners_prefix",
     "read_members",
     "read_owners",
@@ -109,7 +110,7 @@ class OwnerKeys:
         if len(hosts) > 1:  # some key is held: take the others one at a time
             return {h: take for h in hosts for take in self._take_batch([h]).values()}
         held = reply.responses[0].response_range.kvs[0]
-        return {hosts[0]: Take(int(held.lease) == self.lease, _owner(held))}
+        return {hosts[0]: Take(int(held.lease) == self.lease, owner_key(held))}
 
     def _txn(self, request: Any, hosts: list[str]) -> Any:
         try:
@@ -194,12 +195,13 @@ def read_table(url: EtcdURL, client: EtcdClient) -> Table:
             for kv in every_key(store, members, revision, keys_only=True)
         ),
         owners={
-            bytes(kv.key)[len(prefix) :].decode(): _owner(kv)
+            bytes(kv.key)[len(prefix) :].decode(): owner_key(kv)
             for kv in every_key(store, prefix, revision)
         },
         revision=revision,
     )
 
 
-def _owner(kv: Any) -> OwnerKey:
+def owner_key(kv: Any) -> OwnerKey:
+    """An owner key as read: its member and its create revision."""
     return OwnerKey(controller_of(kv), int(kv.create_revision))

@@ -186,6 +186,7 @@ class PassSkipped:
     standby: int = 0  # hosts this standby holds a warm connection to (passes.stand_by)
     hosts: int = 0  # of how many in the inventory
     names: tuple[str, ...] = ()  # the inventory's hosts (() when it could not be read)
+    probed: int = 0  # hosts of its share it probed and wrote (usecases.borrowing)
 
 
 @dataclass(frozen=True)

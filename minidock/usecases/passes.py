@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from minidock.core.watching import backoff_ends, probe_scope
 from minidock.masking import Masks
-from minidock.model import Cluster, EngineKind, Host, Inventory, Observed
+from minidock.model import Cluster, EngineKind, Host, HostObservation, Inventory, Observed
 from minidock.observe import ProbeMemory
 from minidock.runner import PassResult, run_pass
 from minidock.ssh import Executor
@@ -47,6 +47,9 @@ from minidock.usecases.passlog import record_pass
 from minidock.usecases.runtime import Runtime, connected
 from minidock.usecases.wakeups import Bell
 
+if TYPE_CHECKING:
+    from minidock.usecases.borrowing import Shared
+
 log = logging.getLogger(__name__)
 
 WAIT_INTERVAL = 1.0  # seconds between the passes of `--wait`
@@ -63,11 +66,12 @@ async def one_pass(
     masks: Masks | None = None,
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
+    borrowed: Mapping[str, HostObservation] | None = None,
 ) -> PassResult:
     """One reconcile pass (runner.run_pass: its tasks, proxies, certificates, hooks and
     scheduled jobs, one decision); `masks`: the command's maskers (its Runtime's);
     `memory`: its probes' (watch's); `scope`: the only hosts it probes (watch's passes
-    between resyncs)."""
+    between resyncs); `borrowed`: observations its hosts' owners made (watch's decider)."""
     now = clock()
     return await run_pass(
         cluster,
@@ -79,6 +83,7 @@ async def one_pass(
         masks=masks,
         memory=memory,
         scope=scope,
+        borrowed=borrowed,
     )
 
 
@@ -223,6 +228,7 @@ async def watch_step(
     full: bool = True,
     inventories: Inventories | None = None,
     defer_to: str | None = None,
+    shared: Shared | None = None,
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works,
     or (`defer_to`: its member id) while another `watch` makes this cluster's passes.
@@ -231,22 +237,21 @@ async def watch_step(
     cluster's probe memory, and `streams` follow the events of the hosts its inventory
     lists now. A pass that is not `full` (not a resync) probes only the hosts whose stream
     rang or is not up, or that `memory` has no good observation of (probe_scope);
-    `inventories`: the inventory files read before, parsed again only when changed."""
+    `inventories`: the inventory files read before, parsed again only when changed.
+    `shared` (an etcd state's): a deferring step probes its share of the hosts and
+    writes what it saw; a pass borrows what the owners wrote (usecases.borrowing)."""
     if defer_to is not None:
         why_not = f"controller {defer_to} makes this cluster's passes"
-        return await standing_by(directory, executor, inventories, cluster, why_not, True)
+        return await standing_by(
+            directory, executor, inventories, cluster, why_not, True, shared, memory
+        )
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory, inventories))
-            scope = None
-            if streams is not None and memory is not None:
-                hosts = desired.inventory.hosts
-                streams.follow(desired.cluster.name, hosts)
-                rung, up = streams.take(desired.cluster.name)
-                if not full:
-                    known = memory.remembered()
-                    names = (h.name for h in hosts)
-                    scope = probe_scope(names, rung=rung, up=up, remembered=known)
+            scope, rung = _scope(desired, streams, memory, full)
+            lent: Mapping[str, HostObservation] = {}
+            if shared is not None:
+                lent = shared.borrowing.lend(store, shared.cluster, rung)
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
@@ -258,10 +263,13 @@ async def watch_step(
                     masks=runtime.masks,
                     memory=memory,
                     scope=scope,
+                    borrowed=lent,
                 )
                 code = verdict(result)
                 seconds = runtime.clock.monotonic() - started
                 record_pass(store, result, code, seconds, runtime.clock.now())
+            if shared is not None:
+                shared.borrowing.ended(shared.cluster, acted(result))
             if streams is not None:
                 streams.seen(desired.cluster.name, live_ids(result.observed))
                 streams.engines(desired.cluster.name, engine_kinds(result.observed))
@@ -272,6 +280,29 @@ async def watch_step(
     return PassDone(result, code, cluster)
 
 
+def _scope(
+    desired: Desired, streams: EventStreams | None, memory: ProbeMemory | None, full: bool
+) -> tuple[Set[str] | None, Set[str]]:
+    """The hosts a `watch` pass probes (None: all; core.watching.probe_scope) and those
+    whose event stream rang since the last pass took its rings; `streams` follow the
+    hosts the inventory lists now."""
+    if streams is None or memory is None:
+        return None, frozenset()
+    hosts = desired.inventory.hosts
+    streams.follow(desired.cluster.name, hosts)
+    rung, up = streams.take(desired.cluster.name)
+    if full:
+        return None, rung
+    names = (h.name for h in hosts)
+    return probe_scope(names, rung=rung, up=up, remembered=memory.remembered()), rung
+
+
+def acted(result: PassResult) -> bool:
+    """Whether a pass did anything to a host's containers (or tried to)."""
+    plan = result.plan
+    return bool(result.done or result.failures or plan.run or plan.stop)
+
+
 async def standing_by(
     directory: StateLocation,
     executor: Executor,
@@ -279,9 +310,16 @@ async def standing_by(
     cluster: str,
     why_not: str,
     deferred: bool = False,
+    shared: Shared | None = None,
+    memory: ProbeMemory | None = None,
 ) -> PassSkipped:
-    """A skipped pass (`why_not`) that keeps its hosts' connections warm (`stand_by`)."""
+    """A skipped pass (`why_not`) that keeps its hosts' connections warm (`stand_by`);
+    with `shared` (deferred to another `watch`), its share of them probed and written."""
     warm, listed = await stand_by(directory, executor, inventories)
+    probed = 0
+    if shared is not None and listed:
+        mind = memory if memory is not None else ProbeMemory()
+        probed = await shared.borrowing.probe_share(executor, shared.cluster, listed, mind)
     return PassSkipped(
         why_not,
         cluster=cluster,
@@ -289,6 +327,7 @@ async def standing_by(
         hosts=len(listed),
         names=tuple(h.name for h in listed),
         deferred=deferred,
+        probed=probed,
     )
 
 
@@ -396,6 +435,7 @@ async def watch(
                         full=full,
                         inventories=inventories,
                         defer_to=heartbeat.defers(h.name),
+                        shared=heartbeat.shared(h.name),
                     )
                     left.took(h.name, step, runtime.clock.now())
                     report(step)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from minidock.core.deciding import Peer, Progress, decider, deferring_to, progressed
 from minidock.store import Member, Roster, StateLocation, StoreError
@@ -22,6 +23,9 @@ from minidock.usecases.clusters import held
 from minidock.usecases.fleetview import lock_state
 from minidock.usecases.outcomes import PassDone, PassSkipped
 from minidock.usecases.shares import Hold, Shares, fleet_names
+
+if TYPE_CHECKING:
+    from minidock.usecases.borrowing import Borrowing, Shared
 
 __all__ = ["Heartbeat", "controllers"]
 
@@ -70,13 +74,16 @@ class Heartbeat:
         interval: float = 0.0,
     ) -> None:
         self._shares: Shares | None = None
+        self._borrowing: Borrowing | None = None
         if not isinstance(location, Path):
             from minidock.store.members import Membership
+            from minidock.usecases.borrowing import Borrowing
 
             membership = Membership(location)
             if news is not None:
                 membership.follow(news)
             self._shares = Shares(membership)
+            self._borrowing = Borrowing(membership)
         self._covers = {"cluster": cluster, "interval": interval}
         self._passes = 0
         self._last: float | None = None
@@ -106,6 +113,10 @@ class Heartbeat:
             peers = []
         self._peers, self._seen, self._now = peers, progressed(self._seen, peers, now), now
 
+    def shared(self, cluster: str) -> Shared | None:
+        """`cluster`'s observing by share (None for a state directory)."""
+        return None if self._borrowing is None else self._borrowing.of(cluster)
+
     def defers(self, cluster: str) -> str | None:
         """The member id of the `watch` this one leaves `cluster`'s passes to this round
         (the most senior that covers it, while its passes advance), or None: pass."""
@@ -132,9 +143,17 @@ class Heartbeat:
         if self._shares is None:
             return
         member = self._shares.membership
+        shared = self._borrowing
+        rounds, borrowed = (dict(shared.rounds), shared.borrowed) if shared else ({}, 0)
         try:
             member.beat(
-                last_pass=self._last, passes=self._passes, warm=warm, hosts=hosts, **self._covers
+                last_pass=self._last,
+                passes=self._passes,
+                warm=warm,
+                hosts=hosts,
+                rounds=rounds,
+                borrowed=borrowed,
+                **self._covers,
             )
         except StoreError as exc:
             log.info("member key not written: %s", exc)

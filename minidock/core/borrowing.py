@@ -1,0 +1,111 @@
+"""Which observations written by the hosts' owners a deciding `watch` may use instead of
+probing those hosts itself (docs/scale.md, "Observing by share").
+
+Each `watch` that stands by probes its share of the hosts each round and writes what it
+saw of each, under its owner key; the decider borrows those observations. It must never
+borrow one made before an act on the host's containers: it would see a task missing that
+it had just started, and start another. Every act is made under the writer lock, so an
+observation stands only when its owner read etcd's revision, before it began to probe,
+later than the end of every lock tenure that may have acted since (`Trust`):
+
+- the decider's own tenures it knows: one that acted moves the bound to a revision read
+  after its last act; one that did nothing leaves it;
+- another writer's tenure (an operator's command, cron's reconcile, a killed decider
+  before this one) is seen from the lock's tenure key (store.etcd.EtcdWriter.tenure): when
+  the tenure before the decider's is not its own last, anything may have been done, so
+  the bound moves to the decider's own tenure, and its first pass probes every host.
+
+A written observation also stands only for the owner it was written by, under the owner
+key that owner holds now (a host that changed hands is the new owner's to write), and
+when the owner has probed its whole share since (its member key's round revision, or the
+observation's own when newer): a probe that failed deletes the observation, so a host
+whose last probe failed is always probed by the decider itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+
+from minidock.core.handover import OwnerKey
+from minidock.model import HostObservation
+
+__all__ = ["ShardTable", "Trust", "Written", "borrowable"]
+
+
+@dataclass(frozen=True)
+class Written:
+    """A host's observation as an owner wrote it: by which member, under which owner key
+    (its create revision), and the revision its owner read before the probe began."""
+
+    writer: str
+    owner: int
+    revision: int
+    observation: HostObservation
+
+
+@dataclass(frozen=True)
+class ShardTable:
+    """What the owners wrote of one cluster's hosts, read at one etcd revision: the owner
+    keys, each live member's last whole round over its share (the revision it read before
+    the round's probes began), and the written observations."""
+
+    owners: Mapping[str, OwnerKey]
+    rounds: Mapping[str, int]
+    written: Mapping[str, Written]
+
+
+@dataclass
+class Trust:
+    """A decider's bound on borrowed observations for one cluster: `since` is the etcd
+    revision after which an observation reflects every act any lock tenure made (0: no
+    tenure known yet, nothing is borrowed)."""
+
+    since: int = 0
+    tenure: int = 0  # the decider's last tenure of the lock
+    ended: bool = False  # that tenure's acts are within `since`
+
+    def took(self, tenure: int, before: int) -> None:
+        """The decider holds the lock from revision `tenure`; `before` is the tenure
+        before it. Unless that was the decider's own, ended as `left` said, another writer
+        may have acted anywhere: nothing observed before now is borrowed."""
+        known = self.ended and self.tenure != 0 and before == self.tenure
+        if not known:
+            self.since = max(self.since, tenure)
+        self.tenure, self.ended = tenure, False
+
+    def left(self, acted: bool, revision: int) -> None:
+        """The decider's tenure ended; `acted`: its pass did something (then `revision`
+        was read after its last act)."""
+        if acted:
+            self.since = max(self.since, revision)
+        self.ended = True
+
+    def stands(self, written: Written, round_revision: int) -> bool:
+        """Whether an observation, confirmed by its owner's round read at
+        `round_revision`, was made after every act this bound knows of."""
+        if self.since == 0 or self.tenure == 0:  # no tenure known, or none held now
+            return False
+        return max(written.revision, round_revision) > self.since
+
+
+def borrowable(
+    table: ShardTable, me: str, trust: Trust, probe_anyway: Set[str] = frozenset()
+) -> dict[str, HostObservation]:
+    """The hosts whose written observation the decider `me` uses instead of a probe: each
+    written by the member holding its owner key now (not `me`), under that key, that
+    member's round or the observation itself later than `trust`'s bound, and the host
+    not in `probe_anyway` (its event stream rang: a change the owner may not have seen)."""
+    found: dict[str, HostObservation] = {}
+    for host, written in table.written.items():
+        owner = table.owners.get(host)
+        if owner is None or owner.controller == me or host in probe_anyway:
+            continue
+        if (written.writer, written.owner) != (owner.controller, owner.created):
+            continue
+        confirmed = table.rounds.get(written.writer)
+        if confirmed is None or not written.observation.ok:
+            continue
+        if trust.stands(written, confirmed):
+            found[host] = written.observation
+    return found

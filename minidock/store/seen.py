@@ -1,0 +1,193 @@
+"""What each host's owner saw of it, for the deciding `watch` to borrow (docs/scale.md,
+"Observing by share"; the rule is minidock.core.borrowing's). `PREFIX/seen/<cluster>/<host>`
+holds `{"writer": <member id>, "owner": <owner key's create revision>, "revision": <the
+revision read before the probe>, "observation": ...}` under the writer's member lease,
+written in a transaction compared on the owner key (a deposed owner writes nothing) and
+only when the observation changed; a failed probe deletes it. The observation carries no
+health check output (a check's words may hold anything a container prints: they stay on
+the host) and no answer time (it changes every probe). A member's whole round over its
+share is the `rounds` of its member key (minidock.store.members).
+
+Loaded only for an etcd state, as minidock.store.etcd is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from cattrs import BaseValidationError
+from cattrs.preconf.json import make_converter
+
+from minidock.core.borrowing import ShardTable, Written
+from minidock.model import HostObservation
+from minidock.store.etcd import EtcdStore, Keys, every_key
+from minidock.store.etcd_client import (
+    EtcdClient,
+    compare_create,
+    delete,
+    put,
+    range_end,
+    rpc,
+)
+from minidock.store.location import EtcdURL
+from minidock.store.members import members_prefix, owners_prefix
+from minidock.store.owners import TAKES_PER_TXN, owner_key
+
+__all__ = ["SeenKeys", "read_shard_table", "seen_prefix"]
+
+_converter = make_converter()
+
+
+def seen_prefix(url: EtcdURL, cluster: str) -> bytes:
+    return Keys(url.prefix).root + f"seen/{cluster}/".encode()
+
+
+def cluster_owners(url: EtcdURL, cluster: str) -> bytes:
+    """Where `cluster`'s owner keys are (`<cluster>/<host>`, usecases.shares.owner_name)."""
+    return owners_prefix(url) + f"{cluster}/".encode()
+
+
+def _record(observation: HostObservation) -> HostObservation:
+    """What is written of an observation: no health check output, no answer time."""
+    return replace(
+        observation,
+        containers=tuple(replace(c, health_log="") for c in observation.containers),
+        others=tuple(replace(c, health_log="") for c in observation.others),
+        seconds=None,
+    )
+
+
+class SeenKeys:
+    """One member's writes of its share's observations, under its lease; remembers what
+    it wrote last so that an unchanged observation is not written again."""
+
+    def __init__(self, url: EtcdURL, client: EtcdClient) -> None:
+        self.url, self.client = url, client
+        self._written: dict[tuple[str, str], bytes] = {}
+
+    def owned(self, member: str, cluster: str) -> tuple[int, dict[str, int]]:
+        """The revision now and the hosts of `cluster` whose owner key `member` holds
+        (host -> the key's create revision), read at that revision."""
+        prefix = cluster_owners(self.url, cluster)
+        now = self.client.range(
+            rpc.RangeRequest(key=prefix, range_end=range_end(prefix), count_only=True)
+        )
+        revision = int(now.header.revision)
+        store = EtcdStore(self.url, self.client, None)  # a view on the client: not closed here
+        found = {}
+        for kv in every_key(store, prefix, revision):
+            key = owner_key(kv)
+            if key.controller == member:
+                found[bytes(kv.key)[len(prefix) :].decode()] = key.created
+        return revision, found
+
+    def write(
+        self,
+        cluster: str,
+        member: str,
+        lease: int,
+        owned: Mapping[str, int],
+        seen: Mapping[str, HostObservation],
+        revision: int,
+    ) -> bool:
+        """Write what changed of `seen` (each of `owned`'s hosts probed after `revision`),
+        each under its owner key (`owned`: host -> its create revision); a failed probe's
+        key deleted. True when every owned host's key is as seen now (a host that changed
+        hands meanwhile is not this member's to write: it counts as done)."""
+        prefix = seen_prefix(self.url, cluster)
+        changes: list[tuple[str, Any, bytes]] = []
+        for host, created in sorted(owned.items()):
+            found = seen.get(host)
+            if found is None:
+                return False  # not probed: the round is not whole
+            value = b""
+            if found.ok:
+                record = {
+                    "writer": member,
+                    "owner": created,
+                    "revision": revision,
+                    "observation": _converter.unstructure(_record(found)),
+                }
+                value = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+            last = self._written.get((cluster, host))
+            if last is not None and _same(last, value):
+                continue
+            key = prefix + host.encode()
+            op = put(key, value, lease) if value else delete(key)
+            changes.append((host, op, value))
+        for i in range(0, len(changes), TAKES_PER_TXN):
+            self._write_batch(cluster, owned, changes[i : i + TAKES_PER_TXN])
+        return True
+
+    def _write_batch(
+        self, cluster: str, owned: Mapping[str, int], batch: list[tuple[str, Any, bytes]]
+    ) -> None:
+        owners = cluster_owners(self.url, cluster)
+        request = rpc.TxnRequest(
+            compare=[compare_create(owners + h.encode(), owned[h]) for h, _, _ in batch],
+            success=[op for _, op, _ in batch],
+        )
+        if self.client.txn(request).succeeded:
+            for host, _, value in batch:
+                self._written[(cluster, host)] = value
+            return
+        if len(batch) > 1:  # a host changed hands: write the others one at a time
+            for change in batch:
+                self._write_batch(cluster, owned, [change])
+        else:
+            self._written.pop((cluster, batch[0][0]), None)
+
+    def forget(self) -> None:
+        """A new lease: the keys written under the last one went with it."""
+        self._written.clear()
+
+
+def _same(last: bytes, value: bytes) -> bool:
+    """Whether two records say the same (the revision each was written at aside)."""
+    if not last or not value:
+        return last == value
+    a, b = json.loads(last), json.loads(value)
+    return bool(a["observation"] == b["observation"] and a["owner"] == b["owner"])
+
+
+def read_shard_table(url: EtcdURL, client: EtcdClient, cluster: str) -> ShardTable:
+    """`cluster`'s owner keys, the live members' rounds over it and the observations
+    written of its hosts, read at one revision."""
+    owners, seen, members = (
+        cluster_owners(url, cluster),
+        seen_prefix(url, cluster),
+        members_prefix(url),
+    )
+    now = client.range(rpc.RangeRequest(key=seen, range_end=range_end(seen), count_only=True))
+    revision = int(now.header.revision)
+    store = EtcdStore(url, client, None)  # a view on the client: not closed here
+    rounds: dict[str, int] = {}
+    for kv in every_key(store, members, revision):
+        try:
+            rounds[bytes(kv.key)[len(members) :].decode()] = int(
+                json.loads(kv.value).get("rounds", {})[cluster]
+            )
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue  # no whole round over this cluster
+    written = {}
+    for kv in every_key(store, seen, revision):
+        try:
+            written[bytes(kv.key)[len(seen) :].decode()] = _written(json.loads(kv.value))
+        except (ValueError, TypeError, KeyError, BaseValidationError):
+            continue  # not a record this MiniDock reads: the host is probed instead
+    found = every_key(store, owners, revision)
+    return ShardTable(
+        owners={bytes(kv.key)[len(owners) :].decode(): owner_key(kv) for kv in found},
+        rounds=rounds,
+        written=written,
+    )
+
+
+def _written(record: dict[str, Any]) -> Written:
+    observation = _converter.structure(record["observation"], HostObservation)
+    return Written(
+        str(record["writer"]), int(record["owner"]), int(record["revision"]), observation
+    )

@@ -1,0 +1,276 @@
+"""Observing by share on real etcd (docs/scale.md, "Observing by share"): the lock's
+tenure key, the owners' observation keys (minidock.store.seen) and two `watch` heartbeats
+over a fake fleet, one making the passes and borrowing what the other, the owner of part
+of the hosts, probed and wrote (minidock.usecases.borrowing; the rule is
+minidock.core.borrowing's, its property in tests/unit/test_borrowing.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from minidock import usecases
+from minidock.commands.facts import ps_argv
+from minidock.model import HostObservation
+from minidock.observe import ProbeMemory
+from minidock.store.etcd import EtcdWriter
+from minidock.store.etcd_client import EtcdClient, rpc
+from minidock.store.location import EtcdURL
+from minidock.store.members import Membership, read_roster
+from minidock.store.owners import OwnerKeys
+from minidock.store.seen import SeenKeys, read_shard_table
+from minidock.usecases import ExitCode, PassDone, PassSkipped, passes
+from minidock.usecases.clusters import held
+from minidock.usecases.roster import Heartbeat
+from tests.fakes import FakeExecutor
+from tests.unit.test_ha import EtcdSetup, _url, run
+
+HOSTS = ("host1", "host2", "host3")
+PROBE = ps_argv(None)  # a probe's listing (a pass reads port tables with another ps)
+
+
+def test_each_holder_of_the_lock_knows_whether_the_tenure_before_its_own_was_its_own(
+    url: EtcdURL,
+) -> None:
+    mine, other = EtcdWriter(url), EtcdWriter(url)
+    try:
+        mine.acquire()
+        first, _ = mine.tenure
+        mine.release()
+        mine = EtcdWriter(url)
+        mine.acquire()
+        second, before = mine.tenure
+        assert before == first < second  # nobody held it between
+        mine.release()
+        other.acquire()
+        theirs, _ = other.tenure
+        other.release()
+        mine = EtcdWriter(url)
+        mine.acquire()
+        third, before = mine.tenure
+        assert before == theirs != second
+        assert third > theirs
+    finally:
+        mine.release()
+        other.release()
+    assert mine.tenure == (0, 0)  # none held
+
+
+def _seen(host: str, *, ok: bool = True, image: str = "web:1") -> HostObservation:
+    """An observation with an answer time (never written) and a word that tells two apart."""
+    return HostObservation(host, ok, error=None if ok else f"{image} unreachable", seconds=0.25)
+
+
+def _revision(client: EtcdClient) -> int:
+    return int(client.range(rpc.RangeRequest(key=b"\0", count_only=True)).header.revision)
+
+
+def test_an_owner_writes_only_what_changed_and_only_under_its_own_owner_key(
+    url: EtcdURL, client: EtcdClient
+) -> None:
+    owner, other = Membership(url), Membership(url)
+    try:
+        owner.beat(rounds={"c": 10})
+        other.beat()
+        keys = OwnerKeys.of(owner)
+        created = {h: keys.take(f"c/{h}").owner.created for h in ("host1", "host2")}
+        lease = owner.lease_id
+        assert lease is not None
+        seen = SeenKeys(url, client)
+        probed = {h: _seen(h) for h in created}
+        assert seen.write("c", owner.member.id, lease, created, probed, 10)
+        table = read_shard_table(url, client, "c")
+        assert table.rounds == {owner.member.id: 10}  # the other has no round over "c"
+        assert {h: w.observation for h, w in table.written.items()} == {
+            h: replace(o, seconds=None) for h, o in probed.items()
+        }
+        assert {(w.writer, w.owner, w.revision) for w in table.written.values()} == {
+            (owner.member.id, created["host1"], 10),
+            (owner.member.id, created["host2"], 10),
+        }
+        before = _revision(client)
+        assert seen.write("c", owner.member.id, lease, created, probed, 20)
+        assert _revision(client) == before  # nothing changed: nothing written
+        failed = probed | {"host2": _seen("host2", ok=False)}
+        assert seen.write("c", owner.member.id, lease, created, failed, 30)
+        assert sorted(read_shard_table(url, client, "c").written) == ["host1"]
+        assert seen.write("c", owner.member.id, lease, {"host1": created["host1"]}, {}, 40) is False
+        # host1 changes hands: the old owner's write of it is refused
+        assert keys.acknowledge("c/host1", created["host1"])
+        assert OwnerKeys.of(other).take("c/host1").got
+        changed = {"host1": _seen("host1", image="web:2")}
+        assert seen.write("c", owner.member.id, lease, {"host1": created["host1"]}, changed, 50)
+        table = read_shard_table(url, client, "c")
+        assert table.owners["host1"].controller == other.member.id
+        assert table.written["host1"].revision == 10  # as it was: not this member's now
+    finally:
+        owner.leave()
+        other.leave()
+    assert read_shard_table(url, client, "c").written == {}  # they went with the leases
+
+
+@pytest.fixture
+def setup(tmp_path: Path, etcd_url: str) -> EtcdSetup:
+    setup = EtcdSetup(tmp_path, etcd_url)
+    applied = run(
+        usecases.apply(
+            setup.file, setup.location, setup.runtime(), setup.report, wait=True, timeout=60
+        )
+    )
+    assert applied.exit_code is ExitCode.OK
+    return setup
+
+
+class Watches:
+    """Two watches' heartbeats on one state: `decider` makes the passes, `owner` stands by
+    for it and probes its share; each with its own executor and probe memory."""
+
+    def __init__(self, setup: EtcdSetup) -> None:
+        self.setup = setup
+        self.url = _url(str(setup.location))
+        self.cluster = held(self.url)[0].name
+        self.decider, self.owner = Heartbeat(self.url), Heartbeat(self.url)
+        self.executors = {"decider": setup.docker.executor(), "owner": setup.docker.executor()}
+        self.memories = {"decider": ProbeMemory(), "owner": ProbeMemory()}
+        listed = PassSkipped("joining", names=HOSTS)
+        for heartbeat in (self.decider, self.owner, self.decider, self.owner):
+            heartbeat.round([(self.cluster, listed)], 0.0)  # the ring's shares, handed over
+        if not self.tasks(self.owned()):  # the owner's share should hold a task: swap
+            self.decider, self.owner = self.owner, self.decider
+
+    def tasks(self, hosts: set[str]) -> list[dict[str, Any]]:
+        """The running containers on `hosts`."""
+        engines = self.setup.docker.engines
+        found = [d for h in sorted(hosts) for d in engines[h].values()]
+        return [d for d in found if d["State"]["Status"] == "running"]
+
+    def owned(self) -> set[str]:
+        owners = read_shard_table(self.url, self.owner_client, self.cluster).owners
+        return {h for h, key in owners.items() if key.controller == self.owner.member_id}
+
+    @property
+    def owner_client(self) -> EtcdClient:
+        return self.owner._shares.membership.client  # type: ignore[union-attr]
+
+    def decide(self) -> PassDone:
+        """A pass of the decider's; its member key rewritten after it."""
+        step = run(
+            usecases.watch_step(
+                self.url,
+                self.executors["decider"],
+                self.setup.runtime(),
+                memory=self.memories["decider"],
+                shared=self.decider.shared(self.cluster),
+            )
+        )
+        assert isinstance(step, PassDone)
+        self.decider.round([(self.cluster, step)], time.time())
+        return step
+
+    def stand_by(self) -> PassSkipped:
+        """A round of the owner's: deferred to the decider, its share probed and written."""
+        step = run(
+            usecases.watch_step(
+                self.url,
+                self.executors["owner"],
+                self.setup.runtime(),
+                memory=self.memories["owner"],
+                defer_to=self.decider.member_id,
+                shared=self.owner.shared(self.cluster),
+            )
+        )
+        assert isinstance(step, PassSkipped)
+        self.owner.round([(self.cluster, step)], time.time())
+        return step
+
+    def probed_by_decider(self, since: int) -> set[str]:
+        """The hosts the decider probed, from its `since`th call on."""
+        executor: FakeExecutor = self.executors["decider"]
+        return {c.host for c in executor.calls[since:] if c.argv == PROBE}
+
+    def borrowed(self) -> int:
+        (member,) = [m for m in read_roster(self.url).members if m.id == self.decider.member_id]
+        return member.borrowed
+
+    def leave(self) -> None:
+        self.decider.leave()
+        self.owner.leave()
+
+
+@pytest.fixture
+def watches(setup: EtcdSetup) -> Iterator[Watches]:
+    made = Watches(setup)
+    try:
+        yield made
+    finally:
+        made.leave()
+
+
+def test_the_decider_borrows_the_owners_share_until_another_writer_holds_the_lock(
+    watches: Watches,
+) -> None:
+    """The decider's first tenure follows the operator's apply: it probes every host.
+    Once the owner has probed its share after it, the decider's next pass probes only
+    the other hosts and borrows the rest; an operator's reconcile in between (another
+    tenure of the lock) makes it probe them all again, until the owner's next round."""
+    owned = watches.owned()
+    assert owned  # a share of its own,
+    assert owned < set(HOSTS)  # not the whole fleet
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.probed_by_decider(calls) == set(HOSTS)
+    assert watches.borrowed() == 0
+    assert watches.stand_by().probed == len(owned)
+    calls = len(watches.executors["decider"].calls)
+    done = watches.decide()
+    assert watches.probed_by_decider(calls) == set(HOSTS) - owned
+    assert watches.borrowed() == len(owned)
+    assert done.exit_code is ExitCode.OK
+    assert all(done.result.observed.hosts[h].ok for h in HOSTS)
+    setup = watches.setup
+    assert (
+        run(usecases.reconcile(setup.location, setup.runtime(), setup.report)).exit_code
+        is ExitCode.OK
+    )
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.probed_by_decider(calls) == set(HOSTS)
+    assert watches.borrowed() == 0
+    watches.stand_by()
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.probed_by_decider(calls) == set(HOSTS) - owned
+
+
+def test_a_task_death_the_owner_saw_is_borrowed_and_after_the_decider_acts_it_probes_again(
+    watches: Watches,
+) -> None:
+    """A task dies on a host of the owner's share: the owner's round writes it, the
+    decider borrows that and acts on it (removes the dead container, or starts its
+    replacement); its next pass, before the owner has probed again, borrows nothing from
+    before that act. Rounds of both bring the task back."""
+    owned = watches.owned()
+    watches.decide()
+    watches.stand_by()
+    (victim, *_) = watches.tasks(owned)
+    victim["State"]["Status"] = "exited"
+    watches.stand_by()
+    calls = len(watches.executors["decider"].calls)
+    dealt = watches.decide()
+    assert watches.probed_by_decider(calls) == set(HOSTS) - owned  # its death was borrowed
+    assert passes.acted(dealt.result)
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.borrowed() == 0  # its own act is after what the owner saw
+    assert watches.probed_by_decider(calls) == set(HOSTS)
+    for _ in range(5):
+        run(watches.setup.clock.sleep(60))  # past any restart delay
+        watches.stand_by()
+        if watches.decide().exit_code is ExitCode.OK:
+            break
+    assert len(watches.tasks(set(HOSTS))) == 3

@@ -15,7 +15,8 @@ tree, else this one), and after they settle (`--settle` seconds), `--seconds` of
 counted: the passes each watch made that held the lock (its member key's count,
 `minidock controllers --json`), the commands per host, etcd's revisions (every
 transaction that wrote: the lock's put and delete, each commit, each member key's
-beat). Then
+beat), and how many hosts the decider's last pass borrowed from their owners'
+observations instead of probing them (docs/scale.md, "Observing by share"). Then
 (`--kill-decider`) the watch making the passes is killed with SIGKILL and a task killed
 on a random host at once: the seconds from the kills until another watch prints the
 task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s). Prints one
@@ -55,8 +56,13 @@ def run(md: list[str], env: dict[str, str], code: Path, *args: str) -> str:
 
 def passes(md: list[str], env: dict[str, str], code: Path) -> dict[int, int]:
     """Each member's passes that held the lock, by its process id."""
+    return {pid: m["passes"] for pid, m in members(md, env, code).items()}
+
+
+def members(md: list[str], env: dict[str, str], code: Path) -> dict[int, dict[str, object]]:
+    """Each member's record (`controllers --json`), by its process id."""
     doc = json.loads(run(md, env, code, "controllers", "--json"))
-    return {int(m["holder"].split()[1]): m["passes"] for m in doc["members"]}
+    return {int(m["holder"].split()[1]): m for m in doc["members"]}
 
 
 def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int) -> float:
@@ -126,6 +132,7 @@ def main() -> None:
                 for name in names:
                     (fleet.host_dir(name) / "count").unlink()
                 decider = max(after, key=lambda pid: after[pid] - before.get(pid, 0))
+                borrowed = members(md, env, code)[decider].get("borrowed", "-")
                 took = failover(fleet, names, watches, decider) if args.kill_decider else None
             finally:
                 for watch in watches:
@@ -143,7 +150,7 @@ def main() -> None:
     print(
         f"| {args.hosts} | {args.watches} | {args.interval} | "
         f"{' / '.join(f'{m:.0f}' for m in made)} | {per_host:.1f} ({each}) | "
-        f"{revs * minute:.0f} | {failed_over} |"
+        f"{revs * minute:.0f} | {borrowed} | {failed_over} |"
     )
 
 

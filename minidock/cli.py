@@ -672,6 +672,8 @@ def member_row(m: usecases.Member, now: float) -> tuple[str, ...]:
     hosts = f"{m.warm}/{m.hosts} connected"
     owns = f"{m.owned} hosts"
     decides = ", ".join(m.decides) or "-"
+    if m.decides and m.borrowed:  # observations its last pass took from the owners
+        decides += f" ({m.borrowed} hosts borrowed)"
     last = ago(m.last_pass)
     return (m.id, m.holder, ago(m.since), lease, last, str(m.passes), hosts, owns, decides)
 

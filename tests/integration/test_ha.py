@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -433,6 +434,60 @@ def test_watches_hold_the_rings_shares_a_joiner_rebalances_and_a_killed_ones_are
             every=0.5,
         )
         assert sorted(every_container(ha, fleet.hosts)) == before  # acted on by nobody
+    finally:
+        for watch in watches:
+            if watch.poll() is None:
+                watch.send_signal(signal.SIGINT)
+        for watch in watches:
+            try:
+                watch.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+                watch.communicate()
+
+
+def test_watches_observe_by_share_and_a_task_killed_on_an_owners_host_is_replaced(
+    ha: EtcdMinidock, fleet: Fleet
+) -> None:
+    """Three `minidock watch` with a 2 s resync: the two that stand by probe the hosts whose
+    owner keys they hold and write what they saw; the one making the passes borrows those
+    observations (its member key's `borrowed`, and the table says so) instead of probing
+    those hosts. A task killed on a host another watch owns is replaced, each slot once
+    (docs/scale.md, "Observing by share")."""
+    deploy(ha)
+    watches = [ha.popen("watch", "--interval", "2s") for _ in range(3)]
+
+    def borrowing() -> dict[str, Any] | None:
+        members = json.loads(ha("controllers", "--json").stdout)["members"]
+        deciding = [m for m in members if m["decides"]]
+        if len(members) != 3 or len(deciding) != 1 or not deciding[0]["borrowed"]:
+            return None
+        return {"decider": deciding[0], "others": [m for m in members if not m["decides"]]}
+
+    try:
+        found = wait_for("the deciding watch to borrow", borrowing, 60, every=1)
+        assert isinstance(found, dict)
+        decider, others = found["decider"], found["others"]
+        lent = sum(m["owned"] for m in others if ha.cluster in m["rounds"])
+        assert 0 < decider["borrowed"] <= lent, found
+        assert "hosts borrowed)" in ha("controllers").stdout
+        status = json.loads(ha("status", "--json").stdout)
+        theirs = {h["name"] for h in status["hosts"] if h["controller"] != decider["id"]}
+        victims = [n for h in sorted(theirs) for n in live(ha, [h])]
+        assert victims, (theirs, live(ha, fleet.hosts))
+        name, host = victims[0].split("@")
+        fleet.docker(host, "kill", name, check=True)
+        wait_for(
+            "the killed task replaced",
+            lambda: (
+                name not in {n.split("@")[0] for n in live(ha, fleet.hosts)}
+                and len(live(ha, fleet.hosts)) == 3
+                and converged(ha)
+            ),
+            60,
+            every=1,
+        )
+        assert slots(live(ha, fleet.hosts)) == Counter({1: 1, 2: 1, 3: 1})
     finally:
         for watch in watches:
             if watch.poll() is None:

@@ -185,12 +185,13 @@ def test_apply_reconcile_status_and_events_on_an_etcd_state(ha: EtcdSetup) -> No
     assert [e.kind for e in usecases.events(ha.location, limit=1).events] == ["run"]
 
 
-def test_a_pass_in_which_nothing_happened_writes_three_keys_whatever_the_fleet(
+def test_a_pass_in_which_nothing_happened_writes_four_keys_whatever_the_fleet(
     ha: EtcdSetup,
 ) -> None:
     """etcd's writes at rest (docs/scale.md, "What etcd carries"): a pass that probed every
     host and changed nothing writes PREFIX/meta, the state's `rest` (its pass counters)
-    and `seen` (the hosts' last_seen), no host's, service's or slot's key."""
+    and `seen` (the hosts' last_seen), and the lock's tenure as it took the lock; no
+    host's, service's or slot's key."""
     run(usecases.apply(ha.file, ha.location, ha.runtime(), ha.report, wait=True, timeout=60))
     run(usecases.reconcile(ha.location, ha.runtime(), ha.report))
     store = EtcdStore.open(_url(str(ha.location)))
@@ -205,7 +206,7 @@ def test_a_pass_in_which_nothing_happened_writes_three_keys_whatever_the_fleet(
     finally:
         store.close()
     changed = {k.removeprefix(store.keys.root) for k in after if after[k] != before.get(k)}
-    assert changed == {b"meta", b"state/rest", b"state/seen"}
+    assert changed == {b"meta", b"state/rest", b"state/seen", b"tenure"}
     assert len(after) > 10  # hosts, services and slots: none of them written
 
 

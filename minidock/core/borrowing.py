@@ -19,18 +19,22 @@ A written observation also stands only for the owner it was written by, under th
 key that owner holds now (a host that changed hands is the new owner's to write), and
 when the owner has probed its whole share since (its member key's round revision, or the
 observation's own when newer): a probe that failed deletes the observation, so a host
-whose last probe failed is always probed by the decider itself.
+whose last probe failed is always probed by the decider itself. And only while that
+owner's rounds advance (`advancing`): an owner alive but stuck (its lease kept, its
+probes hung) is passed over after three of its resyncs and a margin, as a stalled
+decider is (core.deciding), and its hosts are probed by the decider again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from minidock.core.deciding import STALL_MARGIN
 from minidock.core.handover import OwnerKey
 from minidock.model import HostObservation
 
-__all__ = ["ShardTable", "Trust", "Written", "borrowable"]
+__all__ = ["RoundSeen", "ShardTable", "Trust", "Written", "advancing", "borrowable"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class ShardTable:
     owners: Mapping[str, OwnerKey]
     rounds: Mapping[str, int]
     written: Mapping[str, Written]
+    intervals: Mapping[str, float] = field(default_factory=dict)  # each member's resync
 
 
 @dataclass
@@ -109,3 +114,30 @@ def borrowable(
         if trust.stands(written, confirmed):
             found[host] = written.observation
     return found
+
+
+@dataclass(frozen=True)
+class RoundSeen:
+    """A member's round revision as the decider last saw it change, and when (the
+    decider's own monotonic clock: no two machines' clocks are compared)."""
+
+    revision: int
+    since: float
+
+
+def advancing(
+    seen: Mapping[str, RoundSeen], table: ShardTable, now: float
+) -> tuple[dict[str, RoundSeen], dict[str, int]]:
+    """`seen` after reading `table` at `now` (a member whose round changed, or that is new,
+    is seen advancing from now; members gone are forgotten), and the rounds of the
+    members whose rounds advanced within three of their resyncs and a margin: the only
+    ones borrowed from."""
+    after: dict[str, RoundSeen] = {}
+    fresh: dict[str, int] = {}
+    for member, revision in table.rounds.items():
+        was = seen.get(member)
+        after[member] = was if was and was.revision == revision else RoundSeen(revision, now)
+        patience = 3 * table.intervals.get(member, 0.0) + STALL_MARGIN
+        if now - after[member].since <= patience:
+            fresh[member] = revision
+    return after, fresh

@@ -165,11 +165,13 @@ def read_shard_table(url: EtcdURL, client: EtcdClient, cluster: str) -> ShardTab
     revision = int(now.header.revision)
     store = EtcdStore(url, client, None)  # a view on the client: not closed here
     rounds: dict[str, int] = {}
+    intervals: dict[str, float] = {}
     for kv in every_key(store, members, revision):
+        member = bytes(kv.key)[len(members) :].decode()
         try:
-            rounds[bytes(kv.key)[len(members) :].decode()] = int(
-                json.loads(kv.value).get("rounds", {})[cluster]
-            )
+            record = json.loads(kv.value)
+            rounds[member] = int(record.get("rounds", {})[cluster])
+            intervals[member] = float(record.get("interval", 0.0))
         except (ValueError, TypeError, KeyError, AttributeError):
             continue  # no whole round over this cluster
     written = {}
@@ -183,6 +185,7 @@ def read_shard_table(url: EtcdURL, client: EtcdClient, cluster: str) -> ShardTab
         owners={bytes(kv.key)[len(owners) :].decode(): owner_key(kv) for kv in found},
         rounds=rounds,
         written=written,
+        intervals=intervals,
     )
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from minidock.core.borrowing import Trust, borrowable
+from minidock.core.borrowing import RoundSeen, Trust, advancing, borrowable
 from minidock.model import Host, HostObservation
 from minidock.observe import ProbeMemory, observe
 from minidock.ssh import Executor
@@ -42,6 +42,7 @@ class Borrowing:
         self._seen = SeenKeys(membership.url, membership.client)
         self._trusts: dict[str, Trust] = {}
         self._lease: int | None = None
+        self._rounds: dict[str, RoundSeen] = {}  # each owner's rounds, as seen advancing
 
     def of(self, cluster: str) -> Shared:
         return Shared(cluster, self)
@@ -72,11 +73,12 @@ class Borrowing:
         return len(mine)
 
     def lend(
-        self, store: Store, cluster: str, probe_anyway: Set[str]
+        self, store: Store, cluster: str, probe_anyway: Set[str], now: float
     ) -> dict[str, HostObservation]:
-        """At a pass's start, under the lock: the observations its hosts' owners wrote that
-        stand for probes (core.borrowing.borrowable; none on a store that is not the lock
-        holder's on etcd, or while etcd does not answer)."""
+        """At a pass's start, under the lock (`now`: the monotonic clock): the
+        observations its hosts' owners wrote that stand for probes, from owners whose
+        rounds advance (core.borrowing: `advancing`, `borrowable`); none on a store that
+        is not the lock holder's on etcd, or while etcd does not answer."""
         trust = self._trusts.setdefault(cluster, Trust())
         tenure = store.tenure if isinstance(store, EtcdStore) else (0, 0)
         trust.took(*tenure)
@@ -89,6 +91,8 @@ class Borrowing:
         except StoreError as exc:
             log.info("%s: the owners' observations not read: %s", cluster, exc)
             return {}
+        self._rounds, fresh = advancing(self._rounds, table, now)
+        table = replace(table, rounds=fresh)
         found = borrowable(table, member.member.id, trust, probe_anyway)
         self.borrowed = len(found)
         return found

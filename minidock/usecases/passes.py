@@ -251,7 +251,7 @@ async def watch_step(
             scope, rung = _scope(desired, streams, memory, full)
             lent: Mapping[str, HostObservation] = {}
             if shared is not None:
-                lent = shared.borrowing.lend(store, shared.cluster, rung)
+                lent = shared.borrowing.lend(store, shared.cluster, rung, runtime.clock.monotonic())
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(

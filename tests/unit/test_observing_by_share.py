@@ -274,3 +274,30 @@ def test_a_task_death_the_owner_saw_is_borrowed_and_after_the_decider_acts_it_pr
         if watches.decide().exit_code is ExitCode.OK:
             break
     assert len(watches.tasks(set(HOSTS))) == 3
+
+
+def test_an_owner_whose_rounds_stop_is_passed_over_and_its_hosts_probed_again(
+    watches: Watches,
+) -> None:
+    """An owner alive but stuck (its lease kept, no round since) is borrowed from for
+    three of its resyncs and a margin (5 s at no interval) after the decider saw its round
+    last change, then no more: its hosts are probed by the decider again."""
+    owned = watches.owned()
+    watches.decide()
+    watches.stand_by()
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.probed_by_decider(calls) == set(HOSTS) - owned
+    run(watches.setup.clock.sleep(4))  # within the margin: still borrowed
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.probed_by_decider(calls) == set(HOSTS) - owned
+    run(watches.setup.clock.sleep(2))  # past it
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.borrowed() == 0
+    assert watches.probed_by_decider(calls) == set(HOSTS)
+    watches.stand_by()  # its round advances again
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.probed_by_decider(calls) == set(HOSTS) - owned

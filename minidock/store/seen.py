@@ -36,13 +36,20 @@ from minidock.store.location import EtcdURL
 from minidock.store.members import members_prefix, owners_prefix
 from minidock.store.owners import TAKES_PER_TXN, owner_key
 
-__all__ = ["SeenKeys", "read_shard_table", "seen_prefix"]
+__all__ = ["SeenKeys", "read_shard_table", "seen_prefix", "wanted_prefix"]
 
 _converter = make_converter()
 
 
 def seen_prefix(url: EtcdURL, cluster: str) -> bytes:
     return Keys(url.prefix).root + f"seen/{cluster}/".encode()
+
+
+def wanted_prefix(url: EtcdURL) -> bytes:
+    """Where each cluster's decider asks its owners for a round of their whole share
+    (`PREFIX/wanted/<cluster>`, rewritten under the decider's lease: its revision is the
+    bound, minidock.usecases.borrowing)."""
+    return Keys(url.prefix).root + b"wanted/"
 
 
 def cluster_owners(url: EtcdURL, cluster: str) -> bytes:

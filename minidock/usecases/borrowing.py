@@ -11,18 +11,22 @@ Loaded only for an etcd state, as minidock.store.etcd is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, replace
+from typing import Any
 
 from minidock.core.borrowing import RoundSeen, Trust, advancing, borrowable
+from minidock.core.watching import probe_scope
 from minidock.model import Host, HostObservation
 from minidock.observe import ProbeMemory, observe
 from minidock.ssh import Executor
 from minidock.store import Store, StoreError
-from minidock.store.etcd import EtcdStore
-from minidock.store.etcd_client import range_end, rpc
+from minidock.store.etcd import EtcdStore, Keys
+from minidock.store.etcd_client import put, rpc
 from minidock.store.members import Membership
-from minidock.store.seen import SeenKeys, read_shard_table, seen_prefix
+from minidock.store.seen import SeenKeys, read_shard_table, wanted_prefix
+from minidock.streams import EventStreams
+from minidock.usecases.passes import engine_kinds, live_ids
 
 __all__ = ["Borrowing", "Shared"]
 
@@ -39,20 +43,55 @@ class Borrowing:
         self.membership = membership
         self.rounds: dict[str, int] = {}  # cluster -> its last whole round's revision
         self.borrowed = 0  # hosts the last pass borrowed
+        self.deciding = False  # its last round made a pass
         self._seen = SeenKeys(membership.url, membership.client)
         self._trusts: dict[str, Trust] = {}
         self._lease: int | None = None
         self._rounds: dict[str, RoundSeen] = {}  # each owner's rounds, as seen advancing
+        self._others: dict[str, frozenset[str]] = {}  # cluster -> hosts others hold
+        self._wanted: dict[str, int] = {}  # cluster -> when its decider last wanted a round
 
     def of(self, cluster: str) -> Shared:
         return Shared(cluster, self)
 
+    def follow(self, news: Callable[[], None]) -> None:
+        """Call `news` (from a thread of etcd's watch) when an owner writes or deletes an
+        observation while this `watch` makes passes (`deciding`): its next pass then
+        borrows it at once, not at its next resync; and, while it stands by, when the
+        decider wants a round of every owner's whole share (`_want`)."""
+        root = Keys(self.membership.url.prefix).root
+
+        def seen(events: Sequence[Any] | None) -> None:
+            if self.deciding:
+                news()
+
+        def wanted(events: Sequence[Any] | None) -> None:
+            for event in events or ():
+                if event.type == rpc.Event.PUT:
+                    cluster = bytes(event.kv.key)[len(root + b"wanted/") :].decode()
+                    self._wanted[cluster] = int(event.kv.mod_revision)
+            if not self.deciding:
+                news()
+
+        # both closed with the membership's client
+        self.membership.client.watch(root + b"seen/", seen)
+        self.membership.client.watch(root + b"wanted/", wanted)
+
     async def probe_share(
-        self, executor: Executor, cluster: str, hosts: Sequence[Host], memory: ProbeMemory
+        self,
+        executor: Executor,
+        cluster: str,
+        hosts: Sequence[Host],
+        memory: ProbeMemory,
+        streams: EventStreams | None = None,
+        full: bool = True,
     ) -> int:
         """Probe the hosts of `cluster` (of `hosts`, its inventory's) whose owner keys this
-        member holds, and write what changed; how many were probed. The round's revision
-        joins `rounds` when every one of them was written."""
+        member holds, and write what changed; how many were probed. With `streams`, it
+        follows those hosts' event streams, and a round that is not `full` (not a
+        resync) probes only those whose stream rang or is not up (core.watching's
+        probe_scope), unless the decider wanted a round since the last whole one. A
+        round that probed every one of them has its revision in `rounds`."""
         member, lease = self.membership.member.id, self.membership.lease_id
         if lease is None:
             return 0
@@ -64,13 +103,24 @@ class Borrowing:
             revision, owned = self._seen.owned(member, cluster)
             owned = {h: created for h, created in owned.items() if h in listed}
             mine = [listed[h] for h in sorted(owned)]
-            seen = await observe(executor, mine, cluster, ports=False, memory=memory)
-            if self._seen.write(cluster, member, lease, owned, seen.hosts, revision):
+            whole = full or self._wanted.get(cluster, 0) > self.rounds.get(cluster, 0)
+            scope = _share_scope(streams, cluster, mine, memory, whole)
+            seen = await observe(executor, mine, cluster, ports=False, memory=memory, scope=scope)
+            if streams is not None:
+                streams.seen(cluster, live_ids(seen))
+                streams.engines(cluster, engine_kinds(seen))
+            written = self._seen.write(cluster, member, lease, owned, seen.hosts, revision)
+            if written and (scope is None or scope >= set(owned)):
                 self.rounds[cluster] = revision
         except StoreError as exc:
             log.info("%s: observations of the share not written: %s", cluster, exc)
             return 0
-        return len(mine)
+        return len(mine) if scope is None else len(scope & set(owned))
+
+    def others(self, cluster: str) -> frozenset[str]:
+        """The hosts of `cluster` another member held at the last `lend`: their owners
+        follow their event streams, the decider does not."""
+        return self._others.get(cluster, frozenset())
 
     def lend(
         self, store: Store, cluster: str, probe_anyway: Set[str], now: float
@@ -81,7 +131,10 @@ class Borrowing:
         is not the lock holder's on etcd, or while etcd does not answer."""
         trust = self._trusts.setdefault(cluster, Trust())
         tenure = store.tenure if isinstance(store, EtcdStore) else (0, 0)
+        bound = trust.since
         trust.took(*tenure)
+        if trust.since != bound:  # another writer's tenure, or the first: a round wanted
+            self._want(cluster)
         self.borrowed = 0
         if tenure[0] == 0:
             return {}
@@ -91,24 +144,60 @@ class Borrowing:
         except StoreError as exc:
             log.info("%s: the owners' observations not read: %s", cluster, exc)
             return {}
+        me = member.member.id
+        self._others[cluster] = frozenset(h for h, k in table.owners.items() if k.controller != me)
         self._rounds, fresh = advancing(self._rounds, table, now)
         table = replace(table, rounds=fresh)
-        found = borrowable(table, member.member.id, trust, probe_anyway)
+        found = borrowable(table, me, trust, probe_anyway)
         self.borrowed = len(found)
         return found
 
     def ended(self, cluster: str, acted: bool) -> None:
-        """The pass `lend` began is over; `acted`: it did something to a host. The
-        revision read now bounds what is borrowed next (etcd away: the next pass probes
-        every host, as after another writer's)."""
-        prefix = seen_prefix(self.membership.url, cluster)
-        request = rpc.RangeRequest(key=prefix, range_end=range_end(prefix), count_only=True)
-        try:
-            revision = int(self.membership.client.range(request).header.revision)
-        except StoreError as exc:
-            log.info("%s: the end of the pass not read: %s", cluster, exc)
+        """The pass `lend` began is over; `acted`: it did something to a host. Then what
+        is borrowed next must have been observed after now: the owners are asked for a
+        new round (`_want`), whose write's revision is the new bound (etcd away: the
+        next pass probes every host, as after another writer's)."""
+        trust = self._trusts.setdefault(cluster, Trust())
+        if not acted:
+            trust.left(False, 0)
             return
-        self._trusts.setdefault(cluster, Trust()).left(acted, revision)
+        revision = self._want(cluster)
+        if revision:
+            trust.left(True, revision)
+
+    def _want(self, cluster: str) -> int:
+        """Ask the owners of `cluster` for a round of their whole share now: rewrite
+        PREFIX/wanted/<cluster> (under this member's lease), which their watch follows.
+        The revision of that write (0: not written)."""
+        lease = self.membership.lease_id
+        if lease is None:
+            return 0
+        key = wanted_prefix(self.membership.url) + cluster.encode()
+        try:
+            reply = self.membership.client.txn(rpc.TxnRequest(success=[put(key, b"", lease)]))
+        except StoreError as exc:
+            log.info("%s: no new round asked of the owners: %s", cluster, exc)
+            return 0
+        return int(reply.header.revision)
+
+
+def _share_scope(
+    streams: EventStreams | None,
+    cluster: str,
+    mine: Sequence[Host],
+    memory: ProbeMemory,
+    full: bool,
+) -> frozenset[str] | None:
+    """The hosts of its share an owner's round probes (None: all of them); `streams`
+    follow exactly those hosts."""
+    if streams is None:
+        return None
+    streams.follow(cluster, mine)
+    rung, up = streams.take(cluster)
+    if full:
+        return None
+    names = [h.name for h in mine]
+    return probe_scope(names, rung=rung, up=up, remembered=memory.remembered())
 
 
 @dataclass(frozen=True)

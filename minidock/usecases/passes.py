@@ -242,13 +242,13 @@ async def watch_step(
     writes what it saw; a pass borrows what the owners wrote (usecases.borrowing)."""
     if defer_to is not None:
         why_not = f"controller {defer_to} makes this cluster's passes"
-        return await standing_by(
-            directory, executor, inventories, cluster, why_not, True, shared, memory
-        )
+        share = None if shared is None else Share(shared, memory or ProbeMemory(), streams, full)
+        return await standing_by(directory, executor, inventories, cluster, why_not, True, share)
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory, inventories))
-            scope, rung = _scope(desired, streams, memory, full)
+            others = shared.borrowing.others(shared.cluster) if shared else frozenset()
+            scope, rung = _scope(desired, streams, memory, full, others)
             lent: Mapping[str, HostObservation] = {}
             if shared is not None:
                 lent = shared.borrowing.lend(store, shared.cluster, rung, runtime.clock.monotonic())
@@ -281,15 +281,20 @@ async def watch_step(
 
 
 def _scope(
-    desired: Desired, streams: EventStreams | None, memory: ProbeMemory | None, full: bool
+    desired: Desired,
+    streams: EventStreams | None,
+    memory: ProbeMemory | None,
+    full: bool,
+    others: Set[str] = frozenset(),
 ) -> tuple[Set[str] | None, Set[str]]:
     """The hosts a `watch` pass probes (None: all; core.watching.probe_scope) and those
     whose event stream rang since the last pass took its rings; `streams` follow the
-    hosts the inventory lists now."""
+    hosts the inventory lists now, but `others` (hosts another watch owns and follows:
+    each is probed, unless its observation is borrowed)."""
     if streams is None or memory is None:
         return None, frozenset()
     hosts = desired.inventory.hosts
-    streams.follow(desired.cluster.name, hosts)
+    streams.follow(desired.cluster.name, [h for h in hosts if h.name not in others])
     rung, up = streams.take(desired.cluster.name)
     if full:
         return None, rung
@@ -303,6 +308,17 @@ def acted(result: PassResult) -> bool:
     return bool(result.done or result.failures or plan.run or plan.stop)
 
 
+@dataclass(frozen=True)
+class Share:
+    """What a deferring `watch` step needs to probe its share: its cluster's observing by
+    share, probe memory and event streams, and whether the round is a resync."""
+
+    shared: Shared
+    memory: ProbeMemory
+    streams: EventStreams | None
+    full: bool
+
+
 async def standing_by(
     directory: StateLocation,
     executor: Executor,
@@ -310,16 +326,16 @@ async def standing_by(
     cluster: str,
     why_not: str,
     deferred: bool = False,
-    shared: Shared | None = None,
-    memory: ProbeMemory | None = None,
+    share: Share | None = None,
 ) -> PassSkipped:
     """A skipped pass (`why_not`) that keeps its hosts' connections warm (`stand_by`);
-    with `shared` (deferred to another `watch`), its share of them probed and written."""
+    with a `share` (deferred to another `watch`), that share of them probed and written."""
     warm, listed = await stand_by(directory, executor, inventories)
     probed = 0
-    if shared is not None and listed:
-        mind = memory if memory is not None else ProbeMemory()
-        probed = await shared.borrowing.probe_share(executor, shared.cluster, listed, mind)
+    if share is not None and listed:
+        probed = await share.shared.borrowing.probe_share(
+            executor, share.shared.cluster, listed, share.memory, share.streams, share.full
+        )
     return PassSkipped(
         why_not,
         cluster=cluster,

@@ -61,9 +61,11 @@ class Heartbeat:
     after each round with what the round did, and its share of the owner keys held
     (`Shares`); etcd not answering is logged and the next round tries again (the work
     never waits for it). `news` is called, from another thread, when etcd says a share
-    may have to change hands (Membership.follow): a round then holds it at once. Its key
-    says which cluster it covers ("" for all) and its resync, so that the watches on a
-    state agree which one makes each cluster's passes (`defers`, core.deciding)."""
+    may have to change hands (Membership.follow): a round then holds it at once; and,
+    while this `watch` makes passes, when an owner wrote what it saw (Borrowing.follow).
+    Its key says which cluster it covers ("" for all) and its resync, so that the
+    watches on a state agree which one makes each cluster's passes (`defers`,
+    core.deciding); its observing by share is `shared`."""
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class Heartbeat:
     ) -> None:
         self._shares: Shares | None = None
         self._borrowing: Borrowing | None = None
+        self._news = news
         if not isinstance(location, Path):
             from minidock.store.members import Membership
             from minidock.usecases.borrowing import Borrowing
@@ -84,6 +87,8 @@ class Heartbeat:
                 membership.follow(news)
             self._shares = Shares(membership)
             self._borrowing = Borrowing(membership)
+            if news is not None:
+                self._borrowing.follow(news)
         self._covers = {"cluster": cluster, "interval": interval}
         self._passes = 0
         self._last: float | None = None
@@ -131,6 +136,8 @@ class Heartbeat:
         name) did, then hold the share of the hosts they listed (`fleet_names`; when a
         cluster's hosts are unknown this round, what is held stays held)."""
         done = [s for _, s in steps if isinstance(s, PassDone)]
+        if self._borrowing is not None:
+            self._borrowing.deciding = bool(done)
         self._passes += len(done)
         self._last = now if done else self._last
         warm = hosts = 0
@@ -165,6 +172,9 @@ class Heartbeat:
             self.last_hold = self._shares.hold(fleet)
         except StoreError as exc:
             log.info("owner keys not held: %s", exc)
+            return
+        if self.last_hold.took and self._news is not None:
+            self._news()  # hosts taken: the next round probes them and writes, at once
 
     def leave(self) -> None:
         if self._shares is not None:

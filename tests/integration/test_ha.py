@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from minidock.store.etcd import Keys, Meta
+from minidock.store.etcd_client import range_end, rpc
 from tests.etcd import EtcdCluster, history, revision
 from tests.integration.conftest import Fleet, Minidock
 
@@ -446,26 +447,62 @@ def test_watches_hold_the_rings_shares_a_joiner_rebalances_and_a_killed_ones_are
                 watch.communicate()
 
 
+def shard_keys(md: EtcdMinidock) -> dict[str, Any]:
+    """What the owners wrote and the deciders wanted, as etcd holds it (a failure says)."""
+    from minidock.store import parse_location
+    from minidock.store.etcd_client import EtcdClient
+    from minidock.store.location import EtcdURL
+    from minidock.store.seen import read_shard_table, wanted_prefix
+
+    url = parse_location(md.url)
+    assert isinstance(url, EtcdURL)
+    client = EtcdClient(url)
+    try:
+        table = read_shard_table(url, client, md.cluster)
+        wanted = client.range(
+            rpc.RangeRequest(key=wanted_prefix(url), range_end=range_end(wanted_prefix(url)))
+        )
+        tenure = client.range(rpc.RangeRequest(key=Keys(url.prefix).tenure))
+    finally:
+        client.close()
+    return {
+        "written": {h: (w.writer, w.owner, w.revision) for h, w in table.written.items()},
+        "owners": {h: (k.controller, k.created) for h, k in table.owners.items()},
+        "rounds": dict(table.rounds),
+        "wanted": [(bytes(kv.key).decode(), int(kv.mod_revision)) for kv in wanted.kvs],
+        "tenure": [int(kv.mod_revision) for kv in tenure.kvs],
+        "revision": int(tenure.header.revision),
+    }
+
+
 def test_watches_observe_by_share_and_a_task_killed_on_an_owners_host_is_replaced(
     ha: EtcdMinidock, fleet: Fleet
 ) -> None:
-    """Three `minidock watch` with a 2 s resync: the two that stand by probe the hosts whose
-    owner keys they hold and write what they saw; the one making the passes borrows those
-    observations (its member key's `borrowed`, and the table says so) instead of probing
-    those hosts. A task killed on a host another watch owns is replaced, each slot once
-    (docs/scale.md, "Observing by share")."""
+    """Three `minidock watch`: the two that stand by probe the hosts whose owner keys they
+    hold and follow those hosts' event streams, and write what they saw; the one making
+    the passes borrows those observations (its member key's `borrowed`, and the table
+    says so) instead of probing those hosts, and its next pass comes as soon as an owner
+    writes. A task killed on a host another watch owns is replaced, each slot once
+    (docs/scale.md, "Observing by share"). Each on events and etcd's news: the resync is
+    a minute away and every wait here is shorter (45 s and 30 s)."""
     deploy(ha)
-    watches = [ha.popen("watch", "--interval", "2s") for _ in range(3)]
+    watches = [ha.popen("watch", "--interval", RESYNC) for _ in range(3)]
+
+    last: list[Any] = []
 
     def borrowing() -> dict[str, Any] | None:
         members = json.loads(ha("controllers", "--json").stdout)["members"]
+        last[:] = [members, shard_keys(ha)]
         deciding = [m for m in members if m["decides"]]
         if len(members) != 3 or len(deciding) != 1 or not deciding[0]["borrowed"]:
             return None
         return {"decider": deciding[0], "others": [m for m in members if not m["decides"]]}
 
     try:
-        found = wait_for("the deciding watch to borrow", borrowing, 60, every=1)
+        try:
+            found = wait_for("the deciding watch to borrow", borrowing, 45, every=1)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {last}") from None
         assert isinstance(found, dict)
         decider, others = found["decider"], found["others"]
         lent = sum(m["owned"] for m in others if ha.cluster in m["rounds"])

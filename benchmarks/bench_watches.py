@@ -17,6 +17,8 @@ counted: the passes each watch made that held the lock (its member key's count,
 transaction that wrote: the lock's put and delete, each commit, each member key's
 beat), and how many hosts the decider's last pass borrowed from their owners'
 observations instead of probing them (docs/scale.md, "Observing by share"). Then
+(`--deaths N`) a task killed on a random host, N times one after another: the median
+and the longest seconds from a kill until a watch printed its replacement `started`. Then
 (`--kill-decider`) the watch making the passes is killed with SIGKILL and a task killed
 on a random host at once: the seconds from the kills until another watch prints the
 task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s). Prints one
@@ -65,6 +67,20 @@ def members(md: list[str], env: dict[str, str], code: Path) -> dict[int, dict[st
     return {int(m["holder"].split()[1]): m for m in doc["members"]}
 
 
+def started_by_any(watches: list[Watch], since: float, but: Watch | None = None) -> float:
+    """Seconds from `since` until a watch (but `but`) printed a `started` line."""
+    end = since + 120
+    while time.monotonic() < end:
+        for watch in watches:
+            if watch is but:
+                continue
+            for when, line in list(watch.lines):
+                if when >= since and line.startswith("started "):
+                    return when - since
+        time.sleep(0.01)
+    raise SystemExit("no watch replaced the task within 120 s")
+
+
 def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int) -> float:
     """SIGKILL the watch `decider` and a task at once; seconds until another watch
     started its replacement."""
@@ -74,16 +90,21 @@ def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider:
     at = time.monotonic()
     dead.proc.kill()
     fleet.docker(victim, "kill", task)
-    end = at + 120
-    while time.monotonic() < end:
-        for watch in watches:
-            if watch is dead:
-                continue
-            for when, line in list(watch.lines):
-                if when >= at and line.startswith("started "):
-                    return when - at
-        time.sleep(0.05)
-    raise SystemExit("no other watch replaced the task within 120 s")
+    return started_by_any(watches, at, but=dead)
+
+
+def deaths(fleet: ScaleFleet, names: list[str], watches: list[Watch], n: int) -> list[float]:
+    """Kill a task on a random host, `n` times one after another: the seconds from each
+    kill until a watch started its replacement (whichever host's owner saw it)."""
+    took = []
+    for _ in range(n):
+        victim = random.choice(names)
+        task = running_task(fleet, victim)
+        at = time.monotonic()
+        fleet.docker(victim, "kill", task)
+        took.append(started_by_any(watches, at))
+        time.sleep(3)  # the pass after the start (its health, its owner's round) settles
+    return took
 
 
 def main() -> None:
@@ -93,6 +114,7 @@ def main() -> None:
     parser.add_argument("--interval", default="2s")
     parser.add_argument("--settle", type=float, default=30.0)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--deaths", type=int, default=0, help="then time this many task deaths")
     parser.add_argument("--kill-decider", action="store_true", help="then time a failover")
     parser.add_argument("--ttl", default="10s", help="the state's lease TTL")
     parser.add_argument("--code", type=Path, default=None, help="run MiniDock from this tree")
@@ -133,6 +155,7 @@ def main() -> None:
                     (fleet.host_dir(name) / "count").unlink()
                 decider = max(after, key=lambda pid: after[pid] - before.get(pid, 0))
                 borrowed = members(md, env, code)[decider].get("borrowed", "-")
+                died = deaths(fleet, names, watches, args.deaths)
                 took = failover(fleet, names, watches, decider) if args.kill_decider else None
             finally:
                 for watch in watches:
@@ -147,10 +170,13 @@ def main() -> None:
     counted = Counter(verb for v in verbs for verb in v)
     each = ", ".join(f"{verb} {n * minute / len(names):.1f}" for verb, n in counted.most_common())
     failed_over = "-" if took is None else f"{took:.2f} s"
+    replaced = "-"
+    if died:
+        replaced = f"{statistics.median(died):.2f} / {max(died):.2f} s"
     print(
         f"| {args.hosts} | {args.watches} | {args.interval} | "
         f"{' / '.join(f'{m:.0f}' for m in made)} | {per_host:.1f} ({each}) | "
-        f"{revs * minute:.0f} | {borrowed} | {failed_over} |"
+        f"{revs * minute:.0f} | {borrowed} | {replaced} | {failed_over} |"
     )
 
 

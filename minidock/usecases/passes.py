@@ -249,9 +249,8 @@ async def watch_step(
             desired = admissible(store.load(), read_desired(store, directory, inventories))
             others = shared.borrowing.others(shared.cluster) if shared else frozenset()
             scope, rung = _scope(desired, streams, memory, full, others)
-            lent: Mapping[str, HostObservation] = {}
-            if shared is not None:
-                lent = shared.borrowing.lend(store, shared.cluster, rung, runtime.clock.monotonic())
+            now = runtime.clock.monotonic()
+            lent = shared.borrowing.lend(store, shared.cluster, rung, now) if shared else {}
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(

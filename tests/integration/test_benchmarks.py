@@ -118,15 +118,15 @@ def test_bench_shares_smoke_a_settled_hold_writes_nothing() -> None:
 
 def test_bench_watches_smoke_one_of_two_watches_makes_the_passes(tmp_path: Path) -> None:
     """Two watches on one etcd state over a 3-host scale fleet, at rest: one makes the
-    passes, the other none (docs/ha.md, "One watch decides"); then the decider is killed
-    with -9 and a task with it, and the other replaces the task (the benchmark fails if
-    nobody does within 120 s); the row has every column.
+    passes, the other none (docs/ha.md, "One watch decides"); a task killed is replaced;
+    then the decider is killed with -9 and a task with it, and the other replaces the task
+    (the benchmark fails if nobody does within 120 s); the row has every column.
     15 s to settle: a watch passes once only if it looked before any had a member key,
     which is its first round, within a few seconds of its start even on a loaded machine."""
     out = bench(
         "benchmarks/bench_watches.py",
         "--hosts", "3", "--watches", "2", "--settle", "15", "--seconds", "8",
-        "--kill-decider", "--ttl", "3s", "--root", str(tmp_path / "scale"),
+        "--deaths", "1", "--kill-decider", "--ttl", "3s", "--root", str(tmp_path / "scale"),
     )  # fmt: skip
     (row,) = table_rows(out, "3")
     made = [int(n) for n in row[3].split(" / ")]
@@ -135,3 +135,4 @@ def test_bench_watches_smoke_one_of_two_watches_makes_the_passes(tmp_path: Path)
     assert made[1] == 0, out
     assert all(cell not in ("", "-") for cell in row), out
     assert row[-1].endswith(" s"), out  # the failover's seconds
+    assert row[-2].endswith(" s"), out  # the death's

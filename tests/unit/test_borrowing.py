@@ -3,13 +3,15 @@ probing (minidock/core/borrowing.py, docs/scale.md "Observing by share"): each r
 example, then the rule as a stateful property under random interleavings.
 
 The property (`Borrowing`) models etcd's revision, the writer lock's tenures, the owner
-keys, the owners' rounds (begun at a revision read, each host probed at some later step,
-what changed written, the round published at a later beat) and acts on the hosts, made by
-the decider's passes and by another writer it is not told of. Each observation carries
-the serial of the last act on its host when it was probed. At every decider pass's start:
-no borrowed observation was made before an act on its host. At `quiet` (a rule): after a
-pass that did not act and a whole round of every owner, every host another owner holds is
-borrowed.
+keys (hosts changing hands), the owners' rounds (begun at a revision read, each host
+probed at some later rule, what changed written compared on its owner key, a failed probe
+deleting it, the round published then or at a later beat) and acts on the hosts, made by
+the decider's passes (whose end is told, or not, or whose process is killed) and by
+another writer it is not told of. Each observation carries the serial of the last act on
+its host when it was probed. At every decider pass's start: no borrowed observation was
+made before an act on its host. At `quiet` (a rule): after a pass that did not act and a
+whole round of every owner, every host another member owns is borrowed. Three bounds
+broken on purpose show the checker finds what it is for.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ def trusting(since: int) -> Trust:
     return trust
 
 
-def lent(written: dict[str, tuple[str, int, int]], rounds: dict[str, int], trust: Trust) -> set[str]:
+def lent(
+    written: dict[str, tuple[str, int, int]], rounds: dict[str, int], trust: Trust
+) -> set[str]:
     return set(borrowable(table(written, rounds), ME, trust))
 
 
@@ -286,12 +290,19 @@ class Fleet:
         assert host is not None
         r.probed[host] = None if fails else seen(host, self.last_act[host])
 
+    def probe_rest(self, member: str) -> None:
+        """Every host of the member's round not probed yet, each answered."""
+        r = self.members[member].round
+        while r is not None and r.next() is not None:
+            self.probe(member, fails=False)
+
     def finish(self, member: str) -> None:
         """What changed is written, each compared on its owner key (a host that changed
         hands meanwhile is not written, and forgotten); the round is whole."""
         owner = self.members[member]
         r = owner.round
-        assert r is not None and r.next() is None
+        assert r is not None
+        assert r.next() is None
         for host, created in sorted(r.owned.items()):
             found = r.probed[host]
             value = None if found is None else (created, reflects(found))
@@ -324,8 +335,8 @@ ENDS = st.sampled_from(("left", "left", "untold", "killed"))
 class Borrowing(RuleBasedStateMachine):
     """The rule under random interleavings. `TRUST` is broken on purpose by the tests
     below: the checker must then find a borrowed observation made before an act. A tenure
-    of the lock is three rules or more (taken, each act, released), so that the owners'
-    rounds run between them."""
+    of the lock is one rule (`whole_pass`) or several (taken, each act, released), the
+    owners' rounds running between them."""
 
     TRUST: type[Trust] = Trust
 
@@ -392,7 +403,8 @@ class Borrowing(RuleBasedStateMachine):
     @precondition(lambda self: self.holder is not None)
     @rule(host=st.sampled_from(HOSTS), writes=st.booleans())
     def act(self, host: str, writes: bool) -> None:
-        """The holder acts on a host (writing to etcd as it does, or not)."""
+        """The holder acts on a host (writing to etcd as it does, or not: a bound read
+        after it may be the very revision an owner read before its probe)."""
         self.fleet.act(host, writes)
         self.acted = True
 
@@ -409,13 +421,11 @@ class Borrowing(RuleBasedStateMachine):
         idle = [m for m, o in self.fleet.members.items() if o.round is None]
         member = idle[i % len(idle)]
         self.fleet.begin(member)
-        while probes and self.fleet.members[member].round.next() is not None:  # type: ignore[union-attr]
-            self.fleet.probe(member, fails=False)
+        if probes:
+            self.fleet.probe_rest(member)
 
     def probing(self) -> list[str]:
-        return [
-            m for m, o in self.fleet.members.items() if o.round is not None and o.round.next()
-        ]
+        return [m for m, o in self.fleet.members.items() if o.round is not None and o.round.next()]
 
     @precondition(lambda self: bool(self.probing()))
     @rule(i=st.integers(0, 2), fails=st.booleans())
@@ -459,16 +469,14 @@ class Borrowing(RuleBasedStateMachine):
             self.end()
         for member, owner in f.members.items():
             if owner.round is not None:
-                while owner.round.next() is not None:
-                    f.probe(member, fails=False)
+                f.probe_rest(member)
                 f.finish(member)
                 f.beat(member)
         self.lend()
         self.end()
         for member in MEMBERS:
             f.begin(member)
-            while f.members[member].round.next() is not None:  # type: ignore[union-attr]
-                f.probe(member, fails=False)
+            f.probe_rest(member)
             f.finish(member)
             f.beat(member)
         found = self.lend()

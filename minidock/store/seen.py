@@ -36,7 +36,7 @@ from minidock.store.location import EtcdURL
 from minidock.store.members import members_prefix, owners_prefix
 from minidock.store.owners import TAKES_PER_TXN, owner_key
 
-__all__ = ["SeenKeys", "read_shard_table", "seen_prefix", "wanted_prefix"]
+__all__ = ["SeenKeys", "ShardReader", "read_shard_table", "seen_prefix", "wanted_prefix"]
 
 _converter = make_converter()
 
@@ -106,10 +106,12 @@ class SeenKeys:
         hands meanwhile is not this member's to write: it counts as done)."""
         prefix = seen_prefix(self.url, cluster)
         changes: list[tuple[str, Any, bytes]] = []
+        whole = True
         for host, created in sorted(owned.items()):
             found = seen.get(host)
             if found is None:
-                return False  # not probed: the round is not whole
+                whole = False  # not probed: the round is not whole
+                continue
             value = b""
             if found.ok:
                 record = {
@@ -127,7 +129,7 @@ class SeenKeys:
             changes.append((host, op, value))
         for i in range(0, len(changes), TAKES_PER_TXN):
             self._write_batch(cluster, owned, changes[i : i + TAKES_PER_TXN])
-        return True
+        return whole
 
     def _write_batch(
         self, cluster: str, owned: Mapping[str, int], batch: list[tuple[str, Any, bytes]]
@@ -163,14 +165,55 @@ def _same(last: bytes, value: bytes) -> bool:
 def read_shard_table(url: EtcdURL, client: EtcdClient, cluster: str) -> ShardTable:
     """`cluster`'s owner keys, the live members' rounds over it and the observations
     written of its hosts, read at one revision."""
-    owners, seen, members = (
-        cluster_owners(url, cluster),
-        seen_prefix(url, cluster),
-        members_prefix(url),
-    )
-    now = client.range(rpc.RangeRequest(key=seen, range_end=range_end(seen), count_only=True))
-    revision = int(now.header.revision)
-    store = EtcdStore(url, client, None)  # a view on the client: not closed here
+    return ShardReader(url, client, cluster).read()
+
+
+class ShardReader:
+    """A decider's reads of one cluster's shard table (`read_shard_table`), each at one
+    revision: the observation keys are listed whole each time (their names and mod
+    revisions), but a value is read and parsed again only when its key changed since
+    the last read. At rest a read is a few hundred bytes of listing, not every host's
+    observation."""
+
+    def __init__(self, url: EtcdURL, client: EtcdClient, cluster: str) -> None:
+        self.url, self.client, self.cluster = url, client, cluster
+        self._cache: dict[str, tuple[int, Written | None]] = {}  # host -> (mod revision, it)
+
+    def read(self) -> ShardTable:
+        url, cluster, client = self.url, self.cluster, self.client
+        owners, seen = cluster_owners(url, cluster), seen_prefix(url, cluster)
+        now = client.range(rpc.RangeRequest(key=seen, range_end=range_end(seen), count_only=True))
+        revision = int(now.header.revision)
+        store = EtcdStore(url, client, None)  # a view on the client: not closed here
+        rounds, intervals = _rounds(store, members_prefix(url), cluster, revision)
+        listed = {
+            bytes(kv.key)[len(seen) :].decode(): int(kv.mod_revision)
+            for kv in every_key(store, seen, revision, keys_only=True)
+        }
+        stale = [h for h, mod in listed.items() if self._cache.get(h, (0, None))[0] != mod]
+        if len(stale) > max(8, len(listed) // 4):  # many changed: one read of them all
+            kvs = list(every_key(store, seen, revision))
+        else:
+            kvs = [kv for h in stale for kv in store.kvs(seen + h.encode(), revision=revision)]
+        fresh = {
+            bytes(kv.key)[len(seen) :].decode(): (int(kv.mod_revision), _parsed(kv)) for kv in kvs
+        }
+        unchanged = {h: was for h, was in self._cache.items() if was[0] == listed.get(h)}
+        self._cache = unchanged | fresh
+        written = {h: w for h, (_, w) in self._cache.items() if w is not None}
+        found = every_key(store, owners, revision)
+        return ShardTable(
+            owners={bytes(kv.key)[len(owners) :].decode(): owner_key(kv) for kv in found},
+            rounds=rounds,
+            written=written,
+            intervals=intervals,
+        )
+
+
+def _rounds(
+    store: EtcdStore, members: bytes, cluster: str, revision: int
+) -> tuple[dict[str, int], dict[str, float]]:
+    """Each live member's last whole round over `cluster`, and its resync."""
     rounds: dict[str, int] = {}
     intervals: dict[str, float] = {}
     for kv in every_key(store, members, revision):
@@ -181,19 +224,16 @@ def read_shard_table(url: EtcdURL, client: EtcdClient, cluster: str) -> ShardTab
             intervals[member] = float(record.get("interval", 0.0))
         except (ValueError, TypeError, KeyError, AttributeError):
             continue  # no whole round over this cluster
-    written = {}
-    for kv in every_key(store, seen, revision):
-        try:
-            written[bytes(kv.key)[len(seen) :].decode()] = _written(json.loads(kv.value))
-        except (ValueError, TypeError, KeyError, BaseValidationError):
-            continue  # not a record this MiniDock reads: the host is probed instead
-    found = every_key(store, owners, revision)
-    return ShardTable(
-        owners={bytes(kv.key)[len(owners) :].decode(): owner_key(kv) for kv in found},
-        rounds=rounds,
-        written=written,
-        intervals=intervals,
-    )
+    return rounds, intervals
+
+
+def _parsed(kv: Any) -> Written | None:
+    """An observation key's record (None: not one this MiniDock reads; its host is
+    probed instead)."""
+    try:
+        return _written(json.loads(kv.value))
+    except (ValueError, TypeError, KeyError, BaseValidationError):
+        return None
 
 
 def _written(record: dict[str, Any]) -> Written:

@@ -24,7 +24,7 @@ from minidock.store import Store, StoreError
 from minidock.store.etcd import EtcdStore, Keys
 from minidock.store.etcd_client import put, rpc
 from minidock.store.members import Membership
-from minidock.store.seen import SeenKeys, read_shard_table, wanted_prefix
+from minidock.store.seen import SeenKeys, ShardReader, wanted_prefix
 from minidock.streams import EventStreams
 from minidock.usecases.passes import engine_kinds, live_ids
 
@@ -50,6 +50,7 @@ class Borrowing:
         self._rounds: dict[str, RoundSeen] = {}  # each owner's rounds, as seen advancing
         self._others: dict[str, frozenset[str]] = {}  # cluster -> hosts others hold
         self._wanted: dict[str, int] = {}  # cluster -> when its decider last wanted a round
+        self._readers: dict[str, ShardReader] = {}  # cluster -> its shard table's reads
 
     def of(self, cluster: str) -> Shared:
         return Shared(cluster, self)
@@ -140,7 +141,10 @@ class Borrowing:
             return {}
         member = self.membership
         try:
-            table = read_shard_table(member.url, member.client, cluster)
+            reader = self._readers.get(cluster)
+            if reader is None:
+                reader = self._readers[cluster] = ShardReader(member.url, member.client, cluster)
+            table = reader.read()
         except StoreError as exc:
             log.info("%s: the owners' observations not read: %s", cluster, exc)
             return {}

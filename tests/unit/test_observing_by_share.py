@@ -18,12 +18,12 @@ from minidock import usecases
 from minidock.commands.facts import ps_argv
 from minidock.model import HostObservation
 from minidock.observe import ProbeMemory
-from minidock.store.etcd import EtcdWriter
+from minidock.store.etcd import EtcdStore, EtcdWriter
 from minidock.store.etcd_client import EtcdClient, rpc
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership, read_roster
 from minidock.store.owners import OwnerKeys
-from minidock.store.seen import SeenKeys, read_shard_table
+from minidock.store.seen import SeenKeys, ShardReader, read_shard_table
 from minidock.usecases import ExitCode, PassDone, PassSkipped, passes
 from minidock.usecases.clusters import held
 from minidock.usecases.roster import Heartbeat
@@ -112,6 +112,49 @@ def test_an_owner_writes_only_what_changed_and_only_under_its_own_owner_key(
         owner.leave()
         other.leave()
     assert read_shard_table(url, client, "c").written == {}  # they went with the leases
+
+
+def test_a_deciders_reads_see_each_change_and_each_key_gone_and_read_no_value_at_rest(
+    url: EtcdURL, client: EtcdClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ShardReader lists the observation keys each time but reads a value again only
+    when its key changed: what it returns is what a whole read returns, every time."""
+    owner = Membership(url)
+    try:
+        owner.beat(rounds={"c": 1})
+        keys = OwnerKeys.of(owner)
+        created = {h: keys.take(f"c/{h}").owner.created for h in HOSTS}
+        lease = owner.lease_id
+        assert lease is not None
+        seen, reader = SeenKeys(url, client), ShardReader(url, client, "c")
+        member = owner.member.id
+        assert seen.write("c", member, lease, created, {h: _seen(h) for h in HOSTS}, 5)
+        assert reader.read() == read_shard_table(url, client, "c")
+        values: list[bytes] = []
+        real = EtcdStore.kvs
+
+        def counted(
+            store: EtcdStore, key: bytes, end: bytes = b"", **options: object
+        ) -> list[object]:
+            values.append(key)
+            return real(store, key, end, **options)
+
+        monkeypatch.setattr(EtcdStore, "kvs", counted)
+        again = reader.read()
+        assert values == []  # at rest: no value read
+        assert again == read_shard_table(url, client, "c")
+        changed = {h: _seen(h) for h in HOSTS} | {"host2": _seen("host2", ok=False)}
+        assert seen.write("c", member, lease, created, changed, 7)  # host2's key deleted
+        changed["host3"] = replace(_seen("host3"), slow=True)
+        changed["host2"] = _seen("host2")
+        assert seen.write("c", member, lease, created, changed, 9)  # both rewritten
+        values.clear()
+        again = reader.read()
+        assert sorted(k.rsplit(b"/", 1)[1] for k in values) == [b"host2", b"host3"]
+        assert again == read_shard_table(url, client, "c")
+        assert again.written["host3"].observation.slow
+    finally:
+        owner.leave()
 
 
 @pytest.fixture

@@ -136,7 +136,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(dir=fleet.root) as tmp:
             # the whole fleet's inventory; the spec spreads over the first n hosts
-            md, env = applied(Path(tmp), args.hosts, code, fleet.inventory.read_text())
+            md, env = applied(Path(tmp), args.hosts, code, fleet.inventory_text(args.hosts))
             watch = Watch([*md, "watch", "--interval", args.interval], env, code)
             watch.settled(timeout=300)  # its first passes: connections pooled, streams open
             for name in names:

@@ -131,7 +131,7 @@ def main() -> None:
             etcd.start()
             try:
                 inventory = work / "inventory.toml"
-                inventory.write_text(fleet.inventory.read_text())
+                inventory.write_text(fleet.inventory_text(args.hosts))
                 spec = work / "bench.toml"
                 spec.write_text(SPEC.format(inventory=inventory, n=args.hosts))
                 env = dict(os.environ) | {

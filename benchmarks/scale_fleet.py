@@ -42,6 +42,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -364,6 +365,14 @@ class ScaleFleet:
         self.start()
         self.clear()
         return list(self.hosts)[:n]
+
+    def inventory_text(self, n: int) -> str:
+        """The inventory of the first `n` hosts only: a fleet made larger by an earlier
+        benchmark keeps its other hosts running, and a benchmark of `n` must not watch
+        them."""
+        doc = tomllib.loads(self.inventory.read_text())
+        doc["hosts"] = doc["hosts"][:n]
+        return tomli_w.dumps(doc)
 
     def clear(self) -> None:
         """Every host without containers."""

@@ -43,7 +43,7 @@ class Borrowing:
         self.membership = membership
         self.rounds: dict[str, int] = {}  # cluster -> its last whole round's revision
         self.borrowed = 0  # hosts the last pass borrowed
-        self.deciding = False  # its last round made a pass
+        self.deciding: frozenset[str] = frozenset()  # the clusters its last round passed
         self._seen = SeenKeys(membership.url, membership.client)
         self._trusts: dict[str, Trust] = {}
         self._lease: int | None = None
@@ -57,25 +57,30 @@ class Borrowing:
 
     def follow(self, news: Callable[[], None]) -> None:
         """Call `news` (from a thread of etcd's watch) when an owner writes or deletes an
-        observation while this `watch` makes passes (`deciding`): its next pass then
-        borrows it at once, not at its next resync; and, while it stands by, when the
-        decider wants a round of every owner's whole share (`_want`)."""
+        observation of a cluster whose passes this `watch` makes (`deciding`): its next
+        pass then borrows it at once, not at its next resync; and when the decider of a
+        cluster it stands by for wants a round of every owner's whole share (`_want`).
+        A watch broken (news may be lost) rings too."""
         root = Keys(self.membership.url.prefix).root
+        seen_root = root + b"seen/"
 
         def seen(events: Sequence[Any] | None) -> None:
-            if self.deciding:
+            named = (bytes(e.kv.key)[len(seen_root) :].split(b"/")[0] for e in events or ())
+            if events is None or any(c.decode() in self.deciding for c in named):
                 news()
 
         def wanted(events: Sequence[Any] | None) -> None:
+            ring = events is None
             for event in events or ():
+                cluster = bytes(event.kv.key)[len(root + b"wanted/") :].decode()
                 if event.type == rpc.Event.PUT:
-                    cluster = bytes(event.kv.key)[len(root + b"wanted/") :].decode()
                     self._wanted[cluster] = int(event.kv.mod_revision)
-            if not self.deciding:
+                ring |= cluster not in self.deciding
+            if ring:
                 news()
 
         # both closed with the membership's client
-        self.membership.client.watch(root + b"seen/", seen)
+        self.membership.client.watch(seen_root, seen)
         self.membership.client.watch(root + b"wanted/", wanted)
 
     async def probe_share(
@@ -98,6 +103,7 @@ class Borrowing:
             return 0
         if lease != self._lease:  # a new lease: what was written under the last went
             self._seen.forget()
+            self.rounds.clear()
             self._lease = lease
         listed = {h.name: h for h in hosts}
         try:

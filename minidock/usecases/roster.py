@@ -137,7 +137,7 @@ class Heartbeat:
         cluster's hosts are unknown this round, what is held stays held)."""
         done = [s for _, s in steps if isinstance(s, PassDone)]
         if self._borrowing is not None:
-            self._borrowing.deciding = bool(done)
+            self._borrowing.deciding = frozenset(c for c, s in steps if isinstance(s, PassDone))
         self._passes += len(done)
         self._last = now if done else self._last
         warm = hosts = 0

@@ -83,9 +83,10 @@ def test_bench_fixed_cost_smoke_beside_another_scale_fleet(tmp_path: Path) -> No
             bench("benchmarks/scale_fleet.py", "down", "--root", str(root))
 
 
-def test_bench_etcd_rest_smoke_counts_three_keys_a_quiet_pass(tmp_path: Path) -> None:
+def test_bench_etcd_rest_smoke_counts_four_keys_a_quiet_pass(tmp_path: Path) -> None:
     """etcd's writes at rest on a 3-host scale fleet: a pass in which nothing happened
-    writes `meta`, `rest` and `seen`, no host's or slot's key (docs/benchmarks.md)."""
+    writes `meta`, `rest` and `seen`, and the lock's `tenure` as it is taken; no host's
+    or slot's key (docs/benchmarks.md)."""
     root = tmp_path / "scale"
     try:
         bench("benchmarks/scale_fleet.py", "up", "--hosts", "3", "--root", str(root))
@@ -94,7 +95,7 @@ def test_bench_etcd_rest_smoke_counts_three_keys_a_quiet_pass(tmp_path: Path) ->
             "--inventory", str(root / "inventory.toml"), "--hosts", "3", "--passes", "1",
         )  # fmt: skip
         (row,) = table_rows(out, "3")
-        assert row[1:3] == ["4", "3"], out  # the lock's put and delete, two commits; 3 keys
+        assert row[1:3] == ["5", "4"], out  # the lock's put, tenure, delete; two commits
     finally:
         bench("benchmarks/scale_fleet.py", "down", "--root", str(root))
 

@@ -377,6 +377,19 @@ def shares_held(md: EtcdMinidock, hosts: list[str], members: int) -> dict[str, s
 RESYNC = "60s"  # longer than any wait of the test below: only etcd's news moves the shares
 
 
+def stop_watches(watches: list[subprocess.Popen[str]]) -> None:
+    """Ctrl-C each watch still running, then wait for all (a kill after 20 s)."""
+    for watch in watches:
+        if watch.poll() is None:
+            watch.send_signal(signal.SIGINT)
+    for watch in watches:
+        try:
+            watch.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.communicate()
+
+
 def passes_by_pid(md: EtcdMinidock) -> dict[int, int]:
     """Each running watch's passes that held the lock, by its pid (`controllers --json`)."""
     doc = json.loads(md("controllers", "--json").stdout)
@@ -436,15 +449,7 @@ def test_watches_hold_the_rings_shares_a_joiner_rebalances_and_a_killed_ones_are
         )
         assert sorted(every_container(ha, fleet.hosts)) == before  # acted on by nobody
     finally:
-        for watch in watches:
-            if watch.poll() is None:
-                watch.send_signal(signal.SIGINT)
-        for watch in watches:
-            try:
-                watch.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                watch.kill()
-                watch.communicate()
+        stop_watches(watches)
 
 
 def shard_keys(md: EtcdMinidock) -> dict[str, Any]:
@@ -521,17 +526,9 @@ def test_watches_observe_by_share_and_a_task_killed_on_an_owners_host_is_replace
                 and len(live(ha, fleet.hosts)) == 3
                 and converged(ha)
             ),
-            60,
+            30,
             every=1,
         )
         assert slots(live(ha, fleet.hosts)) == Counter({1: 1, 2: 1, 3: 1})
     finally:
-        for watch in watches:
-            if watch.poll() is None:
-                watch.send_signal(signal.SIGINT)
-        for watch in watches:
-            try:
-                watch.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                watch.kill()
-                watch.communicate()
+        stop_watches(watches)

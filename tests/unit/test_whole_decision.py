@@ -92,7 +92,9 @@ from minidock.commands.proxies import Rendered, render
 from minidock.core import ActOutcome, Plan, admit, canary, fold_outcomes, promote
 from minidock.core.autoscaling import labels
 from minidock.core.backing import BackupAct, BackupStep, VerifyAct
+from minidock.core.borrowing import RoundSeen, ShardTable, Trust, Written, advancing, borrowable
 from minidock.core.endpoints import names_in_use
+from minidock.core.handover import OwnerKey
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import JobCollect, JobStart
 from minidock.core.moving import MoveFailed, SourceCleaned, VolumesCopied
@@ -111,6 +113,7 @@ from minidock.model import (
     Cluster,
     Container,
     Event,
+    HostObservation,
     Inventory,
     NameProxy,
     Observed,
@@ -119,9 +122,10 @@ from minidock.model import (
     RouteCounts,
     Service,
 )
-from minidock.runner import decision
+from minidock.runner import PassResult, decision
 from minidock.spec.cluster import load
 from minidock.spec.errors import SpecError
+from minidock.usecases.passes import acted
 from tests.sim import Snapshot, World
 
 DT = 10.0  # seconds between passes: more than drain_timeout and a health check's settling
@@ -377,8 +381,9 @@ class Fleet(World):
     def one_pass(self, kill: str = "") -> Plan:
         """observe -> decide -> commit -> act -> fold -> commit; `kill`: where the
         controller dies after its commit ("before acts", "after stops", "before fold")."""
-        seen = {c.id for cs in self.reachable().values() for c in cs}
         plan = self.plan()
+        assert self.seen is not None  # what it decided from: (b) judges the tasks it saw
+        seen = {c.id for o in self.seen.hosts.values() for c in o.containers}
         self.check_port_tables(plan)
         rendered = self.render(plan)
         self.record(plan)  # committed before any act
@@ -919,6 +924,9 @@ class WholeDecision(RuleBasedStateMachine):
         self.limit = 0  # the bound of those, a kill adding 2
         self.steady = False  # converged since the last apply
 
+    def new_fleet(self, inventory: Inventory, name: str) -> Fleet:
+        return Fleet(list(inventory.hosts), cluster_name=name)
+
     @initialize(k=knobs)
     def first(self, k: Knobs) -> None:
         self.apply(k)
@@ -930,7 +938,7 @@ class WholeDecision(RuleBasedStateMachine):
             return  # refused by validate (or more tasks than hosts for a host port)
         cluster, inventory = got
         if self.fleet is None:
-            self.fleet = Fleet(list(inventory.hosts), cluster_name=cluster.name)
+            self.fleet = self.new_fleet(inventory, cluster.name)
         web = cluster.service("web")
         assert web is not None
         wanted = len(HOSTS) if web.mode == "global" else web.replicas
@@ -995,3 +1003,333 @@ WholeDecision.TestCase.settings = settings(
     suppress_health_check=[HypothesisHealth.too_slow],
 )
 test_whole_decision = WholeDecision.TestCase
+
+
+# -- the fleet split among controllers (issue 47) ---------------------------------------------
+MEMBERS = ("m1", "m2", "m3")  # the `watch`es of the cluster: one decides, the others own hosts
+RESYNC = DT  # each owner's resync (`ShardTable.intervals`): `advancing`'s patience is 3 of them
+LENT: list[tuple[int, int]] = []  # (hosts borrowed, hosts others own) of each decider pass
+
+
+@dataclass
+class Round:
+    """An owner's round over its share, made and perhaps not written yet: the revision it
+    read before its probes, the hosts it owned then (host -> its owner key's create
+    revision), and what each probe found (None: it failed) with the moment it was made."""
+
+    member: str
+    revision: int
+    owned: dict[str, int]
+    found: dict[str, tuple[HostObservation | None, int]] = field(default_factory=dict)
+
+
+@dataclass
+class Etcd:
+    """What observing by share keeps in etcd (every write moves `revision`): the writer
+    lock's last tenure, the owner keys, the observations the owners wrote (with the moment
+    each was made: `made`) and each owner's last whole round."""
+
+    revision: int = 0
+    tenure: int = 0
+    owners: dict[str, OwnerKey] = field(default_factory=dict)
+    written: dict[str, Written] = field(default_factory=dict)
+    made: dict[str, int] = field(default_factory=dict)
+    rounds: dict[str, int] = field(default_factory=dict)
+
+    def write(self) -> int:
+        self.revision += 1
+        return self.revision
+
+    def lock(self) -> tuple[int, int]:
+        """A tenure begins (the lock key, then PREFIX/tenure rewritten): it, the one before."""
+        before = self.tenure
+        self.write()
+        self.tenure = self.write()
+        return self.tenure, before
+
+    def hand(self, host: str, to: str | None) -> None:
+        """The host's owner key acknowledged, then (to a member) created afresh."""
+        if host in self.owners:
+            del self.owners[host]
+            self.write()
+        if to is not None:
+            self.owners[host] = OwnerKey(to, self.write())
+
+    def publish(self, r: Round) -> None:
+        """A round written, each host compared on its owner key (one that changed hands
+        since is the new owner's to write); a failed probe deletes what was written."""
+        for host, created in sorted(r.owned.items()):
+            if self.owners.get(host) != OwnerKey(r.member, created):
+                continue
+            seen, made = r.found[host]
+            if seen is None:
+                self.written.pop(host, None)
+            else:
+                self.written[host] = Written(r.member, created, r.revision, seen)
+                self.made[host] = made
+            self.write()
+        self.rounds[r.member] = r.revision
+        self.write()
+
+    def table(self) -> ShardTable:
+        intervals = dict.fromkeys(self.rounds, RESYNC)
+        return ShardTable(dict(self.owners), dict(self.rounds), dict(self.written), intervals)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """How one pass goes beside its kill: made by another writer (`minidock reconcile`:
+    it probes every host, and the decider is not told), its end told to the decider's
+    `Trust` or not (etcd did not answer), and the owner who reads the revision after the
+    pass's tenure began and probes its share before the pass's acts, written after them."""
+
+    other: bool = False
+    told: bool = True
+    during: int | None = None  # an index into the other members
+
+
+turns = st.builds(
+    Turn,
+    other=st.sampled_from([False, False, False, True]),
+    told=st.sampled_from([True, True, True, False]),
+    during=st.sampled_from([None, None, 0, 1]),
+)
+
+
+@dataclass
+class SplitFleet(Fleet):
+    """A Fleet whose hosts are split among controllers: the decider (`decider`) borrows
+    the observations the hosts' owners wrote (core.borrowing, as usecases.borrowing's
+    `lend` and `ended`) instead of probing those hosts, and (o): every borrowed
+    observation was made after the last act on its host (`last_act`, in `moment`s: a
+    serial of every act and probe)."""
+
+    etcd: Etcd = field(default_factory=Etcd)
+    decider: str = MEMBERS[0]
+    trust: Trust = field(default_factory=Trust)
+    rounds_seen: dict[str, RoundSeen] = field(default_factory=dict)
+    moment: int = 0
+    acts: int = 0  # acts made on hosts, every pass's
+    last_act: dict[str, int] = field(default_factory=dict)
+    lent: dict[str, HostObservation] = field(default_factory=dict)  # this pass's borrowed
+    late: dict[str, Round] = field(default_factory=dict)  # member -> its round not written
+    during: str = ""  # the owner whose round this pass's acts overtake
+    done: list[str] = field(default_factory=list)  # the pass's act lines (PassResult.done)
+
+    def owners(self) -> list[str]:
+        return [m for m in MEMBERS if m != self.decider]
+
+    def others_own(self) -> set[str]:
+        return {h for h, k in self.etcd.owners.items() if k.controller != self.decider}
+
+    # -- acts on hosts, each a moment
+    def acted_on(self, host: str, line: str) -> None:
+        self.acts += 1
+        self.moment += 1
+        self.last_act[host] = self.moment
+        if line:  # what the act path records among the pass's acts (hooks, jobs: none)
+            self.done.append(line)
+
+    def remove(self, c: Container) -> None:
+        self.acted_on(c.host, f"stopped {c.name}")
+        super().remove(c)
+
+    def exited(self, c: Container) -> None:
+        self.acted_on(c.host, f"stopped {c.name}")
+        super().exited(c)
+
+    def start(self, s: Service, slot: int, host_name: str, task: str) -> Container:
+        self.acted_on(host_name, f"started {s.name}.{slot}")
+        return super().start(s, slot, host_name, task)
+
+    def oneoff(self, service: str, run: str, kind: str, host: str, passes: int) -> OneOff:
+        self.acted_on(host, "")  # act.carry's _start: an outcome, no line
+        return super().oneoff(service, run, kind, host, passes)
+
+    def drop(self, o: OneOff) -> None:
+        self.acted_on(o.host, f"removed {o.name}")
+        super().drop(o)
+
+    def load_proxies(self, plan: Plan, rendered: Rendered) -> None:
+        if any(x.load for x in rendered.proxies) or plan.names:
+            self.done.append("proxies loaded")
+        super().load_proxies(plan, rendered)
+
+    # -- the owners' rounds
+    def round_of(self, member: str, fails: str = "") -> Round:
+        """`member` reads the revision, then probes each host it owns (the very
+        observation the decider's probe would make; `fails`: that host's probe fails)."""
+        if member in self.late:  # one round at a time: the last one is written first
+            self.etcd.publish(self.late.pop(member))
+        owned = {h: k.created for h, k in self.etcd.owners.items() if k.controller == member}
+        r = Round(member, self.etcd.revision, owned)
+        seen = Fleet.observe(self).hosts
+        for host in sorted(owned):
+            self.moment += 1
+            r.found[host] = (None if host == fails else seen[host], self.moment)
+        return r
+
+    def rounds(self) -> None:
+        """Every owner's round, written at once."""
+        for member in self.owners():
+            self.etcd.publish(self.round_of(member))
+
+    # -- the decider's pass
+    def plan(self, state: object = None) -> Plan:
+        """The decision from the decider's probes and what it borrowed (observe(borrowed=))."""
+        assert self.cluster is not None
+        seen = self.observe()
+        self.seen = replace(seen, hosts={**seen.hosts, **self.lent})
+        if self.during:  # its revision read after the tenure began, its probes before the acts
+            self.late[self.during] = self.round_of(self.during)
+        return decision(self.cluster, self.inventory, self.seen, self.state, self.now)
+
+    def lend(self) -> None:
+        """The pass's start (usecases.borrowing `lend`): the lock taken, what it borrows."""
+        self.trust.took(*self.etcd.lock())
+        table = self.etcd.table()
+        self.rounds_seen, fresh = advancing(self.rounds_seen, table, self.now)
+        self.lent = borrowable(replace(table, rounds=fresh), self.decider, self.trust)
+        LENT.append((len(self.lent), len(self.others_own())))
+        for host in sorted(self.lent):
+            if self.etcd.made[host] < self.last_act.get(host, 0):
+                self.violations.append(f"(o) {host} borrowed as seen before its last act")
+
+    def split_pass(self, kill: str = "", turn: Turn = Turn()) -> Plan:
+        """One pass by the decider (or `turn.other`'s), its end told to its `Trust` as
+        usecases.borrowing's `ended` tells it: `acted` (usecases.passes) moves the bound
+        to a revision written after its last act; a killed decider's successor is a new
+        process, which knows no tenure."""
+        if turn.other:
+            self.etcd.lock()
+            self.lent = {}
+            plan = self.one_pass(kill)
+        else:
+            self.lend()
+            self.done = []
+            self.during = "" if turn.during is None else self.owners()[turn.during]
+            plan = self.one_pass(kill)
+            assert self.seen is not None
+            if kill:
+                self.trust, self.rounds_seen = Trust(), {}
+            elif turn.told:
+                did = acted(PassResult(plan, self.seen, done=self.done))
+                self.trust.left(did, self.etcd.write() if did else 0)
+        self.etcd.write()  # the lock key deleted
+        if self.during:
+            self.etcd.publish(self.late.pop(self.during))
+            self.during = ""
+        return plan
+
+
+splits = st.tuples(
+    st.sampled_from(MEMBERS),  # the decider
+    st.lists(st.sampled_from((*MEMBERS, None)), min_size=len(HOSTS), max_size=len(HOSTS)),
+)
+
+
+class SplitDecision(WholeDecision):
+    """WholeDecision with the fleet split among controllers: (a)-(f), (p) and (r) hold
+    while the decision is made over the decider's probes and the observations it
+    borrowed, and (o) every borrowed observation was made after the last act on its host.
+    The owners' rounds are rules of their own (written at once, or after later rules), as
+    are a host changing hands and the decider's role; each pass may be another writer's,
+    its end untold, or overtake an owner's probes with its acts. At `settle` every owner
+    makes a round before each pass, and once converged and a pass did not act, the
+    decider borrows every host others own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.split: tuple[str, list[str | None]] = (MEMBERS[0], [])
+
+    def new_fleet(self, inventory: Inventory, name: str) -> Fleet:
+        decider, owners = self.split
+        fleet = SplitFleet(list(inventory.hosts), cluster_name=name, decider=decider)
+        for host, member in zip(HOSTS, owners, strict=False):
+            fleet.etcd.hand(host, member)
+        return fleet
+
+    @property
+    def shared(self) -> SplitFleet:
+        assert isinstance(self.fleet, SplitFleet)
+        return self.fleet
+
+    @initialize(k=knobs, split=splits)
+    def first(self, k: Knobs, split: tuple[str, list[str | None]]) -> None:  # type: ignore[override]
+        self.split = split
+        self.apply(k)
+
+    @rule(k=knobs)
+    def apply(self, k: Knobs) -> None:
+        """`minidock apply`: another writer's tenure."""
+        super().apply(k)
+        if self.fleet is not None:
+            self.shared.etcd.lock()
+            self.shared.etcd.write()
+
+    @precondition(lambda self: self.fleet is not None)
+    @rule(
+        kills=st.lists(st.tuples(st.sampled_from(("", "", *KILLS)), turns), min_size=1, max_size=4)
+    )
+    def passes(self, kills: list[tuple[str, Turn]]) -> None:  # type: ignore[override]
+        for kill, turn in kills:
+            self.limit += 2 if kill else 0
+            self.judge(self.shared.settled(self.shared.split_pass(kill, turn)))
+
+    @precondition(lambda self: self.fleet is not None)
+    @rule(i=st.integers(0, 1), late=st.booleans(), fails=st.sampled_from(("", "", *HOSTS)))
+    def owner_round(self, i: int, late: bool, fails: str) -> None:
+        """An owner's round over its share: written at once, or (`late`) at a later rule."""
+        f = self.shared
+        r = f.round_of(f.owners()[i], fails)
+        if late:
+            f.late[r.member] = r
+        else:
+            f.etcd.publish(r)
+
+    @precondition(lambda self: self.fleet is not None and bool(self.shared.late))
+    @rule()
+    def written_late(self) -> None:
+        f = self.shared
+        f.etcd.publish(f.late.pop(min(f.late)))
+
+    @precondition(lambda self: self.fleet is not None)
+    @rule(host=st.sampled_from(HOSTS), to=st.sampled_from((*MEMBERS, None)))
+    def hand(self, host: str, to: str | None) -> None:
+        """A host changes hands (or is left with no owner for a while)."""
+        self.shared.etcd.hand(host, to)
+
+    @precondition(lambda self: self.fleet is not None)
+    @rule(to=st.sampled_from(MEMBERS))
+    def handover(self, to: str) -> None:
+        """Another member makes the passes from now: a process that knows no tenure."""
+        f = self.shared
+        f.decider, f.trust, f.rounds_seen = to, Trust(), {}
+
+    @precondition(lambda self: self.fleet is not None)
+    @rule()
+    def settle(self) -> None:
+        """The still world: each pass after every owner's round; once converged, a pass
+        that did not act, every owner's round, and the next pass borrows every host
+        others own."""
+        f = self.shared
+        while True:
+            f.rounds()
+            if not self.judge(f.settled(f.split_pass())):
+                break
+        for _ in range(8):  # a scheduled job's run may start at any pass: one without acts
+            acts = f.acts
+            f.rounds()
+            self.judge(f.settled(f.split_pass()))
+            if f.acts == acts:
+                break
+        else:
+            return
+        f.rounds()
+        self.judge(f.settled(f.split_pass()))
+        missed = f.others_own() - set(f.lent)
+        assert not missed, f"at rest, {sorted(missed)} not borrowed"
+
+
+SplitDecision.TestCase.settings = WholeDecision.TestCase.settings
+test_split_decision = SplitDecision.TestCase

@@ -671,6 +671,8 @@ def member_row(m: usecases.Member, now: float) -> tuple[str, ...]:
     lease = "expired" if m.lease_left is None else f"{m.lease_left:.0f}s"
     hosts = f"{m.warm}/{m.hosts} connected"
     owns = f"{m.owned} hosts"
+    if m.carried:  # task verbs it carried out on its share for the decider's orders
+        owns += f" ({m.carried} acts carried)"
     decides = ", ".join(m.decides) or "-"
     if m.decides and m.borrowed:  # observations its last pass took from the owners
         decides += f" ({m.borrowed} hosts borrowed)"

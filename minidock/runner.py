@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
 from minidock.act.acts import Acts, stop_graces
-from minidock.act.carry import carry_out
+from minidock.act.carry import TaskActs, carry_out
 from minidock.act.ingress import observe_proxies, observe_traffic
 from minidock.act.names import observe_names
 from minidock.commands.docker import health_checks_argv
@@ -197,13 +197,15 @@ async def run_pass(
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
     borrowed: Mapping[str, HostObservation] | None = None,
+    tasks: TaskActs | None = None,
 ) -> PassResult:
     """Observe every host (or those in `scope`, `decide_pass`), decide, record the
     decision, act, record the outcome. `force_down` overrides the mass-loss guard for this
     pass (the operator knows); `masks` are the command's maskers (`masking.Masks`: the
     same masker for all its passes, extended only by a secret it has not met), `memory`
     its probes' (`observe.ProbeMemory`), which forgets the hosts acted on: the next pass
-    probes them."""
+    probes them; `tasks` carries out the task verbs (act.carry.carry_tasks unless given:
+    watch's decider hands some to the hosts' owners, usecases.delegating)."""
     now = clock()
     state = store.load()
     result = await decide_pass(
@@ -232,7 +234,7 @@ async def run_pass(
     )
     if memory is not None:
         memory.forget([r.host for r in plan.run] + [s.container.host for s in plan.stop])
-    await carry_out(acts, plan, cluster, result.observed, result.rendered)
+    await carry_out(acts, plan, cluster, result.observed, result.rendered, tasks)
     checked = await health_checks(executor, inventory, result.observed, cluster.name, store.fence)
     if memory is not None:
         memory.forget(checked)  # the next pass reads what the checks found

@@ -42,14 +42,18 @@ from minidock.commands.proxies import Rendered
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
 from minidock.core.jobs import JobAct, JobStart
 from minidock.core.outcomes import CertFailed, HookEnded, HookStarted, JobEnded, JobStarted
-from minidock.core.plan import Plan, Run
+from minidock.core.plan import Plan, Run, Stop
 from minidock.core.schedule import JOB_KIND, JobRun
 from minidock.model import Cluster, Observed, OneOff
 from minidock.ssh import CommandTimeout, Unreachable
 
-__all__ = ["TAIL_LINES", "carry_out"]
+__all__ = ["TAIL_LINES", "TaskActs", "carry_out", "carry_tasks"]
 
 TAIL_LINES = 5  # lines of a hook's or a run's output kept with its outcome
+
+# how a pass's task verbs are carried out: `carry_tasks`, or handed by host to the hosts'
+# owners (minidock.usecases.delegating, acting by share)
+TaskActs = Callable[[Acts, Sequence[Stop], Sequence[Run]], Awaitable[None]]
 
 
 async def carry_out(
@@ -58,15 +62,16 @@ async def carry_out(
     cluster: Cluster,
     observed: Observed,
     rendered: Rendered,
+    tasks: TaskActs | None = None,
 ) -> None:
     """Every act of a recorded plan, in the module's order, the proxies loaded with the
-    configs the pass rendered (`rendered`: `minidock.commands.proxies.render` of `plan`)."""
+    configs the pass rendered (`rendered`: `minidock.commands.proxies.render` of `plan`);
+    the task verbs by `tasks` (`carry_tasks` unless given)."""
     acts.engines.update({n: o.engine.kind for n, o in observed.hosts.items() if o.engine})
     loaded = await _routes(acts, plan, cluster, rendered)
     await _certificates(acts, plan, cluster, loaded)
     await _names(acts, plan, cluster, rendered)
-    await asyncio.gather(*(acts.stop(s) for s in plan.stop))
-    await _by_host(plan.run, acts.run)
+    await (tasks or carry_tasks)(acts, plan.stop, plan.run)
     for move in plan.moves:
         await carry_move(acts, move)
     for backup in plan.backups:
@@ -131,6 +136,12 @@ async def _names(acts: Acts, plan: Plan, cluster: Cluster, rendered: Rendered) -
 
 
 # -- tasks ------------------------------------------------------------------------------------
+async def carry_tasks(acts: Acts, stops: Sequence[Stop], runs: Sequence[Run]) -> None:
+    """The stops (every host at once), then the starts (`_by_host`)."""
+    await asyncio.gather(*(acts.stop(s) for s in stops))
+    await _by_host(runs, acts.run)
+
+
 async def _by_host(runs: Sequence[Run], act: Callable[[Run], Awaitable[None]]) -> None:
     """Hosts in parallel; on one host, in plan order (due restarts first)."""
     per_host: dict[str, list[Run]] = {}

@@ -106,6 +106,8 @@ class Member:
     # of that cluster's hosts (their observations written: minidock.store.seen)
     rounds: dict[str, int] = field(default_factory=dict)
     borrowed: int = 0  # hosts its last pass took its owners' observations of, unprobed
+    ordered: int = 0  # task verbs its passes handed to the hosts' owners, since it started
+    carried: int = 0  # task verbs it carried out on its share for a decider, since started
 
     def value(self) -> bytes:
         reading_only = ("id", "lease_left", "owned", "created", "decides")

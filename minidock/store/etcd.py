@@ -313,6 +313,12 @@ class EtcdStore:
         if self._writer is not None:
             self._writer.fence()
 
+    def guarded_put(self, key: bytes, value: bytes, compares: Sequence[Any]) -> int:
+        """EtcdWriter.guarded_put, for the lock holder's store (a reader's: LeaseLost)."""
+        if self._writer is None:
+            raise LeaseLost(f"{self.url}: this store does not hold the lock")
+        return self._writer.guarded_put(key, value, compares)
+
     @property
     def tenure(self) -> tuple[int, int]:
         """The lock's tenure this store commits under, and the one before it
@@ -501,6 +507,15 @@ class EtcdWriter:
         if self._keeper is not None:
             self._keeper.check()
 
+    def guarded_put(self, key: bytes, value: bytes, compares: Sequence[Any]) -> int:
+        """Put `key` under the lock's lease while we hold the lock and `compares` hold:
+        the revision written (0: only `compares` failed); `LeaseLost` when the lock is
+        gone. A key so put goes with this tenure's lease (minidock.store.orders)."""
+        self.fence()
+        assert self._keeper is not None
+        reply = self._guarded([put(key, value, self._keeper.lease_id)], compares)
+        return 0 if reply is None else int(reply.header.revision)
+
     def fenced_txn(self, ops: list[Any], new: Meta) -> None:
         """Commit `ops` only while our lock key is the one we created and PREFIX/meta is
         as we last saw it; a lost lease is `LeaseLost` and nothing is written."""
@@ -529,6 +544,16 @@ class EtcdWriter:
     ) -> bool:
         """Run `ops` if we still hold the lock (and `compares` hold): False when only
         `compares` failed; `LeaseLost` when our lock key is gone."""
+        reply = self._guarded(ops, compares)
+        if reply is None:
+            return False
+        if new is not None:
+            self.meta, self.meta_rev = new, int(reply.header.revision)
+        return True
+
+    def _guarded(self, ops: list[Any], compares: Sequence[Any]) -> Any:
+        """The reply of `ops` run while our lock key stands and `compares` hold; None
+        when only `compares` failed; `LeaseLost` when our lock key is gone."""
         self.fence()
         assert self._key is not None
         reply = self.client.txn(
@@ -539,13 +564,11 @@ class EtcdWriter:
             )
         )
         if reply.succeeded:
-            if new is not None:
-                self.meta, self.meta_rev = new, int(reply.header.revision)
-            return True
+            return reply
         ours = list(reply.responses[0].response_range.kvs)
         if not ours or int(ours[0].create_revision) != self._rev:
             raise LeaseLost(_lost(self.url, "its lock key is gone: the lease expired"))
-        return False
+        return None
 
     def reload(self) -> None:
         """Read PREFIX/meta afresh (after a restore wrote it)."""

@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from minidock.core.deciding import Peer
-from minidock.store.base import Member, Roster, StoreError
+from minidock.store.base import LeaseLost, Member, Roster, StoreError
 from minidock.store.etcd import (
     EtcdStore,
     Keys,
@@ -78,6 +78,15 @@ class Membership:
         the first beat, or once it is lost until the next beat grants another."""
         keeper = self._keeper
         return keeper.lease_id if keeper is not None and keeper.lost is None else None
+
+    def fence(self) -> None:
+        """Raise LeaseLost unless this member's lease is alive as far as this process can
+        know (LeaseKeeper.check): an owner's acts stop the moment its owner keys may be
+        gone (minidock.usecases.delegating)."""
+        keeper = self._keeper
+        if keeper is None:
+            raise LeaseLost(f"{self.url}: this controller holds no member lease")
+        keeper.check()
 
     def beat(self, **changes: Any) -> None:
         """Write the member key with `changes` (last_pass, passes, warm, hosts), under a

@@ -16,16 +16,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from minidock.core.borrowing import RoundSeen, Trust, advancing, borrowable
+from minidock.core.deciding import STALL_MARGIN
+from minidock.core.handover import OwnerKey
 from minidock.core.watching import probe_scope
-from minidock.model import Host, HostObservation
+from minidock.model import Host, HostObservation, Inventory
 from minidock.observe import ProbeMemory, observe
 from minidock.ssh import Executor
 from minidock.store import Store, StoreError
 from minidock.store.etcd import EtcdStore, Keys
 from minidock.store.etcd_client import put, rpc
 from minidock.store.members import Membership
+from minidock.store.orders import OrderBook
 from minidock.store.seen import SeenKeys, ShardReader, wanted_prefix
 from minidock.streams import EventStreams
+from minidock.usecases.delegating import Delegation, carry_orders
 from minidock.usecases.passes import engine_kinds, live_ids
 
 __all__ = ["Borrowing", "Shared"]
@@ -34,10 +38,11 @@ log = logging.getLogger(__name__)
 
 
 class Borrowing:
-    """One `watch`'s part in observing by share, on its membership's lease: as an owner,
-    its rounds over its share (`probe_share`), whose revisions its member key carries
-    (`rounds`); as a decider, the observations it borrows for a pass (`lend`) and the end
-    of that pass's tenure (`ended`), per cluster."""
+    """One `watch`'s part in observing and acting by share, on its membership's lease: as
+    an owner, its rounds over its share (`probe_share`), whose revisions its member key
+    carries (`rounds`), each carrying out the decider's orders first; as a decider, the
+    observations it borrows for a pass (`lend`), the task verbs it hands to the owners
+    (`delegation`) and the end of that pass's tenure (`ended`), per cluster."""
 
     def __init__(self, membership: Membership) -> None:
         self.membership = membership
@@ -51,6 +56,11 @@ class Borrowing:
         self._others: dict[str, frozenset[str]] = {}  # cluster -> hosts others hold
         self._wanted: dict[str, int] = {}  # cluster -> when its decider last wanted a round
         self._readers: dict[str, ShardReader] = {}  # cluster -> its shard table's reads
+        self._orderable: dict[str, dict[str, OwnerKey]] = {}  # cluster -> hosts to order
+        self._patience: dict[str, float] = {}  # member -> seconds its report may take
+        self._book: OrderBook | None = None
+        self.ordered = 0  # task verbs this member's passes handed over, since it started
+        self.carried = 0  # task verbs it carried out for a decider, since it started
 
     def of(self, cluster: str) -> Shared:
         return Shared(cluster, self)
@@ -60,7 +70,8 @@ class Borrowing:
         observation of a cluster whose passes this `watch` makes (`deciding`): its next
         pass then borrows it at once, not at its next resync; and when the decider of a
         cluster it stands by for wants a round of every owner's whole share (`_want`).
-        A watch broken (news may be lost) rings too."""
+        And when an order is placed for a cluster it stands by for (its hosts' orders
+        are carried out at its next round). A watch broken (news may be lost) rings too."""
         root = Keys(self.membership.url.prefix).root
         seen_root = root + b"seen/"
 
@@ -79,21 +90,29 @@ class Borrowing:
             if ring:
                 news()
 
-        # both closed with the membership's client
+        def orders(events: Sequence[Any] | None) -> None:
+            named = (bytes(e.kv.key)[len(root + b"orders/") :].split(b"/")[0] for e in events or ())
+            if events is None or any(c.decode() not in self.deciding for c in named):
+                news()
+
+        # all closed with the membership's client
         self.membership.client.watch(seen_root, seen)
         self.membership.client.watch(root + b"wanted/", wanted)
+        self.membership.client.watch(root + b"orders/", orders)
 
     async def probe_share(
         self,
         executor: Executor,
         cluster: str,
-        hosts: Sequence[Host],
+        inventory: Inventory,
         memory: ProbeMemory,
         streams: EventStreams | None = None,
         full: bool = True,
     ) -> int:
-        """Probe the hosts of `cluster` (of `hosts`, its inventory's) whose owner keys this
-        member holds, and write what changed; how many were probed. With `streams`, it
+        """Probe the hosts of `cluster` (of `inventory`'s) whose owner keys this member
+        holds, and write what changed; how many were probed. The decider's orders for
+        those hosts are carried out first (usecases.delegating), and the hosts acted on
+        are probed afresh. With `streams`, it
         follows those hosts' event streams, and a round that is not `full` (not a
         resync) probes only those whose stream rang or is not up (core.watching's
         probe_scope), unless the decider wanted a round since the last whole one. A
@@ -105,10 +124,19 @@ class Borrowing:
             self._seen.forget()
             self.rounds.clear()
             self._lease = lease
-        listed = {h.name: h for h in hosts}
+        listed = {h.name: h for h in inventory.hosts}
         try:
             revision, owned = self._seen.owned(member, cluster)
             owned = {h: created for h, created in owned.items() if h in listed}
+            book = self.book()
+            acted, verbs = await carry_orders(
+                book, self.membership, executor, inventory, cluster, owned
+            )
+            if acted:
+                self.carried += verbs
+                memory.forget(acted)  # probed afresh now
+                revision, owned = self._seen.owned(member, cluster)
+                owned = {h: created for h, created in owned.items() if h in listed}
             mine = [listed[h] for h in sorted(owned)]
             whole = full or self._wanted.get(cluster, 0) > self.rounds.get(cluster, 0)
             scope = _share_scope(streams, cluster, mine, memory, whole)
@@ -143,6 +171,7 @@ class Borrowing:
         if trust.since != bound:  # another writer's tenure, or the first: a round wanted
             self._want(cluster)
         self.borrowed = 0
+        self._orderable.pop(cluster, None)
         if tenure[0] == 0:
             return {}
         member = self.membership
@@ -157,10 +186,30 @@ class Borrowing:
         me = member.member.id
         self._others[cluster] = frozenset(h for h, k in table.owners.items() if k.controller != me)
         self._rounds, fresh = advancing(self._rounds, table, now)
+        self._orderable[cluster] = {
+            h: k for h, k in table.owners.items() if k.controller != me and k.controller in fresh
+        }
+        self._patience = {m: 3 * t + STALL_MARGIN for m, t in table.intervals.items()}
         table = replace(table, rounds=fresh)
         found = borrowable(table, me, trust, probe_anyway)
         self.borrowed = len(found)
         return found
+
+    def book(self) -> OrderBook:
+        """The orders and reports of this state (its codec seals them with the state's key)."""
+        if self._book is None:
+            url, client = self.membership.url, self.membership.client
+            self._book = OrderBook(url, client, EtcdStore(url, client, None).codec)
+        return self._book
+
+    def delegation(self, store: Store, cluster: str) -> Delegation | None:
+        """The task verbs of the pass `lend` began, handed to the owners of the hosts it
+        borrowed from (None: nothing to hand over, or not the lock holder's etcd store)."""
+        owners = self._orderable.get(cluster, {})
+        if not owners or not isinstance(store, EtcdStore) or store.tenure[0] == 0:
+            return None
+        member = self.membership.member.id
+        return Delegation(self.book(), store, cluster, member, owners, self._patience)
 
     def ended(self, cluster: str, acted: bool) -> None:
         """The pass `lend` began is over; `acted`: it did something to a host. Then what

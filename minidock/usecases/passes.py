@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
+from minidock.act.carry import TaskActs
 from minidock.core.watching import backoff_ends, probe_scope
 from minidock.masking import Masks
-from minidock.model import Cluster, EngineKind, Host, HostObservation, Inventory, Observed
+from minidock.model import Cluster, EngineKind, HostObservation, Inventory, Observed
 from minidock.observe import ProbeMemory
 from minidock.runner import PassResult, run_pass
 from minidock.ssh import Executor
@@ -67,11 +68,13 @@ async def one_pass(
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
     borrowed: Mapping[str, HostObservation] | None = None,
+    tasks: TaskActs | None = None,
 ) -> PassResult:
     """One reconcile pass (runner.run_pass: its tasks, proxies, certificates, hooks and
     scheduled jobs, one decision); `masks`: the command's maskers (its Runtime's);
     `memory`: its probes' (watch's); `scope`: the only hosts it probes (watch's passes
-    between resyncs); `borrowed`: observations its hosts' owners made (watch's decider)."""
+    between resyncs); `borrowed`: observations its hosts' owners made, and `tasks` the
+    task verbs handed to them (watch's decider)."""
     now = clock()
     return await run_pass(
         cluster,
@@ -84,6 +87,7 @@ async def one_pass(
         memory=memory,
         scope=scope,
         borrowed=borrowed,
+        tasks=tasks,
     )
 
 
@@ -251,6 +255,7 @@ async def watch_step(
             scope, rung = _scope(desired, streams, memory, full, others)
             now = runtime.clock.monotonic()
             lent = shared.borrowing.lend(store, shared.cluster, rung, now) if shared else {}
+            tasks = shared.borrowing.delegation(store, shared.cluster) if shared else None
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
@@ -263,12 +268,14 @@ async def watch_step(
                     memory=memory,
                     scope=scope,
                     borrowed=lent,
+                    tasks=tasks,
                 )
                 code = verdict(result)
                 seconds = runtime.clock.monotonic() - started
                 record_pass(store, result, code, seconds, runtime.clock.now())
             if shared is not None:
                 shared.borrowing.ended(shared.cluster, acted(result))
+                shared.borrowing.ordered += tasks.ordered if tasks else 0
             if streams is not None:
                 streams.seen(desired.cluster.name, live_ids(result.observed))
                 streams.engines(desired.cluster.name, engine_kinds(result.observed))
@@ -329,11 +336,12 @@ async def standing_by(
 ) -> PassSkipped:
     """A skipped pass (`why_not`) that keeps its hosts' connections warm (`stand_by`);
     with a `share` (deferred to another `watch`), that share of them probed and written."""
-    warm, listed = await stand_by(directory, executor, inventories)
+    warm, inventory = await stand_by(directory, executor, inventories)
+    listed = inventory.hosts if inventory is not None else ()
     probed = 0
-    if share is not None and listed:
+    if share is not None and inventory is not None and listed:
         probed = await share.shared.borrowing.probe_share(
-            executor, share.shared.cluster, listed, share.memory, share.streams, share.full
+            executor, share.shared.cluster, inventory, share.memory, share.streams, share.full
         )
     return PassSkipped(
         why_not,
@@ -348,18 +356,18 @@ async def standing_by(
 
 async def stand_by(
     directory: StateLocation, executor: Executor, inventories: Inventories | None
-) -> tuple[int, Sequence[Host]]:
+) -> tuple[int, Inventory | None]:
     """While another controller works: a connection to each host of the inventory kept
     open (nothing run on it), so this one's first pass after a takeover needs no SSH
-    handshake (docs/ha.md, "Warm takeover"). How many hosts are connected, of which;
-    (0, ()) when the state or the inventory cannot be read now (the next round tries
-    again)."""
+    handshake (docs/ha.md, "Warm takeover"). How many hosts are connected, of which
+    inventory; (0, None) when the state or the inventory cannot be read now (the next
+    round tries again)."""
     try:
         with reading(directory) as store:
-            hosts = read_desired(store, directory, inventories).inventory.hosts
+            inventory = read_desired(store, directory, inventories).inventory
     except UseCaseError:
-        return 0, ()
-    return await executor.warm(hosts), hosts
+        return 0, None
+    return await executor.warm(inventory.hosts), inventory
 
 
 def engine_kinds(observed: Observed) -> dict[str, EngineKind]:

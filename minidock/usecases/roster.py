@@ -152,6 +152,7 @@ class Heartbeat:
         member = self._shares.membership
         shared = self._borrowing
         rounds, borrowed = (dict(shared.rounds), shared.borrowed) if shared else ({}, 0)
+        ordered, carried = (shared.ordered, shared.carried) if shared else (0, 0)
         try:
             member.beat(
                 last_pass=self._last,
@@ -160,6 +161,8 @@ class Heartbeat:
                 hosts=hosts,
                 rounds=rounds,
                 borrowed=borrowed,
+                ordered=ordered,
+                carried=carried,
                 **self._covers,
             )
         except StoreError as exc:

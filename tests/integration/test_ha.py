@@ -480,16 +480,18 @@ def shard_keys(md: EtcdMinidock) -> dict[str, Any]:
     }
 
 
-def test_watches_observe_by_share_and_a_task_killed_on_an_owners_host_is_replaced(
+def test_watches_observe_and_act_by_share_a_task_killed_on_an_owners_host_is_replaced_by_it(
     ha: EtcdMinidock, fleet: Fleet
 ) -> None:
     """Three `minidock watch`: the two that stand by probe the hosts whose owner keys they
     hold and follow those hosts' event streams, and write what they saw; the one making
     the passes borrows those observations (its member key's `borrowed`, and the table
     says so) instead of probing those hosts, and its next pass comes as soon as an owner
-    writes. A task killed on a host another watch owns is replaced, each slot once
-    (docs/scale.md, "Observing by share"). Each on events and etcd's news: the resync is
-    a minute away and every wait here is shorter (45 s and 30 s)."""
+    writes. A task killed on a host another watch owns is replaced, each slot once, the
+    verbs on that host carried out by its owner on the decider's order (their member
+    keys' `carried` and `ordered`; docs/scale.md, "Observing by share" and "Acting by
+    share"). Each on events and etcd's news: the resync is a minute away and every wait
+    here is shorter (45 s, 30 s and 10 s)."""
     deploy(ha)
     watches = [ha.popen("watch", "--interval", RESYNC) for _ in range(3)]
 
@@ -530,5 +532,18 @@ def test_watches_observe_by_share_and_a_task_killed_on_an_owners_host_is_replace
             every=1,
         )
         assert slots(live(ha, fleet.hosts)) == Counter({1: 1, 2: 1, 3: 1})
+        owner = next(h["controller"] for h in status["hosts"] if h["name"] == host)
+
+        def carried() -> bool:
+            members = {
+                m["id"]: m for m in json.loads(ha("controllers", "--json").stdout)["members"]
+            }
+            last[:] = [members]
+            return members[owner]["carried"] >= 1 and members[decider["id"]]["ordered"] >= 1
+
+        try:  # the victim's host's verbs were its owner's, on the decider's order
+            wait_for("the owner to have carried the acts on its host", carried, 10, every=1)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {last}") from None
     finally:
         stop_watches(watches)

@@ -6,6 +6,7 @@ minidock.core.borrowing's, its property in tests/unit/test_borrowing.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,9 +20,10 @@ from minidock.commands.facts import ps_argv
 from minidock.model import HostObservation
 from minidock.observe import ProbeMemory
 from minidock.store.etcd import EtcdStore, EtcdWriter
-from minidock.store.etcd_client import EtcdClient, rpc
+from minidock.store.etcd_client import EtcdClient, range_end, rpc
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership, read_roster
+from minidock.store.orders import orders_prefix
 from minidock.store.owners import OwnerKeys
 from minidock.store.seen import SeenKeys, ShardReader, read_shard_table
 from minidock.usecases import ExitCode, PassDone, PassSkipped, passes
@@ -200,36 +202,68 @@ class Watches:
     def owner_client(self) -> EtcdClient:
         return self.owner._shares.membership.client  # type: ignore[union-attr]
 
-    def decide(self) -> PassDone:
-        """A pass of the decider's; its member key rewritten after it."""
-        step = run(
-            usecases.watch_step(
-                self.url,
-                self.executors["decider"],
-                self.setup.runtime(),
-                memory=self.memories["decider"],
-                shared=self.decider.shared(self.cluster),
+    def decide(self, *, owner_acts: bool = True) -> PassDone:
+        """A pass of the decider's; its member key rewritten after it. Meanwhile
+        (`owner_acts`) the owner, rung by an order for its share as its `watch` is, makes
+        a round, which carries it out."""
+
+        async def both() -> PassDone | PassSkipped:
+            decided = asyncio.ensure_future(
+                usecases.watch_step(
+                    self.url,
+                    self.executors["decider"],
+                    self.setup.runtime(),
+                    memory=self.memories["decider"],
+                    shared=self.decider.shared(self.cluster),
+                )
             )
-        )
+            while owner_acts and not decided.done():
+                await asyncio.sleep(0.02)
+                if self.orders():
+                    self.owner.round([(self.cluster, await self._stand_by())], time.time())
+            return await decided
+
+        step = run(both())
         assert isinstance(step, PassDone)
         self.decider.round([(self.cluster, step)], time.time())
         return step
 
+    def orders(self) -> list[bytes]:
+        """The orders waiting for an owner (their keys)."""
+        prefix = orders_prefix(self.url, self.cluster)
+        reply = self.owner_client.range(
+            rpc.RangeRequest(key=prefix, range_end=range_end(prefix), keys_only=True)
+        )
+        return [bytes(kv.key) for kv in reply.kvs]
+
     def stand_by(self) -> PassSkipped:
         """A round of the owner's: deferred to the decider, its share probed and written."""
-        step = run(
-            usecases.watch_step(
-                self.url,
-                self.executors["owner"],
-                self.setup.runtime(),
-                memory=self.memories["owner"],
-                defer_to=self.decider.member_id,
-                shared=self.owner.shared(self.cluster),
-            )
-        )
-        assert isinstance(step, PassSkipped)
+        step = run(self._stand_by())
         self.owner.round([(self.cluster, step)], time.time())
         return step
+
+    async def _stand_by(self) -> PassSkipped:
+        step = await usecases.watch_step(
+            self.url,
+            self.executors["owner"],
+            self.setup.runtime(),
+            memory=self.memories["owner"],
+            defer_to=self.decider.member_id,
+            shared=self.owner.shared(self.cluster),
+        )
+        assert isinstance(step, PassSkipped)
+        return step
+
+    def acted_by(self, who: str, since: int, hosts: set[str]) -> set[str]:
+        """The verbs (`run`, `stop`, `rm`, `create`) `who` sent to `hosts` from its `since`th
+        call on."""
+        executor: FakeExecutor = self.executors[who]
+        verbs = {"run", "stop", "rm", "create"}
+        return {
+            c.argv[1]
+            for c in executor.calls[since:]
+            if c.host in hosts and len(c.argv) > 1 and c.argv[0] == "docker" and c.argv[1] in verbs
+        }
 
     def probed_by_decider(self, since: int) -> set[str]:
         """The hosts the decider probed, from its `since`th call on."""
@@ -290,29 +324,69 @@ def test_the_decider_borrows_the_owners_share_until_another_writer_holds_the_loc
     assert watches.probed_by_decider(calls) == set(HOSTS) - owned
 
 
-def test_a_task_death_the_owner_saw_is_borrowed_and_after_the_decider_acts_it_probes_again(
+def test_a_task_death_the_owner_saw_is_borrowed_and_replaced_by_the_owner_on_the_deciders_order(
     watches: Watches,
 ) -> None:
     """A task dies on a host of the owner's share: the owner's round writes it, the
-    decider borrows that and acts on it (removes the dead container, or starts its
-    replacement); its next pass, before the owner has probed again, borrows nothing from
-    before that act. Rounds of both bring the task back."""
+    decider borrows that and decides; the verbs on that host (the dead container removed,
+    its replacement started) are carried out by the owner on the decider's order, not by
+    the decider (acting by share); the decider's next pass, before the owner has probed
+    again, borrows nothing from before those acts. Rounds of both bring the task back."""
     owned = watches.owned()
     watches.decide()
     watches.stand_by()
     (victim, *_) = watches.tasks(owned)
     victim["State"]["Status"] = "exited"
     watches.stand_by()
-    calls = len(watches.executors["decider"].calls)
+    calls = {who: len(e.calls) for who, e in watches.executors.items()}
     dealt = watches.decide()
-    assert watches.probed_by_decider(calls) == set(HOSTS) - owned  # its death was borrowed
+    assert watches.probed_by_decider(calls["decider"]) == set(HOSTS) - owned  # borrowed
     assert passes.acted(dealt.result)
-    calls = len(watches.executors["decider"].calls)
-    watches.decide()
-    assert watches.borrowed() == 0  # its own act is after what the owner saw
-    assert watches.probed_by_decider(calls) == set(HOSTS)
+    assert dealt.result.done, dealt.result  # the owner's report, folded in
+    assert not dealt.result.failures, dealt.result.failures
+    assert watches.acted_by("owner", calls["owner"], owned)
+    assert not watches.acted_by("decider", calls["decider"], owned)
+    assert watches.orders() == []  # claimed
+    calls = {who: len(e.calls) for who, e in watches.executors.items()}
+    watches.decide(owner_acts=False)
+    assert watches.borrowed() == 0  # the owner's acts are after what it saw
+    assert watches.probed_by_decider(calls["decider"]) == set(HOSTS)
     for _ in range(5):
         run(watches.setup.clock.sleep(60))  # past any restart delay
+        watches.stand_by()
+        if watches.decide().exit_code is ExitCode.OK:
+            break
+    assert len(watches.tasks(set(HOSTS))) == 3
+    members = {m.id: m for m in read_roster(watches.url).members}
+    assert members[watches.owner.member_id].carried >= 1
+    assert members[watches.decider.member_id].ordered >= 1
+
+
+def test_an_order_its_owner_never_claims_fails_the_pass_and_goes_with_the_deciders_tenure(
+    watches: Watches,
+) -> None:
+    """The owner makes no round while the decider waits: after the owner's patience
+    (three of its resyncs and a margin: 5 s at no interval) the pass ends with a failure
+    that names the host; the order goes with the tenure's lease, so the owner's next
+    round carries out nothing; the decider's next pass decides again and, served by the
+    owner, converges."""
+    owned = watches.owned()
+    watches.decide()
+    watches.stand_by()
+    (victim, *_) = watches.tasks(owned)
+    victim["State"]["Status"] = "exited"
+    watches.stand_by()
+    engines = watches.setup.docker.engines
+    (host,) = [h for h in HOSTS if any(d is victim for d in engines[h].values())]
+    late = watches.decide(owner_acts=False)
+    (failure,) = late.result.failures
+    assert failure.startswith(f"{host}: its owner {watches.owner.member_id} did not report")
+    assert watches.orders() == []  # gone with the tenure's lease
+    calls = len(watches.executors["owner"].calls)
+    watches.stand_by()
+    assert not watches.acted_by("owner", calls, owned)
+    for _ in range(5):
+        run(watches.setup.clock.sleep(60))
         watches.stand_by()
         if watches.decide().exit_code is ExitCode.OK:
             break

@@ -76,6 +76,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck as HypothesisHealth
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -1078,18 +1079,22 @@ class Etcd:
 
 @dataclass(frozen=True)
 class Turn:
-    """How one pass goes beside its kill: made by another writer (`minidock reconcile`:
-    it probes every host, and the decider is not told), its end told to the decider's
-    `Trust` or not (etcd did not answer), and the owner who reads the revision after the
-    pass's tenure began and probes its share before the pass's acts, written after them."""
+    """How one pass goes beside its kill: the owners whose rounds are written just before
+    it, made by another writer (`minidock reconcile`: it probes every host, and the
+    decider is not told) or not, its end told to the decider's `Trust` or not (etcd did
+    not answer), and the owner who reads the revision after the pass's commit and probes
+    its share before the pass's acts, written after them (owners: indices into the
+    members that do not decide)."""
 
+    rounds: tuple[int, ...] = ()
     other: bool = False
     told: bool = True
-    during: int | None = None  # an index into the other members
+    during: int | None = None
 
 
 turns = st.builds(
     Turn,
+    rounds=st.sampled_from([(), (0,), (1,), (0, 1)]),
     other=st.sampled_from([False, False, False, True]),
     told=st.sampled_from([True, True, True, False]),
     during=st.sampled_from([None, None, 0, 1]),
@@ -1115,6 +1120,8 @@ class SplitFleet(Fleet):
     late: dict[str, Round] = field(default_factory=dict)  # member -> its round not written
     during: str = ""  # the owner whose round this pass's acts overtake
     done: list[str] = field(default_factory=list)  # the pass's act lines (PassResult.done)
+    started: int = 0  # one-offs started (hooks', jobs'), every pass's
+    told_starts: bool = True  # a one-off's start counts as an act (see `acted`)
 
     def owners(self) -> list[str]:
         return [m for m in MEMBERS if m != self.decider]
@@ -1144,6 +1151,7 @@ class SplitFleet(Fleet):
 
     def oneoff(self, service: str, run: str, kind: str, host: str, passes: int) -> OneOff:
         self.acted_on(host, "")  # act.carry's _start: an outcome, no line
+        self.started += 1
         return super().oneoff(service, run, kind, host, passes)
 
     def drop(self, o: OneOff) -> None:
@@ -1180,9 +1188,15 @@ class SplitFleet(Fleet):
         assert self.cluster is not None
         seen = self.observe()
         self.seen = replace(seen, hosts={**seen.hosts, **self.lent})
-        if self.during:  # its revision read after the tenure began, its probes before the acts
-            self.late[self.during] = self.round_of(self.during)
         return decision(self.cluster, self.inventory, self.seen, self.state, self.now)
+
+    def record(self, plan: Plan) -> None:
+        """The plan committed before any act; `during`'s round reads the revision after
+        it and probes before the acts (written after the pass)."""
+        super().record(plan)
+        self.etcd.write()
+        if self.during:
+            self.late[self.during] = self.round_of(self.during)
 
     def lend(self) -> None:
         """The pass's start (usecases.borrowing `lend`): the lock taken, what it borrows."""
@@ -1195,25 +1209,36 @@ class SplitFleet(Fleet):
             if self.etcd.made[host] < self.last_act.get(host, 0):
                 self.violations.append(f"(o) {host} borrowed as seen before its last act")
 
+    def acted(self, plan: Plan, started: bool) -> bool:
+        """What the pass tells its Trust it did: usecases.passes.acted, or (`told_starts`)
+        a one-off started. acted misses a hook's or a job's start alone (act.carry records
+        no line for it): an owner's observation made before the start is then borrowed,
+        and says the one-off is gone (the hook fails, "removed by hand?"; the job's run
+        "did not run"): test_a_started_oneoff_is_an_act, expected to fail until it counts."""
+        assert self.seen is not None
+        told = acted(PassResult(plan, self.seen, done=self.done))
+        return told or (started and self.told_starts)
+
     def split_pass(self, kill: str = "", turn: Turn = Turn()) -> Plan:
         """One pass by the decider (or `turn.other`'s), its end told to its `Trust` as
         usecases.borrowing's `ended` tells it: `acted` (usecases.passes) moves the bound
         to a revision written after its last act; a killed decider's successor is a new
         process, which knows no tenure."""
+        for i in turn.rounds:
+            self.etcd.publish(self.round_of(self.owners()[i]))
         if turn.other:
             self.etcd.lock()
             self.lent = {}
             plan = self.one_pass(kill)
         else:
             self.lend()
-            self.done = []
+            self.done, started = [], self.started
             self.during = "" if turn.during is None else self.owners()[turn.during]
             plan = self.one_pass(kill)
-            assert self.seen is not None
             if kill:
                 self.trust, self.rounds_seen = Trust(), {}
             elif turn.told:
-                did = acted(PassResult(plan, self.seen, done=self.done))
+                did = self.acted(plan, self.started > started)
                 self.trust.left(did, self.etcd.write() if did else 0)
         self.etcd.write()  # the lock key deleted
         if self.during:
@@ -1255,7 +1280,7 @@ class SplitDecision(WholeDecision):
         return self.fleet
 
     @initialize(k=knobs, split=splits)
-    def first(self, k: Knobs, split: tuple[str, list[str | None]]) -> None:  # type: ignore[override]
+    def first(self, k: Knobs, split: tuple[str, list[str | None]]) -> None:
         self.split = split
         self.apply(k)
 
@@ -1271,7 +1296,7 @@ class SplitDecision(WholeDecision):
     @rule(
         kills=st.lists(st.tuples(st.sampled_from(("", "", *KILLS)), turns), min_size=1, max_size=4)
     )
-    def passes(self, kills: list[tuple[str, Turn]]) -> None:  # type: ignore[override]
+    def passes(self, kills: list[tuple[str, Turn]]) -> None:
         for kill, turn in kills:
             self.limit += 2 if kill else 0
             self.judge(self.shared.settled(self.shared.split_pass(kill, turn)))
@@ -1333,3 +1358,22 @@ class SplitDecision(WholeDecision):
 
 SplitDecision.TestCase.settings = WholeDecision.TestCase.settings
 test_split_decision = SplitDecision.TestCase
+
+
+@pytest.mark.xfail(strict=True, reason="usecases.passes.acted misses a one-off's start")
+def test_a_started_oneoff_is_an_act() -> None:
+    """A pass that only starts the hook (nothing run, stopped or loaded: the pass before
+    loaded the proxy, and its controller was killed before its hook) tells `Trust`
+    it did nothing (usecases.passes.acted); an owner read the revision after the pass's
+    tenure began and probed host1 before the hook's start, and wrote it after the pass:
+    the next pass borrows it, sees no hook, and fails it (o). Counted as an act (the
+    property's `told_starts`), it holds."""
+    hooked = Knobs(replicas=0, health=False, route=None, hook=1)
+    machine = SplitDecision()
+    machine.first(k=hooked, split=("m2", ["m1", "m1", "m1"]))
+    fleet = machine.shared
+    fleet.told_starts = False
+    fleet.split_pass("after stops")  # the proxy loaded; killed before the hook's start
+    fleet.split_pass(turn=Turn(during=0))  # the hook starts on host1, m1 probing meanwhile
+    fleet.split_pass()
+    assert not fleet.violations, fleet.violations

@@ -547,3 +547,79 @@ def test_watches_observe_and_act_by_share_a_task_killed_on_an_owners_host_is_rep
             raise AssertionError(f"{exc}: {last}") from None
     finally:
         stop_watches(watches)
+
+
+SLOW_ROLLOUT = SPEC.replace('monitor = "1s"', 'monitor = "4s"')  # a batch takes 5 s or more
+
+
+def started_twice(md: EtcdMinidock) -> list[str]:
+    """The tasks whose start was recorded more than once (a double act), from `events`."""
+    events = json.loads(md("events", "-n", "0", "--json").stdout)
+    runs = Counter(e["task"] for e in events if e["kind"] == "run" and e.get("task"))
+    return [task for task, n in runs.items() if n > 1]
+
+
+def test_watches_acting_by_share_finish_a_rollout_past_a_killed_decider_and_a_joiner(
+    ha: EtcdMinidock, fleet: Fleet
+) -> None:
+    """Three `minidock watch` acting by share (docs/scale.md, "Acting by share"): a
+    rolling update begins; the watch making the passes is killed with -9 in its middle;
+    the survivors take its hosts and another makes the passes and finishes the update; a
+    fourth joins and the shares rebalance as the update goes on. The task verbs on the
+    owners' hosts are carried out by their owners (`carried`), each task is started once
+    (no start recorded twice, no container left over), each slot ends with one task of
+    the new spec."""
+    deploy(ha)
+    watches = [ha.popen("watch", "--interval", RESYNC) for _ in range(3)]
+    last: list[Any] = []
+
+    def members() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = json.loads(ha("controllers", "--json").stdout)["members"]
+        last[:] = [found, shard_keys(ha)]
+        return found
+
+    def deciding() -> dict[str, Any] | None:
+        found = members()
+        decider = [m for m in found if m["decides"]]
+        return (
+            decider[0] if len(found) == 3 and len(decider) == 1 and decider[0]["borrowed"] else None
+        )
+
+    try:
+        try:
+            decider = wait_for("the deciding watch to borrow", deciding, 45, every=1)
+            assert isinstance(decider, dict)
+            update = ha("apply", str(ha.spec(SLOW_ROLLOUT.format(version=6))))
+            assert update.returncode in (0, 3), update.stdout + update.stderr
+            wait_for(
+                "the update's first new task",
+                lambda: any(t["image"].endswith(":6") for t in ha.tasks("web")),
+                30,
+                every=0.5,
+            )
+            assert not converged(ha, version=6)  # mid-rollout
+            (killed,) = [w for w in watches if decider["holder"].split()[1] == str(w.pid)]
+            killed.kill()  # -9: its lease, member key, owner keys and any order go
+            killed.wait(timeout=10)
+            watches.append(ha.popen("watch", "--interval", RESYNC))  # a fourth joins
+            wait_for(
+                "the survivors' and the joiner's shares",
+                lambda: shares_held(ha, fleet.hosts, 3),
+                30,
+                every=0.5,
+            )
+            wait_for("the update to finish", lambda: converged(ha, version=6), 90, every=1)
+            wait_for(
+                "the replaced tasks to go",
+                lambda: len(every_container(ha, fleet.hosts)) == 3,
+                30,
+                every=1,
+            )
+            carried = sum(m["carried"] for m in members())
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {last}") from None
+        assert slots(live(ha, fleet.hosts)) == Counter({1: 1, 2: 1, 3: 1})
+        assert started_twice(ha) == []
+        assert carried >= 1, last  # the owners' share of the update's verbs
+    finally:
+        stop_watches(watches)

@@ -1226,6 +1226,7 @@ class SplitFleet(Fleet):
         process, which knows no tenure."""
         for i in turn.rounds:
             self.etcd.publish(self.round_of(self.owners()[i]))
+        self.during = "" if turn.during is None else self.owners()[turn.during]
         if turn.other:
             self.etcd.lock()
             self.lent = {}
@@ -1233,7 +1234,6 @@ class SplitFleet(Fleet):
         else:
             self.lend()
             self.done, started = [], self.started
-            self.during = "" if turn.during is None else self.owners()[turn.during]
             plan = self.one_pass(kill)
             if kill:
                 self.trust, self.rounds_seen = Trust(), {}
@@ -1332,15 +1332,18 @@ class SplitDecision(WholeDecision):
         f.decider, f.trust, f.rounds_seen = to, Trust(), {}
 
     @precondition(lambda self: self.fleet is not None)
-    @rule()
-    def settle(self) -> None:
-        """The still world: each pass after every owner's round; once converged, a pass
-        that did not act, every owner's round, and the next pass borrows every host
-        others own."""
+    @rule(turn=turns)
+    def settle(self, turn: Turn = Turn()) -> None:
+        """The still world: each pass after every owner's round, but `turn.during`'s,
+        whose rounds the passes' acts overtake; every other pass is `turn.other`'s, or
+        its end told as `turn.told` says. Once converged, a pass that did not act, every
+        owner's round, and the next pass borrows every host others own."""
         f = self.shared
-        while True:
-            f.rounds()
-            if not self.judge(f.settled(f.split_pass())):
+        rounds = tuple(i for i in range(len(MEMBERS) - 1) if i != turn.during)
+        odd = replace(turn, rounds=rounds)
+        even = Turn(rounds, during=turn.during)
+        for n in itertools.count():
+            if not self.judge(f.settled(f.split_pass(turn=odd if n % 2 else even))):
                 break
         for _ in range(8):  # a scheduled job's run may start at any pass: one without acts
             acts = f.acts

@@ -309,9 +309,12 @@ def _scope(
 
 
 def acted(result: PassResult) -> bool:
-    """Whether a pass did anything to a host's containers (or tried to)."""
+    """Whether a pass did anything to a host's containers (or tried to): an act said
+    (done or failed), a task to start or stop, or a one-off's act (a hook's or a job's
+    start, which says no line, a one-off removed, a volume move's or a backup's step)."""
     plan = result.plan
-    return bool(result.done or result.failures or plan.run or plan.stop)
+    oneoffs = plan.hooks or plan.jobs or plan.removals or plan.moves or plan.backups
+    return bool(result.done or result.failures or plan.run or plan.stop or oneoffs)
 
 
 @dataclass(frozen=True)

@@ -1210,11 +1210,11 @@ class SplitFleet(Fleet):
                 self.violations.append(f"(o) {host} borrowed as seen before its last act")
 
     def acted(self, plan: Plan, started: bool) -> bool:
-        """What the pass tells its Trust it did: usecases.passes.acted, or (`told_starts`)
-        a one-off started. acted misses a hook's or a job's start alone (act.carry records
-        no line for it): an owner's observation made before the start is then borrowed,
-        and says the one-off is gone (the hook fails, "removed by hand?"; the job's run
-        "did not run"): test_a_started_oneoff_is_an_act, expected to fail until it counts."""
+        """What the pass tells its Trust it did: usecases.passes.acted (which once missed a
+        hook's or a job's start alone, act.carry recording no line for it: an owner's
+        observation made before the start was then borrowed and said the one-off was
+        gone; test_a_started_oneoff_is_an_act). `started`: a one-off started, which
+        (`told_starts`) the property also counts, as acted did not."""
         assert self.seen is not None
         told = acted(PassResult(plan, self.seen, done=self.done))
         return told or (started and self.told_starts)
@@ -1363,7 +1363,6 @@ SplitDecision.TestCase.settings = WholeDecision.TestCase.settings
 test_split_decision = SplitDecision.TestCase
 
 
-@pytest.mark.xfail(strict=True, reason="usecases.passes.acted misses a one-off's start")
 def test_a_started_oneoff_is_an_act() -> None:
     """A pass that only starts the hook (nothing run, stopped or loaded: the pass before
     loaded the proxy, and its controller was killed before its hook) tells `Trust`

@@ -76,7 +76,6 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck as HypothesisHealth
 from hypothesis import settings
 from hypothesis import strategies as st

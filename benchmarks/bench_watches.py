@@ -18,7 +18,9 @@ transaction that wrote: the lock's put and delete, each commit, each member key'
 beat), and how many hosts the decider's last pass borrowed from their owners'
 observations instead of probing them (docs/scale.md, "Observing by share"). Then
 (`--deaths N`) a task killed on a random host, N times one after another: the median
-and the longest seconds from a kill until a watch printed its replacement `started`. Then
+and the longest seconds from a kill until a watch printed its replacement `started`, and
+the task verbs the owners carried out of those the decider ordered (docs/scale.md,
+"Acting by share"). Then
 (`--kill-decider`) the watch making the passes is killed with SIGKILL and a task killed
 on a random host at once: the seconds from the kills until another watch prints the
 task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s). Prints one
@@ -65,6 +67,16 @@ def members(md: list[str], env: dict[str, str], code: Path) -> dict[int, dict[st
     """Each member's record (`controllers --json`), by its process id."""
     doc = json.loads(run(md, env, code, "controllers", "--json"))
     return {int(m["holder"].split()[1]): m for m in doc["members"]}
+
+
+def verbs_by_share(found: dict[int, dict[str, object]]) -> str:
+    """The task verbs the decider ordered and the owners carried out, over every member
+    ("-" for a MiniDock that does not count them: before acting by share)."""
+    if not any("ordered" in m for m in found.values()):
+        return "-"
+    ordered = sum(int(str(m.get("ordered", 0))) for m in found.values())
+    carried = sum(int(str(m.get("carried", 0))) for m in found.values())
+    return f"{carried} / {ordered}"
 
 
 def started_by_any(watches: list[Watch], since: float, but: Watch | None = None) -> float:
@@ -156,6 +168,7 @@ def main() -> None:
                 decider = max(after, key=lambda pid: after[pid] - before.get(pid, 0))
                 borrowed = members(md, env, code)[decider].get("borrowed", "-")
                 died = deaths(fleet, names, watches, args.deaths)
+                carried = verbs_by_share(members(md, env, code)) if died else "-"
                 took = failover(fleet, names, watches, decider) if args.kill_decider else None
             finally:
                 for watch in watches:
@@ -176,7 +189,7 @@ def main() -> None:
     print(
         f"| {args.hosts} | {args.watches} | {args.interval} | "
         f"{' / '.join(f'{m:.0f}' for m in made)} | {per_host:.1f} ({each}) | "
-        f"{revs * minute:.0f} | {borrowed} | {replaced} | {failed_over} |"
+        f"{revs * minute:.0f} | {borrowed} | {replaced} | {carried} | {failed_over} |"
     )
 
 

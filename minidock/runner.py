@@ -65,6 +65,7 @@ class PassResult:
     acts: dict[str, int] = field(default_factory=dict)  # acts made, by event kind (metrics)
     masker: Masker = NO_SECRETS  # the pass's masker: the command's next pass starts from it
     rendered: Rendered = NOTHING_RENDERED  # every proxy's config, from `plan` (render)
+    touched: frozenset[str] = frozenset()  # the hosts of its acts' events ("": of none)
 
 
 async def decide_pass(
@@ -238,6 +239,7 @@ async def run_pass(
     checked = await health_checks(executor, inventory, result.observed, cluster.name, store.fence)
     if memory is not None:
         memory.forget(checked)  # the next pass reads what the checks found
+    result.touched = frozenset(e.host for e in acts.events)
     said = _folded(result, acts, store, now)
     result.done = [mask(line) for line in acts.done]
     result.failures = [mask(line) for line in acts.failures]

@@ -8,8 +8,9 @@ it had just started, and start another. Every act is made under the writer lock,
 observation stands only when its owner read etcd's revision, before it began to probe,
 later than the end of every lock tenure that may have acted since (`Trust`):
 
-- the decider's own tenures it knows: one that acted moves the bound to a revision read
-  after its last act; one that did nothing leaves it;
+- the decider's own tenures it knows: one that acted moves the bound of each host it
+  acted on to a revision read after its last act (every host's, when the pass cannot
+  say which hosts its acts touched); one that did nothing leaves it;
 - another writer's tenure (an operator's command, cron's reconcile, a killed decider
   before this one) is seen from the lock's tenure key (store.etcd.EtcdWriter.tenure): when
   the tenure before the decider's is not its own last, anything may have been done, so
@@ -64,11 +65,13 @@ class ShardTable:
 class Trust:
     """A decider's bound on borrowed observations for one cluster: `since` is the etcd
     revision after which an observation reflects every act any lock tenure made (0: no
-    tenure known yet, nothing is borrowed)."""
+    tenure known yet, nothing is borrowed), and `acted_on` each host's own, later bound:
+    the revision after the decider's last pass that acted on that host."""
 
     since: int = 0
     tenure: int = 0  # the decider's last tenure of the lock
-    ended: bool = False  # that tenure's acts are within `since`
+    ended: bool = False  # that tenure's acts are within the bounds
+    acted_on: dict[str, int] = field(default_factory=dict)  # host -> its bound, past `since`
 
     def took(self, tenure: int, before: int) -> None:
         """The decider holds the lock from revision `tenure`; `before` is the tenure
@@ -77,21 +80,27 @@ class Trust:
         known = self.ended and self.tenure != 0 and before == self.tenure
         if not known:
             self.since = max(self.since, tenure)
+            self.acted_on = {h: r for h, r in self.acted_on.items() if r > self.since}
         self.tenure, self.ended = tenure, False
 
-    def left(self, acted: bool, revision: int) -> None:
+    def left(self, acted: bool, revision: int, hosts: Set[str] | None = None) -> None:
         """The decider's tenure ended; `acted`: its pass did something (then `revision`
-        was read after its last act)."""
-        if acted:
+        was read after its last act), to `hosts` only (None: to any host)."""
+        if acted and hosts is None:
             self.since = max(self.since, revision)
+            self.acted_on = {h: r for h, r in self.acted_on.items() if r > self.since}
+        elif acted:
+            for host in hosts or ():
+                self.acted_on[host] = max(self.acted_on.get(host, 0), revision)
         self.ended = True
 
-    def stands(self, written: Written, round_revision: int) -> bool:
-        """Whether an observation, confirmed by its owner's round read at
+    def stands(self, written: Written, round_revision: int, host: str = "") -> bool:
+        """Whether an observation of `host`, confirmed by its owner's round read at
         `round_revision`, was made after every act this bound knows of."""
         if self.since == 0 or self.tenure == 0:  # no tenure known, or none held now
             return False
-        return max(written.revision, round_revision) > self.since
+        bound = max(self.since, self.acted_on.get(host, 0))
+        return max(written.revision, round_revision) > bound
 
 
 def borrowable(
@@ -111,7 +120,7 @@ def borrowable(
         confirmed = table.rounds.get(written.writer)
         if confirmed is None or not written.observation.ok:
             continue
-        if trust.stands(written, confirmed):
+        if trust.stands(written, confirmed, host):
             found[host] = written.observation
     return found
 

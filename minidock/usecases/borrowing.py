@@ -211,18 +211,19 @@ class Borrowing:
         member = self.membership.member.id
         return Delegation(self.book(), store, cluster, member, owners, self._patience)
 
-    def ended(self, cluster: str, acted: bool) -> None:
-        """The pass `lend` began is over; `acted`: it did something to a host. Then what
-        is borrowed next must have been observed after now: the owners are asked for a
-        new round (`_want`), whose write's revision is the new bound (etcd away: the
-        next pass probes every host, as after another writer's)."""
+    def ended(self, cluster: str, acted: bool, hosts: Set[str] | None = None) -> None:
+        """The pass `lend` began is over; `acted`: it did something, to `hosts` (None: to
+        any host). Then what is borrowed of those hosts next must have been observed after
+        now: the owners are asked for a new round (`_want`), whose write's revision is
+        their new bound (etcd away: the next pass probes every host, as after another
+        writer's)."""
         trust = self._trusts.setdefault(cluster, Trust())
         if not acted:
             trust.left(False, 0)
             return
         revision = self._want(cluster)
         if revision:
-            trust.left(True, revision)
+            trust.left(True, revision, hosts)
 
     def _want(self, cluster: str) -> int:
         """Ask the owners of `cluster` for a round of their whole share now: rewrite

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
 from minidock.act.carry import TaskActs
+from minidock.core.jobs import JobStart
 from minidock.core.watching import backoff_ends, probe_scope
 from minidock.masking import Masks
 from minidock.model import Cluster, EngineKind, HostObservation, Inventory, Observed
@@ -274,7 +275,7 @@ async def watch_step(
                 seconds = runtime.clock.monotonic() - started
                 record_pass(store, result, code, seconds, runtime.clock.now())
             if shared is not None:
-                shared.borrowing.ended(shared.cluster, acted(result))
+                shared.borrowing.ended(shared.cluster, acted(result), acted_on(result))
                 shared.borrowing.ordered += tasks.ordered if tasks else 0
             if streams is not None:
                 streams.seen(desired.cluster.name, live_ids(result.observed))
@@ -315,6 +316,20 @@ def acted(result: PassResult) -> bool:
     plan = result.plan
     oneoffs = plan.hooks or plan.jobs or plan.removals or plan.moves or plan.backups
     return bool(result.done or result.failures or plan.run or plan.stop or oneoffs)
+
+
+def acted_on(result: PassResult) -> frozenset[str] | None:
+    """The hosts a pass that `acted` acted on: only their bound on borrowed observations
+    moves (core.borrowing.Trust). None when it cannot say which (a volume move's or a
+    backup's steps, an act of no one host): then every host's does."""
+    plan = result.plan
+    if plan.moves or plan.backups:
+        return None
+    hosts = {r.host for r in plan.run} | {s.container.host for s in plan.stop}
+    hosts |= {o.host for o in plan.removals} | set(result.touched)
+    hosts |= {h.host or (h.oneoff.host if h.oneoff else "") for h in plan.hooks}
+    hosts |= {j.host if isinstance(j, JobStart) else j.oneoff.host for j in plan.jobs}
+    return None if "" in hosts else frozenset(hosts)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ broken on purpose show the checker finds what it is for.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 
 import pytest
@@ -125,6 +126,19 @@ def test_a_pass_that_acted_moves_the_bound_to_its_end() -> None:
     trust.took(16, before=10)
     assert trust.since == 14
     assert lent({"h0": ("a", 1, 13), "h1": ("a", 1, 15)}, {"a": 13}, trust) == {"h1"}
+
+
+def test_a_pass_that_acted_on_named_hosts_moves_only_their_bound() -> None:
+    trust = trusting(10)
+    trust.left(acted=True, revision=14, hosts={"h0"})
+    assert trust.since == 10
+    trust.took(16, before=10)
+    written = {"h0": ("a", 1, 13), "h1": ("a", 1, 13)}
+    assert lent(written, {"a": 13}, trust) == {"h1"}  # h0's act came after its probe
+    assert lent({"h0": ("a", 1, 15)}, {"a": 15}, trust) == {"h0"}
+    trust.left(acted=True, revision=20)  # a pass that cannot name its hosts: all of them
+    assert trust.since == 20
+    assert trust.acted_on == {}
 
 
 def test_a_pass_that_did_not_act_leaves_the_bound() -> None:
@@ -346,6 +360,8 @@ class Borrowing(RuleBasedStateMachine):
         self.trust = self.TRUST()
         self.holder: str | None = None  # "decider", "other": the lock's holder now
         self.acted = False  # the decider's pass did something to a host
+        self.acted_on: set[str] = set()  # the hosts it did something to
+        self.says_hosts = True  # its end names those hosts (or, drawn, says "any host")
 
     @initialize(owners=st.lists(st.sampled_from(MEMBERS), min_size=2, max_size=2))
     def start(self, owners: list[str]) -> None:
@@ -357,6 +373,7 @@ class Borrowing(RuleBasedStateMachine):
         tenure, before = self.fleet.lock()
         self.trust.took(tenure, before)
         self.holder, self.acted = "decider", False
+        self.acted_on = set()
         found = borrowable(self.fleet.table(), ME, self.trust, probe_anyway)
         for host, observation in found.items():
             last = self.fleet.last_act[host]
@@ -369,7 +386,8 @@ class Borrowing(RuleBasedStateMachine):
         then the lock key goes."""
         if self.holder == "decider":
             if how == "left":
-                self.trust.left(self.acted, self.fleet.revision)
+                hosts = frozenset(self.acted_on) if self.says_hosts else None
+                self.trust.left(self.acted, self.fleet.revision, hosts)
             elif how == "killed":
                 self.trust = self.TRUST()
         self.fleet.release()
@@ -407,6 +425,13 @@ class Borrowing(RuleBasedStateMachine):
         after it may be the very revision an owner read before its probe)."""
         self.fleet.act(host, writes)
         self.acted = True
+        self.acted_on.add(host)
+
+    @rule(says=st.booleans())
+    def hosts_said(self, says: bool) -> None:
+        """Whether the decider's passes name the hosts they acted on (usecases.passes
+        `acted_on`) or cannot (a volume move's step: every host's bound moves)."""
+        self.says_hosts = says
 
     @precondition(lambda self: self.holder is not None)
     @rule(how=ENDS)
@@ -509,8 +534,22 @@ class Unaware(Trust):
 class Forgetful(Trust):
     """Broken on purpose: a pass that acted leaves the bound where it was."""
 
-    def left(self, acted: bool, revision: int) -> None:
-        super().left(False, revision)
+    def left(self, acted: bool, revision: int, hosts: Set[str] | None = None) -> None:
+        super().left(False, revision, hosts)
+
+
+class Blind(Trust):
+    """Broken on purpose: each host's own bound (its acts) is not looked at."""
+
+    def stands(self, written: Written, round_revision: int, host: str = "") -> bool:
+        return super().stands(written, round_revision)
+
+
+class Sweeping(Trust):
+    """Broken on purpose: a pass's end moves only the first host's bound it names."""
+
+    def left(self, acted: bool, revision: int, hosts: Set[str] | None = None) -> None:
+        super().left(acted, revision, None if hosts is None else frozenset(sorted(hosts)[:1]))
 
 
 class Credulous(Trust):
@@ -521,7 +560,7 @@ class Credulous(Trust):
         super().took(tenure, before)
 
 
-@pytest.mark.parametrize("broken", [Unaware, Forgetful, Credulous])
+@pytest.mark.parametrize("broken", [Unaware, Forgetful, Credulous, Blind, Sweeping])
 def test_the_property_finds_a_broken_bound(broken: type[Trust]) -> None:
     """The same search as `test_borrowing` finds an observation borrowed before an act.
     No example database (found afresh, not replayed) and no shrinking."""

@@ -185,8 +185,10 @@ class Watches:
         listed = PassSkipped("joining", names=HOSTS)
         for heartbeat in (self.decider, self.owner, self.decider, self.owner):
             heartbeat.round([(self.cluster, listed)], 0.0)  # the ring's shares, handed over
-        if not self.tasks(self.owned()):  # the owner's share should hold a task: swap
+        if len(self.owned()) < 2:  # the owner's share is the larger (two hosts, tasks on them)
             self.decider, self.owner = self.owner, self.decider
+        assert len(self.owned()) == 2
+        assert self.tasks(self.owned())
 
     def tasks(self, hosts: set[str]) -> list[dict[str, Any]]:
         """The running containers on `hosts`."""
@@ -331,7 +333,8 @@ def test_a_task_death_the_owner_saw_is_borrowed_and_replaced_by_the_owner_on_the
     decider borrows that and decides; the verbs on that host (the dead container removed,
     its replacement started) are carried out by the owner on the decider's order, not by
     the decider (acting by share); the decider's next pass, before the owner has probed
-    again, borrows nothing from before those acts. Rounds of both bring the task back."""
+    again, borrows nothing of the hosts acted on from before those acts, and still
+    borrows the owner's other hosts. Rounds of both bring the task back."""
     owned = watches.owned()
     watches.decide()
     watches.stand_by()
@@ -347,10 +350,15 @@ def test_a_task_death_the_owner_saw_is_borrowed_and_replaced_by_the_owner_on_the
     assert watches.acted_by("owner", calls["owner"], owned)
     assert not watches.acted_by("decider", calls["decider"], owned)
     assert watches.orders() == []  # claimed
+    touched = passes.acted_on(dealt.result)
+    assert touched is not None
+    assert touched & owned  # the victim's host at least
     calls = {who: len(e.calls) for who, e in watches.executors.items()}
     watches.decide(owner_acts=False)
-    assert watches.borrowed() == 0  # the owner's acts are after what it saw
-    assert watches.probed_by_decider(calls["decider"]) == set(HOSTS)
+    # the hosts acted on are probed: the owner's acts are after what it saw of them; the
+    # owner's other hosts are still borrowed (each host's bound moves with its own acts)
+    assert watches.borrowed() == len(owned - touched)
+    assert watches.probed_by_decider(calls["decider"]) == (set(HOSTS) - owned) | touched
     for _ in range(5):
         run(watches.setup.clock.sleep(60))  # past any restart delay
         watches.stand_by()

@@ -29,7 +29,7 @@ from minidock.core import ExitNoted, Run, StartFailed, Stop
 from minidock.core.handover import OwnerKey
 from minidock.model import Inventory
 from minidock.ssh import Executor
-from minidock.store import StoreError
+from minidock.store import LeaseLost, StoreError
 from minidock.store.etcd import EtcdStore
 from minidock.store.members import Membership
 from minidock.store.orders import Order, OrderBook, Report
@@ -91,7 +91,13 @@ class Delegation:
                 tuple(host_stops),
                 tuple(host_runs),
             )
-            revision = self.book.place(self.store, self.cluster, host, order)
+            try:
+                revision = self.book.place(self.store, self.cluster, host, order)
+            except LeaseLost:
+                raise  # deposed: the pass acts no more
+            except StoreError as exc:  # etcd not answering: this pass acts there itself
+                log.info("%s: no order for %s: %s", self.cluster, host, exc)
+                revision = 0
             if revision:
                 placed[host] = revision
                 self.ordered += len(host_stops) + len(host_runs)
@@ -108,15 +114,18 @@ class Delegation:
         looked = started
         while waiting:
             await asyncio.sleep(POLL)
-            found = self.book.reports(self.cluster, waiting)
-            for host, report in found.items():
-                _fold(acts, report)
-                del waiting[host]
-            self.book.clear(self.cluster, found)
             now = time.monotonic()
-            if waiting and now - looked >= OWNERS_EVERY:
-                looked = now
-                await self._orphans(acts, waiting, stops, runs)
+            try:
+                found = self.book.reports(self.cluster, waiting)
+                for host, report in found.items():
+                    _fold(acts, report)
+                    del waiting[host]
+                self.book.clear(self.cluster, found)
+                if waiting and now - looked >= OWNERS_EVERY:
+                    looked = now
+                    await self._orphans(acts, waiting, stops, runs)
+            except StoreError as exc:  # etcd not answering: wait on, within the patience
+                log.info("%s: the owners' reports not read: %s", self.cluster, exc)
             for host in [h for h in waiting if now - started > self._patience(h)]:
                 del waiting[host]
                 self._late(acts, host)
@@ -131,7 +140,11 @@ class Delegation:
             if created == self.owners[host].created:
                 continue
             revision = waiting.pop(host)
-            if self.book.withdraw(self.cluster, host, revision):
+            try:
+                withdrawn = self.book.withdraw(self.cluster, host, revision)
+            except StoreError:
+                withdrawn = False  # it may have been claimed: not done here
+            if withdrawn:
                 log.info("%s: %s's owner went before its order; acting here", self.cluster, host)
                 await carry_tasks(
                     acts,

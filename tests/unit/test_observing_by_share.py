@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -204,10 +204,13 @@ class Watches:
     def owner_client(self) -> EtcdClient:
         return self.owner._shares.membership.client  # type: ignore[union-attr]
 
-    def decide(self, *, owner_acts: bool = True) -> PassDone:
+    def decide(
+        self, *, owner_acts: bool = True, meanwhile: Callable[[], None] | None = None
+    ) -> PassDone:
         """A pass of the decider's; its member key rewritten after it. Meanwhile
         (`owner_acts`) the owner, rung by an order for its share as its `watch` is, makes
-        a round, which carries it out."""
+        a round, which carries it out; or (`meanwhile`) that is called once an order is
+        placed."""
 
         async def both() -> PassDone | PassSkipped:
             decided = asyncio.ensure_future(
@@ -219,10 +222,14 @@ class Watches:
                     shared=self.decider.shared(self.cluster),
                 )
             )
-            while owner_acts and not decided.done():
+            while (owner_acts or meanwhile) and not decided.done():
                 await asyncio.sleep(0.02)
-                if self.orders():
-                    self.owner.round([(self.cluster, await self._stand_by())], time.time())
+                if not self.orders():
+                    continue
+                if meanwhile is not None:
+                    meanwhile()
+                    break
+                self.owner.round([(self.cluster, await self._stand_by())], time.time())
             return await decided
 
         step = run(both())
@@ -399,6 +406,33 @@ def test_an_order_its_owner_never_claims_fails_the_pass_and_goes_with_the_decide
         if watches.decide().exit_code is ExitCode.OK:
             break
     assert len(watches.tasks(set(HOSTS))) == 3
+
+
+def test_an_order_whose_owner_goes_before_claiming_it_is_withdrawn_and_done_by_the_decider(
+    watches: Watches,
+) -> None:
+    """The owner leaves (its lease revoked: its owner keys go) while the decider waits on
+    its order: within a second the decider sees the owner key gone, withdraws the order
+    and carries it out itself; the pass fails nothing."""
+    owned = watches.owned()
+    watches.decide()
+    watches.stand_by()
+    (victim, *_) = watches.tasks(owned)
+    victim["State"]["Status"] = "exited"
+    watches.stand_by()
+    calls = {who: len(e.calls) for who, e in watches.executors.items()}
+    dealt = watches.decide(meanwhile=watches.owner.leave)
+    assert dealt.result.done, dealt.result
+    assert not dealt.result.failures, dealt.result.failures
+    assert watches.acted_by("decider", calls["decider"], owned)
+    assert not watches.acted_by("owner", calls["owner"], owned)
+    prefix = orders_prefix(watches.url, watches.cluster)
+    left = EtcdClient(watches.url)
+    try:
+        reply = left.range(rpc.RangeRequest(key=prefix, range_end=range_end(prefix)))
+        assert list(reply.kvs) == []  # withdrawn
+    finally:
+        left.close()
 
 
 def test_an_owner_whose_rounds_stop_is_passed_over_and_its_hosts_probed_again(

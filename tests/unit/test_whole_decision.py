@@ -127,7 +127,7 @@ from minidock.model import (
 from minidock.runner import PassResult, decision
 from minidock.spec.cluster import load
 from minidock.spec.errors import SpecError
-from minidock.usecases.passes import acted
+from minidock.usecases.passes import acted, acted_on
 from tests.sim import Snapshot, World
 
 DT = 10.0  # seconds between passes: more than drain_timeout and a health check's settling
@@ -1388,7 +1388,8 @@ class SplitFleet(Fleet):
                 self.trust, self.rounds_seen = Trust(), {}
             elif turn.told:
                 did = self.acted(plan, self.started > started)
-                self.trust.left(did, self.etcd.write() if did else 0)
+                hosts = acted_on(PassResult(plan, self.seen, done=self.done)) if did else None
+                self.trust.left(did, self.etcd.write() if did else 0, hosts)
         self.etcd.write()  # the lock key deleted
         if self.during in self.late:  # (a claim round of its wrote it already)
             self.etcd.publish(self.late.pop(self.during))
@@ -1412,7 +1413,10 @@ class SplitDecision(WholeDecision):
     are a host changing hands and the decider's role; each pass may be another writer's,
     its end untold, or overtake an owner's probes with its acts. At `settle` every owner
     makes a round before each pass, and once converged and a pass did not act, the
-    decider borrows every host others own."""
+    decider borrows every host others own. Acting by share: the verbs on a host another
+    member owns whose rounds advance are that owner's order, reported, lost or late as
+    `Turn.fates` draws (SplitFleet.carry_stops); a lost or late order counts as a kill in
+    the bound (the next pass decides the verbs again from what it observes)."""
 
     def __init__(self) -> None:
         super().__init__()

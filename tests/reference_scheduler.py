@@ -9,7 +9,7 @@ is obviously what docs/architecture.md's "Scheduling" section says.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from minidock.model import Container, Host, Service
@@ -93,6 +93,13 @@ class Fleet:
             self.load[container.host] = self.load[container.host].release(
                 container.service, container.cpus, container.memory, container.host_ports
             )
+
+    def stopping(self, container: Container) -> None:
+        """A task this pass stops: freed, but for its host ports (bound until it is gone)."""
+        self.free(container)
+        if container.host in self.load:
+            load = self.load[container.host]
+            self.load[container.host] = replace(load, ports=load.ports | set(container.host_ports))
 
 
 class Filter(Protocol):

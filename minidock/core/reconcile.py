@@ -175,14 +175,15 @@ def _fleet(
     stops: Sequence[Stop],
 ) -> Fleet:
     """Every host's load as this pass leaves it once its stops are done: the live tasks
-    (other clusters' too), and the host ports held outside MiniDock."""
+    (other clusters' too), and the host ports held outside MiniDock; a stopped task's
+    host ports stay taken (Fleet.stopping)."""
     live = [counted_as(c, desired.name) for c in observed.load() if c.host in hosts and c.live]
     eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
     foreign = {h: o.ports_in_use - _published(o.others) for h, o in observed.hosts.items() if o.ok}
     fleet = Fleet.build(inventory.hosts, eligible, live, foreign)
     for s in stops:
         if s.container.live:
-            fleet.free(s.container)
+            fleet.stopping(s.container)
     return fleet
 
 

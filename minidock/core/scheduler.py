@@ -163,6 +163,14 @@ class Fleet:
             c = container
             self.release(c.host, c.service, c.cpus, c.memory, c.host_ports, len(c.gpus))
 
+    def stopping(self, container: Container) -> None:
+        """A task this pass stops: its load freed but for its host ports, which stay
+        taken: the traffic gate may hold the stop while the task drains (core.traffic),
+        and Docker refuses a start on a port a live container holds."""
+        self.free(container)
+        if container.host in self.load:
+            self.load[container.host].ports.update(container.host_ports)
+
     def add(
         self,
         host: str,

@@ -61,7 +61,7 @@ class Delegation:
         """The orders placed, this pass's own verbs carried out, then the reports awaited."""
         placed = self._place(acts, stops, runs)
         mine_stops = [s for s in stops if s.container.host not in placed]
-        mine_runs = [r for r in runs if r.host not in placed]
+        mine_runs = [r for r in runs if r.host not in placed or not _on_one_host(r)]
         await carry_tasks(acts, mine_stops, mine_runs)  # meanwhile, the owners carry theirs
         await self._collect(acts, placed, stops, runs)
 
@@ -72,7 +72,7 @@ class Delegation:
             if s.container.host in self.owners:
                 verbs.setdefault(s.container.host, ([], []))[0].append(s)
         for r in runs:
-            if r.host in self.owners:
+            if r.host in self.owners and _on_one_host(r):
                 verbs.setdefault(r.host, ([], []))[1].append(r)
         tenure = self.store.tenure[0]
         placed: dict[str, int] = {}
@@ -149,7 +149,7 @@ class Delegation:
                 await carry_tasks(
                     acts,
                     [s for s in stops if s.container.host == host],
-                    [r for r in runs if r.host == host],
+                    [r for r in runs if r.host == host and _on_one_host(r)],
                 )
             else:
                 self._late(acts, host)
@@ -164,6 +164,12 @@ class Delegation:
             f"{host}: its owner {owner} did not report the acts ordered of it; the next "
             "pass decides from what it observes"
         )
+
+
+def _on_one_host(run: Run) -> bool:
+    """Whether a start acts on its own host alone: a stop-first replacement whose old task
+    is on another host stops it there first, in that order, so the decider does it."""
+    return run.replaces is None or run.replaces.host == run.host
 
 
 def _fold(acts: Acts, report: Report) -> None:

@@ -326,6 +326,7 @@ def acted_on(result: PassResult) -> frozenset[str] | None:
     if plan.moves or plan.backups:
         return None
     hosts = {r.host for r in plan.run} | {s.container.host for s in plan.stop}
+    hosts |= {r.replaces.host for r in plan.run if r.replaces is not None}
     hosts |= {o.host for o in plan.removals} | set(result.touched)
     hosts |= {h.host or (h.oneoff.host if h.oneoff else "") for h in plan.hooks}
     hosts |= {j.host if isinstance(j, JobStart) else j.oneoff.host for j in plan.jobs}

@@ -11,9 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from minidock.core import Run, Stop
+from minidock.core import ControllerState, Plan, Run, Stop
 from minidock.core.outcomes import StartFailed
-from minidock.model import Container, Event
+from minidock.model import Container, Event, Observed
+from minidock.runner import PassResult
 from minidock.store.base import LeaseLost
 from minidock.store.etcd import EtcdStore, EtcdWriter
 from minidock.store.etcd_client import EtcdClient, range_end, rpc
@@ -22,6 +23,7 @@ from minidock.store.members import Membership
 from minidock.store.orders import Order, OrderBook, Report, orders_prefix, reports_prefix
 from minidock.store.owners import OwnerKeys
 from minidock.store.sealing import SEALED
+from minidock.usecases import passes
 from tests.sim import svc
 
 SECRET = "hunter2-is-not-a-password"
@@ -139,3 +141,17 @@ def test_a_report_is_sealed_read_only_for_its_own_order_and_cleared(
     assert book.reports("c", {"host1": 41}) == {"host1": report}
     book.clear("c", ["host1"])
     assert _values(client, reports_prefix(url, "c")) == []
+
+
+def test_the_hosts_a_pass_acted_on_include_a_replaced_tasks_host_or_are_none_when_unnamed() -> None:
+    """usecases.passes.acted_on: each host whose bound on borrowed observations moves.
+    A stop-first replacement whose old task is on another host acts on both; a pass that
+    cannot name its hosts (an act of no one host, a volume move's step) says None: every
+    host's bound moves."""
+    web = svc("web", "web:5")
+    old = Container("c1", "web.1.aaaa", "host1", "c", "web", 1, "aaaa", "x", "web:4", "running")
+    plan = Plan(ControllerState(), run=(Run(web, 1, "host2", "bbbb", "update", replaces=old),))
+    result = PassResult(plan, Observed({}), touched=frozenset({"host2"}))
+    assert passes.acted_on(result) == {"host1", "host2"}
+    assert passes.acted_on(replace(result, touched=frozenset({""}))) is None  # of no one host
+    assert passes.acted_on(PassResult(Plan(ControllerState()), Observed({}))) == frozenset()

@@ -77,7 +77,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck as HypothesisHealth
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -1559,14 +1558,14 @@ def test_a_started_oneoff_is_an_act() -> None:
     assert not fleet.violations, fleet.violations
 
 
-@pytest.mark.xfail(strict=True, reason="a start placed on a host port a draining task holds")
 def test_a_start_never_takes_a_held_host_port() -> None:
     """Docker refuses a start whose host port a live container holds ("port is already
     allocated"); the Fleet does not, so the decision is checked here: a rolling update
     start-first of 2 routed replicas with a host port on 3 hosts. Slot 1's new task goes
     to host3, its old one on host1 drains (its stop held by core.traffic's gate); slot 2's
     new task is placed on host1 in a pass while that old task still runs there and holds
-    8081/tcp: the placement counted the held stop's port as freed. Found by the split
+    8081/tcp: the placement counted the held stop's port as freed (core.reconcile's
+    `_fleet` freed every stop's host ports; it keeps them now). Found by the split
     whole decision once a start into a held port failed (as Docker's does): the slot's
     start failed, and with a late order's start a stray drained for ever (the fake's two
     tasks on one host:port)."""

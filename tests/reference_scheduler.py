@@ -9,7 +9,7 @@ is obviously what docs/architecture.md's "Scheduling" section says.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from minidock.model import Container, Host, Service
@@ -88,18 +88,13 @@ class Fleet:
             service.name, service.cpus, service.memory, service_ports(service)
         )
 
-    def free(self, container: Container) -> None:
+    def free(self, container: Container, *, keep_ports: bool = False) -> None:
+        """A task's load given back (`keep_ports`: but its host ports, held till it goes)."""
         if container.host in self.load:
+            ports = () if keep_ports else container.host_ports
             self.load[container.host] = self.load[container.host].release(
-                container.service, container.cpus, container.memory, container.host_ports
+                container.service, container.cpus, container.memory, ports
             )
-
-    def stopping(self, container: Container) -> None:
-        """A task this pass stops: freed, but for its host ports (bound until it is gone)."""
-        self.free(container)
-        if container.host in self.load:
-            load = self.load[container.host]
-            self.load[container.host] = replace(load, ports=load.ports | set(container.host_ports))
 
 
 class Filter(Protocol):

@@ -35,7 +35,16 @@ from minidock.core.deciding import STALL_MARGIN
 from minidock.core.handover import OwnerKey
 from minidock.model import HostObservation
 
-__all__ = ["RoundSeen", "ShardTable", "Trust", "Written", "advancing", "borrowable"]
+__all__ = [
+    "RoundSeen",
+    "ShardTable",
+    "Trust",
+    "Written",
+    "advancing",
+    "borrowable",
+    "orderable",
+    "patience",
+]
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,22 @@ def advancing(
     for member, revision in table.rounds.items():
         was = seen.get(member)
         after[member] = was if was and was.revision == revision else RoundSeen(revision, now)
-        patience = 3 * table.intervals.get(member, 0.0) + STALL_MARGIN
-        if now - after[member].since <= patience:
+        if now - after[member].since <= patience(table.intervals.get(member, 0.0)):
             fresh[member] = revision
     return after, fresh
+
+
+def patience(interval: float) -> float:
+    """How long an owner whose resync is `interval` may go without a round (or without
+    reporting the acts it was ordered) before it counts as stuck: three of its resyncs
+    and a margin, as a stalled decider is judged (core.deciding)."""
+    return 3 * interval + STALL_MARGIN
+
+
+def orderable(
+    owners: Mapping[str, OwnerKey], me: str, fresh: Mapping[str, int]
+) -> dict[str, OwnerKey]:
+    """The hosts whose task verbs the decider `me` hands to their owners (acting by
+    share): those owned by another member whose rounds advance (`fresh`, `advancing`'s):
+    the owners it borrows from."""
+    return {h: k for h, k in owners.items() if k.controller != me and k.controller in fresh}

@@ -175,15 +175,16 @@ def _fleet(
     stops: Sequence[Stop],
 ) -> Fleet:
     """Every host's load as this pass leaves it once its stops are done: the live tasks
-    (other clusters' too), and the host ports held outside MiniDock; a stopped task's
-    host ports stay taken (Fleet.stopping)."""
+    (other clusters' too), and the host ports held outside MiniDock. A stopped task's host
+    ports stay taken: the traffic gate may hold its stop while it drains (core.traffic),
+    and Docker refuses a start on a port a live container holds."""
     live = [counted_as(c, desired.name) for c in observed.load() if c.host in hosts and c.live]
     eligible = {h: hs.why_not_eligible() for h, hs in hosts.items()}
     foreign = {h: o.ports_in_use - _published(o.others) for h, o in observed.hosts.items() if o.ok}
     fleet = Fleet.build(inventory.hosts, eligible, live, foreign)
     for s in stops:
         if s.container.live:
-            fleet.stopping(s.container)
+            fleet.free(s.container, keep_ports=True)
     return fleet
 
 

@@ -158,18 +158,11 @@ class Fleet:
         ports = service_ports(service)
         self.release(host, service.name, service.cpus, service.memory, ports, service.gpus)
 
-    def free(self, container: Container) -> None:
-        if container.host in self.load:
-            c = container
-            self.release(c.host, c.service, c.cpus, c.memory, c.host_ports, len(c.gpus))
-
-    def stopping(self, container: Container) -> None:
-        """A task this pass stops: its load freed but for its host ports, which stay
-        taken: the traffic gate may hold the stop while the task drains (core.traffic),
-        and Docker refuses a start on a port a live container holds."""
-        self.free(container)
-        if container.host in self.load:
-            self.load[container.host].ports.update(container.host_ports)
+    def free(self, c: Container, *, keep_ports: bool = False) -> None:
+        """A task's load given back (`keep_ports`: but its host ports, held till it goes)."""
+        if c.host in self.load:
+            ports = () if keep_ports else c.host_ports
+            self.release(c.host, c.service, c.cpus, c.memory, ports, len(c.gpus))
 
     def add(
         self,

@@ -313,17 +313,10 @@ class EtcdStore:
         if self._writer is not None:
             self._writer.fence()
 
-    def guarded_put(self, key: bytes, value: bytes, compares: Sequence[Any]) -> int:
-        """EtcdWriter.guarded_put, for the lock holder's store (a reader's: LeaseLost)."""
-        if self._writer is None:
-            raise LeaseLost(f"{self.url}: this store does not hold the lock")
-        return self._writer.guarded_put(key, value, compares)
-
     @property
-    def tenure(self) -> tuple[int, int]:
-        """The lock's tenure this store commits under, and the one before it
-        (EtcdWriter.tenure); (0, 0) for a reader's store."""
-        return (0, 0) if self._writer is None else self._writer.tenure
+    def writer(self) -> EtcdWriter | None:
+        """The lock holder's writer (None: a reader's store): its tenure, its guarded puts."""
+        return self._writer
 
     # -- a migration's copy -------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

@@ -29,7 +29,7 @@ from typing import TypeVar
 from minidock.core import ExitNoted, Run, StartFailed, Stop
 from minidock.model import EngineKind, Event
 from minidock.store.codec import Codec
-from minidock.store.etcd import EtcdStore, Keys, every_key
+from minidock.store.etcd import EtcdStore, EtcdWriter, Keys, every_key
 from minidock.store.etcd_client import (
     EtcdClient,
     compare_create,
@@ -86,20 +86,26 @@ def reports_prefix(url: EtcdURL, cluster: str) -> bytes:
 class OrderBook:
     """The orders and reports of one state, for either side: the decider (`place`,
     `reports`, `withdraw`) and the owners (`pending`, `claim`, `report`). Values are
-    coded with `codec` (the store's: secrets sealed)."""
+    coded with the state's codec and sealed whole with its key."""
 
-    def __init__(self, url: EtcdURL, client: EtcdClient, codec: Codec) -> None:
-        self.url, self.client, self.codec = url, client, codec
+    def __init__(self, url: EtcdURL, client: EtcdClient) -> None:
+        self.url, self.client = url, client
         self.keys = Keys(url.prefix)
+        self._view = EtcdStore(url, client, None)  # a view on the client: not closed here
+
+    @property
+    def codec(self) -> Codec:
+        """The state's codec, its key read on first use."""
+        return self._view.codec
 
     # -- the decider ----------------------------------------------------------------------
-    def place(self, store: EtcdStore, cluster: str, host: str, order: Order) -> int:
-        """Write `order` for `host` under the lock `store` holds, only while `host`'s
+    def place(self, writer: EtcdWriter, cluster: str, host: str, order: Order) -> int:
+        """Write `order` for `host` under the lock `writer` holds, only while `host`'s
         owner key is the one the order names; its revision (0: the host changed hands, the
-        decider acts itself). A lost lock raises LeaseLost."""
+        decider acts itself). A lock not held, or lost, raises LeaseLost."""
         key = orders_prefix(self.url, cluster) + host.encode()
         owner = cluster_owners(self.url, cluster) + host.encode()
-        return store.guarded_put(key, self._value(order), [compare_create(owner, order.owner)])
+        return writer.guarded_put(key, self._value(order), [compare_create(owner, order.owner)])
 
     def reports(self, cluster: str, placed: Mapping[str, int]) -> dict[str, Report]:
         """The reports in for the orders `placed` (host -> order revision); others (a
@@ -144,9 +150,8 @@ class OrderBook:
         """The orders for hosts whose owner key this member holds (`owned`: host -> its
         create revision) and that name that key: (host, revision, order)."""
         prefix = orders_prefix(self.url, cluster)
-        store = EtcdStore(self.url, self.client, None)  # a view on the client: not closed here
         found = []
-        for kv in every_key(store, prefix, 0):
+        for kv in every_key(self._view, prefix, 0):
             host = bytes(kv.key)[len(prefix) :].decode()
             order = self._read(kv.value, Order)
             if owned.get(host) == order.owner:

@@ -15,8 +15,14 @@ from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
-from minidock.core.borrowing import RoundSeen, Trust, advancing, borrowable
-from minidock.core.deciding import STALL_MARGIN
+from minidock.core.borrowing import (
+    RoundSeen,
+    Trust,
+    advancing,
+    borrowable,
+    orderable,
+    patience,
+)
 from minidock.core.handover import OwnerKey
 from minidock.core.watching import probe_scope
 from minidock.model import Host, HostObservation, Inventory
@@ -58,7 +64,8 @@ class Borrowing:
         self._readers: dict[str, ShardReader] = {}  # cluster -> its shard table's reads
         self._orderable: dict[str, dict[str, OwnerKey]] = {}  # cluster -> hosts to order
         self._patience: dict[str, float] = {}  # member -> seconds its report may take
-        self._book: OrderBook | None = None
+        self._delegations: dict[str, Delegation] = {}  # cluster -> its pass's, under way
+        self.book = OrderBook(membership.url, membership.client)  # the orders and reports
         self.ordered = 0  # task verbs this member's passes handed over, since it started
         self.carried = 0  # task verbs it carried out for a decider, since it started
 
@@ -128,9 +135,8 @@ class Borrowing:
         try:
             revision, owned = self._seen.owned(member, cluster)
             owned = {h: created for h, created in owned.items() if h in listed}
-            book = self.book()
             acted, verbs = await carry_orders(
-                book, self.membership, executor, inventory, cluster, owned
+                self.book, self.membership, executor, inventory, cluster, owned
             )
             if acted:
                 self.carried += verbs
@@ -165,7 +171,8 @@ class Borrowing:
         rounds advance (core.borrowing: `advancing`, `borrowable`); none on a store that
         is not the lock holder's on etcd, or while etcd does not answer."""
         trust = self._trusts.setdefault(cluster, Trust())
-        tenure = store.tenure if isinstance(store, EtcdStore) else (0, 0)
+        writer = store.writer if isinstance(store, EtcdStore) else None
+        tenure = writer.tenure if writer is not None else (0, 0)
         bound = trust.since
         trust.took(*tenure)
         if trust.since != bound:  # another writer's tenure, or the first: a round wanted
@@ -186,30 +193,24 @@ class Borrowing:
         me = member.member.id
         self._others[cluster] = frozenset(h for h, k in table.owners.items() if k.controller != me)
         self._rounds, fresh = advancing(self._rounds, table, now)
-        self._orderable[cluster] = {
-            h: k for h, k in table.owners.items() if k.controller != me and k.controller in fresh
-        }
-        self._patience = {m: 3 * t + STALL_MARGIN for m, t in table.intervals.items()}
+        self._orderable[cluster] = orderable(table.owners, me, fresh)
+        self._patience = {m: patience(t) for m, t in table.intervals.items()}
         table = replace(table, rounds=fresh)
         found = borrowable(table, me, trust, probe_anyway)
         self.borrowed = len(found)
         return found
 
-    def book(self) -> OrderBook:
-        """The orders and reports of this state (its codec seals them with the state's key)."""
-        if self._book is None:
-            url, client = self.membership.url, self.membership.client
-            self._book = OrderBook(url, client, EtcdStore(url, client, None).codec)
-        return self._book
-
     def delegation(self, store: Store, cluster: str) -> Delegation | None:
         """The task verbs of the pass `lend` began, handed to the owners of the hosts it
         borrowed from (None: nothing to hand over, or not the lock holder's etcd store)."""
         owners = self._orderable.get(cluster, {})
-        if not owners or not isinstance(store, EtcdStore) or store.tenure[0] == 0:
+        writer = store.writer if isinstance(store, EtcdStore) else None
+        if not owners or writer is None or writer.tenure[0] == 0:
             return None
         member = self.membership.member.id
-        return Delegation(self.book(), store, cluster, member, owners, self._patience)
+        made = Delegation(self.book, writer, cluster, member, owners, self._patience)
+        self._delegations[cluster] = made
+        return made
 
     def ended(self, cluster: str, acted: bool, hosts: Set[str] | None = None) -> None:
         """The pass `lend` began is over; `acted`: it did something, to `hosts` (None: to
@@ -218,6 +219,8 @@ class Borrowing:
         their new bound (etcd away: the next pass probes every host, as after another
         writer's)."""
         trust = self._trusts.setdefault(cluster, Trust())
+        handed = self._delegations.pop(cluster, None)
+        self.ordered += handed.ordered if handed is not None else 0
         if not acted:
             trust.left(False, 0)
             return
@@ -267,3 +270,11 @@ class Shared:
 
     cluster: str
     borrowing: Borrowing
+
+    def lend(
+        self, store: Store, rung: Set[str], now: float
+    ) -> tuple[dict[str, HostObservation], Delegation | None]:
+        """A pass's borrowed observations and its task verbs' handing over (Borrowing's
+        `lend` and `delegation`)."""
+        found = self.borrowing.lend(store, self.cluster, rung, now)
+        return found, self.borrowing.delegation(store, self.cluster)

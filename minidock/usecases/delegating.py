@@ -30,7 +30,7 @@ from minidock.core.handover import OwnerKey
 from minidock.model import Inventory
 from minidock.ssh import Executor
 from minidock.store import LeaseLost, StoreError
-from minidock.store.etcd import EtcdStore
+from minidock.store.etcd import EtcdWriter
 from minidock.store.members import Membership
 from minidock.store.orders import Order, OrderBook, Report
 
@@ -49,7 +49,7 @@ class Delegation:
     owners, the others by this pass. `patience`: each owner's, in seconds."""
 
     book: OrderBook
-    store: EtcdStore
+    writer: EtcdWriter  # the lock's holder: the pass's tenure
     cluster: str
     member: str
     owners: Mapping[str, OwnerKey]
@@ -74,7 +74,7 @@ class Delegation:
         for r in runs:
             if r.host in self.owners and _on_one_host(r):
                 verbs.setdefault(r.host, ([], []))[1].append(r)
-        tenure = self.store.tenure[0]
+        tenure = self.writer.tenure[0]
         placed: dict[str, int] = {}
         for host, (host_stops, host_runs) in sorted(verbs.items()):
             services = {s.container.service for s in host_stops} | {
@@ -92,7 +92,7 @@ class Delegation:
                 tuple(host_runs),
             )
             try:
-                revision = self.book.place(self.store, self.cluster, host, order)
+                revision = self.book.place(self.writer, self.cluster, host, order)
             except LeaseLost:
                 raise  # deposed: the pass acts no more
             except StoreError as exc:  # etcd not answering: this pass acts there itself

@@ -252,11 +252,8 @@ async def watch_step(
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory, inventories))
-            others = shared.borrowing.others(shared.cluster) if shared else frozenset()
-            scope, rung = _scope(desired, streams, memory, full, others)
-            now = runtime.clock.monotonic()
-            lent = shared.borrowing.lend(store, shared.cluster, rung, now) if shared else {}
-            tasks = shared.borrowing.delegation(store, shared.cluster) if shared else None
+            scope, rung = _scope(desired, streams, memory, full, shared)
+            lent, tasks = shared.lend(store, rung, runtime.clock.monotonic()) if shared else UNLENT
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
@@ -276,7 +273,6 @@ async def watch_step(
                 record_pass(store, result, code, seconds, runtime.clock.now())
             if shared is not None:
                 shared.borrowing.ended(shared.cluster, acted(result), acted_on(result))
-                shared.borrowing.ordered += tasks.ordered if tasks else 0
             if streams is not None:
                 streams.seen(desired.cluster.name, live_ids(result.observed))
                 streams.engines(desired.cluster.name, engine_kinds(result.observed))
@@ -292,12 +288,13 @@ def _scope(
     streams: EventStreams | None,
     memory: ProbeMemory | None,
     full: bool,
-    others: Set[str] = frozenset(),
+    shared: Shared | None = None,
 ) -> tuple[Set[str] | None, Set[str]]:
     """The hosts a `watch` pass probes (None: all; core.watching.probe_scope) and those
     whose event stream rang since the last pass took its rings; `streams` follow the
-    hosts the inventory lists now, but `others` (hosts another watch owns and follows:
+    hosts the inventory lists now, but those another watch owns and follows (`shared`:
     each is probed, unless its observation is borrowed)."""
+    others = shared.borrowing.others(shared.cluster) if shared else frozenset()
     if streams is None or memory is None:
         return None, frozenset()
     hosts = desired.inventory.hosts
@@ -307,6 +304,9 @@ def _scope(
         return None, rung
     names = (h.name for h in hosts)
     return probe_scope(names, rung=rung, up=up, remembered=memory.remembered()), rung
+
+
+UNLENT: tuple[dict[str, HostObservation], None] = ({}, None)  # no share: nothing lent, no order
 
 
 def acted(result: PassResult) -> bool:

@@ -16,7 +16,7 @@ from minidock.core.outcomes import StartFailed
 from minidock.model import Container, Event, Observed
 from minidock.runner import PassResult
 from minidock.store.base import LeaseLost
-from minidock.store.etcd import EtcdStore, EtcdWriter
+from minidock.store.etcd import EtcdWriter
 from minidock.store.etcd_client import EtcdClient, range_end, rpc
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership
@@ -40,7 +40,7 @@ def owner(url: EtcdURL) -> Iterator[Membership]:
 
 
 def _book(url: EtcdURL, client: EtcdClient) -> OrderBook:
-    return OrderBook(url, client, EtcdStore(url, client, None).codec)
+    return OrderBook(url, client)
 
 
 def _order(writer: EtcdWriter, owner_key: int) -> Order:
@@ -74,8 +74,8 @@ def test_an_order_goes_sealed_to_the_owner_of_the_moment_and_is_claimed_once(
     writer.acquire()
     try:
         order = _order(writer, taken.owner.created)
-        assert book.place(writer.store(), "c", "host1", replace(order, owner=1)) == 0  # not its key
-        placed = book.place(writer.store(), "c", "host1", order)
+        assert book.place(writer, "c", "host1", replace(order, owner=1)) == 0  # not its key
+        placed = book.place(writer, "c", "host1", order)
         assert placed > 0
         (raw,) = _values(client, orders_prefix(url, "c"))
         assert raw.startswith(SEALED.encode())
@@ -90,8 +90,8 @@ def test_an_order_goes_sealed_to_the_owner_of_the_moment_and_is_claimed_once(
         assert book.pending("c", {"host1": taken.owner.created}) == []
     finally:
         writer.release()
-    with pytest.raises(LeaseLost):  # a store that does not hold the lock orders nothing
-        book.place(EtcdStore(url, client, None), "c", "host1", order)
+    with pytest.raises(LeaseLost):  # a writer that does not hold the lock orders nothing
+        book.place(writer, "c", "host1", order)
 
 
 def test_an_order_of_an_ended_tenure_is_never_claimed_and_goes_with_its_lease(
@@ -102,7 +102,7 @@ def test_an_order_of_an_ended_tenure_is_never_claimed_and_goes_with_its_lease(
     first = EtcdWriter(url)
     first.acquire()
     order = _order(first, taken.owner.created)
-    revision = book.place(first.store(), "c", "host1", order)
+    revision = book.place(first, "c", "host1", order)
     try:
         # the tenure key rewritten by another holder: the order's tenure has ended
         client.txn(rpc.TxnRequest(success=[rpc.RequestOp(request_put=rpc.PutRequest(
@@ -115,7 +115,7 @@ def test_an_order_of_an_ended_tenure_is_never_claimed_and_goes_with_its_lease(
     second_tenure.acquire()
     try:
         again = replace(order, tenure=second_tenure.tenure[0])
-        placed = book.place(second_tenure.store(), "c", "host1", again)
+        placed = book.place(second_tenure, "c", "host1", again)
         assert book.withdraw("c", "host1", placed)  # unclaimed: withdrawn
         assert not book.claim("c", "host1", placed, again)
         assert not book.withdraw("c", "host1", placed)
@@ -155,3 +155,19 @@ def test_the_hosts_a_pass_acted_on_include_a_replaced_tasks_host_or_are_none_whe
     assert passes.acted_on(result) == {"host1", "host2"}
     assert passes.acted_on(replace(result, touched=frozenset({""}))) is None  # of no one host
     assert passes.acted_on(PassResult(Plan(ControllerState()), Observed({}))) == frozenset()
+
+
+def test_an_owners_acts_are_fenced_on_its_member_lease(url: EtcdURL) -> None:
+    """Membership.fence, which every command of an owner's acts passes first: LeaseLost
+    before its lease is granted and once it is lost; nothing while it lives."""
+    member = Membership(url)
+    try:
+        with pytest.raises(LeaseLost):
+            member.fence()
+        member.beat()
+        member.fence()
+        member._keeper.lost = "it was not renewed in time"  # type: ignore[union-attr]
+        with pytest.raises(LeaseLost, match="not renewed in time"):
+            member.fence()
+    finally:
+        member.leave()

@@ -34,6 +34,7 @@ from hypothesis.stateful import (
 from minidock.core.borrowing import ShardTable, Trust, Written, borrowable
 from minidock.core.handover import OwnerKey
 from minidock.model import Container, HostObservation
+from tests.etcd_model import EtcdModel
 
 ME = "d"  # the deciding watch
 
@@ -248,32 +249,16 @@ class Owner:
     round: Round | None = None
 
 
-class Fleet:
+class Fleet(EtcdModel):
     """etcd's revision (every write moves it; an act may write nothing), the lock's last
     tenure, the owner keys, the written observations and the published rounds; each host's
     last act (a serial of all acts, in the order made)."""
 
     def __init__(self) -> None:
-        self.revision = 0
+        super().__init__()
         self.acts = 0
         self.last_act = dict.fromkeys(HOSTS, 0)
-        self.tenure = 0
-        self.owners: dict[str, OwnerKey] = {}
-        self.written: dict[str, Written] = {}
-        self.rounds: dict[str, int] = {}
         self.members = {m: Owner() for m in MEMBERS}
-
-    def write(self) -> int:
-        self.revision += 1
-        return self.revision
-
-    def lock(self) -> tuple[int, int]:
-        """A tenure begins (the lock key, then PREFIX/tenure rewritten): it and the one
-        before it."""
-        before = self.tenure
-        self.write()
-        self.tenure = self.write()
-        return self.tenure, before
 
     def release(self) -> None:
         """The lock key deleted (or gone with a killed holder's lease)."""
@@ -284,14 +269,6 @@ class Fleet:
         self.last_act[host] = self.acts
         if writes:
             self.write()
-
-    def hand(self, host: str, to: str | None) -> None:
-        """The host's owner key is acknowledged, then (to a member) created afresh."""
-        if host in self.owners:
-            del self.owners[host]
-            self.write()
-        if to is not None:
-            self.owners[host] = OwnerKey(to, self.write())
 
     def begin(self, member: str) -> None:
         owned = {h: k.created for h, k in self.owners.items() if k.controller == member}

@@ -237,6 +237,17 @@ class Watches:
         self.decider.round([(self.cluster, step)], time.time())
         return step
 
+    def a_task_dies(self) -> tuple[set[str], dict[str, Any]]:
+        """A pass and a round, then a task on the owner's share exits and the owner's next
+        round sees it: the owner's hosts and the dead task."""
+        owned = self.owned()
+        self.decide()
+        self.stand_by()
+        (victim, *_) = self.tasks(owned)
+        victim["State"]["Status"] = "exited"
+        self.stand_by()
+        return owned, victim
+
     def orders(self) -> list[bytes]:
         """The orders waiting for an owner (their keys)."""
         prefix = orders_prefix(self.url, self.cluster)
@@ -342,12 +353,7 @@ def test_a_task_death_the_owner_saw_is_borrowed_and_replaced_by_the_owner_on_the
     the decider (acting by share); the decider's next pass, before the owner has probed
     again, borrows nothing of the hosts acted on from before those acts, and still
     borrows the owner's other hosts. Rounds of both bring the task back."""
-    owned = watches.owned()
-    watches.decide()
-    watches.stand_by()
-    (victim, *_) = watches.tasks(owned)
-    victim["State"]["Status"] = "exited"
-    watches.stand_by()
+    owned, _ = watches.a_task_dies()
     calls = {who: len(e.calls) for who, e in watches.executors.items()}
     dealt = watches.decide()
     assert watches.probed_by_decider(calls["decider"]) == set(HOSTS) - owned  # borrowed
@@ -385,12 +391,7 @@ def test_an_order_its_owner_never_claims_fails_the_pass_and_goes_with_the_decide
     that names the host; the order goes with the tenure's lease, so the owner's next
     round carries out nothing; the decider's next pass decides again and, served by the
     owner, converges."""
-    owned = watches.owned()
-    watches.decide()
-    watches.stand_by()
-    (victim, *_) = watches.tasks(owned)
-    victim["State"]["Status"] = "exited"
-    watches.stand_by()
+    owned, victim = watches.a_task_dies()
     engines = watches.setup.docker.engines
     (host,) = [h for h in HOSTS if any(d is victim for d in engines[h].values())]
     late = watches.decide(owner_acts=False)
@@ -414,12 +415,7 @@ def test_an_order_whose_owner_goes_before_claiming_it_is_withdrawn_and_done_by_t
     """The owner leaves (its lease revoked: its owner keys go) while the decider waits on
     its order: within a second the decider sees the owner key gone, withdraws the order
     and carries it out itself; the pass fails nothing."""
-    owned = watches.owned()
-    watches.decide()
-    watches.stand_by()
-    (victim, *_) = watches.tasks(owned)
-    victim["State"]["Status"] = "exited"
-    watches.stand_by()
+    owned, _ = watches.a_task_dies()
     calls = {who: len(e.calls) for who, e in watches.executors.items()}
     dealt = watches.decide(meanwhile=watches.owner.leave)
     assert dealt.result.done, dealt.result

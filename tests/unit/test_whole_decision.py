@@ -127,6 +127,7 @@ from minidock.runner import PassResult, decision
 from minidock.spec.cluster import load
 from minidock.spec.errors import SpecError
 from minidock.usecases.passes import acted, acted_on
+from tests.etcd_model import EtcdModel
 from tests.sim import Snapshot, World
 
 DT = 10.0  # seconds between passes: more than drain_timeout and a health check's settling
@@ -1033,36 +1034,12 @@ class Round:
 
 
 @dataclass
-class Etcd:
+class Etcd(EtcdModel):
     """What observing by share keeps in etcd (every write moves `revision`): the writer
     lock's last tenure, the owner keys, the observations the owners wrote (with the moment
     each was made: `made`) and each owner's last whole round."""
 
-    revision: int = 0
-    tenure: int = 0
-    owners: dict[str, OwnerKey] = field(default_factory=dict)
-    written: dict[str, Written] = field(default_factory=dict)
     made: dict[str, int] = field(default_factory=dict)
-    rounds: dict[str, int] = field(default_factory=dict)
-
-    def write(self) -> int:
-        self.revision += 1
-        return self.revision
-
-    def lock(self) -> tuple[int, int]:
-        """A tenure begins (the lock key, then PREFIX/tenure rewritten): it, the one before."""
-        before = self.tenure
-        self.write()
-        self.tenure = self.write()
-        return self.tenure, before
-
-    def hand(self, host: str, to: str | None) -> None:
-        """The host's owner key acknowledged, then (to a member) created afresh."""
-        if host in self.owners:
-            del self.owners[host]
-            self.write()
-        if to is not None:
-            self.owners[host] = OwnerKey(to, self.write())
 
     def publish(self, r: Round) -> None:
         """A round written, each host compared on its owner key (one that changed hands

@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,6 +281,9 @@ class Recorder:
 
     async def warm(self, hosts: Sequence[Host]) -> int:
         return await self.inner.warm(hosts)
+
+    def release(self, keep: Set[str], idle: float) -> int:
+        return self.inner.release(keep, idle)
 
     async def close(self) -> None:
         await self.inner.close()

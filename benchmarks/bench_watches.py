@@ -16,7 +16,10 @@ counted: the passes each watch made that held the lock (its member key's count,
 `minidock controllers --json`), the commands per host, etcd's revisions (every
 transaction that wrote: the lock's put and delete, each commit, each member key's
 beat), and how many hosts the decider's last pass borrowed from their owners'
-observations instead of probing them (docs/scale.md, "Observing by share"). Then
+observations instead of probing them (docs/scale.md, "Observing by share"), and the SSH
+connections each watch holds at the end of the rest (its member key's `warm`; by share,
+its share and standby set and what ran within core.ring.IDLE: "Connections by share"),
+the decider's first. Then
 (`--deaths N`) a task killed on a random host, N times one after another: the median
 and the longest seconds from a kill until a watch printed its replacement `started`, and
 the task verbs the owners carried out of those the decider ordered (docs/scale.md,
@@ -166,7 +169,10 @@ def main() -> None:
                 for name in names:
                     (fleet.host_dir(name) / "count").unlink()
                 decider = max(after, key=lambda pid: after[pid] - before.get(pid, 0))
-                borrowed = members(md, env, code)[decider].get("borrowed", "-")
+                rested = members(md, env, code)
+                borrowed = rested[decider].get("borrowed", "-")
+                by_passes = sorted(after, key=lambda pid: after[pid] - before.get(pid, 0))
+                held = " / ".join(str(rested[pid].get("warm", "-")) for pid in by_passes[::-1])
                 died = deaths(fleet, names, watches, args.deaths)
                 carried = verbs_by_share(members(md, env, code)) if died else "-"
                 took = failover(fleet, names, watches, decider) if args.kill_decider else None
@@ -189,7 +195,7 @@ def main() -> None:
     print(
         f"| {args.hosts} | {args.watches} | {args.interval} | "
         f"{' / '.join(f'{m:.0f}' for m in made)} | {per_host:.1f} ({each}) | "
-        f"{revs * minute:.0f} | {borrowed} | {replaced} | {carried} | {failed_over} |"
+        f"{revs * minute:.0f} | {borrowed} | {held} | {replaced} | {carried} | {failed_over} |"
     )
 
 

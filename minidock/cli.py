@@ -302,10 +302,13 @@ def printer(*, quiet: bool = False, summaries: bool = False) -> Report:
                     last_why[cluster] = line
             case usecases.PassSkipped(reason=reason, deposed=True):
                 err.print(f"minidock: {reason}", markup=False)  # another controller leads
-            case usecases.PassSkipped(cluster=cluster, standby=warm, hosts=hosts):
+            case usecases.PassSkipped(cluster=cluster, standby=warm, hosts=hosts, keeps=keeps):
                 # another writer is at work: the next pass will see its result; said once
                 # for each change of how many hosts this standby holds connections to
                 line = f"standing by, {warm} of {hosts} hosts connected"
+                if keeps is not None and keeps < hosts:  # connections by share
+                    line = f"standing by, {warm} of {keeps} hosts connected"
+                    line += f" (its share and standby set, of {hosts})"
                 if summaries and line != last_why.get(cluster, ""):
                     tag = f"[{cluster}] " if cluster else ""
                     err.print(f"minidock: {tag}{line}", markup=False)

@@ -22,7 +22,7 @@ import os
 import secrets
 import shlex
 import socket
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -186,6 +186,11 @@ class Executor(Protocol):
         controller's, so that its first pass after a takeover needs no handshake. The
         connections missing are opened in the background (the caller never waits for a
         host that does not answer); how many hosts are connected now."""
+        ...
+
+    def release(self, keep: Set[str], idle: float) -> int:
+        """Close the connections to hosts not in `keep` that ran nothing for `idle`
+        seconds (none running now); how many connections stay open."""
         ...
 
     async def close(self) -> None: ...
@@ -618,6 +623,8 @@ class _Pool:
         self._jumps: dict[_Route, asyncssh.SSHClientConnection] = {}
         self._jump_locks: dict[_Route, asyncio.Lock] = {}
         self._warming: dict[str, asyncio.Task[bool]] = {}  # connections `warm` opens
+        self._sessions: dict[str, set[object]] = {}  # host -> its sessions open now
+        self._used: dict[str, float] = {}  # host -> when its connection last ran something
         self._closing: set[asyncio.Future[None]] = set()  # dropped connections' ends
         self._closed = False
 
@@ -660,6 +667,20 @@ class _Pool:
         if pooled is not None:
             self.drop(name, pooled[1])
 
+    def release(self, keep: Set[str], idle: float) -> int:
+        """See `Executor.release`."""
+        now = asyncio.get_running_loop().time()
+        for name, (_, conn) in list(self._pool.items()):
+            if name in keep or self._sessions.get(name) or now - self._used.get(name, now) < idle:
+                continue
+            self.drop(name, conn)
+        return sum(1 for _, conn in self._pool.values() if not conn.is_closed())
+
+    def ended(self, host: Host, process: object) -> None:
+        """A session `session` opened is closed: its host's connection ran something now."""
+        self._sessions.get(host.name, set()).discard(process)
+        self._used[host.name] = asyncio.get_running_loop().time()
+
     def drop(self, name: str, conn: asyncssh.SSHClientConnection) -> None:
         """Take the connection out of the pool and close it (`close` waits for the end)."""
         pooled = self._pool.get(name)
@@ -676,6 +697,7 @@ class _Pool:
             raise Unreachable(host.name, "the executor is closed")
         lock = self._connect_locks.setdefault(host.name, asyncio.Lock())
         async with lock:
+            self._used[host.name] = asyncio.get_running_loop().time()
             pooled = self._pool.get(host.name)
             if pooled is not None:
                 known, conn = pooled
@@ -702,6 +724,7 @@ class _Pool:
             raise self.unreachable(host, exc) from None
         finally:
             process.close()
+            self.ended(host, process)
 
     def warm(self, hosts: Sequence[Host], limit: asyncio.Semaphore) -> int:
         """Start opening, in the background, the connection to each host that has none
@@ -733,19 +756,26 @@ class _Pool:
         self, host: Host, command: str, **options: Any
     ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[Any]]:
         """A session running `command` on the pooled connection; a stale pooled connection
-        (closed under us) gets one fresh try."""
+        (closed under us) gets one fresh try. Its caller says when it is closed (`ended`):
+        till then its connection is never released."""
         conn, reused = await self.connection(host)
         try:
-            return conn, await conn.create_process(command, **options)
+            return conn, self._opened(host, await conn.create_process(command, **options))
         except (asyncssh.Error, OSError) as exc:
             if not (reused and conn.is_closed()):
                 raise self.unreachable(host, exc) from None
         self.drop(host.name, conn)
         conn, _ = await self.connection(host)
         try:
-            return conn, await conn.create_process(command, **options)
+            return conn, self._opened(host, await conn.create_process(command, **options))
         except (asyncssh.Error, OSError) as exc:
             raise self.unreachable(host, exc) from None
+
+    def _opened(
+        self, host: Host, process: asyncssh.SSHClientProcess[Any]
+    ) -> asyncssh.SSHClientProcess[Any]:
+        self._sessions.setdefault(host.name, set()).add(process)
+        return process
 
     async def finish(
         self,
@@ -919,6 +949,7 @@ class SSHExecutor:
                 return await self._pool.finish(host, conn, process, argv0, left, limit)
             finally:
                 process.close()
+                self._pool.ended(host, process)
 
     async def feed(
         self,
@@ -1006,6 +1037,11 @@ class SSHExecutor:
         """See `Executor.warm`: the connections a pass would open, within the same overall
         limit; kept alive by their keepalives (a dead one is reopened by a later call)."""
         return self._pool.warm(hosts, self._limit)
+
+    def release(self, keep: Set[str], idle: float) -> int:
+        """See `Executor.release`: a connection with a session open (an event stream's) is
+        kept, whatever its host."""
+        return self._pool.release(keep, idle)
 
     async def close(self) -> None:
         """Close every pooled connection."""

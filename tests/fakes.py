@@ -11,7 +11,7 @@ import os
 import posixpath
 import tarfile
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,8 @@ class FakeExecutor:
         self.closed = False
         self.disconnected: list[str] = []  # hosts whose connection a caller dropped
         self.warmed: list[list[str]] = []  # the hosts of each `warm` call
+        self.connected: set[str] = set()  # hosts it has run something on or warmed
+        self.released: list[tuple[frozenset[str], float]] = []  # each `release` call
         self.in_flight = 0
         self.max_in_flight = 0
         self.pour_chunk = 1 << 20
@@ -71,6 +73,7 @@ class FakeExecutor:
             await asyncio.sleep(0)
             return ok(self.engine)
         self.calls.append(Call(host.name, list(argv), input, timeout))
+        self.connected.add(host.name)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -85,8 +88,16 @@ class FakeExecutor:
     async def warm(self, hosts: Sequence[Host]) -> int:
         """Recorded in `warmed`; every host counts as connected (nothing is run)."""
         self.warmed.append([h.name for h in hosts])
+        self.connected.update(h.name for h in hosts)
         await asyncio.sleep(0)
         return len(hosts)
+
+    def release(self, keep: Set[str], idle: float) -> int:
+        """Recorded in `released`; the hosts outside `keep` are no longer `connected`
+        (idle or not: a fake's connections run nothing between calls)."""
+        self.released.append((frozenset(keep), idle))
+        self.connected &= set(keep)
+        return len(self.connected)
 
     async def feed(
         self,

@@ -21,11 +21,14 @@ from dataclasses import dataclass
 
 __all__ = [
     "CAPACITY",
+    "IDLE",
     "VNODES",
     "Fleet",
     "Ring",
     "assign",
     "capacity",
+    "connections",
+    "idle",
     "point",
     "shares",
     "standby",
@@ -34,6 +37,7 @@ __all__ = [
 
 VNODES = 100  # points per member, as timebertt/kubernetes-controller-sharding's ring
 CAPACITY = 1.25  # c: no member holds more than ceil(c * N / C) hosts
+IDLE = 30.0  # seconds: a connection outside `connections` that ran nothing this long closes
 
 
 def point(text: str) -> int:
@@ -146,3 +150,29 @@ def standby(
     """The hosts `me` would take if any one other member died (none when `me` is not a
     member: it is on no ring)."""
     return standbys(hosts, members, c=c, vnodes=vnodes).get(me, frozenset())
+
+
+def connections(
+    hosts: Iterable[str],
+    members: Iterable[str],
+    me: str,
+    *,
+    c: float = CAPACITY,
+    vnodes: int = VNODES,
+) -> frozenset[str]:
+    """The hosts `me` keeps a connection to at rest (docs/scale.md, "Connections by
+    share"): its own share, which it observes and acts on, and its standby set, so that
+    taking over from any one other member needs no SSH handshake. Every host when it is
+    the only member; none when it is not a member."""
+    fleet, live = Fleet.of(hosts), set(members)
+    if me not in live:
+        return frozenset()
+    mine = {h for h, m in assign(fleet, live, c=c, vnodes=vnodes).items() if m == me}
+    return frozenset(mine | standby(fleet, live, me, c=c, vnodes=vnodes))
+
+
+def idle(interval: float) -> float:
+    """How long a connection outside a controller's `connections` may run nothing before
+    it is closed: `IDLE`, or one resync `interval` if longer (a host a pass touches each
+    resync keeps its connection)."""
+    return max(IDLE, interval)

@@ -185,6 +185,7 @@ class PassSkipped:
     cluster: str = ""  # which cluster's pass, when the store holds several
     standby: int = 0  # hosts this standby holds a warm connection to (passes.stand_by)
     hosts: int = 0  # of how many in the inventory
+    keeps: int | None = None  # how many it keeps connected (its share and standby set; None: all)
     names: tuple[str, ...] = ()  # the inventory's hosts (() when it could not be read)
     probed: int = 0  # hosts of its share it probed and wrote (usecases.borrowing)
 

@@ -234,6 +234,7 @@ async def watch_step(
     inventories: Inventories | None = None,
     defer_to: str | None = None,
     shared: Shared | None = None,
+    kept: frozenset[str] | None = None,
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works,
     or (`defer_to`: its member id) while another `watch` makes this cluster's passes.
@@ -244,11 +245,14 @@ async def watch_step(
     rang or is not up, or that `memory` has no good observation of (probe_scope);
     `inventories`: the inventory files read before, parsed again only when changed.
     `shared` (an etcd state's): a deferring step probes its share of the hosts and
-    writes what it saw; a pass borrows what the owners wrote (usecases.borrowing)."""
+    writes what it saw; a pass borrows what the owners wrote (usecases.borrowing).
+    A skipped step keeps connections to the hosts `kept` (None: all) warm."""
     if defer_to is not None:
         why_not = f"controller {defer_to} makes this cluster's passes"
         share = None if shared is None else Share(shared, memory or ProbeMemory(), streams, full)
-        return await standing_by(directory, executor, inventories, cluster, why_not, True, share)
+        return await standing_by(
+            directory, executor, inventories, cluster, why_not, True, share, kept
+        )
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory, inventories))
@@ -277,7 +281,7 @@ async def watch_step(
                 streams.seen(desired.cluster.name, live_ids(result.observed))
                 streams.engines(desired.cluster.name, engine_kinds(result.observed))
     except Busy as exc:
-        return await standing_by(directory, executor, inventories, cluster, str(exc))
+        return await standing_by(directory, executor, inventories, cluster, str(exc), kept=kept)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
     return PassDone(result, code, cluster)
@@ -352,10 +356,12 @@ async def standing_by(
     why_not: str,
     deferred: bool = False,
     share: Share | None = None,
+    kept: frozenset[str] | None = None,
 ) -> PassSkipped:
-    """A skipped pass (`why_not`) that keeps its hosts' connections warm (`stand_by`);
-    with a `share` (deferred to another `watch`), that share of them probed and written."""
-    warm, inventory = await stand_by(directory, executor, inventories)
+    """A skipped pass (`why_not`) that keeps its hosts' connections warm (`stand_by`:
+    those `kept`, or all); with a `share` (deferred to another `watch`), that share of
+    them probed and written."""
+    warm, inventory = await stand_by(directory, executor, inventories, kept)
     listed = inventory.hosts if inventory is not None else ()
     probed = 0
     if share is not None and inventory is not None and listed:
@@ -367,6 +373,7 @@ async def standing_by(
         cluster=cluster,
         standby=warm,
         hosts=len(listed),
+        keeps=None if kept is None else sum(1 for h in listed if h.name in kept),
         names=tuple(h.name for h in listed),
         deferred=deferred,
         probed=probed,
@@ -374,19 +381,24 @@ async def standing_by(
 
 
 async def stand_by(
-    directory: StateLocation, executor: Executor, inventories: Inventories | None
+    directory: StateLocation,
+    executor: Executor,
+    inventories: Inventories | None,
+    kept: frozenset[str] | None = None,
 ) -> tuple[int, Inventory | None]:
-    """While another controller works: a connection to each host of the inventory kept
-    open (nothing run on it), so this one's first pass after a takeover needs no SSH
-    handshake (docs/ha.md, "Warm takeover"). How many hosts are connected, of which
-    inventory; (0, None) when the state or the inventory cannot be read now (the next
-    round tries again)."""
+    """While another controller works: a connection to each host of the inventory (or of
+    it, those `kept`: a sharing `watch`'s share and standby set, docs/scale.md) kept open,
+    nothing run on it, so this one's first pass after a takeover needs no SSH handshake
+    (docs/ha.md, "Warm takeover"). How many of those are connected, of which inventory;
+    (0, None) when the state or the inventory cannot be read now (the next round tries
+    again)."""
     try:
         with reading(directory) as store:
             inventory = read_desired(store, directory, inventories).inventory
     except UseCaseError:
         return 0, None
-    return await executor.warm(inventory.hosts), inventory
+    hosts = [h for h in inventory.hosts if kept is None or h.name in kept]
+    return await executor.warm(hosts), inventory
 
 
 def engine_kinds(observed: Observed) -> dict[str, EngineKind]:
@@ -478,12 +490,14 @@ async def watch(
                         inventories=inventories,
                         defer_to=heartbeat.defers(h.name),
                         shared=heartbeat.shared(h.name),
+                        kept=heartbeat.kept(h.name),
                     )
                     left.took(h.name, step, runtime.clock.now())
                     report(step)
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
-                heartbeat.round(left.steps, runtime.clock.now())
+                held = heartbeat.release(executor)  # by share: the rest closes once idle
+                heartbeat.round(left.steps, runtime.clock.now(), held)
                 under_way = left.under_way or streams.unconfirmed()  # docker's ps lags its `die`
                 bell.finished(under_way=under_way, backoff_left=left.backoff)
                 await bell.wait()

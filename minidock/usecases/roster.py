@@ -25,6 +25,7 @@ from minidock.usecases.outcomes import PassDone, PassSkipped
 from minidock.usecases.shares import Hold, Shares, fleet_names
 
 if TYPE_CHECKING:
+    from minidock.ssh import Executor
     from minidock.usecases.borrowing import Borrowing, Shared
 
 __all__ = ["Heartbeat", "controllers"]
@@ -90,6 +91,7 @@ class Heartbeat:
             if news is not None:
                 self._borrowing.follow(news)
         self._covers = {"cluster": cluster, "interval": interval}
+        self._interval = interval
         self._passes = 0
         self._last: float | None = None
         self.last_hold: Hold | None = None  # the last round's hold of the owner keys
@@ -131,9 +133,33 @@ class Heartbeat:
         chosen = deferring_to(me, self._peers, cluster, self._seen, self._now)
         return None if chosen is None else chosen.id
 
-    def round(self, steps: Sequence[tuple[str, PassDone | PassSkipped]], now: float) -> None:
+    def kept(self, cluster: str) -> frozenset[str] | None:
+        """The hosts of `cluster` this `watch` keeps connections to while it stands by:
+        its share and standby set (Shares.kept_hosts); None (every host) on a state
+        directory, where any standby may be the next to work on all of them."""
+        return None if self._shares is None else self._shares.kept_hosts(cluster)
+
+    def release(self, executor: Executor) -> int | None:
+        """Close the connections outside this `watch`'s share and standby set that ran
+        nothing for a while (core.ring.idle: fleet-wide acts, a host's orphaned order);
+        how many stay open. None where it keeps every host's (a state directory, or no
+        hold yet)."""
+        if self._shares is None or self._shares.kept is None:
+            return None
+        from minidock.core.ring import idle
+
+        hosts = {n.partition("/")[2] for n in self._shares.kept}
+        return executor.release(hosts, idle(self._interval))
+
+    def round(
+        self,
+        steps: Sequence[tuple[str, PassDone | PassSkipped]],
+        now: float,
+        connected: int | None = None,
+    ) -> None:
         """Rewrite the member key with what the round's steps (each with its cluster's
-        name) did, then hold the share of the hosts they listed (`fleet_names`; when a
+        name) did, and `connected` (the connections this watch holds; else as its steps
+        say), then hold the share of the hosts they listed (`fleet_names`; when a
         cluster's hosts are unknown this round, what is held stays held)."""
         done = [s for _, s in steps if isinstance(s, PassDone)]
         if self._borrowing is not None:
@@ -147,6 +173,7 @@ class Heartbeat:
                 warm, hosts = warm + sum(1 for o in seen.values() if o.ok), hosts + len(seen)
             else:
                 warm, hosts = warm + step.standby, hosts + step.hosts
+        warm = warm if connected is None else connected
         if self._shares is None:
             return
         member = self._shares.membership

@@ -78,6 +78,22 @@ class Shares:
     def __init__(self, membership: Membership) -> None:
         self.membership = membership  # its member key, whose lease the owner keys are under
         self._settled: tuple[str, frozenset[str], frozenset[str], Hold] | None = None
+        self.kept: frozenset[str] | None = None  # owner names it keeps connections to
+        self._kept_for: tuple[str, frozenset[str], frozenset[str]] | None = None
+
+    def kept_hosts(self, cluster: str) -> frozenset[str] | None:
+        """The hosts of `cluster` this `watch` keeps a connection to at rest (its share and
+        its standby set, core.ring.connections, as of its last hold); none before its
+        first hold (a joiner connects to what the ring gives it, not to every host)."""
+        if self.kept is None:
+            return frozenset()
+        return frozenset(h for c, _, h in (n.partition("/") for n in self.kept) if c == cluster)
+
+    def _keep(self, me: str, members: frozenset[str], hosts: frozenset[str]) -> None:
+        from minidock.core.ring import connections
+
+        if self._kept_for != (me, members, hosts):  # the ring moved: computed again
+            self._kept_for, self.kept = (me, members, hosts), connections(hosts, members, me)
 
     def hold(self, hosts: frozenset[str]) -> Hold:
         from minidock.core.handover import View, steps
@@ -91,6 +107,7 @@ class Shares:
             if (was, fleet) == (me, hosts) and read_members(keys.url, keys.client) == members:
                 return held
         table = read_table(keys.url, keys.client)
+        self._keep(me, table.members | {me}, hosts)
         wanted = assign(hosts, table.members | {me})
         todo = steps(View(me, wanted, table.owners))
         owners = dict(table.owners)

@@ -139,4 +139,6 @@ def test_bench_watches_smoke_one_of_two_watches_makes_the_passes(tmp_path: Path)
     assert row[-1].endswith(" s"), out  # the failover's seconds
     carried, ordered = (int(n) for n in row[-2].split(" / "))  # the owners' verbs
     assert 0 <= carried <= ordered, out
+    held = [int(n) for n in row[-4].split(" / ")]  # each watch's connections: two share
+    assert held == [3, 3], out  # three hosts: each keeps all (the other's is its standby)
     assert row[-3].endswith(" s"), out  # the death's

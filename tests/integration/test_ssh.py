@@ -566,6 +566,34 @@ def test_local_a_slow_command_keeps_the_connection_disconnect_drops_it(tmp_path:
     with_server(tmp_path, body)
 
 
+def test_local_release_closes_idle_connections_outside_the_kept_hosts_never_a_busy_one(
+    tmp_path: Path,
+) -> None:
+    """Connections by share (`Executor.release`): a connection to a host not kept, that
+    ran nothing for the idle time, closes; a kept one stays, and so does one with a
+    session open (a long command's, an event stream's); a released host's next command
+    connects afresh."""
+
+    async def body(box: LocalServer, ex: SSHExecutor) -> None:
+        kept, idle, busy = (box.host(name=n) for n in ("kept", "idle", "busy"))
+        for host in (kept, idle):
+            assert (await ex.run(host, ["true"])).exit_status == 0
+        running = asyncio.create_task(ex.run(busy, ["sleep", "2"]))
+        while not box.children:  # the server runs it: its session is open
+            await asyncio.sleep(0.02)
+        assert ex.release({"kept"}, 3600.0) == 3  # none idle that long
+        assert ex.release({"kept"}, 0.0) == 2  # the idle one closed; the busy one kept
+        assert ex.connections_opened == 3
+        assert (await ex.run(idle, ["true"])).exit_status == 0
+        assert ex.connections_opened == 4  # its next command connected afresh
+        assert (await running).exit_status == 0
+        assert ex.release({"kept"}, 0.0) == 1  # nothing runs now: only the kept one stays
+        assert (await ex.run(kept, ["true"])).exit_status == 0
+        assert ex.connections_opened == 4
+
+    with_server(tmp_path, body)
+
+
 # -- streaming: stdin from a source, output line by line, a session joined to local fds -------
 def test_local_feed_streams_stdin_in_chunks_with_flow_control(tmp_path: Path) -> None:
     chunk = os.urandom(256 * 1024)

@@ -995,6 +995,19 @@ def test_watch_skips_a_pass_while_another_writer_holds_the_lock(fleet: Fleet) ->
     assert [n.split(".")[0] for n in fleet.tasks()] == ["db"]
 
 
+def test_a_standby_sharing_the_fleet_says_how_many_of_the_hosts_it_keeps_are_connected(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = minidock.cli.printer(summaries=True)
+    report(minidock.usecases.PassSkipped("deferred", standby=30, hosts=100, keeps=45))
+    report(minidock.usecases.PassSkipped("deferred", standby=30, hosts=100, keeps=45))  # said once
+    report(minidock.usecases.PassSkipped("deferred", standby=3, hosts=3, keeps=3))  # keeps all
+    assert capsys.readouterr().err == (
+        "minidock: standing by, 30 of 45 hosts connected (its share and standby set, of 100)\n"
+        "minidock: standing by, 3 of 3 hosts connected\n"
+    )
+
+
 # -- the operator's commands of issue 15: ps, logs, exec, scale, push --------------------------
 @pytest.mark.parametrize(
     ("args", "error"),

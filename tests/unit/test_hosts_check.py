@@ -5,7 +5,7 @@ steps and their exact argvs for each kind of host."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence, Set
 from dataclasses import replace
 from pathlib import Path
 
@@ -370,6 +370,9 @@ class Hosts:
 
     async def warm(self, hosts: Sequence[Host]) -> int:
         return len(hosts)
+
+    def release(self, keep: Set[str], idle: float) -> int:
+        return 0
 
     async def close(self) -> None: ...
 

@@ -23,7 +23,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minidock.core import ring
-from minidock.core.ring import CAPACITY, Fleet, assign, capacity, shares, standby, standbys
+from minidock.core.ring import (
+    CAPACITY,
+    IDLE,
+    Fleet,
+    assign,
+    capacity,
+    connections,
+    idle,
+    shares,
+    standby,
+    standbys,
+)
 
 host_names = st.from_regex(r"[a-z][a-z0-9.-]{0,15}", fullmatch=True)
 member_ids = st.text("0123456789abcdef", min_size=1, max_size=12)
@@ -141,6 +152,29 @@ def test_whoever_dies_each_of_its_hosts_is_warm_in_its_next_owner(
     for gone in members:
         after = assign(hosts, members - {gone})
         assert all(h in warm[after[h]] for h in hosts if now[h] == gone)
+
+
+@given(fleets, memberships, st.data())
+def test_a_member_keeps_connections_to_its_share_and_to_what_any_one_death_gives_it(
+    hosts: set[str], members: set[str], data: st.DataObject
+) -> None:
+    """Connections by share: the hosts a member keeps connected are its share and its
+    standby set, no more; so whichever other member dies, every host it then holds was
+    connected already (no cold handshake), and the members together cover the fleet."""
+    me = data.draw(st.sampled_from(sorted(members)))
+    kept = connections(hosts, members, me)
+    assert kept == shares(hosts, members)[me] | standby(hosts, members, me)
+    for gone in members - {me}:
+        assert shares(hosts, members - {gone})[me] <= kept
+    assert set().union(*(connections(hosts, members, m) for m in members)) == hosts
+    assert connections(hosts, members, "0not-a-member0") == frozenset()
+
+
+def test_alone_a_member_keeps_every_host_and_idle_connections_wait_a_resync_at_least() -> None:
+    hosts = {f"web-{i}" for i in range(20)}
+    assert connections(hosts, ["ctl-a"], "ctl-a") == hosts
+    assert idle(2.0) == IDLE
+    assert idle(300.0) == 300.0
 
 
 def test_no_members_no_owners() -> None:

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from minidock.core.ring import assign
+from minidock.core.ring import IDLE, assign, connections
+from minidock.ssh import Result
 from minidock.store.etcd_client import EtcdClient, rpc
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership, handover_news, read_roster
@@ -23,6 +24,7 @@ from minidock.store.owners import OwnerKeys, read_members, read_owners
 from minidock.usecases import PassSkipped
 from minidock.usecases.roster import Heartbeat
 from minidock.usecases.shares import Shares, fleet_names
+from tests.fakes import FakeExecutor
 from tests.unit.test_ha import TTL
 
 ROOT = Path(__file__).parents[2]
@@ -187,6 +189,55 @@ def test_a_watch_round_holds_the_share_of_the_hosts_its_passes_listed(
     finally:
         heartbeat.leave()
     assert owners_now(url, client) == {}
+
+
+def test_each_watch_keeps_connections_to_its_share_and_standby_set_and_a_death_finds_them_warm(
+    url: EtcdURL, client: EtcdClient
+) -> None:
+    """Connections by share: a `watch` standing by warms only the hosts of its share and
+    of its standby set (none before its first hold: a joiner opens no connection the
+    ring does not give it), and releases the rest once idle; when one of three leaves,
+    every host a survivor then holds is one it kept connected."""
+    names = tuple(sorted(HOSTS))
+    listed = PassSkipped("busy", hosts=40, names=names)
+    heartbeats = [Heartbeat(url, interval=2.0) for _ in range(3)]
+    executors = [FakeExecutor(lambda h, argv, i: Result(0, "", "")) for _ in heartbeats]
+    try:
+        assert heartbeats[0].kept("c") == frozenset()  # no hold yet: nothing warmed
+        for _ in range(3):
+            for h in heartbeats:
+                h.round([("c", listed)], 1.0)
+        ids = [h.member_id or "" for h in heartbeats]
+        ring = assign({f"c/{n}" for n in HOSTS}, ids)
+        for h, ex in zip(heartbeats, executors, strict=True):
+            kept = h.kept("c")
+            assert kept == {n.partition("/")[2] for n in connections(ring, ids, h.member_id or "")}
+            assert {n for n in HOSTS if ring[f"c/{n}"] == h.member_id} < kept < HOSTS
+            assert h.kept("other") == frozenset()
+            ex.connected = set(HOSTS)  # a pass had reached every host
+            assert h.release(ex) == len(kept)
+            assert ex.released == [(kept, IDLE)]
+        leaver = heartbeats.pop()
+        leaver.leave()
+        before = {h.member_id: h.kept("c") for h in heartbeats}
+        for _ in range(3):
+            for h in heartbeats:
+                h.round([("c", listed)], 2.0)
+        owners = owners_now(url, client)
+        for h in heartbeats:
+            assert {n.partition("/")[2] for n, m in owners.items() if m == h.member_id} <= before[
+                h.member_id
+            ]
+            assert h.kept("c") == HOSTS  # two left: each would take all of the other's
+    finally:
+        for h in heartbeats:
+            h.leave()
+
+
+def test_a_state_directory_keeps_every_host_connected(tmp_path: Path) -> None:
+    heartbeat = Heartbeat(tmp_path)
+    assert heartbeat.kept("c") is None
+    assert heartbeat.release(FakeExecutor(lambda h, argv, i: Result(0, "", ""))) is None
 
 
 def test_fleet_names_name_each_clusters_hosts_apart() -> None:

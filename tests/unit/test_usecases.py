@@ -377,6 +377,23 @@ def test_watch_steps_skip_while_another_writer_works(setup: Setup) -> None:
     assert any(line.startswith("started web.") for line in done.result.done)
 
 
+def test_a_standby_sharing_the_fleet_warms_only_the_hosts_it_keeps(setup: Setup) -> None:
+    """Connections by share (a `watch` on etcd: its share and standby set): the other
+    hosts are listed, for the ring, but not connected."""
+    setup.apply()
+    executor = setup.docker.executor()
+    with StateLock(setup.state):
+        skipped = run(
+            usecases.watch_step(
+                setup.state, executor, setup.runtime(), kept=frozenset({"host2", "gone"})
+            )
+        )
+    assert isinstance(skipped, PassSkipped)
+    assert executor.warmed == [["host2"]]
+    assert (skipped.standby, skipped.keeps, skipped.hosts) == (1, 1, 3)
+    assert skipped.names == ("host1", "host2", "host3")
+
+
 def test_watch_passes_until_stopped_on_one_executor(setup: Setup) -> None:
     setup.apply()
     setup.reports.clear()

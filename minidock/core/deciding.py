@@ -36,10 +36,12 @@ class Peer:
 @dataclass(frozen=True)
 class Progress:
     """A peer's passes as this controller last saw them change, and when (its own
-    monotonic clock: no two machines' clocks are compared)."""
+    monotonic clock: no two machines' clocks are compared); and how many peers were
+    more senior than it then."""
 
     passes: int
     since: float
+    seniors: int = 0
 
 
 def stalled_after(peer: Peer) -> float:
@@ -52,11 +54,18 @@ def progressed(
     seen: Mapping[str, Progress], peers: Iterable[Peer], now: float
 ) -> dict[str, Progress]:
     """`seen` after a read of the members at `now`: a peer whose passes changed (or that
-    is new) is seen progressing from now; peers that are gone are forgotten."""
+    is new) is seen progressing from now, and so is one that moved up in seniority (a
+    more senior peer left): a standby that becomes a decider has made no pass as one
+    yet, and is given its whole stall time from the moment it may be the decider, not
+    judged by the passes it did not make while it stood by. Peers that are gone are
+    forgotten."""
     after: dict[str, Progress] = {}
-    for peer in peers:
+    for rank, peer in enumerate(sorted(peers, key=lambda p: (p.created, p.id))):
         was = seen.get(peer.id)
-        after[peer.id] = was if was and was.passes == peer.passes else Progress(peer.passes, now)
+        if was and was.passes == peer.passes and was.seniors <= rank:
+            after[peer.id] = Progress(was.passes, was.since, rank)
+        else:
+            after[peer.id] = Progress(peer.passes, now, rank)
     return after
 
 

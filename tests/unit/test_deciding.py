@@ -55,6 +55,21 @@ def test_a_decider_whose_passes_stop_advancing_is_passed_over_until_they_do() ->
     assert deferring_to("b", [moved, B], "x", seen, limit + 1.0) == moved  # deciding again
 
 
+def test_a_standby_that_becomes_the_decider_is_given_its_stall_time_from_then() -> None:
+    """Found by bench_watches (five watches, the decider killed with -9): the next senior
+    had made no pass in the minute it stood by; judged by that, the others passed it
+    over as stalled the moment it took over, tried the lock themselves instead of
+    carrying out its orders, and its first pass waited out their patience."""
+    limit = stalled_after(B)
+    seen = progressed({}, [A, B, C], now=0.0)
+    seen = progressed(seen, [B, C], now=60.0)  # a left (its lease went): b decides now
+    assert seen["b"] == Progress(B.passes, 60.0, 0)
+    assert deferring_to("c", [B, C], "x", seen, 60.0 + limit) == B  # not stalled yet
+    seen = progressed(seen, [B, C], now=60.0 + limit + 0.1)  # and still no pass of b's
+    assert deferring_to("c", [B, C], "x", seen, 60.0 + limit + 0.1) is None  # stalled now
+    assert seen["c"] == Progress(C.passes, 60.0, 1)  # c moved up too: seen anew
+
+
 def test_a_member_gone_is_forgotten_and_the_next_senior_decides() -> None:
     seen = progressed({}, [A, B], now=0.0)
     seen = progressed(seen, [B], now=1.0)

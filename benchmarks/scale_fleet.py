@@ -12,7 +12,8 @@ on), with its own directory holding what the host's
 `run`, `stop`, `rm`, `image inspect`, `logs` and `pull` from per-host state files in the
 real CLI's output formats (tests/data/docker), and `benchmarks/standin/cat.sh` serves a
 recorded /proc/net table of one host (tests/data/host), since every host here shares one
-kernel. The stand-ins are found first on the session's PATH (sshd_config `SetEnv`).
+kernel (for the same reason starting the fleet raises the machine's inotify instances to
+fit every host's `docker events`: `inotify_for`). The stand-ins are found first on the session's PATH (sshd_config `SetEnv`).
 
 Why OpenSSH rather than asyncssh servers: the hosts' side of the benchmark is then the
 real server MiniDock meets in production (key exchange, privilege separation, a fork and
@@ -168,6 +169,23 @@ def inspect_template() -> str:
     )
 
 
+INOTIFY = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def inotify_for(hosts: int) -> None:
+    """Room for every host's `docker events` (the stand-in's `tail -f` of its event log
+    takes an inotify instance): the hosts share one kernel and one user here, and at the
+    default of 128 instances the rest fall back to polling once a second, which a real
+    fleet (a kernel each) never does. Raised for the whole machine, as root only: several
+    controllers follow a host each during a handover, hence four a host."""
+    want = 4 * hosts + 256
+    try:
+        if int(INOTIFY.read_text()) < want:
+            INOTIFY.write_text(f"{want}\n")
+    except (OSError, ValueError):
+        print(f"note: {INOTIFY} not raised to {want}: event streams past it poll", file=sys.stderr)
+
+
 class ScaleFleet:
     """The fleet under `root`: its files, its sshd processes, its inventory."""
 
@@ -306,6 +324,7 @@ class ScaleFleet:
                 check=True,
             )
         env = {**os.environ, **extra}
+        inotify_for(len(self.hosts))
         begin = time.monotonic()
 
         def one(name: str) -> None:

@@ -13,7 +13,8 @@ on), with its own directory holding what the host's
 real CLI's output formats (tests/data/docker), and `benchmarks/standin/cat.sh` serves a
 recorded /proc/net table of one host (tests/data/host), since every host here shares one
 kernel (for the same reason starting the fleet raises the machine's inotify instances to
-fit every host's `docker events`: `inotify_for`). The stand-ins are found first on the session's PATH (sshd_config `SetEnv`).
+fit every host's `docker events`: `inotify_for`). The stand-ins are found first on the
+session's PATH (sshd_config `SetEnv`).
 
 Why OpenSSH rather than asyncssh servers: the hosts' side of the benchmark is then the
 real server MiniDock meets in production (key exchange, privilege separation, a fork and

@@ -215,18 +215,32 @@ class Borrowing:
     def ended(self, cluster: str, acted: bool, hosts: Set[str] | None = None) -> None:
         """The pass `lend` began is over; `acted`: it did something, to `hosts` (None: to
         any host). Then what is borrowed of those hosts next must have been observed after
-        now: the owners are asked for a new round (`_want`), whose write's revision is
-        their new bound (etcd away: the next pass probes every host, as after another
-        writer's)."""
+        now: a revision read now is their new bound. When that is every host, the owners
+        are asked for a round of their whole share (`_want`, whose write is the bound);
+        for a few hosts, nothing is asked: the acts' own events ring those hosts' owners,
+        whose probes of them after now are borrowed, and until then the decider probes
+        them itself (a whole round of every share after each act would probe the whole
+        fleet for a death on one host). etcd away: no bound, and the next pass probes
+        every host, as after another writer's."""
         trust = self._trusts.setdefault(cluster, Trust())
         handed = self._delegations.pop(cluster, None)
         self.ordered += handed.ordered if handed is not None else 0
         if not acted:
             trust.left(False, 0)
             return
-        revision = self._want(cluster)
+        revision = self._want(cluster) if hosts is None else self._revision()
         if revision:
             trust.left(True, revision, hosts)
+
+    def _revision(self) -> int:
+        """etcd's revision now (0: etcd not answering)."""
+        key = wanted_prefix(self.membership.url)
+        try:
+            reply = self.membership.client.range(rpc.RangeRequest(key=key, count_only=True))
+        except StoreError as exc:
+            log.info("the revision not read: %s", exc)
+            return 0
+        return int(reply.header.revision)
 
     def _want(self, cluster: str) -> int:
         """Ask the owners of `cluster` for a round of their whole share now: rewrite

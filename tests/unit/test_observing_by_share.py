@@ -25,7 +25,7 @@ from minidock.store.location import EtcdURL
 from minidock.store.members import Membership, read_roster
 from minidock.store.orders import orders_prefix
 from minidock.store.owners import OwnerKeys
-from minidock.store.seen import SeenKeys, ShardReader, read_shard_table
+from minidock.store.seen import SeenKeys, ShardReader, read_shard_table, wanted_prefix
 from minidock.usecases import ExitCode, PassDone, PassSkipped, passes
 from minidock.usecases.clusters import held
 from minidock.usecases.roster import Heartbeat
@@ -381,6 +381,29 @@ def test_a_task_death_the_owner_saw_is_borrowed_and_replaced_by_the_owner_on_the
     members = {m.id: m for m in read_roster(watches.url).members}
     assert members[watches.owner.member_id].carried >= 1
     assert members[watches.decider.member_id].ordered >= 1
+
+
+def test_a_pass_that_acted_on_a_few_hosts_asks_no_owner_for_a_whole_round(
+    watches: Watches,
+) -> None:
+    """Each host's bound moves with its own acts: a pass that can name the hosts it acted
+    on asks nothing of the owners (their probes of those hosts after it, rung by the
+    acts' events, are borrowed; the decider probes them meanwhile), so a death on one
+    host does not have the whole fleet probed again. One that cannot name them (a volume
+    move's, a backup's) asks every owner for a round of its whole share."""
+    borrowing = watches.decider._borrowing
+    assert borrowing is not None
+    key = wanted_prefix(watches.url) + watches.cluster.encode()
+
+    def asked() -> int:
+        reply = watches.owner_client.range(rpc.RangeRequest(key=key))
+        return int(reply.kvs[0].mod_revision) if reply.kvs else 0
+
+    was = asked()
+    borrowing.ended(watches.cluster, True, {"host1"})
+    assert asked() == was
+    borrowing.ended(watches.cluster, True, None)
+    assert asked() > was
 
 
 def test_an_order_its_owner_never_claims_fails_the_pass_and_goes_with_the_deciders_tenure(

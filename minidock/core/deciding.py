@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Peer", "Progress", "decider", "deferring_to", "progressed", "stalled_after"]
+__all__ = [
+    "Peer",
+    "Progress",
+    "decider",
+    "deferring_to",
+    "in_line",
+    "progressed",
+    "stalled_after",
+]
 
 STALL_MARGIN = 5.0  # seconds past three resyncs before a silent decider counts as stalled
 
@@ -73,6 +81,19 @@ def decider(peers: Iterable[Peer], cluster: str) -> Peer | None:
     """The most senior peer covering `cluster` (None: no peer covers it)."""
     covering = [p for p in peers if p.covers(cluster)]
     return min(covering, key=lambda p: (p.created, p.id), default=None)
+
+
+def in_line(me: str, peers: Iterable[Peer], cluster: str) -> bool:
+    """Whether `me` makes `cluster`'s passes or would next (its heir: the decider of the
+    peers without the decider): the watches whose pass after another writer's tenure
+    probes every host, so they keep a connection to every host (docs/scale.md,
+    "Connections by share")."""
+    live = list(peers)
+    first = decider(live, cluster)
+    if first is None:
+        return False
+    second = decider([p for p in live if p.id != first.id], cluster)
+    return me in (first.id, second.id if second is not None else first.id)
 
 
 def deferring_to(

@@ -114,7 +114,23 @@ class EtcdClient:
         watching.thread.start()
         return watching
 
+    def watch_from_now(
+        self, watches: Sequence[tuple[bytes, Callable[[Sequence[Any] | None], None]]]
+    ) -> list[Watching]:
+        """`watch` each (prefix, on_events) from the revision read now on: no change made
+        after this returns is missed, however long the watches take to start (etcd away:
+        each from whenever it starts)."""
+        try:
+            start = self.revision() + 1
+        except StoreError:
+            start = 0
+        return [self.watch(p, on_events, start_revision=start) for p, on_events in watches]
+
     # -- requests -----------------------------------------------------------------------------
+    def revision(self) -> int:
+        """etcd's revision now."""
+        return int(self.range(rpc.RangeRequest(key=b"\0", count_only=True)).header.revision)
+
     def range(self, request: Any) -> Any:
         return self._call("Range", lambda m, t, md: m.kv.Range(request, timeout=t, metadata=md))
 

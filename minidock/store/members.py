@@ -118,7 +118,7 @@ class Membership:
             if events is None or handover_news(members, owners, events):
                 news()
 
-        self._watching = [self.client.watch(p, seen) for p in (members, owners)]
+        self._watching = self.client.watch_from_now([(members, seen), (owners, seen)])
 
     def leave(self) -> None:
         """Revoke the lease (its key goes with it) and close; etcd away: it expires."""

@@ -103,9 +103,9 @@ class Borrowing:
                 news()
 
         # all closed with the membership's client
-        self.membership.client.watch(seen_root, seen)
-        self.membership.client.watch(root + b"wanted/", wanted)
-        self.membership.client.watch(root + b"orders/", orders)
+        self.membership.client.watch_from_now(
+            [(seen_root, seen), (root + b"wanted/", wanted), (root + b"orders/", orders)]
+        )
 
     async def probe_share(
         self,
@@ -234,13 +234,11 @@ class Borrowing:
 
     def _revision(self) -> int:
         """etcd's revision now (0: etcd not answering)."""
-        key = wanted_prefix(self.membership.url)
         try:
-            reply = self.membership.client.range(rpc.RangeRequest(key=key, count_only=True))
+            return self.membership.client.revision()
         except StoreError as exc:
             log.info("the revision not read: %s", exc)
             return 0
-        return int(reply.header.revision)
 
     def _want(self, cluster: str) -> int:
         """Ask the owners of `cluster` for a round of their whole share now: rewrite

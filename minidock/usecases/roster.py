@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minidock.core.deciding import Peer, Progress, decider, deferring_to, progressed
+from minidock.core.deciding import Peer, Progress, decider, deferring_to, in_line, progressed
 from minidock.store import Member, Roster, StateLocation, StoreError
 from minidock.usecases.access import require_applied, translated
 from minidock.usecases.clusters import held
@@ -96,6 +96,7 @@ class Heartbeat:
         self._last: float | None = None
         self.last_hold: Hold | None = None  # the last round's hold of the owner keys
         self._peers: list[Peer] = []  # the live members at the round's start (`look`)
+        self._fleet: frozenset[str] = frozenset()  # the last round's hosts' owner key names
         self._seen: dict[str, Progress] = {}
         self._now = 0.0
 
@@ -136,19 +137,28 @@ class Heartbeat:
     def kept(self, cluster: str) -> frozenset[str] | None:
         """The hosts of `cluster` this `watch` keeps connections to while it stands by:
         its share and standby set (Shares.kept_hosts); None (every host) on a state
-        directory, where any standby may be the next to work on all of them."""
-        return None if self._shares is None else self._shares.kept_hosts(cluster)
+        directory, where any standby may be the next to work on all of them, and for a
+        cluster whose passes it makes or would make next (core.deciding.in_line: such a
+        pass after another writer's tenure probes every host, warm)."""
+        if self._shares is None or self._in_line(cluster):
+            return None
+        return self._shares.kept_hosts(cluster)
+
+    def _in_line(self, cluster: str) -> bool:
+        me = self.member_id
+        return me is not None and in_line(me, self._peers, cluster)
 
     def release(self, executor: Executor) -> int | None:
-        """Close the connections outside this `watch`'s share and standby set that ran
-        nothing for a while (core.ring.idle: fleet-wide acts, a host's orphaned order);
-        how many stay open. None where it keeps every host's (a state directory, or no
-        hold yet)."""
+        """Close the connections outside those this `watch` keeps (`kept`, each cluster's
+        of the last round) that ran nothing for a while (core.ring.idle: fleet-wide acts,
+        a host's orphaned order); how many stay open. None where it keeps every host's (a
+        state directory, or no hold yet)."""
         if self._shares is None or self._shares.kept is None:
             return None
         from minidock.core.ring import idle
 
-        hosts = {n.partition("/")[2] for n in self._shares.kept}
+        names = self._shares.kept | {n for n in self._fleet if self._in_line(n.partition("/")[0])}
+        hosts = {n.partition("/")[2] for n in names}
         return executor.release(hosts, idle(self._interval))
 
     def round(
@@ -198,6 +208,7 @@ class Heartbeat:
         fleet = fleet_names(steps)
         if fleet is None:
             return
+        self._fleet = fleet
         try:
             self.last_hold = self._shares.hold(fleet)
         except StoreError as exc:

@@ -11,6 +11,7 @@ from minidock.core.deciding import (
     Progress,
     decider,
     deferring_to,
+    in_line,
     progressed,
     stalled_after,
 )
@@ -107,3 +108,18 @@ def test_members_reading_one_roster_agree_on_exactly_one_decider_per_cluster(
         assert chosen.created == min(p.created for p in covering)
         others = [p for p in covering if p != chosen]
         assert all(deferring_to(p.id, peers, cluster, seen, 1.0) == chosen for p in others)
+
+
+@given(peers=peers_strategy, cluster=st.sampled_from(("shop", "blog")))
+def test_the_decider_and_its_heir_are_in_line_and_no_other(peers: list[Peer], cluster: str) -> None:
+    """The watches that keep a connection to every host of a cluster (connections by
+    share): the one making its passes, and the one that would if it went."""
+    lined = {p.id for p in peers if in_line(p.id, peers, cluster)}
+    first = decider(peers, cluster)
+    if first is None:
+        assert lined == set()
+        return
+    rest = [p for p in peers if p.id != first.id]
+    second = decider(rest, cluster)
+    assert lined == {first.id} | ({second.id} if second else set())
+    assert not in_line("zz-not-a-peer", peers, cluster)

@@ -208,6 +208,7 @@ def test_each_watch_keeps_connections_to_its_share_and_standby_set_and_a_death_f
             for h in heartbeats:
                 h.round([("c", listed)], 1.0)
         ids = [h.member_id or "" for h in heartbeats]
+        kept_of: dict[str | None, frozenset[str] | None] = {}
         ring = assign({f"c/{n}" for n in HOSTS}, ids)
         for h, ex in zip(heartbeats, executors, strict=True):
             kept = h.kept("c")
@@ -217,9 +218,20 @@ def test_each_watch_keeps_connections_to_its_share_and_standby_set_and_a_death_f
             ex.connected = set(HOSTS)  # a pass had reached every host
             assert h.release(ex) == len(kept)
             assert ex.released == [(kept, IDLE)]
+            kept_of[h.member_id] = kept
+        for h in heartbeats:
+            h.look(2.0)
+        lined = [h for h in heartbeats if h.kept("c") is None]  # the decider and its heir
+        assert lined == heartbeats[:2]  # the two oldest member keys
+        (third,) = [h for h in heartbeats if h not in lined]
+        assert third.kept("c") == kept_of[third.member_id]
+        for h, ex in zip(heartbeats, executors, strict=True):
+            ex.connected = set(HOSTS)
+            held = h.release(ex)
+            assert held == (40 if h in lined else len(kept_of[h.member_id])), h.member_id
         leaver = heartbeats.pop()
         leaver.leave()
-        before = {h.member_id: h.kept("c") for h in heartbeats}
+        before = {h.member_id: kept_of[h.member_id] or frozenset() for h in heartbeats}
         for _ in range(3):
             for h in heartbeats:
                 h.round([("c", listed)], 2.0)
@@ -228,7 +240,8 @@ def test_each_watch_keeps_connections_to_its_share_and_standby_set_and_a_death_f
             assert {n.partition("/")[2] for n, m in owners.items() if m == h.member_id} <= before[
                 h.member_id
             ]
-            assert h.kept("c") == HOSTS  # two left: each would take all of the other's
+            assert h._shares is not None  # two left: each would take all of the other's
+            assert h._shares.kept_hosts("c") == HOSTS
     finally:
         for h in heartbeats:
             h.leave()

@@ -608,6 +608,59 @@ def _check_known_hosts(name: str, known_hosts: Path, accept_new: bool) -> None:
 _Route = tuple[Jump, ...]
 
 
+class _Uses:
+    """What `_Pool.release` asks of each host's connection: the sessions open on it now
+    (one of them, an event stream's, may last for days) and when it last ran something
+    (the event loop's clock)."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, set[object]] = {}
+        self._last: dict[str, float] = {}
+
+    def used(self, name: str) -> None:
+        self._last[name] = asyncio.get_running_loop().time()
+
+    def opened(
+        self, name: str, process: asyncssh.SSHClientProcess[Any]
+    ) -> asyncssh.SSHClientProcess[Any]:
+        self._open.setdefault(name, set()).add(process)
+        return process
+
+    def ended(self, name: str, process: object) -> None:
+        self._open.get(name, set()).discard(process)
+        self.used(name)
+
+    def idle(self, name: str, seconds: float) -> bool:
+        """No session open, and nothing run for `seconds`."""
+        now = asyncio.get_running_loop().time()
+        return not self._open.get(name) and now - self._last.get(name, now) >= seconds
+
+
+class _Background:
+    """Tasks run in the background, one at a time for each name (a host's warm
+    connection), each forgotten once done."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Task[bool]] = {}
+
+    def start(self, name: str, work: Callable[[], Awaitable[bool]]) -> None:
+        """Run `work()` for `name` unless a task for it runs already."""
+        if name not in self._tasks:
+            task = asyncio.ensure_future(work())
+            self._tasks[name] = task
+            task.add_done_callback(functools.partial(self._done, name))
+
+    def _done(self, name: str, _: asyncio.Task[bool]) -> None:
+        self._tasks.pop(name, None)
+
+    async def cancel(self) -> None:
+        """Cancel every task, and return once each has ended."""
+        tasks, self._tasks = self._tasks, {}
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+
 class _Pool:
     """One asyncssh connection per host, opened on first use and kept; a connection found
     closed, or whose host changed in the inventory, is dropped and reopened. Jump hosts
@@ -622,9 +675,8 @@ class _Pool:
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._jumps: dict[_Route, asyncssh.SSHClientConnection] = {}
         self._jump_locks: dict[_Route, asyncio.Lock] = {}
-        self._warming: dict[str, asyncio.Task[bool]] = {}  # connections `warm` opens
-        self._sessions: dict[str, set[object]] = {}  # host -> its sessions open now
-        self._used: dict[str, float] = {}  # host -> when its connection last ran something
+        self._warming = _Background()  # connections `warm` opens
+        self._uses = _Uses()  # each host's sessions open now, and its last use
         self._closing: set[asyncio.Future[None]] = set()  # dropped connections' ends
         self._closed = False
 
@@ -638,10 +690,7 @@ class _Pool:
         each is closed, those dropped before included: a caller whose event loop ends
         next leaves no socket open behind it. A closed pool opens no more."""
         self._closed = True
-        warming, self._warming = self._warming, {}
-        for task in warming.values():
-            task.cancel()
-        await asyncio.gather(*warming.values(), return_exceptions=True)
+        await self._warming.cancel()
         pool, self._pool = self._pool, {}
         jumps, self._jumps = self._jumps, {}
         conns = [conn for _, conn in pool.values()]
@@ -669,17 +718,14 @@ class _Pool:
 
     def release(self, keep: Set[str], idle: float) -> int:
         """See `Executor.release`."""
-        now = asyncio.get_running_loop().time()
         for name, (_, conn) in list(self._pool.items()):
-            if name in keep or self._sessions.get(name) or now - self._used.get(name, now) < idle:
-                continue
-            self.drop(name, conn)
+            if name not in keep and self._uses.idle(name, idle):
+                self.drop(name, conn)
         return sum(1 for _, conn in self._pool.values() if not conn.is_closed())
 
     def ended(self, host: Host, process: object) -> None:
         """A session `session` opened is closed: its host's connection ran something now."""
-        self._sessions.get(host.name, set()).discard(process)
-        self._used[host.name] = asyncio.get_running_loop().time()
+        self._uses.ended(host.name, process)
 
     def drop(self, name: str, conn: asyncssh.SSHClientConnection) -> None:
         """Take the connection out of the pool and close it (`close` waits for the end)."""
@@ -697,7 +743,7 @@ class _Pool:
             raise Unreachable(host.name, "the executor is closed")
         lock = self._connect_locks.setdefault(host.name, asyncio.Lock())
         async with lock:
-            self._used[host.name] = asyncio.get_running_loop().time()
+            self._uses.used(host.name)
             pooled = self._pool.get(host.name)
             if pooled is not None:
                 known, conn = pooled
@@ -730,14 +776,9 @@ class _Pool:
         """Start opening, in the background, the connection to each host that has none
         open nor being opened; how many of `hosts` have one open now."""
         for host in hosts:
-            if not self.open_to(host) and host.name not in self._warming:
-                task = asyncio.create_task(self.reach(host, limit))
-                self._warming[host.name] = task
-                task.add_done_callback(functools.partial(self._warmed, host.name))
+            if not self.open_to(host):
+                self._warming.start(host.name, functools.partial(self.reach, host, limit))
         return sum(1 for h in hosts if self.open_to(h))
-
-    def _warmed(self, name: str, _: asyncio.Task[bool]) -> None:
-        self._warming.pop(name, None)
 
     def open_to(self, host: Host) -> bool:
         pooled = self._pool.get(host.name)
@@ -760,22 +801,16 @@ class _Pool:
         till then its connection is never released."""
         conn, reused = await self.connection(host)
         try:
-            return conn, self._opened(host, await conn.create_process(command, **options))
+            return conn, self._uses.opened(host.name, await conn.create_process(command, **options))
         except (asyncssh.Error, OSError) as exc:
             if not (reused and conn.is_closed()):
                 raise self.unreachable(host, exc) from None
         self.drop(host.name, conn)
         conn, _ = await self.connection(host)
         try:
-            return conn, self._opened(host, await conn.create_process(command, **options))
+            return conn, self._uses.opened(host.name, await conn.create_process(command, **options))
         except (asyncssh.Error, OSError) as exc:
             raise self.unreachable(host, exc) from None
-
-    def _opened(
-        self, host: Host, process: asyncssh.SSHClientProcess[Any]
-    ) -> asyncssh.SSHClientProcess[Any]:
-        self._sessions.setdefault(host.name, set()).add(process)
-        return process
 
     async def finish(
         self,

@@ -76,7 +76,7 @@ class Borrowing:
         """Call `news` (from a thread of etcd's watch) when an owner writes or deletes an
         observation of a cluster whose passes this `watch` makes (`deciding`): its next
         pass then borrows it at once, not at its next resync; and when the decider of a
-        cluster it stands by for wants a round of every owner's whole share (`_want`).
+        cluster it stands by for wants a round of every owner's whole share (`want_whole_rounds`).
         And when an order is placed for a cluster it stands by for (its hosts' orders
         are carried out at its next round). A watch broken (news may be lost) rings too."""
         root = Keys(self.membership.url.prefix).root
@@ -176,7 +176,7 @@ class Borrowing:
         bound = trust.since
         trust.took(*tenure)
         if trust.since != bound:  # another writer's tenure, or the first: a round wanted
-            self._want(cluster)
+            want_whole_rounds(self.membership, cluster)
         self.borrowed = 0
         self._orderable.pop(cluster, None)
         if tenure[0] == 0:
@@ -216,44 +216,47 @@ class Borrowing:
         """The pass `lend` began is over; `acted`: it did something, to `hosts` (None: to
         any host). Then what is borrowed of those hosts next must have been observed after
         now: a revision read now is their new bound. When that is every host, the owners
-        are asked for a round of their whole share (`_want`, whose write is the bound);
-        for a few hosts, nothing is asked: the acts' own events ring those hosts' owners,
-        whose probes of them after now are borrowed, and until then the decider probes
-        them itself (a whole round of every share after each act would probe the whole
-        fleet for a death on one host). etcd away: no bound, and the next pass probes
-        every host, as after another writer's."""
+        are asked for a round of their whole share (`want_whole_rounds`, whose write is
+        the bound); for a few hosts, nothing is asked: the acts' own events ring those
+        hosts' owners, whose probes of them after now are borrowed, and until then the
+        decider probes them itself (a whole round of every share after each act would
+        probe the whole fleet for a death on one host). etcd away: no bound, and the
+        next pass probes every host, as after another writer's."""
         trust = self._trusts.setdefault(cluster, Trust())
         handed = self._delegations.pop(cluster, None)
         self.ordered += handed.ordered if handed is not None else 0
         if not acted:
             trust.left(False, 0)
             return
-        revision = self._want(cluster) if hosts is None else self._revision()
+        member = self.membership
+        revision = want_whole_rounds(member, cluster) if hosts is None else revision_now(member)
         if revision:
             trust.left(True, revision, hosts)
 
-    def _revision(self) -> int:
-        """etcd's revision now (0: etcd not answering)."""
-        try:
-            return self.membership.client.revision()
-        except StoreError as exc:
-            log.info("the revision not read: %s", exc)
-            return 0
 
-    def _want(self, cluster: str) -> int:
-        """Ask the owners of `cluster` for a round of their whole share now: rewrite
-        PREFIX/wanted/<cluster> (under this member's lease), which their watch follows.
-        The revision of that write (0: not written)."""
-        lease = self.membership.lease_id
-        if lease is None:
-            return 0
-        key = wanted_prefix(self.membership.url) + cluster.encode()
-        try:
-            reply = self.membership.client.txn(rpc.TxnRequest(success=[put(key, b"", lease)]))
-        except StoreError as exc:
-            log.info("%s: no new round asked of the owners: %s", cluster, exc)
-            return 0
-        return int(reply.header.revision)
+def revision_now(membership: Membership) -> int:
+    """etcd's revision now (0: etcd not answering)."""
+    try:
+        return membership.client.revision()
+    except StoreError as exc:
+        log.info("the revision not read: %s", exc)
+        return 0
+
+
+def want_whole_rounds(membership: Membership, cluster: str) -> int:
+    """Ask the owners of `cluster` for a round of their whole share now: rewrite
+    PREFIX/wanted/<cluster> (under this member's lease), which their watch follows. The
+    revision of that write (0: not written)."""
+    lease = membership.lease_id
+    if lease is None:
+        return 0
+    key = wanted_prefix(membership.url) + cluster.encode()
+    try:
+        reply = membership.client.txn(rpc.TxnRequest(success=[put(key, b"", lease)]))
+    except StoreError as exc:
+        log.info("%s: no new round asked of the owners: %s", cluster, exc)
+        return 0
+    return int(reply.header.revision)
 
 
 def _share_scope(

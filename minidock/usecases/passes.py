@@ -239,20 +239,17 @@ async def watch_step(
     """One pass of `watch` on its long-lived executor; skipped while another writer works,
     or (`defer_to`: its member id) while another `watch` makes this cluster's passes.
     The latest generation is read afresh, so an apply made meanwhile counts (and its
-    secrets join the command's masker, `runtime.masks`); `memory` is the
-    cluster's probe memory, and `streams` follow the events of the hosts its inventory
-    lists now. A pass that is not `full` (not a resync) probes only the hosts whose stream
-    rang or is not up, or that `memory` has no good observation of (probe_scope);
-    `inventories`: the inventory files read before, parsed again only when changed.
-    `shared` (an etcd state's): a deferring step probes its share of the hosts and
-    writes what it saw; a pass borrows what the owners wrote (usecases.borrowing).
-    A skipped step keeps connections to the hosts `kept` (None: all) warm."""
+    secrets join the command's masker, `runtime.masks`); `memory` is the cluster's probe
+    memory, `streams` follow the events of the hosts its inventory lists now. A pass
+    not `full` (not a resync) probes only the hosts whose stream rang or is not up, or
+    that `memory` has no good observation of (probe_scope); `inventories`: the inventory
+    files read before, parsed again only when changed. `shared` (an etcd state's): a
+    deferring step probes its share and writes what it saw, a pass borrows what the
+    owners wrote (usecases.borrowing); a skipped step keeps `kept` (None: all) warm."""
     if defer_to is not None:
-        why_not = f"controller {defer_to} makes this cluster's passes"
+        why = f"controller {defer_to} makes this cluster's passes"
         share = None if shared is None else Share(shared, memory or ProbeMemory(), streams, full)
-        return await standing_by(
-            directory, executor, inventories, cluster, why_not, True, share, kept
-        )
+        return await standing_by(directory, executor, inventories, cluster, why, True, share, kept)
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
             desired = admissible(store.load(), read_desired(store, directory, inventories))
@@ -457,11 +454,10 @@ async def watch(
     a second after a round that left work under way (a pass exited 3), or when its
     soonest restart backoff ends if sooner. A round at the resync probes every host; one
     between, only the hosts whose stream rang or is not up (watch_step). The lock is held
-    for each pass, not between passes. A signal during a pass lets it finish
-    (KeyboardInterrupt after it). On an etcd state (roster.Heartbeat): the most senior
-    `watch` makes each cluster's passes, the others stand by; after each round its member
-    key is rewritten and its share of the owner keys held; etcd's news of a join, a
-    leave or an owner key gone rings a round at once."""
+    for each pass only; a signal during one lets it finish (KeyboardInterrupt after it).
+    On an etcd state (roster.Heartbeat) the most senior `watch` makes each cluster's
+    passes, the others stand by; each round ends holding its member key, its share and
+    its connections by share, and etcd's news of a handover rings the next at once."""
     from minidock.usecases.roster import Heartbeat  # its imports: watch's alone
 
     require_applied(directory)
@@ -496,8 +492,7 @@ async def watch(
                     report(step)
                     if runtime.interrupt.requested:  # its pass finished and was recorded
                         raise KeyboardInterrupt
-                held = heartbeat.release(executor)  # by share: the rest closes once idle
-                heartbeat.round(left.steps, runtime.clock.now(), held)
+                heartbeat.round(left.steps, runtime.clock.now(), heartbeat.release(executor))
                 under_way = left.under_way or streams.unconfirmed()  # docker's ps lags its `die`
                 bell.finished(under_way=under_way, backoff_left=left.backoff)
                 await bell.wait()

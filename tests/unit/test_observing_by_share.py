@@ -19,6 +19,7 @@ from minidock import usecases
 from minidock.commands.facts import ps_argv
 from minidock.model import HostObservation
 from minidock.observe import ProbeMemory
+from minidock.store import StoreError
 from minidock.store.etcd import EtcdStore, EtcdWriter
 from minidock.store.etcd_client import EtcdClient, range_end, rpc
 from minidock.store.location import EtcdURL
@@ -452,6 +453,28 @@ def test_an_order_whose_owner_goes_before_claiming_it_is_withdrawn_and_done_by_t
         assert list(reply.kvs) == []  # withdrawn
     finally:
         left.close()
+
+
+def test_an_order_etcd_does_not_take_is_carried_out_by_the_decider_itself(
+    watches: Watches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """etcd not answering as the decider places an order (the write refused): the pass
+    acts on that host itself, at once, rather than waiting on an owner that was never
+    told, and fails nothing; no order is left behind."""
+    owned, _ = watches.a_task_dies()
+    book = watches.decider._borrowing.book  # type: ignore[union-attr]
+
+    def away(*_: object, **__: object) -> int:
+        raise StoreError("etcd: no member answered")
+
+    monkeypatch.setattr(book, "place", away)
+    calls = {who: len(e.calls) for who, e in watches.executors.items()}
+    dealt = watches.decide(owner_acts=False)
+    assert dealt.result.done, dealt.result
+    assert not dealt.result.failures, dealt.result.failures
+    assert watches.acted_by("decider", calls["decider"], owned)
+    assert not watches.acted_by("owner", calls["owner"], owned)
+    assert watches.orders() == []
 
 
 def test_an_owner_whose_rounds_stop_is_passed_over_and_its_hosts_probed_again(

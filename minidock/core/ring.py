@@ -165,10 +165,8 @@ def connections(
     taking over from any one other member needs no SSH handshake. Every host when it is
     the only member; none when it is not a member."""
     fleet, live = Fleet.of(hosts), set(members)
-    if me not in live:
-        return frozenset()
-    mine = {h for h, m in assign(fleet, live, c=c, vnodes=vnodes).items() if m == me}
-    return frozenset(mine | standby(fleet, live, me, c=c, vnodes=vnodes))
+    mine = shares(fleet, live, c=c, vnodes=vnodes).get(me, frozenset())
+    return mine | standby(fleet, live, me, c=c, vnodes=vnodes)
 
 
 def idle(interval: float) -> float:

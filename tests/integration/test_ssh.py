@@ -87,6 +87,39 @@ def test_lab_warm_connects_each_host_once_and_the_commands_after_it_open_none(
     go(main())
 
 
+def test_lab_release_closes_only_the_idle_connections_outside_the_kept_hosts(
+    lab_inventory: Inventory,
+) -> None:
+    """Connections by share over the lab's sshd: of three hosts connected, the kept one
+    stays, the one running a command (a `sleep 2` on its host) stays while it runs,
+    the idle one closes and its next command connects afresh."""
+    kept, idle, busy = lab_inventory.hosts[:3]
+
+    async def main() -> None:
+        executor = SSHExecutor()
+        try:
+            for host in (kept, idle):
+                assert (await executor.run(host, ["docker", "ps", "-q"])).exit_status == 0
+            marker = f"/tmp/minidock-busy-{os.getpid()}"
+            script = f"touch {marker}; sleep 2; rm -f {marker}"
+            running = asyncio.create_task(executor.run(busy, ["sh", "-c", script]))
+            looker = SSHExecutor()  # sees the command running: its session is open
+            try:
+                while (await looker.run(busy, ["test", "-e", marker])).exit_status != 0:
+                    await asyncio.sleep(0.05)
+            finally:
+                await looker.close()
+            assert executor.release({kept.name}, 0.0) == 2
+            assert (await running).exit_status == 0
+            assert executor.release({kept.name}, 0.0) == 1
+            assert (await executor.run(idle, ["true"])).exit_status == 0
+            assert executor.connections_opened == 4
+        finally:
+            await executor.close()
+
+    go(main())
+
+
 def test_lab_connection_is_pooled(lab_inventory: Inventory) -> None:
     host = lab_inventory.hosts[0]
 

@@ -14,7 +14,12 @@ later than the end of every lock tenure that may have acted since (`Trust`):
 - another writer's tenure (an operator's command, cron's reconcile, a killed decider
   before this one) is seen from the lock's tenure key (store.etcd.EtcdWriter.tenure): when
   the tenure before the decider's is not its own last, anything may have been done, so
-  the bound moves to the decider's own tenure, and its first pass probes every host.
+  the bound moves to the decider's own tenure, and its first pass probes every host;
+- unless that tenure was a decider's that handed its bound down (`Handed`): each deciding
+  tenure's last commit, made after its last act, carries the bound it ended with, so a
+  `watch` taking over from one killed between passes, or after one that stopped, goes on
+  from that bound (`Trust.inherit`) and borrows at once what the owners wrote since. One
+  killed mid-pass wrote none for its tenure: the heir's bound is its own tenure.
 
 A written observation also stands only for the owner it was written by, under the owner
 key that owner holds now (a host that changed hands is the new owner's to write), and
@@ -36,6 +41,7 @@ from minidock.core.handover import OwnerKey
 from minidock.model import HostObservation
 
 __all__ = [
+    "Handed",
     "RoundSeen",
     "ShardTable",
     "Trust",
@@ -70,6 +76,20 @@ class ShardTable:
     intervals: Mapping[str, float] = field(default_factory=dict)  # each member's resync
 
 
+@dataclass(frozen=True)
+class Handed:
+    """The bound a deciding tenure hands down with its last commit (store.handed): the
+    tenure, its bound as that tenure began (`Trust.took`'s), and what its pass acted on
+    (`hosts` None: any host). The commit's own revision, read after the tenure's last act,
+    is the bound of what it acted on."""
+
+    tenure: int
+    since: int
+    acted_on: Mapping[str, int]
+    acted: bool
+    hosts: frozenset[str] | None
+
+
 @dataclass
 class Trust:
     """A decider's bound on borrowed observations for one cluster: `since` is the etcd
@@ -86,11 +106,31 @@ class Trust:
         """The decider holds the lock from revision `tenure`; `before` is the tenure
         before it. Unless that was the decider's own, ended as `left` said, another writer
         may have acted anywhere: nothing observed before now is borrowed."""
-        known = self.ended and self.tenure != 0 and before == self.tenure
-        if not known:
+        if not self.continues(before):
             self.since = max(self.since, tenure)
             self.acted_on = {h: r for h, r in self.acted_on.items() if r > self.since}
         self.tenure, self.ended = tenure, False
+
+    def continues(self, before: int) -> bool:
+        """Whether the tenure before the next is this decider's own, ended as told: then
+        nobody held the lock between, and the bound stands."""
+        return self.ended and self.tenure != 0 and before == self.tenure
+
+    def handing(self, acted: bool, hosts: Set[str] | None) -> Handed:
+        """What this tenure hands down as it ends, having `acted` (on `hosts`)."""
+        kept = None if hosts is None else frozenset(hosts)
+        return Handed(self.tenure, self.since, dict(self.acted_on), acted, kept)
+
+    def inherit(self, handed: Handed | None, revision: int, before: int) -> None:
+        """Take over the bound `handed` down at `revision` by the tenure `before` the next
+        (another `watch`'s, ended between passes): as if this decider had made that tenure
+        itself. A record of any other tenure (one cut off before its last commit, an
+        operator's in between) is not this bound: `took` then moves it to the new tenure."""
+        if handed is None or handed.tenure != before or before == 0 or handed.since == 0:
+            return
+        self.since, self.acted_on = handed.since, dict(handed.acted_on)
+        self.tenure, self.ended = handed.tenure, False
+        self.left(handed.acted, revision, handed.hosts)
 
     def left(self, acted: bool, revision: int, hosts: Set[str] | None = None) -> None:
         """The decider's tenure ended; `acted`: its pass did something (then `revision`

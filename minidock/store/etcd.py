@@ -94,6 +94,7 @@ class Keys:
         self.events = f"{base}/events/".encode()
         self.lock = f"{base}/lock/".encode()
         self.tenure = f"{base}/tenure".encode()  # rewritten by each holder as it takes the lock
+        self.handed = f"{base}/handed".encode()  # a deciding tenure's bound (store.handed)
 
     def generation(self, gen_id: int) -> bytes:
         return self.generations + f"{gen_id:0{_ID_DIGITS}d}".encode()
@@ -421,6 +422,7 @@ class EtcdWriter:
         self._rev = 0  # the create revision of our key while we hold the lock
         # (this tenure's revision, the one before it): `tenure`
         self._tenure: tuple[int, int] = (0, 0)
+        self.riders: list[tuple[Any, int]] = []  # puts for the next commit's last txn: `ride`
 
     @property
     def held(self) -> bool:
@@ -493,6 +495,10 @@ class EtcdWriter:
         else:
             repair_cut_commit(store, self)
         return store
+
+    def ride(self, key: bytes, value: bytes) -> None:
+        """Put `key` with the next commit's PREFIX/meta: in its transaction, if it lands."""
+        self.riders.append((put(key, value), len(key) + len(value)))
 
     def fence(self) -> None:
         if self._key is None:
@@ -709,7 +715,8 @@ def write_state(
     ops = [(put(k, v), len(k) + len(v)) for k, v in puts.items()]
     ops += [(delete(k), len(k)) for k in deletes]
     meta = new.dumps().encode()
-    *early, last = _batches(ops, [*final, (put(store.keys.meta, meta), len(meta))])
+    riders, writer.riders = writer.riders, []
+    *early, last = _batches(ops, [*final, *riders, (put(store.keys.meta, meta), len(meta))])
     writer.parts = None  # unknown until the last transaction lands
     for chunk in early:
         writer.meta_guarded_txn(chunk)

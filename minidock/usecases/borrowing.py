@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from minidock.core.borrowing import (
+    Handed,
     RoundSeen,
     Trust,
     advancing,
@@ -31,12 +32,13 @@ from minidock.ssh import Executor
 from minidock.store import Store, StoreError
 from minidock.store.etcd import EtcdStore, Keys
 from minidock.store.etcd_client import put, rpc
+from minidock.store.handed import hand_down, read_handed
 from minidock.store.members import Membership
 from minidock.store.orders import OrderBook
-from minidock.store.seen import SeenKeys, ShardReader, wanted_prefix
+from minidock.store.seen import SeenKeys, ShardReader, read_owners, wanted_prefix
 from minidock.streams import EventStreams
 from minidock.usecases.delegating import Delegation, carry_orders
-from minidock.usecases.passes import engine_kinds, live_ids
+from minidock.usecases.passes import streams_saw
 
 __all__ = ["Borrowing", "Shared"]
 
@@ -148,8 +150,7 @@ class Borrowing:
             scope = _share_scope(streams, cluster, mine, memory, whole)
             seen = await observe(executor, mine, cluster, ports=False, memory=memory, scope=scope)
             if streams is not None:
-                streams.seen(cluster, live_ids(seen))
-                streams.engines(cluster, engine_kinds(seen))
+                streams_saw(streams, cluster, seen)
             written = self._seen.write(cluster, member, lease, owned, seen.hosts, revision)
             if written and (scope is None or scope >= set(owned)):
                 self.rounds[cluster] = revision
@@ -159,9 +160,11 @@ class Borrowing:
         return len(mine) if scope is None else len(scope & set(owned))
 
     def others(self, cluster: str) -> frozenset[str]:
-        """The hosts of `cluster` another member held at the last `lend`: their owners
-        follow their event streams, the decider does not."""
-        return self._others.get(cluster, frozenset())
+        """The hosts of `cluster` another member holds (their owners follow their event
+        streams, the decider does not): at the last `lend`, or before the first read now."""
+        if cluster not in self._others:
+            self._others[cluster] = _held_by_others(self.membership, cluster)
+        return self._others[cluster]
 
     def lend(
         self, store: Store, cluster: str, probe_anyway: Set[str], now: float
@@ -173,6 +176,8 @@ class Borrowing:
         trust = self._trusts.setdefault(cluster, Trust())
         writer = store.writer if isinstance(store, EtcdStore) else None
         tenure = writer.tenure if writer is not None else (0, 0)
+        if isinstance(store, EtcdStore) and tenure[1] and not trust.continues(tenure[1]):
+            trust.inherit(*_handed(store), before=tenure[1])
         bound = trust.since
         trust.took(*tenure)
         if trust.since != bound:  # another writer's tenure, or the first: a round wanted
@@ -212,6 +217,13 @@ class Borrowing:
         self._delegations[cluster] = made
         return made
 
+    def hand_down(self, store: Store, cluster: str, acted: bool, hosts: Set[str] | None) -> None:
+        """Before the last commit of the pass `lend` began, after its last act: the bound
+        it ends with goes in that commit (store.handed), for the next `watch` to decide."""
+        trust = self._trusts.get(cluster)
+        if isinstance(store, EtcdStore) and trust is not None and trust.tenure:
+            hand_down(store, trust.handing(acted, hosts))
+
     def ended(self, cluster: str, acted: bool, hosts: Set[str] | None = None) -> None:
         """The pass `lend` began is over; `acted`: it did something, to `hosts` (None: to
         any host). Then what is borrowed of those hosts next must have been observed after
@@ -232,6 +244,26 @@ class Borrowing:
         revision = want_whole_rounds(member, cluster) if hosts is None else revision_now(member)
         if revision:
             trust.left(True, revision, hosts)
+
+
+def _held_by_others(membership: Membership, cluster: str) -> frozenset[str]:
+    """The hosts of `cluster` whose owner key another member holds now."""
+    store = EtcdStore(membership.url, membership.client, None)  # a view: not closed here
+    try:
+        owners = read_owners(store, cluster)
+    except StoreError as exc:
+        log.info("%s: the owner keys not read: %s", cluster, exc)
+        return frozenset()
+    return frozenset(h for h, k in owners.items() if k.controller != membership.member.id)
+
+
+def _handed(store: EtcdStore) -> tuple[Handed | None, int]:
+    """The bound the last deciding tenure handed down (None: none, or etcd away)."""
+    try:
+        return read_handed(store)
+    except StoreError as exc:
+        log.info("the bound handed down not read: %s", exc)
+        return None, 0
 
 
 def revision_now(membership: Membership) -> int:

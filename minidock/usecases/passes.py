@@ -237,15 +237,14 @@ async def watch_step(
     kept: frozenset[str] | None = None,
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works,
-    or (`defer_to`: its member id) while another `watch` makes this cluster's passes.
-    The latest generation is read afresh, so an apply made meanwhile counts (and its
-    secrets join the command's masker, `runtime.masks`); `memory` is the cluster's probe
-    memory, `streams` follow the events of the hosts its inventory lists now. A pass
-    not `full` (not a resync) probes only the hosts whose stream rang or is not up, or
-    that `memory` has no good observation of (probe_scope); `inventories`: the inventory
-    files read before, parsed again only when changed. `shared` (an etcd state's): a
-    deferring step probes its share and writes what it saw, a pass borrows what the
-    owners wrote (usecases.borrowing); a skipped step keeps `kept` (None: all) warm."""
+    or (`defer_to`: its member id) while another `watch` makes this cluster's passes. The
+    latest generation is read afresh (its secrets join `runtime.masks`); `memory` is the
+    cluster's probe memory, `streams` follow the events of the hosts its inventory lists
+    now. A pass not `full` (not a resync) probes only the hosts whose stream rang or is not
+    up, or that `memory` has no good observation of (probe_scope); `inventories`: the
+    inventory files read before. `shared` (an etcd state's): a deferring step probes its
+    share and writes what it saw, a pass borrows what the owners wrote and hands its bound
+    down (usecases.borrowing); a skipped step keeps `kept` (None: all) warm."""
     if defer_to is not None:
         why = f"controller {defer_to} makes this cluster's passes"
         share = None if shared is None else Share(shared, memory or ProbeMemory(), streams, full)
@@ -269,14 +268,15 @@ async def watch_step(
                     borrowed=lent,
                     tasks=tasks,
                 )
-                code = verdict(result)
-                seconds = runtime.clock.monotonic() - started
+                code, seconds = verdict(result), runtime.clock.monotonic() - started
+                did = (acted(result), acted_on(result))  # its bound rides the last commit
+                if shared is not None:
+                    shared.borrowing.hand_down(store, shared.cluster, *did)
                 record_pass(store, result, code, seconds, runtime.clock.now())
             if shared is not None:
-                shared.borrowing.ended(shared.cluster, acted(result), acted_on(result))
+                shared.borrowing.ended(shared.cluster, *did)
             if streams is not None:
-                streams.seen(desired.cluster.name, live_ids(result.observed))
-                streams.engines(desired.cluster.name, engine_kinds(result.observed))
+                streams_saw(streams, desired.cluster.name, result.observed)
     except Busy as exc:
         return await standing_by(directory, executor, inventories, cluster, str(exc), kept=kept)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
@@ -308,6 +308,13 @@ def _scope(
 
 
 UNLENT: tuple[dict[str, HostObservation], None] = ({}, None)  # no share: nothing lent, no order
+
+
+def streams_saw(streams: EventStreams, cluster: str, observed: Observed) -> None:
+    """Tell `streams` what a pass or a round of `cluster` observed: the containers live
+    (a `die` is confirmed once its container is gone) and each host's engine."""
+    streams.seen(cluster, live_ids(observed))
+    streams.engines(cluster, engine_kinds(observed))
 
 
 def acted(result: PassResult) -> bool:

@@ -7,17 +7,21 @@ keys (hosts changing hands), the owners' rounds (begun at a revision read, each 
 probed at some later rule, what changed written compared on its owner key, a failed probe
 deleting it, the round published then or at a later beat) and acts on the hosts, made by
 the decider's passes (whose end is told, or not, or whose process is killed) and by
-another writer it is not told of. Each observation carries the serial of the last act on
-its host when it was probed. At every decider pass's start: no borrowed observation was
-made before an act on its host. At `quiet` (a rule): after a pass that did not act and a
-whole round of every owner, every host another member owns is borrowed. Three bounds
-broken on purpose show the checker finds what it is for.
+another writer it is not told of. A deciding tenure's last commit hands its bound down
+(`Handed`, after its acts), unless its process is killed before it; the next decider
+process (after a kill, or a handover between passes) goes on from that bound when it is
+the tenure before its own. Each observation carries the serial of the last act on its host
+when it was probed. At every decider pass's start: no borrowed observation was made before
+an act on its host. At `quiet` (a rule): after a pass that did not act and a whole round
+of every owner, every host another member owns is borrowed; and after a handover between
+passes the new decider borrows at once. Bounds broken on purpose show the checker finds
+what it is for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import HealthCheck as HypothesisHealth
@@ -31,7 +35,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from minidock.core.borrowing import ShardTable, Trust, Written, borrowable
+from minidock.core.borrowing import Handed, ShardTable, Trust, Written, borrowable
 from minidock.core.handover import OwnerKey
 from minidock.model import Container, HostObservation
 from tests.etcd_model import EtcdModel
@@ -155,6 +159,40 @@ def test_a_tenure_whose_end_was_never_told_counts_as_another_writers() -> None:
     trust.took(16, before=10)
     assert trust.since == 16
     assert lent({"h0": ("a", 1, 15)}, {"a": 15}, trust) == set()
+
+
+def test_a_handed_down_bound_of_the_tenure_before_is_taken_over() -> None:
+    """Another `watch` ended its tenure at 20 having acted on h0, and handed its bound
+    down at 25: the next decider goes on from it, as if it had made that tenure itself."""
+    trust = Trust()
+    trust.inherit(Handed(20, 12, {}, True, frozenset({"h0"})), 25, before=20)
+    trust.took(30, 20)
+    assert (trust.since, trust.acted_on) == (12, {"h0": 25})
+    written = {"h0": ("a", 1, 24), "h1": ("a", 1, 13), "h2": ("a", 1, 11)}
+    assert lent(written, {"a": 0}, trust) == {"h1"}
+
+
+def test_a_bound_handed_down_by_another_tenure_is_not_taken() -> None:
+    """The record is of tenure 20, but the tenure before is 22 (a decider killed mid-pass
+    before its last commit, or an operator's command): the new tenure is the bound."""
+    trust = Trust()
+    trust.inherit(Handed(20, 12, {}, False, frozenset()), 21, before=22)
+    trust.took(30, 22)
+    assert trust.since == 30
+
+
+def test_a_handed_down_pass_that_acted_anywhere_moves_the_whole_bound() -> None:
+    trust = Trust()
+    trust.inherit(Handed(20, 12, {"h1": 15}, True, None), 25, before=20)
+    trust.took(30, 20)
+    assert (trust.since, trust.acted_on) == (25, {})
+
+
+def test_what_a_tenure_hands_down_is_its_bound_and_its_acts() -> None:
+    trust = trusting(10)
+    trust.left(True, 14, {"h0"})
+    trust.took(16, 10)
+    assert trust.handing(True, {"h1"}) == Handed(16, 10, {"h0": 14}, True, frozenset({"h1"}))
 
 
 def test_no_tenure_borrows_nothing() -> None:
@@ -320,7 +358,10 @@ class Fleet(EtcdModel):
         return ShardTable(dict(self.owners), dict(self.rounds), dict(self.written))
 
 
-ENDS = st.sampled_from(("left", "left", "untold", "killed"))
+# a tenure's end: its last commit made (handing its bound down) and told; made but the
+# revision after it not read; not made (etcd away) and not told; its process killed before
+# it; made, then the process gone (killed between passes, or stopped: another decides next)
+ENDS = st.sampled_from(("left", "left", "untold", "unwritten", "killed", "handed"))
 
 
 class Borrowing(RuleBasedStateMachine):
@@ -339,6 +380,7 @@ class Borrowing(RuleBasedStateMachine):
         self.acted = False  # the decider's pass did something to a host
         self.acted_on: set[str] = set()  # the hosts it did something to
         self.says_hosts = True  # its end names those hosts (or, drawn, says "any host")
+        self.handed: tuple[Handed, int] | None = None  # PREFIX/handed and its revision
 
     @initialize(owners=st.lists(st.sampled_from(MEMBERS), min_size=2, max_size=2))
     def start(self, owners: list[str]) -> None:
@@ -348,6 +390,8 @@ class Borrowing(RuleBasedStateMachine):
     def lend(self, probe_anyway: frozenset[str] = frozenset()) -> dict[str, HostObservation]:
         """A pass's start: the lock taken, what it borrows, each made after the last act."""
         tenure, before = self.fleet.lock()
+        if not self.trust.continues(before):
+            self.trust.inherit(*(self.handed or (None, 0)), before=before)
         self.trust.took(tenure, before)
         self.holder, self.acted = "decider", False
         self.acted_on = set()
@@ -362,10 +406,12 @@ class Borrowing(RuleBasedStateMachine):
         not (etcd did not answer), or its process killed (the next pass is a new one's);
         then the lock key goes."""
         if self.holder == "decider":
+            hosts = frozenset(self.acted_on) if self.says_hosts else None
+            if how not in ("killed", "unwritten"):  # its last commit, after its acts
+                self.handed = (self.trust.handing(self.acted, hosts), self.fleet.write())
             if how == "left":
-                hosts = frozenset(self.acted_on) if self.says_hosts else None
                 self.trust.left(self.acted, self.fleet.revision, hosts)
-            elif how == "killed":
+            elif how in ("killed", "handed"):
                 self.trust = self.TRUST()
         self.fleet.release()
         self.holder = None
@@ -485,6 +531,10 @@ class Borrowing(RuleBasedStateMachine):
         self.end()
         others = {h for h, k in f.owners.items() if k.controller != ME}
         assert set(found) == others, f"at rest, {sorted(others - set(found))} not borrowed"
+        self.trust = self.TRUST()  # another watch decides next: it goes on from the bound
+        found = self.lend()
+        self.end()
+        assert set(found) == others, f"after a handover, {sorted(others - set(found))} not"
 
 
 SETTINGS = settings(
@@ -537,7 +587,28 @@ class Credulous(Trust):
         super().took(tenure, before)
 
 
-@pytest.mark.parametrize("broken", [Unaware, Forgetful, Credulous, Blind, Sweeping])
+class Gullible(Trust):
+    """Broken on purpose: a bound handed down by any tenure is taken over, not only by the
+    tenure just before (a decider killed mid-pass left the one before its own)."""
+
+    def inherit(self, handed: Handed | None, revision: int, before: int) -> None:
+        if handed is not None:
+            handed = replace(handed, tenure=before)
+        super().inherit(handed, revision, before)
+
+
+class Heedless(Trust):
+    """Broken on purpose: a handed-down bound is taken without what its pass acted on."""
+
+    def inherit(self, handed: Handed | None, revision: int, before: int) -> None:
+        if handed is not None:
+            handed = Handed(handed.tenure, handed.since, handed.acted_on, False, frozenset())
+        super().inherit(handed, revision, before)
+
+
+@pytest.mark.parametrize(
+    "broken", [Unaware, Forgetful, Credulous, Blind, Sweeping, Gullible, Heedless]
+)
 def test_the_property_finds_a_broken_bound(broken: type[Trust]) -> None:
     """The same search as `test_borrowing` finds an observation borrowed before an act.
     No example database (found afresh, not replayed) and no shrinking."""

@@ -22,6 +22,7 @@ from minidock.observe import ProbeMemory
 from minidock.store import StoreError
 from minidock.store.etcd import EtcdStore, EtcdWriter
 from minidock.store.etcd_client import EtcdClient, range_end, rpc
+from minidock.store.handed import read_handed
 from minidock.store.location import EtcdURL
 from minidock.store.members import Membership, read_roster
 from minidock.store.orders import orders_prefix
@@ -343,6 +344,46 @@ def test_the_decider_borrows_the_owners_share_until_another_writer_holds_the_loc
     calls = len(watches.executors["decider"].calls)
     watches.decide()
     assert watches.probed_by_decider(calls) == set(HOSTS) - owned
+
+
+def test_a_watch_taking_over_between_passes_goes_on_from_the_bound_handed_down(
+    watches: Watches,
+) -> None:
+    """Each of the decider's passes hands its bound down with its last commit
+    (PREFIX/handed, of its tenure). A `watch` that decides next with none of its own (the
+    decider's process gone between passes, another in its place: here its bound
+    forgotten) goes on from it and borrows at once what the owner wrote. After a tenure
+    that handed nothing down (a decider killed mid-pass, here a bare holder of the lock),
+    it probes every host, as after an operator's."""
+    owned = watches.owned()
+    borrowing = watches.decider._borrowing
+    assert borrowing is not None
+    watches.decide()
+    watches.stand_by()
+    watches.decide()
+    assert watches.borrowed() == len(owned)
+    store = EtcdStore.open(watches.url)
+    try:
+        handed, revision = read_handed(store)
+        tenure = int(store.kvs(store.keys.tenure)[0].mod_revision)
+    finally:
+        store.close()
+    assert handed is not None
+    assert (handed.tenure, handed.acted) == (tenure, False)
+    assert revision > tenure  # with its last commit
+    borrowing._trusts.clear()  # a new process
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.borrowed() == len(owned)
+    assert watches.probed_by_decider(calls) == set(HOSTS) - owned
+    cut = EtcdWriter(watches.url)  # a tenure cut off before its last commit
+    cut.acquire()
+    cut.release()
+    borrowing._trusts.clear()
+    calls = len(watches.executors["decider"].calls)
+    watches.decide()
+    assert watches.borrowed() == 0
+    assert watches.probed_by_decider(calls) == set(HOSTS)
 
 
 def test_a_task_death_the_owner_saw_is_borrowed_and_replaced_by_the_owner_on_the_deciders_order(

@@ -26,13 +26,15 @@ the task verbs the owners carried out of those the decider ordered (docs/scale.m
 "Acting by share"). Then
 (`--kill-decider`) the watch making the passes is killed with SIGKILL and a task killed
 on a random host at once: the seconds from the kills until another watch prints the
-task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s). Prints one
-Markdown row.
+task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s); with
+`--failovers N`, N times, each of the watch deciding then, 30 s apart (the timeline of
+each on stderr). Prints one Markdown row.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -42,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,16 +99,40 @@ def started_by_any(watches: list[Watch], since: float, but: Watch | None = None)
     raise SystemExit("no watch replaced the task within 120 s")
 
 
+Asker = Callable[[], dict[int, dict[str, object]]]  # each member's record, by process id
+
+
 def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int) -> float:
     """SIGKILL the watch `decider` and a task at once; seconds until another watch
-    started its replacement."""
+    started its replacement. What each surviving watch did meanwhile goes to stderr: the
+    ends of its passes and of its rounds standing by (seconds after the kills)."""
     (dead,) = [w for w in watches if w.proc.pid == decider]
     victim = random.choice(names)
     task = running_task(fleet, victim)
     at = time.monotonic()
     dead.proc.kill()
     fleet.docker(victim, "kill", task)
-    return started_by_any(watches, at, but=dead)
+    took = started_by_any(watches, at, but=dead)
+    print(f"failover: task on {victim} replaced after {took:.2f} s", file=sys.stderr)
+    for watch in watches:
+        if watch is not dead and watch.proc.poll() is None:
+            ends = [f"{t - at:.1f}" for t in watch.passes if at <= t <= at + took + 1]
+            print(f"  watch {watch.proc.pid}: rounds ended at {', '.join(ends)}", file=sys.stderr)
+    return took
+
+
+def failovers(
+    fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int, n: int, ask: Asker
+) -> list[float]:
+    """`n` failovers one after another (`failover`), each of the watch deciding then,
+    a resync's rest (30 s) between them."""
+    took = [failover(fleet, names, watches, decider)]
+    for _ in range(n - 1):
+        time.sleep(30)
+        found = ask()
+        (decider,) = [pid for pid, m in found.items() if m.get("decides")]
+        took.append(failover(fleet, names, watches, decider))
+    return took
 
 
 def deaths(fleet: ScaleFleet, names: list[str], watches: list[Watch], n: int) -> list[float]:
@@ -131,6 +158,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--deaths", type=int, default=0, help="then time this many task deaths")
     parser.add_argument("--kill-decider", action="store_true", help="then time a failover")
+    parser.add_argument("--failovers", type=int, default=1, help="how many, one after another")
     parser.add_argument("--ttl", default="10s", help="the state's lease TTL")
     parser.add_argument("--code", type=Path, default=None, help="run MiniDock from this tree")
     parser.add_argument("--root", type=Path, default=Path(".scale"))
@@ -175,7 +203,10 @@ def main() -> None:
                 held = " / ".join(str(rested[pid].get("warm", "-")) for pid in by_passes[::-1])
                 died = deaths(fleet, names, watches, args.deaths)
                 carried = verbs_by_share(members(md, env, code)) if died else "-"
-                took = failover(fleet, names, watches, decider) if args.kill_decider else None
+                took: list[float] = []
+                if args.kill_decider:
+                    ask = functools.partial(members, md, env, code)
+                    took = failovers(fleet, names, watches, decider, args.failovers, ask)
             finally:
                 for watch in watches:
                     if watch.proc.poll() is None:
@@ -188,7 +219,7 @@ def main() -> None:
     per_host = statistics.mean(len(v) for v in verbs) * minute
     counted = Counter(verb for v in verbs for verb in v)
     each = ", ".join(f"{verb} {n * minute / len(names):.1f}" for verb, n in counted.most_common())
-    failed_over = "-" if took is None else f"{took:.2f} s"
+    failed_over = " / ".join(f"{t:.2f}" for t in took) + " s" if took else "-"
     replaced = "-"
     if died:
         replaced = f"{statistics.median(died):.2f} / {max(died):.2f} s"

@@ -113,11 +113,14 @@ def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider:
     dead.proc.kill()
     fleet.docker(victim, "kill", task)
     took = started_by_any(watches, at, but=dead)
-    print(f"failover: task on {victim} replaced after {took:.2f} s", file=sys.stderr)
+    print(f"failover at {at:.3f}: task on {victim} replaced after {took:.2f} s", file=sys.stderr)
     for watch in watches:
         if watch is not dead and watch.proc.poll() is None:
             ends = [f"{t - at:.1f}" for t in watch.passes if at <= t <= at + took + 1]
             print(f"  watch {watch.proc.pid}: rounds ended at {', '.join(ends)}", file=sys.stderr)
+            for t, line in list(watch.lines):
+                if at <= t <= at + took + 1:
+                    print(f"    {t - at:.1f} {line}", file=sys.stderr)
     return took
 
 

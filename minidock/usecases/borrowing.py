@@ -61,7 +61,7 @@ class Borrowing:
         self._trusts: dict[str, Trust] = {}
         self._lease: int | None = None
         self._rounds: dict[str, RoundSeen] = {}  # each owner's rounds, as seen advancing
-        self._others: dict[str, frozenset[str]] = {}  # cluster -> hosts others hold
+        self._mine: dict[str, frozenset[str]] = {}  # cluster -> the hosts it holds
         self._wanted: dict[str, int] = {}  # cluster -> when its decider last wanted a round
         self._readers: dict[str, ShardReader] = {}  # cluster -> its shard table's reads
         self._orderable: dict[str, dict[str, OwnerKey]] = {}  # cluster -> hosts to order
@@ -159,12 +159,13 @@ class Borrowing:
             return 0
         return len(mine) if scope is None else len(scope & set(owned))
 
-    def others(self, cluster: str) -> frozenset[str]:
-        """The hosts of `cluster` another member holds (their owners follow their event
-        streams, the decider does not): at the last `lend`, or before the first read now."""
-        if cluster not in self._others:
-            self._others[cluster] = _held_by_others(self.membership, cluster)
-        return self._others[cluster]
+    def mine(self, cluster: str) -> frozenset[str]:
+        """The hosts of `cluster` whose owner key this member holds, at the last `lend`
+        (before the first, read now): the decider follows their event streams only (a
+        host between two owners is probed by it until its new owner has written)."""
+        if cluster not in self._mine:
+            self._mine[cluster] = _held_by(self.membership, cluster)
+        return self._mine[cluster]
 
     def lend(
         self, store: Store, cluster: str, probe_anyway: Set[str], now: float
@@ -196,7 +197,7 @@ class Borrowing:
             log.info("%s: the owners' observations not read: %s", cluster, exc)
             return {}
         me = member.member.id
-        self._others[cluster] = frozenset(h for h, k in table.owners.items() if k.controller != me)
+        self._mine[cluster] = frozenset(h for h, k in table.owners.items() if k.controller == me)
         self._rounds, fresh = advancing(self._rounds, table, now)
         self._orderable[cluster] = orderable(table.owners, me, fresh)
         self._patience = {m: patience(t) for m, t in table.intervals.items()}
@@ -246,15 +247,15 @@ class Borrowing:
             trust.left(True, revision, hosts)
 
 
-def _held_by_others(membership: Membership, cluster: str) -> frozenset[str]:
-    """The hosts of `cluster` whose owner key another member holds now."""
+def _held_by(membership: Membership, cluster: str) -> frozenset[str]:
+    """The hosts of `cluster` whose owner key `membership`'s member holds now."""
     store = EtcdStore(membership.url, membership.client, None)  # a view: not closed here
     try:
         owners = read_owners(store, cluster)
     except StoreError as exc:
         log.info("%s: the owner keys not read: %s", cluster, exc)
         return frozenset()
-    return frozenset(h for h, k in owners.items() if k.controller != membership.member.id)
+    return frozenset(h for h, k in owners.items() if k.controller == membership.member.id)
 
 
 def _handed(store: EtcdStore) -> tuple[Handed | None, int]:

@@ -293,17 +293,19 @@ def _scope(
 ) -> tuple[Set[str] | None, Set[str]]:
     """The hosts a `watch` pass probes (None: all; core.watching.probe_scope) and those
     whose event stream rang since the last pass took its rings; `streams` follow the
-    hosts the inventory lists now, but those another watch owns and follows (`shared`:
-    each is probed, unless its observation is borrowed)."""
-    others = shared.borrowing.others(shared.cluster) if shared else frozenset()
+    hosts the inventory lists now, or with `shared` those of its own share only (every
+    other host's owner follows it; each is probed, unless its observation is borrowed)."""
     if streams is None or memory is None:
         return None, frozenset()
     hosts = desired.inventory.hosts
-    streams.follow(desired.cluster.name, [h for h in hosts if h.name not in others])
+    if shared is not None:
+        mine = shared.borrowing.mine(shared.cluster)
+        hosts = tuple(h for h in hosts if h.name in mine)
+    streams.follow(desired.cluster.name, hosts)
     rung, up = streams.take(desired.cluster.name)
     if full:
         return None, rung
-    names = (h.name for h in hosts)
+    names = (h.name for h in desired.inventory.hosts)
     return probe_scope(names, rung=rung, up=up, remembered=memory.remembered()), rung
 
 

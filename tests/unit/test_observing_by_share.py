@@ -28,6 +28,7 @@ from minidock.store.members import Membership, read_roster
 from minidock.store.orders import orders_prefix
 from minidock.store.owners import OwnerKeys
 from minidock.store.seen import SeenKeys, ShardReader, read_shard_table, wanted_prefix
+from minidock.streams import EventStreams
 from minidock.usecases import ExitCode, PassDone, PassSkipped, passes
 from minidock.usecases.clusters import held
 from minidock.usecases.roster import Heartbeat
@@ -384,6 +385,33 @@ def test_a_watch_taking_over_between_passes_goes_on_from_the_bound_handed_down(
     watches.decide()
     assert watches.borrowed() == 0
     assert watches.probed_by_decider(calls) == set(HOSTS)
+
+
+def test_the_decider_follows_the_event_streams_of_its_own_share_only(watches: Watches) -> None:
+    """From its first pass, the deciding watch opens event streams to the hosts of its own
+    share only: every other host's owner follows that host's (a host between two owners
+    is probed until its new owner writes), so a new decider opens none to another's
+    share, which would ring its next pass as each came up."""
+    mine = set(HOSTS) - watches.owned()
+
+    async def followed() -> set[str]:
+        events = EventStreams(watches.executors["decider"], lambda host: None)
+        try:
+            step = await usecases.watch_step(
+                watches.url,
+                watches.executors["decider"],
+                watches.setup.runtime(),
+                memory=watches.memories["decider"],
+                streams=events,
+                shared=watches.decider.shared(watches.cluster),
+            )
+            assert isinstance(step, PassDone)
+            return {h for h in HOSTS if events.stream(watches.cluster, h) is not None}
+        finally:
+            await events.close()
+
+    assert mine
+    assert run(followed()) == mine
 
 
 def test_a_task_death_the_owner_saw_is_borrowed_and_replaced_by_the_owner_on_the_deciders_order(

@@ -22,6 +22,8 @@ __all__ = ["hand_down", "read_handed"]
 
 def hand_down(store: EtcdStore, handed: Handed) -> None:
     """Put `handed` with the next commit of `store` (its lock holder's)."""
+    if store.writer is None:
+        return
     record = {
         "tenure": handed.tenure,
         "since": handed.since,
@@ -29,9 +31,8 @@ def hand_down(store: EtcdStore, handed: Handed) -> None:
         "acted": handed.acted,
         "hosts": None if handed.hosts is None else sorted(handed.hosts),
     }
-    if store.writer is not None:
-        value = json.dumps(record, separators=(",", ":")).encode()
-        store.writer.ride(store.keys.handed, value)
+    value = json.dumps(record, separators=(",", ":")).encode()
+    store.writer.ride(store.keys.handed, value)
 
 
 def read_handed(store: EtcdStore) -> tuple[Handed | None, int]:

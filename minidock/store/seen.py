@@ -22,7 +22,6 @@ from cattrs import BaseValidationError
 from cattrs.preconf.json import make_converter
 
 from minidock.core.borrowing import ShardTable, Written
-from minidock.core.handover import OwnerKey
 from minidock.model import HostObservation
 from minidock.store.etcd import EtcdStore, Keys, every_key
 from minidock.store.etcd_client import (
@@ -37,14 +36,7 @@ from minidock.store.location import EtcdURL
 from minidock.store.members import members_prefix, owners_prefix
 from minidock.store.owners import TAKES_PER_TXN, owner_key
 
-__all__ = [
-    "SeenKeys",
-    "ShardReader",
-    "read_owners",
-    "read_shard_table",
-    "seen_prefix",
-    "wanted_prefix",
-]
+__all__ = ["SeenKeys", "ShardReader", "read_shard_table", "seen_prefix", "wanted_prefix"]
 
 _converter = make_converter()
 
@@ -189,7 +181,7 @@ class ShardReader:
 
     def read(self) -> ShardTable:
         url, cluster, client = self.url, self.cluster, self.client
-        seen = seen_prefix(url, cluster)
+        owners, seen = cluster_owners(url, cluster), seen_prefix(url, cluster)
         now = client.range(rpc.RangeRequest(key=seen, range_end=range_end(seen), count_only=True))
         revision = int(now.header.revision)
         store = EtcdStore(url, client, None)  # a view on the client: not closed here
@@ -209,19 +201,13 @@ class ShardReader:
         unchanged = {h: was for h, was in self._cache.items() if was[0] == listed.get(h)}
         self._cache = unchanged | fresh
         written = {h: w for h, (_, w) in self._cache.items() if w is not None}
+        found = every_key(store, owners, revision)
         return ShardTable(
-            owners=read_owners(store, cluster, revision),
+            owners={bytes(kv.key)[len(owners) :].decode(): owner_key(kv) for kv in found},
             rounds=rounds,
             written=written,
             intervals=intervals,
         )
-
-
-def read_owners(store: EtcdStore, cluster: str, revision: int = 0) -> dict[str, OwnerKey]:
-    """`cluster`'s owner keys (host -> its key), at `revision` (0: now)."""
-    owners = cluster_owners(store.url, cluster)
-    found = every_key(store, owners, revision)
-    return {bytes(kv.key)[len(owners) :].decode(): owner_key(kv) for kv in found}
 
 
 def _rounds(

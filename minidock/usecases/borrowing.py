@@ -35,7 +35,7 @@ from minidock.store.etcd_client import put, rpc
 from minidock.store.handed import hand_down, read_handed
 from minidock.store.members import Membership
 from minidock.store.orders import OrderBook
-from minidock.store.seen import SeenKeys, ShardReader, read_owners, wanted_prefix
+from minidock.store.seen import SeenKeys, ShardReader, wanted_prefix
 from minidock.streams import EventStreams
 from minidock.usecases.delegating import Delegation, carry_orders
 from minidock.usecases.passes import streams_saw
@@ -164,7 +164,7 @@ class Borrowing:
         (before the first, read now): the decider follows their event streams only (a
         host between two owners is probed by it until its new owner has written)."""
         if cluster not in self._mine:
-            self._mine[cluster] = _held_by(self.membership, cluster)
+            self._mine[cluster] = _held(self._seen, self.membership.member.id, cluster)
         return self._mine[cluster]
 
     def lend(
@@ -247,15 +247,13 @@ class Borrowing:
             trust.left(True, revision, hosts)
 
 
-def _held_by(membership: Membership, cluster: str) -> frozenset[str]:
-    """The hosts of `cluster` whose owner key `membership`'s member holds now."""
-    store = EtcdStore(membership.url, membership.client, None)  # a view: not closed here
+def _held(seen: SeenKeys, member: str, cluster: str) -> frozenset[str]:
+    """The hosts of `cluster` whose owner key `member` holds now (none: etcd away)."""
     try:
-        owners = read_owners(store, cluster)
+        return frozenset(seen.owned(member, cluster)[1])
     except StoreError as exc:
         log.info("%s: the owner keys not read: %s", cluster, exc)
         return frozenset()
-    return frozenset(h for h, k in owners.items() if k.controller == membership.member.id)
 
 
 def _handed(store: EtcdStore) -> tuple[Handed | None, int]:

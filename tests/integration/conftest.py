@@ -20,6 +20,7 @@ Without a Docker engine these fixtures fail (never skip): run scripts/engine.sh.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import gc
@@ -47,10 +48,16 @@ from minidock.documents.status import status_schema
 from minidock.lab import KillMode, Lab, engine_available, remove_project
 from minidock.model import Inventory
 from minidock.spec import load_inventory
+from tests.zygote import Zygote
 
 INTEGRATION_DIR = Path(__file__).parent
 STATUS_SCHEMA = Draft202012Validator(status_schema())
 PROJECT_PREFIX = "minidock-labtest-"
+# The commands `Minidock` runs to their end are forks of one process that has imported
+# MiniDock (tests/zygote.py); MINIDOCK_TEST_FRESH=1 runs each as a fresh interpreter.
+ZYGOTE = None if os.environ.get("MINIDOCK_TEST_FRESH") == "1" else Zygote()
+if ZYGOTE is not None:
+    atexit.register(ZYGOTE.close)
 PID_LABEL = "minidock.lab.test-pid"
 HOSTNAME_LABEL = "minidock.lab.test-hostname"
 
@@ -282,6 +289,10 @@ class Minidock:
         )
 
     def __call__(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """`minidock ARGS` to its end, forked from the worker's zygote (tests/zygote.py):
+        a process of its own, as `python -m minidock` is, without its imports'."""
+        if ZYGOTE is not None:
+            return ZYGOTE.run(list(args), self.env(), timeout)
         return subprocess.run(
             [sys.executable, "-m", "minidock", *args],
             env=self.env(),

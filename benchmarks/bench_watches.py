@@ -19,7 +19,10 @@ beat), and how many hosts the decider's last pass borrowed from their owners'
 observations instead of probing them (docs/scale.md, "Observing by share"), and the SSH
 connections each watch holds at the end of the rest (its member key's `warm`; by share,
 its share and standby set and what ran within core.ring.IDLE: "Connections by share"),
-the decider's first. Then
+the decider's first; and on a second line each watch's share and its last whole round
+over it (its member key's `round_seconds`) beside the decider's last pass (`minidock
+metrics`): with `--watches 1` over as many hosts as a share, a single watch's warm pass,
+to compare a share's round with (issue 47, item 5). Then
 (`--deaths N`) a task killed on a random host, N times one after another: the median
 and the longest seconds from a kill until a watch printed its replacement `started`, and
 the task verbs the owners carried out of those the decider ordered (docs/scale.md,
@@ -83,6 +86,27 @@ def verbs_by_share(found: dict[int, dict[str, object]]) -> str:
     ordered = sum(int(str(m.get("ordered", 0))) for m in found.values())
     carried = sum(int(str(m.get("carried", 0))) for m in found.values())
     return f"{carried} / {ordered}"
+
+
+def last_pass_seconds(md: list[str], env: dict[str, str], code: Path) -> str:
+    """How long the cluster's newest pass took (`minidock metrics`), "-" when not shown."""
+    for line in run(md, env, code, "metrics").splitlines():
+        if line.startswith("minidock_last_pass_duration_seconds{"):
+            return f"{float(line.split()[-1]):.2f}"
+    return "-"
+
+
+def rounds_line(rested: dict[int, dict[str, object]], decider: int, last_pass: str) -> str:
+    """Each watch's share and its last whole round over it (the standbys'; `round_seconds`
+    of its member key, issue 47 item 5's "each shard's warm pass"), and the decider's
+    last pass: what a single watch over as many hosts as a share is compared with."""
+    shares = []
+    for _, m in sorted(rested.items(), key=lambda item: item[0] != decider):
+        took = m.get("round_seconds") or {}
+        assert isinstance(took, dict)
+        seconds = f"{max(took.values()):.2f} s" if took else "none"
+        shares.append(f"{m.get('owned', '-')} hosts, round {seconds}")
+    return f"shares (the decider's first): {' / '.join(shares)}; the last pass: {last_pass} s"
 
 
 def started_by_any(watches: list[Watch], since: float, but: Watch | None = None) -> float:
@@ -201,6 +225,7 @@ def main() -> None:
                     (fleet.host_dir(name) / "count").unlink()
                 decider = max(after, key=lambda pid: after[pid] - before.get(pid, 0))
                 rested = members(md, env, code)
+                last_pass = last_pass_seconds(md, env, code)
                 borrowed = rested[decider].get("borrowed", "-")
                 by_passes = sorted(after, key=lambda pid: after[pid] - before.get(pid, 0))
                 held = " / ".join(str(rested[pid].get("warm", "-")) for pid in by_passes[::-1])
@@ -231,6 +256,7 @@ def main() -> None:
         f"{' / '.join(f'{m:.0f}' for m in made)} | {per_host:.1f} ({each}) | "
         f"{revs * minute:.0f} | {borrowed} | {held} | {replaced} | {carried} | {failed_over} |"
     )
+    print(rounds_line(rested, decider, last_pass))
 
 
 if __name__ == "__main__":

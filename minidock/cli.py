@@ -674,6 +674,8 @@ def member_row(m: usecases.Member, now: float) -> tuple[str, ...]:
     lease = "expired" if m.lease_left is None else f"{m.lease_left:.0f}s"
     hosts = f"{m.warm}/{m.hosts} connected"
     owns = f"{m.owned} hosts"
+    if m.round_seconds:  # its last whole round over its share, the slowest cluster's
+        owns += f", round {max(m.round_seconds.values()):.1f}s"
     if m.carried:  # task verbs it carried out on its share for the decider's orders
         owns += f" ({m.carried} acts carried)"
     decides = ", ".join(m.decides) or "-"

@@ -200,6 +200,11 @@ METRICS: dict[str, MetricInfo] = {
     "minidock_controller_hosts_owned": MetricInfo(
         "gauge", ("controller",), "Hosts whose owner key the controller holds: its share"
     ),
+    "minidock_controller_round_seconds": MetricInfo(
+        "gauge",
+        ("controller", "cluster"),
+        "Seconds the controller's last whole round over its share took (probes and write)",
+    ),
     "minidock_controller_lease_seconds_left": MetricInfo(
         "gauge", ("controller",), "Seconds left on the controller's member lease"
     ),
@@ -271,6 +276,8 @@ def metric_families(reading: FleetReading) -> list[Metric]:
         out.add("minidock_controller_passes", (m.id,), float(m.passes))
         out.add("minidock_controller_hosts_connected", (m.id,), float(m.warm))
         out.add("minidock_controller_hosts_owned", (m.id,), float(m.owned))
+        for name, seconds in sorted(m.round_seconds.items()):
+            out.add("minidock_controller_round_seconds", (m.id, name), seconds)
         if m.lease_left is not None:
             out.add("minidock_controller_lease_seconds_left", (m.id,), m.lease_left)
     return list(out.made.values())

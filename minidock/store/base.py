@@ -105,6 +105,8 @@ class Member:
     # cluster -> the revision read before its last whole round of probes over its share
     # of that cluster's hosts (their observations written: minidock.store.seen)
     rounds: dict[str, int] = field(default_factory=dict)
+    # cluster -> seconds its last whole round over its share took (the probes and the write)
+    round_seconds: dict[str, float] = field(default_factory=dict)
     borrowed: int = 0  # hosts its last pass took its owners' observations of, unprobed
     ordered: int = 0  # task verbs its passes handed to the hosts' owners, since it started
     carried: int = 0  # task verbs it carried out on its share for a decider, since started

@@ -11,7 +11,8 @@ Loaded only for an etcd state, as minidock.store.etcd is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence, Set
+import time
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,6 +56,7 @@ class Borrowing:
     def __init__(self, membership: Membership) -> None:
         self.membership = membership
         self.rounds: dict[str, int] = {}  # cluster -> its last whole round's revision
+        self.round_seconds: dict[str, float] = {}  # cluster -> how long that round took
         self.borrowed = 0  # hosts the last pass borrowed
         self.deciding: frozenset[str] = frozenset()  # the clusters its last round passed
         self._seen = SeenKeys(membership.url, membership.client)
@@ -118,14 +120,13 @@ class Borrowing:
         streams: EventStreams | None = None,
         full: bool = True,
     ) -> int:
-        """Probe the hosts of `cluster` (of `inventory`'s) whose owner keys this member
-        holds, and write what changed; how many were probed. The decider's orders for
-        those hosts are carried out first (usecases.delegating), and the hosts acted on
-        are probed afresh. With `streams`, it
-        follows those hosts' event streams, and a round that is not `full` (not a
-        resync) probes only those whose stream rang or is not up (core.watching's
-        probe_scope), unless the decider wanted a round since the last whole one. A
-        round that probed every one of them has its revision in `rounds`."""
+        """Probe the hosts of `cluster` (of `inventory`'s) whose owner keys this member holds, and
+        write what changed; how many were probed. The decider's orders for those hosts are carried
+        out first (usecases.delegating), and the hosts acted on are probed afresh. With `streams`,
+        it follows those hosts' event streams, and a round that is not `full` (not a resync) probes
+        only those whose stream rang or is not up (core.watching's probe_scope), unless the decider
+        wanted a round since the last whole one. A round that probed every one of them has its
+        revision in `rounds`, its seconds in `round_seconds`."""
         member, lease = self.membership.member.id, self.membership.lease_id
         if lease is None:
             return 0
@@ -135,25 +136,25 @@ class Borrowing:
             self._lease = lease
         listed = {h.name: h for h in inventory.hosts}
         try:
-            revision, owned = self._seen.owned(member, cluster)
-            owned = {h: created for h, created in owned.items() if h in listed}
+            revision, owned = _owned(self._seen, member, cluster, listed)
             acted, verbs = await carry_orders(
                 self.book, self.membership, executor, inventory, cluster, owned
             )
             if acted:
                 self.carried += verbs
                 memory.forget(acted)  # probed afresh now
-                revision, owned = self._seen.owned(member, cluster)
-                owned = {h: created for h, created in owned.items() if h in listed}
+                revision, owned = _owned(self._seen, member, cluster, listed)
             mine = [listed[h] for h in sorted(owned)]
             whole = full or self._wanted.get(cluster, 0) > self.rounds.get(cluster, 0)
             scope = _share_scope(streams, cluster, mine, memory, whole)
+            began = time.monotonic()
             seen = await observe(executor, mine, cluster, ports=False, memory=memory, scope=scope)
             if streams is not None:
                 streams_saw(streams, cluster, seen)
             written = self._seen.write(cluster, member, lease, owned, seen.hosts, revision)
             if written and (scope is None or scope >= set(owned)):
                 self.rounds[cluster] = revision
+                self.round_seconds[cluster] = time.monotonic() - began
         except StoreError as exc:
             log.info("%s: observations of the share not written: %s", cluster, exc)
             return 0
@@ -245,6 +246,15 @@ class Borrowing:
         revision = want_whole_rounds(member, cluster) if hosts is None else revision_now(member)
         if revision:
             trust.left(True, revision, hosts)
+
+
+def _owned(
+    seen: SeenKeys, member: str, cluster: str, listed: Mapping[str, Host]
+) -> tuple[int, dict[str, int]]:
+    """The revision read, and the hosts of `cluster` that `listed` names whose owner key
+    `member` holds (host -> the key's create revision)."""
+    revision, owned = seen.owned(member, cluster)
+    return revision, {h: created for h, created in owned.items() if h in listed}
 
 
 def _held(seen: SeenKeys, member: str, cluster: str) -> frozenset[str]:

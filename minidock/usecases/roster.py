@@ -189,6 +189,7 @@ class Heartbeat:
         member = self._shares.membership
         shared = self._borrowing
         rounds, borrowed = (dict(shared.rounds), shared.borrowed) if shared else ({}, 0)
+        took = dict(shared.round_seconds) if shared else {}
         ordered, carried = (shared.ordered, shared.carried) if shared else (0, 0)
         try:
             member.beat(
@@ -197,6 +198,7 @@ class Heartbeat:
                 warm=warm,
                 hosts=hosts,
                 rounds=rounds,
+                round_seconds=took,
                 borrowed=borrowed,
                 ordered=ordered,
                 carried=carried,

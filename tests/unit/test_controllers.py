@@ -252,7 +252,7 @@ def test_metrics_give_a_series_per_controller(ha: EtcdSetup) -> None:
 
     url = _url(str(ha.location))
     member = Membership(url)
-    member.beat(passes=4, warm=3, hosts=3, last_pass=1234.5)
+    member.beat(passes=4, warm=3, hosts=3, last_pass=1234.5, round_seconds={"web": 2.5})
     assert OwnerKeys.of(member).take("host1").got
     try:
         reading = run(usecases.read_fleet(url, ha.runtime()))
@@ -269,6 +269,7 @@ def test_metrics_give_a_series_per_controller(ha: EtcdSetup) -> None:
     assert f'minidock_controller_hosts_owned{{controller="{mid}"}} 1.0' in text
     assert f'minidock_controller_last_pass_timestamp_seconds{{controller="{mid}"}} 1234.5' in text
     assert f'minidock_controller_lease_seconds_left{{controller="{mid}"}}' in text
+    assert f'minidock_controller_round_seconds{{cluster="web",controller="{mid}"}} 2.5' in text
     after = metrics_text(run(usecases.read_fleet(url, ha.runtime()))).decode()
     assert "minidock_controller_up" not in after  # it stopped: its series are gone
 

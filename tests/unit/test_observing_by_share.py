@@ -297,6 +297,11 @@ class Watches:
         (member,) = [m for m in read_roster(self.url).members if m.id == self.decider.member_id]
         return member.borrowed
 
+    def owners_round(self) -> tuple[dict[str, int], dict[str, float]]:
+        """The owner's member key: its last whole round's revision and seconds, by cluster."""
+        (member,) = [m for m in read_roster(self.url).members if m.id == self.owner.member_id]
+        return member.rounds, member.round_seconds
+
     def leave(self) -> None:
         self.decider.leave()
         self.owner.leave()
@@ -325,7 +330,11 @@ def test_the_decider_borrows_the_owners_share_until_another_writer_holds_the_loc
     watches.decide()
     assert watches.probed_by_decider(calls) == set(HOSTS)
     assert watches.borrowed() == 0
+    assert watches.owners_round() == ({}, {})
     assert watches.stand_by().probed == len(owned)
+    rounds, took = watches.owners_round()  # a whole round over its share, timed
+    assert set(rounds) == set(took) == {watches.cluster}
+    assert 0 < took[watches.cluster] < 60
     calls = len(watches.executors["decider"].calls)
     done = watches.decide()
     assert watches.probed_by_decider(calls) == set(HOSTS) - owned

@@ -19,10 +19,10 @@ beat), and how many hosts the decider's last pass borrowed from their owners'
 observations instead of probing them (docs/scale.md, "Observing by share"), and the SSH
 connections each watch holds at the end of the rest (its member key's `warm`; by share,
 its share and standby set and what ran within core.ring.IDLE: "Connections by share"),
-the decider's first; and on a second line each watch's share and its last whole round
-over it (its member key's `round_seconds`) beside the decider's last pass (`minidock
-metrics`): with `--watches 1` over as many hosts as a share, a single watch's warm pass,
-to compare a share's round with (issue 47, item 5). Then
+the decider's first; and on a second line the standbys' whole rounds over their shares
+and the passes, as sampled every 5 s of the rest (`Rounds`): with `--watches 1` over as
+many hosts as a share, a single watch's warm pass, to compare a share's round with
+(issue 47, item 5). Then
 (`--deaths N`) a task killed on a random host, N times one after another: the median
 and the longest seconds from a kill until a watch printed its replacement `started`, and
 the task verbs the owners carried out of those the decider ordered (docs/scale.md,
@@ -88,25 +88,40 @@ def verbs_by_share(found: dict[int, dict[str, object]]) -> str:
     return f"{carried} / {ordered}"
 
 
-def last_pass_seconds(md: list[str], env: dict[str, str], code: Path) -> str:
-    """How long the cluster's newest pass took (`minidock metrics`), "-" when not shown."""
-    for line in run(md, env, code, "metrics").splitlines():
-        if line.startswith("minidock_last_pass_duration_seconds{"):
-            return f"{float(line.split()[-1]):.2f}"
-    return "-"
+class Rounds:
+    """What the watches' rounds and passes took during the rest, sampled every few
+    seconds: each standby's whole rounds over its share (its member key's
+    `round_seconds`, a new value each round), and the decider's passes (its key's
+    `pass_seconds`): issue 47 item 5's "each shard's warm pass", to compare with a single
+    watch's warm pass over as many hosts as a share (`--watches 1`). Read from the member
+    keys only: nothing of it probes a host."""
 
+    def __init__(self) -> None:
+        self.rounds: dict[tuple[int, float], int] = {}  # (pid, seconds) -> its share
+        self.passes: set[float] = set()
 
-def rounds_line(rested: dict[int, dict[str, object]], decider: int, last_pass: str) -> str:
-    """Each watch's share and its last whole round over it (the standbys'; `round_seconds`
-    of its member key, issue 47 item 5's "each shard's warm pass"), and the decider's
-    last pass: what a single watch over as many hosts as a share is compared with."""
-    shares = []
-    for _, m in sorted(rested.items(), key=lambda item: item[0] != decider):
-        took = m.get("round_seconds") or {}
-        assert isinstance(took, dict)
-        seconds = f"{max(took.values()):.2f} s" if took else "none"
-        shares.append(f"{m.get('owned', '-')} hosts, round {seconds}")
-    return f"shares (the decider's first): {' / '.join(shares)}; the last pass: {last_pass} s"
+    def sample(self, found: dict[int, dict[str, object]]) -> None:
+        for pid, m in found.items():
+            took = m.get("round_seconds") or {}
+            assert isinstance(took, dict)
+            for seconds in took.values():
+                self.rounds[(pid, float(seconds))] = int(str(m.get("owned", 0)))
+            if m.get("decides") and m.get("pass_seconds") is not None:
+                self.passes.add(float(str(m["pass_seconds"])))
+
+    def line(self) -> str:
+        def spread(values: list[float]) -> str:
+            if not values:
+                return "none"
+            low, high = min(values), max(values)
+            return f"{statistics.median(values):.2f} s ({low:.2f}-{high:.2f}, {len(values)})"
+
+        shares = sorted(set(self.rounds.values()))
+        took = [seconds for _, seconds in self.rounds]
+        return (
+            f"rounds over a share of {' / '.join(map(str, shares)) or '-'} hosts: "
+            f"{spread(took)}; passes: {spread(sorted(self.passes))}"
+        )
 
 
 def started_by_any(watches: list[Watch], since: float, but: Watch | None = None) -> float:
@@ -218,14 +233,16 @@ def main() -> None:
                     (fleet.host_dir(name) / "calls").write_text("")
                     (fleet.host_dir(name) / "count").write_text("")
                 before, rev = passes(md, env, code), revision(etcd.endpoints[0])
-                time.sleep(args.seconds)
+                rounds, end = Rounds(), time.monotonic() + args.seconds
+                while time.monotonic() < end:
+                    time.sleep(min(5.0, max(0.0, end - time.monotonic())))
+                    rounds.sample(members(md, env, code))
                 after, revs = passes(md, env, code), revision(etcd.endpoints[0]) - rev
                 verbs = [(fleet.host_dir(n) / "calls").read_text().split() for n in names]
                 for name in names:
                     (fleet.host_dir(name) / "count").unlink()
                 decider = max(after, key=lambda pid: after[pid] - before.get(pid, 0))
                 rested = members(md, env, code)
-                last_pass = last_pass_seconds(md, env, code)
                 borrowed = rested[decider].get("borrowed", "-")
                 by_passes = sorted(after, key=lambda pid: after[pid] - before.get(pid, 0))
                 held = " / ".join(str(rested[pid].get("warm", "-")) for pid in by_passes[::-1])
@@ -256,7 +273,7 @@ def main() -> None:
         f"{' / '.join(f'{m:.0f}' for m in made)} | {per_host:.1f} ({each}) | "
         f"{revs * minute:.0f} | {borrowed} | {held} | {replaced} | {carried} | {failed_over} |"
     )
-    print(rounds_line(rested, decider, last_pass))
+    print(rounds.line())
 
 
 if __name__ == "__main__":

@@ -682,6 +682,8 @@ def member_row(m: usecases.Member, now: float) -> tuple[str, ...]:
     if m.decides and m.borrowed:  # observations its last pass took from the owners
         decides += f" ({m.borrowed} hosts borrowed)"
     last = ago(m.last_pass)
+    if m.last_pass is not None and m.pass_seconds is not None:
+        last += f" ({m.pass_seconds:.1f}s)"  # how long that pass took
     return (m.id, m.holder, ago(m.since), lease, last, str(m.passes), hosts, owns, decides)
 
 

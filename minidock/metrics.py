@@ -191,6 +191,9 @@ METRICS: dict[str, MetricInfo] = {
     "minidock_controller_last_pass_timestamp_seconds": MetricInfo(
         "gauge", ("controller",), "When the controller's last pass that held the lock ended"
     ),
+    "minidock_controller_last_pass_duration_seconds": MetricInfo(
+        "gauge", ("controller",), "How long the controller's last pass that held the lock took"
+    ),
     "minidock_controller_passes": MetricInfo(
         "gauge", ("controller",), "Passes the controller made holding the lock, since it started"
     ),
@@ -273,6 +276,8 @@ def metric_families(reading: FleetReading) -> list[Metric]:
         out.add("minidock_controller_up", (m.id, m.holder), 1.0)
         if m.last_pass is not None:
             out.add("minidock_controller_last_pass_timestamp_seconds", (m.id,), m.last_pass)
+        if m.pass_seconds is not None:
+            out.add("minidock_controller_last_pass_duration_seconds", (m.id,), m.pass_seconds)
         out.add("minidock_controller_passes", (m.id,), float(m.passes))
         out.add("minidock_controller_hosts_connected", (m.id,), float(m.warm))
         out.add("minidock_controller_hosts_owned", (m.id,), float(m.owned))

@@ -93,6 +93,7 @@ class Member:
     holder: str  # "pid N on HOST"
     since: float
     last_pass: float | None = None  # when its last pass that held the lock ended
+    pass_seconds: float | None = None  # how long that pass took
     passes: int = 0  # its passes that held the lock, since it started
     warm: int = 0  # hosts it holds a connection to (its own passes' or a standby's)
     hosts: int = 0  # of how many in its clusters' inventories

@@ -171,6 +171,7 @@ class PassDone:
     result: PassResult
     exit_code: ExitCode
     cluster: str = ""  # which cluster's pass, when the store holds several
+    seconds: float = 0.0  # how long a `watch`'s pass took (0: not timed)
 
 
 @dataclass(frozen=True)

@@ -281,7 +281,7 @@ async def watch_step(
         return await standing_by(directory, executor, inventories, cluster, str(exc), kept=kept)
     except Deposed as exc:  # this pass lost the lock mid-way: another controller leads now
         return PassSkipped(str(exc), deposed=True, cluster=cluster)
-    return PassDone(result, code, cluster)
+    return PassDone(result, code, cluster, seconds)
 
 
 def _scope(

@@ -94,6 +94,7 @@ class Heartbeat:
         self._interval = interval
         self._passes = 0
         self._last: float | None = None
+        self._took: float | None = None  # how long its last pass took (its slowest cluster's)
         self.last_hold: Hold | None = None  # the last round's hold of the owner keys
         self._peers: list[Peer] = []  # the live members at the round's start (`look`)
         self._fleet: frozenset[str] = frozenset()  # the last round's hosts' owner key names
@@ -176,6 +177,7 @@ class Heartbeat:
             self._borrowing.deciding = frozenset(c for c, s in steps if isinstance(s, PassDone))
         self._passes += len(done)
         self._last = now if done else self._last
+        self._took = max(s.seconds for s in done) if done else self._took
         warm = hosts = 0
         for _, step in steps:
             if isinstance(step, PassDone):
@@ -194,6 +196,7 @@ class Heartbeat:
         try:
             member.beat(
                 last_pass=self._last,
+                pass_seconds=self._took,
                 passes=self._passes,
                 warm=warm,
                 hosts=hosts,

@@ -6,11 +6,13 @@ writer. On real etcd members (tests/etcd.py)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -126,18 +128,26 @@ def test_a_member_whose_lease_was_lost_comes_back_as_a_new_member(
 
 def test_a_watch_round_writes_what_it_did_into_its_member_key(ha: EtcdSetup) -> None:
     """A round that passed (the hosts it observed) and one that stood by (its warm
-    connections) each rewrite the key; the passes and the last pass add up."""
+    connections) each rewrite the key; the passes and the last pass (when, how long it
+    took: each reading of the pass's monotonic clock a quarter of a second on) add up."""
     url = _url(str(ha.location))
     heartbeat = Heartbeat(url)
+    runtime = ha.runtime()
+    ticks = itertools.count(0.0, 0.25)
+    runtime = replace(runtime, clock=replace(runtime.clock, monotonic=lambda: next(ticks)))
     try:
-        done = run(usecases.watch_step(url, ha.docker.executor(), ha.runtime()))
+        assert read_roster(url).members == ()
+        done = run(usecases.watch_step(url, ha.docker.executor(), runtime))
         assert isinstance(done, PassDone)
+        assert done.seconds > 0
         heartbeat.round([("c", done)], 1000.0)
         (member,) = read_roster(url).members
         assert (member.passes, member.last_pass, member.warm, member.hosts) == (1, 1000.0, 3, 3)
+        assert member.pass_seconds == done.seconds
         heartbeat.round([("c", PassSkipped("busy", standby=2, hosts=3))], 1010.0)
         (member,) = read_roster(url).members
         assert (member.passes, member.last_pass, member.warm, member.hosts) == (1, 1000.0, 2, 3)
+        assert member.pass_seconds == done.seconds  # a round that stood by: still the last
     finally:
         heartbeat.leave()
     assert read_roster(url).members == ()
@@ -252,7 +262,9 @@ def test_metrics_give_a_series_per_controller(ha: EtcdSetup) -> None:
 
     url = _url(str(ha.location))
     member = Membership(url)
-    member.beat(passes=4, warm=3, hosts=3, last_pass=1234.5, round_seconds={"web": 2.5})
+    member.beat(
+        passes=4, warm=3, hosts=3, last_pass=1234.5, round_seconds={"web": 2.5}, pass_seconds=0.75
+    )
     assert OwnerKeys.of(member).take("host1").got
     try:
         reading = run(usecases.read_fleet(url, ha.runtime()))
@@ -269,6 +281,7 @@ def test_metrics_give_a_series_per_controller(ha: EtcdSetup) -> None:
     assert f'minidock_controller_hosts_owned{{controller="{mid}"}} 1.0' in text
     assert f'minidock_controller_last_pass_timestamp_seconds{{controller="{mid}"}} 1234.5' in text
     assert f'minidock_controller_lease_seconds_left{{controller="{mid}"}}' in text
+    assert f'minidock_controller_last_pass_duration_seconds{{controller="{mid}"}} 0.75' in text
     assert f'minidock_controller_round_seconds{{cluster="web",controller="{mid}"}} 2.5' in text
     after = metrics_text(run(usecases.read_fleet(url, ha.runtime()))).decode()
     assert "minidock_controller_up" not in after  # it stopped: its series are gone

@@ -20,6 +20,7 @@ from minidock.commands.facts import ps_argv
 from minidock.model import HostObservation
 from minidock.observe import ProbeMemory
 from minidock.store import StoreError
+from minidock.store.base import Member
 from minidock.store.etcd import EtcdStore, EtcdWriter
 from minidock.store.etcd_client import EtcdClient, range_end, rpc
 from minidock.store.handed import read_handed
@@ -294,8 +295,11 @@ class Watches:
         return {c.host for c in executor.calls[since:] if c.argv == PROBE}
 
     def borrowed(self) -> int:
+        return self.deciders_key().borrowed
+
+    def deciders_key(self) -> Member:
         (member,) = [m for m in read_roster(self.url).members if m.id == self.decider.member_id]
-        return member.borrowed
+        return member
 
     def owners_round(self) -> tuple[dict[str, int], dict[str, float]]:
         """The owner's member key: its last whole round's revision and seconds, by cluster."""
@@ -330,6 +334,7 @@ def test_the_decider_borrows_the_owners_share_until_another_writer_holds_the_loc
     watches.decide()
     assert watches.probed_by_decider(calls) == set(HOSTS)
     assert watches.borrowed() == 0
+    assert watches.deciders_key().pass_seconds is not None  # how long it took (a fixed clock)
     assert watches.owners_round() == ({}, {})
     assert watches.stand_by().probed == len(owned)
     rounds, took = watches.owners_round()  # a whole round over its share, timed

@@ -67,7 +67,8 @@ def _serve(path: str) -> None:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _become_child(json.loads(message), fds, selector)
+                    held = [conn, *(other for other, _ in children.values())]
+                    _become_child(json.loads(message), fds, selector, held)
                     return
                 for fd in fds:
                     os.close(fd)
@@ -87,9 +88,16 @@ def _serve(path: str) -> None:
 
 
 def _become_child(
-    request: dict[str, Any], fds: list[int], selector: selectors.BaseSelector
+    request: dict[str, Any],
+    fds: list[int],
+    selector: selectors.BaseSelector,
+    connections: list[socket.socket],
 ) -> None:
-    """The forked child takes the request's process state: no fd of the zygote's kept."""
+    """The forked child takes the request's process state: no fd of the zygote's kept
+    (its listener, the pidfds it waits on, every request's connection: the zygote answers
+    on them)."""
+    for conn in connections:
+        conn.close()
     for key in list(selector.get_map().values()):
         fileobj = key.fileobj
         if isinstance(fileobj, int):

@@ -3,6 +3,7 @@ would: the same output, exit status, environment, working directory and signals.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -86,6 +87,7 @@ def test_a_command_killed_by_a_signal_has_the_signal_as_its_status(
     zygote: Zygote, tmp_path: Path
 ) -> None:
     env = state_dir(tmp_path / "state")
+    _wait_for_children(zygote, 0)  # a command of another test killed: gone
     found: list[subprocess.CompletedProcess[str]] = []
     serving = threading.Thread(
         target=lambda: found.append(zygote.run(["serve", "--listen", "127.0.0.1:0"], env, 60))
@@ -100,6 +102,52 @@ def test_a_command_killed_by_a_signal_has_the_signal_as_its_status(
     os.kill(pids[0], signal.SIGKILL)
     serving.join(30)
     assert [r.returncode for r in found] == [-signal.SIGKILL]
+
+
+def test_a_command_holds_none_of_the_zygotes_sockets(zygote: Zygote, tmp_path: Path) -> None:
+    """Two commands under way: the second, forked while the first's connection was open,
+    shares no socket with the zygote (its listener, either request's connection) once it
+    has taken its request."""
+    env = state_dir(tmp_path / "state")
+    serving = [
+        threading.Thread(target=zygote.run, args=(["serve", "--listen", "127.0.0.1:0"], env, 60))
+        for _ in range(2)
+    ]
+    _wait_for_children(zygote, 0)  # a command of another test killed: gone
+    serving[0].start()
+    pids = _wait_for_children(zygote, 1)
+    serving[1].start()
+    (second,) = set(_wait_for_children(zygote, 2)) - set(pids)
+    try:
+        assert zygote._proc is not None
+        assert _sockets(zygote._proc.pid)  # the listener and the two connections
+        zygotes = _sockets(zygote._proc.pid)
+        deadline = time.monotonic() + 10  # a fork has them all until it takes its request
+        while not _sockets(second).isdisjoint(zygotes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _sockets(second).isdisjoint(zygotes)
+    finally:
+        deadline = time.monotonic() + 30
+        while any(t.is_alive() for t in serving) and time.monotonic() < deadline:
+            for pid in _children(zygote):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+
+
+def _wait_for_children(zygote: Zygote, n: int) -> list[int]:
+    """The zygote's children, once there are `n` (reaped ones gone)."""
+    deadline = time.monotonic() + 30
+    while len(pids := _children(zygote)) != n and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(pids) == n, pids
+    return pids
+
+
+def _sockets(pid: int) -> set[str]:
+    """The sockets process `pid` has open (their inodes)."""
+    links = (os.readlink(f) for f in Path(f"/proc/{pid}/fd").iterdir())
+    return {link for link in links if link.startswith("socket:")}
 
 
 def test_commands_run_side_by_side(zygote: Zygote, tmp_path: Path) -> None:
@@ -118,7 +166,18 @@ def test_commands_run_side_by_side(zygote: Zygote, tmp_path: Path) -> None:
 
 
 def _children(zygote: Zygote) -> list[int]:
-    """The pids of the zygote's children now."""
-    assert zygote._proc is not None
-    children = Path(f"/proc/{zygote._proc.pid}/task/{zygote._proc.pid}/children")
-    return [int(p) for p in children.read_text().split()]
+    """The pids of the commands the zygote runs now: its children that are forks of it
+    (not what its imports run as it starts, e.g. asyncssh's `ldconfig`). None before it
+    started: a test run alone may look before its first command has started it."""
+    if zygote._proc is None:
+        return []
+    parent = zygote._proc.pid
+    pids = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    return [int(p) for p in pids if _cmdline(int(p)) == _cmdline(parent)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:  # gone meanwhile
+        return b""

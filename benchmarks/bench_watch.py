@@ -40,12 +40,12 @@ image = "bench/web:1"
 replicas = {n}
 spread = "zone"
 command = ["sleep", "1d"]
-restart = {{ delay = "100ms" }}
+restart = {{ delay = "{delay}" }}
 """
 
 
 def applied(
-    work: Path, hosts: int, code: Path, inventory_text: str
+    work: Path, hosts: int, code: Path, inventory_text: str, delay: str = "100ms"
 ) -> tuple[list[str], dict[str, str]]:
     """SPEC over the first `hosts` hosts, applied (`--wait`) with MiniDock from `code` and a
     state in `work`, through `inventory_text`: the `minidock` argv and environment that
@@ -53,7 +53,7 @@ def applied(
     inventory = work / "inventory.toml"
     inventory.write_text(inventory_text)
     spec = work / "bench.toml"
-    spec.write_text(SPEC.format(inventory=inventory, n=hosts))
+    spec.write_text(SPEC.format(inventory=inventory, n=hosts, delay=delay))
     env = dict(os.environ) | {"PYTHONPATH": str(code), "MINIDOCK_STATE": str(work / "state")}
     md = [sys.executable, "-m", "minidock"]  # `python -m` from `code` (its cwd)
     done = subprocess.run(
@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--interval", default="30s")
     parser.add_argument("--code", type=Path, default=None, help="run MiniDock from this tree")
     parser.add_argument("--root", type=Path, default=Path(".scale"))
+    parser.add_argument("--restart-delay", default="100ms", help="the service's restart delay")
     args = parser.parse_args()
     fleet = ScaleFleet(args.root)
     names = fleet.ready(args.hosts)
@@ -136,7 +137,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(dir=fleet.root) as tmp:
             # the whole fleet's inventory; the spec spreads over the first n hosts
-            md, env = applied(Path(tmp), args.hosts, code, fleet.inventory_text(args.hosts))
+            md, env = applied(
+                Path(tmp), args.hosts, code, fleet.inventory_text(args.hosts), args.restart_delay
+            )
             watch = Watch([*md, "watch", "--interval", args.interval], env, code)
             watch.settled(timeout=300)  # its first passes: connections pooled, streams open
             for name in names:

@@ -204,6 +204,7 @@ def main() -> None:
     parser.add_argument("--ttl", default="10s", help="the state's lease TTL")
     parser.add_argument("--code", type=Path, default=None, help="run MiniDock from this tree")
     parser.add_argument("--root", type=Path, default=Path(".scale"))
+    parser.add_argument("--restart-delay", default="100ms", help="the service's restart delay")
     args = parser.parse_args()
     fleet = ScaleFleet(args.root)
     names = fleet.ready(args.hosts)
@@ -218,7 +219,9 @@ def main() -> None:
                 inventory = work / "inventory.toml"
                 inventory.write_text(fleet.inventory_text(args.hosts))
                 spec = work / "bench.toml"
-                spec.write_text(SPEC.format(inventory=inventory, n=args.hosts))
+                spec.write_text(
+                    SPEC.format(inventory=inventory, n=args.hosts, delay=args.restart_delay)
+                )
                 env = dict(os.environ) | {
                     "PYTHONPATH": str(code),
                     "MINIDOCK_STATE": etcd.url(ttl=args.ttl),

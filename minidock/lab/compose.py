@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from minidock.lab import docker, local
 from minidock.lab.acme import ACME, LabAcme, acme_service
 from minidock.lab.bastion import BASTION, bastion_service
 from minidock.lab.directory import LabBastion, LabHost
+from minidock.lab.faults import ENGINE_SOCKET_DIR, START_DOCKERD
 from minidock.lab.images import (
     DEFAULT_KIND,
     HOST_KINDS,
@@ -73,11 +75,13 @@ def compose_document(
     extra_labels: dict[str, str],
     bastion: LabBastion | None = None,
     acme: LabAcme | None = None,
+    engines: Path | None = None,
 ) -> dict[str, Any]:
     """The compose document for these hosts: one service per host, sshd and the ingress
     ports 80 and 443 on pinned loopback ports, /var/lib/docker on a named volume, PID 1
     the lab's init script; the bastion's service when there is one
-    (minidock.lab.bastion), and the ACME server's (minidock.lab.acme)."""
+    (minidock.lab.bastion), and the ACME server's (minidock.lab.acme). With `engines`, a
+    Docker host's engine socket directory is bound to `engines`/HOST on this machine."""
     init = data("host-init.sh").decode()
     options, dind_volumes = dind_options(dind)
     services: dict[str, Any] = {}
@@ -99,7 +103,11 @@ def compose_document(
             "tmpfs": ["/run"],
             "labels": {LAB_LABEL: project, HOST_LABEL: host.name, **extra_labels},
             **options,
-            "volumes": [f"{host.name}-docker:{engine_dir}", *dind_volumes],
+            "volumes": [
+                f"{host.name}-docker:{engine_dir}",
+                *dind_volumes,
+                *_engine_socket(engines, host.name, kind.engine),
+            ],
         }
         volumes[f"{host.name}-docker"] = {"labels": {LAB_LABEL: project}}
     if bastion is not None:
@@ -122,13 +130,21 @@ def compose_document(
 PROC_SYS_RW = "mount -o remount,rw /proc/sys 2>/dev/null || true\n"
 
 
+def _engine_socket(engines: Path | None, host: str, engine: str) -> list[str]:
+    """The bind of a Docker host's second dockerd socket to this machine (none for Podman,
+    which has no daemon, or without `engines`)."""
+    if engines is None or engine == "podman":
+        return []
+    return [f"{engines / host}:{ENGINE_SOCKET_DIR}"]
+
+
 def _init(init: str, kind: str) -> str:
     """A host's PID 1 script: the default kind's as it is; the others make /proc/sys
     writable first, and a Podman host has no daemon to start."""
     if kind == DEFAULT_KIND:
         return init
     if HOST_KINDS[kind].engine == "podman":
-        init = init.replace("setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &", ":")
+        init = init.replace(START_DOCKERD, ":")
     return PROC_SYS_RW + init
 
 

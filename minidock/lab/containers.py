@@ -4,19 +4,34 @@ made). `minidock.lab.fleet.Lab` builds on this; SSH comes in with `minidock.lab.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from minidock.lab import docker, images, local
 from minidock.lab.directory import LabDir
 from minidock.lab.errors import LabError
 from minidock.lab.local import parallel
 
-__all__ = ["HOST_KEY", "HostContainers"]
+__all__ = ["HOST_KEY", "HostContainers", "answers"]
 
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key.pub"
+
+
+def answers(path: Path, timeout: float = 5.0) -> bool:
+    """Does a Docker engine answer a ping on the Unix socket `path` within `timeout`? A
+    paused host's kernel still accepts the connection, so only an answer counts."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(str(path))
+            conn.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            return conn.recv(5) == b"HTTP/"
+    except OSError:  # absent, refused (stopped, dockerd dead), timed out (paused), too long
+        return False
 
 
 @dataclass
@@ -62,6 +77,28 @@ class HostContainers(LabDir):
         ("bastion" names the bastion's container)."""
         container = self.container(host)
         command = docker.exec_argv(container, argv, stdin=input is not None)
+        proc = local.run(command, input=input, check=check, timeout=timeout)
+        return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def docker(
+        self,
+        host: str,
+        *argv: str,
+        input: bytes | None = None,
+        check: bool = True,
+        timeout: float | None = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """`docker ARGV` against the host's engine: through its socket on this machine
+        (`engines_dir`) when it answers, which spares the `docker exec` (about 50 ms of CPU
+        a command, most of the lab tests' own polling); else inside the host, where a
+        stopped or paused host, or one whose dockerd is dead, fails as it always did. Only
+        for the default kind: the other kinds' engines are answered by their own CLI. What
+        depends on the client's own files (`login`, then `push` or a private `pull`; a
+        `build` context) goes through `exec`."""
+        socket_path = self.engines_dir / host / "docker.sock"
+        if self.host(host).kind != images.DEFAULT_KIND or not answers(socket_path):
+            return self.exec(host, "docker", *argv, input=input, check=check, timeout=timeout)
+        command = ["docker", "-H", f"unix://{socket_path}", *argv]
         proc = local.run(command, input=input, check=check, timeout=timeout)
         return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -184,6 +185,12 @@ class LabDir:
         return self.lab_dir / "ssh_config"
 
     @property
+    def engines_dir(self) -> Path:
+        """Where each Docker host's dockerd also listens, seen from this machine:
+        `engines_dir`/HOST/docker.sock (a bind mount of the host's socket directory)."""
+        return self.lab_dir / "engines"
+
+    @property
     def bastion_inventory_path(self) -> Path:
         """The inventory naming the hosts by their aliases in `ssh_config_path`."""
         return self.root / "inventory" / "lab-bastion.toml"
@@ -288,9 +295,10 @@ class LabDir:
         write_atomic(self.inventory_path, (INVENTORY_HEADER + tomli_w.dumps(document)).encode())
 
     def remove_files(self) -> None:
-        """Remove the inventories, known_hosts, the SSH config and lab.json (`down`, for
-        their owner only)."""
+        """Remove the inventories, known_hosts, the SSH config, lab.json and the engines'
+        socket directories (`down`, for their owner only)."""
         paths = (self.inventory_path, self.bastion_inventory_path, self.known_hosts_path)
         for path in (*paths, self.ssh_config_path, self.state_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+        shutil.rmtree(self.engines_dir, ignore_errors=True)

@@ -20,14 +20,29 @@ from minidock.lab.errors import LabError
 if TYPE_CHECKING:
     from minidock.lab.fleet import Lab
 
-__all__ = ["CLEAN_SCRIPT", "HEAL_SCRIPT", "KILL_MODES", "KillMode", "heal", "kill"]
+__all__ = [
+    "CLEAN_SCRIPT",
+    "ENGINE_SOCKET_DIR",
+    "HEAL_SCRIPT",
+    "KILL_MODES",
+    "START_DOCKERD",
+    "KillMode",
+    "heal",
+    "kill",
+]
 
 KillMode = Literal["stop", "pause", "sshd", "dockerd", "partition", "disk", "slow"]
 KILL_MODES: tuple[KillMode, ...] = get_args(KillMode)
 
 PARTITION_RULE = ("INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP")
 START_SSHD = "mkdir -p /run/sshd && /usr/sbin/sshd -E /var/log/sshd.log"
-START_DOCKERD = "setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &"
+# dockerd as the host's PID 1 starts it (host-init.sh): also on the socket the lab binds to
+# .lab/engines/HOST on the machine (Lab.docker's way in without a `docker exec`)
+ENGINE_SOCKET_DIR = "/run/minidock-lab-engine"
+START_DOCKERD = (
+    "setsid dockerd -H unix:///var/run/docker.sock"
+    f" -H unix://{ENGINE_SOCKET_DIR}/docker.sock >>/var/log/dockerd.log 2>&1 </dev/null &"
+)
 READY_FLAG = "/run/minidock-lab.ready"
 KILL_SSHD = "pkill -KILL -x sshd; true"
 # SIGKILL: a crash. containerd goes with it; the tasks' shims keep them running, and

@@ -241,7 +241,11 @@ class Lab(LabSessions):
         jump = _prepare_bastion(self, taken) if bastion else None
         acme = _lab_acme(self.lab_dir / ACME, f"{self.project}-{ACME}", taken)
         image = images.host_image_tag()
-        document = compose_document(self.project, hosts, image, dind, self.labels, jump, acme)
+        for host in hosts:
+            (self.engines_dir / host.name).mkdir(parents=True, exist_ok=True)
+        document = compose_document(
+            self.project, hosts, image, dind, self.labels, jump, acme, self.engines_dir
+        )
         write_atomic(self.compose_path, compose_text(document).encode())
         self.write_state(hosts, dind, image, jump)
         return self.compose_path

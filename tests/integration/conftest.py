@@ -99,8 +99,9 @@ class Fleet:
     def docker(
         self, host: str, *argv: str, check: bool = False
     ) -> subprocess.CompletedProcess[str]:
-        """`docker ARGV` inside the host (docker exec), e.g. fleet.docker("host1", "ps")."""
-        return self.lab.exec(host, "docker", *argv, check=check)
+        """`docker ARGV` against the host's engine, e.g. fleet.docker("host1", "ps") (through
+        its socket on this machine, else docker exec: Lab.docker)."""
+        return self.lab.docker(host, *argv, check=check)
 
     def kill(self, host: str, mode: KillMode) -> None:
         self.lab.kill(host, mode)

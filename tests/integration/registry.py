@@ -195,8 +195,10 @@ def seed(fleet: Fleet, registry: Registry, source: str, target: str) -> None:
     host = fleet.hosts[0]
     name = registry.image(target)
     fleet.docker(host, "tag", source, name, check=True)
+    # the host's own docker CLI: the credentials are the client's, kept in the host's
+    # ~/.docker (fleet.docker may be this machine's CLI, through the engine's socket)
     login = ["login", "--username", registry.username, "--password-stdin", registry.address]
     fleet.lab.exec(host, "docker", *login, input=registry.password.encode(), check=True)
-    fleet.docker(host, "push", name, check=True)
+    fleet.lab.exec(host, "docker", "push", name, check=True)
     fleet.docker(host, "rmi", name, check=True)
-    fleet.docker(host, "logout", registry.address, check=True)
+    fleet.lab.exec(host, "docker", "logout", registry.address, check=True)

@@ -3,13 +3,17 @@ an image cached by its recipe; the default lab stays as it was. Without Docker."
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 
 from minidock.lab.compose import PROC_SYS_RW, compose_document
+from minidock.lab.containers import answers
 from minidock.lab.directory import LabDir, LabHost
 from minidock.lab.errors import BadInputError
+from minidock.lab.faults import ENGINE_SOCKET_DIR, START_DOCKERD
 from minidock.lab.images import (
     DEFAULT_KIND,
     data,
@@ -89,3 +93,50 @@ def test_lab_json_keeps_each_hosts_kind(tmp_path: Path) -> None:
     lab = LabDir(tmp_path, "p")
     lab.write_state(hosts(*KINDS), "caps", "img")
     assert [h.kind for h in LabDir(tmp_path, "p").hosts()] == list(KINDS)
+
+
+def test_a_docker_hosts_engine_socket_is_bound_to_the_lab_directory(tmp_path: Path) -> None:
+    """Each Docker host's dockerd listens on a second socket, bound to .lab/engines/HOST
+    (Lab.docker's way in without `docker exec`); a Podman host has no daemon to bind, and
+    PID 1 and a revived dockerd start it alike."""
+    engines = tmp_path / "engines"
+    document = compose_document(
+        "p", hosts(DEFAULT_KIND, "podman"), "minidock-lab/host:x", "caps", {}, engines=engines
+    )
+    docker_host, podman = document["services"]["host1"], document["services"]["host2"]
+    assert f"{engines / 'host1'}:{ENGINE_SOCKET_DIR}" in docker_host["volumes"]
+    assert not any(ENGINE_SOCKET_DIR in v for v in podman["volumes"])
+    assert START_DOCKERD in docker_host["entrypoint"][2]
+    assert f"unix://{ENGINE_SOCKET_DIR}/docker.sock" in START_DOCKERD
+
+
+def _server(path: Path, reply: bytes | None) -> socket.socket:
+    """A Unix socket listening at `path` that answers each connection with `reply` (None:
+    accepts nothing, as a paused host's dockerd)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    if reply is not None:
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(reply)
+
+        threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_only_an_engine_that_answers_a_ping_is_used(tmp_path: Path) -> None:
+    assert not answers(tmp_path / "absent.sock")
+    with _server(tmp_path / "up.sock", b"HTTP/1.1 200 OK\r\n\r\nOK"):
+        assert answers(tmp_path / "up.sock")
+    with _server(tmp_path / "frozen.sock", None):  # connects, never answers
+        assert not answers(tmp_path / "frozen.sock", timeout=0.2)
+    with _server(tmp_path / "other.sock", b"SSH-2.0-x\r\n"):
+        assert not answers(tmp_path / "other.sock")
+    stale = tmp_path / "stale.sock"
+    _server(stale, None).close()  # the file stays, nothing listens: refused
+    assert stale.exists()
+    assert not answers(stale)

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from minidock.lab import docker, images, local
@@ -21,7 +21,7 @@ __all__ = ["HOST_KEY", "HostContainers", "answers"]
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key.pub"
 
 
-def answers(path: Path, timeout: float = 5.0) -> bool:
+def answers(path: Path, timeout: float = 0.5) -> bool:
     """Does a Docker engine answer a ping on the Unix socket `path` within `timeout`? A
     paused host's kernel still accepts the connection, so only an answer counts."""
     try:
@@ -37,6 +37,10 @@ def answers(path: Path, timeout: float = 5.0) -> bool:
 @dataclass
 class HostContainers(LabDir):
     """The host containers `<project>-hostN` of the lab whose files LabDir describes."""
+
+    # the hosts this process paused (Lab.kill) and has not revived: their engine cannot
+    # answer, so `docker` goes straight to `docker exec`, which fails at once as before
+    paused: set[str] = field(default_factory=set, repr=False, compare=False)
 
     def container_states(self) -> dict[str, str]:
         """Container state of every lab host by host name ("missing" when absent)."""
@@ -89,14 +93,16 @@ class HostContainers(LabDir):
         timeout: float | None = 60.0,
     ) -> subprocess.CompletedProcess[str]:
         """`docker ARGV` against the host's engine: through its socket on this machine
-        (`engines_dir`) when it answers, which spares the `docker exec` (about 50 ms of CPU
-        a command, most of the lab tests' own polling); else inside the host, where a
+        (`engines_dir`) when it answers a ping within 0.5 s, which spares the `docker exec`
+        (about 50 ms of CPU a command, most of the lab tests' own polling); else (a host
+        this process paused, or a slow answer: it is only cheaper) inside the host, where a
         stopped or paused host, or one whose dockerd is dead, fails as it always did. Only
         for the default kind: the other kinds' engines are answered by their own CLI. What
         depends on the client's own files (`login`, then `push` or a private `pull`; a
         `build` context) goes through `exec`."""
         socket_path = self.engines_dir / host / "docker.sock"
-        if self.host(host).kind != images.DEFAULT_KIND or not answers(socket_path):
+        direct = host not in self.paused and self.host(host).kind == images.DEFAULT_KIND
+        if not direct or not answers(socket_path):
             return self.exec(host, "docker", *argv, input=input, check=check, timeout=timeout)
         command = ["docker", "-H", f"unix://{socket_path}", *argv]
         proc = local.run(command, input=input, check=check, timeout=timeout)

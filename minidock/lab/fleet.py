@@ -324,12 +324,15 @@ class Lab(LabSessions):
         """Make the fault `mode` on `host` (minidock.lab.faults). Idempotent."""
         self.check_owner("kill", host if mode == "stop" else f"{host} --mode {mode}")
         faults.kill(self, host, mode)
+        if mode == "pause":
+            self.paused.add(host)
 
     def revive(self, host: str, timeout: float = 60.0) -> None:
         """End whatever fault `host` has (any mix of them), then wait until it answers SSH
         and docker again."""
         self.check_owner("revive", host)
         faults.heal(self, self.host(host), self.container_state(host))
+        self.paused.discard(host)
         self.wait_ready([host], timeout=timeout)
         readdress(self, timeout)
 
@@ -339,6 +342,7 @@ class Lab(LabSessions):
         self.check_owner("revive", "HOST")
         states = self.container_states()
         parallel(lambda h: faults.heal(self, h, states[h.name], CLEAN_SCRIPT), self.hosts())
+        self.paused.clear()
         self.wait_ready(timeout=timeout)
         readdress(self, timeout)
 

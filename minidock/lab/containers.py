@@ -21,6 +21,18 @@ __all__ = ["HOST_KEY", "HostContainers", "answers"]
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key.pub"
 
 
+def _completed(
+    argv: Sequence[str],
+    command: Sequence[str],
+    input: bytes | None,
+    check: bool,
+    timeout: float | None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `command`, which runs `argv` somewhere, and report it as `argv`'s."""
+    proc = local.run(command, input=input, check=check, timeout=timeout)
+    return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
 def answers(path: Path, timeout: float = 0.5) -> bool:
     """Does a Docker engine answer a ping on the Unix socket `path` within `timeout`? A
     paused host's kernel still accepts the connection, so only an answer counts."""
@@ -79,10 +91,8 @@ class HostContainers(LabDir):
     ) -> subprocess.CompletedProcess[str]:
         """Run argv inside the host container (docker exec), for setup and assertions
         ("bastion" names the bastion's container)."""
-        container = self.container(host)
-        command = docker.exec_argv(container, argv, stdin=input is not None)
-        proc = local.run(command, input=input, check=check, timeout=timeout)
-        return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)
+        command = docker.exec_argv(self.container(host), argv, stdin=input is not None)
+        return _completed(argv, command, input, check, timeout)
 
     def docker(
         self,
@@ -100,13 +110,11 @@ class HostContainers(LabDir):
         for the default kind: the other kinds' engines are answered by their own CLI. What
         depends on the client's own files (`login`, then `push` or a private `pull`; a
         `build` context) goes through `exec`."""
-        socket_path = self.engines_dir / host / "docker.sock"
+        socket_path = self.engine_socket(host)
         direct = host not in self.paused and self.host(host).kind == images.DEFAULT_KIND
         if not direct or not answers(socket_path):
             return self.exec(host, "docker", *argv, input=input, check=check, timeout=timeout)
-        command = ["docker", "-H", f"unix://{socket_path}", *argv]
-        proc = local.run(command, input=input, check=check, timeout=timeout)
-        return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)
+        return _completed(argv, docker.engine_argv(socket_path, argv), input, check, timeout)
 
     def sh(self, host: str, script: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a shell script inside the host container."""

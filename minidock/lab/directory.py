@@ -186,9 +186,13 @@ class LabDir:
 
     @property
     def engines_dir(self) -> Path:
-        """Where each Docker host's dockerd also listens, seen from this machine:
-        `engines_dir`/HOST/docker.sock (a bind mount of the host's socket directory)."""
+        """The directory of each Docker host's second dockerd socket, seen from this
+        machine: `engines_dir`/HOST is a bind mount of the host's socket directory."""
         return self.lab_dir / "engines"
+
+    def engine_socket(self, name: str) -> Path:
+        """Where host `name`'s dockerd also listens, seen from this machine."""
+        return self.engines_dir / name / "docker.sock"
 
     @property
     def bastion_inventory_path(self) -> Path:

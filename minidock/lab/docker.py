@@ -21,6 +21,7 @@ __all__ = [
     "compose_up_argv",
     "container_addresses_argv",
     "container_states_argv",
+    "engine_argv",
     "exec_argv",
     "image_id_argv",
     "image_label_argv",
@@ -232,6 +233,13 @@ def exec_argv(container: str, argv: Sequence[str], *, stdin: bool = False) -> li
     if not argv:
         raise ValueError("empty argv")
     return ["docker", "exec", *(["-i"] if stdin else []), _operand(container, "container"), *argv]
+
+
+def engine_argv(socket: Path, argv: Sequence[str]) -> list[str]:
+    """`docker ARGV` against the engine listening on the Unix socket `socket`."""
+    if not argv:
+        raise ValueError("empty argv")
+    return ["docker", "-H", f"unix://{socket}", *argv]
 
 
 def stop_argv(container: str, timeout_s: int = 2) -> list[str]:

@@ -22,8 +22,11 @@ from minidock.lab import (
     WEB6_IMAGE,
     WEB_BROKEN_IMAGE,
     WORKLOAD_IMAGES,
+    docker,
     lab_app,
+    local,
 )
+from minidock.lab.containers import answers
 
 if TYPE_CHECKING:
     from conftest import Fleet
@@ -235,7 +238,34 @@ def test_kill_pause_hangs_ssh_after_tcp_connects(fleet: Fleet) -> None:
     exc, took = attempt(fleet, host)
     assert isinstance(exc, TimeoutError), exc
     assert 1.5 < took < 5
+    # its engine's socket on this machine connects but never answers; fleet.docker goes
+    # through docker exec, which says why at once
+    assert not answers(fleet.lab.engine_socket(host))
+    assert host in fleet.lab.paused
+    paused = fleet.docker(host, "ps")
+    assert paused.returncode != 0
+    assert "is paused" in paused.stderr
     assert_revived(fleet, host)
+    assert host not in fleet.lab.paused
+    assert answers(fleet.lab.engine_socket(host))
+
+
+def test_each_hosts_engine_answers_on_its_socket_on_this_machine(fleet: Fleet) -> None:
+    """`docker -H unix://.lab/engines/HOST/docker.sock` is the host's own engine: it sees
+    what `docker exec HOST docker` sees, and is there again after dockerd is killed and
+    revived (the revived dockerd listens on it too)."""
+    host = "host1"
+    fleet.docker(host, "run", "-d", "--name", "task", "--label", SMOKE, WEB5_IMAGE, check=True)
+    engine = fleet.lab.engine_socket(host)
+    direct = local.run(docker.engine_argv(engine, ["ps", "-q", "--no-trunc"])).stdout
+    inside = fleet.exec(host, "docker", "ps", "-q", "--no-trunc", check=True).stdout
+    assert direct.split()  # the task
+    assert direct.split() == inside.split()
+    fleet.kill(host, "dockerd")
+    assert not answers(engine)
+    assert_revived(fleet, host)
+    assert answers(engine)
+    assert local.run(docker.engine_argv(engine, ["ps", "-q", "--no-trunc"])).stdout == direct
 
 
 def test_kill_stop_refuses_then_boots_with_its_state(fleet: Fleet) -> None:

@@ -49,6 +49,11 @@ def test_host_container_argvs() -> None:
     assert docker.exec_argv("lab-host1", ["docker", "load", "-q"], stdin=True) == [
         "docker", "exec", "-i", "lab-host1", "docker", "load", "-q",
     ]  # fmt: skip
+    assert docker.engine_argv(Path("/r/.lab/engines/host1/docker.sock"), ["ps", "-q"]) == [
+        "docker", "-H", "unix:///r/.lab/engines/host1/docker.sock", "ps", "-q",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="empty argv"):
+        docker.engine_argv(Path("/r/docker.sock"), [])
     assert docker.stop_argv("lab-host1") == ["docker", "stop", "-t", "2", "lab-host1"]
     assert docker.start_argv("lab-host1") == ["docker", "start", "lab-host1"]
     assert docker.pause_argv("lab-host1") == ["docker", "pause", "lab-host1"]

@@ -4,15 +4,14 @@ made). `minidock.lab.fleet.Lab` builds on this; SSH comes in with `minidock.lab.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from minidock.lab import docker, images, local
 from minidock.lab.directory import LabDir
+from minidock.lab.engine_api import answers
 from minidock.lab.errors import LabError
 from minidock.lab.local import parallel
 
@@ -31,19 +30,6 @@ def _completed(
     """Run `command`, which runs `argv` somewhere, and report it as `argv`'s."""
     proc = local.run(command, input=input, check=check, timeout=timeout)
     return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout, proc.stderr)
-
-
-def answers(path: Path, timeout: float = 0.5) -> bool:
-    """Does a Docker engine answer a ping on the Unix socket `path` within `timeout`? A
-    paused host's kernel still accepts the connection, so only an answer counts."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout)
-            conn.connect(str(path))
-            conn.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
-            return conn.recv(5) == b"HTTP/"
-    except OSError:  # absent, refused (stopped, dockerd dead), timed out (paused), too long
-        return False
 
 
 @dataclass

@@ -11,6 +11,7 @@ long enough for a test to act in the middle of it). Revive heals any mix.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Literal, get_args
 
 from minidock.lab import docker, local
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from minidock.lab.fleet import Lab
 
 __all__ = [
+    "CLEAN_LABELS",
     "CLEAN_SCRIPT",
     "ENGINE_SOCKET_DIR",
     "HEAL_SCRIPT",
@@ -29,6 +31,7 @@ __all__ = [
     "KillMode",
     "heal",
     "kill",
+    "pause",
 ]
 
 KillMode = Literal["stop", "pause", "sshd", "dockerd", "partition", "disk", "slow"]
@@ -65,29 +68,37 @@ FILL_DISK = (
 # A slow link: every packet the host sends is paced by a token bucket on its interface
 # (tc's tbf; the lab hosts are privileged, the qdisc is in their own network namespace).
 SLOW = "tc qdisc replace dev eth0 root tbf rate 16mbit burst 32kb latency 2s"
-FAST = "tc qdisc del dev eth0 root 2>/dev/null; true"
-EMPTY_DISK = f"while grep -q '^{FULL} ' /proc/mounts; do umount /var/lib/docker/containers; done"
+# Each fault it ends prints a line "healed: WHAT" (`heal` returns whether one did).
+HEALED = "healed:"
 HEAL_SCRIPT = f"""
 i=0
 while [ ! -e {READY_FLAG} ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 rule="{_RULE}"
-while iptables -C $rule 2>/dev/null; do iptables -D $rule; done
-if ! ss -Hltn 'sport = :22' | grep -q .; then pkill -KILL -x sshd; {START_SSHD}; fi
-if ! pgrep -x dockerd >/dev/null; then {START_DOCKERD} fi
-{EMPTY_DISK}
-{FAST}
+while iptables -C $rule 2>/dev/null; do iptables -D $rule; echo "{HEALED} partition"; done
+if ! ss -Hltn 'sport = :22' | grep -q .; then
+    pkill -KILL -x sshd; {START_SSHD}; echo "{HEALED} sshd"
+fi
+if ! pgrep -x dockerd >/dev/null; then {START_DOCKERD} echo "{HEALED} dockerd"; fi
+while grep -q '^{FULL} ' /proc/mounts; do
+    umount /var/lib/docker/containers; echo "{HEALED} disk"
+done
+tc qdisc del dev eth0 root 2>/dev/null && echo "{HEALED} slow"
+true
 """
-# After HEAL_SCRIPT, for `reset`: wait for dockerd, remove every MiniDock-labelled container.
-CLEAN_SCRIPT = """
+# What a reset removes from every host: MiniDock's tasks, then its proxies and copy helpers.
+CLEAN_LABELS = ("minidock.cluster", "minidock.ingress", "minidock.names", "minidock.copy")
+# After HEAL_SCRIPT, for `reset` on a host whose engine the lab cannot reach from this
+# machine (the other kinds; Lab.reset speaks to a Docker host's socket instead): wait for
+# the engine, remove every container carrying one of CLEAN_LABELS.
+CLEAN_SCRIPT = f"""
 i=0
-until ids=$(docker ps -aq --filter label=minidock.cluster 2>&1); do
-    [ $i -lt 300 ] || { echo "$ids" >&2; exit 1; }
+until docker ps -q >/dev/null 2>&1; do
+    [ $i -lt 300 ] || {{ docker ps -q; exit 1; }}
     sleep 0.1; i=$((i + 1))
 done
-[ -z "$ids" ] || docker rm -f -v $ids >/dev/null
-for label in minidock.ingress minidock.names minidock.copy; do
-    proxies=$(docker ps -aq --filter label=$label)
-    [ -z "$proxies" ] || docker rm -f -v $proxies >/dev/null
+for label in {" ".join(CLEAN_LABELS)}; do
+    ids=$(docker ps -aq --filter label=$label)
+    [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
 done
 """
 _INSIDE: dict[str, str] = {
@@ -113,10 +124,31 @@ def kill(lab: Lab, host: str, mode: KillMode = "stop") -> None:
     if mode == "pause":
         if state != "paused":
             _require_running(lab, host, state)
-            local.run(docker.pause_argv(lab_host.container))
+            pause(lab_host.container)
         return
     _require_running(lab, host, state)
     lab.sh(host, _INSIDE[mode])
+
+
+# runc's cgroup v1 freezer writes FROZEN up to 1,000 times and gives up, thawing the cgroup
+# again, while the cgroup's processes keep appearing (runc's fs/freezer.go): a lab host
+# forks all the time (health checks, runc execs, sshd), and on a loaded machine a pause
+# failed so once in CI's whole run. The container is left running, so pausing again is the
+# same request; only that error is tried again, a bounded number of times.
+UNABLE_TO_FREEZE = "unable to freeze"
+PAUSE_TRIES = 5
+
+
+def pause(container: str, tries: int = PAUSE_TRIES) -> None:
+    """`docker pause` the container, again while runc could not freeze it (above)."""
+    argv = docker.pause_argv(container)
+    for attempt in range(1, tries + 1):
+        proc = local.run(argv, check=False)
+        if proc.returncode == 0:
+            return
+        if UNABLE_TO_FREEZE not in proc.stderr or attempt == tries:
+            raise local.failure(argv, proc.returncode, proc.stderr or proc.stdout)
+        time.sleep(0.2 * attempt)
 
 
 def _require_running(lab: Lab, host: str, state: str) -> None:
@@ -124,13 +156,15 @@ def _require_running(lab: Lab, host: str, state: str) -> None:
         raise LabError(f"{host} is {state}: `{lab.command(f'revive {host}')}` first")
 
 
-def heal(lab: Lab, host: LabHost, state: str, then: str = "") -> None:
+def heal(lab: Lab, host: LabHost, state: str, then: str = "") -> bool:
     """End every fault of a host (start or unpause it, drop the partition rule, restart
-    sshd and dockerd when they are gone), then run the shell script `then` inside it."""
+    sshd and dockerd when they are gone), then run the shell script `then` inside it.
+    Whether there was a fault to end (a host that had none answers as it did)."""
     if state == "missing":
         raise LabError(f"{host.name} has no container: run `{lab.command('up')}`")
     if state == "paused":
         local.run(docker.unpause_argv(host.container))
     elif state != "running":
         local.run(docker.start_argv(host.container))
-    lab.sh(host.name, HEAL_SCRIPT + then)
+    healed = HEALED in lab.sh(host.name, HEAL_SCRIPT + then).stdout
+    return healed or state != "running"

@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncssh
 
-from minidock.lab import docker, faults, images, local, probe
+from minidock.lab import docker, engine_api, faults, images, local, probe
 from minidock.lab.acme import ACME, LabAcme, pebble_installed, prepare_acme, provision_acme
 from minidock.lab.bastion import (
     BASTION,
@@ -36,7 +36,7 @@ from minidock.lab.compose import compose_document, compose_text, detect_dind_mod
 from minidock.lab.containers import HostContainers
 from minidock.lab.directory import LabBastion, LabDir, LabHost, zone_for
 from minidock.lab.errors import LabError, NotOwnedError
-from minidock.lab.faults import CLEAN_SCRIPT, KillMode
+from minidock.lab.faults import CLEAN_LABELS, CLEAN_SCRIPT, KillMode
 from minidock.lab.local import parallel, run_coro, write_atomic
 from minidock.lab.ownership import Claim, Verb, refusal, takeover
 from minidock.lab.ports import choosing_ports, keep_or_pick, pick_port
@@ -337,13 +337,30 @@ class Lab(LabSessions):
         readdress(self, timeout)
 
     def reset(self, timeout: float = 60.0) -> None:
-        """Revive every host and remove every container labelled minidock.cluster on it:
-        the state between two tests."""
+        """Revive every host and remove every container MiniDock made on it
+        (faults.CLEAN_LABELS): the state between two tests. A Docker host's containers
+        are listed and removed through its engine's socket (engine_api, no process); a host
+        is waited for over SSH when it had a fault to end, or is of another kind (one
+        that had none answers SSH as it did: the heal found sshd listening, dockerd up)."""
         self.check_owner("revive", "HOST")
         states = self.container_states()
-        parallel(lambda h: faults.heal(self, h, states[h.name], CLEAN_SCRIPT), self.hosts())
+        deadline = time.monotonic() + timeout
+        unsure: list[str] = []
+
+        def one(host: LabHost) -> None:
+            socket_path = self.engine_socket(host.name)  # absent in a lab made before it
+            direct = host.kind == images.DEFAULT_KIND and socket_path.parent.is_dir()
+            if faults.heal(self, host, states[host.name], "" if direct else CLEAN_SCRIPT):
+                unsure.append(host.name)
+            if direct:
+                engine_api.remove_labelled(socket_path, CLEAN_LABELS, deadline, host.name)
+            else:
+                unsure.append(host.name)
+
+        parallel(one, self.hosts())
         self.paused.clear()
-        self.wait_ready(timeout=timeout)
+        if unsure:
+            self.wait_ready(sorted(unsure), timeout=max(1.0, deadline - time.monotonic()))
         readdress(self, timeout)
 
     # -- status

@@ -37,7 +37,7 @@ def _decode(data: bytes | None) -> str:
     return (data or b"").decode(errors="replace")
 
 
-def _failure(argv: Sequence[str], returncode: int, detail: str) -> LabError:
+def failure(argv: Sequence[str], returncode: int, detail: str) -> LabError:
     return LabError(f"`{' '.join(argv)}` exited {returncode}: {detail.strip()}")
 
 
@@ -59,7 +59,7 @@ def run(
         raise LabError(f"timed out after {timeout}s: {' '.join(argv)}") from exc
     proc = Process(argv, done.returncode, _decode(done.stdout), _decode(done.stderr))
     if check and proc.returncode != 0:
-        raise _failure(argv, proc.returncode, proc.stderr or proc.stdout)
+        raise failure(argv, proc.returncode, proc.stderr or proc.stdout)
     return proc
 
 

@@ -27,6 +27,7 @@ from minidock.lab import (
     local,
 )
 from minidock.lab.containers import answers
+from minidock.lab.faults import CLEAN_LABELS, heal
 
 if TYPE_CHECKING:
     from conftest import Fleet
@@ -332,6 +333,35 @@ def test_revive_heals_several_faults_at_once(fleet: Fleet) -> None:
     assert_revived(fleet, host)
     rules = fleet.exec(host, "iptables", "-S", "INPUT", check=True).stdout
     assert "--dport 22" not in rules
+
+
+def test_a_reset_removes_what_minidock_made_and_ends_every_fault(fleet: Fleet) -> None:
+    """The reset between two tests: every container carrying one of MiniDock's labels is
+    removed (through the engine's socket), others stay; every fault is ended and reported
+    by the heal (a host without one is not waited for), and every host answers SSH and a
+    new container can be created on it."""
+    first, second, third, fourth = fleet.hosts[:4]
+    for label in CLEAN_LABELS:
+        fleet.docker(first, "create", "--label", f"{label}=x", WEB5_IMAGE, check=True)
+    kept = fleet.docker(first, "create", "--label", "other=x", WEB5_IMAGE, check=True)
+    assert not heal(fleet.lab, fleet.lab.host(first), "running")  # nothing to end
+    for mode in ("partition", "dockerd", "sshd", "pause"):
+        fleet.kill(second, mode)  # type: ignore[arg-type]
+    fleet.kill(third, "disk")
+    fleet.kill(fourth, "slow")
+    assert heal(fleet.lab, fleet.lab.host(fourth), "running")  # the slow link ended
+    fleet.kill(fourth, "slow")
+    fleet.reset()
+    left = fleet.docker(first, "ps", "-aq", "--no-trunc", check=True).stdout.split()
+    assert left == [kept.stdout.strip()]
+    fleet.docker(first, "rm", kept.stdout.strip(), check=True)
+    assert all(status.ssh and status.docker for status in fleet.lab.status())
+    for host in (second, third, fourth):
+        fleet.docker(host, "create", "--label", SMOKE, WEB5_IMAGE, check=True)
+    assert (
+        fleet.exec(fourth, "tc", "qdisc", "show", "dev", "eth0", check=True).stdout.split()[1]
+        != "tbf"
+    )
 
 
 def test_cli_status_kill_revive(fleet: Fleet) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from urllib.parse import quote
 
 from minidock.lab.errors import LabError
 
-__all__ = ["answers", "labelled_containers", "remove_container", "remove_labelled", "wait_answers"]
+__all__ = ["answers", "labelled_containers", "remove_container", "remove_labelled"]
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -65,15 +64,6 @@ def answers(path: Path, timeout: float = 0.5) -> bool:
         return False
 
 
-def wait_answers(path: Path, deadline: float, what: str) -> None:
-    """Wait until the engine answers (a dockerd a heal has just started), until the
-    monotonic `deadline`; LabError naming `what` past it."""
-    while not answers(path):
-        if time.monotonic() > deadline:
-            raise LabError(f"{what}: dockerd not answering on {path}")
-        time.sleep(0.1)
-
-
 def labelled_containers(path: Path, labels: Iterable[str], timeout: float = 10.0) -> list[str]:
     """The ids of the containers (any state) carrying any of the label keys `labels`."""
     status, body = _request(path, "GET", "/containers/json?all=1", timeout)
@@ -92,10 +82,9 @@ def remove_container(path: Path, container: str, timeout: float = 30.0) -> None:
         raise LabError(f"{path}: removing {container} answered {status}: {body[:200]!r}")
 
 
-def remove_labelled(path: Path, labels: Iterable[str], deadline: float, what: str) -> int:
-    """Once the engine answers, remove every container carrying any of `labels` (as the
-    reset's CLEAN_SCRIPT does with the CLI); how many were removed."""
-    wait_answers(path, deadline, what)
+def remove_labelled(path: Path, labels: Iterable[str]) -> int:
+    """Remove every container carrying any of `labels` (as the reset's CLEAN_SCRIPT does
+    with the CLI); how many were removed."""
     ids = labelled_containers(path, labels)
     for container in ids:
         remove_container(path, container)

@@ -338,29 +338,34 @@ class Lab(LabSessions):
 
     def reset(self, timeout: float = 60.0) -> None:
         """Revive every host and remove every container MiniDock made on it
-        (faults.CLEAN_LABELS): the state between two tests. A Docker host's containers
-        are listed and removed through its engine's socket (engine_api, no process); a host
-        is waited for over SSH when it had a fault to end, or is of another kind (one
-        that had none answers SSH as it did: the heal found sshd listening, dockerd up)."""
+        (faults.CLEAN_LABELS): the state between two tests. Where a Docker host's engine
+        answers on the lab's socket, its containers are listed and removed there
+        (engine_api, no process); else (a dockerd the heal has just started, one started
+        without the lab's socket, as `hosts prepare` starts it, another kind) with the CLI
+        inside the host. A host is waited for over SSH when it had a fault to end or took
+        the CLI's way (one that had none answers SSH as it did: the heal found sshd
+        listening, dockerd up)."""
         self.check_owner("revive", "HOST")
         states = self.container_states()
-        deadline = time.monotonic() + timeout
         unsure: list[str] = []
 
         def one(host: LabHost) -> None:
             socket_path = self.engine_socket(host.name)  # absent in a lab made before it
             direct = host.kind == images.DEFAULT_KIND and socket_path.parent.is_dir()
-            if faults.heal(self, host, states[host.name], "" if direct else CLEAN_SCRIPT):
-                unsure.append(host.name)
+            healed = faults.heal(self, host, states[host.name], "" if direct else CLEAN_SCRIPT)
+            if direct and engine_api.answers(socket_path):
+                engine_api.remove_labelled(socket_path, CLEAN_LABELS)
+                if healed:
+                    unsure.append(host.name)
+                return
             if direct:
-                engine_api.remove_labelled(socket_path, CLEAN_LABELS, deadline, host.name)
-            else:
-                unsure.append(host.name)
+                self.sh(host.name, CLEAN_SCRIPT)
+            unsure.append(host.name)
 
         parallel(one, self.hosts())
         self.paused.clear()
         if unsure:
-            self.wait_ready(sorted(unsure), timeout=max(1.0, deadline - time.monotonic()))
+            self.wait_ready(sorted(set(unsure)), timeout=timeout)
         readdress(self, timeout)
 
     # -- status

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Literal, get_args
 
-from minidock.lab import docker, local
+from minidock.lab import docker, engine_api, images, local
 from minidock.lab.directory import LabHost
 from minidock.lab.errors import LabError
 
@@ -29,6 +29,7 @@ __all__ = [
     "KILL_MODES",
     "START_DOCKERD",
     "KillMode",
+    "clean",
     "heal",
     "kill",
     "pause",
@@ -168,3 +169,21 @@ def heal(lab: Lab, host: LabHost, state: str, then: str = "") -> bool:
         local.run(docker.start_argv(host.container))
     healed = HEALED in lab.sh(host.name, HEAL_SCRIPT + then).stdout
     return healed or state != "running"
+
+
+def clean(lab: Lab, host: LabHost, state: str) -> bool:
+    """`heal` the host, then remove every container carrying one of CLEAN_LABELS: where
+    a Docker host's engine answers on the lab's socket, listed and removed there
+    (engine_api, no process); else (a dockerd the heal has just started, one started
+    without the lab's socket, as `hosts prepare` starts it, another kind) with the CLI
+    inside the host. Whether the host may not answer SSH as it did: it had a fault to end
+    or took the CLI's way (one that had none: the heal found sshd listening, dockerd up)."""
+    socket_path = lab.engine_socket(host.name)  # absent in a lab made before it
+    direct = host.kind == images.DEFAULT_KIND and socket_path.parent.is_dir()
+    healed = heal(lab, host, state, "" if direct else CLEAN_SCRIPT)
+    if direct and engine_api.answers(socket_path):
+        engine_api.remove_labelled(socket_path, CLEAN_LABELS)
+        return healed
+    if direct:
+        lab.sh(host.name, CLEAN_SCRIPT)
+    return True

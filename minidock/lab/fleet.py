@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncssh
 
-from minidock.lab import docker, engine_api, faults, images, local, probe
+from minidock.lab import docker, faults, images, local, probe
 from minidock.lab.acme import ACME, LabAcme, pebble_installed, prepare_acme, provision_acme
 from minidock.lab.bastion import (
     BASTION,
@@ -36,7 +36,7 @@ from minidock.lab.compose import compose_document, compose_text, detect_dind_mod
 from minidock.lab.containers import HostContainers
 from minidock.lab.directory import LabBastion, LabDir, LabHost, zone_for
 from minidock.lab.errors import LabError, NotOwnedError
-from minidock.lab.faults import CLEAN_LABELS, CLEAN_SCRIPT, KillMode
+from minidock.lab.faults import KillMode
 from minidock.lab.local import parallel, run_coro, write_atomic
 from minidock.lab.ownership import Claim, Verb, refusal, takeover
 from minidock.lab.ports import choosing_ports, keep_or_pick, pick_port
@@ -337,36 +337,10 @@ class Lab(LabSessions):
         readdress(self, timeout)
 
     def reset(self, timeout: float = 60.0) -> None:
-        """Revive every host and remove every container MiniDock made on it
-        (faults.CLEAN_LABELS): the state between two tests. Where a Docker host's engine
-        answers on the lab's socket, its containers are listed and removed there
-        (engine_api, no process); else (a dockerd the heal has just started, one started
-        without the lab's socket, as `hosts prepare` starts it, another kind) with the CLI
-        inside the host. A host is waited for over SSH when it had a fault to end or took
-        the CLI's way (one that had none answers SSH as it did: the heal found sshd
-        listening, dockerd up)."""
+        """Revive every host and remove every container MiniDock made on it: the state
+        between two tests (`reset_hosts`)."""
         self.check_owner("revive", "HOST")
-        states = self.container_states()
-        unsure: list[str] = []
-
-        def one(host: LabHost) -> None:
-            socket_path = self.engine_socket(host.name)  # absent in a lab made before it
-            direct = host.kind == images.DEFAULT_KIND and socket_path.parent.is_dir()
-            healed = faults.heal(self, host, states[host.name], "" if direct else CLEAN_SCRIPT)
-            if direct and engine_api.answers(socket_path):
-                engine_api.remove_labelled(socket_path, CLEAN_LABELS)
-                if healed:
-                    unsure.append(host.name)
-                return
-            if direct:
-                self.sh(host.name, CLEAN_SCRIPT)
-            unsure.append(host.name)
-
-        parallel(one, self.hosts())
-        self.paused.clear()
-        if unsure:
-            self.wait_ready(sorted(set(unsure)), timeout=timeout)
-        readdress(self, timeout)
+        reset_hosts(self, timeout)
 
     # -- status
     def status(self) -> list[HostStatus]:
@@ -445,6 +419,23 @@ def _status(h: LabHost, state: str, p: probe.Probe) -> HostStatus:
         https_port=h.https_port,
         private_address=h.private_address,
     )
+
+
+def reset_hosts(lab: Lab, timeout: float = 60.0) -> None:
+    """`faults.clean` every host at once; then wait over SSH for those the clean says may
+    not answer as they did, and record new addresses."""
+    states = lab.container_states()
+    unsure: list[str] = []
+
+    def one(host: LabHost) -> None:
+        if faults.clean(lab, host, states[host.name]):
+            unsure.append(host.name)
+
+    parallel(one, lab.hosts())
+    lab.paused.clear()
+    if unsure:
+        lab.wait_ready(sorted(unsure), timeout=timeout)
+    readdress(lab, timeout)
 
 
 def readdress(lab: Lab, timeout: float = 60.0) -> None:

@@ -578,6 +578,8 @@ def host_record(name: str, tasks: int) -> dict[str, object]:
     shapes of minidock/core/hosts.py HostState and minidock/model.py Host)."""
     return {
         "availability": "active",
+        "engine": {"kind": "docker", "rootless": False, "version": "26.1.5+dfsg1"},
+        "engine_read": 1796490017.5279202,
         "failures": 0,
         "last_error": None,
         "last_known": {

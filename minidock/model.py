@@ -889,6 +889,7 @@ class HostObservation:
     slow: bool = False
     seconds: float | None = None  # how long the probe took to answer (None: no answer)
     engine: Engine | None = None  # its engine and version, as read (None: not read)
+    engine_read: bool = False  # `engine` was read by this probe (not remembered)
     # its engine answered but MiniDock does not drive it (core.engines.refusal): not ok,
     # `error` names the engine and the feature; never counted towards down_after
     refused: bool = False

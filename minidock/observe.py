@@ -31,9 +31,11 @@ set, and the failure is logged (INFO).
 
 The probe also reads the host's engine and version (`docker version`: Docker or Podman,
 HostObservation.engine), once per host for a memory (again after a failed probe), in the
-same round trip. An engine MiniDock does not drive (core.engines.refusal) fails the probe
-with one line naming the engine and the feature, `refused`: never counted towards
-`down_after` (docs/hosts.md, "Engines"). A version that cannot be read is no failure:
+same round trip; a memory may be told the engines the state recorded (runner.decide_pass:
+core.hosts.engine_known), and `engine_read` says whether this probe read it. An engine
+MiniDock does not drive (core.engines.refusal) fails the probe with one line naming the
+engine and the feature, `refused`: never counted towards `down_after` (docs/hosts.md,
+"Engines"). A version that cannot be read is no failure:
 the engine is then unknown (logged, INFO).
 """
 
@@ -128,8 +130,8 @@ class ProbeMemory:
     def observed(self, seen: HostObservation) -> None:
         """A probe's outcome: kept when it answered, else the host's last is forgotten."""
         self.probed += 1
-        if seen.ok:
-            self._last[seen.host] = seen
+        if seen.ok:  # kept as remembered: a pass it stands for did not read its engine
+            self._last[seen.host] = replace(seen, engine_read=False)
         else:
             self._last.pop(seen.host, None)
         if seen.ok and seen.engine is not None:
@@ -140,6 +142,12 @@ class ProbeMemory:
     def engine(self, host: str) -> Engine | None:
         """The host's engine as a probe read it, while its probes answer (else None)."""
         return self._engines.get(host)
+
+    def know_engines(self, engines: Mapping[str, Engine]) -> None:
+        """Hosts' engines as the state recorded them (core.hosts.engine_known), for those
+        whose engine this memory has not read: their probes do not read it again."""
+        for host, engine in engines.items():
+            self._engines.setdefault(host, engine)
 
     def forget(self, hosts: Iterable[str]) -> None:
         """A pass acted on these hosts: their last observation no longer stands (the next
@@ -308,17 +316,17 @@ async def observe_host(
     if isinstance(executor, BatchExecutor):
         return await _in_one_session(executor, host, cluster, memory, ports=ports, others=others)
     if not ports:
-        seen, engine = await asyncio.gather(
+        seen, (engine, read) = await asyncio.gather(
             _containers(executor, host, cluster, memory, others=others),
             _engine_or_known(executor, host, memory),
         )
-        return _with_engine(seen, engine)
-    seen, held, engine = await asyncio.gather(
+        return _with_engine(seen, engine, read=read)
+    seen, held, (engine, read) = await asyncio.gather(
         _containers(executor, host, cluster, memory, others=others),
         _ports_or_none(executor, host, cluster),
         _engine_or_known(executor, host, memory),
     )
-    return _with_engine(replace(seen, ports_in_use=held) if seen.ok else seen, engine)
+    return _with_engine(replace(seen, ports_in_use=held) if seen.ok else seen, engine, read=read)
 
 
 def probe_steps(
@@ -355,27 +363,34 @@ def _engine(host: Host, result: Result | None) -> Engine | None:
         return None
 
 
-def _with_engine(seen: HostObservation, engine: Engine | None) -> HostObservation:
-    """The observation with its host's engine; one MiniDock does not drive fails it, with
-    the line core.engines.refusal says, `refused` (never counted towards down_after)."""
+def _with_engine(seen: HostObservation, engine: Engine | None, *, read: bool) -> HostObservation:
+    """The observation with its host's engine (`read`: by this probe, not remembered); one
+    MiniDock does not drive fails it, with the line core.engines.refusal says, `refused`
+    (never counted towards down_after)."""
     if not seen.ok or engine is None:
         return seen
     line = refusal(engine)
     if line is None:
-        return replace(seen, engine=engine)
-    return HostObservation(seen.host, False, error=line, engine=engine, refused=True)
+        return replace(seen, engine=engine, engine_read=read)
+    return HostObservation(
+        seen.host, False, error=line, engine=engine, engine_read=read, refused=True
+    )
 
 
-async def _engine_or_known(executor: Executor, host: Host, memory: ProbeMemory) -> Engine | None:
-    """The host's engine: as `memory` knows it, else read now (None when it cannot be)."""
+async def _engine_or_known(
+    executor: Executor, host: Host, memory: ProbeMemory
+) -> tuple[Engine | None, bool]:
+    """The host's engine: as `memory` knows it, else read now (None when it cannot be),
+    and whether it was read now."""
     known = memory.engine(host.name)
     if known is not None:
-        return known
+        return known, False
     try:
-        return _engine(host, await executor.run(host, version_argv(), timeout=host.probe_timeout))
+        argv = version_argv()
+        return _engine(host, await executor.run(host, argv, timeout=host.probe_timeout)), True
     except (CommandTimeout, Unreachable) as exc:
         log.info("%s: engine not read: %s", host.name, exc.reason)
-        return None
+        return None, True
 
 
 async def _in_one_session(
@@ -414,12 +429,13 @@ async def _in_one_session(
     if seen.ok:
         seen = replace(seen, seconds=seconds, slow=slow(seconds, recent, host.probe_timeout))
         memory.answered(host.name, seconds)
-    read = 2 if engine is None else 1  # the index of the first port read
+    fresh = engine is None  # read by this probe, not remembered
+    read = 2 if fresh else 1  # the index of the first port read
     if engine is None:
         engine = _engine(host, results[1])
     if ports and seen.ok:
         seen = replace(seen, ports_in_use=_held_or_none(host, cluster, results[read : read + 3]))
-    return _with_engine(seen, engine)
+    return _with_engine(seen, engine, read=fresh)
 
 
 def _held_or_none(host: Host, cluster: str, reads: Sequence[Result | None]) -> frozenset[str]:

@@ -38,6 +38,7 @@ from minidock.core import ControllerState, Plan, fold_outcomes
 from minidock.core.decide import decide
 from minidock.core.endpoints import names_in_use
 from minidock.core.engines import health_checks_due
+from minidock.core.hosts import engines_known
 from minidock.core.routes import ingress_hosts
 from minidock.core.schedule import Times
 from minidock.core.watching import port_tables_wanted
@@ -87,13 +88,16 @@ async def decide_pass(
     observation and the decision, only when a task that takes a host port may start this
     pass (core.watching.port_tables_wanted: a service that takes one is not settled), so
     the one decision places with them.
-    `memory`: what this command's earlier probes inspected (watch's; else none); `scope`:
+    `memory`: what this command's earlier probes inspected (watch's; else a new one), told
+    the engines the state recorded less than core.hosts.ENGINE_AGE ago; `scope`:
     the only hosts to probe, the others' last observation in `memory` standing for them
     (observe.observe); `borrowed`: the hosts' owners' observations standing for probes
     (watch's decider: core.borrowing)."""
     edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
     named = inventory.hosts if names_in_use(cluster, state) else ()
     counted = edges if any(ss.spec.autoscale for ss in state.services.values()) else []
+    memory = ProbeMemory() if memory is None else memory
+    memory.know_engines(engines_known(state.hosts, clock()))
     observed, proxies, names, traffic = await asyncio.gather(
         observe(
             executor,

@@ -18,10 +18,11 @@ are the whole machine, and docs/architecture.md's diagrams are generated from th
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from minidock.core.evolve import evolve
-from minidock.model import Event, Host
+from minidock.model import Engine, Event, Host, HostObservation
 
 __all__ = [
     "AVAILABILITY_TABLE",
@@ -88,6 +89,10 @@ class HostState:
     tasks: tuple[SeenTask, ...] = ()  # live tasks at the last successful probe
     last_known: Host | None = None  # its connection details: a drain works once it is unlisted
     move_volumes: bool = False  # drained with --move-volumes-unsafe: pinned tasks move too
+    # its engine as a probe last read it, and when: a pass's probe reads it again at
+    # ENGINE_AGE, after a failed probe, or when it has none (engine_known)
+    engine: Engine | None = None
+    engine_read: float | None = None
 
     @property
     def down(self) -> bool:
@@ -110,6 +115,34 @@ class HostState:
         if self.drained:
             return "drained"
         return None
+
+
+ENGINE_AGE = 600.0  # seconds a host's recorded engine stands for a probe's version read
+
+
+def engine_known(old: HostState, now: float) -> Engine | None:
+    """The host's engine as recorded, while it is younger than ENGINE_AGE: a pass's probe
+    then does not read it again (None: the probe reads it)."""
+    if old.engine is None or old.engine_read is None:
+        return None
+    return old.engine if 0 <= now - old.engine_read < ENGINE_AGE else None
+
+
+def engines_known(hosts: Mapping[str, HostState], now: float) -> dict[str, Engine]:
+    """Each host's recorded engine that a probe need not read again (engine_known)."""
+    return {name: e for name, old in hosts.items() if (e := engine_known(old, now)) is not None}
+
+
+def engine_step(old: HostState, seen: HostObservation | None, now: float) -> HostState:
+    """The host's recorded engine after a probe: the one it read (at `now`), or the one it
+    was given (kept with its time); forgotten after a failed or refused probe (an engine
+    restarted may be another version); kept when the host was not probed."""
+    if seen is None:
+        return old
+    if not seen.ok or seen.engine is None:
+        return replace(old, engine=None, engine_read=None)
+    fresh = seen.engine_read or seen.engine != old.engine or old.engine_read is None
+    return replace(old, engine=seen.engine, engine_read=now if fresh else old.engine_read)
 
 
 # (phase, probe) -> (next phase, event kind or None)

@@ -250,7 +250,7 @@ def _probe_hosts(
             slow=obs is not None and obs.slow,
             refused=obs is not None and obs.refused,
         )
-        new = evolve(new, last_known=host)
+        new = host_machine.engine_step(evolve(new, last_known=host), obs, now)
         if new.unreachable and obs is not None and obs.refused:
             waiting.append(Waiting(host.name, str(new.last_error), WaitKind.HOST_PROBES))
         elif new.unreachable:

@@ -23,10 +23,20 @@ from minidock.commands.facts import (
     ps_argv,
     version_argv,
 )
+from minidock.core import admit
 from minidock.core.engines import health_checks_due, refusal
-from minidock.core.hosts import HostPhase, HostState, probe_step
+from minidock.core.hosts import (
+    ENGINE_AGE,
+    HostPhase,
+    HostState,
+    engine_known,
+    engine_step,
+    engines_known,
+    probe_step,
+)
 from minidock.core.supervise import NO_CHECK_RAN, still_starting
 from minidock.model import (
+    Cluster,
     Container,
     Engine,
     HealthCheck,
@@ -37,8 +47,9 @@ from minidock.model import (
     Service,
 )
 from minidock.observe import ProbeMemory, observe
-from minidock.runner import health_checks
+from minidock.runner import health_checks, run_pass
 from minidock.ssh import Executor, Result, Step, batch_script, parse_batch
+from minidock.store.sqlite import SQLiteStore
 from minidock.streams import EventStreams
 from tests.fakes import FakeExecutor, fail, ok
 from tests.sim import World, hosts, svc
@@ -127,6 +138,16 @@ def handler_with(version: Result) -> FakeExecutor:
     return FakeExecutor(handler, engine=None)
 
 
+def test_a_memory_told_the_recorded_engines_reads_none_of_them() -> None:
+    executor = handler_with(ok(recorded("podman-5.4.2.json")))
+    memory = ProbeMemory()
+    memory.know_engines({"h1": Engine("docker", "26.1.5+dfsg1")})
+    seen = asyncio.run(observe(executor, [H1], "rec", ports=False, others=False, memory=memory))
+    assert seen.hosts["h1"].engine == Engine("docker", "26.1.5+dfsg1")
+    assert not seen.hosts["h1"].engine_read
+    assert executor.argvs() == [ps_argv("rec")]
+
+
 def test_the_probe_reads_each_hosts_engine() -> None:
     executor = handler_with(ok(recorded("podman-5.4.2.json")))
     observed = asyncio.run(observe(executor, [H1], "rec", ports=False, others=False))
@@ -162,17 +183,93 @@ def test_a_memory_reads_the_engine_once_and_again_after_a_failed_probe() -> None
     executor = FakeExecutor(handler, engine=None)
     memory = ProbeMemory()
 
-    def probe() -> None:
-        asyncio.run(observe(executor, [H1], "rec", ports=False, others=False, memory=memory))
+    def probe() -> HostObservation:
+        observed = observe(executor, [H1], "rec", ports=False, others=False, memory=memory)
+        return asyncio.run(observed).hosts["h1"]
 
-    probe()
-    probe()
+    assert probe().engine_read  # read by this probe
+    seen = probe()
+    assert (seen.engine, seen.engine_read) == (Engine("docker", "26.1.5+dfsg1"), False)
     assert executor.argvs().count(version_argv()) == 1
     docker_down = True
     probe()
     docker_down = False
     probe()
     assert executor.argvs().count(version_argv()) == 2  # read anew after the failure
+
+
+# -- the engine kept in the state between passes (cron's) ---------------------------------------
+D26 = Engine("docker", "26.1.5+dfsg1")
+
+
+def test_a_recorded_engine_stands_for_a_read_until_its_age() -> None:
+    recorded_at = HostState(engine=D26, engine_read=1000.0)
+    assert engine_known(recorded_at, 1000.0) == D26
+    assert engine_known(recorded_at, 1000.0 + ENGINE_AGE - 0.5) == D26
+    assert engine_known(recorded_at, 1000.0 + ENGINE_AGE) is None  # read again
+    assert engine_known(recorded_at, 999.0) is None  # a clock set back: read again
+    assert engine_known(HostState(), 1000.0) is None
+    assert engine_known(HostState(engine=D26), 1000.0) is None  # no time: read
+    hosts = {"h1": recorded_at, "h2": HostState(), "h3": replace(recorded_at, engine_read=0.0)}
+    assert engines_known(hosts, 1100.0) == {"h1": D26}
+
+
+def test_a_probe_records_the_engine_it_read_keeps_the_time_of_one_it_was_given() -> None:
+    seen = HostObservation("h1", True, engine=D26, engine_read=True)
+    first = engine_step(HostState(), seen, 1000.0)
+    assert (first.engine, first.engine_read) == (D26, 1000.0)
+    given = replace(seen, engine_read=False)  # the probe did not read it: it was told
+    assert engine_step(first, given, 1300.0) == first
+    assert engine_step(first, seen, 1700.0).engine_read == 1700.0  # read again at its age
+    d28 = Engine("docker", "28.5.2+dfsg1")
+    assert engine_step(first, replace(given, engine=d28), 1300.0).engine_read == 1300.0
+    assert engine_step(first, None, 1300.0) == first  # not probed: kept
+    for failed in (
+        HostObservation("h1", False, error="docker ps failed"),
+        HostObservation("h1", False, error="refused", engine=D26, refused=True),
+        HostObservation("h1", True),  # answered, its version not read
+    ):
+        forgotten = engine_step(first, failed, 1300.0)
+        assert (forgotten.engine, forgotten.engine_read) == (None, None)
+
+
+def test_cron_passes_read_the_engine_once_an_age_and_again_after_a_failed_probe(
+    tmp_path: Path,
+) -> None:
+    """Each `run_pass` without a memory is a cron `minidock reconcile` (a new process):
+    the state's engine stands for the read for ENGINE_AGE; a failed probe forgets it."""
+    down = False
+
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        if down:
+            return fail("Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
+        return ok(recorded("docker-26.1.5.json")) if argv == version_argv() else ok("")
+
+    executor = FakeExecutor(handler, engine=None)
+    cluster = Cluster("rec", "cluster.toml", "inventory.toml", ())
+    inventory = Inventory("inventory.toml", (H1,))
+    store = SQLiteStore.open(tmp_path)
+
+    def reads_after_a_pass_at(now: float) -> int:
+        asyncio.run(run_pass(cluster, inventory, store, executor, clock=lambda: now))
+        return executor.argvs().count(version_argv())
+
+    try:
+        store.commit(admit(store.load(), cluster, 1, prune=True), [], generation=cluster,
+                     source_path="cluster.toml")  # fmt: skip
+        assert reads_after_a_pass_at(1000.0) == 1
+        assert store.load().host("h1").engine == D26
+        assert reads_after_a_pass_at(1060.0) == 1  # recorded a minute ago: not read
+        assert reads_after_a_pass_at(1000.0 + ENGINE_AGE - 1) == 1
+        assert reads_after_a_pass_at(1000.0 + ENGINE_AGE) == 2  # its age: read again
+        assert reads_after_a_pass_at(1060.0 + ENGINE_AGE) == 2
+        down = True
+        assert reads_after_a_pass_at(1120.0 + ENGINE_AGE) == 2  # the probe failed
+        assert store.load().host("h1").engine is None
+        down = False
+        assert reads_after_a_pass_at(1180.0 + ENGINE_AGE) == 3  # read anew
+    finally:
+        store.close()
 
 
 def test_a_refused_host_takes_no_task_and_is_never_counted_towards_down() -> None:

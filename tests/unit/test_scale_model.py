@@ -16,7 +16,7 @@ import pytest
 
 from minidock.core.hosts import HostState, SeenTask
 from minidock.core.slots import SlotPhase, SlotState
-from minidock.model import Host
+from minidock.model import Engine, Host
 from minidock.store import codec
 
 
@@ -148,7 +148,14 @@ def test_the_models_records_are_the_state_codecs_bytes() -> None:
         memory=8 * 2**30,
     )
     tasks = tuple(SeenTask("web", i, f"web.{i}.3f9a2c1b7d4e", "9c1e2f3a4b5d6e7f") for i in range(2))
-    state = HostState(last_seen=1796490217.5279202, tasks=tasks, last_known=host)
+    engine = Engine("docker", "26.1.5+dfsg1")
+    state = HostState(
+        last_seen=1796490217.5279202,
+        tasks=tasks,
+        last_known=host,
+        engine=engine,
+        engine_read=1796490017.5279202,
+    )
     assert codec.dumps(state) == _compact(sm.host_record("host-000042", 2))
     slot = SlotState(phase=SlotPhase.RUNNING, task="web.42.3f9a2c1b7d4e", host="host-000042")
     assert codec.dumps(slot) == _compact(sm.slot_record("host-000042", 42))

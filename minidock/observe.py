@@ -69,7 +69,14 @@ from minidock.core.watching import HISTORY, answer_deadline, slow, to_inspect
 from minidock.model import Container, Engine, Host, HostObservation, Observed, OneOff
 from minidock.ssh import BatchExecutor, CommandTimeout, Executor, Result, Step, Unreachable
 
-__all__ = ["ProbeMemory", "observe", "observe_host", "port_tables", "ports_in_use"]
+__all__ = [
+    "ProbeMemory",
+    "observe",
+    "observe_host",
+    "port_tables",
+    "ports_in_use",
+    "told_engines",
+]
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +201,14 @@ class ProbeMemory:
         rest = tuple(c for c in every if c.cluster != cluster)
         oneoffs = tuple(o for seen in kept.values() for o in seen.oneoffs)
         return HostObservation(host.name, True, mine, others=rest, oneoffs=oneoffs)
+
+
+def told_engines(engines: Mapping[str, Engine]) -> ProbeMemory:
+    """A new memory that knows these hosts' engines (the state's record younger than
+    core.hosts.ENGINE_AGE: core.hosts.engines_known): a command's probes do not read them."""
+    memory = ProbeMemory()
+    memory.know_engines(engines)
+    return memory
 
 
 def _seen(

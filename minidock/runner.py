@@ -44,7 +44,7 @@ from minidock.core.schedule import Times
 from minidock.core.watching import port_tables_wanted
 from minidock.masking import NO_SECRETS, Masker, Masks
 from minidock.model import Cluster, Event, HostObservation, Inventory, Observed
-from minidock.observe import ProbeMemory, observe, port_tables
+from minidock.observe import ProbeMemory, observe, port_tables, told_engines
 from minidock.schedules import backup_times, job_times
 from minidock.ssh import CommandTimeout, Executor, Unreachable
 from minidock.store import Store
@@ -96,8 +96,11 @@ async def decide_pass(
     edges = [h for h in inventory.hosts if h.name in ingress_hosts(cluster, inventory)]
     named = inventory.hosts if names_in_use(cluster, state) else ()
     counted = edges if any(ss.spec.autoscale for ss in state.services.values()) else []
-    memory = ProbeMemory() if memory is None else memory
-    memory.know_engines(engines_known(state.hosts, clock()))
+    recorded = engines_known(state.hosts, clock())
+    if memory is None:
+        memory = told_engines(recorded)
+    else:
+        memory.know_engines(recorded)
     observed, proxies, names, traffic = await asyncio.gather(
         observe(
             executor,

@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 from minidock import core
 from minidock.core import ControllerState
+from minidock.core.hosts import engines_known
 from minidock.core.rebalance import moves as rebalance_moves
 from minidock.core.rebalance import record as record_moves
 from minidock.core.serving import SERVING, Serving, ServingMode, ended, in_maintenance, paused
 from minidock.model import Event
-from minidock.observe import observe, observe_host
+from minidock.observe import observe, observe_host, told_engines
 from minidock.store import StateLocation
 from minidock.usecases.access import (
     Desired,
@@ -264,7 +265,9 @@ async def rebalance(
             known_service(state, service)
         desired = admissible(state, read_desired(store, directory))
         async with connected(runtime) as executor:
-            seen = await observe(executor, desired.inventory.hosts, desired.cluster.name)
+            memory = told_engines(engines_known(state.hosts, runtime.clock.now()))
+            hosts = desired.inventory.hosts
+            seen = await observe(executor, hosts, desired.cluster.name, memory=memory)
             planned = rebalance_moves(state, desired.inventory, seen, service)
             if plan_only or not planned:
                 return RebalanceOutcome(planned, None)

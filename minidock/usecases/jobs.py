@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from minidock.act.jobs import OneOffFailed, OneOffTask, attach_oneoff, create_oneoff, remove_oneoff
+from minidock.core.hosts import engines_known
 from minidock.core.jobs import oneoff_spec, place_oneoff
 from minidock.masking import Masker
 from minidock.model import looks_secret
-from minidock.observe import observe
+from minidock.observe import observe, told_engines
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Terminal, Unreachable
 from minidock.store import StateLocation
 from minidock.usecases.access import read_desired, reading, require_applied
@@ -85,7 +86,9 @@ async def run_oneoff(
             ss = state.services.get(service)
             if ss is None or ss.removed:
                 raise unknown("service", service, sorted(state.services))
-            observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
+            memory = told_engines(engines_known(state.hosts, runtime.clock.now()))
+            hosts = desired.inventory.hosts
+            observed = await observe(executor, hosts, desired.cluster.name, memory=memory)
             mask = runtime.masks.of(store, state, observed)
         mask = Masker((*mask.secrets, *(v for k, v in env if looks_secret(k))))
         spec = oneoff_spec(ss.spec, command, env)

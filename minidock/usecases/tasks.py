@@ -10,9 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from minidock.commands.docker import exec_argv, task_logs_argv
+from minidock.core.hosts import engines_known
 from minidock.masking import Masker
 from minidock.model import Container, Host, Inventory, Observed
-from minidock.observe import observe
+from minidock.observe import observe, told_engines
 from minidock.runner import decision
 from minidock.ssh import CommandTimeout, Executor, OutputLine, Terminal, Unreachable
 from minidock.store import StateLocation
@@ -67,7 +68,9 @@ async def _observe(directory: StateLocation, runtime: Runtime, executor: Executo
     with reading(directory) as store:
         state = store.load()
         desired = read_desired(store, directory)
-        observed = await observe(executor, desired.inventory.hosts, desired.cluster.name)
+        memory = told_engines(engines_known(state.hosts, runtime.clock.now()))
+        hosts = desired.inventory.hosts
+        observed = await observe(executor, hosts, desired.cluster.name, memory=memory)
         mask = runtime.masks.of(store, state, observed)
     names = tuple(s.name for s in desired.cluster.services)
     slots = {name: ss.slot_numbers() for name, ss in state.services.items()}

@@ -33,6 +33,7 @@ import minidock.cli
 import minidock.store.codec
 import minidock.usecases.access
 from minidock.cli import app, field_change, service_row
+from minidock.commands.facts import version_argv
 from minidock.core import admit
 from minidock.documents.status import RolloutSummary, ServiceSummary
 from minidock.model import Event, Host
@@ -1257,6 +1258,34 @@ def test_status_shows_each_hosts_engine_and_a_refused_one_takes_no_task(
     assert "Docker 20.10.24+dfsg1" in rows["host1"]
     assert "Podman 5.4.2" in rows["host2"]
     assert "unreachable: Docker 19.03.15 refused: MiniDock needs Docker 20.10" in rows["host3"]
+
+
+def test_commands_after_a_pass_take_the_engines_it_recorded_a_failed_probe_reads_anew(
+    fleet: Fleet,
+) -> None:
+    """Each command is a new process: the engines the last pass recorded (less than
+    core.hosts.ENGINE_AGE ago) stand for their reads; a host whose probe failed is read."""
+    versions = Path(__file__).parent.parent / "data" / "docker" / "version"
+    fleet.docker.versions["host2"] = (versions / "podman-5.4.2.json").read_text()
+    fleet.run("apply", str(fleet.cluster))
+    fleet.settle()
+
+    def engines_read(verb: str, *args: str) -> list[str]:
+        result = invoke(verb, "--state", str(fleet.state), *args)
+        assert result.exit_code in (0, 3), result.output
+        return sorted({c.host for c in fleet.executors[-1].calls if c.argv == version_argv()})
+
+    assert engines_read("reconcile") == []
+    assert engines_read("status", "--json") == []
+    assert engines_read("ps") == []
+    assert engines_read("exec", "web", "--", "echo", "hi") == []
+    hosts = {h["name"]: h for h in fleet.status()["hosts"]}
+    assert hosts["host2"]["engine"] == {"kind": "podman", "version": "5.4.2", "rootless": False}
+    fleet.docker.down.add("host1")
+    assert engines_read("reconcile") == []  # host1's probe failed: its record is forgotten
+    fleet.docker.down.discard("host1")
+    assert engines_read("reconcile") == ["host1"]
+    assert engines_read("reconcile") == []
 
 
 def test_logs_of_a_slot_the_service_does_not_have_is_exit_2(fleet: Fleet) -> None:

@@ -58,6 +58,47 @@ def test_the_documented_cron_line_runs_under_cron_s_empty_environment(md: Minido
     assert ran.stderr.startswith("minidock: not converged: ")
 
 
+COUNTED = "/usr/local/bin/docker"  # before /usr/bin on an SSH session's PATH
+RUNS = "/tmp/docker-runs"
+COUNTING = f"""cat > {COUNTED} <<'EOF'
+#!/bin/sh
+echo "$*" >> {RUNS}
+exec /usr/bin/docker "$@"
+EOF
+chmod +x {COUNTED}"""
+
+
+def test_cron_passes_take_the_engine_from_the_state_and_read_it_after_a_failed_probe(
+    md: Minidock, fleet: Fleet
+) -> None:
+    """Each cron pass is a new process: the engine a pass recorded stands for the next
+    passes' `docker version` on the host (docs/hosts.md, "Engines"), and a failed probe
+    (host1's dockerd killed) has the pass after it read the engine again. Counted on host1
+    by a `docker` ahead of the real one on its PATH that logs each run."""
+    res = md("apply", str(md.spec("")))
+    assert res.returncode == 0, res.stdout + res.stderr
+    fleet.exec("host1", "sh", "-c", COUNTING, check=True)
+
+    def host1_runs(*args: str) -> list[str]:
+        fleet.exec("host1", "rm", "-f", RUNS, check=True)
+        md(*args)
+        return fleet.exec("host1", "cat", RUNS).stdout.splitlines()
+
+    try:
+        for verb in ("reconcile", "reconcile", "ps"):
+            runs = host1_runs(verb)
+            assert any(r.startswith("ps ") for r in runs), runs  # host1 probed, counted
+            assert not [r for r in runs if r.startswith("version ")], (verb, runs)
+        fleet.kill("host1", "dockerd")
+        assert md("reconcile").returncode != 0  # host1's probe failed
+        fleet.revive("host1")
+        versions = [r for r in host1_runs("reconcile") if r.startswith("version ")]
+        assert len(versions) == 1, versions
+        assert not [r for r in host1_runs("reconcile") if r.startswith("version ")]
+    finally:
+        fleet.exec("host1", "rm", "-f", COUNTED, RUNS)
+
+
 def test_the_systemd_unit_runs_what_the_cron_line_runs() -> None:
     cron = " ".join(documented("cron-line").split()[5:])
     unit = documented("systemd-service")

@@ -53,7 +53,6 @@ class LocalCaddy:
     process: subprocess.Popen[bytes]
     admin: int
     loads: int = 0
-    lingered: int = 0  # loads answered before the replaced config's sockets were closed
 
     def load(self, config: ProxyConfig) -> None:
         """POST /load of `config` as a pass loads it (its route sockets named anew), then
@@ -65,8 +64,6 @@ class LocalCaddy:
         assert status == 200, f"load {self.loads} refused: {status} {text}"
         ports = {self.admin, *_tcp_ports(body)}
         deadline = time.monotonic() + CLOSE_TIMEOUT
-        if any(listeners(p) > 1 for p in ports):
-            self.lingered += 1
         while (open_ := {p: n for p in ports if (n := listeners(p)) > 1}) and (
             time.monotonic() < deadline
         ):

@@ -172,15 +172,23 @@ def test_a_version_that_cannot_be_read_leaves_the_probe_standing_engine_unknown(
     assert (seen.ok, seen.engine, seen.refused) == (True, None, False)
 
 
-def test_a_memory_reads_the_engine_once_and_again_after_a_failed_probe() -> None:
-    docker_down = False
+class Docker26:
+    """A host whose engine answers Debian 13's recorded `docker version` (and nothing
+    else), or fails every command while `down` (its daemon not answering)."""
 
-    def handler(host: Host, argv: list[str], input: str | None) -> Result:
-        if docker_down:
-            return fail("Cannot connect to the Docker daemon")
+    def __init__(self) -> None:
+        self.down = False
+        self.executor = FakeExecutor(self.handler, engine=None)
+
+    def handler(self, host: Host, argv: list[str], input: str | None) -> Result:
+        if self.down:
+            return fail("Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
         return ok(recorded("docker-26.1.5.json")) if argv == version_argv() else ok("")
 
-    executor = FakeExecutor(handler, engine=None)
+
+def test_a_memory_reads_the_engine_once_and_again_after_a_failed_probe() -> None:
+    host = Docker26()
+    executor = host.executor
     memory = ProbeMemory()
 
     def probe() -> HostObservation:
@@ -191,9 +199,9 @@ def test_a_memory_reads_the_engine_once_and_again_after_a_failed_probe() -> None
     seen = probe()
     assert (seen.engine, seen.engine_read) == (Engine("docker", "26.1.5+dfsg1"), False)
     assert executor.argvs().count(version_argv()) == 1
-    docker_down = True
+    host.down = True
     probe()
-    docker_down = False
+    host.down = False
     probe()
     assert executor.argvs().count(version_argv()) == 2  # read anew after the failure
 
@@ -238,14 +246,8 @@ def test_cron_passes_read_the_engine_once_an_age_and_again_after_a_failed_probe(
 ) -> None:
     """Each `run_pass` without a memory is a cron `minidock reconcile` (a new process):
     the state's engine stands for the read for ENGINE_AGE; a failed probe forgets it."""
-    down = False
-
-    def handler(host: Host, argv: list[str], input: str | None) -> Result:
-        if down:
-            return fail("Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
-        return ok(recorded("docker-26.1.5.json")) if argv == version_argv() else ok("")
-
-    executor = FakeExecutor(handler, engine=None)
+    host = Docker26()
+    executor = host.executor
     cluster = Cluster("rec", "cluster.toml", "inventory.toml", ())
     inventory = Inventory("inventory.toml", (H1,))
     store = SQLiteStore.open(tmp_path)
@@ -263,10 +265,10 @@ def test_cron_passes_read_the_engine_once_an_age_and_again_after_a_failed_probe(
         assert reads_after_a_pass_at(1000.0 + ENGINE_AGE - 1) == 1
         assert reads_after_a_pass_at(1000.0 + ENGINE_AGE) == 2  # its age: read again
         assert reads_after_a_pass_at(1060.0 + ENGINE_AGE) == 2
-        down = True
+        host.down = True
         assert reads_after_a_pass_at(1120.0 + ENGINE_AGE) == 2  # the probe failed
         assert store.load().host("h1").engine is None
-        down = False
+        host.down = False
         assert reads_after_a_pass_at(1180.0 + ENGINE_AGE) == 3  # read anew
     finally:
         store.close()

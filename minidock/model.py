@@ -890,6 +890,9 @@ class HostObservation:
     seconds: float | None = None  # how long the probe took to answer (None: no answer)
     engine: Engine | None = None  # its engine and version, as read (None: not read)
     engine_read: bool = False  # `engine` was read by this probe (not remembered)
+    # when this controller had it, on its pass's clock: the probe's answer, or the read of
+    # its owner's written observation (None: not stamped; the decision's time stands)
+    seen_at: float | None = None
     # its engine answered but MiniDock does not drive it (core.engines.refusal): not ok,
     # `error` names the engine and the feature; never counted towards down_after
     refused: bool = False

@@ -45,7 +45,7 @@ import asyncio
 import logging
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 
 from minidock.commands.facts import (
@@ -475,28 +475,34 @@ async def observe(
     memory: ProbeMemory | None = None,
     scope: Set[str] | None = None,
     borrowed: Mapping[str, HostObservation] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Observed:
     """Probe every host at once; each gets a HostObservation, failed or not. `memory`:
     what earlier probes inspected (watch's), else none. With `scope` (a watch pass between
     resyncs: core.watching.probe_scope), only those hosts are probed; every other host's
     last good observation in `memory` stands for it (one it does not have is probed).
     `borrowed`: observations made by the hosts' owners (core.borrowing), which stand for
-    those hosts' probes."""
+    those hosts' probes. `clock`: the pass's; each observation is stamped with when it
+    was had (`seen_at`): a probe's at its answer, a borrowed one at this call (after it
+    was read), a kept one keeps its own."""
     memory = ProbeMemory() if memory is None else memory
     borrowed = borrowed or {}
+    start = clock() if clock is not None else None
     kept = {} if scope is None else {h.name: memory.last(h.name) for h in hosts}
-    kept |= {h.name: borrowed[h.name] for h in hosts if h.name in borrowed}
+    kept |= {h.name: replace(borrowed[h.name], seen_at=start) for h in hosts if h.name in borrowed}
     probed = [
         h
         for h in hosts
         if h.name not in borrowed and (scope is None or h.name in scope or kept[h.name] is None)
     ]
-    found = await asyncio.gather(
-        *(
-            observe_host(executor, h, cluster, ports=ports, others=others, memory=memory)
-            for h in probed
+
+    async def stamped(host: Host) -> HostObservation:
+        seen = await observe_host(
+            executor, host, cluster, ports=ports, others=others, memory=memory
         )
-    )
+        return seen if clock is None else replace(seen, seen_at=clock())
+
+    found = await asyncio.gather(*(stamped(h) for h in probed))
     for seen in found:
         memory.observed(seen)
     everyone = {o.host: o for o in kept.values() if o is not None} | {o.host: o for o in found}

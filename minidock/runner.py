@@ -67,6 +67,7 @@ class PassResult:
     masker: Masker = NO_SECRETS  # the pass's masker: the command's next pass starts from it
     rendered: Rendered = NOTHING_RENDERED  # every proxy's config, from `plan` (render)
     touched: frozenset[str] = frozenset()  # the hosts of its acts' events ("": of none)
+    now: float = 0.0  # the decision's time: its acts and their outcomes are at it too
 
 
 async def decide_pass(
@@ -110,6 +111,7 @@ async def decide_pass(
             memory=memory,
             scope=scope,
             borrowed=borrowed,
+            clock=clock,
         ),
         observe_proxies(executor, edges, cluster.name),
         observe_names(executor, named, cluster.name),
@@ -118,8 +120,9 @@ async def decide_pass(
     observed = replace(observed, proxies=proxies, names=names, traffic=traffic)
     if port_tables_wanted(inventory, state, observed):
         observed = await port_tables(executor, inventory.hosts, observed, cluster.name)
-    plan = decision(cluster, inventory, observed, state, clock(), force_down=force_down)
-    return PassResult(plan, observed, rendered=render(plan, cluster.ingress, observed))
+    now = clock()
+    plan = decision(cluster, inventory, observed, state, now, force_down=force_down)
+    return PassResult(plan, observed, rendered=render(plan, cluster.ingress, observed), now=now)
 
 
 async def health_checks(
@@ -214,19 +217,19 @@ async def run_pass(
     its probes' (`observe.ProbeMemory`), which forgets the hosts acted on: the next pass
     probes them; `tasks` carries out the task verbs (act.carry.carry_tasks unless given:
     watch's decider hands some to the hosts' owners, usecases.delegating)."""
-    now = clock()
     state = store.load()
     result = await decide_pass(
         cluster,
         inventory,
         state,
         executor,
-        clock=lambda: now,
+        clock=clock,
         force_down=force_down,
         memory=memory,
         scope=scope,
         borrowed=borrowed,
     )
+    now = result.now
     masks = masks if masks is not None else Masks()
     mask = result.masker = masks.of(store, result.plan.state, result.observed)
     plan = result.plan = mask.plan(result.plan)

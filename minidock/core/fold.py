@@ -91,6 +91,13 @@ class View:
     inventory: Mapping[str, Host] = field(default_factory=dict)
     evict: Mapping[str, str] = field(default_factory=dict)  # container id -> why it moves
     traffic: Traffic | None = None  # what the proxies hold: a stop-first replacement asks it
+    seen: Mapping[str, float] = field(default_factory=dict)  # host -> when its answer was had
+
+    def seen_at(self, host: str) -> float:
+        """When this pass had `host`'s observation (never after `now`): what a task's exit
+        or unhealthy turn is counted at, so a restart delay shorter than the pass's own
+        observing is over by its decision (docs/supervision.md, "Backoff")."""
+        return min(self.seen.get(host, self.now), self.now)
 
     def misplaced(self, target: Service, c: Container) -> str:
         """Why the task's host no longer satisfies the service's constraints ("" if it does):

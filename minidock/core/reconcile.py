@@ -309,7 +309,8 @@ def _view(
             movable = (c for c in here if c.live and not _pinned(state, c))
             evict |= over_capacity(h, live, movable)
     inventory_hosts = {h.name: h for h in inventory.hosts}
-    return View(cluster, now, hosts, mine, held, inventory_hosts, evict, traffic)
+    seen = {n: o.seen_at for n, o in observed.hosts.items() if o.seen_at is not None}
+    return View(cluster, now, hosts, mine, held, inventory_hosts, evict, traffic, seen)
 
 
 def _pinned(state: ControllerState, c: Container) -> bool:
@@ -656,7 +657,7 @@ def _slot_without_task(
     lapsed: list[Container] = []
     for c in sorted(dead, key=lambda c: c.finished_at or 0.0):
         before = state
-        state = slots.account_exit(state, c, target.restart, view.now)
+        state = slots.account_exit(state, c, target.restart, view.seen_at(c.host))
         # its own line: a task whose start failed was counted (and said so) by that act
         stops.append(Stop(c, exit_line(c), failure=state is not before))
         if state is not before and not state.complete:
@@ -682,7 +683,7 @@ def _unhealthy_out(
     for c in [c for c in live if c.health == "unhealthy" and n not in ss.rollout.inflight]:
         line = f"task {c.task} unhealthy: {c.health_log or 'health check failed'}"
         restart = slot_target(ss, n).restart
-        state = slots.count_failure(ss.slot(n), c.task, view.now, line, restart)
+        state = slots.count_failure(ss.slot(n), c.task, view.seen_at(c.host), line, restart)
         ss, events = set_slot(ss, n, state, view.now)
         fx = fx + Effects(stops=(Stop(c, line, failure=True),), events=events)
         kept.remove(c)

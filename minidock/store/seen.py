@@ -58,14 +58,16 @@ def cluster_owners(url: EtcdURL, cluster: str) -> bytes:
 
 
 def _record(observation: HostObservation) -> HostObservation:
-    """What is written of an observation: no health check output, no answer time, and
-    its engine as remembered (whether this probe read it changes between probes)."""
+    """What is written of an observation: no health check output, no answer time or
+    when it was had (the writer's clock: the reader stamps its own), and its engine as
+    remembered (whether this probe read it changes between probes)."""
     return replace(
         observation,
         containers=tuple(replace(c, health_log="") for c in observation.containers),
         others=tuple(replace(c, health_log="") for c in observation.others),
         seconds=None,
         engine_read=False,
+        seen_at=None,
     )
 
 

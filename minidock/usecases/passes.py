@@ -76,13 +76,12 @@ async def one_pass(
     `memory`: its probes' (watch's); `scope`: the only hosts it probes (watch's passes
     between resyncs); `borrowed`: observations its hosts' owners made, and `tasks` the
     task verbs handed to them (watch's decider)."""
-    now = clock()
     return await run_pass(
         cluster,
         inventory,
         store,
         executor,
-        clock=lambda: now,
+        clock=clock,
         force_down=force_down,
         masks=masks,
         memory=memory,

@@ -17,7 +17,7 @@ from minidock.commands.facts import (
     published_ports_argv,
 )
 from minidock.model import Host, HostObservation, Observed
-from minidock.observe import observe
+from minidock.observe import ProbeMemory, observe
 from minidock.ssh import CommandTimeout, Result, Unreachable
 from tests.fakes import FakeExecutor, Handler, fail, ok
 
@@ -328,3 +328,40 @@ def test_other_clusters_tasks_are_observed_apart_for_capacity_and_ports() -> Non
         "web.1.t1run",
     ]  # docker ps order
     assert len(observed.load()) == 3
+
+
+def test_each_observation_is_stamped_when_it_was_had_on_the_passs_clock() -> None:
+    """With the pass's clock: a probe's observation at its answer (failed or not), a
+    borrowed one at the call (it was read before), a kept one (a scoped pass's) keeps its
+    own stamp; without a clock, none is stamped."""
+
+    def handler(host: Host, argv: list[str], input: str | None) -> Result:
+        if host.name == "h3":
+            return fail(DAEMON_DOWN)
+        return ok(PS) if argv[:2] == ["docker", "ps"] else ok(MIXED)
+
+    reads = iter([10.0, 11.0, 12.0, 13.0])
+    memory = ProbeMemory()
+    memory.observed(HostObservation("h2", True, seen_at=5.0))
+    borrowed = {"h4": HostObservation("h4", True, seen_at=99.0)}  # the writer's clock
+    h4 = Host(name="h4", address="10.0.0.4")
+    observed = asyncio.run(
+        observe(
+            FakeExecutor(handler),
+            [H1, H2, H3, h4],
+            "rec",
+            ports=False,
+            others=False,
+            memory=memory,
+            scope={"h1", "h3"},
+            borrowed=borrowed,
+            clock=lambda: next(reads),
+        )
+    )
+    stamps = {n: o.seen_at for n, o in observed.hosts.items()}
+    assert stamps["h4"] == 10.0  # the call's start, never the writer's stamp
+    assert stamps["h2"] == 5.0
+    assert sorted([stamps["h1"], stamps["h3"]]) == [11.0, 12.0]
+    assert not observed.hosts["h3"].ok
+    plain, _ = run(handler, [H1])
+    assert plain.hosts["h1"].seen_at is None

@@ -68,8 +68,10 @@ def test_each_holder_of_the_lock_knows_whether_the_tenure_before_its_own_was_its
 
 
 def _seen(host: str, *, ok: bool = True, image: str = "web:1") -> HostObservation:
-    """An observation with an answer time (never written) and a word that tells two apart."""
-    return HostObservation(host, ok, error=None if ok else f"{image} unreachable", seconds=0.25)
+    """An observation with an answer time and a stamp of when it was had (neither is
+    written: the reader stamps its own) and a word that tells two apart."""
+    error = None if ok else f"{image} unreachable"
+    return HostObservation(host, ok, error=error, seconds=0.25, seen_at=1000.0)
 
 
 def _revision(client: EtcdClient) -> int:
@@ -93,15 +95,16 @@ def test_an_owner_writes_only_what_changed_and_only_under_its_own_owner_key(
         table = read_shard_table(url, client, "c")
         assert table.rounds == {owner.member.id: 10}  # the other has no round over "c"
         assert {h: w.observation for h, w in table.written.items()} == {
-            h: replace(o, seconds=None) for h, o in probed.items()
+            h: replace(o, seconds=None, seen_at=None) for h, o in probed.items()
         }
         assert {(w.writer, w.owner, w.revision) for w in table.written.values()} == {
             (owner.member.id, created["host1"], 10),
             (owner.member.id, created["host2"], 10),
         }
         before = _revision(client)
-        assert seen.write("c", owner.member.id, lease, created, probed, 20)
-        assert _revision(client) == before  # nothing changed: nothing written
+        later = {h: replace(o, seen_at=1030.0) for h, o in probed.items()}
+        assert seen.write("c", owner.member.id, lease, created, later, 20)
+        assert _revision(client) == before  # nothing changed but the stamp: nothing written
         failed = probed | {"host2": _seen("host2", ok=False)}
         assert seen.write("c", owner.member.id, lease, created, failed, 30)
         assert sorted(read_shard_table(url, client, "c").written) == ["host1"]

@@ -10,6 +10,7 @@ FakeDocker and a real Store.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,10 +29,10 @@ from minidock.model import (
     Service,
     UpdatePolicy,
 )
-from minidock.runner import PassResult
+from minidock.runner import PassResult, run_pass
 from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import ExitCode, verdict
-from tests.sim import MakeWorld, World, host, hosts, svc
+from tests.sim import MakeWorld, RunnerWorld, World, host, hosts, svc
 
 EXIT_OK, EXIT_FAILED, EXIT_NOT_CONVERGED = ExitCode.OK, ExitCode.FAILED, ExitCode.NOT_CONVERGED
 
@@ -656,6 +657,77 @@ def test_an_ordinary_env_value_does_not_mask_the_service_name_in_events() -> Non
     plan = kept_masker(w.state).plan(w.plan())
     (failed,) = [e for e in plan.events if e.kind == "failed"]
     assert failed.message.startswith("db.1 failed")
+
+
+def seen_at(observed: Observed, t: float) -> Observed:
+    """Every host's observation as had at `t` (the runner stamps each at its answer)."""
+    return Observed({n: replace(o, seen_at=t) for n, o in observed.hosts.items()})
+
+
+@pytest.mark.parametrize(("delay", "restarts"), [(0.1, [1]), (0.5, [1]), (2.0, [])])
+def test_an_exit_counts_from_when_its_hosts_answer_was_had(
+    delay: float, restarts: list[int]
+) -> None:
+    """The exit is counted at the observation's time, not the decision's: a restart delay
+    that ran out while the pass was still observing (0.5 s here) restarts it in that very
+    pass; a longer one waits, from the observation's time."""
+    w = fleet(1)
+    w.apply(svc(restart=policy(delay=delay, max_delay=8.0)))
+    w.converge()
+    t = w.now
+    exit_task(w, "web", 1)
+    assert w.cluster is not None
+    plan = reconcile(w.cluster, w.inventory, seen_at(w.observe(), t), w.state, t + 0.5)
+    record = plan.state.services["web"].slot(1)
+    assert record.attempts == (t,)
+    assert record.next_start == t + delay
+    assert runs_of(plan) == restarts
+
+
+def test_an_unhealthy_task_counts_from_when_its_hosts_answer_was_had() -> None:
+    w = fleet(1)
+    w.apply(svc(health=HC, restart=policy(delay=0.1, max_delay=8.0)))
+    w.converge()
+    t = w.now
+    c = live_in(w, "web", 1)
+    w.containers[c.host] = [replace(c, health="unhealthy", health_log="no")]
+    assert w.cluster is not None
+    plan = reconcile(w.cluster, w.inventory, seen_at(w.observe(), t), w.state, t + 0.5)
+    assert plan.state.services["web"].slot(1).attempts == (t,)
+
+
+def test_an_observation_stamped_after_the_decision_counts_at_the_decision() -> None:
+    """Never later than the decision's own time (a clock stepped back between the two)."""
+    w = fleet(1)
+    w.apply(svc(restart=policy(delay=2.0, max_delay=8.0)))
+    w.converge()
+    t = w.now
+    exit_task(w, "web", 1)
+    assert w.cluster is not None
+    plan = reconcile(w.cluster, w.inventory, seen_at(w.observe(), t + 60.0), w.state, t)
+    assert plan.state.services["web"].slot(1).attempts == (t,)
+
+
+def test_the_runner_counts_an_exit_at_its_probes_answer_and_decides_on_a_later_clock(
+    tmp_path: Path,
+) -> None:
+    """Through `run_pass` over FakeDocker, on a clock that moves 0.2 s each time it is
+    read: the exit is counted at the probe's answer and the decision comes later, so a
+    restart delay of 0.1 s is over by then and the same pass starts the replacement (a
+    pass that froze its clock at its start waited for the next one)."""
+    w = RunnerWorld(hosts(1), tmp_path)
+    w.apply(svc(image="crash:1", restart=policy(delay=0.1, max_delay=8.0)))
+    w.step()
+    w.docker.advance(2.0)  # the crash:1 task has exited
+
+    def reading() -> float:
+        return w.clock.advance(0.2)
+
+    assert w.cluster is not None
+    result = asyncio.run(run_pass(w.cluster, w.inventory, w.store, w.executor, clock=reading))
+    (at_seen,) = w.state.services["web"].slot(1).attempts
+    assert at_seen < result.now
+    assert runs_of(result.plan) == [1]
 
 
 @pytest.mark.parametrize("skew", [-3600.0, 3600.0])

@@ -301,6 +301,9 @@ class Fleet(World):
     kept: set[tuple[str, str]] = field(default_factory=set)  # (host, volume) a failover left
     fenced: set[str] = field(default_factory=set)  # containers a failover left (never again)
     seen: Observed | None = None  # what the last plan was decided on
+    # how long before the decision each host's answer was had (its `seen_at`): an exit is
+    # counted then, so a lag past the restart delay (1 s) restarts it in the same pass
+    lag: float = 0.0
     # the edge proxy's request counter of each autoscaled route (requests since it
     # started, `rate` a second as time passes), read by a pass while a service has a
     # policy (the runner's observe_traffic); `unread`: its metrics do not answer (no data)
@@ -323,8 +326,10 @@ class Fleet(World):
     # -- observe and decide
     def observe(self) -> Observed:
         seen = super().observe()
+        at = self.now - self.lag
         hosts = {
-            name: replace(o, oneoffs=tuple(self.oneoffs[name])) for name, o in seen.hosts.items()
+            name: replace(o, oneoffs=tuple(self.oneoffs[name]), seen_at=at)
+            for name, o in seen.hosts.items()
         }
         assert self.cluster is not None
         assert self.cluster.ingress is not None
@@ -960,9 +965,13 @@ class WholeDecision(RuleBasedStateMachine):
             self.limit += 4 + math.ceil(web.update.canary_monitor / DT)
 
     @precondition(lambda self: self.fleet is not None)
-    @rule(kills=st.lists(st.sampled_from(("", "", *KILLS)), min_size=1, max_size=4))
-    def passes(self, kills: list[str]) -> None:
+    @rule(
+        kills=st.lists(st.sampled_from(("", "", *KILLS)), min_size=1, max_size=4),
+        lag=st.sampled_from((0.0, 2.0)),
+    )
+    def passes(self, kills: list[str], lag: float) -> None:
         assert self.fleet is not None
+        self.fleet.lag = lag
         for kill in kills:
             self.limit += 2 if kill else 0
             self.judge(self.fleet.settled(self.fleet.one_pass(kill)))

@@ -46,7 +46,7 @@ from minidock.store.base import (
     StoreUnusable,
     WriterBusy,
 )
-from minidock.store.codec import Codec
+from minidock.store.codec import Codec, StateRecords
 from minidock.store.etcd_client import (
     EtcdClient,
     RevisionCompacted,
@@ -131,6 +131,12 @@ class Meta:
 
 def holder_text() -> str:
     return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+# each state's host and slot records as last read, by its PREFIX/state/: a read structures
+# only the records whose document changed since (codec.StateRecords), whichever EtcdStore
+# of this process reads it
+_RECORDS: dict[bytes, StateRecords] = {}
 
 
 class EtcdStore:
@@ -227,8 +233,12 @@ class EtcdStore:
         keyed = self.state_keys(revision)
         if self._writer is not None and revision == self._writer.meta_rev:
             self._writer.parts = keyed  # what the next commit writes its changes against
-        data = parts.join({k[len(self.keys.state) :].decode(): v for k, v in keyed.items()})
-        return ControllerState() if data is None else self.codec.from_data(data, ControllerState)
+        named = {k[len(self.keys.state) :].decode(): v for k, v in keyed.items()}
+        data = parts.join(named, records=False)
+        if data is None:
+            return ControllerState()
+        records = _RECORDS.setdefault(self.keys.state, StateRecords())
+        return records.fill(self.codec.from_data(data, ControllerState), named)
 
     def state_keys(self, revision: int) -> dict[bytes, bytes]:
         """PREFIX/state/ at `revision`; at the newest one when etcd compacted it away

@@ -24,7 +24,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REST", "SEEN", "changes", "join", "split"]
+__all__ = [
+    "REST",
+    "SEEN",
+    "changes",
+    "host_documents",
+    "join",
+    "last_seen",
+    "slot_documents",
+    "split",
+]
 
 REST = "rest"
 SEEN = "seen"
@@ -54,28 +63,51 @@ def split(data: Mapping[str, Any]) -> dict[str, bytes]:
     return parts
 
 
-def join(parts: Mapping[str, bytes]) -> dict[str, Any] | None:
+def join(parts: Mapping[str, bytes], *, records: bool = True) -> dict[str, Any] | None:
     """The data `split` was given (slot numbers as JSON keys, strings), or None when
-    there is no `rest` document: nothing was committed in this layout."""
+    there is no `rest` document: nothing was committed in this layout. Without `records`,
+    no host and no slot (every service's `slots` empty): the caller reads them from
+    `host_documents`, `last_seen` and `slot_documents`."""
     if REST not in parts:
         return None
     data: dict[str, Any] = json.loads(parts[REST])
-    seen: dict[str, Any] = json.loads(parts.get(SEEN, b"{}"))
+    seen = last_seen(parts) if records else {}
     hosts: dict[str, Any] = {}
     services: dict[str, dict[str, Any]] = {}
     slots: dict[str, dict[str, Any]] = {}
     for name, raw in parts.items():
         kind, _, rest = name.partition("/")
-        if kind == "hosts":
+        if kind == "hosts" and records:
             hosts[rest] = {**json.loads(raw), "last_seen": seen.get(rest)}
         elif kind == "services":
             services[rest] = json.loads(raw)
-        elif kind == "slots":
+        elif kind == "slots" and records:
             service, _, n = rest.rpartition("/")
             slots.setdefault(service, {})[n] = json.loads(raw)
     for service, record in services.items():
         record["slots"] = slots.get(service, {})
     return {**data, "hosts": hosts, "services": services}
+
+
+def host_documents(parts: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Each host's document (its record without `last_seen`), by host, in key order."""
+    return {name[6:]: raw for name, raw in parts.items() if name.startswith("hosts/")}
+
+
+def slot_documents(parts: Mapping[str, bytes]) -> dict[str, dict[str, bytes]]:
+    """Each service's slot documents, by slot number (a string), in key order."""
+    slots: dict[str, dict[str, bytes]] = {}
+    for name, raw in parts.items():
+        if name.startswith("slots/"):
+            service, _, n = name[6:].rpartition("/")
+            slots.setdefault(service, {})[n] = raw
+    return slots
+
+
+def last_seen(parts: Mapping[str, bytes]) -> dict[str, Any]:
+    """Each host's `last_seen` (None: never), from the `seen` document."""
+    seen: dict[str, Any] = json.loads(parts.get(SEEN, b"{}"))
+    return seen
 
 
 def changes(

@@ -185,6 +185,61 @@ def test_a_pass_that_only_saw_its_hosts_again_changes_one_key_not_one_a_host() -
     assert codec.from_data(parts.join(after), ControllerState) == later
 
 
+def _read(records: codec.StateRecords, documents: dict[str, bytes]) -> ControllerState:
+    """A read as EtcdStore.state_at makes it: the state without its records, then them."""
+    data = parts.join(documents, records=False)
+    assert data is not None
+    return records.fill(codec.from_data(data, ControllerState), documents)
+
+
+def _orders(state: ControllerState) -> list[object]:
+    return [list(state.hosts), [(n, list(ss.slots)) for n, ss in state.services.items()]]
+
+
+def test_a_read_with_kept_records_is_the_whole_structure_in_the_same_order() -> None:
+    state = _fleet(30)
+    documents = parts.split(codec.to_data(state))
+    whole = codec.from_data(parts.join(documents), ControllerState)
+    records = codec.StateRecords()
+    first, again = _read(records, documents), _read(records, documents)
+    assert first == again == whole == state
+    assert _orders(first) == _orders(again) == _orders(whole)
+
+
+def test_a_read_structures_again_only_the_records_whose_document_changed() -> None:
+    """Between two reads one host's record and one slot changed, and every host was seen
+    again: the others are the very objects of the first read, with their new last_seen."""
+    state = _fleet(30)
+    records = codec.StateRecords()
+    first = _read(records, parts.split(codec.to_data(state)))
+    web = state.services["web"]
+    changed = replace(web.slots[10], phase=SlotPhase.EMPTY, task="")
+    hosts = {h: replace(r, last_seen=2e9) for h, r in state.hosts.items()}
+    hosts["host-000003"] = replace(hosts["host-000003"], failures=1)
+    services = {**state.services, "web": replace(web, slots={**web.slots, 10: changed})}
+    later = replace(state, hosts=hosts, services=services)
+    second = _read(records, parts.split(codec.to_data(later)))
+    assert second == later
+    assert _orders(second) == _orders(later)
+    rebuilt = [h for h, r in second.hosts.items() if r.tasks is not first.hosts[h].tasks]
+    assert rebuilt == ["host-000003"]
+    slots_now, slots_then = second.services["web"].slots, first.services["web"].slots
+    assert [n for n in slots_now if slots_now[n] is not slots_then[n]] == [10]
+
+
+def test_two_hosts_of_one_document_and_a_host_never_seen_read_apart() -> None:
+    """Identical host documents share one structured record; each host still gets its own
+    last_seen, and one never seen keeps None."""
+    twin = HostState(tasks=(SeenTask("web", 1, "web.1.aa", "9c1e"),))
+    state = replace(
+        ControllerState(),
+        hosts={"a": replace(twin, last_seen=5.0), "b": replace(twin, last_seen=7.0), "c": twin},
+    )
+    read = _read(codec.StateRecords(), parts.split(codec.to_data(state)))
+    assert read == state
+    assert read.hosts["a"].tasks is read.hosts["b"].tasks
+
+
 def test_changes_are_the_puts_and_deletes_between_two_key_sets() -> None:
     current = {b"a": b"1", b"b": b"2", b"c": b"3"}
     target = {b"a": b"1", b"b": b"9", b"d": b"4"}

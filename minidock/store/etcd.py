@@ -137,6 +137,10 @@ def holder_text() -> str:
 # only the records whose document changed since (codec.StateRecords), whichever EtcdStore
 # of this process reads it
 _RECORDS: dict[bytes, StateRecords] = {}
+# each state's last read whole, by its PREFIX/state/: (meta's revision, its keys, the state);
+# a read of the same revision (a `watch` reads the state a few times between two commits)
+# is that one, unchanged: a state is immutable
+_LAST_READ: dict[bytes, tuple[int, dict[bytes, bytes], ControllerState]] = {}
 
 
 class EtcdStore:
@@ -230,9 +234,19 @@ class EtcdStore:
             if not found:
                 return ControllerState()
             return self.codec.loads(found[0].value.decode(), ControllerState)
-        keyed = self.state_keys(revision)
+        last = _LAST_READ.get(self.keys.state)
+        if last is not None and last[0] == revision:  # a revision's keys never change
+            keyed, state = last[1], last[2]
+        else:
+            keyed, exact = self._state_keys(revision)
+            state = self._structured(keyed)
+            if exact:
+                _LAST_READ[self.keys.state] = (revision, keyed, state)
         if self._writer is not None and revision == self._writer.meta_rev:
             self._writer.parts = keyed  # what the next commit writes its changes against
+        return state
+
+    def _structured(self, keyed: dict[bytes, bytes]) -> ControllerState:
         named = {k[len(self.keys.state) :].decode(): v for k, v in keyed.items()}
         data = parts.join(named, records=False)
         if data is None:
@@ -243,12 +257,16 @@ class EtcdStore:
     def state_keys(self, revision: int) -> dict[bytes, bytes]:
         """PREFIX/state/ at `revision`; at the newest one when etcd compacted it away
         (then a commit cut short since is read as far as it got: docs/ha.md)."""
+        return self._state_keys(revision)[0]
+
+    def _state_keys(self, revision: int) -> tuple[dict[bytes, bytes], bool]:
+        """`state_keys`, and whether they are those of `revision` (not compacted away)."""
         try:
-            return {
-                bytes(kv.key): bytes(kv.value) for kv in every_key(self, self.keys.state, revision)
-            }
+            found = every_key(self, self.keys.state, revision)
+            return {bytes(kv.key): bytes(kv.value) for kv in found}, True
         except RevisionCompacted:
-            return {bytes(kv.key): bytes(kv.value) for kv in every_key(self, self.keys.state, 0)}
+            found = every_key(self, self.keys.state, 0)
+            return {bytes(kv.key): bytes(kv.value) for kv in found}, False
 
     def keyed(self, cluster: Cluster) -> Cluster:
         return self.codec.keyed(cluster)

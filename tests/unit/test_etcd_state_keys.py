@@ -19,6 +19,7 @@ from minidock.core.hosts import HostState, SeenTask
 from minidock.core.slots import SlotPhase, SlotState
 from minidock.model import Host
 from minidock.store import LeaseLost, codec, parse_location, parts
+from minidock.store import etcd as etcd_store
 from minidock.store.etcd import EtcdStore, EtcdWriter, _batches, every_key
 from minidock.store.etcd_client import put, rpc
 from minidock.store.location import EtcdURL
@@ -165,6 +166,54 @@ def test_a_state_read_at_a_compacted_revision_is_read_at_the_newest(
         assert after.store().load() == state
     finally:
         after.release()
+
+
+def _state_reads(store: EtcdStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The revisions at which `store` ranges over PREFIX/state/ from now on."""
+    reads: list[int] = []
+    ranged = store.client.range
+
+    def counted(request: Any) -> Any:
+        if bytes(request.key).startswith(store.keys.state):
+            reads.append(int(request.revision))
+        return ranged(request)
+
+    monkeypatch.setattr(store.client, "range", counted)
+    return reads
+
+
+def test_a_revision_read_again_is_the_last_read_and_a_commit_is_read_anew(
+    holder: EtcdWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two reads of one revision (by two stores of this process) range over the state
+    keys once; after a commit the next read does; a read compacted away (read at the
+    newest revision) is not kept for its revision."""
+    store = holder.store()
+    state = _fleet(20)
+    store.commit(state, [_event(1)], _cluster(1))
+    reader = EtcdStore.open(holder.url)
+    other = EtcdStore.open(holder.url)
+    try:
+        reads = _state_reads(reader, monkeypatch)
+        first = holder.meta_rev
+        assert reader.load() == state
+        assert other.load() is reader.load()
+        assert reads == [first]
+        later = replace(state, hosts={h: replace(r, failures=2) for h, r in state.hosts.items()})
+        store.commit(later, [_event(2)])
+        second = holder.meta_rev
+        assert reader.load() == later
+        assert reads == [first, second]
+        elsewhere = (holder.url.prefix.rstrip("/") + "-elsewhere").encode()
+        reply = holder.client.txn(rpc.TxnRequest(success=[put(elsewhere, b"x")]))
+        holder.client.compact(int(reply.header.revision))
+        etcd_store._LAST_READ.clear()  # as a process that never read it
+        assert reader.load() == later  # compacted away: read at the newest revision (0)
+        assert reader.load() == later
+        assert reads == [first, second, second, 0, second, 0]
+    finally:
+        reader.close()
+        other.close()
 
 
 # -- the pure parts ---------------------------------------------------------------------------

@@ -47,6 +47,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
+from typing import TypeGuard
 
 from minidock.commands.facts import (
     ParseError,
@@ -298,11 +299,25 @@ async def ports_in_use(executor: Executor, host: Host, cluster: str) -> frozense
     return _held(cluster, tcp, udp, published)
 
 
+_BATCHES: dict[type, bool] = {}  # executor type -> whether it runs batches
+
+
+def batches(executor: Executor) -> TypeGuard[BatchExecutor]:
+    """Whether `executor` runs batches, asked once a type (its methods are its type's):
+    an `isinstance` against the Protocol looks up each of its methods, 22 us here, and a
+    pass asks it for every host."""
+    kind = type(executor)
+    known = _BATCHES.get(kind)
+    if known is None:
+        known = _BATCHES[kind] = isinstance(executor, BatchExecutor)
+    return known
+
+
 async def _ports_or_none(executor: Executor, host: Host, cluster: str) -> frozenset[str]:
     """`ports_in_use`, or an empty set (logged) when it cannot be read: the probe does not
     fail for it."""
     try:
-        if isinstance(executor, BatchExecutor):  # the three reads in one round trip
+        if batches(executor):  # the three reads in one round trip
             reads = (proc_net_argv("tcp"), proc_net_argv("udp"), published_ports_argv())
             steps = [Step(tuple(argv)) for argv in reads]
             found = await executor.run_batch(host, steps, timeout=host.probe_timeout)
@@ -328,7 +343,7 @@ async def observe_host(
     why the containers could not be read (or its engine is refused). `memory`: what
     earlier probes inspected (else none)."""
     memory = ProbeMemory() if memory is None else memory
-    if isinstance(executor, BatchExecutor):
+    if batches(executor):
         return await _in_one_session(executor, host, cluster, memory, ports=ports, others=others)
     if not ports:
         seen, (engine, read) = await asyncio.gather(

@@ -1,16 +1,17 @@
 """Reading an etcd state (issue 47): one `EtcdStore.load()` of a fleet's state, as every
-`watch` makes a few times a pass, with each host's and slot's record structured afresh
-(*whole*: what a read did before `codec.StateRecords`) and with the records of the last
-read kept (*kept*), after a pass that saw every host again and changed one host's record
-and one slot.
+`watch` makes a few times a pass. *Whole*: each host's and slot's record structured
+afresh, what every read did before `codec.StateRecords`. *After a pass*: the first read
+after a commit that saw every host again and changed one host's record and one slot,
+the last read's records kept (one read). *Again*: a read of the revision already read.
 
     .venv/bin/python benchmarks/bench_state_read.py                 # 1,000 and 10,000 hosts
     .venv/bin/python benchmarks/bench_state_read.py --hosts 1000 --runs 15
 
 An etcd member of its own on free loopback ports (tests/etcd.py); a state of one service
 with a task on each host (the shape of bench_watches.py's fleet), committed by the lock's
-holder. Each figure is the median (min-max) of `--runs` reads of the same revision in this
-process, the etcd round trips included; docs/benchmarks.md keeps the table.
+holder. *Whole* and *again* are the median (min-max) of `--runs` reads of the same
+revision in this process, the etcd round trips included; docs/benchmarks.md keeps the
+table.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def main() -> None:
     parser.add_argument("--hosts", default="1000,10000", help="comma-separated fleet sizes")
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
-    print("| hosts | whole | kept: after a pass | kept: again |")
+    print("| hosts | whole | after a pass | again |")
     print("| ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["MINIDOCK_KEY_FILE"] = str(Path(tmp) / "key")  # made on the first commit

@@ -137,10 +137,11 @@ def holder_text() -> str:
 # only the records whose document changed since (codec.StateRecords), whichever EtcdStore
 # of this process reads it
 _RECORDS: dict[bytes, StateRecords] = {}
-# each state's last read whole, by its PREFIX/state/: (meta's revision, its keys, the state);
-# a read of the same revision (a `watch` reads the state a few times between two commits)
-# is that one, unchanged: a state is immutable
-_LAST_READ: dict[bytes, tuple[int, dict[bytes, bytes], ControllerState]] = {}
+# each state's last read whole, by its PREFIX/state/ and the key that opened its secrets:
+# (meta's revision, its keys, the state); a read of the same revision with the same key (a
+# `watch` reads the state a few times between two commits) is that one: a revision's keys
+# never change, and another key reads it afresh (and is refused as it always was)
+_LAST_READ: dict[tuple[bytes, str], tuple[int, dict[bytes, bytes], ControllerState]] = {}
 
 
 class EtcdStore:
@@ -234,14 +235,16 @@ class EtcdStore:
             if not found:
                 return ControllerState()
             return self.codec.loads(found[0].value.decode(), ControllerState)
-        last = _LAST_READ.get(self.keys.state)
+        box = self.codec.box
+        read = (self.keys.state, box.key_id if box is not None else "")
+        last = _LAST_READ.get(read)
         if last is not None and last[0] == revision:  # a revision's keys never change
             keyed, state = last[1], last[2]
         else:
             keyed, exact = self._state_keys(revision)
             state = self._structured(keyed)
             if exact:
-                _LAST_READ[self.keys.state] = (revision, keyed, state)
+                _LAST_READ[read] = (revision, keyed, state)
         if self._writer is not None and revision == self._writer.meta_rev:
             self._writer.parts = keyed  # what the next commit writes its changes against
         return state

@@ -7,6 +7,7 @@ revision etcd compacted away still answers. On real etcd members (tests/etcd.py)
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +21,8 @@ from minidock.core.slots import SlotPhase, SlotState
 from minidock.model import Host
 from minidock.store import LeaseLost, codec, parse_location, parts
 from minidock.store import etcd as etcd_store
+from minidock.store.codec import Codec
+from minidock.store.sealing import KeyProblem, key_box
 from minidock.store.etcd import EtcdStore, EtcdWriter, _batches, every_key
 from minidock.store.etcd_client import put, rpc
 from minidock.store.location import EtcdURL
@@ -211,6 +214,30 @@ def test_a_revision_read_again_is_the_last_read_and_a_commit_is_read_anew(
         assert reader.load() == later  # compacted away: read at the newest revision (0)
         assert reader.load() == later
         assert reads == [first, second, second, 0, second, 0]
+    finally:
+        reader.close()
+        other.close()
+
+
+def test_a_revision_read_with_one_key_is_read_afresh_with_another(
+    holder: EtcdWriter, tmp_path: Path
+) -> None:
+    """The last read is kept by the key that opened its secrets: a store of this process
+    with another key reads the same revision afresh, and is refused as it always was."""
+    store = holder.store()
+    base = _fleet(3)
+    db = base.services["db"]
+    sealed = replace(db, spec=replace(db.spec, secrets=(("PASSWORD", "s3cret"),)))
+    state = replace(base, services={**base.services, "db": sealed})
+    store.commit(state, [_event(1)], _cluster(1))
+    reader = EtcdStore.open(holder.url)
+    other = EtcdStore.open(holder.url)
+    try:
+        assert reader.load() == state
+        other._codec = Codec(key_box(tmp_path / "other.key", holds_sealed=lambda: False))
+        with pytest.raises(KeyProblem, match="sealed with key"):
+            other.load()
+        assert reader.load() == state
     finally:
         reader.close()
         other.close()

@@ -7,8 +7,8 @@ revision etcd compacted away still answers. On real etcd members (tests/etcd.py)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,10 +22,10 @@ from minidock.model import Host
 from minidock.store import LeaseLost, codec, parse_location, parts
 from minidock.store import etcd as etcd_store
 from minidock.store.codec import Codec
-from minidock.store.sealing import KeyProblem, key_box
 from minidock.store.etcd import EtcdStore, EtcdWriter, _batches, every_key
 from minidock.store.etcd_client import put, rpc
 from minidock.store.location import EtcdURL
+from minidock.store.sealing import KeyProblem, key_box
 from tests.etcd import EtcdCluster
 from tests.unit.test_state import _cluster, _event, _state
 

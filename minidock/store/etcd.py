@@ -133,17 +133,6 @@ def holder_text() -> str:
     return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
-# each state's host and slot records as last read, by its PREFIX/state/: a read structures
-# only the records whose document changed since (codec.StateRecords), whichever EtcdStore
-# of this process reads it
-_RECORDS: dict[bytes, StateRecords] = {}
-# each state's last read whole, by its PREFIX/state/ and the key that opened its secrets:
-# (meta's revision, its keys, the state); a read of the same revision with the same key (a
-# `watch` reads the state a few times between two commits) is that one: a revision's keys
-# never change, and another key reads it afresh (and is refused as it always was)
-_LAST_READ: dict[tuple[bytes, str], tuple[int, dict[bytes, bytes], ControllerState]] = {}
-
-
 class EtcdStore:
     """The state under one prefix: reads for anyone, commits for the lock's holder."""
 
@@ -235,41 +224,15 @@ class EtcdStore:
             if not found:
                 return ControllerState()
             return self.codec.loads(found[0].value.decode(), ControllerState)
-        box = self.codec.box
-        read = (self.keys.state, box.key_id if box is not None else "")
-        last = _LAST_READ.get(read)
-        if last is not None and last[0] == revision:  # a revision's keys never change
-            keyed, state = last[1], last[2]
-        else:
-            keyed, exact = self._state_keys(revision)
-            state = self._structured(keyed)
-            if exact:
-                _LAST_READ[read] = (revision, keyed, state)
+        keyed, state = _read_parts(self, revision)
         if self._writer is not None and revision == self._writer.meta_rev:
             self._writer.parts = keyed  # what the next commit writes its changes against
         return state
 
-    def _structured(self, keyed: dict[bytes, bytes]) -> ControllerState:
-        named = {k[len(self.keys.state) :].decode(): v for k, v in keyed.items()}
-        data = parts.join(named, records=False)
-        if data is None:
-            return ControllerState()
-        records = _RECORDS.setdefault(self.keys.state, StateRecords())
-        return records.fill(self.codec.from_data(data, ControllerState), named)
-
     def state_keys(self, revision: int) -> dict[bytes, bytes]:
         """PREFIX/state/ at `revision`; at the newest one when etcd compacted it away
         (then a commit cut short since is read as far as it got: docs/ha.md)."""
-        return self._state_keys(revision)[0]
-
-    def _state_keys(self, revision: int) -> tuple[dict[bytes, bytes], bool]:
-        """`state_keys`, and whether they are those of `revision` (not compacted away)."""
-        try:
-            found = every_key(self, self.keys.state, revision)
-            return {bytes(kv.key): bytes(kv.value) for kv in found}, True
-        except RevisionCompacted:
-            found = every_key(self, self.keys.state, 0)
-            return {bytes(kv.key): bytes(kv.value) for kv in found}, False
+        return _state_keys(self, revision)[0]
 
     def keyed(self, cluster: Cluster) -> Cluster:
         return self.codec.keyed(cluster)
@@ -834,6 +797,50 @@ def read_snapshot(store: EtcdStore) -> Snapshot:
         for pair in event_batch(kv.value)
     ]
     return Snapshot(state, tuple(generations), tuple(events))
+
+
+class _StateReads:
+    """What this process last read of one state (its PREFIX/state/), whichever EtcdStore
+    read it: the host and slot records by their documents (codec.StateRecords: a read
+    structures only those that changed), and the last read whole with its revision and
+    the key that opened its secrets (a read of the same revision with the same key is
+    that one: a revision's keys never change; another key reads it afresh, and is refused
+    as it always was)."""
+
+    def __init__(self) -> None:
+        self.records = StateRecords()
+        self.last: tuple[int, str, dict[bytes, bytes], ControllerState] | None = None
+
+
+_READS: dict[bytes, _StateReads] = {}
+
+
+def _read_parts(store: EtcdStore, revision: int) -> tuple[dict[bytes, bytes], ControllerState]:
+    """The state keys at `revision` (schema 4 and on) and the state they hold."""
+    reads = _READS.setdefault(store.keys.state, _StateReads())
+    box = store.codec.box
+    key = box.key_id if box is not None else ""
+    if reads.last is not None and reads.last[:2] == (revision, key):
+        return reads.last[2], reads.last[3]
+    keyed, exact = _state_keys(store, revision)
+    named = {k[len(store.keys.state) :].decode(): v for k, v in keyed.items()}
+    data = parts.join(named, records=False)
+    state = ControllerState()
+    if data is not None:
+        state = reads.records.fill(store.codec.from_data(data, ControllerState), named)
+    if exact:  # a read compacted away is of the newest revision, not of `revision`
+        reads.last = (revision, key, keyed, state)
+    return keyed, state
+
+
+def _state_keys(store: EtcdStore, revision: int) -> tuple[dict[bytes, bytes], bool]:
+    """`EtcdStore.state_keys`, and whether they are those of `revision` (not compacted)."""
+    try:
+        found = every_key(store, store.keys.state, revision)
+        return {bytes(kv.key): bytes(kv.value) for kv in found}, True
+    except RevisionCompacted:
+        found = every_key(store, store.keys.state, 0)
+        return {bytes(kv.key): bytes(kv.value) for kv in found}, False
 
 
 def every_key(

@@ -210,7 +210,7 @@ def test_a_revision_read_again_is_the_last_read_and_a_commit_is_read_anew(
         elsewhere = (holder.url.prefix.rstrip("/") + "-elsewhere").encode()
         reply = holder.client.txn(rpc.TxnRequest(success=[put(elsewhere, b"x")]))
         holder.client.compact(int(reply.header.revision))
-        etcd_store._LAST_READ.clear()  # as a process that never read it
+        etcd_store._READS.clear()  # as a process that never read it
         assert reader.load() == later  # compacted away: read at the newest revision (0)
         assert reader.load() == later
         assert reads == [first, second, second, 0, second, 0]

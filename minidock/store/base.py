@@ -140,6 +140,11 @@ class Store(Protocol):
         """The last committed ControllerState, or an empty one if nothing was committed."""
         ...
 
+    def cluster(self) -> str:
+        """`load().cluster`, the name of the cluster the state is of ("" before the first
+        pass), read without the hosts and slots."""
+        ...
+
     def latest_generation(self) -> tuple[int, Cluster] | None:
         """The newest desired-state generation and its id, or None before the first apply."""
         ...

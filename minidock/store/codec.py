@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import cattrs
@@ -222,16 +223,21 @@ class Codec:
 
 
 class StateRecords:
-    """A state's host and slot records as last structured, by their documents
-    (`store.parts`; a host's without its `last_seen`): a state read again structures only
-    the records whose document changed, and gives each host its `last_seen` from the
-    `seen` document. At 1,000 hosts, structuring them was most of a read's CPU, and a
-    `watch` reads the state a few times a pass (docs/benchmarks.md, "Reading the state").
-    Neither record holds anything sealed, so one structured record serves any codec."""
+    """A state's host and slot records with their documents (`store.parts`; a host's
+    without its `last_seen`), both ways: a state read again structures only the records
+    whose document changed, and gives each host its `last_seen` from the `seen` document;
+    a state written again encodes only the records that differ from the ones last written
+    under their names (`documents`). At 1,000 hosts, structuring them was most of
+    a read's CPU and encoding them most of a commit's, and a `watch` reads the state a few
+    times a pass and commits it two or three times (docs/benchmarks.md, "Reading the
+    state", "Writing the state"). Neither record holds anything sealed, so one record and
+    its document serve any codec."""
 
     def __init__(self) -> None:
         self._hosts: dict[bytes, HostState] = {}
         self._slots: dict[bytes, SlotState] = {}
+        self._host_documents: dict[str, tuple[HostState, bytes]] = {}
+        self._slot_documents: dict[tuple[str, int], tuple[SlotState, bytes]] = {}
 
     def fill(self, state: ControllerState, parted: Mapping[str, bytes]) -> ControllerState:
         """`state` (structured from `parts.join(parted, records=False)`) with the host and
@@ -255,6 +261,50 @@ class StateRecords:
                 services[service] = replace(services[service], slots=slots)
         self._hosts, self._slots = kept_hosts, kept_slots
         return replace(state, hosts=hosts, services=services)
+
+    def documents(self, codec: Codec, state: ControllerState) -> dict[str, bytes]:
+        """`parts.split(codec.to_data(state))`, but a host or slot record equal to the one
+        last written under its name (a host's `last_seen` aside) is given that one's
+        document (encoded again, an equal record could differ only where a number is an
+        int in one and a float in the other, which reads back equal). Records no longer
+        in the state are forgotten."""
+        bare = replace(
+            state,
+            hosts={},
+            services={name: replace(ss, slots={}) for name, ss in state.services.items()},
+        )
+        documents = parts.split(codec.to_data(bare))
+        hosts = {name: self._host_document(name, host) for name, host in state.hosts.items()}
+        slots = {
+            (service, n): self._slot_document(service, n, slot)
+            for service, ss in state.services.items()
+            for n, slot in ss.slots.items()
+        }
+        self._host_documents, self._slot_documents = hosts, slots
+        for name, (_, raw) in hosts.items():
+            documents[f"hosts/{name}"] = raw
+        documents[parts.SEEN] = parts.document({n: h.last_seen for n, h in state.hosts.items()})
+        for (service, n), (_, raw) in slots.items():
+            documents[f"slots/{service}/{n}"] = raw
+        return documents
+
+    def _host_document(self, name: str, host: HostState) -> tuple[HostState, bytes]:
+        known = self._host_documents.get(name)
+        if known is not None and (known[0] is host or _but_seen(known[0]) == _but_seen(host)):
+            return host, known[1]
+        data = _converter.unstructure(host, HostState)
+        data.pop("last_seen", None)
+        return host, parts.document(data)
+
+    def _slot_document(self, service: str, n: int, slot: SlotState) -> tuple[SlotState, bytes]:
+        known = self._slot_documents.get((service, n))
+        if known is not None and (known[0] is slot or known[0] == slot):
+            return slot, known[1]
+        return slot, parts.document(_converter.unstructure(slot, SlotState))
+
+
+# a host record's fields but `last_seen` (which every probe that answers changes)
+_but_seen = operator.attrgetter(*(f.name for f in fields(HostState) if f.name != "last_seen"))
 
 
 def _structured(raw: bytes, kind: type[T]) -> T:

@@ -229,6 +229,17 @@ class EtcdStore:
             self._writer.parts = keyed  # what the next commit writes its changes against
         return state
 
+    def cluster(self) -> str:
+        """From the newest `rest` document alone, not the whole state read at PREFIX/meta's
+        revision (at 1,000 hosts some 2,000 keys, and a `watch` asks this every step:
+        usecases.clusters): a commit cut short may have written a newer one, of the same
+        cluster (a state's name is set by its first commit, which writes PREFIX/meta)."""
+        meta, revision = self.meta()
+        if revision == 0 or meta.schema < PARTS_SCHEMA:
+            return self.state_at(meta, revision).cluster
+        found = self.kvs(self.keys.state + parts.REST.encode())
+        return str(json.loads(found[0].value).get("cluster", "")) if found else ""
+
     def state_keys(self, revision: int) -> dict[bytes, bytes]:
         """PREFIX/state/ at `revision`; at the newest one when etcd compacted it away
         (then a commit cut short since is read as far as it got: docs/ha.md)."""
@@ -703,7 +714,7 @@ def write_state(
     last. Until that one lands, readers (who read the state at meta's mod revision) see
     the state before; a writer cut off between them leaves keys that `repair_cut_commit`
     puts back."""
-    target = store.keys.parts(parts.split(store.codec.to_data(state)))
+    target = store.keys.parts(_reads(store).records.documents(store.codec, state))
     current = writer.parts if writer.parts is not None else store.state_keys(0)
     puts, deletes = parts.changes(current, target)
     ops = [(put(k, v), len(k) + len(v)) for k, v in puts.items()]
@@ -802,10 +813,10 @@ def read_snapshot(store: EtcdStore) -> Snapshot:
 class _StateReads:
     """What this process last read of one state (its PREFIX/state/), whichever EtcdStore
     read it: the host and slot records by their documents (codec.StateRecords: a read
-    structures only those that changed), and the last read whole with its revision and
-    the key that opened its secrets (a read of the same revision with the same key is
-    that one: a revision's keys never change; another key reads it afresh, and is refused
-    as it always was)."""
+    structures only those that changed, a commit encodes only those), and the last read
+    whole with its revision and the key that opened its secrets (a read of the same
+    revision with the same key is that one: a revision's keys never change; another key
+    reads it afresh, and is refused as it always was)."""
 
     def __init__(self) -> None:
         self.records = StateRecords()
@@ -815,9 +826,13 @@ class _StateReads:
 _READS: dict[bytes, _StateReads] = {}
 
 
+def _reads(store: EtcdStore) -> _StateReads:
+    return _READS.setdefault(store.keys.state, _StateReads())
+
+
 def _read_parts(store: EtcdStore, revision: int) -> tuple[dict[bytes, bytes], ControllerState]:
     """The state keys at `revision` (schema 4 and on) and the state they hold."""
-    reads = _READS.setdefault(store.keys.state, _StateReads())
+    reads = _reads(store)
     box = store.codec.box
     key = box.key_id if box is not None else ""
     if reads.last is not None and reads.last[:2] == (revision, key):

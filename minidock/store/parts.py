@@ -28,6 +28,7 @@ __all__ = [
     "REST",
     "SEEN",
     "changes",
+    "document",
     "host_documents",
     "join",
     "last_seen",
@@ -39,7 +40,8 @@ REST = "rest"
 SEEN = "seen"
 
 
-def _dumps(data: Any) -> bytes:
+def document(data: Any) -> bytes:
+    """One document's bytes: compact JSON, keys sorted (equal data, equal bytes)."""
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -48,18 +50,18 @@ def split(data: Mapping[str, Any]) -> dict[str, bytes]:
     rest = dict(data)
     hosts = rest.pop("hosts", {})
     services = rest.pop("services", {})
-    parts = {REST: _dumps(rest)}
+    parts = {REST: document(rest)}
     seen = {}
     for host, record in hosts.items():
         own = dict(record)
         seen[host] = own.pop("last_seen", None)
-        parts[f"hosts/{host}"] = _dumps(own)
-    parts[SEEN] = _dumps(seen)
+        parts[f"hosts/{host}"] = document(own)
+    parts[SEEN] = document(seen)
     for service, record in services.items():
         own = dict(record)
         for n, slot in own.pop("slots", {}).items():
-            parts[f"slots/{service}/{n}"] = _dumps(slot)
-        parts[f"services/{service}"] = _dumps(own)
+            parts[f"slots/{service}/{n}"] = document(slot)
+        parts[f"services/{service}"] = document(own)
     return parts
 
 

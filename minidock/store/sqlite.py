@@ -148,6 +148,9 @@ class SQLiteStore:
             return ControllerState()
         return self.codec.loads(row[0], ControllerState)
 
+    def cluster(self) -> str:
+        return self.load().cluster
+
     def keyed(self, cluster: Cluster) -> Cluster:
         return self.codec.keyed(cluster)
 

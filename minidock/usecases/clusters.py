@@ -163,7 +163,7 @@ async def each_intent(
 # -- reading what a cluster's store holds --------------------------------------------------------
 def _own_cluster(location: StateLocation) -> str:
     with reading(location) as store:
-        own = store.load().cluster
+        own = store.cluster()
         if not own and (latest := store.latest_generation()) is not None:
             own = latest[1].name
     return own

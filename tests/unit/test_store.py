@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -89,6 +89,17 @@ def test_round_trip_state_generation_events(backend: Backend, store: PortableSto
     assert reader.generation(1) == _cluster(1)
     assert [e for _, e in reader.events()] == [_event(1), _event(1, "task.started")]
     assert stores.has_state(backend.location)
+
+
+def test_the_cluster_is_the_loaded_states_cluster_before_and_after_commits(
+    backend: Backend, store: PortableStore
+) -> None:
+    reader = backend.reader()
+    assert store.cluster() == reader.cluster() == ""
+    store.commit(replace(_state(1), cluster="shop"), generation=_cluster(1))
+    assert reader.load().cluster == reader.cluster() == "shop"
+    store.commit(replace(_state(1), cluster="shop", guard="held"))
+    assert store.cluster() == backend.reader().cluster() == "shop"
 
 
 def test_commit_without_generation_replaces_state_only(store: PortableStore) -> None:

@@ -1,8 +1,12 @@
-"""Reading an etcd state (issue 47): one `EtcdStore.load()` of a fleet's state, as every
-`watch` makes a few times a pass. *Whole*: each host's and slot's record structured
-afresh, what every read did before `codec.StateRecords`. *After a pass*: the first read
-after a commit that saw every host again and changed one host's record and one slot,
-the last read's records kept (one read). *Again*: a read of the revision already read.
+"""Reading and writing an etcd state (issue 47): one `EtcdStore.load()` of a fleet's
+state, as every `watch` makes a few times a pass, and one `commit` of it, as a deciding
+`watch` makes two or three times a pass. Reads: *whole*, each host's and slot's record
+structured afresh, what every read did before `codec.StateRecords`; *after a pass*, the
+first read after a commit that saw every host again and changed one host's record and
+one slot, the last read's records kept (one read); *again*, a read of the revision
+already read. Commits, each of a pass later (every host seen again, one host's record
+and one slot changed): *whole*, every record encoded afresh, what every commit did before
+`StateRecords.documents`; *after a pass*, the records last written kept.
 
     .venv/bin/python benchmarks/bench_state_read.py                 # 1,000 and 10,000 hosts
     .venv/bin/python benchmarks/bench_state_read.py --hosts 1000 --runs 15
@@ -10,8 +14,8 @@ the last read's records kept (one read). *Again*: a read of the revision already
 An etcd member of its own on free loopback ports (tests/etcd.py); a state of one service
 with a task on each host (the shape of bench_watches.py's fleet), committed by the lock's
 holder. *Whole* and *again* are the median (min-max) of `--runs` reads of the same
-revision in this process, the etcd round trips included; docs/benchmarks.md keeps the
-table.
+revision in this process, the commits of `--runs` commits one after another, the etcd
+round trips included; docs/benchmarks.md keeps the table.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from minidock.core.hosts import HostState, SeenTask  # noqa: E402
 from minidock.core.slots import SlotPhase, SlotState  # noqa: E402
 from minidock.core.state import ServiceState  # noqa: E402
 from minidock.model import MAX_REPLICAS, Host, Service  # noqa: E402
+from minidock.store import etcd as etcd_store  # noqa: E402
 from minidock.store import parse_location, parts  # noqa: E402
 from minidock.store.etcd import EtcdStore, EtcdWriter  # noqa: E402
 from minidock.store.location import EtcdURL  # noqa: E402
@@ -59,13 +64,13 @@ def fleet(hosts: int, seen_at: float) -> ControllerState:
     return ControllerState(cluster="bench", generation=1, services=services, hosts=records)
 
 
-def a_pass_later(state: ControllerState) -> ControllerState:
-    """Every host seen again, one host's record and one slot changed."""
-    hosts = {h: replace(r, last_seen=(r.last_seen or 0) + 30) for h, r in state.hosts.items()}
+def a_pass_later(state: ControllerState, n: int = 1) -> ControllerState:
+    """Every host seen again, one host's record and one slot changed (the `n`th pass)."""
+    hosts = {h: replace(r, last_seen=(r.last_seen or 0) + 30 * n) for h, r in state.hosts.items()}
     first = next(iter(hosts))
-    hosts[first] = replace(hosts[first], failures=1)
+    hosts[first] = replace(hosts[first], failures=n)
     web = state.services["web0"]
-    slots = {**web.slots, 1: replace(web.slots[1], phase=SlotPhase.EMPTY, task="")}
+    slots = {**web.slots, 1: replace(web.slots[1], phase=SlotPhase.EMPTY, task=f"web0.1.{n}")}
     return replace(
         state, hosts=hosts, services={**state.services, "web0": replace(web, slots=slots)}
     )
@@ -85,6 +90,19 @@ def timed(read: Callable[[], ControllerState], runs: int) -> list[float]:
     for _ in range(runs):
         start = time.perf_counter()
         read()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def commits(store: EtcdStore, state: ControllerState, runs: int, kept: bool) -> list[float]:
+    """`runs` commits of a pass later each, the records last written kept or not."""
+    times = []
+    for n in range(1, runs + 1):
+        later = a_pass_later(state, n)
+        if not kept:
+            etcd_store._READS.clear()  # no record known: each encoded afresh
+        start = time.perf_counter()
+        store.commit(later, [])
         times.append(time.perf_counter() - start)
     return times
 
@@ -111,9 +129,15 @@ def row(url: EtcdURL, hosts: int, runs: int) -> str:
             kept, before = timed(reader.load, runs), timed(lambda: whole(reader), runs)
         finally:
             reader.close()
+        encoded = commits(store, later, runs, kept=False)
+        written = commits(store, later, runs, kept=True)
+        check = EtcdStore.open(url)
+        assert check.load() == a_pass_later(later, runs)  # what the last commit wrote
+        check.close()
     finally:
         writer.release()
-    return f"| {hosts} | {cell(before)} | {cell(first)} | {cell(kept)} |"
+    reads = f"{cell(before)} | {cell(first)} | {cell(kept)}"
+    return f"| {hosts} | {reads} | {cell(encoded)} | {cell(written)} |"
 
 
 def main() -> None:
@@ -121,8 +145,8 @@ def main() -> None:
     parser.add_argument("--hosts", default="1000,10000", help="comma-separated fleet sizes")
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
-    print("| hosts | whole | after a pass | again |")
-    print("| ---: | ---: | ---: | ---: |")
+    print("| hosts | read: whole | after a pass | again | commit: whole | after a pass |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["MINIDOCK_KEY_FILE"] = str(Path(tmp) / "key")  # made on the first commit
         etcd = EtcdCluster(Path(tmp) / "etcd", size=1)

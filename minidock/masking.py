@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from minidock.core import ControllerState, Plan, Waiting
+from minidock.core import ControllerState, Plan, SlotState, Waiting
 from minidock.model import Observed, Service, secret_values
 from minidock.store import Store
 
@@ -98,10 +98,7 @@ class Masker:
         services = {
             name: replace(
                 ss,
-                slots={
-                    n: replace(slot, last_exit=self.line(slot.last_exit))
-                    for n, slot in ss.slots.items()
-                },
+                slots={n: self._slot(slot) for n, slot in ss.slots.items()},
                 rollout=replace(ss.rollout, reason=self.line(ss.rollout.reason)),
                 hook=replace(ss.hook, why=self.line(ss.hook.why)),
                 job=replace(
@@ -111,6 +108,13 @@ class Masker:
             for name, ss in state.services.items()
         }
         return replace(state, services=services)
+
+    def _slot(self, slot: SlotState) -> SlotState:
+        """The slot with its failure line masked and cut: the record itself when that
+        changes nothing (almost every slot of a pass; a commit then knows it unchanged
+        without comparing it, codec.StateRecords)."""
+        line = self.line(slot.last_exit)
+        return slot if line == slot.last_exit else replace(slot, last_exit=line)
 
 
 NO_SECRETS = Masker(())

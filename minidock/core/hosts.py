@@ -141,8 +141,9 @@ def engine_step(old: HostState, seen: HostObservation | None, now: float) -> Hos
         return old
     if not seen.ok or seen.engine is None:
         return replace(old, engine=None, engine_read=None)
-    fresh = seen.engine_read or seen.engine != old.engine or old.engine_read is None
-    return replace(old, engine=seen.engine, engine_read=now if fresh else old.engine_read)
+    if not (seen.engine_read or seen.engine != old.engine or old.engine_read is None):
+        return old  # as recorded (most hosts of most passes: no record made anew)
+    return replace(old, engine=seen.engine, engine_read=now)
 
 
 # (phase, probe) -> (next phase, event kind or None)

@@ -727,6 +727,8 @@ def write_state(
         writer.meta_guarded_txn(chunk)
     writer.fenced_txn(last, new)
     writer.parts = target
+    # the keys at its revision, in etcd's order (a read's records are in key order)
+    _reads(store).committed = (writer.meta_rev, dict(sorted(target.items())))
 
 
 def _batches(ops: Sequence[tuple[Any, int]], final: Sequence[tuple[Any, int]]) -> list[list[Any]]:
@@ -816,11 +818,14 @@ class _StateReads:
     structures only those that changed, a commit encodes only those), and the last read
     whole with its revision and the key that opened its secrets (a read of the same
     revision with the same key is that one: a revision's keys never change; another key
-    reads it afresh, and is refused as it always was)."""
+    reads it afresh, and is refused as it always was). And the keys its last commit left,
+    with that commit's revision: a read of that revision (a deciding `watch` reads the
+    state it has just committed at its next step) needs no range over them."""
 
     def __init__(self) -> None:
         self.records = StateRecords()
         self.last: tuple[int, str, dict[bytes, bytes], ControllerState] | None = None
+        self.committed: tuple[int, dict[bytes, bytes]] | None = None
 
 
 _READS: dict[bytes, _StateReads] = {}
@@ -837,7 +842,10 @@ def _read_parts(store: EtcdStore, revision: int) -> tuple[dict[bytes, bytes], Co
     key = box.key_id if box is not None else ""
     if reads.last is not None and reads.last[:2] == (revision, key):
         return reads.last[2], reads.last[3]
-    keyed, exact = _state_keys(store, revision)
+    if reads.committed is not None and reads.committed[0] == revision:
+        keyed, exact = reads.committed[1], True
+    else:
+        keyed, exact = _state_keys(store, revision)
     named = {k[len(store.keys.state) :].decode(): v for k, v in keyed.items()}
     data = parts.join(named, records=False)
     state = ControllerState()

@@ -227,7 +227,7 @@ def test_a_probe_records_the_engine_it_read_keeps_the_time_of_one_it_was_given()
     first = engine_step(HostState(), seen, 1000.0)
     assert (first.engine, first.engine_read) == (D26, 1000.0)
     given = replace(seen, engine_read=False)  # the probe did not read it: it was told
-    assert engine_step(first, given, 1300.0) == first
+    assert engine_step(first, given, 1300.0) is first  # the record as it was, not a copy
     assert engine_step(first, seen, 1700.0).engine_read == 1700.0  # read again at its age
     d28 = Engine("docker", "28.5.2+dfsg1")
     assert engine_step(first, replace(given, engine=d28), 1300.0).engine_read == 1300.0

@@ -189,7 +189,8 @@ def test_a_revision_read_again_is_the_last_read_and_a_commit_is_read_anew(
     holder: EtcdWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two reads of one revision (by two stores of this process) range over the state
-    keys once; after a commit the next read does; a read compacted away (read at the
+    keys once; after another process's commit the next read does, after this process's
+    own it needs not (its keys are the commit's); a read compacted away (read at the
     newest revision) is not kept for its revision."""
     store = holder.store()
     state = _fleet(20)
@@ -200,11 +201,17 @@ def test_a_revision_read_again_is_the_last_read_and_a_commit_is_read_anew(
         reads = _state_reads(reader, monkeypatch)
         first = holder.meta_rev
         assert reader.load() == state
+        assert reads == []  # the keys this process's commit left
+        etcd_store._READS.clear()  # as another process
+        assert reader.load() == state
         assert other.load() is reader.load()
         assert reads == [first]
         later = replace(state, hosts={h: replace(r, failures=2) for h, r in state.hosts.items()})
         store.commit(later, [_event(2)])
         second = holder.meta_rev
+        assert reader.load() == later
+        assert reads == [first]
+        etcd_store._READS.clear()
         assert reader.load() == later
         assert reads == [first, second]
         elsewhere = (holder.url.prefix.rstrip("/") + "-elsewhere").encode()
@@ -217,6 +224,34 @@ def test_a_revision_read_again_is_the_last_read_and_a_commit_is_read_anew(
     finally:
         reader.close()
         other.close()
+
+
+def test_a_read_of_the_revision_this_process_committed_is_a_read_of_its_keys(
+    holder: EtcdWriter,
+) -> None:
+    """After commits that changed records, added and removed them, the state read from
+    the commit's own keys is the one a process that never wrote it reads, in its orders."""
+    store = holder.store()
+    state = _fleet(12)
+    store.commit(state, [_event(1)], _cluster(1))
+    hosts = dict(state.hosts)
+    hosts["host-000002"] = replace(hosts["host-000002"], failures=3, last_seen=2e9)
+    del hosts["host-000004"]
+    web = state.services["web"]
+    slots = {n: s for n, s in web.slots.items() if n != 12} | {99: replace(web.slots[10])}
+    later = replace(
+        state, hosts=hosts, services={**state.services, "web": replace(web, slots=slots)}
+    )
+    store.commit(later, [_event(2)])
+    reader = EtcdStore.open(holder.url)
+    try:
+        own = reader.load()
+        etcd_store._READS.clear()
+        fresh = reader.load()
+        assert own == fresh == later
+        assert _orders(own) == _orders(fresh)
+    finally:
+        reader.close()
 
 
 def test_a_revision_read_with_one_key_is_read_afresh_with_another(

@@ -66,6 +66,24 @@ def test_a_secret_in_a_long_health_output_is_masked_before_the_line_is_cut() -> 
     assert mask.line("a" * (LINE_MAX - 5) + secret) == "a" * (LINE_MAX - 5) + "***"
 
 
+def test_a_states_slots_are_masked_and_cut_and_a_slot_with_nothing_to_mask_is_itself() -> None:
+    """Only the slots whose line changes are new records: the others are the very ones
+    given (a commit then finds them unchanged by identity, codec.StateRecords)."""
+    secret = "hunter2-in-a-log"
+    slots = {
+        1: SlotState(last_exit=f"exit 1: password {secret}"),
+        2: SlotState(last_exit="x" * (LINE_MAX + 40)),
+        3: SlotState(last_exit="exit 0"),
+        4: SlotState(),
+    }
+    spec = svc("web", secrets=(("K", secret),))
+    state = ControllerState(services={"web": ServiceState(spec=spec, generation=1, slots=slots)})
+    masked = kept_masker(state).state(state).services["web"].slots
+    assert masked[1].last_exit == "exit 1: password ***"
+    assert masked[2].last_exit == "x" * (LINE_MAX - 3) + "..."
+    assert [n for n in slots if masked[n] is slots[n]] == [3, 4]
+
+
 def test_a_spec_diff_shows_no_registry_password_old_or_new() -> None:
     """`plan` and `apply --dry-run` printed both passwords in the registry_auth diff."""
     old = svc("app", registry_auth=RegistryAuth("reg:5000", "ci", "old-registry-pw"))

@@ -158,7 +158,9 @@ class Heartbeat:
             return None
         from minidock.core.ring import idle
 
-        names = self._shares.kept | {n for n in self._fleet if self._in_line(n.partition("/")[0])}
+        clusters = {n.partition("/")[0] for n in self._fleet}
+        in_line = {c for c in clusters if self._in_line(c)}  # asked once a cluster
+        names = self._shares.kept | {n for n in self._fleet if n.partition("/")[0] in in_line}
         hosts = {n.partition("/")[2] for n in names}
         return executor.release(hosts, idle(self._interval))
 

@@ -127,7 +127,7 @@ def row(url: EtcdURL, hosts: int, runs: int) -> str:
             later = a_pass_later(state)
             store.commit(later, [])
             own = timed(reader.load, 1)  # the commit's keys, its changes structured
-            reads = etcd_store._READS[store.keys.state]
+            reads = etcd_store._reads(store)
             reads.last = reads.committed = None  # as read by another process
             first = timed(reader.load, 1)  # the keys ranged over, the changes structured
             assert reader.load() == whole(reader) == later

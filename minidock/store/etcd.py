@@ -58,7 +58,7 @@ from minidock.store.etcd_client import (
     range_end,
     rpc,
 )
-from minidock.store.location import CLUSTERS, EtcdURL, StateLocation
+from minidock.store.location import CLUSTERS, Endpoint, EtcdURL, StateLocation
 from minidock.store.sealing import KEY_ENV, SEALED, KeyProblem, key_box
 
 __all__ = [
@@ -828,11 +828,14 @@ class _StateReads:
         self.committed: tuple[int, dict[bytes, bytes]] | None = None
 
 
-_READS: dict[bytes, _StateReads] = {}
+_READS: dict[tuple[tuple[Endpoint, ...], bytes], _StateReads] = {}
 
 
 def _reads(store: EtcdStore) -> _StateReads:
-    return _READS.setdefault(store.keys.state, _StateReads())
+    """Those of `store`'s state: its prefix on its etcd (two etcd clusters may both hold a
+    state under one prefix, as `state migrate` between them reads one and writes the
+    other, and their revisions count apart)."""
+    return _READS.setdefault((store.url.endpoints, store.keys.state), _StateReads())
 
 
 def _read_parts(store: EtcdStore, revision: int) -> tuple[dict[bytes, bytes], ControllerState]:

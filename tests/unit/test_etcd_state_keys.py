@@ -254,6 +254,35 @@ def test_a_read_of_the_revision_this_process_committed_is_a_read_of_its_keys(
         reader.close()
 
 
+def test_one_prefix_on_two_etcd_clusters_at_one_revision_reads_each_its_own(
+    tmp_path: Path,
+) -> None:
+    """Two fresh etcd clusters, each given the same prefix and the same history, so that
+    their commits land at one revision: what this process read and committed of one is
+    never the other's (as `state migrate` reads one and writes the other)."""
+    clusters = [EtcdCluster(tmp_path / f"etcd{i}", size=1) for i in range(2)]
+    writers: list[EtcdWriter] = []
+    try:
+        for cluster in clusters:
+            cluster.start()
+            writers.append(EtcdWriter(_url(cluster.url(prefix="/same"))))
+        for writer in writers:
+            writer.acquire()
+        states = [_fleet(3), replace(_fleet(3), hosts={})]
+        for writer, state in zip(writers, states, strict=True):
+            writer.store().commit(state, [_event(1)], _cluster(1))
+        assert writers[0].meta_rev == writers[1].meta_rev
+        for writer, state in zip(writers, states, strict=True):
+            reader = EtcdStore.open(writer.url)
+            assert reader.load() == state
+            reader.close()
+    finally:
+        for writer in writers:
+            writer.release()
+        for cluster in clusters:
+            cluster.close()
+
+
 def test_a_revision_read_with_one_key_is_read_afresh_with_another(
     holder: EtcdWriter, tmp_path: Path
 ) -> None:

@@ -22,7 +22,7 @@ from cattrs import BaseValidationError
 from cattrs.preconf.json import make_converter
 
 from minidock.core.borrowing import ShardTable, Written
-from minidock.model import HostObservation
+from minidock.model import Container, HostObservation
 from minidock.store.etcd import EtcdStore, Keys, every_key
 from minidock.store.etcd_client import (
     EtcdClient,
@@ -63,12 +63,21 @@ def _record(observation: HostObservation) -> HostObservation:
     remembered (whether this probe read it changes between probes)."""
     return replace(
         observation,
-        containers=tuple(replace(c, health_log="") for c in observation.containers),
-        others=tuple(replace(c, health_log="") for c in observation.others),
+        containers=tuple(_without_log(c) for c in observation.containers),
+        others=tuple(_without_log(c) for c in observation.others),
         seconds=None,
         engine_read=False,
         seen_at=None,
     )
+
+
+def _without_log(container: Container) -> Container:
+    return replace(container, health_log="") if container.health_log else container
+
+
+# what a member last wrote of a host: its owner key's create revision and the observation
+# as written (None: the key deleted, a failed probe)
+_Mark = tuple[int, HostObservation | None]
 
 
 class SeenKeys:
@@ -77,7 +86,7 @@ class SeenKeys:
 
     def __init__(self, url: EtcdURL, client: EtcdClient) -> None:
         self.url, self.client = url, client
-        self._written: dict[tuple[str, str], bytes] = {}
+        self._written: dict[tuple[str, str], _Mark] = {}
 
     def owned(self, member: str, cluster: str) -> tuple[int, dict[str, int]]:
         """The revision now and the hosts of `cluster` whose owner key `member` holds
@@ -109,34 +118,35 @@ class SeenKeys:
         key deleted. True when every owned host's key is as seen now (a host that changed
         hands meanwhile is not this member's to write: it counts as done)."""
         prefix = seen_prefix(self.url, cluster)
-        changes: list[tuple[str, Any, bytes]] = []
+        changes: list[tuple[str, Any, _Mark]] = []
         whole = True
         for host, created in sorted(owned.items()):
             found = seen.get(host)
             if found is None:
                 whole = False  # not probed: the round is not whole
                 continue
-            value = b""
-            if found.ok:
+            mark = (created, _record(found) if found.ok else None)
+            last = self._written.get((cluster, host))
+            if last is not None and _same(last, mark):
+                continue  # compared as records: only a changed one is encoded
+            key = prefix + host.encode()
+            op = delete(key)
+            if mark[1] is not None:
                 record = {
                     "writer": member,
                     "owner": created,
                     "revision": revision,
-                    "observation": _converter.unstructure(_record(found)),
+                    "observation": _converter.unstructure(mark[1]),
                 }
                 value = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-            last = self._written.get((cluster, host))
-            if last is not None and _same(last, value):
-                continue
-            key = prefix + host.encode()
-            op = put(key, value, lease) if value else delete(key)
-            changes.append((host, op, value))
+                op = put(key, value, lease)
+            changes.append((host, op, mark))
         for i in range(0, len(changes), TAKES_PER_TXN):
             self._write_batch(cluster, owned, changes[i : i + TAKES_PER_TXN])
         return whole
 
     def _write_batch(
-        self, cluster: str, owned: Mapping[str, int], batch: list[tuple[str, Any, bytes]]
+        self, cluster: str, owned: Mapping[str, int], batch: list[tuple[str, Any, _Mark]]
     ) -> None:
         owners = cluster_owners(self.url, cluster)
         request = rpc.TxnRequest(
@@ -144,8 +154,8 @@ class SeenKeys:
             success=[op for _, op, _ in batch],
         )
         if self.client.txn(request).succeeded:
-            for host, _, value in batch:
-                self._written[(cluster, host)] = value
+            for host, _, mark in batch:
+                self._written[(cluster, host)] = mark
             return
         if len(batch) > 1:  # a host changed hands: write the others one at a time
             for change in batch:
@@ -158,12 +168,13 @@ class SeenKeys:
         self._written.clear()
 
 
-def _same(last: bytes, value: bytes) -> bool:
-    """Whether two records say the same (the revision each was written at aside)."""
-    if not last or not value:
-        return last == value
-    a, b = json.loads(last), json.loads(value)
-    return bool(a["observation"] == b["observation"] and a["owner"] == b["owner"])
+def _same(last: _Mark, now: _Mark) -> bool:
+    """Whether two writes say the same (the revision each was written at aside): both
+    deletes, or the same observation under the same owner key. Equal records encode to
+    equal documents (up to a number as an int or a float, which reads back equal)."""
+    if last[1] is None or now[1] is None:
+        return last[1] is now[1]
+    return last == now
 
 
 def read_shard_table(url: EtcdURL, client: EtcdClient, cluster: str) -> ShardTable:

@@ -17,7 +17,7 @@ import pytest
 
 from minidock import usecases
 from minidock.commands.facts import ps_argv
-from minidock.model import HostObservation
+from minidock.model import Container, HostObservation
 from minidock.observe import ProbeMemory
 from minidock.store import StoreError
 from minidock.store.base import Member
@@ -121,6 +121,45 @@ def test_an_owner_writes_only_what_changed_and_only_under_its_own_owner_key(
         owner.leave()
         other.leave()
     assert read_shard_table(url, client, "c").written == {}  # they went with the leases
+
+
+def test_an_owner_rewrites_a_host_for_its_tasks_not_for_their_health_checks_words(
+    url: EtcdURL, client: EtcdClient
+) -> None:
+    """A task's health check output changes every check and is never written: only a
+    change of what is written (here the task's state) writes the host's key again."""
+    owner = Membership(url)
+    try:
+        owner.beat(rounds={"c": 10})
+        created = {"host1": OwnerKeys.of(owner).take("c/host1").owner.created}
+        lease = owner.lease_id
+        assert lease is not None
+        task = Container(
+            "c1", "web.1.aa", "host1", "c", "web", 1, "aa", "9c1e", "web:1",
+            "running", health="healthy", health_log="ok at 10:00:01",
+        )  # fmt: skip
+        seen = SeenKeys(url, client)
+        first = replace(_seen("host1"), containers=(task,))
+        assert seen.write("c", owner.member.id, lease, created, {"host1": first}, 10)
+        before = _revision(client)
+        checked = replace(task, health_log="ok at 10:00:02")
+        again = replace(first, containers=(checked,))
+        assert seen.write("c", owner.member.id, lease, created, {"host1": again}, 20)
+        assert _revision(client) == before
+        exited = replace(checked, state="exited", exit_code=137)
+        assert seen.write(
+            "c",
+            owner.member.id,
+            lease,
+            created,
+            {"host1": replace(first, containers=(exited,))},
+            30,
+        )
+        assert _revision(client) == before + 1
+        (written,) = read_shard_table(url, client, "c").written.values()
+        assert written.observation.containers == (replace(exited, health_log=""),)
+    finally:
+        owner.leave()
 
 
 def test_a_deciders_reads_see_each_change_and_each_key_gone_and_read_no_value_at_rest(

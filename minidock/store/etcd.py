@@ -230,15 +230,7 @@ class EtcdStore:
         return state
 
     def cluster(self) -> str:
-        """From the newest `rest` document alone, not the whole state read at PREFIX/meta's
-        revision (at 1,000 hosts some 2,000 keys, and a `watch` asks this every step:
-        usecases.clusters): a commit cut short may have written a newer one, of the same
-        cluster (a state's name is set by its first commit, which writes PREFIX/meta)."""
-        meta, revision = self.meta()
-        if revision == 0 or meta.schema < PARTS_SCHEMA:
-            return self.state_at(meta, revision).cluster
-        found = self.kvs(self.keys.state + parts.REST.encode())
-        return str(json.loads(found[0].value).get("cluster", "")) if found else ""
+        return _cluster_name(self)
 
     def state_keys(self, revision: int) -> dict[bytes, bytes]:
         """PREFIX/state/ at `revision`; at the newest one when etcd compacted it away
@@ -699,6 +691,19 @@ _PAGE = 500  # keys per range request while reading a whole store
 _OPS_PER_TXN = 100  # etcd refuses a transaction of more than 128 operations by default
 _TXN_BYTES = 1 << 20  # and a request of more than 1.5 MiB: room left for the keys and framing
 _EVENTS_PER_BATCH = 200
+
+
+def _cluster_name(store: EtcdStore) -> str:
+    """The state's cluster from the newest `rest` document alone, not the whole state
+    read at PREFIX/meta's revision (at 1,000 hosts some 2,000 keys, and a `watch` asks
+    this every step: usecases.clusters): a commit cut short may have written a newer
+    one, of the same cluster (a state's name is set by its first commit, which writes
+    PREFIX/meta)."""
+    meta, revision = store.meta()
+    if revision == 0 or meta.schema < PARTS_SCHEMA:
+        return store.state_at(meta, revision).cluster
+    found = store.kvs(store.keys.state + parts.REST.encode())
+    return str(json.loads(found[0].value).get("cluster", "")) if found else ""
 
 
 def write_state(

@@ -274,9 +274,11 @@ class StateRecords:
             services={name: replace(ss, slots={}) for name, ss in state.services.items()},
         )
         documents = parts.split(codec.to_data(bare))
-        hosts = {name: self._host_document(name, host) for name, host in state.hosts.items()}
+        hosts = {
+            name: (host, self._host_document(name, host)) for name, host in state.hosts.items()
+        }
         slots = {
-            (service, n): self._slot_document(service, n, slot)
+            (service, n): (slot, self._slot_document(service, n, slot))
             for service, ss in state.services.items()
             for n, slot in ss.slots.items()
         }
@@ -288,19 +290,19 @@ class StateRecords:
             documents[f"slots/{service}/{n}"] = raw
         return documents
 
-    def _host_document(self, name: str, host: HostState) -> tuple[HostState, bytes]:
+    def _host_document(self, name: str, host: HostState) -> bytes:
         known = self._host_documents.get(name)
         if known is not None and (known[0] is host or _but_seen(known[0]) == _but_seen(host)):
-            return host, known[1]
+            return known[1]
         data = _converter.unstructure(host, HostState)
         data.pop("last_seen", None)
-        return host, parts.document(data)
+        return parts.document(data)
 
-    def _slot_document(self, service: str, n: int, slot: SlotState) -> tuple[SlotState, bytes]:
+    def _slot_document(self, service: str, n: int, slot: SlotState) -> bytes:
         known = self._slot_documents.get((service, n))
         if known is not None and (known[0] is slot or known[0] == slot):
-            return slot, known[1]
-        return slot, parts.document(_converter.unstructure(slot, SlotState))
+            return known[1]
+        return parts.document(_converter.unstructure(slot, SlotState))
 
 
 # a host record's fields but `last_seen` (which every probe that answers changes)

@@ -23,6 +23,7 @@ from cattrs.preconf.json import make_converter
 
 from minidock.core.borrowing import ShardTable, Written
 from minidock.model import Container, HostObservation
+from minidock.store import parts
 from minidock.store.etcd import EtcdStore, Keys, every_key
 from minidock.store.etcd_client import (
     EtcdClient,
@@ -138,8 +139,7 @@ class SeenKeys:
                     "revision": revision,
                     "observation": _converter.unstructure(mark[1]),
                 }
-                value = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-                op = put(key, value, lease)
+                op = put(key, parts.document(record), lease)
             changes.append((host, op, mark))
         for i in range(0, len(changes), TAKES_PER_TXN):
             self._write_batch(cluster, owned, changes[i : i + TAKES_PER_TXN])

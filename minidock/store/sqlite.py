@@ -181,19 +181,7 @@ class SQLiteStore:
         that id, so a follower paging with the last id it saw never skips one.
         limit <= 0 means no limit.
         """
-        sql_limit = limit if limit > 0 else -1
-        if since_id > 0:
-            rows = self._db.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? ORDER BY id LIMIT ?",  # noqa: S608
-                (since_id, sql_limit),
-            ).fetchall()
-        else:
-            rows = self._db.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY id DESC LIMIT ?",  # noqa: S608
-                (sql_limit,),
-            ).fetchall()
-            rows.reverse()
-        return [_event_row(r) for r in rows]
+        return [_event_row(r) for r in _event_rows(self._db, limit, since_id)]
 
     # -- the one write --------------------------------------------------------------------
     def commit(
@@ -289,6 +277,22 @@ class SQLiteStore:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+
+def _event_rows(db: sqlite3.Connection, limit: int, since_id: int) -> list[Any]:
+    """The rows `SQLiteStore.events` reads, oldest first."""
+    sql_limit = limit if limit > 0 else -1
+    if since_id > 0:
+        return db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? ORDER BY id LIMIT ?",  # noqa: S608
+            (since_id, sql_limit),
+        ).fetchall()
+    rows = db.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY id DESC LIMIT ?",  # noqa: S608
+        (sql_limit,),
+    ).fetchall()
+    rows.reverse()
+    return rows
 
 
 def _prepare(conn: sqlite3.Connection, path: Path) -> None:

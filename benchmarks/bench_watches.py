@@ -31,7 +31,9 @@ the task verbs the owners carried out of those the decider ordered (docs/scale.m
 on a random host at once: the seconds from the kills until another watch prints the
 task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s); with
 `--failovers N`, N times, each of the watch deciding then, 30 s apart (the timeline of
-each on stderr). Prints one Markdown row.
+each on stderr). Prints one Markdown row. With `--trace DIR`, the watches run through
+benchmarks/traced.py, their debug lines in DIR/PID.log, and each death's and failover's
+lines from every watch (seconds after the kill) go to stderr: where its time went.
 """
 
 from __future__ import annotations
@@ -124,6 +126,31 @@ class Rounds:
         )
 
 
+class Trace:
+    """The watches' debug lines (benchmarks/traced.py), by process id, read back for a
+    window of time: each line is `MONOTONIC LOGGER MESSAGE`."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+
+    def show(self, since: float, until: float, what: str) -> None:
+        if self.root is None:
+            return
+        print(f"  trace of {what}:", file=sys.stderr)
+        lines: list[tuple[float, str, str]] = []
+        for log in sorted(self.root.glob("*.log")):
+            for line in log.read_text(errors="replace").splitlines():
+                stamp, _, rest = line.partition(" ")
+                try:
+                    at = float(stamp)
+                except ValueError:
+                    continue
+                if since <= at <= until:
+                    lines.append((at, log.stem, rest))
+        for at, pid, rest in sorted(lines):
+            print(f"    {at - since:6.3f} {pid} {rest}", file=sys.stderr)
+
+
 def started_by_any(watches: list[Watch], since: float, but: Watch | None = None) -> float:
     """Seconds from `since` until a watch (but `but`) printed a `started` line."""
     end = since + 120
@@ -141,7 +168,9 @@ def started_by_any(watches: list[Watch], since: float, but: Watch | None = None)
 Asker = Callable[[], dict[int, dict[str, object]]]  # each member's record, by process id
 
 
-def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int) -> float:
+def failover(
+    fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int, trace: Trace
+) -> float:
     """SIGKILL the watch `decider` and a task at once; seconds until another watch
     started its replacement. What each surviving watch did meanwhile goes to stderr: the
     ends of its passes and of its rounds standing by (seconds after the kills)."""
@@ -153,6 +182,7 @@ def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider:
     fleet.docker(victim, "kill", task)
     took = started_by_any(watches, at, but=dead)
     print(f"failover at {at:.3f}: task on {victim} replaced after {took:.2f} s", file=sys.stderr)
+    trace.show(at, at + took + 0.2, f"the failover at {at:.3f}")
     for watch in watches:
         if watch is not dead and watch.proc.poll() is None:
             ends = [f"{t - at:.1f}" for t in watch.passes if at <= t <= at + took + 1]
@@ -164,20 +194,28 @@ def failover(fleet: ScaleFleet, names: list[str], watches: list[Watch], decider:
 
 
 def failovers(
-    fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int, n: int, ask: Asker
+    fleet: ScaleFleet,
+    names: list[str],
+    watches: list[Watch],
+    decider: int,
+    n: int,
+    ask: Asker,
+    trace: Trace,
 ) -> list[float]:
     """`n` failovers one after another (`failover`), each of the watch deciding then,
     a resync's rest (30 s) between them."""
-    took = [failover(fleet, names, watches, decider)]
+    took = [failover(fleet, names, watches, decider, trace)]
     for _ in range(n - 1):
         time.sleep(30)
         found = ask()
         (decider,) = [pid for pid, m in found.items() if m.get("decides")]
-        took.append(failover(fleet, names, watches, decider))
+        took.append(failover(fleet, names, watches, decider, trace))
     return took
 
 
-def deaths(fleet: ScaleFleet, names: list[str], watches: list[Watch], n: int) -> list[float]:
+def deaths(
+    fleet: ScaleFleet, names: list[str], watches: list[Watch], n: int, trace: Trace
+) -> list[float]:
     """Kill a task on a random host, `n` times one after another: the seconds from each
     kill until a watch started its replacement (whichever host's owner saw it)."""
     took = []
@@ -187,6 +225,10 @@ def deaths(fleet: ScaleFleet, names: list[str], watches: list[Watch], n: int) ->
         at = time.monotonic()
         fleet.docker(victim, "kill", task)
         took.append(started_by_any(watches, at))
+        print(
+            f"death at {at:.3f}: task on {victim} replaced after {took[-1]:.2f} s", file=sys.stderr
+        )
+        trace.show(at, at + took[-1] + 0.2, f"the death at {at:.3f}")
         time.sleep(3)  # the pass after the start (its health, its owner's round) settles
     return took
 
@@ -205,6 +247,7 @@ def main() -> None:
     parser.add_argument("--code", type=Path, default=None, help="run MiniDock from this tree")
     parser.add_argument("--root", type=Path, default=Path(".scale"))
     parser.add_argument("--restart-delay", default="100ms", help="the service's restart delay")
+    parser.add_argument("--trace", type=Path, default=None, help="the watches' debug lines here")
     args = parser.parse_args()
     fleet = ScaleFleet(args.root)
     names = fleet.ready(args.hosts)
@@ -230,6 +273,11 @@ def main() -> None:
                 md = [sys.executable, "-m", "minidock"]
                 run(md, env, code, "apply", str(spec), "--adopt", "--wait", "--timeout", "10m")
                 argv = [*md, "watch", "--interval", args.interval]
+                trace = Trace(args.trace)
+                if args.trace is not None:
+                    args.trace.mkdir(parents=True, exist_ok=True)
+                    traced = [sys.executable, str(ROOT / "benchmarks" / "traced.py")]
+                    argv = [*traced, str(args.trace.resolve()), *argv[len(md) :]]
                 watches = [Watch(argv, env, code) for _ in range(args.watches)]
                 time.sleep(args.settle)
                 for name in names:
@@ -249,12 +297,12 @@ def main() -> None:
                 borrowed = rested[decider].get("borrowed", "-")
                 by_passes = sorted(after, key=lambda pid: after[pid] - before.get(pid, 0))
                 held = " / ".join(str(rested[pid].get("warm", "-")) for pid in by_passes[::-1])
-                died = deaths(fleet, names, watches, args.deaths)
+                died = deaths(fleet, names, watches, args.deaths, trace)
                 carried = verbs_by_share(members(md, env, code)) if died else "-"
                 took: list[float] = []
                 if args.kill_decider:
                     ask = functools.partial(members, md, env, code)
-                    took = failovers(fleet, names, watches, decider, args.failovers, ask)
+                    took = failovers(fleet, names, watches, decider, args.failovers, ask, trace)
             finally:
                 for watch in watches:
                     if watch.proc.poll() is None:

@@ -230,10 +230,13 @@ async def run_pass(
         borrowed=borrowed,
     )
     now = result.now
+    starts, stops = len(result.plan.run), len(result.plan.stop)
+    log.debug("%s: decided: %d to start, %d to stop", cluster.name, starts, stops)
     masks = masks if masks is not None else Masks()
     mask = result.masker = masks.of(store, result.plan.state, result.observed)
     plan = result.plan = mask.plan(result.plan)
     store.commit(plan.state, plan.events)
+    log.debug("%s: decision committed", cluster.name)
     acts = Acts(
         executor,
         inventory,
@@ -250,6 +253,7 @@ async def run_pass(
     if memory is not None:
         memory.forget(checked)  # the next pass reads what the checks found
     result.touched = frozenset(e.host for e in acts.events)
+    log.debug("%s: acted: %d done, %d failed", cluster.name, len(acts.done), len(acts.failures))
     said = _folded(result, acts, store, now)
     result.done = [mask(line) for line in acts.done]
     result.failures = [mask(line) for line in acts.failures]

@@ -149,15 +149,17 @@ def probe_scope(
     return frozenset(h for h in hosts if h in rung or h not in up or h not in remembered)
 
 
-def backoff_ends(state: ControllerState, now: float) -> float | None:
-    """Seconds from `now` to the soonest restart backoff still running in `state` (a slot
-    not Failed whose next start is later); None when none is. The pass after it has a
-    task to start, and no event will say when."""
+def backoff_ends(state: ControllerState, now: float, decided: float | None = None) -> float | None:
+    """Seconds from `now` to the soonest restart backoff of `state` that ends after the
+    pass's decision (`decided`; `now` when not given), 0 when it ended since (a slot not
+    Failed whose next start is later than the decision); None when none does. The pass
+    after it has a task to start, and no event will say when."""
+    since = now if decided is None else min(decided, now)
     left = [
-        slot.next_start - now
+        max(0.0, slot.next_start - now)
         for service in state.services.values()
         for slot in service.slots.values()
-        if slot.next_start > now and not slot.failed
+        if slot.next_start > since and not slot.failed
     ]
     return min(left, default=None)
 

@@ -152,13 +152,15 @@ class Borrowing:
             if streams is not None:
                 streams_saw(streams, cluster, seen)
             written = self._seen.write(cluster, member, lease, owned, seen.hosts, revision)
+            probed = len(mine) if scope is None else len(scope & set(owned))
+            log.debug("%s: round over its share: %d probed, written: %s", cluster, probed, written)
             if written and (scope is None or scope >= set(owned)):
                 self.rounds[cluster] = revision
                 self.round_seconds[cluster] = time.monotonic() - began
         except StoreError as exc:
             log.info("%s: observations of the share not written: %s", cluster, exc)
             return 0
-        return len(mine) if scope is None else len(scope & set(owned))
+        return probed
 
     def mine(self, cluster: str) -> frozenset[str]:
         """The hosts of `cluster` whose owner key this member holds, at the last `lend`

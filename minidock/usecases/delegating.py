@@ -99,6 +99,7 @@ class Delegation:
                 log.info("%s: no order for %s: %s", self.cluster, host, exc)
                 revision = 0
             if revision:
+                log.debug("%s: ordered %s of its owner", self.cluster, host)
                 placed[host] = revision
                 self.ordered += len(host_stops) + len(host_runs)
         return placed
@@ -118,6 +119,7 @@ class Delegation:
             try:
                 found = self.book.reports(self.cluster, waiting)
                 for host, report in found.items():
+                    log.debug("%s: %s's owner reported", self.cluster, host)
                     _fold(acts, report)
                     del waiting[host]
                 self.book.clear(self.cluster, found)
@@ -212,6 +214,7 @@ async def carry_orders(
             fence=membership.fence,
         )
         acts.engines[host] = order.engine
+        log.debug("%s: carrying the order for %s", cluster, host)
         await carry_tasks(acts, order.stop, order.run)
         start_failed = tuple(o for o in acts.outcomes if isinstance(o, StartFailed))
         exits = tuple(o for o in acts.outcomes if isinstance(o, ExitNoted))

@@ -253,6 +253,9 @@ async def watch_step(
             desired = admissible(store.load(), read_desired(store, directory, inventories))
             scope, rung = _scope(desired, streams, memory, full, shared)
             lent, tasks = shared.lend(store, rung, runtime.clock.monotonic()) if shared else UNLENT
+            log.debug(
+                "%s: pass begins: %d rung, %d borrowed", desired.cluster.name, len(rung), len(lent)
+            )
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
@@ -272,6 +275,7 @@ async def watch_step(
                 if shared is not None:
                     shared.borrowing.hand_down(store, shared.cluster, *did)
                 record_pass(store, result, code, seconds, runtime.clock.now())
+                log.debug("%s: pass recorded (exit %d)", desired.cluster.name, code)
             if shared is not None:
                 shared.borrowing.ended(shared.cluster, *did)
             if streams is not None:
@@ -442,7 +446,7 @@ class _Left:
 
     def add(self, step: PassDone, now: float) -> None:
         self.under_way |= step.exit_code is ExitCode.NOT_CONVERGED
-        left = backoff_ends(step.result.plan.state, now)
+        left = backoff_ends(step.result.plan.state, now, step.result.now or None)
         if left is not None:
             self.backoff = left if self.backoff is None else min(left, self.backoff)
 
@@ -479,6 +483,7 @@ async def watch(
         try:
             while True:
                 full = bell.started()
+                log.debug("round begins%s", " (resync)" if full else "")
                 heartbeat.look(runtime.clock.monotonic())
                 targets = chosen(directory, cluster)
                 left = _Left()

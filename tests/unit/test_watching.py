@@ -274,6 +274,14 @@ def test_the_soonest_running_backoff_is_found_and_failed_slots_wait_for_nobody()
     state = ControllerState(services={"a": service(waiting, failed), "b": service(sooner, past)})
     assert backoff_ends(state, 100.0) == 0.5
     assert backoff_ends(ControllerState(services={"a": service(failed, past)}), 100.0) is None
+    # decided at 98.5, the pass ended at 100: `past` (99.0) ended while it acted, so the
+    # next pass is due at once, not a PROGRESS later; one ended before the decision was
+    # the decision's to start (or to leave waiting for room), and wakes nothing
+    assert backoff_ends(state, 100.0, decided=98.5) == 0.0
+    assert backoff_ends(state, 100.0, decided=99.5) == 0.5
+    alone = ControllerState(services={"a": service(past)})
+    assert backoff_ends(alone, 100.0, decided=98.5) == 0.0
+    assert backoff_ends(alone, 100.0, decided=99.0) is None
 
 
 @given(

@@ -13,6 +13,8 @@ carried out by `minidock.act.carry`.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from minidock.act.configs import ConfigPlaceError, ConfigPlacer
@@ -109,6 +111,7 @@ class Acts:
         self.local_images: dict[str, LocalImage | None] = {}
         self.configs = ConfigPlacer(lambda host, argv, stdin: self.sh(host, argv, stdin), cluster)
         self.engines: dict[str, EngineKind] = {}  # each host's engine, as the pass's probe read it
+        self.begun = time.monotonic()  # after the decision: what a start's `after` runs from
 
     def engine_of(self, host: str) -> EngineKind:
         """The host's engine kind as the pass's probe read it (Docker when it was not):
@@ -163,6 +166,7 @@ class Acts:
             if r.host not in self.networked:
                 await ensure_network(self.sh, r.host, self.cluster)
                 self.networked.add(r.host)
+            await self._backoff(r)
             if r.replaces is not None:
                 old = r.replaces
                 await self._stop_and_remove(old)
@@ -175,6 +179,14 @@ class Acts:
             line = f"{r.name} on {r.host}: {exc}"
             self.outcomes.append(StartFailed(svc.name, r.slot, r.task, line))
             self.record("act-failed", f"run {line}", where)
+
+    async def _backoff(self, r: Run) -> None:
+        """The rest of its slot's restart backoff (`Run.after`), counted from when these
+        acts began, which is after the decision: never started sooner, whatever the
+        deciding controller's clock says (an owner carrying an order counts from its own)."""
+        left = self.begun + r.after - time.monotonic()
+        if left > 0:
+            await asyncio.sleep(left)
 
     async def _start(self, r: Run, configs: Sequence[ConfigMount]) -> bool:
         """Run the task (its configs, placed, mounted); False when it exists already (a

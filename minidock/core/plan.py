@@ -41,6 +41,10 @@ class Run:
     restart: bool = False
     ports: TaskPorts = NO_PORTS  # the host ports its routed container ports publish on
     gpus: GpuIds = NO_GPUS  # the GPU device ids it is given (minidock.core.gpus)
+    # seconds its start waits, from when its acts begin: the rest of its slot's restart
+    # backoff, where that was short enough for the pass that counted the failure to carry
+    # it (core.supervise.CARRIED_BACKOFF)
+    after: float = 0.0
 
     @property
     def name(self) -> str:

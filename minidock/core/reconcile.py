@@ -42,7 +42,7 @@ from minidock.core.plan import Pending, Plan, Run, Stop, Waiting, WaitKind
 from minidock.core.rollout import Outdated, slot_target
 from minidock.core.scheduler import Fleet, counted_as, over_capacity, place
 from minidock.core.state import ControllerState, ServiceState
-from minidock.core.supervise import exit_line, ready, still_starting
+from minidock.core.supervise import carried, exit_line, ready, still_starting
 from minidock.core.traffic import Traffic
 from minidock.model import Cluster, Container, Event, Inventory, Observed, Service
 
@@ -70,6 +70,7 @@ class Want:
     only: str = ""  # the one host it may go to (pinned by its volume, or a global task's)
     failover: failover.Due | None = None  # FAILOVER: what it restores, off which host
     rebalance: bool = False  # MOVE: `minidock rebalance`'s, off `old`'s host
+    after: float = 0.0  # the rest of its restart backoff, its start held for it (Run.after)
 
 
 class SlotDecision(NamedTuple):
@@ -797,7 +798,8 @@ def _fill(
         return SlotDecision(ss)
     if state.awaiting_restore:  # never started empty by surprise (core/intents.py: forget)
         return SlotDecision(ss, Effects(waiting=(_awaiting(ss, n, state.awaiting_restore),)))
-    if view.now < state.next_start:
+    after = carried(state.next_start, view.now)
+    if after is None:
         left = f"restart backoff, {state.next_start - view.now:.0f}s left"
         return SlotDecision(
             ss, Effects(waiting=(Waiting(f"{name}.{n}", left, WaitKind.BACKOFF, name),))
@@ -811,7 +813,7 @@ def _fill(
         return SlotDecision(ss)  # its generation's hook first (rollout.hook_gate says so)
     kind = WantKind.RESTART if restart else WantKind.NEW
     only = ss.host_of(n) or (state.host if target.pinned else "")  # its host, its data
-    want = Want(kind, name, n, target, only=only)
+    want = Want(kind, name, n, target, only=only, after=after)
     return SlotDecision(with_slot(ss, n, slots.vanish(state)), want=want)
 
 
@@ -884,7 +886,7 @@ def _place_one(want: Want, avoid: str, fleet: Fleet, view: View) -> tuple[Run | 
         return None, Effects(pending=(Pending(want.service, want.slot, where.why),))
     restart = want.kind is WantKind.RESTART
     reason = "restart" if restart else "place"
-    run = view.run(want.target, want.slot, where.host, reason, restart=restart)
+    run = view.run(want.target, want.slot, where.host, reason, restart=restart, after=want.after)
     return run, Effects(runs=(run,))
 
 

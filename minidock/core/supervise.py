@@ -18,6 +18,22 @@ def should_restart(policy: RestartPolicy, exit_code: int | None) -> bool:
     return True
 
 
+# The longest rest of a restart backoff the pass that decides a restart waits out in its
+# acts (its start held, as Swarm's restart supervisor holds a new task's start): shorter
+# than the default delay (1 s), so a first restart by default still waits for the pass
+# its backoff's end wakes, and no pass holds the lock long for a backoff.
+CARRIED_BACKOFF = 0.5
+
+
+def carried(next_start: float, now: float) -> float | None:
+    """Seconds a start decided `now` waits for its slot's backoff to end at `next_start`:
+    0 when it has ended, None when longer than CARRIED_BACKOFF (a later pass starts it)."""
+    left = next_start - now
+    if left > CARRIED_BACKOFF:
+        return None
+    return max(0.0, left)
+
+
 def backoff(policy: RestartPolicy, attempts: int) -> float:
     """Delay before the next try after `attempts` failures: doubles from delay to max_delay."""
     if attempts <= 0:

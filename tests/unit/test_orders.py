@@ -55,7 +55,7 @@ def _order(writer: EtcdWriter, owner_key: int) -> Order:
         "docker",
         (("web", "x", 7),),
         (Stop(old, "replaced", failure=True),),
-        (Run(web, 1, "host1", "bbbb", "replaces a failed task"),),
+        (Run(web, 1, "host1", "bbbb", "replaces a failed task", after=0.25),),
     )
 
 
@@ -85,6 +85,7 @@ def test_an_order_goes_sealed_to_the_owner_of_the_moment_and_is_claimed_once(
         assert (host, revision) == ("host1", placed)
         assert read == order
         assert read.run[0].service.env == (("DB_PASSWORD", SECRET),)
+        assert read.run[0].after == 0.25  # the rest of its backoff, which its owner holds it for
         assert book.claim("c", "host1", revision, read)
         assert not book.claim("c", "host1", revision, read)  # at most once
         assert book.pending("c", {"host1": taken.owner.created}) == []

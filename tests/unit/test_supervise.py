@@ -11,14 +11,16 @@ FakeDocker and a real Store.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from minidock.core import Plan, SlotState, reconcile, reset
+from minidock.act.acts import Acts
+from minidock.core import Plan, SlotPhase, SlotState, reconcile, reset
 from minidock.core.slots import account_exit, count_failure
-from minidock.core.supervise import backoff, should_restart
+from minidock.core.supervise import CARRIED_BACKOFF, backoff, carried, should_restart
 from minidock.masking import kept_masker
 from minidock.model import (
     Container,
@@ -32,6 +34,7 @@ from minidock.model import (
 from minidock.runner import PassResult, run_pass
 from minidock.store.sqlite import SQLiteStore
 from minidock.usecases import ExitCode, verdict
+from tests.fakes import FakeExecutor, ok
 from tests.sim import MakeWorld, RunnerWorld, World, host, hosts, svc
 
 EXIT_OK, EXIT_FAILED, EXIT_NOT_CONVERGED = ExitCode.OK, ExitCode.FAILED, ExitCode.NOT_CONVERGED
@@ -165,13 +168,75 @@ def test_backoff_timing_doubles_between_restarts_and_is_capped() -> None:
         assert slot(w).next_start == t + expected
         assert any("restart backoff" in line for line in first.waiting)
         assert exit_code(first) == EXIT_NOT_CONVERGED
-        early = at(w, t + expected - 0.01)
+        early = at(w, t + expected - CARRIED_BACKOFF - 0.01)
         assert runs_of(early) == []
         assert exit_code(early) == EXIT_NOT_CONVERGED
         due = at(w, t + expected)
         assert runs_of(due) == [1]
+        assert [r.after for r in due.run] == [0.0]
         t += expected
     assert len(slot(w).attempts) == 4
+
+
+def test_a_short_backoff_is_carried_by_the_pass_that_counts_the_exit() -> None:
+    """delay 100 ms: the pass that sees the exit counts it and decides the restart, its
+    start held for the backoff's rest (Run.after); the slot is assigned, not backing off.
+    A backoff longer than CARRIED_BACKOFF waits for a later pass, as before."""
+    w = fleet(1)
+    w.apply(svc(restart=policy(delay=0.1, max_delay=8.0)))
+    at(w, 1000.0)
+    exit_task(w, "web", 1)
+    seen = at(w, 1005.0)
+    assert runs_of(seen) == [1]
+    assert [r.after for r in seen.run] == [pytest.approx(0.1)]
+    assert slot(w).next_start == pytest.approx(1005.1)
+    assert slot(w).phase is SlotPhase.STARTING
+    assert not any("restart backoff" in line for line in seen.waiting)
+    # the next failures back off 0.2, 0.4 (carried), then 0.8 s (longer: a later pass)
+    for delay, carried_now in ((0.2, True), (0.4, True), (0.8, False)):
+        t = w.now + 5.0
+        w.now = t
+        exit_task(w, "web", 1)
+        plan = at(w, t)
+        assert (runs_of(plan) == [1]) is carried_now
+        if carried_now:
+            assert [r.after for r in plan.run] == [pytest.approx(delay)]
+        else:
+            assert any("restart backoff" in line for line in plan.waiting)
+            assert [r.after for r in at(w, t + delay).run] == [0.0]
+
+
+def test_a_carried_backoff_holds_the_start_never_sooner() -> None:
+    """The start decided with the rest of its backoff (Run.after) runs `docker run` no
+    sooner than that after its acts began (which is after the decision)."""
+    w = fleet(1)
+    w.apply(svc(restart=policy(delay=0.3, max_delay=8.0)))
+    at(w, 1000.0)
+    exit_task(w, "web", 1)
+    w.now = 1005.0
+    (run,) = w.plan().run
+    assert run.after == pytest.approx(0.3)
+    started: list[float] = []
+
+    def handler(h, argv, stdin):  # type: ignore[no-untyped-def]
+        if argv[:2] in (["docker", "run"], ["docker", "create"]):
+            started.append(time.monotonic())
+        return ok()
+
+    acts = Acts(FakeExecutor(handler), w.inventory, "test", w.now)
+    acts.networked.add(run.host)  # its network confirmed: the start alone is timed
+    asyncio.run(acts.run(run))
+    assert not acts.failures
+    assert len(started) == 1
+    assert started[0] >= acts.begun + run.after
+
+
+def test_carried_is_the_backoffs_rest_up_to_its_bound() -> None:
+    assert carried(0.0, 100.0) == 0.0  # no backoff, or over: at once
+    assert carried(99.0, 100.0) == 0.0
+    assert carried(100.25, 100.0) == 0.25
+    assert carried(100.0 + CARRIED_BACKOFF, 100.0) == CARRIED_BACKOFF
+    assert carried(100.01 + CARRIED_BACKOFF, 100.0) is None
 
 
 def test_attempts_are_counted_per_slot() -> None:
@@ -745,5 +810,5 @@ def test_backoff_and_window_count_on_the_controllers_clock(skew: float) -> None:
     at(w, t)
     assert slot(w).attempts == (t,)
     assert slot(w).next_start == t + 2.0
-    assert runs_of(at(w, t + 1.9)) == []
+    assert runs_of(at(w, t + 1.9 - CARRIED_BACKOFF)) == []
     assert runs_of(at(w, t + 2.0)) == [1]

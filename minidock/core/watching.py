@@ -220,11 +220,14 @@ class PassTimer:
             busy = now + min(PROGRESS, PROGRESS if backoff_left is None else backoff_left)
         return PassTimer(self.interval, self.last_full, self.woken, busy)
 
-    def event(self, now: float) -> PassTimer:
-        """An event (or a broken stream) came: a pass is due SETTLE after the first one."""
-        if self.woken is not None:
+    def event(self, now: float, *, settle: bool = True) -> PassTimer:
+        """An event (or a broken stream) came: a pass is due SETTLE after the first one;
+        at once for one that comes alone (`settle` False: an order for this watch's host,
+        which no other event follows)."""
+        woken = now if settle else now - SETTLE
+        if self.woken is not None and self.woken <= woken:
             return self
-        return PassTimer(self.interval, self.last_full, now, self.busy)
+        return PassTimer(self.interval, self.last_full, woken, self.busy)
 
     def due(self) -> float:
         """When the next pass begins (a time on the same clock)."""

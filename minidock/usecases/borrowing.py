@@ -64,6 +64,7 @@ class Borrowing:
         self._lease: int | None = None
         self._rounds: dict[str, RoundSeen] = {}  # each owner's rounds, as seen advancing
         self._mine: dict[str, frozenset[str]] = {}  # cluster -> the hosts it holds
+        self._owns: dict[str, frozenset[str]] = {}  # cluster -> those its last round owned
         self._wanted: dict[str, int] = {}  # cluster -> when its decider last wanted a round
         self._readers: dict[str, ShardReader] = {}  # cluster -> its shard table's reads
         self._orderable: dict[str, dict[str, OwnerKey]] = {}  # cluster -> hosts to order
@@ -76,13 +77,15 @@ class Borrowing:
     def of(self, cluster: str) -> Shared:
         return Shared(cluster, self)
 
-    def follow(self, news: Callable[[], None]) -> None:
+    def follow(self, news: Callable[[], None], order: Callable[[], None] | None = None) -> None:
         """Call `news` (from a thread of etcd's watch) when an owner writes or deletes an
         observation of a cluster whose passes this `watch` makes (`deciding`): its next
         pass then borrows it at once, not at its next resync; and when the decider of a
         cluster it stands by for wants a round of every owner's whole share (`want_whole_rounds`).
-        And when an order is placed for a cluster it stands by for (its hosts' orders
-        are carried out at its next round). A watch broken (news may be lost) rings too."""
+        And `order` (else `news`) when an order is placed for a host of a cluster it
+        stands by for that it owns (at its last round; a host it takes is rung for by the
+        take), carried out at its next round: not every owner's round for each order, nor
+        for an order's claim. A watch broken (news may be lost) rings too."""
         root = Keys(self.membership.url.prefix).root
         seen_root = root + b"seen/"
 
@@ -102,9 +105,17 @@ class Borrowing:
                 news()
 
         def orders(events: Sequence[Any] | None) -> None:
-            named = (bytes(e.kv.key)[len(root + b"orders/") :].split(b"/")[0] for e in events or ())
-            if events is None or any(c.decode() not in self.deciding for c in named):
+            if events is None:
                 news()
+                return
+            for event in events:
+                named = bytes(event.kv.key)[len(root + b"orders/") :].decode()
+                cluster, _, host = named.partition("/")
+                if event.type != rpc.Event.PUT or cluster in self.deciding:
+                    continue
+                if host in self._owns.get(cluster, ()):
+                    (order or news)()
+                    return
 
         # all closed with the membership's client
         self.membership.client.watch_from_now(
@@ -137,6 +148,7 @@ class Borrowing:
         listed = {h.name: h for h in inventory.hosts}
         try:
             revision, owned = _owned(self._seen, member, cluster, listed)
+            self._owns[cluster] = frozenset(owned)
             acted, verbs = await carry_orders(
                 self.book, self.membership, executor, inventory, cluster, owned
             )

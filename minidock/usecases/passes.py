@@ -254,8 +254,9 @@ async def watch_step(
             scope, rung = _scope(desired, streams, memory, full, shared)
             lent, tasks = shared.lend(store, rung, runtime.clock.monotonic()) if shared else UNLENT
             log.debug(
-                "%s: pass begins: %d rung, %d borrowed", desired.cluster.name, len(rung), len(lent)
-            )
+                "%s: pass begins: %d rung, %d borrowed, scope %s",
+                desired.cluster.name, len(rung), len(lent), "all" if scope is None else len(scope),
+            )  # fmt: skip
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
@@ -476,8 +477,10 @@ async def watch(
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
     inventories = Inventories()
     bell = Bell(runtime.clock, interval)
-    news = bell.rung_from(asyncio.get_running_loop(), "etcd")
-    heartbeat = Heartbeat(directory, news, cluster=cluster or "", interval=interval)
+    loop = asyncio.get_running_loop()
+    news = bell.rung_from(loop, "etcd")
+    order = bell.rung_from(loop, "etcd: an order", settle=False)  # its round carries it now
+    heartbeat = Heartbeat(directory, news, cluster=cluster or "", interval=interval, order=order)
     async with connected(runtime) as executor:
         streams = EventStreams(executor, bell.ring)
         try:

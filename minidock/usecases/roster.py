@@ -63,7 +63,8 @@ class Heartbeat:
     (`Shares`); etcd not answering is logged and the next round tries again (the work
     never waits for it). `news` is called, from another thread, when etcd says a share
     may have to change hands (Membership.follow): a round then holds it at once; and,
-    while this `watch` makes passes, when an owner wrote what it saw (Borrowing.follow).
+    while this `watch` makes passes, when an owner wrote what it saw (Borrowing.follow);
+    `order` (else `news`) when an order came for a host it owns.
     Its key says which cluster it covers ("" for all) and its resync, so that the
     watches on a state agree which one makes each cluster's passes (`defers`,
     core.deciding); its observing by share is `shared`."""
@@ -75,6 +76,7 @@ class Heartbeat:
         *,
         cluster: str = "",
         interval: float = 0.0,
+        order: Callable[[], None] | None = None,
     ) -> None:
         self._shares: Shares | None = None
         self._borrowing: Borrowing | None = None
@@ -89,7 +91,7 @@ class Heartbeat:
             self._shares = Shares(membership)
             self._borrowing = Borrowing(membership)
             if news is not None:
-                self._borrowing.follow(news)
+                self._borrowing.follow(news, order)
         self._covers = {"cluster": cluster, "interval": interval}
         self._interval = interval
         self._passes = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 
@@ -27,18 +28,21 @@ class Bell:
         self._rung = asyncio.Event()
         self.rings = 0  # how many times it was rung (tests)
 
-    def ring(self, host: str = "") -> None:
-        """An event on `host` (or its stream broke): a round is due soon."""
+    def ring(self, host: str = "", *, settle: bool = True) -> None:
+        """An event on `host` (or its stream broke): a round is due soon (at once, not
+        SETTLE after, for one that no other follows: `settle` False)."""
         self.rings += 1
         log.debug("rung by %s", host)
-        self._timer = self._timer.event(self._clock.monotonic())
+        self._timer = self._timer.event(self._clock.monotonic(), settle=settle)
         self._rung.set()
 
-    def rung_from(self, loop: asyncio.AbstractEventLoop, by: str) -> Callable[[], None]:
+    def rung_from(
+        self, loop: asyncio.AbstractEventLoop, by: str, *, settle: bool = True
+    ) -> Callable[[], None]:
         """A ring for another thread (etcd's watch): `ring(by)` on `loop`'s own, soon."""
 
         def ring() -> None:
-            loop.call_soon_threadsafe(self.ring, by)
+            loop.call_soon_threadsafe(functools.partial(self.ring, by, settle=settle))
 
         return ring
 

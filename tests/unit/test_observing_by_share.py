@@ -509,6 +509,37 @@ def test_a_task_death_the_owner_saw_is_borrowed_and_replaced_by_the_owner_on_the
     assert members[watches.decider.member_id].ordered >= 1
 
 
+def test_an_order_rings_its_hosts_owner_at_once_and_neither_another_watch_nor_its_claim(
+    watches: Watches,
+) -> None:
+    """Borrowing.follow on real etcd: the decider's order for a host of the owner's share
+    rings the owner's `order` (its round carries it at once), once: the order's claim
+    (its deletion) rings nothing; a watch standing by that owns none of the order's hosts
+    (a member of its own, which has made no round) is told nothing of it."""
+    from minidock.store.members import Membership as Member
+    from minidock.usecases.borrowing import Borrowing
+    from tests.unit.test_shares import News
+
+    owner_news, owner_orders, other_news, other_orders = News(), News(), News(), News()
+    borrowing = watches.owner._borrowing
+    assert borrowing is not None
+    other = Borrowing(Member(watches.url))
+    try:
+        watches.a_task_dies()
+        borrowing.follow(owner_news, owner_orders)
+        other.follow(other_news, other_orders)
+        dealt = watches.decide()
+        assert dealt.result.done, dealt.result  # the owner carried the order out
+        assert watches.orders() == []  # and claimed it
+        assert owner_orders.reach(1) == 1
+        watches.stand_by()  # a later round: its write and any late event have come
+        time.sleep(0.3)
+        assert owner_orders.count == 1  # the claim rang nothing
+        assert other_orders.count == 0
+    finally:
+        other.membership.leave()
+
+
 def test_a_pass_that_acted_on_a_few_hosts_asks_no_owner_for_a_whole_round(
     watches: Watches,
 ) -> None:

@@ -249,6 +249,16 @@ def test_events_from_many_hosts_make_one_pass_soon_and_the_interval_is_the_resyn
     assert after.started(130.0, full=True).due() == 160.0
 
 
+def test_an_order_for_this_watch_is_due_at_once_an_event_after_it_not_later() -> None:
+    """An order for a host it owns rings unsettled: the round is due at once, also after
+    a docker event that began a settle; an event after the order leaves it due now."""
+    timer = PassTimer(30.0).started(100.0)
+    assert timer.event(101.0, settle=False).due() == 101.0
+    settling = timer.event(101.0)
+    assert settling.event(101.02, settle=False).due() == 101.02
+    assert timer.event(101.0, settle=False).event(101.01).due() == 101.0
+
+
 def test_a_pass_that_leaves_work_under_way_is_followed_within_a_second() -> None:
     timer = PassTimer(30.0).started(0.0).finished(0.5, under_way=True)
     assert timer.due() == 0.5 + PROGRESS

@@ -197,6 +197,7 @@ class Borrowing:
         bound = trust.since
         trust.took(*tenure)
         if trust.since != bound:  # another writer's tenure, or the first: a round wanted
+            log.debug("%s: a tenure not handed down: whole rounds wanted", cluster)
             want_whole_rounds(self.membership, cluster)
         self.borrowed = 0
         self._orderable.pop(cluster, None)
@@ -208,6 +209,7 @@ class Borrowing:
             if reader is None:
                 reader = self._readers[cluster] = ShardReader(member.url, member.client, cluster)
             table = reader.read()
+            log.debug("%s: the owners' observations read: %d", cluster, len(table.written))
         except StoreError as exc:
             log.info("%s: the owners' observations not read: %s", cluster, exc)
             return {}

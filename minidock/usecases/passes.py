@@ -250,7 +250,9 @@ async def watch_step(
         return await standing_by(directory, executor, inventories, cluster, why, True, share, kept)
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
+            log.debug("%s: the lock taken", cluster or "pass")
             desired = admissible(store.load(), read_desired(store, directory, inventories))
+            log.debug("%s: the state read", desired.cluster.name)
             scope, rung = _scope(desired, streams, memory, full, shared)
             lent, tasks = shared.lend(store, rung, runtime.clock.monotonic()) if shared else UNLENT
             log.debug(

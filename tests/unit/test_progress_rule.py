@@ -103,8 +103,11 @@ def test_a_rollout_gate_is_progress() -> None:
 def test_a_restart_backoff_is_progress() -> None:
     w = World(hosts(2))
     w.apply(svc("crash", image="crash:1"))
-    for _ in range(3):  # placed, ran, exited and removed: its restart waits out a backoff
-        w.step(dt=0.5)
+    # placed, ran, exited and removed: its restart waits out a backoff; the next pass
+    # decides 0.25 s after the exit was counted, with 0.75 s of its 1 s delay left: more
+    # than a pass carries (core.supervise.CARRIED_BACKOFF)
+    for dt in (0.5, 0.5, 0.25):
+        w.step(dt=dt)
     backoff = w.step(dt=0.5)
     assert not backoff.actions
     assert [x.kind.value for x in backoff.waiting] == ["backoff"], backoff.waiting

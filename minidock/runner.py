@@ -211,12 +211,10 @@ async def run_pass(
     tasks: TaskActs | None = None,
 ) -> PassResult:
     """Observe every host (or those in `scope`, `decide_pass`), decide, record the
-    decision, act, record the outcome. `force_down` overrides the mass-loss guard for this
-    pass (the operator knows); `masks` are the command's maskers (`masking.Masks`: the
-    same masker for all its passes, extended only by a secret it has not met), `memory`
-    its probes' (`observe.ProbeMemory`), which forgets the hosts acted on: the next pass
-    probes them; `tasks` carries out the task verbs (act.carry.carry_tasks unless given:
-    watch's decider hands some to the hosts' owners, usecases.delegating)."""
+    decision, act, record the outcome. `force_down`: the mass-loss guard overridden;
+    `masks`: the command's maskers (`masking.Masks`); `memory`: its probes'
+    (`observe.ProbeMemory`), which forgets the hosts acted on; `tasks` carries out the
+    task verbs (act.carry.carry_tasks unless given: usecases.delegating's orders)."""
     state = store.load()
     result = await decide_pass(
         cluster,
@@ -230,13 +228,12 @@ async def run_pass(
         borrowed=borrowed,
     )
     now = result.now
-    starts, stops = len(result.plan.run), len(result.plan.stop)
-    log.debug("%s: decided: %d to start, %d to stop", cluster.name, starts, stops)
+    log.debug("%s: decided", cluster.name)
     masks = masks if masks is not None else Masks()
     mask = result.masker = masks.of(store, result.plan.state, result.observed)
     plan = result.plan = mask.plan(result.plan)
     store.commit(plan.state, plan.events)
-    log.debug("%s: decision committed", cluster.name)
+    log.debug("%s: committed: %d runs, %d stops", cluster.name, len(plan.run), len(plan.stop))
     acts = Acts(
         executor,
         inventory,

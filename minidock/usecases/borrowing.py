@@ -74,18 +74,12 @@ class Borrowing:
         self.ordered = 0  # task verbs this member's passes handed over, since it started
         self.carried = 0  # task verbs it carried out for a decider, since it started
 
-    def of(self, cluster: str) -> Shared:
-        return Shared(cluster, self)
-
     def follow(self, news: Callable[[], None], order: Callable[[], None] | None = None) -> None:
         """Call `news` (from a thread of etcd's watch) when an owner writes or deletes an
-        observation of a cluster whose passes this `watch` makes (`deciding`): its next
-        pass then borrows it at once, not at its next resync; and when the decider of a
-        cluster it stands by for wants a round of every owner's whole share (`want_whole_rounds`).
-        And `order` (else `news`) when an order is placed for a host of a cluster it
-        stands by for that it owns (at its last round; a host it takes is rung for by the
-        take), carried out at its next round: not every owner's round for each order, nor
-        for an order's claim. A watch broken (news may be lost) rings too."""
+        observation of a cluster whose passes this `watch` makes (`deciding`), to borrow it
+        at once; when the decider of a cluster it stands by for wants whole rounds; and
+        `order` (else `news`) when an order is put for a host it owns (`_ordered`). A
+        watch broken (news may be lost) rings too."""
         root = Keys(self.membership.url.prefix).root
         seen_root = root + b"seen/"
 
@@ -107,15 +101,8 @@ class Borrowing:
         def orders(events: Sequence[Any] | None) -> None:
             if events is None:
                 news()
-                return
-            for event in events:
-                named = bytes(event.kv.key)[len(root + b"orders/") :].decode()
-                cluster, _, host = named.partition("/")
-                if event.type != rpc.Event.PUT or cluster in self.deciding:
-                    continue
-                if host in self._owns.get(cluster, ()):
-                    (order or news)()
-                    return
+            elif _ordered(events, root + b"orders/", self.deciding, self._owns):
+                (order or news)()
 
         # all closed with the membership's client
         self.membership.client.watch_from_now(
@@ -131,13 +118,12 @@ class Borrowing:
         streams: EventStreams | None = None,
         full: bool = True,
     ) -> int:
-        """Probe the hosts of `cluster` (of `inventory`'s) whose owner keys this member holds, and
-        write what changed; how many were probed. The decider's orders for those hosts are carried
-        out first (usecases.delegating), and the hosts acted on are probed afresh. With `streams`,
-        it follows those hosts' event streams, and a round that is not `full` (not a resync) probes
-        only those whose stream rang or is not up (core.watching's probe_scope), unless the decider
-        wanted a round since the last whole one. A round that probed every one of them has its
-        revision in `rounds`, its seconds in `round_seconds`."""
+        """Probe the hosts of `cluster` whose owner keys this member holds, and write what
+        changed; how many were probed. The decider's orders for them are carried out first
+        (usecases.delegating), those acted on probed afresh. With `streams` it follows their
+        events, and a round not `full` probes only those whose stream rang or is not up
+        (probe_scope), unless the decider wanted a round since the last whole one. A round
+        that probed them all has its revision in `rounds`, its seconds in `round_seconds`."""
         member, lease = self.membership.member.id, self.membership.lease_id
         if lease is None:
             return 0
@@ -243,15 +229,12 @@ class Borrowing:
             hand_down(store, trust.handing(acted, hosts))
 
     def ended(self, cluster: str, acted: bool, hosts: Set[str] | None = None) -> None:
-        """The pass `lend` began is over; `acted`: it did something, to `hosts` (None: to
-        any host). Then what is borrowed of those hosts next must have been observed after
-        now: a revision read now is their new bound. When that is every host, the owners
-        are asked for a round of their whole share (`want_whole_rounds`, whose write is
-        the bound); for a few hosts, nothing is asked: the acts' own events ring those
-        hosts' owners, whose probes of them after now are borrowed, and until then the
-        decider probes them itself (a whole round of every share after each act would
-        probe the whole fleet for a death on one host). etcd away: no bound, and the
-        next pass probes every host, as after another writer's."""
+        """The pass `lend` began is over; `acted`: it did something, to `hosts` (None: any).
+        What is borrowed of those hosts next must be observed after now: a revision read
+        now is their bound. For every host, the owners are asked for whole rounds
+        (`want_whole_rounds`, whose write is the bound); for a few, nothing is asked: the
+        acts' events ring their owners, whose probes after now are borrowed, and until then
+        the decider probes them. etcd away: no bound, the next pass probes every host."""
         trust = self._trusts.setdefault(cluster, Trust())
         handed = self._delegations.pop(cluster, None)
         self.ordered += handed.ordered if handed is not None else 0
@@ -262,6 +245,24 @@ class Borrowing:
         revision = want_whole_rounds(member, cluster) if hosts is None else revision_now(member)
         if revision:
             trust.left(True, revision, hosts)
+
+
+def _ordered(
+    events: Sequence[Any], prefix: bytes, deciding: Set[str], owns: Mapping[str, Set[str]]
+) -> bool:
+    """Whether `events` (under `prefix`, PREFIX/orders/) put an order for a host `owns`
+    has (the hosts of each cluster its last round owned; a host taken since rings its
+    round by the take) in a cluster it stands by for (not `deciding`): its round
+    carries it now. Not another owner's order, nor an order's claim (a delete)."""
+    for event in events:
+        cluster, _, host = bytes(event.kv.key)[len(prefix) :].decode().partition("/")
+        if (
+            event.type == rpc.Event.PUT
+            and cluster not in deciding
+            and host in owns.get(cluster, ())
+        ):
+            return True
+    return False
 
 
 def _owned(

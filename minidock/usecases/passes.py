@@ -3,7 +3,6 @@ timed out), cron's single `reconcile`, and `watch`'s loop of passes."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
@@ -237,28 +236,22 @@ async def watch_step(
 ) -> PassDone | PassSkipped:
     """One pass of `watch` on its long-lived executor; skipped while another writer works,
     or (`defer_to`: its member id) while another `watch` makes this cluster's passes. The
-    latest generation is read afresh (its secrets join `runtime.masks`); `memory` is the
-    cluster's probe memory, `streams` follow the events of the hosts its inventory lists
-    now. A pass not `full` (not a resync) probes only the hosts whose stream rang or is not
-    up, or that `memory` has no good observation of (probe_scope); `inventories`: the
-    inventory files read before. `shared` (an etcd state's): a deferring step probes its
-    share and writes what it saw, a pass borrows what the owners wrote and hands its bound
-    down (usecases.borrowing); a skipped step keeps `kept` (None: all) warm."""
+    generation is read afresh (its secrets join `runtime.masks`); `memory`: its probes';
+    `streams` follow its hosts. A pass not `full` probes only the hosts whose stream rang
+    or is not up, or not in `memory` (probe_scope); `inventories`: the files read before.
+    `shared` (etcd): a deferring step probes and writes its share, a pass borrows the
+    owners' writes and hands its bound down (usecases.borrowing); a skip keeps `kept` warm."""
     if defer_to is not None:
         why = f"controller {defer_to} makes this cluster's passes"
         share = None if shared is None else Share(shared, memory or ProbeMemory(), streams, full)
         return await standing_by(directory, executor, inventories, cluster, why, True, share, kept)
     try:
         async with writing(directory, runtime.clock, Writer.SCHEDULED) as store:
-            log.debug("%s: the lock taken", cluster or "pass")
             desired = admissible(store.load(), read_desired(store, directory, inventories))
             log.debug("%s: the state read", desired.cluster.name)
             scope, rung = _scope(desired, streams, memory, full, shared)
             lent, tasks = shared.lend(store, rung, runtime.clock.monotonic()) if shared else UNLENT
-            log.debug(
-                "%s: pass begins: %d rung, %d borrowed, scope %s",
-                desired.cluster.name, len(rung), len(lent), "all" if scope is None else len(scope),
-            )  # fmt: skip
+            log.debug("%s: pass begins: %d borrowed", desired.cluster.name, len(lent))
             with runtime.interrupt.passes():  # a signal now lets this pass finish
                 started = runtime.clock.monotonic()
                 result = await one_pass(
@@ -278,7 +271,6 @@ async def watch_step(
                 if shared is not None:
                     shared.borrowing.hand_down(store, shared.cluster, *did)
                 record_pass(store, result, code, seconds, runtime.clock.now())
-                log.debug("%s: pass recorded (exit %d)", desired.cluster.name, code)
             if shared is not None:
                 shared.borrowing.ended(shared.cluster, *did)
             if streams is not None:
@@ -479,10 +471,7 @@ async def watch(
     memories: dict[str, ProbeMemory] = {}  # each cluster's probe memory
     inventories = Inventories()
     bell = Bell(runtime.clock, interval)
-    loop = asyncio.get_running_loop()
-    news = bell.rung_from(loop, "etcd")
-    order = bell.rung_from(loop, "etcd: an order", settle=False)  # its round carries it now
-    heartbeat = Heartbeat(directory, news, cluster=cluster or "", interval=interval, order=order)
+    heartbeat = Heartbeat(directory, *bell.etcd_rings(), cluster=cluster or "", interval=interval)
     async with connected(runtime) as executor:
         streams = EventStreams(executor, bell.ring)
         try:

@@ -73,10 +73,10 @@ class Heartbeat:
         self,
         location: StateLocation,
         news: Callable[[], None] | None = None,
+        order: Callable[[], None] | None = None,
         *,
         cluster: str = "",
         interval: float = 0.0,
-        order: Callable[[], None] | None = None,
     ) -> None:
         self._shares: Shares | None = None
         self._borrowing: Borrowing | None = None
@@ -126,7 +126,11 @@ class Heartbeat:
 
     def shared(self, cluster: str) -> Shared | None:
         """`cluster`'s observing by share (None for a state directory)."""
-        return None if self._borrowing is None else self._borrowing.of(cluster)
+        if self._borrowing is None:
+            return None
+        from minidock.usecases.borrowing import Shared  # etcd states only
+
+        return Shared(cluster, self._borrowing)
 
     def defers(self, cluster: str) -> str | None:
         """The member id of the `watch` this one leaves `cluster`'s passes to this round

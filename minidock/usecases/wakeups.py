@@ -46,6 +46,12 @@ class Bell:
 
         return ring
 
+    def etcd_rings(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        """The rings for etcd's news, from its watch's thread (roster.Heartbeat): a share's
+        or an owner's write, settled as an event; an order for this watch's host, at once."""
+        loop = asyncio.get_running_loop()
+        return self.rung_from(loop, "etcd"), self.rung_from(loop, "etcd: an order", settle=False)
+
     def started(self) -> bool:
         """A round begins: the rings before now are its own. Whether it is a resync (its
         passes probe every host), else its passes probe only the hosts that need it."""

@@ -351,13 +351,18 @@ def test_logs_prefix_lines_with_their_task_and_mask_secrets(chatty: Minidock) ->
 def test_logs_follow_shows_new_lines_masked_until_interrupted(chatty: Minidock) -> None:
     follower = chatty.popen("logs", "web", "--slot", "2", "--follow", "--tail", "0")
     try:
-        time.sleep(2)  # the follower is connected
+        # Nothing says when the follower's `docker logs --follow --tail 0` has begun (a
+        # fresh process: its imports, its SSH session; over 2 s on a loaded machine, when
+        # a line written once before it began was never seen): the line is written again
+        # each 2 s until the follower shows it, within 30 s.
         line = f"late line with {TOKEN}"
-        ok(chatty("exec", "web.2", "--", "sh", "-c", f"echo '{line}' > /proc/1/fd/1"))
-        deadline = time.monotonic() + 10
+        deadline, written = time.monotonic() + 30, 0.0
         seen = ""
         assert follower.stdout is not None
         while time.monotonic() < deadline and "late line" not in seen:
+            if time.monotonic() - written >= 2:
+                ok(chatty("exec", "web.2", "--", "sh", "-c", f"echo '{line}' > /proc/1/fd/1"))
+                written = time.monotonic()
             ready, _, _ = select.select([follower.stdout], [], [], 0.5)
             if ready:
                 seen += follower.stdout.readline()

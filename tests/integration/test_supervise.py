@@ -160,6 +160,42 @@ def test_crash_loop_fails_after_exactly_max_attempts_and_reset_runs_it_again(
     assert after["state"] != "failed"
 
 
+def _crasher_task(md: Minidock, state: str) -> tuple[str, str]:
+    """The host and name of the crasher's one container, once it is in `state`."""
+    found: list[tuple[str, str]] = []
+
+    def there() -> bool:
+        found[:] = [
+            (h, line.split()[0])
+            for h in md.fleet.hosts
+            for line in md.containers(h)
+            if line.startswith("crasher.1.") and line.split()[1] == state
+        ]
+        return len(found) == 1
+
+    assert until(there, 60), [md.containers(h) for h in md.fleet.hosts]
+    return found[0]
+
+
+def test_a_short_backoff_is_carried_by_the_pass_that_sees_the_exit(md: Minidock) -> None:
+    """restart.delay 500 ms (CARRIED_BACKOFF, core.supervise): the one cron pass that sees
+    the task's exit removes it and starts its replacement on real hosts (before, a second
+    pass did). That its `docker run` waited out the rest of the backoff is held by
+    tests/unit/test_supervise.py's FakeExecutor test: from outside, a pass's own set-up
+    here takes longer than the rest, so no lab clock tells the wait apart."""
+    spec = md.spec(CRASHER.replace('delay = "1s"', 'delay = "500ms"').replace("2s", "500ms"))
+    res = md("apply", str(spec))
+    assert res.returncode == 3, res.stdout + res.stderr
+    _, old = _crasher_task(md, "exited")
+    res = md("reconcile")
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert f"removed {old}" in res.stdout, res.stdout
+    assert "(restart, minidock-lab/crash:1)" in res.stdout, res.stdout  # in that very pass
+    assert len(runs(md, "crasher")) == 2
+    _, new = _crasher_task(md, "exited")  # the replacement, started and crashed
+    assert new != old
+
+
 def test_a_changing_apply_clears_failed(md: Minidock) -> None:
     body = CRASHER.replace("max_attempts = 3", "max_attempts = 1")
     assert md("apply", str(md.spec(body))).returncode == 3

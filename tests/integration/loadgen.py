@@ -197,7 +197,11 @@ async def get_h2(port: int, host: str, root: str, path: str = "/", timeout: floa
             try:
                 return await _exchange(reader, writer, host, path, started, frames)
             finally:
-                writer.close()
+                # aborted, not closed: a TLS close waits (up to 30 s) for the server's
+                # close_notify or FIN, and the load's loop may end first, leaving the
+                # socket open (an unclosed-socket error in the test's teardown)
+                writer.transport.abort()
+                await writer.wait_closed()
     except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
         text = f"{type(exc).__name__}: {exc} after {frames}"
         return Reply(started, time.monotonic() - started, 0, text)

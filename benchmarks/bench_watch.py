@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -78,6 +78,7 @@ class Watch:
         )
         self.lines: list[tuple[float, str]] = []
         self.passes: list[float] = []
+        self.said: deque[str] = deque(maxlen=20)  # its last lines on stderr
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_passes, daemon=True).start()
 
@@ -89,6 +90,7 @@ class Watch:
     def _read_passes(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
+            self.said.append(line.rstrip("\n"))
             if line.startswith("minidock: "):
                 self.passes.append(time.monotonic())
 
@@ -110,6 +112,15 @@ class Watch:
                     return at - since
             time.sleep(0.01)
         return None
+
+    def account(self) -> str:
+        """Where it stands, for a benchmark that gave up waiting on the watches: its exit
+        (or, running, its stacks asked for: benchmarks/traced.py) and its last stderr."""
+        code = self.proc.poll()
+        if code is None:
+            self.proc.send_signal(signal.SIGUSR1)
+        said = "".join(f"\n    {line}" for line in self.said)
+        return f"  watch {self.proc.pid}: {'running' if code is None else f'exited {code}'}{said}"
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)

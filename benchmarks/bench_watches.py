@@ -162,7 +162,8 @@ def started_by_any(watches: list[Watch], since: float, but: Watch | None = None)
                 if when >= since and line.startswith("started "):
                     return when - since
         time.sleep(0.01)
-    raise SystemExit("no watch replaced the task within 120 s")
+    accounts = "\n".join(w.account() for w in watches)
+    raise SystemExit(f"no watch replaced the task within 120 s:\n{accounts}")
 
 
 Asker = Callable[[], dict[int, dict[str, object]]]  # each member's record, by process id

@@ -79,6 +79,7 @@ class Watch:
         self.lines: list[tuple[float, str]] = []
         self.passes: list[float] = []
         self.said: deque[str] = deque(maxlen=20)  # its last lines on stderr
+        self.summary = (0.0, "")  # its last pass's line, when: "converged", or why not
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_passes, daemon=True).start()
 
@@ -91,6 +92,8 @@ class Watch:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.said.append(line.rstrip("\n"))
+            if line.startswith("minidock: ") and not line.startswith("minidock: standing by"):
+                self.summary = (time.monotonic(), line.rstrip("\n").removeprefix("minidock: "))
             if line.startswith("minidock: "):
                 self.passes.append(time.monotonic())
 

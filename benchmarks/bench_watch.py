@@ -135,6 +135,16 @@ def running_task(fleet: ScaleFleet, name: str) -> str:
     return found.stdout.split()[0]
 
 
+def a_running_task(fleet: ScaleFleet, names: list[str]) -> tuple[str, str]:
+    """A random host of `names` with a task of the bench running, and that task: a host a
+    cold start took for lost has had its task moved to another, which holds two."""
+    for name in random.sample(names, len(names)):
+        found = fleet.docker(name, "ps", "--filter", "label=minidock.cluster=bench", "-q")
+        if found.stdout.split():
+            return name, found.stdout.split()[0]
+    raise SystemExit("no task of the bench runs on any host")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hosts", type=int, default=100)

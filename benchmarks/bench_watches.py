@@ -42,7 +42,6 @@ import argparse
 import functools
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -56,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_watch import SPEC, Watch, running_task  # noqa: E402
+from bench_watch import SPEC, Watch, a_running_task  # noqa: E402
 from scale_fleet import ScaleFleet  # noqa: E402
 
 from tests.etcd import EtcdCluster, revision  # noqa: E402
@@ -190,8 +189,7 @@ def failover(
     started its replacement. What each surviving watch did meanwhile goes to stderr: the
     ends of its passes and of its rounds standing by (seconds after the kills)."""
     (dead,) = [w for w in watches if w.proc.pid == decider]
-    victim = random.choice(names)
-    task = running_task(fleet, victim)
+    victim, task = a_running_task(fleet, names)
     at = time.monotonic()
     dead.proc.kill()
     fleet.docker(victim, "kill", task)
@@ -235,8 +233,7 @@ def deaths(
     kill until a watch started its replacement (whichever host's owner saw it)."""
     took = []
     for _ in range(n):
-        victim = random.choice(names)
-        task = running_task(fleet, victim)
+        victim, task = a_running_task(fleet, names)
         at = time.monotonic()
         fleet.docker(victim, "kill", task)
         took.append(started_by_any(watches, at))

@@ -91,11 +91,12 @@ class Watch:
     def _read_passes(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
-            self.said.append(line.rstrip("\n"))
-            if line.startswith("minidock: ") and not line.startswith("minidock: standing by"):
-                self.summary = (time.monotonic(), line.rstrip("\n").removeprefix("minidock: "))
+            line = line.rstrip("\n")
+            self.said.append(line)
             if line.startswith("minidock: "):
                 self.passes.append(time.monotonic())
+                if not line.startswith("minidock: standing by"):
+                    self.summary = (time.monotonic(), line.removeprefix("minidock: "))
 
     def settled(self, timeout: float) -> None:
         """Until its first pass ended (it prints a line), then 15 s for the pass its streams
@@ -130,18 +131,21 @@ class Watch:
         self.proc.wait(timeout=60)
 
 
+def running_tasks(fleet: ScaleFleet, name: str) -> list[str]:
+    """The ids of the bench's tasks running on the host `name`."""
+    return fleet.docker(name, "ps", "--filter", "label=minidock.cluster=bench", "-q").stdout.split()
+
+
 def running_task(fleet: ScaleFleet, name: str) -> str:
-    found = fleet.docker(name, "ps", "--filter", "label=minidock.cluster=bench", "-q")
-    return found.stdout.split()[0]
+    return running_tasks(fleet, name)[0]
 
 
 def a_running_task(fleet: ScaleFleet, names: list[str]) -> tuple[str, str]:
     """A random host of `names` with a task of the bench running, and that task: a host a
     cold start took for lost has had its task moved to another, which holds two."""
     for name in random.sample(names, len(names)):
-        found = fleet.docker(name, "ps", "--filter", "label=minidock.cluster=bench", "-q")
-        if found.stdout.split():
-            return name, found.stdout.split()[0]
+        if found := running_tasks(fleet, name):
+            return name, found[0]
     raise SystemExit("no task of the bench runs on any host")
 
 

@@ -93,7 +93,15 @@ from minidock.commands.proxies import Rendered, render
 from minidock.core import ActOutcome, Plan, Run, Stop, admit, canary, fold_outcomes, promote
 from minidock.core.autoscaling import labels
 from minidock.core.backing import BackupAct, BackupStep, VerifyAct
-from minidock.core.borrowing import RoundSeen, ShardTable, Trust, Written, advancing, borrowable
+from minidock.core.borrowing import (
+    Handed,
+    RoundSeen,
+    ShardTable,
+    Trust,
+    Written,
+    advancing,
+    borrowable,
+)
 from minidock.core.endpoints import names_in_use
 from minidock.core.handover import OwnerKey
 from minidock.core.hooks import HOOK_KIND, HookAct, HookStep
@@ -1114,6 +1122,7 @@ class SplitFleet(Fleet):
     etcd: Etcd = field(default_factory=Etcd)
     decider: str = MEMBERS[0]
     trust: Trust = field(default_factory=Trust)
+    handed: tuple[Handed, int] | None = None  # the last told tenure's bound, its revision
     rounds_seen: dict[str, RoundSeen] = field(default_factory=dict)
     moment: int = 0
     acts: int = 0  # acts made on hosts, every pass's
@@ -1323,8 +1332,13 @@ class SplitFleet(Fleet):
             self.late[self.during] = self.round_of(self.during)
 
     def lend(self) -> None:
-        """The pass's start (usecases.borrowing `lend`): the lock taken, what it borrows."""
-        self.trust.took(*self.etcd.lock())
+        """The pass's start (usecases.borrowing `lend`): the lock taken, a bound handed
+        down by the tenure before taken over (a new process, or another member deciding
+        next), what it borrows."""
+        tenure, before = self.etcd.lock()
+        if before and not self.trust.continues(before):
+            self.trust.inherit(*(self.handed or (None, 0)), before=before)
+        self.trust.took(tenure, before)
         table = self.etcd.table()
         self.rounds_seen, fresh = advancing(self.rounds_seen, table, self.now)
         self.lent = borrowable(replace(table, rounds=fresh), self.decider, self.trust)
@@ -1372,10 +1386,11 @@ class SplitFleet(Fleet):
                 self.landed()
             if kill:
                 self.trust, self.rounds_seen = Trust(), {}
-            elif turn.told:
+            elif turn.told:  # its last commit hands the bound down, after the acts
                 did = self.acted(plan, self.started > started)
                 hosts = acted_on(PassResult(plan, self.seen, done=self.done)) if did else None
-                self.trust.left(did, self.etcd.write() if did else 0, hosts)
+                self.handed = (self.trust.handing(did, hosts), self.etcd.write())
+                self.trust.left(did, self.handed[1] if did else 0, hosts)
         self.etcd.write()  # the lock key deleted
         if self.during in self.late:  # (a claim round of its wrote it already)
             self.etcd.publish(self.late.pop(self.during))
@@ -1489,7 +1504,8 @@ class SplitDecision(WholeDecision):
     @precondition(lambda self: self.fleet is not None)
     @rule(to=st.sampled_from(MEMBERS))
     def handover(self, to: str) -> None:
-        """Another member makes the passes from now: a process that knows no tenure."""
+        """Another member makes the passes from now: a process that knows no tenure but
+        the one handed down (`lend`)."""
         f = self.shared
         f.decider, f.trust, f.rounds_seen = to, Trust(), {}
 

@@ -24,16 +24,19 @@ and the passes, as sampled every 5 s of the rest (`Rounds`): with `--watches 1` 
 many hosts as a share, a single watch's warm pass, to compare a share's round with
 (issue 47, item 5). Then
 (`--deaths N`) a task killed on a random host, N times one after another: the median
-and the longest seconds from a kill until a watch printed its replacement `started`, and
+and the longest seconds from a kill until a watch printed its replacement `started` (a
+pass prints at its end, after all its acts) and, in brackets, until the replacement
+started on its host (by that host's event log: the repair itself), and
 the task verbs the owners carried out of those the decider ordered (docs/scale.md,
 "Acting by share"). Then
 (`--kill-decider`) the watch making the passes is killed with SIGKILL and a task killed
 on a random host at once: the seconds from the kills until another watch prints the
-task's replacement `started` (issue 47, item 5: within the lease TTL plus 5 s); with
-`--failovers N`, N times, each of the watch deciding then, 30 s apart (the timeline of
-each on stderr). Prints one Markdown row. With `--trace DIR`, the watches run through
-benchmarks/traced.py, their debug lines in DIR/PID.log, and each death's and failover's
-lines from every watch (seconds after the kill) go to stderr: where its time went.
+task's replacement `started`, and until it started on its host (issue 47, item 5: within
+the lease TTL plus 5 s); with `--failovers N`, N times, each of the watch deciding
+then, 30 s apart (the timeline of each on stderr). Prints one Markdown row. With
+`--trace DIR`, the watches run through benchmarks/traced.py, their debug lines in
+DIR/PID.log, and each death's and failover's lines from every watch (seconds after the
+kill) go to stderr: where its time went.
 """
 
 from __future__ import annotations
@@ -164,8 +167,12 @@ def converged(watches: list[Watch], timeout: float) -> None:
     raise SystemExit(f"the fleet did not converge within {timeout:.0f} s of the settle:\n{lines}")
 
 
-def started_by_any(watches: list[Watch], since: float, but: Watch | None = None) -> float:
-    """Seconds from `since` until a watch (but `but`) printed a `started` line."""
+def started_by_any(
+    watches: list[Watch], since: float, but: Watch | None = None
+) -> tuple[float, str]:
+    """Seconds from `since` until a watch (but `but`) printed a `started` line, and the
+    line. A pass prints its lines at its end, after every act (an owner's report of a
+    stop it was ordered included): `engine_start` has when the task itself started."""
     end = since + 120
     while time.monotonic() < end:
         for watch in watches:
@@ -173,37 +180,54 @@ def started_by_any(watches: list[Watch], since: float, but: Watch | None = None)
                 continue
             for when, line in list(watch.lines):
                 if when >= since and line.startswith("started "):
-                    return when - since
+                    return when - since, line
         time.sleep(0.01)
     accounts = "\n".join(w.account() for w in watches)
     raise SystemExit(f"no watch replaced the task within 120 s:\n{accounts}")
 
 
+def engine_start(fleet: ScaleFleet, line: str, since: float) -> float:
+    """Seconds from `since` (the wall clock, `time.time()`) until the first container
+    start after it on the host a `started ... on HOST` line names, by that host's event
+    log (the stand-in engine's own clock): when the replacement itself started."""
+    host = line.split(" on ", 1)[1].split()[0]
+    events = (fleet.host_dir(host) / "events").read_text().splitlines()
+    starts = [int(e.split()[2]) / 1e9 for e in events if e.startswith("start ")]
+    return min(t for t in starts if t >= since) - since
+
+
 Asker = Callable[[], dict[int, dict[str, object]]]  # each member's record, by process id
+Took = tuple[float, float]  # seconds to a watch's `started` line, and to the start itself
 
 
 def failover(
     fleet: ScaleFleet, names: list[str], watches: list[Watch], decider: int, trace: Trace
-) -> float:
+) -> Took:
     """SIGKILL the watch `decider` and a task at once; seconds until another watch
-    started its replacement. What each surviving watch did meanwhile goes to stderr: the
-    ends of its passes and of its rounds standing by (seconds after the kills)."""
+    printed its replacement started, and until it started on its host. What each
+    surviving watch did meanwhile goes to stderr: the ends of its passes and of its
+    rounds standing by (seconds after the kills)."""
     (dead,) = [w for w in watches if w.proc.pid == decider]
     victim, task = a_running_task(fleet, names)
-    at = time.monotonic()
+    at, wall = time.monotonic(), time.time()
     dead.proc.kill()
     fleet.docker(victim, "kill", task)
-    took = started_by_any(watches, at, but=dead)
-    print(f"failover at {at:.3f}: task on {victim} replaced after {took:.2f} s", file=sys.stderr)
+    took, line = started_by_any(watches, at, but=dead)
+    started = engine_start(fleet, line, wall)
+    print(
+        f"failover at {at:.3f}: task on {victim} replaced after {took:.2f} s "
+        f"(started on its host after {started:.2f} s)",
+        file=sys.stderr,
+    )
     trace.show(at, at + took + 0.2, f"the failover at {at:.3f}")
     for watch in watches:
         if watch is not dead and watch.proc.poll() is None:
             ends = [f"{t - at:.1f}" for t in watch.passes if at <= t <= at + took + 1]
             print(f"  watch {watch.proc.pid}: rounds ended at {', '.join(ends)}", file=sys.stderr)
-            for t, line in list(watch.lines):
+            for t, said in list(watch.lines):
                 if at <= t <= at + took + 1:
-                    print(f"    {t - at:.1f} {line}", file=sys.stderr)
-    return took
+                    print(f"    {t - at:.1f} {said}", file=sys.stderr)
+    return took, started
 
 
 def failovers(
@@ -214,7 +238,7 @@ def failovers(
     n: int,
     ask: Asker,
     trace: Trace,
-) -> list[float]:
+) -> list[Took]:
     """`n` failovers one after another (`failover`), each of the watch deciding then,
     a resync's rest (30 s) between them."""
     took = [failover(fleet, names, watches, decider, trace)]
@@ -230,17 +254,21 @@ def deaths(
     fleet: ScaleFleet, names: list[str], watches: list[Watch], n: int, trace: Trace
 ) -> list[float]:
     """Kill a task on a random host, `n` times one after another: the seconds from each
-    kill until a watch started its replacement (whichever host's owner saw it)."""
-    took = []
+    kill until a watch printed its replacement started (whichever host's owner saw it),
+    and until it started on its host."""
+    took: list[Took] = []
     for _ in range(n):
         victim, task = a_running_task(fleet, names)
-        at = time.monotonic()
+        at, wall = time.monotonic(), time.time()
         fleet.docker(victim, "kill", task)
-        took.append(started_by_any(watches, at))
+        printed, line = started_by_any(watches, at)
+        took.append((printed, engine_start(fleet, line, wall)))
         print(
-            f"death at {at:.3f}: task on {victim} replaced after {took[-1]:.2f} s", file=sys.stderr
+            f"death at {at:.3f}: task on {victim} replaced after {printed:.2f} s "
+            f"(started on its host after {took[-1][1]:.2f} s)",
+            file=sys.stderr,
         )
-        trace.show(at, at + took[-1] + 0.2, f"the death at {at:.3f}")
+        trace.show(at, at + printed + 0.2, f"the death at {at:.3f}")
         time.sleep(3)  # the pass after the start (its health, its owner's round) settles
     return took
 
@@ -312,7 +340,7 @@ def main() -> None:
                 held = " / ".join(str(rested[pid].get("warm", "-")) for pid in by_passes[::-1])
                 died = deaths(fleet, names, watches, args.deaths, trace)
                 carried = verbs_by_share(members(md, env, code)) if died else "-"
-                took: list[float] = []
+                took: list[Took] = []
                 if args.kill_decider:
                     ask = functools.partial(members, md, env, code)
                     took = failovers(fleet, names, watches, decider, args.failovers, ask, trace)
@@ -328,10 +356,15 @@ def main() -> None:
     per_host = statistics.mean(len(v) for v in verbs) * minute
     counted = Counter(verb for v in verbs for verb in v)
     each = ", ".join(f"{verb} {n * minute / len(names):.1f}" for verb, n in counted.most_common())
-    failed_over = " / ".join(f"{t:.2f}" for t in took) + " s" if took else "-"
+    failed_over = "-"
+    if took:
+        failed_over = " / ".join(f"{t:.2f}" for t, _ in took) + " s (started: "
+        failed_over += " / ".join(f"{t:.2f}" for _, t in took) + " s)"
     replaced = "-"
     if died:
-        replaced = f"{statistics.median(died):.2f} / {max(died):.2f} s"
+        printed, started = [t for t, _ in died], [t for _, t in died]
+        replaced = f"{statistics.median(printed):.2f} / {max(printed):.2f} s (started: "
+        replaced += f"{statistics.median(started):.2f} / {max(started):.2f} s)"
     print(
         f"| {args.hosts} | {args.watches} | {args.interval} | "
         f"{' / '.join(f'{m:.0f}' for m in made)} | {per_host:.1f} ({each}) | "

@@ -147,11 +147,19 @@ class Borrowing:
             scope = _share_scope(streams, cluster, mine, memory, whole)
             began = time.monotonic()
             seen = await observe(executor, mine, cluster, ports=False, memory=memory, scope=scope)
+            observed = time.monotonic()
             if streams is not None:
                 streams_saw(streams, cluster, seen)
             written = self._seen.write(cluster, member, lease, owned, seen.hosts, revision)
             probed = len(mine) if scope is None else len(scope & set(owned))
-            log.debug("%s: round over its share: %d probed, written: %s", cluster, probed, written)
+            log.debug(
+                "%s: round over its share: %d probed in %.2f s, written: %s in %.2f s",
+                cluster,
+                probed,
+                observed - began,
+                written,
+                time.monotonic() - observed,
+            )
             if written and (scope is None or scope >= set(owned)):
                 self.rounds[cluster] = revision
                 self.round_seconds[cluster] = time.monotonic() - began

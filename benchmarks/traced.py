@@ -51,7 +51,8 @@ def main() -> None:
     root = logging.getLogger("minidock")
     root.setLevel(logging.DEBUG)
     root.addHandler(handler)
-    logging.getLogger("minidock.ssh").setLevel(logging.INFO)
+    logging.getLogger("minidock.ssh").setLevel(logging.INFO)  # not every command: its connects
+    logging.getLogger("minidock.ssh.connects").setLevel(logging.DEBUG)
     sys.argv = ["minidock", *sys.argv[2:]]
     from minidock.cli import main as minidock
 

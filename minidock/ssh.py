@@ -22,6 +22,7 @@ import os
 import secrets
 import shlex
 import socket
+import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+connects = logging.getLogger(f"{__name__}.connects")  # each connection opened (debug)
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # asyncssh's default ciphers, AES-GCM first: per packet, asyncssh's ChaCha20-Poly1305 costs
@@ -753,7 +755,9 @@ class _Pool:
             tunnel = None
             for hop in range(1, len(host.proxy_jump) + 1):
                 tunnel = await self._jump(host, host.proxy_jump[:hop], tunnel)
+            began = time.monotonic()
             conn = await self._connector.connect(host, host, _where(host), tunnel)
+            connects.debug("%s: connected in %.2f s", host.name, time.monotonic() - began)
             if self._closed:  # opened by a task that outlived `close`: nobody would close it
                 self.drop(host.name, conn)
                 raise Unreachable(host.name, "the executor is closed")

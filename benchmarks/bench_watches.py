@@ -45,6 +45,7 @@ import argparse
 import functools
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -348,6 +349,8 @@ def main() -> None:
                 for watch in watches:
                     if watch.proc.poll() is None:
                         watch.stop()
+                    elif watch.proc.returncode != -signal.SIGKILL:  # not the bench's kill
+                        print(watch.account(), file=sys.stderr)
                 etcd.close()
     finally:
         fleet.stop()

@@ -553,6 +553,7 @@ class _Connector:
         identity = _identity_path(host) if end is host else None
         if identity and not os.path.isfile(identity):
             raise Unreachable(host.name, f"identity file {identity} not found")
+        began = time.monotonic()
         try:
             conn = await asyncssh.connect(
                 end.address,
@@ -575,6 +576,9 @@ class _Connector:
             cause = _reason(exc, end, host.connect_timeout, known_hosts, SSHD)
             raise Unreachable(host.name, reason, cause) from None
         self.opened += 1
+        connects.debug(
+            "%s: %s connected in %.2f s", host.name, end.address, time.monotonic() - began
+        )
         if client.accepted is not None:
             await self._remember(known_hosts, host.name, end, client.accepted)
         return conn
@@ -755,9 +759,7 @@ class _Pool:
             tunnel = None
             for hop in range(1, len(host.proxy_jump) + 1):
                 tunnel = await self._jump(host, host.proxy_jump[:hop], tunnel)
-            began = time.monotonic()
             conn = await self._connector.connect(host, host, _where(host), tunnel)
-            connects.debug("%s: connected in %.2f s", host.name, time.monotonic() - began)
             if self._closed:  # opened by a task that outlived `close`: nobody would close it
                 self.drop(host.name, conn)
                 raise Unreachable(host.name, "the executor is closed")

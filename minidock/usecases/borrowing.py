@@ -152,14 +152,7 @@ class Borrowing:
                 streams_saw(streams, cluster, seen)
             written = self._seen.write(cluster, member, lease, owned, seen.hosts, revision)
             probed = len(mine) if scope is None else len(scope & set(owned))
-            log.debug(
-                "%s: round over its share: %d probed in %.2f s, written: %s in %.2f s",
-                cluster,
-                probed,
-                observed - began,
-                written,
-                time.monotonic() - observed,
-            )
+            _said_round(cluster, probed, written, began, observed)
             if written and (scope is None or scope >= set(owned)):
                 self.rounds[cluster] = revision
                 self.round_seconds[cluster] = time.monotonic() - began
@@ -253,6 +246,14 @@ class Borrowing:
         revision = want_whole_rounds(member, cluster) if hosts is None else revision_now(member)
         if revision:
             trust.left(True, revision, hosts)
+
+
+def _said_round(cluster: str, probed: int, written: bool, began: float, observed: float) -> None:
+    """An owner's round, in the debug log: its probes' seconds (from `began` to
+    `observed`, monotonic) and its write's (to now)."""
+    took, wrote = observed - began, time.monotonic() - observed
+    said = "%s: round over its share: %d probed in %.2f s, written: %s in %.2f s"
+    log.debug(said, cluster, probed, took, written, wrote)
 
 
 def _ordered(

@@ -79,7 +79,6 @@ class Watch:
         self.lines: list[tuple[float, str]] = []
         self.passes: list[float] = []
         self.said: deque[str] = deque(maxlen=20)  # its last lines on stderr
-        self.summary = (0.0, "")  # its last pass's line, when: "converged", or why not
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_passes, daemon=True).start()
 
@@ -95,8 +94,6 @@ class Watch:
             self.said.append(line)
             if line.startswith("minidock: "):
                 self.passes.append(time.monotonic())
-                if not line.startswith("minidock: standing by"):
-                    self.summary = (time.monotonic(), line.removeprefix("minidock: "))
 
     def settled(self, timeout: float) -> None:
         """Until its first pass ended (it prints a line), then 15 s for the pass its streams
